@@ -1,0 +1,44 @@
+/* A loaded set of specs: the architecture table and the model specs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "rk.h"
+
+int rk_catalog_load_embedded(rk_catalog *c, rk_err *err) {
+    size_t len;
+    const char *text = rk_embedded("archs.lua", &len);
+    memset(c, 0, sizeof *c);
+    if (!text) return rk_fail(err, RK_EIO, "specs/archs.lua is not embedded in this build");
+    int rc = rk_archs_load("specs/archs.lua", text, len, &c->archs, err);
+    for (size_t i = 0; rc == RK_OK; i++) {
+        const char *name = rk_embedded_at(i, NULL);
+        if (!name) break;
+        size_t n = strlen(name);
+        if (n < 4 || strcmp(name + n - 4, ".lua") != 0 || strcmp(name, "archs.lua") == 0) continue;
+        char file[RK_NAME_MAX + 16];
+        snprintf(file, sizeof file, "specs/%s", name);
+        text = rk_embedded(name, &len);
+        rc = rk_catalog_add(c, file, text, len, err);
+    }
+    return rc;
+}
+
+int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len, rk_err *err) {
+    rk_spec s;
+    int rc = rk_spec_load(file, text, len, &c->archs, &s, err);
+    if (rc != RK_OK) return rc;
+    for (int i = 0; i < c->n_specs; i++)
+        if (strcmp(c->specs[i].name, s.name) == 0) {
+            c->specs[i] = s;
+            return RK_OK;
+        }
+    if (c->n_specs == RK_MAX_SPECS) return rk_fail(err, RK_ESPEC_INVALID, "%s: more than %d specs", file, RK_MAX_SPECS);
+    c->specs[c->n_specs++] = s;
+    return RK_OK;
+}
+
+const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name) {
+    for (int i = 0; i < c->n_specs; i++)
+        if (strcmp(c->specs[i].name, name) == 0) return &c->specs[i];
+    return NULL;
+}

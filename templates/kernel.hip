@@ -1,0 +1,193 @@
+// ---- the kernel: fused MLA RoPE + KV-cache write ------------------------------------------------------
+// Work is cut into 16-byte chunks of output: 8 bf16 values per lane. Each token owns
+//   heads * Q_CH chunks of query rows, then W_CH chunks of its KV-cache row,
+// laid out one after another, so consecutive lanes write consecutive bytes. A lane loads all it
+// needs itself: no barriers, no shuffles, no shared memory, and the same text runs on the host.
+namespace rk {
+using namespace rkp;
+
+struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
+    const void *q_nope, *q_pe;
+    void *q_out;
+    const void *k_nope, *k_pe;
+    void *kv_cache;
+    const void *positions, *slots;
+    const void *cos, *sin;
+    const float *k_scale;
+    rk_i64 tokens, heads, max_pos;
+    rk_i64 q_nope_st, q_nope_sh;
+    rk_i64 q_pe_st, q_pe_sh;
+    rk_i64 q_out_st, q_out_sh;
+    rk_i64 k_nope_st, k_pe_st;
+    rk_i64 kv_st, kv_rows;
+};
+
+constexpr int V = 8;                  // bf16 elements per chunk
+constexpr int L_CH = L / V, R_CH = R / V, W_CH = L_CH + R_CH;
+constexpr int Q_CH = QFORM == 0 ? W_CH : QFORM == 3 ? 0 : R_CH;
+constexpr int H2 = R / 2;
+constexpr float BF16_MAX = 3.38953139e38f;
+
+struct f8 { float v[V]; };
+
+RK_DEVICE f8 unpack_bf16(rk_v16 p) {
+    f8 r;
+    rk_u32 w[4] = {p.x, p.y, p.z, p.w};
+    for (int i = 0; i < 4; i++) { r.v[2 * i] = rk_bf16_lo(w[i]); r.v[2 * i + 1] = rk_bf16_hi(w[i]); }
+    return r;
+}
+
+RK_DEVICE rk_v16 pack_bf16(const f8 &y) {
+    return rk_v16{rk_pack_bf16(y.v[0], y.v[1]), rk_pack_bf16(y.v[2], y.v[3]),
+                  rk_pack_bf16(y.v[4], y.v[5]), rk_pack_bf16(y.v[6], y.v[7])};
+}
+
+RK_DEVICE rk_i64 load_index(const void *p, rk_i64 t, bool wide) {
+    return wide ? ((const rk_i64 *)p)[t] : (rk_i64)((const rk_i32 *)p)[t];
+}
+
+// Four cos (or sin) values starting at column i of table row pos; f32 or bf16 table of width w.
+RK_DEVICE void load4(const void *table, rk_i64 pos, int w, int i, float *out) {
+    if (COS_SIN == 2) {
+        rk_v8 p = *(const rk_v8 *)((const rk_u16 *)table + pos * w + i);
+        out[0] = rk_bf16_lo(p.x); out[1] = rk_bf16_hi(p.x);
+        out[2] = rk_bf16_lo(p.y); out[3] = rk_bf16_hi(p.y);
+    } else {
+        rk_v16 p = rk_load16((const float *)table + pos * w + i);
+        out[0] = rk_bits_f32(p.x); out[1] = rk_bits_f32(p.y);
+        out[2] = rk_bits_f32(p.z); out[3] = rk_bits_f32(p.w);
+    }
+}
+
+// cos and sin for pair indices i .. i+n-1 (n = 4 or 8) at position pos.
+RK_DEVICE void load_cos_sin(const args &a, rk_i64 pos, int i, int n, float *c, float *s) {
+    for (int k = 0; k < n; k += 4) {
+        if (COS_SIN == 0) {
+            load4(a.cos, pos, R, i + k, c + k);
+            load4(a.cos, pos, R, H2 + i + k, s + k);
+        } else {
+            load4(a.cos, pos, H2, i + k, c + k);
+            load4(a.sin, pos, H2, i + k, s + k);
+        }
+    }
+}
+
+RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
+    rk_i64 p = load_index(a.positions, t, POS_I64);
+    return p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p;
+}
+
+// Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8).
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t) {
+    f8 y;
+    if (ROPE == 2) return unpack_bf16(rk_load16(x + j));
+    const rk_i64 pos = position(a, t);
+    float c[V], s[V];
+    if (ROPE == 0) {  // gptj: pairs (2i, 2i+1) inside the chunk
+        f8 x8 = unpack_bf16(rk_load16(x + j));
+        load_cos_sin(a, pos, j / 2, 4, c, s);
+        for (int i = 0; i < 4; i++) {
+            float x0 = x8.v[2 * i], x1 = x8.v[2 * i + 1];
+            y.v[2 * i] = rk_fma(x0, c[i], -(x1 * s[i]));
+            y.v[2 * i + 1] = rk_fma(x1, c[i], x0 * s[i]);
+        }
+    } else {  // neox: pairs (i, i + R/2); the chunk lies in one half, its partner in the other
+        const bool first = j < H2;
+        const int i0 = first ? j : j - H2;
+        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2));
+        load_cos_sin(a, pos, i0, 8, c, s);
+        for (int i = 0; i < V; i++)
+            y.v[i] = first ? rk_fma(lo.v[i], c[i], -(hi.v[i] * s[i])) : rk_fma(hi.v[i], c[i], lo.v[i] * s[i]);
+    }
+    return y;
+}
+
+// One chunk of a query row: copy q_nope or rotate q_pe.
+template <class I>
+RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
+    const rk_u16 *q_pe = (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
+    if (QFORM == 0 && c < L_CH) {
+        const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
+        rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
+        rk_store16(dst + c * V, rk_load16(src + c * V));
+        return;
+    }
+    const int j = (QFORM == 0 ? c - L_CH : c) * V;
+    rk_v16 out = pack_bf16(rope8(a, q_pe, j, t));
+    if (QFORM == 2)
+        rk_store16((rk_u16 *)q_pe + j, out);
+    else
+        rk_store16((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j, out);
+}
+
+// KV element on its way to an fp8 cache: scale, sanitize, clamp to the bound (NaN passes).
+RK_DEVICE float fp8_prep(float x, float k) {
+    if (SCALE == 1) x = x * k;       // k holds 1/k_scale
+    else if (SCALE == 2) x = x / k;
+    else if (SCALE == 3) x = x * k;
+    if (SANITIZE) x = rk_isnan(x) ? 0.0f : x;
+    return x > SAT ? SAT : x < -SAT ? -SAT : x;
+}
+
+RK_DEVICE float bf16_prep(float x) {
+    if (!SANITIZE) return x;
+    return rk_isnan(x) ? 0.0f : rk_isinf(x) ? (x > 0 ? BF16_MAX : -BF16_MAX) : x;
+}
+
+// One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe.
+template <class I>
+RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
+    const bool nope = c < L_CH;
+    f8 y;
+    rk_v16 raw = {0, 0, 0, 0};
+    if (nope) {
+        raw = rk_load16((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
+        y = unpack_bf16(raw);
+    } else {
+        y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t);
+    }
+    if (KV_FP8) {
+        float k = SCALE == 0 ? 1.0f : *a.k_scale;
+        if (SCALE == 1) k = 1.0f / k;
+        if (ROPE_BF16 && !nope)
+            for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
+        for (int i = 0; i < V; i++) y.v[i] = fp8_prep(y.v[i], k);
+        rk_v8 out = {rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
+                     rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
+        rk_store8((rk_u8 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+    } else {
+        for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
+        rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
+        rk_store16((rk_u16 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+    }
+}
+
+// Chunk g of the whole launch. I is int when every offset fits in 31 bits, else long long.
+template <class I>
+RK_DEVICE void chunk(const args &a, I g) {
+    const I per_token = (I)a.heads * Q_CH + W_CH;
+    const I t = g / per_token;
+    const I r = g - t * per_token;
+    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
+    if (r < (I)a.heads * Q_CH) {
+        if (SKIP_ALL && slot < 0) return;
+        const I h = r / Q_CH;
+        q_chunk<I>(a, t, h, (int)(r - h * Q_CH));
+    } else if (slot >= 0 && slot < a.kv_rows) {
+        kv_chunk<I>(a, t, (I)slot, (int)(r - (I)a.heads * Q_CH));
+    }
+}
+
+}  // namespace rk
+
+// Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
+// Launch: ceil(total / RK_BLOCK) blocks of RK_BLOCK threads, total = tokens * (heads * Q_CH + W_CH).
+RK_ENTRY void ${name}(const rk::args a) {
+    const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
+    RK_FOR_EACH(g, total) rk::chunk<int>(a, (int)g);
+}
+
+RK_ENTRY void ${name}_i64(const rk::args a) {
+    const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
+    RK_FOR_EACH(g, total) rk::chunk<rk_i64>(a, g);
+}

@@ -1,0 +1,136 @@
+// ---- prelude: one kernel text for hiprtc, clang (offline, -nogpuinc), nvrtc and the host ----------
+// No headers: each compiler family gets ids, entry attributes, fixed-width types, 16-byte vectors,
+// fma, and the f32 -> bf16 / fp8 conversions (hardware where RK_HW_* says the target has them).
+#if defined(__HIPCC_RTC__) || (defined(__HIP__) && defined(__HIP_DEVICE_COMPILE__))
+#define RK_AMD 1
+#elif defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define RK_NV 1
+#else
+#define RK_HOST 1
+#endif
+
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+typedef unsigned char rk_u8;
+typedef unsigned short rk_u16;
+typedef unsigned int rk_u32;
+typedef int rk_i32;
+typedef long long rk_i64;
+typedef unsigned long long rk_u64;
+
+struct alignas(16) rk_v16 { rk_u32 x, y, z, w; };  // one 16-byte access
+struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
+
+#if defined(RK_AMD)
+#if defined(__HIPCC_RTC__)
+#define RK_DEVICE __device__ __forceinline__
+#define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
+#define RK_GLOBAL_ID() ((rk_i64)blockIdx.x * RK_BLOCK + threadIdx.x)
+#else
+#define RK_DEVICE __attribute__((device)) inline __attribute__((always_inline))
+#define RK_ENTRY extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, RK_BLOCK)))
+#define RK_GLOBAL_ID() ((rk_i64)__builtin_amdgcn_workgroup_id_x() * RK_BLOCK + __builtin_amdgcn_workitem_id_x())
+#endif
+#define RK_FOR_EACH(g, n) for (rk_i64 g = RK_GLOBAL_ID(); g < (n); g = (n))
+#define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
+#elif defined(RK_NV)
+#define RK_DEVICE __device__ __forceinline__
+#define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
+#define RK_FOR_EACH(g, n) for (rk_i64 g = (rk_i64)blockIdx.x * RK_BLOCK + threadIdx.x; g < (n); g = (n))
+#define rk_fma(a, b, c) __fmaf_rn(a, b, c)
+#else
+#define RK_DEVICE static inline
+#define RK_ENTRY extern "C" __attribute__((visibility("default")))
+#define RK_FOR_EACH(g, n) for (rk_i64 g = 0; g < (n); ++g)
+#define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
+#endif
+
+#define RK_RESTRICT __restrict__
+
+RK_DEVICE rk_u32 rk_f32_bits(float f) { return __builtin_bit_cast(rk_u32, f); }
+RK_DEVICE float rk_bits_f32(rk_u32 u) { return __builtin_bit_cast(float, u); }
+RK_DEVICE bool rk_isnan(float f) { return (rk_f32_bits(f) & 0x7fffffffu) > 0x7f800000u; }
+RK_DEVICE bool rk_isinf(float f) { return (rk_f32_bits(f) & 0x7fffffffu) == 0x7f800000u; }
+
+// bf16 -> f32 is exact: the bf16 bits are the high half of the f32.
+RK_DEVICE float rk_bf16_lo(rk_u32 pair) { return rk_bits_f32(pair << 16); }
+RK_DEVICE float rk_bf16_hi(rk_u32 pair) { return rk_bits_f32(pair & 0xffff0000u); }
+
+// f32 -> bf16, round to nearest even, NaN -> 0x7fff. Software form (exact on every compiler).
+RK_DEVICE rk_u32 rk_bf16_sw(float f) {
+    rk_u32 u = rk_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Two floats -> two bf16 packed (lo in bits 0..15).
+RK_DEVICE rk_u32 rk_pack_bf16(float lo, float hi) {
+#if defined(RK_NV) && RK_HW_BF16
+    rk_u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#elif defined(RK_AMD) && RK_HW_BF16
+    typedef float rk_f2 __attribute__((ext_vector_type(2)));
+    typedef __bf16 rk_b2 __attribute__((ext_vector_type(2)));
+    // The hardware keeps NaN payloads; pin NaN to 0x7fff like the software path.
+    rk_u32 r = __builtin_bit_cast(rk_u32, __builtin_convertvector((rk_f2){lo, hi}, rk_b2));
+    if (rk_isnan(lo)) r = (r & 0xffff0000u) | 0x7fffu;
+    if (rk_isnan(hi)) r = (r & 0x0000ffffu) | 0x7fff0000u;
+    return r;
+#else
+    return rk_bf16_sw(lo) | (rk_bf16_sw(hi) << 16);
+#endif
+}
+
+// f32 -> fp8 e4m3, round to nearest even, saturating to the format's max finite (OCP 448 = 0x7e,
+// FNUZ 240 = 0x7f). NaN -> 0x7f (OCP) or 0x80 (FNUZ). FNUZ has no -0: a negative value that rounds
+// to zero gives 0x00. Inputs reach this already clamped to the spec's bound, so the hardware
+// converters (which do not clamp by themselves) and the software form agree.
+RK_DEVICE rk_u32 rk_fp8_sw(float f) {
+    const rk_u32 bias = RK_FP8_FNUZ ? 8u : 7u;
+    const rk_u32 max_code = RK_FP8_FNUZ ? 0x7fu : 0x7eu;
+    rk_u32 u = rk_f32_bits(f);
+    rk_u32 sign = (u >> 24) & 0x80u;
+    rk_u32 a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return RK_FP8_FNUZ ? 0x80u : 0x7fu;
+    // Largest finite: 1.111 x 2^(15-bias) for FNUZ, 1.110 x 2^(15-bias) for OCP.
+    const rk_u32 max_bits = ((15u - bias + 127u) << 23) | (RK_FP8_FNUZ ? 0x700000u : 0x600000u);
+    rk_u32 code;
+    if (a >= max_bits) {
+        code = max_code;
+    } else if (a < ((1u - bias + 127u) << 23)) {
+        // Subnormal range of the fp8 format: units of 2^(1-bias-3).
+        float q = rk_bits_f32(a) * rk_bits_f32((rk_u32)(bias + 2u + 127u) << 23);
+        // q in [0, 8): round to nearest even integer with the 2^23 trick (exact in f32).
+        float r = (q + 8388608.0f) - 8388608.0f;
+        code = (rk_u32)r;  // 8 means the smallest normal: same encoding
+    } else {
+        rk_u32 e = (a >> 23) - 127u + bias;
+        rk_u32 m = a & 0x7fffffu;
+        rk_u32 keep = m >> 20, rest = m & 0xfffffu;
+        code = (e << 3) | keep;
+        if (rest > 0x80000u || (rest == 0x80000u && (keep & 1u))) code += 1u;
+        if (code > max_code) code = max_code;
+    }
+    if (code == 0u) return RK_FP8_FNUZ ? 0u : sign;
+    return code | sign;
+}
+
+// Two floats -> two fp8 bytes (lo in bits 0..7, hi in bits 8..15).
+RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
+#if defined(RK_NV) && RK_HW_FP8
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+#elif defined(RK_AMD) && RK_HW_FP8
+    return (rk_u32)__builtin_amdgcn_cvt_pk_fp8_f32(lo, hi, 0, false) & 0xffffu;
+#else
+    return rk_fp8_sw(lo) | (rk_fp8_sw(hi) << 8);
+#endif
+}
+
+RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
+RK_DEVICE void rk_store16(void *p, rk_v16 v) { *(rk_v16 *)p = v; }
+RK_DEVICE void rk_store8(void *p, rk_v8 v) { *(rk_v8 *)p = v; }
