@@ -128,7 +128,8 @@ static int header(const rk_variant *v, rk_buf *o) {
                             rk_scale_name(s->fp8_scale), (double)v->sat, s->fp8_rope_bf16 ? "true" : "false");
     rc |= rk_buf_printf(o, "//          target=%s vendor=%s wave=%d block=%d fp8_hw=%d bf16_hw=%d compiler=%s\n", a->name,
                         rk_vendor_name(a->vendor), a->wave, a->block, a->fp8_hw, a->bf16_hw, rk_compiler_name(a->compiler));
-    rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen emit --out DIR (all variants of specs/%s)\n\n", base_name(s->file));
+    rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", base_name(s->file),
+                        v->key);
     return rc ? RK_ENOMEM : RK_OK;
 }
 

@@ -19,6 +19,12 @@ typedef enum rk_code {
     RK_ESPEC_INVALID,      /* validation: unknown key, wrong type, impossible value */
     RK_ESPEC_TARGET,       /* a target name not in the architecture table */
     RK_ERENDER = 200,      /* template: unknown/unused placeholder, unbalanced ${ */
+    RK_ECOMPILE = 300,     /* a compiler failed: its log is in the message */
+    RK_ETARGET = 301,      /* a target this compiler cannot build for (refused before calling it) */
+    RK_ECACHE = 400,       /* the code-object cache failed */
+    RK_EBACKEND = 500,     /* a backend is not available on this machine */
+    RK_EDEVICE = 501,      /* a driver call failed */
+    RK_ELAUNCH = 502,      /* a kernel launch failed */
     RK_ENOMEM = 900,
     RK_EIO = 901,
 } rk_code;
@@ -58,6 +64,18 @@ const char *rk_kv_name(rk_kv k);           /* "bf16" "fp8_e4m3" */
 const char *rk_scale_name(rk_scale s);     /* "none" "mul_recip" "div" "mul" */
 const char *rk_neg_name(rk_neg n);         /* "skip_kv" "skip_all" */
 const char *rk_qform_name(rk_qform q);     /* "absorbed" "zero_copy" "inplace" "none" */
+
+/* ---- name parsing: the inverse of rk_*_name; 0 on success, -1 for an unknown spelling -------- */
+int rk_parse_vendor(const char *s, rk_vendor *out);
+int rk_parse_compiler(const char *s, rk_compiler *out);
+int rk_parse_fp8(const char *s, rk_fp8_fmt *out);
+int rk_parse_rope(const char *s, rk_rope *out);
+int rk_parse_cos_sin(const char *s, rk_cos_sin *out);
+int rk_parse_idx(const char *s, rk_idx *out);
+int rk_parse_kv(const char *s, rk_kv *out);
+int rk_parse_scale(const char *s, rk_scale *out);
+int rk_parse_neg(const char *s, rk_neg *out);
+int rk_parse_qform(const char *s, rk_qform *out);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32

@@ -77,8 +77,9 @@ RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
     return p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p;
 }
 
-// Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8).
-RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t) {
+// Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8). For neox the
+// chunk's partner half is rotated too and returned in *partner (the in-place form writes both).
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
     f8 y;
     if (ROPE == 2) return unpack_bf16(rk_load16(x + j));
     const rk_i64 pos = position(a, t);
@@ -94,10 +95,14 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t) {
     } else {  // neox: pairs (i, i + R/2); the chunk lies in one half, its partner in the other
         const bool first = j < H2;
         const int i0 = first ? j : j - H2;
-        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2));
+        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2)), ylo, yhi;
         load_cos_sin(a, pos, i0, 8, c, s);
-        for (int i = 0; i < V; i++)
-            y.v[i] = first ? rk_fma(lo.v[i], c[i], -(hi.v[i] * s[i])) : rk_fma(hi.v[i], c[i], lo.v[i] * s[i]);
+        for (int i = 0; i < V; i++) {
+            ylo.v[i] = rk_fma(lo.v[i], c[i], -(hi.v[i] * s[i]));
+            yhi.v[i] = rk_fma(hi.v[i], c[i], lo.v[i] * s[i]);
+        }
+        y = first ? ylo : yhi;
+        *partner = first ? yhi : ylo;
     }
     return y;
 }
@@ -113,11 +118,19 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         return;
     }
     const int j = (QFORM == 0 ? c - L_CH : c) * V;
-    rk_v16 out = pack_bf16(rope8(a, q_pe, j, t));
-    if (QFORM == 2)
+    if (QFORM == 2) {
+        // In place, a neox pair spans two chunks: the first-half lane rotates and writes both, so no
+        // lane reads a value another lane has already overwritten.
+        if (ROPE == 1 && j >= H2) return;
+        f8 partner;
+        rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &partner));
+        if (ROPE == 1) rk_store16((rk_u16 *)q_pe + j + H2, pack_bf16(partner));
         rk_store16((rk_u16 *)q_pe + j, out);
-    else
-        rk_store16((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j, out);
+        return;
+    }
+    f8 unused;
+    rk_store16((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j,
+               pack_bf16(rope8(a, q_pe, j, t, &unused)));
 }
 
 // KV element on its way to an fp8 cache: scale, sanitize, clamp to the bound (NaN passes).
@@ -144,7 +157,8 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
         raw = rk_load16((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
         y = unpack_bf16(raw);
     } else {
-        y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t);
+        f8 unused;
+        y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
     if (KV_FP8) {
         float k = SCALE == 0 ? 1.0f : *a.k_scale;

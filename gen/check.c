@@ -1,0 +1,242 @@
+/* Conformance harness: random engine-shaped inputs, reference vs kernel, byte comparison. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rk.h"
+
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t next(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static float uniform(rng *r, float lo, float hi) {
+    return lo + (hi - lo) * (float)((next(r) >> 40) * (1.0 / 16777216.0));
+}
+
+/* A bf16 input value: mostly moderate numbers, with a few specials when asked. */
+static uint16_t bf16_input(rng *r, int specials) {
+    if (specials) {
+        switch (next(r) % 64) {
+        case 0: return 0x7fc0;  /* NaN */
+        case 1: return 0xff81;  /* NaN with payload, sign */
+        case 2: return 0x7f80;  /* +inf */
+        case 3: return 0xff80;  /* -inf */
+        case 4: return 0x7f7f;  /* max finite */
+        case 5: return 0x8000;  /* -0 */
+        default: break;
+        }
+    }
+    float f = uniform(r, -6.0f, 6.0f);
+    if (next(r) % 8 == 0) f *= 1e-3f; /* small values exercise fp8 subnormals */
+    if (next(r) % 16 == 0) f *= 64.0f; /* large values exercise saturation */
+    return rk_f32_to_bf16(f);
+}
+
+/* One set of tensors (inputs and outputs). */
+typedef struct set {
+    uint16_t *q, *k, *q_out;  /* q: [T,H,W+pad] holding q_nope|q_pe; k: [T,W+pad] holding k_nope|k_pe */
+    uint8_t *kv;              /* cache rows */
+    void *pos, *slots, *cos, *sin;
+    float *k_scale;
+} set;
+
+typedef struct sizes {
+    int64_t q, k, q_out, kv, pos, slots, cos, sin;  /* bytes */
+} sizes;
+
+static void *dup(const void *p, size_t n) {
+    void *d = malloc(n ? n : 1);
+    if (d && n) memcpy(d, p, n);
+    return d;
+}
+
+static void set_free(set *s) {
+    free(s->q); free(s->k); free(s->q_out); free(s->kv);
+    free(s->pos); free(s->slots); free(s->cos); free(s->sin); free(s->k_scale);
+    memset(s, 0, sizeof *s);
+}
+
+static int set_copy(set *d, const set *s, const sizes *z) {
+    d->q = dup(s->q, z->q); d->k = dup(s->k, z->k); d->q_out = dup(s->q_out, z->q_out); d->kv = dup(s->kv, z->kv);
+    d->pos = dup(s->pos, z->pos); d->slots = dup(s->slots, z->slots); d->cos = dup(s->cos, z->cos);
+    d->sin = dup(s->sin, z->sin); d->k_scale = dup(s->k_scale, sizeof(float));
+    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale ? 0 : -1;
+}
+
+static void args_for(const rk_variant *v, const rk_shape *sh, const set *s, rk_args *a) {
+    const int64_t L = v->spec->kv_lora_rank, R = v->spec->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
+    const int64_t q_sh = W + sh->pad, q_st = H * q_sh + sh->pad;
+    const int64_t o_sh = W + sh->pad, o_st = H * o_sh + sh->pad;
+    memset(a, 0, sizeof *a);
+    a->q_nope = s->q;
+    a->q_pe = s->q + L;
+    a->q_out = s->q_out;
+    a->k_nope = s->k;
+    a->k_pe = s->k + L;
+    a->kv_cache = s->kv;
+    a->positions = s->pos;
+    a->slots = s->slots;
+    a->cos = s->cos;
+    a->sin = s->sin;
+    a->k_scale = s->k_scale;
+    a->tokens = T;
+    a->heads = H;
+    a->max_pos = sh->max_pos;
+    a->q_nope_st = a->q_pe_st = q_st;
+    a->q_nope_sh = a->q_pe_sh = q_sh;
+    a->q_out_st = o_st;
+    a->q_out_sh = o_sh;
+    a->k_nope_st = a->k_pe_st = W + sh->pad;
+    a->kv_st = W + sh->pad;
+    a->kv_rows = T + 3;
+}
+
+static int first_diff(const void *a, const void *b, int64_t n, int64_t *at) {
+    const uint8_t *x = a, *y = b;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != y[i]) {
+            *at = i;
+            return 1;
+        }
+    return 0;
+}
+
+static int compare(const char *what, const void *want, const void *got, int64_t n, int64_t elem, char *why, size_t cap) {
+    int64_t at;
+    if (!first_diff(want, got, n, &at)) return 0;
+    at -= at % elem;
+    if (elem == 2)
+        snprintf(why, cap, "%s differs at element %lld: want 0x%04x, got 0x%04x", what, (long long)(at / 2),
+                 ((const uint16_t *)want)[at / 2], ((const uint16_t *)got)[at / 2]);
+    else
+        snprintf(why, cap, "%s differs at byte %lld: want 0x%02x, got 0x%02x", what, (long long)at,
+                 ((const uint8_t *)want)[at], ((const uint8_t *)got)[at]);
+    return 1;
+}
+
+static int64_t q_st_of(const rk_variant *v, const rk_shape *sh) {
+    const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
+    return sh->heads * (W + sh->pad) + sh->pad;
+}
+
+/* Values where one fused multiply-add and two roundings give different bf16 results (see the
+ * reference tests): x0 = 1.03125, x1 = 1, c = 1 + 993*2^-23, s = +-1. Planted in table row 0 and in
+ * every head of the tokens that sit at position 0, so a kernel that rounds differently is caught. */
+static void plant_fma_witness(const rk_variant *v, const rk_shape *sh, set *s, int64_t q_st, int64_t row_elems) {
+    const rk_spec *sp = v->spec;
+    const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, H2 = R / 2;
+    const float c0 = 1.0f + 993.0f * 0x1p-23f;
+    if (sp->rope == RK_ROPE_NONE || sp->cos_sin == RK_CS_BF16_SPLIT) return; /* bf16 cannot hold c0 */
+    float *cos = s->cos, *sin = sp->cos_sin == RK_CS_F32_CAT ? (float *)s->cos + H2 : s->sin;
+    cos[0] = cos[1] = c0;
+    sin[0] = 1.0f;
+    sin[1] = -1.0f;
+    /* element offsets of pair 0 and pair 1 inside a rope row */
+    const int64_t e[4] = {0, sp->rope == RK_ROPE_GPTJ ? 1 : H2, sp->rope == RK_ROPE_GPTJ ? 2 : 1,
+                          sp->rope == RK_ROPE_GPTJ ? 3 : H2 + 1};
+    const uint16_t x[4] = {rk_f32_to_bf16(1.03125f), rk_f32_to_bf16(1.0f), rk_f32_to_bf16(1.0f),
+                           rk_f32_to_bf16(1.03125f)};
+    for (int64_t t = 0; t < sh->tokens; t++) {
+        int64_t p = v->pos == RK_IDX_I64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
+        if (p > 0) continue; /* positions <= 0 read table row 0 */
+        for (int k = 0; k < 4; k++) {
+            s->k[t * row_elems + L + e[k]] = x[k];
+            for (int64_t h = 0; h < sh->heads; h++) s->q[t * q_st + h * row_elems + L + e[k]] = x[k];
+        }
+    }
+}
+
+int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
+             size_t why_cap) {
+    const rk_spec *sp = v->spec;
+    const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
+    const int64_t rows = T + 3, row_elems = W + sh->pad;
+    const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
+    const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+    const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
+    const int64_t idx_pos = v->pos == RK_IDX_I64 ? 8 : 4, idx_slot = v->slot == RK_IDX_I64 ? 8 : 4;
+    sizes z = {
+        .q = (T * (H * row_elems + sh->pad)) * 2,
+        .k = T * row_elems * 2,
+        .q_out = (T * (H * row_elems + sh->pad)) * 2,
+        .kv = rows * row_elems * kv_elem,
+        .pos = T * idx_pos,
+        .slots = T * idx_slot,
+        .cos = sh->max_pos * cs_w * cs_elem,
+        .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : sh->max_pos * cs_w * cs_elem,
+    };
+    rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
+    set ref = {0}, ker = {0};
+    int rc = 2;
+    ref.q = malloc(z.q); ref.k = malloc(z.k); ref.q_out = malloc(z.q_out); ref.kv = malloc(z.kv);
+    ref.pos = malloc(z.pos); ref.slots = malloc(z.slots); ref.cos = malloc(z.cos); ref.sin = malloc(z.sin ? z.sin : 1);
+    ref.k_scale = malloc(sizeof(float));
+    if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale) {
+        snprintf(why, why_cap, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < z.q / 2; i++) ref.q[i] = bf16_input(&r, sh->specials);
+    for (int64_t i = 0; i < z.k / 2; i++) ref.k[i] = bf16_input(&r, sh->specials);
+    memset(ref.q_out, 0xa5, (size_t)z.q_out);
+    memset(ref.kv, 0x5a, (size_t)z.kv);
+    *ref.k_scale = sh->k_scale;
+    /* positions: in range, at both ends, and out of range (clamped) */
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = (int64_t)(next(&r) % (uint64_t)(sh->max_pos + 4)) - 2;
+        if (t % 5 == 1) p = 0;
+        if (t % 5 == 2) p = sh->max_pos - 1;
+        if (idx_pos == 8) ((int64_t *)ref.pos)[t] = p;
+        else ((int32_t *)ref.pos)[t] = (int32_t)p;
+    }
+    /* slots: a shuffled permutation of the cache rows, some negative (padding) */
+    for (int64_t t = 0; t < T; t++) {
+        int64_t s = t;
+        if (sh->neg_every && t % sh->neg_every == sh->neg_every - 1) s = -1 - (int64_t)(next(&r) % 3);
+        if (idx_slot == 8) ((int64_t *)ref.slots)[t] = s;
+        else ((int32_t *)ref.slots)[t] = (int32_t)s;
+    }
+    for (int64_t t = T - 1; t > 0; t--) {
+        int64_t j = (int64_t)(next(&r) % (uint64_t)(t + 1));
+        if (idx_slot == 8) {
+            int64_t *s = ref.slots, x = s[t]; s[t] = s[j]; s[j] = x;
+        } else {
+            int32_t *s = ref.slots, x = s[t]; s[t] = s[j]; s[j] = x;
+        }
+    }
+    for (int64_t i = 0; i < sh->max_pos * cs_w; i++) {
+        float c = uniform(&r, -1.0f, 1.0f), s = uniform(&r, -1.0f, 1.0f);
+        if (cs_elem == 2) {
+            ((uint16_t *)ref.cos)[i] = rk_f32_to_bf16(c);
+            ((uint16_t *)ref.sin)[i] = rk_f32_to_bf16(s);
+        } else {
+            ((float *)ref.cos)[i] = c;
+            if (z.sin) ((float *)ref.sin)[i] = s;
+        }
+    }
+    plant_fma_witness(v, sh, &ref, q_st_of(v, sh), row_elems);
+    if (set_copy(&ker, &ref, &z)) {
+        snprintf(why, why_cap, "out of memory");
+        goto out;
+    }
+    rk_args a;
+    args_for(v, sh, &ref, &a);
+    rk_ref_run(v, &a);
+    args_for(v, sh, &ker, &a);
+    rc = run(ctx, v, &a);
+    if (rc != 0) {
+        if (!why[0]) snprintf(why, why_cap, "kernel run failed (%d)", rc);
+        goto out;
+    }
+    rc = compare("q_out", ref.q_out, ker.q_out, z.q_out, 2, why, why_cap) ||
+         compare("q (in place)", ref.q, ker.q, z.q, 2, why, why_cap) ||
+         compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap);
+out:
+    set_free(&ref);
+    set_free(&ker);
+    return rc;
+}

@@ -1,0 +1,323 @@
+/* CPU reference for the fused MLA RoPE + KV-cache write: the oracle that generated kernels are
+ * compared against bit for bit. Plain C11; built with -ffp-contract=off so every a*b+c below is two
+ * roundings unless it is written as fmaf.
+ *
+ * This comment block is the project's definition of the op.
+ *
+ * Conversions
+ *   bf16 -> f32   exact: the bf16 bits are the high half of the f32.
+ *   f32 -> bf16   round to nearest even on the bit pattern. Overflow rounds to +-inf by itself,
+ *                 f32 subnormals are kept (no flush), any NaN -> 0x7fff (the canonical NaN that
+ *                 NVIDIA's cvt.rn.bf16 produces; sign and payload are dropped).
+ *   f32 -> fp8 e4m3, OCP e4m3fn (bias 7, max 448 = 0x7e, NaN 0x7f/0xff, no inf, -0 = 0x80,
+ *                 smallest subnormal 2^-9):
+ *                 any NaN -> 0x7f; |x| > 448 (inf included) -> +-448 (satfinite); otherwise round
+ *                 to nearest even, subnormals included; a negative value (or -0) that rounds to
+ *                 zero -> 0x80.
+ *   f32 -> fp8 e4m3, FNUZ e4m3fnuz (bias 8, max 240 = 0x7f, 0x80 the only NaN, no -0, no inf,
+ *                 smallest subnormal 2^-10):
+ *                 any NaN -> 0x80; |x| > 240 (inf included) -> +-240; round to nearest even;
+ *                 anything that rounds to zero -> 0x00 (never 0x80, which would be NaN).
+ *   fp8 -> f32    exact decode; OCP 0x7f/0xff and FNUZ 0x80 decode to NaN.
+ *
+ * The op, for every token t in [0, tokens) and head h in [0, heads)
+ *   Pointers: element (t, h) of q_nope is q_nope + t*q_nope_st + h*q_nope_sh, likewise q_pe, q_out;
+ *   k_nope + t*k_nope_st, k_pe + t*k_pe_st; strides count elements of the tensor's dtype (bytes for
+ *   an fp8 cache). L = kv_lora_rank, R = rope_dim, W = L + R.
+ *   pos  = positions[t] (int32 or int64 per variant), clamped to [0, max_pos - 1].
+ *   slot = slots[t] (int32 or int64 per variant).
+ *   cos/sin of pair i in [0, R/2) at pos:
+ *     f32_cat     c = cos[pos*R + i],      s = cos[pos*R + R/2 + i]     (one f32 table)
+ *     f32_split   c = cos[pos*(R/2) + i],  s = sin[pos*(R/2) + i]       (two f32 tables)
+ *     bf16_split  as f32_split on bf16 tables, converted exactly to f32.
+ *   rope of a bf16 row x[0, R) into floats y[0, R), for each pair i:
+ *     gptj  (x0, x1) = (x[2i], x[2i+1]);   y[2i] = fmaf(x0, c, -(x1*s)); y[2i+1] = fmaf(x1, c, x0*s)
+ *     neox  (x0, x1) = (x[i], x[i+R/2]);   y[i]  = fmaf(x0, c, -(x1*s)); y[i+R/2] = fmaf(x1, c, x0*s)
+ *     none  y = x (the cos/sin tables are not read)
+ *     where x1*s and x0*s are single f32 products, rounded before the fused multiply-add.
+ *   Q rows (skipped for a token with slot < 0 when negative_slot = skip_all):
+ *     absorbed   q_out[t,h,0:L] = q_nope[t,h,:] (bits copied);  q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:]))
+ *     zero_copy  only q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:])); q_out[t,h,0:L] is left alone
+ *     inplace    q_pe[t,h,:] = bf16(rope(q_pe[t,h,:]))
+ *     none       no q writes
+ *     Rounding to bf16 happens even for rope none, so a NaN in q_pe comes out as 0x7fff.
+ *   KV row, written only when 0 <= slot < kv_rows, at kv_cache + slot*kv_st, W elements:
+ *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)).
+ *     bf16 cache, sanitize:    each element x (k_nope converted to f32, or the rope float) becomes
+ *                              bf16(sanitize(x)), sanitize(x) = 0 for NaN, +-3.38953139e38f (bf16 max
+ *                              finite, 0x7f7f) for +-inf, else x. (A finite rope float above the bf16
+ *                              max still rounds to inf: sanitize comes before the rounding.)
+ *     fp8 cache (format fp8, bound sat): each element x as f32 (k_nope from bf16; the rope float,
+ *                              first rounded to bf16 and back when fp8_rope_bf16) goes through
+ *                                scale   mul_recip: x * (1.0f / k) (the reciprocal is an f32 first)
+ *                                        div: x / k   mul: x * k   none: x        (k = *k_scale)
+ *                                sanitize (if set): NaN -> 0, +-inf -> +-sat
+ *                                clamp   x > sat -> sat, x < -sat -> -sat (a NaN passes unchanged)
+ *                              and is stored as rk_f32_to_fp8(x, fp8).
+ *   A slot >= kv_rows is treated like a negative slot for the KV row only: the q rows are still
+ *   written whatever negative_slot says. */
+#include <math.h>
+#include <string.h>
+
+#include "rk.h"
+
+/* ---- scalar conversions ------------------------------------------------------------------------ */
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float rk_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+uint16_t rk_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even; a carry out of the
+     * mantissa bumps the exponent, and out of the largest finite exponent gives inf. */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The two e4m3 formats differ in bias, largest finite code and NaN/zero rules. */
+typedef struct fp8_fmt_info {
+    int bias;
+    uint8_t max_code; /* largest finite magnitude code */
+    uint8_t nan;      /* code produced for NaN */
+} fp8_fmt_info;
+
+static fp8_fmt_info fp8_info(rk_fp8_fmt fmt) {
+    fp8_fmt_info i;
+    if (fmt == RK_FP8_FNUZ) {
+        i.bias = 8;
+        i.max_code = 0x7f; /* 1.875 * 2^7 = 240 */
+        i.nan = 0x80;
+    } else {
+        i.bias = 7;
+        i.max_code = 0x7e; /* 1.75 * 2^8 = 448 */
+        i.nan = 0x7f;
+    }
+    return i;
+}
+
+/* Magnitude of code c (sign bit clear, not a NaN code): 3 mantissa bits, exponent field 0 is
+ * subnormal with the exponent of field 1. */
+static float fp8_magnitude(uint8_t c, int bias) {
+    int e = (c >> 3) & 0xf, m = c & 7;
+    if (e == 0) return ldexpf((float)m, 1 - bias - 3);
+    return ldexpf((float)(8 + m), e - bias - 3);
+}
+
+float rk_fp8_to_f32(uint8_t b, rk_fp8_fmt fmt) {
+    fp8_fmt_info fi = fp8_info(fmt);
+    if (fmt == RK_FP8_FNUZ ? b == 0x80 : (b & 0x7f) == 0x7f) return NAN;
+    float m = fp8_magnitude((uint8_t)(b & 0x7f), fi.bias);
+    return (b & 0x80) ? -m : m;
+}
+
+/* Round a positive finite magnitude (f32 bit pattern a, at most the format's max) to an fp8
+ * magnitude code, nearest even. The quantum (value of one mantissa step) is 2^(E-3) for an exponent
+ * E >= emin = 1 - bias, and 2^(emin-3) below it (subnormals). With q the magnitude in quanta,
+ * the code is ((max(E, emin) - emin) << 3) + q: for subnormals q is the mantissa, for normals q
+ * carries the implicit 8, and a q that rounds up to the next power of two lands on the next
+ * exponent's code. */
+static uint8_t fp8_round_magnitude(uint32_t a, int bias) {
+    int ef = (int)(a >> 23);
+    if (ef == 0) return 0; /* f32 subnormals are far below half the smallest fp8 subnormal */
+    const int emin = 1 - bias;
+    int e = ef - 127;
+    if (e < emin) e = emin;
+    uint32_t sig = (a & 0x7fffffu) | 0x800000u; /* value = sig * 2^(ef - 150) */
+    int shift = (e - 3) - (ef - 150);            /* >= 20 */
+    if (shift > 25) return 0;                    /* below a quarter quantum */
+    uint32_t q = sig >> shift;
+    uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) q++;
+    return (uint8_t)(((uint32_t)(e - emin) << 3) + q);
+}
+
+uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt) {
+    fp8_fmt_info fi = fp8_info(fmt);
+    uint32_t u = f32_bits(f);
+    uint32_t a = u & 0x7fffffffu;
+    uint8_t sign = (u >> 31) ? 0x80 : 0x00;
+    if (a > 0x7f800000u) return fi.nan;
+    uint8_t code;
+    if (bits_f32(a) > fp8_magnitude(fi.max_code, fi.bias))
+        code = fi.max_code; /* satfinite, inf included */
+    else
+        code = fp8_round_magnitude(a, fi.bias);
+    if (code == 0 && fmt == RK_FP8_FNUZ) return 0x00;
+    return (uint8_t)(code | sign);
+}
+
+/* ---- the op ------------------------------------------------------------------------------------ */
+
+static int64_t load_idx(const void *p, int64_t t, rk_idx type) {
+    if (type == RK_IDX_I64) return ((const int64_t *)p)[t];
+    return (int64_t)((const int32_t *)p)[t];
+}
+
+static int64_t position_of(const rk_variant *v, const rk_args *a, int64_t t) {
+    int64_t pos = load_idx(a->positions, t, v->pos);
+    if (pos >= a->max_pos) pos = a->max_pos - 1;
+    if (pos < 0) pos = 0;
+    return pos;
+}
+
+static void cos_sin_at(const rk_variant *v, const rk_args *a, int64_t pos, int i, float *c, float *s) {
+    const int64_t R = v->spec->rope_dim, half = R / 2;
+    switch (v->spec->cos_sin) {
+    case RK_CS_F32_CAT:
+        *c = ((const float *)a->cos)[pos * R + i];
+        *s = ((const float *)a->cos)[pos * R + half + i];
+        break;
+    case RK_CS_F32_SPLIT:
+        *c = ((const float *)a->cos)[pos * half + i];
+        *s = ((const float *)a->sin)[pos * half + i];
+        break;
+    case RK_CS_BF16_SPLIT:
+        *c = rk_bf16_to_f32(((const uint16_t *)a->cos)[pos * half + i]);
+        *s = rk_bf16_to_f32(((const uint16_t *)a->sin)[pos * half + i]);
+        break;
+    }
+}
+
+/* Where pair i of a row of R elements lives. */
+static void pair_index(rk_rope rope, int R, int i, int *j0, int *j1) {
+    if (rope == RK_ROPE_GPTJ) {
+        *j0 = 2 * i;
+        *j1 = 2 * i + 1;
+    } else { /* neox; none uses the same pairing, it does not matter which */
+        *j0 = i;
+        *j1 = i + R / 2;
+    }
+}
+
+/* Pair i of rope(x): y0 at j0, y1 at j1. Reads x before anything is written, so a caller may store
+ * the pair back into x (in-place rope); pairs never share elements. */
+static void rope_pair(const rk_variant *v, const rk_args *a, int64_t pos, const uint16_t *x, int i,
+                      int *j0, int *j1, float *y0, float *y1) {
+    pair_index(v->spec->rope, v->spec->rope_dim, i, j0, j1);
+    float x0 = rk_bf16_to_f32(x[*j0]), x1 = rk_bf16_to_f32(x[*j1]);
+    if (v->spec->rope == RK_ROPE_NONE) {
+        *y0 = x0;
+        *y1 = x1;
+        return;
+    }
+    float c = 0.0f, s = 0.0f; /* set by cos_sin_at for every layout */
+    cos_sin_at(v, a, pos, i, &c, &s);
+    float p1 = x1 * s, p0 = x0 * s;
+    *y0 = fmaf(x0, c, -p1);
+    *y1 = fmaf(x1, c, p0);
+}
+
+/* dst[0, R) = bf16(rope(x)); dst may equal x. */
+static void rope_row_bf16(const rk_variant *v, const rk_args *a, int64_t pos, const uint16_t *x,
+                          uint16_t *dst) {
+    for (int i = 0; i < v->spec->rope_dim / 2; i++) {
+        int j0, j1;
+        float y0, y1;
+        rope_pair(v, a, pos, x, i, &j0, &j1, &y0, &y1);
+        dst[j0] = rk_f32_to_bf16(y0);
+        dst[j1] = rk_f32_to_bf16(y1);
+    }
+}
+
+static void write_q_rows(const rk_variant *v, const rk_args *a, int64_t t, int64_t pos) {
+    const int L = v->spec->kv_lora_rank;
+    for (int64_t h = 0; h < a->heads; h++) {
+        const uint16_t *q_pe = (const uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
+        switch (v->q) {
+        case RK_Q_ABSORBED: {
+            const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
+            uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
+            memcpy(out, q_nope, (size_t)L * sizeof *out);
+            rope_row_bf16(v, a, pos, q_pe, out + L);
+            break;
+        }
+        case RK_Q_ZERO_COPY: {
+            uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
+            rope_row_bf16(v, a, pos, q_pe, out + L);
+            break;
+        }
+        case RK_Q_INPLACE:
+            rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe);
+            break;
+        case RK_Q_NONE:
+            break;
+        }
+    }
+}
+
+static float sanitize_bf16(float x) {
+    if (isnan(x)) return 0.0f;
+    if (isinf(x)) return x > 0 ? 3.38953139e38f : -3.38953139e38f;
+    return x;
+}
+
+/* One fp8 cache element from the f32 value x: scale, sanitize, clamp, convert. */
+static uint8_t fp8_elem(const rk_variant *v, const rk_args *a, float x) {
+    switch (v->spec->fp8_scale) {
+    case RK_SCALE_MUL_RECIP: {
+        float r = 1.0f / *a->k_scale;
+        x = x * r;
+        break;
+    }
+    case RK_SCALE_DIV: x = x / *a->k_scale; break;
+    case RK_SCALE_MUL: x = x * *a->k_scale; break;
+    case RK_SCALE_NONE: break;
+    }
+    if (v->spec->sanitize) {
+        if (isnan(x)) x = 0.0f;
+        else if (isinf(x)) x = x > 0 ? v->sat : -v->sat;
+    }
+    if (x > v->sat) x = v->sat;
+    else if (x < -v->sat) x = -v->sat;
+    return rk_f32_to_fp8(x, v->fp8);
+}
+
+/* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
+ * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
+static void store_kv_elem(const rk_variant *v, const rk_args *a, void *row, int j, float x, int rope,
+                          uint16_t raw) {
+    if (v->kv == RK_KV_BF16) {
+        uint16_t *r = row;
+        if (v->spec->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
+        else r[j] = rope ? rk_f32_to_bf16(x) : raw;
+        return;
+    }
+    if (rope && v->spec->fp8_rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    ((uint8_t *)row)[j] = fp8_elem(v, a, x);
+}
+
+static void write_kv_row(const rk_variant *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
+    const int L = v->spec->kv_lora_rank;
+    void *row = v->kv == RK_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
+                                    : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
+    const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
+    const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
+    for (int j = 0; j < L; j++) store_kv_elem(v, a, row, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
+    for (int i = 0; i < v->spec->rope_dim / 2; i++) {
+        int j0, j1;
+        float y0, y1;
+        rope_pair(v, a, pos, k_pe, i, &j0, &j1, &y0, &y1);
+        store_kv_elem(v, a, row, L + j0, y0, 1, 0);
+        store_kv_elem(v, a, row, L + j1, y1, 1, 0);
+    }
+}
+
+void rk_ref_run(const rk_variant *v, const rk_args *a) {
+    for (int64_t t = 0; t < a->tokens; t++) {
+        const int64_t slot = load_idx(a->slots, t, v->slot);
+        const int64_t pos = position_of(v, a, t);
+        if (!(slot < 0 && v->spec->negative_slot == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
+        if (slot >= 0 && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
+    }
+}

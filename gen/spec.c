@@ -1,0 +1,954 @@
+/* Spec files: Lua text run in a sandbox, its result converted strictly into rk_arch_table / rk_spec.
+ *
+ * The sandbox: a private lua_State per file with an allocator capped at SB_MEM_CAP, an instruction
+ * hook capped at SB_INSN_CAP, text chunks only, and a private _ENV holding a few safe base functions
+ * plus copies of string (no dump), table and math (no random). No io, os, package, debug, load.
+ * Lua code that would run with hooks off is kept out: no __gc metamethods, and xpcall handlers are
+ * skipped once the instruction cap is hit.
+ * C library code is not interrupted by the hook (a pathological string.find pattern runs to its end);
+ * spec files are data written by the project, the caps are there to stop accidents, not attackers.
+ *
+ * The conversion reads the returned table with raw access only (no metamethods run) inside one
+ * protected call, so an allocation failure there is an error, never a panic. On a validation error
+ * the helpers return at once and leave the Lua stack as it is: the protected call discards it. */
+#include "rk.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SB_MEM_CAP ((size_t)16 << 20) /* bytes per state */
+#define SB_INSN_CAP 1000000L          /* VM instructions per chunk */
+#define SB_HOOK_STEP 1000             /* the hook runs every SB_HOOK_STEP instructions */
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != RK_OK)                                                                          \
+            return rc_;                                                                            \
+    } while (0)
+
+/* ---- the sandbox --------------------------------------------------------------------------------- */
+typedef struct sandbox {
+    size_t used;     /* bytes currently allocated */
+    int mem_refused; /* the cap refused an allocation */
+    long insns;      /* instructions run (in steps of SB_HOOK_STEP) */
+    int insn_hit;    /* the instruction cap was reached */
+} sandbox;
+
+static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    sandbox *sb = ud;
+    size_t old = ptr != NULL ? osize : 0; /* for a new block osize is a type tag, not a size */
+    if (nsize == 0) {
+        free(ptr);
+        sb->used -= old;
+        return NULL;
+    }
+    if (nsize > old && nsize - old > SB_MEM_CAP - sb->used) {
+        sb->mem_refused = 1;
+        return NULL;
+    }
+    void *p = realloc(ptr, nsize);
+    if (p != NULL)
+        sb->used = sb->used - old + nsize;
+    return p;
+}
+
+static void sb_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    void *ud;
+    lua_getallocf(L, &ud);
+    sandbox *sb = ud;
+    sb->insns += SB_HOOK_STEP;
+    if (sb->insns <= SB_INSN_CAP && !sb->insn_hit)
+        return;
+    if (!sb->insn_hit) {
+        /* From now on every instruction raises, so a pcall around an endless loop cannot go on. */
+        sb->insn_hit = 1;
+        lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
+    }
+    luaL_where(L, 0); /* in a hook, level 0 is the Lua function being run */
+    lua_pushfstring(L, "instruction limit exceeded (%d instructions)", (int)SB_INSN_CAP);
+    lua_concat(L, 2);
+    lua_error(L);
+}
+
+/* Message handler: the error text plus a traceback. Runs no Lua code (no __tostring). */
+static int sb_msgh(lua_State *L)
+{
+    const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+    if (msg == NULL)
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Lua runs finalizers with hooks off, so a __gc that loops could never be stopped: metatables with a
+ * __gc field (any value: it could be replaced by a function later) are refused. */
+static int sb_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if (lua_rawget(L, 2) != LUA_TNIL)
+            return luaL_error(L, "__gc metamethods are not allowed in spec files");
+        lua_pop(L, 1);
+    }
+    lua_pushvalue(L, lua_upvalueindex(1)); /* the real setmetatable */
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+/* The message handler xpcall gets: an error raised by the instruction hook runs handlers with hooks
+ * off, so once the cap is hit the spec's handler is skipped and the message passes through. */
+static int sb_xpcall_handler(lua_State *L)
+{
+    void *ud;
+    lua_getallocf(L, &ud);
+    if (((sandbox *)ud)->insn_hit)
+        return 1;
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+static int sb_xpcall(lua_State *L)
+{
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, sb_xpcall_handler, 1);
+    lua_replace(L, 2);
+    lua_pushvalue(L, lua_upvalueindex(1)); /* the real xpcall */
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+static const char *const base_allowed[] = {
+    "assert", "error",    "ipairs", "next",     "pairs",  "pcall",  "select",       "tonumber",
+    "tostring", "type",   "xpcall", "rawequal", "rawget", "rawlen", "rawset",       "setmetatable",
+    "getmetatable", "_VERSION", NULL,
+};
+static const char *const string_denied[] = {"dump", NULL};
+static const char *const math_denied[] = {"random", "randomseed", NULL}; /* specs are deterministic */
+static const char *const none_denied[] = {NULL};
+
+static int in_list(const char *const *list, const char *s, size_t len)
+{
+    for (; *list != NULL; list++)
+        if (strlen(*list) == len && memcmp(*list, s, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Pushes a new table with every field of the table at src except those in deny. */
+static void copy_lib(lua_State *L, int src, const char *const *deny)
+{
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, src) != 0) {
+        size_t len;
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
+        if (k != NULL && !in_list(deny, k, len)) {
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, -4);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+}
+
+/* Protected: opens the allowed libraries and returns the sandbox _ENV. */
+static int sb_open(lua_State *L)
+{
+    luaL_requiref(L, LUA_GNAME, luaopen_base, 0);
+    int g = lua_gettop(L);
+    luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 0);
+    int str = lua_gettop(L);
+    luaL_requiref(L, LUA_TABLIBNAME, luaopen_table, 0);
+    int tab = lua_gettop(L);
+    luaL_requiref(L, LUA_MATHLIBNAME, luaopen_math, 0);
+    int math = lua_gettop(L);
+
+    lua_newtable(L);
+    int env = lua_gettop(L);
+    for (const char *const *f = base_allowed; *f != NULL; f++) {
+        lua_getfield(L, g, *f);
+        lua_setfield(L, env, *f);
+    }
+    lua_getfield(L, g, "setmetatable");
+    lua_pushcclosure(L, sb_setmetatable, 1);
+    lua_setfield(L, env, "setmetatable");
+    lua_getfield(L, g, "xpcall");
+    lua_pushcclosure(L, sb_xpcall, 1);
+    lua_setfield(L, env, "xpcall");
+    copy_lib(L, str, string_denied);
+    lua_setfield(L, env, LUA_STRLIBNAME);
+    copy_lib(L, tab, none_denied);
+    lua_setfield(L, env, LUA_TABLIBNAME);
+    copy_lib(L, math, math_denied);
+    lua_setfield(L, env, LUA_MATHLIBNAME);
+
+    /* Methods on strings ("x"):f() go through the string metatable: point it at the copy, and drop
+     * dump from the real table too. */
+    lua_pushnil(L);
+    lua_setfield(L, str, "dump");
+    lua_pushliteral(L, "");
+    if (lua_getmetatable(L, -1)) {
+        lua_getfield(L, env, LUA_STRLIBNAME);
+        lua_setfield(L, -2, "__index");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_pushvalue(L, env);
+    return 1;
+}
+
+/* The error text on top of the stack, without converting anything. */
+static const char *top_msg(lua_State *L)
+{
+    return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(no error message)";
+}
+
+/* "<file>: <msg>", unless Lua already put the file name first ("<file>:3: ..."). */
+static int lua_fail(rk_err *err, rk_code code, const char *file, const char *msg)
+{
+    size_t n = strlen(file);
+    if (strncmp(msg, file, n) == 0 && msg[n] == ':')
+        return rk_fail(err, code, "%s", msg);
+    return rk_fail(err, code, "%s: %s", file, msg);
+}
+
+static int mem_fail(rk_err *err, const char *file, const char *msg)
+{
+    return rk_fail(err, RK_ESPEC_LIMIT, "%s: memory limit exceeded (%d MiB): %s", file,
+                   (int)(SB_MEM_CAP >> 20), msg);
+}
+
+/* Classifies a failed lua_pcall. */
+static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err)
+{
+    const char *msg = top_msg(L);
+    if (sb->insn_hit)
+        return lua_fail(err, RK_ESPEC_LIMIT, file, msg);
+    if (status == LUA_ERRMEM ||
+        (sb->mem_refused && (status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0)))
+        return mem_fail(err, file, msg);
+    return lua_fail(err, RK_ESPEC_RUNTIME, file, msg);
+}
+
+/* Loads and runs the chunk with the sandbox _ENV at index env; leaves its one result on the stack. */
+static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const char *text,
+                     size_t len, rk_err *err)
+{
+    char chunkname[300];
+    if (len > 0 && text[0] == LUA_SIGNATURE[0])
+        return rk_fail(err, RK_ESPEC_SYNTAX, "%s: binary chunks are not allowed (spec files are Lua text)",
+                       file);
+    snprintf(chunkname, sizeof chunkname, "=%s", file);
+    lua_pushcfunction(L, sb_msgh);
+    int h = lua_gettop(L);
+    int st = luaL_loadbufferx(L, text, len, chunkname, "t");
+    if (st == LUA_ERRMEM)
+        return mem_fail(err, file, top_msg(L));
+    if (st != LUA_OK)
+        return lua_fail(err, RK_ESPEC_SYNTAX, file, top_msg(L));
+    lua_pushvalue(L, env);
+    lua_setupvalue(L, -2, 1); /* a main chunk's only upvalue is _ENV */
+    lua_sethook(L, sb_hook, LUA_MASKCOUNT, SB_HOOK_STEP);
+    st = lua_pcall(L, 0, 1, h);
+    if (st != LUA_OK)
+        return run_fail(L, sb, st, file, err);
+    if (sb->insn_hit) /* the chunk caught the error and returned */
+        return rk_fail(err, RK_ESPEC_LIMIT, "%s: instruction limit exceeded (%d instructions)", file,
+                       (int)SB_INSN_CAP);
+    return RK_OK;
+}
+
+/* ---- reading the result: scopes and field helpers ------------------------------------------------ */
+typedef struct scope {
+    lua_State *L;
+    const char *file;
+    rk_err *err;
+    int idx;        /* absolute stack index of the table */
+    char path[96];  /* prefix of its keys in messages: "" or "fp8." or "archs[3]." */
+} scope;
+
+static int vfail_at(const scope *s, rk_code code, const char *key, const char *fmt, va_list ap)
+{
+    char reason[1024], where[192];
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    snprintf(where, sizeof where, "%s%s", s->path, key != NULL ? key : "");
+    size_t n = strlen(where);
+    if (n > 0 && where[n - 1] == '.')
+        where[n - 1] = '\0';
+    if (where[0] == '\0')
+        return rk_fail(s->err, code, "%s: %s", s->file, reason);
+    return rk_fail(s->err, code, "%s: %s: %s", s->file, where, reason);
+}
+
+#if defined(__GNUC__)
+#define RK_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RK_PRINTF(a, b)
+#endif
+
+/* "<file>: <path><key>: <reason>" as RK_ESPEC_INVALID; key NULL names the table itself. */
+static int RK_PRINTF(3, 4) bad(const scope *s, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_at(s, RK_ESPEC_INVALID, key, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int RK_PRINTF(3, 4) bad_target(const scope *s, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_at(s, RK_ESPEC_TARGET, key, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Pushes s[key] (raw: metatables are ignored) and returns its type. */
+static int push_field(const scope *s, const char *key)
+{
+    lua_pushstring(s->L, key);
+    return lua_rawget(s->L, s->idx);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Readable form of the key at idx for "unknown key" messages. */
+static void describe_key(lua_State *L, int idx, char *buf, size_t cap)
+{
+    switch (lua_type(L, idx)) {
+    case LUA_TSTRING:
+        snprintf(buf, cap, "'%.60s'", lua_tostring(L, idx));
+        break;
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            snprintf(buf, cap, "[%lld]", (long long)lua_tointeger(L, idx));
+        else
+            snprintf(buf, cap, "[%.14g]", (double)lua_tonumber(L, idx));
+        break;
+    case LUA_TBOOLEAN:
+        snprintf(buf, cap, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
+        break;
+    default:
+        snprintf(buf, cap, "of type %s", luaL_typename(L, idx));
+        break;
+    }
+}
+
+static void join(char *buf, size_t cap, const char *const *names)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (; *names != NULL && n < cap; names++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n > 0 ? ", " : "", *names);
+}
+
+/* Every key of the table must be a string in allowed. */
+static int check_keys(const scope *s, const char *const *allowed)
+{
+    lua_State *L = s->L;
+    lua_pushnil(L);
+    while (lua_next(L, s->idx) != 0) {
+        lua_pop(L, 1);
+        size_t len = 0;
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+        if (k == NULL || !in_list(allowed, k, len)) {
+            char key[96], names[512];
+            describe_key(L, -1, key, sizeof key);
+            join(names, sizeof names, allowed);
+            return bad(s, NULL, "unknown key %s (allowed: %s)", key, names);
+        }
+    }
+    return RK_OK;
+}
+
+/* Pushes the sub-table s[key] (a new empty one when absent, so defaults apply) and opens it as sub. */
+static int open_table(const scope *s, const char *key, scope *sub)
+{
+    int t = push_field(s, key);
+    if (t == LUA_TNIL) {
+        lua_pop(s->L, 1);
+        lua_newtable(s->L);
+    } else if (t != LUA_TTABLE) {
+        return bad(s, key, "must be a table, got %s", lua_typename(s->L, t));
+    }
+    *sub = *s;
+    sub->idx = lua_gettop(s->L);
+    if (snprintf(sub->path, sizeof sub->path, "%s%s.", s->path, key) >= (int)sizeof sub->path)
+        return bad(s, key, "nested too deeply");
+    return RK_OK;
+}
+
+/* An integer in lo..hi (a float with an integral value counts); def NULL: required. */
+static int get_int(const scope *s, const char *key, const int *def, int lo, int hi, int *out)
+{
+    lua_State *L = s->L;
+    int t = push_field(s, key), isint = 0;
+    if (t == LUA_TNIL && def != NULL) {
+        *out = *def;
+    } else if (t == LUA_TNIL) {
+        return bad(s, key, "required (an integer)");
+    } else if (t != LUA_TNUMBER) {
+        return bad(s, key, "must be an integer, got %s", lua_typename(L, t));
+    } else {
+        lua_Integer v = lua_tointegerx(L, -1, &isint);
+        if (!isint)
+            return bad(s, key, "must be an integer, got %.14g", (double)lua_tonumber(L, -1));
+        if (v < lo || v > hi)
+            return bad(s, key, "must be in %d..%d, got %lld", lo, hi, (long long)v);
+        *out = (int)v;
+    }
+    lua_pop(L, 1);
+    return RK_OK;
+}
+
+/* A number (integer or float); def NULL: required. */
+static int get_number(const scope *s, const char *key, const double *def, double *out)
+{
+    int t = push_field(s, key);
+    if (t == LUA_TNIL && def != NULL)
+        *out = *def;
+    else if (t == LUA_TNIL)
+        return bad(s, key, "required (a number)");
+    else if (t != LUA_TNUMBER)
+        return bad(s, key, "must be a number, got %s", lua_typename(s->L, t));
+    else
+        *out = (double)lua_tonumber(s->L, -1);
+    lua_pop(s->L, 1);
+    return RK_OK;
+}
+
+/* true or false; def NULL: required. */
+static int get_bool(const scope *s, const char *key, const int *def, int *out)
+{
+    int t = push_field(s, key);
+    if (t == LUA_TNIL && def != NULL)
+        *out = *def;
+    else if (t == LUA_TNIL)
+        return bad(s, key, "required (true or false)");
+    else if (t != LUA_TBOOLEAN)
+        return bad(s, key, "must be a boolean (true or false), got %s", lua_typename(s->L, t));
+    else
+        *out = lua_toboolean(s->L, -1);
+    lua_pop(s->L, 1);
+    return RK_OK;
+}
+
+/* A string of at most cap - 1 bytes; def NULL: required. */
+static int get_string(const scope *s, const char *key, const char *def, char *out, size_t cap)
+{
+    size_t len;
+    int t = push_field(s, key);
+    if (t == LUA_TNIL && def != NULL) {
+        copy_str(out, cap, def);
+    } else if (t == LUA_TNIL) {
+        return bad(s, key, "required (a string)");
+    } else if (t != LUA_TSTRING) {
+        return bad(s, key, "must be a string, got %s", lua_typename(s->L, t));
+    } else {
+        const char *v = lua_tolstring(s->L, -1, &len);
+        if (len >= cap)
+            return bad(s, key, "too long (at most %zu characters, got %zu)", cap - 1, len);
+        if (strlen(v) != len)
+            return bad(s, key, "must not contain NUL bytes");
+        memcpy(out, v, len + 1);
+    }
+    lua_pop(s->L, 1);
+    return RK_OK;
+}
+
+/* A string of the characters in charset ([a-z0-9] plus extra), non-empty. */
+static int get_ident(const scope *s, const char *key, const char *extra, char *out, size_t cap)
+{
+    TRY(get_string(s, key, NULL, out, cap));
+    for (const char *c = out;; c++) {
+        if (*c == '\0' && c > out)
+            return RK_OK;
+        if (*c == '\0' || !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr(extra, *c)))
+            return bad(s, key, "must match [a-z0-9%s]+, got '%s'", extra, out);
+    }
+}
+
+/* ---- enumerations: the spellings come from rk_*_name --------------------------------------------- */
+typedef const char *(*name_fn)(int);
+
+static const char *vendor_nm(int v) { return rk_vendor_name((rk_vendor)v); }
+static const char *compiler_nm(int v) { return rk_compiler_name((rk_compiler)v); }
+static const char *fp8_nm(int v) { return rk_fp8_name((rk_fp8_fmt)v); }
+static const char *rope_nm(int v) { return rk_rope_name((rk_rope)v); }
+static const char *cos_sin_nm(int v) { return rk_cos_sin_name((rk_cos_sin)v); }
+static const char *idx_nm(int v) { return rk_idx_name((rk_idx)v); }
+static const char *kv_nm(int v) { return rk_kv_name((rk_kv)v); }
+static const char *scale_nm(int v) { return rk_scale_name((rk_scale)v); }
+static const char *neg_nm(int v) { return rk_neg_name((rk_neg)v); }
+static const char *qform_nm(int v) { return rk_qform_name((rk_qform)v); }
+
+/* Matches the string on top against name(0), name(1), ... ; reports key when none matches. */
+static int parse_top(const scope *s, const char *key, name_fn name, int *out)
+{
+    lua_State *L = s->L;
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
+    size_t len;
+    const char *v = lua_tolstring(L, -1, &len);
+    char known[256];
+    size_t n = 0;
+    known[0] = '\0';
+    for (int i = 0; name(i) != NULL; i++) {
+        if (strlen(name(i)) == len && memcmp(name(i), v, len) == 0) {
+            *out = i;
+            return RK_OK;
+        }
+        if (n < sizeof known)
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name(i));
+    }
+    return bad(s, key, "unknown value '%.60s' (one of: %s)", v, known);
+}
+
+/* One spelling of an enum; def < 0: required. */
+static int get_enum(const scope *s, const char *key, name_fn name, int def, int *out)
+{
+    int t = push_field(s, key);
+    if (t == LUA_TNIL && def >= 0) {
+        *out = def;
+    } else if (t == LUA_TNIL) {
+        return bad(s, key, "required (a string)");
+    } else {
+        TRY(parse_top(s, key, name, out));
+    }
+    lua_pop(s->L, 1);
+    return RK_OK;
+}
+
+/* Pushes s[key] and checks that it is a list: a sequence 1..n and nothing else, or a single string
+ * (a list of one). Sets *n (0 when absent). Read elements with push_elem. */
+static int open_list(const scope *s, const char *key, int max, int *n)
+{
+    lua_State *L = s->L;
+    int t = push_field(s, key), lv = lua_gettop(L);
+    *n = 0;
+    if (t == LUA_TNIL)
+        return RK_OK;
+    if (t == LUA_TSTRING) {
+        *n = 1;
+        return RK_OK;
+    }
+    if (t != LUA_TTABLE)
+        return bad(s, key, "must be a list of strings (or one string), got %s", lua_typename(L, t));
+    lua_Integer len = (lua_Integer)lua_rawlen(L, lv), count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, lv) != 0) {
+        lua_pop(L, 1);
+        lua_Integer k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (k < 1 || k > len) {
+            char what[96];
+            describe_key(L, -1, what, sizeof what);
+            return bad(s, key, "must be a list (a sequence without holes), found key %s", what);
+        }
+        count++;
+    }
+    if (count != len)
+        return bad(s, key, "must be a list (a sequence without holes)");
+    if (len == 0)
+        return bad(s, key, "must not be empty");
+    if (len > max)
+        return bad(s, key, "at most %d entries, got %lld", max, (long long)len);
+    *n = (int)len;
+    return RK_OK;
+}
+
+/* Pushes element i (1-based) of the list at lv. */
+static void push_elem(lua_State *L, int lv, int i)
+{
+    if (lua_type(L, lv) == LUA_TSTRING)
+        lua_pushvalue(L, lv);
+    else
+        lua_rawgeti(L, lv, i);
+}
+
+/* A list of distinct spellings of an enum; absent: defs[0..ndef). */
+static int get_enum_list(const scope *s, const char *key, name_fn name, const int *defs, int ndef,
+                         int max, int *out, int *n)
+{
+    lua_State *L = s->L;
+    TRY(open_list(s, key, max, n));
+    int lv = lua_gettop(L);
+    if (*n == 0) {
+        memcpy(out, defs, (size_t)ndef * sizeof *defs);
+        *n = ndef;
+        lua_pop(L, 1);
+        return RK_OK;
+    }
+    for (int i = 0; i < *n; i++) {
+        char elem[64];
+        snprintf(elem, sizeof elem, "%s[%d]", key, i + 1);
+        push_elem(L, lv, i + 1);
+        TRY(parse_top(s, elem, name, &out[i]));
+        lua_pop(L, 1);
+        for (int j = 0; j < i; j++)
+            if (out[j] == out[i])
+                return bad(s, elem, "duplicate '%s' (also %s[%d])", name(out[i]), key, j + 1);
+    }
+    lua_pop(L, 1);
+    return RK_OK;
+}
+
+/* ---- fp8 saturation bounds ------------------------------------------------------------------------ */
+/* The value of the positive e4m3 code c (1..0x7f). OCP: bias 7, 0x7f is NaN; FNUZ: bias 8. */
+static double e4m3_value(int c, rk_fp8_fmt fmt)
+{
+    int bias = fmt == RK_FP8_FNUZ ? 8 : 7, e = c >> 3, m = c & 7;
+    return e == 0 ? ldexp(m, 1 - bias - 3) : ldexp(8 + m, e - bias - 3);
+}
+
+/* A saturation bound: finite, positive, at most the format's max and exactly an e4m3 value. */
+static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out)
+{
+    const char *fname = fmt == RK_FP8_FNUZ ? "FNUZ" : "OCP";
+    int top = fmt == RK_FP8_FNUZ ? 0x7f : 0x7e;
+    double max = e4m3_value(top, fmt), v = 0, below = 0;
+    TRY(get_number(s, key, &max, &v));
+    if (!isfinite(v))
+        return bad(s, key, "must be finite, got %g", v);
+    if (v <= 0)
+        return bad(s, key, "must be positive, got %.14g", v);
+    if (v > max)
+        return bad(s, key, "must be at most %g (the e4m3 %s maximum), got %.14g", max, fname, v);
+    for (int c = 1; c <= top; c++) {
+        double x = e4m3_value(c, fmt);
+        if (x == v) {
+            *out = (float)v;
+            return RK_OK;
+        }
+        if (x > v)
+            return bad(s, key, "%.14g is not an e4m3 %s value (nearest: %.14g and %.14g)", v, fname,
+                       below, x);
+        below = x;
+    }
+    return bad(s, key, "%.14g is not an e4m3 %s value", v, fname); /* not reached: v <= max */
+}
+
+/* ---- architecture table ----------------------------------------------------------------------------- */
+static const char *const archs_keys[] = {"archs", NULL};
+static const char *const arch_keys[] = {"name",    "vendor",    "wave",  "fp8",      "fp8_hw",
+                                        "bf16_hw", "vec_bytes", "block", "compiler", "options",
+                                        NULL};
+
+static int compiler_fits(rk_compiler c, rk_vendor v)
+{
+    switch (c) {
+    case RK_CC_HIPRTC: return v == RK_VENDOR_AMD;
+    case RK_CC_NVRTC: return v == RK_VENDOR_NVIDIA;
+    case RK_CC_CLANG: return v != RK_VENDOR_HOST;
+    case RK_CC_HOST: return v == RK_VENDOR_HOST;
+    }
+    return 0;
+}
+
+static int read_arch(const scope *s, rk_arch *a)
+{
+    int v, c, f, def_vec = 16, def_block = 256;
+    TRY(check_keys(s, arch_keys));
+    TRY(get_ident(s, "name", "_:+-", a->name, sizeof a->name));
+    TRY(get_enum(s, "vendor", vendor_nm, -1, &v));
+    TRY(get_enum(s, "compiler", compiler_nm, -1, &c));
+    TRY(get_enum(s, "fp8", fp8_nm, -1, &f));
+    a->vendor = (rk_vendor)v;
+    a->compiler = (rk_compiler)c;
+    a->fp8 = (rk_fp8_fmt)f;
+    if (!compiler_fits(a->compiler, a->vendor))
+        return bad(s, "compiler", "'%s' does not build for vendor '%s'", rk_compiler_name(a->compiler),
+                   rk_vendor_name(a->vendor));
+    TRY(get_int(s, "wave", NULL, 1, 1024, &a->wave));
+    if (a->wave != 32 && a->wave != 64)
+        return bad(s, "wave", "must be 32 or 64, got %d", a->wave);
+    TRY(get_bool(s, "fp8_hw", NULL, &a->fp8_hw));
+    TRY(get_bool(s, "bf16_hw", NULL, &a->bf16_hw));
+    TRY(get_int(s, "vec_bytes", &def_vec, 1, 1024, &a->vec_bytes));
+    if (a->vec_bytes != 8 && a->vec_bytes != 16)
+        return bad(s, "vec_bytes", "must be 8 or 16, got %d", a->vec_bytes);
+    TRY(get_int(s, "block", &def_block, 32, 1024, &a->block));
+    if (a->block % a->wave != 0)
+        return bad(s, "block", "must be a multiple of wave (%d), got %d", a->wave, a->block);
+    return get_string(s, "options", "", a->options, sizeof a->options);
+}
+
+static int read_archs(const scope *s, rk_arch_table *t)
+{
+    lua_State *L = s->L;
+    int n;
+    TRY(check_keys(s, archs_keys));
+    int type = push_field(s, "archs");
+    if (type == LUA_TNIL)
+        return bad(s, "archs", "required (a list of tables)");
+    if (type != LUA_TTABLE)
+        return bad(s, "archs", "must be a list of tables, got %s", lua_typename(L, type));
+    lua_pop(L, 1);
+    TRY(open_list(s, "archs", RK_MAX_ARCHS, &n));
+    int lv = lua_gettop(L);
+    t->n = 0;
+    for (int i = 0; i < n; i++) {
+        scope row = *s;
+        char key[32];
+        snprintf(key, sizeof key, "archs[%d]", i + 1);
+        if (lua_rawgeti(L, lv, i + 1) != LUA_TTABLE)
+            return bad(s, key, "must be a table, got %s", luaL_typename(L, -1));
+        row.idx = lua_gettop(L);
+        snprintf(row.path, sizeof row.path, "%s.", key);
+        TRY(read_arch(&row, &t->a[i]));
+        for (int j = 0; j < i; j++)
+            if (strcmp(t->a[j].name, t->a[i].name) == 0)
+                return bad(&row, "name", "duplicate arch '%s' (also archs[%d])", t->a[i].name, j + 1);
+        t->n = i + 1;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return RK_OK;
+}
+
+/* ---- model spec --------------------------------------------------------------------------------------- */
+static const char *const spec_keys[] = {
+    "name",      "description", "kv_lora_rank", "qk_rope_head_dim", "rope",     "cos_sin",
+    "positions", "slots",       "kv_dtypes",    "fp8",              "negative_slot", "q_forms",
+    "sanitize",  "targets",     NULL,
+};
+static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", NULL};
+static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
+
+static int read_dims(const scope *s, rk_spec *o)
+{
+    TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
+    if (o->kv_lora_rank % 8 != 0)
+        return bad(s, "kv_lora_rank", "must be a multiple of 8 (16-byte vectors of bf16), got %d",
+                   o->kv_lora_rank);
+    TRY(get_int(s, "qk_rope_head_dim", NULL, 8, 1024, &o->rope_dim));
+    if (o->rope_dim % 2 != 0)
+        return bad(s, "qk_rope_head_dim", "must be even, got %d", o->rope_dim);
+    if (o->rope_dim % 8 != 0)
+        return bad(s, "qk_rope_head_dim", "must be a multiple of 8 (one 16-byte vector of bf16), got %d",
+                   o->rope_dim);
+    return RK_OK;
+}
+
+static int read_rope(const scope *s, rk_spec *o)
+{
+    int r, c;
+    TRY(get_enum(s, "rope", rope_nm, RK_ROPE_GPTJ, &r));
+    TRY(get_enum(s, "cos_sin", cos_sin_nm, RK_CS_F32_CAT, &c));
+    o->rope = (rk_rope)r;
+    o->cos_sin = (rk_cos_sin)c;
+    if (o->rope == RK_ROPE_NEOX && o->rope_dim % 16 != 0)
+        return bad(s, "qk_rope_head_dim",
+                   "must be a multiple of 16 with rope 'neox' (each half is whole 16-byte vectors), "
+                   "got %d",
+                   o->rope_dim);
+    return RK_OK;
+}
+
+/* The enumerated dimensions: index types, cache dtypes, q forms. */
+static int read_lists(const scope *s, rk_spec *o)
+{
+    static const int def_idx[] = {RK_IDX_I64}, def_kv[] = {RK_KV_BF16, RK_KV_FP8},
+                     def_q[] = {RK_Q_ABSORBED};
+    int v[4], n;
+    TRY(get_enum_list(s, "positions", idx_nm, def_idx, 1, 2, v, &n));
+    o->n_pos = n;
+    for (int i = 0; i < n; i++)
+        o->pos[i] = (rk_idx)v[i];
+    TRY(get_enum_list(s, "slots", idx_nm, def_idx, 1, 2, v, &n));
+    o->n_slot = n;
+    for (int i = 0; i < n; i++)
+        o->slot[i] = (rk_idx)v[i];
+    TRY(get_enum_list(s, "kv_dtypes", kv_nm, def_kv, 2, 2, v, &n));
+    o->n_kv = n;
+    for (int i = 0; i < n; i++)
+        o->kv[i] = (rk_kv)v[i];
+    TRY(get_enum_list(s, "q_forms", qform_nm, def_q, 1, 4, v, &n));
+    o->n_q = n;
+    for (int i = 0; i < n; i++) {
+        o->q[i] = (rk_qform)v[i];
+        if (o->q[i] == RK_Q_INPLACE && o->rope == RK_ROPE_NONE)
+            return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
+    }
+    return RK_OK;
+}
+
+static int read_fp8(const scope *s, rk_spec *o)
+{
+    scope f, sat;
+    int scale, no = 0;
+    TRY(open_table(s, "fp8", &f));
+    TRY(check_keys(&f, fp8_keys));
+    TRY(get_enum(&f, "scale", scale_nm, RK_SCALE_MUL_RECIP, &scale));
+    o->fp8_scale = (rk_scale)scale;
+    TRY(get_bool(&f, "rope_bf16_round", &no, &o->fp8_rope_bf16));
+    TRY(open_table(&f, "saturate", &sat));
+    TRY(check_keys(&sat, sat_keys));
+    TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &o->fp8_sat_ocp));
+    TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &o->fp8_sat_fnuz));
+    lua_pop(s->L, 2);
+    return RK_OK;
+}
+
+static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
+{
+    lua_State *L = s->L;
+    int n;
+    if (push_field(s, "targets") == LUA_TNIL)
+        return bad(s, "targets", "required (a list of architecture names)");
+    lua_pop(L, 1);
+    TRY(open_list(s, "targets", RK_MAX_TARGETS, &n));
+    int lv = lua_gettop(L);
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "targets[%d]", i + 1);
+        push_elem(L, lv, i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
+        size_t len;
+        const char *name = lua_tolstring(L, -1, &len);
+        if (rk_arch_find(archs, name) == NULL || strlen(name) != len) {
+            char known[RK_MAX_ARCHS * (RK_NAME_MAX + 2) + 8];
+            size_t k = 0;
+            known[0] = '\0';
+            for (int a = 0; archs != NULL && a < archs->n; a++)
+                k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", a ? ", " : "",
+                                      archs->a[a].name);
+            return bad_target(s, key, "unknown target '%.60s' (known: %s)", name,
+                              k > 0 ? known : "none");
+        }
+        copy_str(o->targets[i], sizeof o->targets[i], name);
+        lua_pop(L, 1);
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->targets[j], o->targets[i]) == 0)
+                return bad(s, key, "duplicate '%s' (also targets[%d])", o->targets[i], j + 1);
+    }
+    o->n_targets = n;
+    lua_pop(L, 1);
+    return RK_OK;
+}
+
+static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o)
+{
+    int v, no = 0;
+    TRY(check_keys(s, spec_keys));
+    TRY(get_ident(s, "name", "_", o->name, sizeof o->name));
+    TRY(get_string(s, "description", "", o->description, sizeof o->description));
+    TRY(read_dims(s, o));
+    TRY(read_rope(s, o));
+    TRY(read_lists(s, o));
+    TRY(read_fp8(s, o));
+    TRY(get_enum(s, "negative_slot", neg_nm, RK_NEG_SKIP_KV, &v));
+    o->negative_slot = (rk_neg)v;
+    TRY(get_bool(s, "sanitize", &no, &o->sanitize));
+    return read_targets(s, archs, o);
+}
+
+/* ---- driver: state, chunk, protected conversion ------------------------------------------------------ */
+typedef struct job {
+    const char *file;
+    rk_err *err;
+    const rk_arch_table *archs; /* model specs: the known targets */
+    rk_arch_table *archs_out;   /* one of archs_out / spec_out is set */
+    rk_spec *spec_out;
+    int rc;
+} job;
+
+/* Protected: (job, result) -> converts the result into the job's output. */
+static int convert(lua_State *L)
+{
+    job *j = lua_touserdata(L, 1);
+    luaL_checkstack(L, 32, "spec conversion");
+    scope s = {L, j->file, j->err, 2, ""};
+    if (lua_type(L, 2) != LUA_TTABLE)
+        j->rc = rk_fail(j->err, RK_ESPEC_INVALID, "%s: the chunk must return a table, got %s", j->file,
+                        luaL_typename(L, 2));
+    else if (j->archs_out != NULL)
+        j->rc = read_archs(&s, j->archs_out);
+    else
+        j->rc = read_spec(&s, j->archs, j->spec_out);
+    return 0;
+}
+
+static int run_job(const char *text, size_t len, job *j)
+{
+    sandbox sb = {0, 0, 0, 0};
+    if (text == NULL)
+        return rk_fail(j->err, RK_EIO, "%s: no text", j->file);
+    lua_State *L = lua_newstate(sb_alloc, &sb);
+    if (L == NULL)
+        return rk_fail(j->err, RK_ENOMEM, "%s: cannot create a Lua state", j->file);
+    int rc = RK_OK;
+    lua_pushcfunction(L, sb_open);
+    int st = lua_pcall(L, 0, 1, 0);
+    if (st != LUA_OK)
+        rc = run_fail(L, &sb, st, j->file, j->err);
+    if (rc == RK_OK)
+        rc = run_chunk(L, &sb, lua_gettop(L), j->file, text, len, j->err);
+    if (rc == RK_OK) {
+        int result = lua_gettop(L);
+        lua_pushcfunction(L, convert);
+        lua_pushlightuserdata(L, j);
+        lua_pushvalue(L, result);
+        j->rc = RK_OK;
+        st = lua_pcall(L, 2, 0, 0);
+        rc = st != LUA_OK ? run_fail(L, &sb, st, j->file, j->err) : j->rc;
+    }
+    lua_close(L);
+    return rc;
+}
+
+int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err)
+{
+    rk_arch_table *t = calloc(1, sizeof *t);
+    if (file == NULL)
+        file = "(archs)";
+    if (t == NULL)
+        return rk_fail(err, RK_ENOMEM, "%s: out of memory", file);
+    job j = {file, err, NULL, t, NULL, RK_OK};
+    int rc = run_job(text, len, &j);
+    if (rc == RK_OK && out != NULL)
+        *out = *t;
+    free(t);
+    return rc;
+}
+
+int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs,
+                 rk_spec *out, rk_err *err)
+{
+    rk_spec s;
+    if (file == NULL)
+        file = "(spec)";
+    memset(&s, 0, sizeof s);
+    copy_str(s.file, sizeof s.file, file);
+    job j = {file, err, archs, NULL, &s, RK_OK};
+    int rc = run_job(text, len, &j);
+    if (rc == RK_OK && out != NULL)
+        *out = s;
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* The small function table every backend implements (hip, cuda, host). runtime.c reaches each
+ * compiler and driver only through it; tests can substitute their own. */
+#ifndef RK_BACKEND_H
+#define RK_BACKEND_H
+
+#include "compilers.h"
+#include "rk.h"
+
+typedef struct rk_device {
+    const struct rk_backend_ops *ops;
+    char target[96];        /* full target id: "sm_90", "gfx942:sramecc+:xnack-", "host" */
+    char compiler_id[192];  /* identity and version of the compiler used (part of cache keys) */
+    char options[256];      /* compile options beyond the arch row's (part of cache keys) */
+    char refused[512];      /* non-empty: the compiler cannot build for this target, and why */
+    void *state;            /* backend-private */
+} rk_device;
+
+typedef struct rk_backend_ops {
+    const char *name;
+    /* Finds device `ordinal` (target_override, if non-NULL, replaces the detected target). RK_OK,
+     * or RK_EBACKEND (not on this machine) / RK_EDEVICE with the reason in log. */
+    int (*open)(rk_device *d, int ordinal, const char *target_override, rk_buf *log);
+    /* Source -> code object for d->target, using the arch row's options. */
+    int (*compile)(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
+                   rk_buf *log);
+    /* Code object -> module with entry points fn[0] = name (32-bit) and fn[1] = name_i64. */
+    int (*load)(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log);
+    int (*launch)(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log);
+    void (*unload)(rk_device *d, void *module);
+    void (*close)(rk_device *d);
+} rk_backend_ops;
+
+extern const rk_backend_ops rk_backend_host;
+extern const rk_backend_ops rk_backend_cuda;
+extern const rk_backend_ops rk_backend_hip;
+
+#endif

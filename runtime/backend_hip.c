@@ -1,0 +1,202 @@
+/* The hip backend: hiprtc (runtime/hiprtc.c) + the HIP module API from libamdhip64, loaded with
+ * dlopen so a build never needs ROCm. Works with ROCm 5 (Debian's 5.2.3) and ROCm 6/7.
+ * The device's full target id (gcnArchName, e.g. "gfx942:sramecc+:xnack-") is what hiprtc compiles
+ * for and what cache keys hold. A target the local hiprtc cannot compile is refused before the
+ * compiler is called (ROCm 5.2's hiprtc aborts the process on gfx942 and newer). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+typedef int hipError_t;
+typedef struct ihipModule_t *hipModule_t;
+typedef struct ihipModuleSymbol_t *hipFunction_t;
+typedef struct ihipStream_t *hipStream_t;
+
+static struct {
+    void *lib;
+    hipError_t (*init)(unsigned);
+    hipError_t (*device_count)(int *);
+    hipError_t (*get_device)(int *);
+    hipError_t (*set_device)(int);
+    hipError_t (*properties)(void *, int);
+    hipError_t (*module_load)(hipModule_t *, const void *);
+    hipError_t (*module_unload)(hipModule_t);
+    hipError_t (*get_function)(hipFunction_t *, hipModule_t, const char *);
+    hipError_t (*launch)(hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         hipStream_t, void **, void **);
+    const char *(*error_string)(hipError_t);
+    char why[256];
+} hip;
+
+static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
+
+static void hip_load(void) {
+    const char *env = getenv("ROPEKV_LIBHIP");
+    const char *names[] = {env && *env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
+                           "libamdhip64.so.5"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !hip.lib; i++) hip.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!hip.lib) {
+        snprintf(hip.why, sizeof hip.why, "libamdhip64 not found");
+        return;
+    }
+#define SYM(field, name)                                                               \
+    if (!(*(void **)&hip.field = dlsym(hip.lib, name))) {                              \
+        snprintf(hip.why, sizeof hip.why, "libamdhip64 lacks %s", name);               \
+        dlclose(hip.lib);                                                              \
+        hip.lib = NULL;                                                                \
+        return;                                                                        \
+    }
+    SYM(init, "hipInit")
+    SYM(device_count, "hipGetDeviceCount")
+    SYM(get_device, "hipGetDevice")
+    SYM(set_device, "hipSetDevice")
+    SYM(module_load, "hipModuleLoadData")
+    SYM(module_unload, "hipModuleUnload")
+    SYM(get_function, "hipModuleGetFunction")
+    SYM(launch, "hipModuleLaunchKernel")
+    SYM(error_string, "hipGetErrorString")
+#undef SYM
+    /* ROCm 6 renamed the properties call (its struct changed); both hold gcnArchName. */
+    *(void **)&hip.properties = dlsym(hip.lib, "hipGetDevicePropertiesR0600");
+    if (!hip.properties) *(void **)&hip.properties = dlsym(hip.lib, "hipGetDeviceProperties");
+    if (!hip.properties) {
+        snprintf(hip.why, sizeof hip.why, "libamdhip64 lacks hipGetDeviceProperties");
+        dlclose(hip.lib);
+        hip.lib = NULL;
+    }
+}
+
+/* gcnArchName from a hipDeviceProp_t of any ROCm version: the NUL-terminated "gfx..." string in it
+ * (the struct's layout differs between versions; the name is its only field of that form). */
+static int arch_name(const unsigned char *prop, size_t n, char *out, size_t cap) {
+    for (size_t i = 0; i + 4 < n; i++) {
+        if (memcmp(prop + i, "gfx", 3) != 0 || prop[i + 3] < '0' || prop[i + 3] > '9') continue;
+        if (i > 0 && prop[i - 1] != 0) continue;
+        size_t k = i;
+        while (k < n && prop[k] && k - i < cap - 1) k++;
+        if (k == n || prop[k]) continue;
+        memcpy(out, prop + i, k - i);
+        out[k - i] = '\0';
+        return 0;
+    }
+    return -1;
+}
+
+typedef struct hip_state {
+    int ordinal;
+} hip_state;
+
+static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
+    int major = 0, minor = 0, n = 0;
+    char why[512];
+    pthread_once(&hip_once, hip_load);
+    if (!hip.lib) {
+        rk_buf_printf(log, "hip: %s", hip.why);
+        return RK_EBACKEND;
+    }
+    hip.init(0);
+    hipError_t e = hip.device_count(&n);
+    if (e != 0 || ordinal < 0 || ordinal >= n) {
+        rk_buf_printf(log, "hip: no device %d (%s)", ordinal, e ? hip.error_string(e) : "too few devices");
+        return RK_EBACKEND;
+    }
+    if (rk_hiprtc_available(&major, &minor, why, sizeof why) != 0) {
+        rk_buf_printf(log, "hip: %s", why);
+        return RK_EBACKEND;
+    }
+    snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
+    if (target_override) {
+        snprintf(d->target, sizeof d->target, "%s", target_override);
+    } else {
+        static unsigned char prop[16384];
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&mu);
+        memset(prop, 0, sizeof prop);
+        e = hip.properties(prop, ordinal);
+        int found = e == 0 ? arch_name(prop, sizeof prop, d->target, sizeof d->target) : -1;
+        pthread_mutex_unlock(&mu);
+        if (found != 0) {
+            rk_buf_printf(log, "hip: cannot read device %d's target (%s)", ordinal, e ? hip.error_string(e) : "no gfx name");
+            return RK_EDEVICE;
+        }
+    }
+    if (!rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
+        snprintf(d->refused, sizeof d->refused, "%s", why);
+    snprintf(d->options, sizeof d->options, "--offload-arch=%s -O3 -ffp-contract=off -std=c++17", d->target);
+    hip_state *s = calloc(1, sizeof *s);
+    if (!s) return RK_ENOMEM;
+    s->ordinal = ordinal;
+    d->state = s;
+    return RK_OK;
+}
+
+static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
+                       rk_buf *log) {
+    (void)name;
+    return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, NULL, log);
+}
+
+/* Runs with the context's device current, then restores the caller's. */
+#define ON_DEVICE(s, body)                          \
+    do {                                            \
+        int prev_ = -1;                             \
+        hip.get_device(&prev_);                     \
+        if (prev_ != (s)->ordinal) hip.set_device((s)->ordinal); \
+        body;                                       \
+        if (prev_ >= 0 && prev_ != (s)->ordinal) hip.set_device(prev_); \
+    } while (0)
+
+static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {
+    hip_state *s = d->state;
+    char wide[256];
+    snprintf(wide, sizeof wide, "%s_i64", name);
+    hipModule_t m = NULL;
+    hipFunction_t f32 = NULL, f64 = NULL;
+    hipError_t e = 0;
+    ON_DEVICE(s, {
+        e = hip.module_load(&m, co->data);
+        if (e == 0) e = hip.get_function(&f32, m, name);
+        if (e == 0) e = hip.get_function(&f64, m, wide);
+        if (e != 0 && m) hip.module_unload(m);
+    });
+    if (e != 0) {
+        rk_buf_printf(log, "hipModuleLoadData/GetFunction %s: %s", name, hip.error_string(e));
+        return RK_EDEVICE;
+    }
+    *module = m;
+    fn[0] = f32;
+    fn[1] = f64;
+    return RK_OK;
+}
+
+static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log) {
+    hip_state *s = d->state;
+    rk_args copy = *a;
+    void *params[] = {&copy};
+    hipError_t e = 0;
+    ON_DEVICE(s, e = hip.launch((hipFunction_t)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0,
+                                (hipStream_t)stream, params, NULL));
+    if (e != 0) {
+        rk_buf_printf(log, "hipModuleLaunchKernel: %s", hip.error_string(e));
+        return RK_ELAUNCH;
+    }
+    return RK_OK;
+}
+
+static void hip_unload(rk_device *d, void *module) {
+    hip_state *s = d->state;
+    if (module) ON_DEVICE(s, hip.module_unload((hipModule_t)module));
+}
+
+static void hip_close(rk_device *d) {
+    free(d->state);
+    d->state = NULL;
+}
+
+const rk_backend_ops rk_backend_hip = {
+    "hip", hip_open, hip_compile, hip_load_module, hip_launch, hip_unload, hip_close,
+};

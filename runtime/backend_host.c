@@ -1,0 +1,138 @@
+/* The host backend behind the backend table: the code object is the shared object's bytes. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "host_backend.h"
+
+static const char *tmp_root(void) {
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : "/tmp";
+}
+
+/* First line of `$CXX --version`: the compiler's identity for cache keys. */
+static void compiler_identity(char *out, size_t cap) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", rk_host_compiler());
+    snprintf(out, cap, "host %s", rk_host_compiler());
+    if (strchr(rk_host_compiler(), '\'')) return;
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[160];
+    if (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
+    }
+    pclose(p);
+}
+
+static int host_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
+    (void)ordinal;
+    if (target_override && strcmp(target_override, "host") != 0) {
+        rk_buf_printf(log, "the host backend only builds for target 'host', not '%s'", target_override);
+        return RK_ETARGET;
+    }
+    snprintf(d->target, sizeof d->target, "host");
+    compiler_identity(d->compiler_id, sizeof d->compiler_id);
+    snprintf(d->options, sizeof d->options, "-std=c++17 -O2 -fPIC -shared -ffp-contract=off -fno-math-errno");
+    return RK_OK;
+}
+
+static int read_whole(const char *path, rk_codeobj *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0 || !(out->data = malloc((size_t)st.st_size))) {
+        fclose(f);
+        return -1;
+    }
+    out->len = fread(out->data, 1, (size_t)st.st_size, f);
+    fclose(f);
+    return out->len == (size_t)st.st_size ? 0 : -1;
+}
+
+static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
+                        rk_buf *log) {
+    (void)d;
+    (void)arch;
+    char dir[4096], msg[8192], so[4400];
+    snprintf(dir, sizeof dir, "%s/ropekv-host-XXXXXX", tmp_root());
+    memset(out, 0, sizeof *out);
+    if (!mkdtemp(dir)) {
+        rk_buf_printf(log, "cannot create a directory under %s: %s", tmp_root(), strerror(errno));
+        return RK_EIO;
+    }
+    rk_host_kernel k;
+    int rc = rk_host_build(src, len, name, dir, &k, msg, sizeof msg);
+    if (rc != RK_OK) rk_buf_printf(log, "%s", msg);
+    else rk_host_unload(&k);
+    snprintf(so, sizeof so, "%s/%s.so", dir, name);
+    if (rc == RK_OK && read_whole(so, out) != 0) {
+        rk_buf_printf(log, "cannot read %s", so);
+        rc = RK_EIO;
+    }
+    unlink(so);
+    rmdir(dir);
+    return rc;
+}
+
+static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {
+    (void)d;
+    char path[4096], msg[1024];
+    snprintf(path, sizeof path, "%s/ropekv-%s-XXXXXX.so", tmp_root(), "load");
+    int fd = mkstemps(path, 3);
+    if (fd < 0) {
+        rk_buf_printf(log, "cannot create %s: %s", path, strerror(errno));
+        return RK_EIO;
+    }
+    size_t off = 0;
+    while (off < co->len) {
+        ssize_t w = write(fd, co->data + off, co->len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    close(fd);
+    int rc = RK_EIO;
+    rk_host_kernel k;
+    if (off == co->len) {
+        rc = rk_host_load(path, name, &k, msg, sizeof msg);
+        if (rc != RK_OK) rk_buf_printf(log, "%s", msg);
+    } else {
+        rk_buf_printf(log, "cannot write %s: %s", path, strerror(errno));
+    }
+    unlink(path); /* the mapping stays valid after the name is gone */
+    if (rc != RK_OK) return rc;
+    *module = k.so;
+    fn[0] = *(void **)&k.entry32;
+    fn[1] = *(void **)&k.entry64;
+    return RK_OK;
+}
+
+static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log) {
+    (void)d;
+    (void)blocks;
+    (void)block;
+    (void)stream;
+    (void)log;
+    void (*entry)(rk_args);
+    *(void **)&entry = fn;
+    entry(*a);
+    return RK_OK;
+}
+
+static void host_unload(rk_device *d, void *module) {
+    (void)d;
+    if (module) dlclose(module);
+}
+
+static void host_close(rk_device *d) { (void)d; }
+
+const rk_backend_ops rk_backend_host = {
+    "host", host_open, host_compile, host_load, host_launch, host_unload, host_close,
+};

@@ -1,0 +1,20 @@
+/* Kernel sources emitted by ropekv-gen from specs/ at build time and compiled into the library
+ * (cmake/builtin_run.cmake writes the table), so applications need no spec files at run time. */
+#ifndef RK_BUILTIN_H
+#define RK_BUILTIN_H
+
+#include <stddef.h>
+
+typedef struct rk_builtin {
+    const char *key;       /* spec/target/kv/q/pos=.../slot=... */
+    const char *spec;      /* spec name */
+    const char *kernel;    /* extern "C" name; parses back with rk_name_parse */
+    int block;             /* threads per block of the target's row */
+    const char *source;    /* the emitted text */
+    size_t len;
+} rk_builtin;
+
+extern const rk_builtin rk_builtins[];
+extern const size_t rk_builtin_count;
+
+#endif

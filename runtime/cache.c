@@ -1,0 +1,555 @@
+/* The on-disk code-object cache (layout and rules in cache.h).
+ *
+ * Every function is thread-safe and safe to call from several processes at once: writers publish
+ * only through rename(2) of a complete, verified file, readers validate everything they read, and
+ * the only shared state is the temp-file counter below. Error messages follow one convention:
+ * "<what failed> <path>: <strerror text>", always naming the file or directory involved. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "cache.h"
+
+#define HDR RK_CACHE_HEADER_SIZE
+#define PATH_CAP (sizeof(((rk_cache *)0)->dir) + 128)
+#define MEMORY_ONLY "; using memory-only caching"
+
+static const unsigned char MAGIC[8] = {'R', 'K', 'C', 'A', 'C', 'H', 'E', '\0'};
+
+/* Makes temp names unique between threads of one process; the pid separates processes. */
+static atomic_uint tmp_counter;
+
+__attribute__((format(printf, 3, 4))) static void say(char *why, size_t cap, const char *fmt, ...) {
+    if (!why || cap == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* strerror is not required to be thread-safe; this is. */
+typedef struct errtext {
+    char s[128];
+} errtext;
+static errtext errstr(int e) {
+    errtext t;
+    if (strerror_r(e, t.s, sizeof t.s) != 0)
+        snprintf(t.s, sizeof t.s, "error %d", e);
+    return t;
+}
+
+static void put_le32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_le32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* <dir>/<hex digest><suffix> */
+static void entry_path(const rk_cache *c, const unsigned char digest[32], const char *suffix, char *out) {
+    char hex[65];
+    rk_sha256_hex(digest, hex);
+    snprintf(out, PATH_CAP, "%s/%s%s", c->dir, hex, suffix);
+}
+
+/* ---- opening the directory ---------------------------------------------------------------------- */
+
+/* mkdir -p: the last component gets `leaf`, missing parents 0755. Returns 0 or -1 with errno. */
+static int make_dirs(char *path, mode_t leaf) {
+    if (mkdir(path, leaf) == 0 || errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int r = mkdir(path, 0755);
+        int e = errno;
+        *p = '/';
+        if (r != 0 && e != EEXIST) {
+            errno = e;
+            return -1;
+        }
+    }
+    if (mkdir(path, leaf) == 0 || errno == EEXIST)
+        return 0;
+    return -1;
+}
+
+void rk_cache_open(rk_cache *c, const char *dir) {
+    if (!c)
+        return;
+    memset(c, 0, sizeof *c);
+    if (!dir || !*dir) {
+        say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
+        return;
+    }
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') /* "dir/" would make lstat follow a symlink */
+        n--;
+    if (n + 1 > sizeof c->dir - 128) {
+        say(c->why, sizeof c->why, "cache directory path is too long (%zu bytes)" MEMORY_ONLY, n);
+        return;
+    }
+    memcpy(c->dir, dir, n);
+    c->dir[n] = '\0';
+    const char *d = c->dir;
+
+    char tmp[sizeof c->dir];
+    memcpy(tmp, c->dir, n + 1);
+    if (make_dirs(tmp, 0700) != 0) {
+        errtext e = errstr(errno);
+        say(c->why, sizeof c->why, "cannot create cache directory %s: %s" MEMORY_ONLY, d, e.s);
+        return;
+    }
+    struct stat st;
+    if (lstat(d, &st) != 0) {
+        errtext e = errstr(errno);
+        say(c->why, sizeof c->why, "cannot inspect cache directory %s: %s" MEMORY_ONLY, d, e.s);
+        return;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        say(c->why, sizeof c->why, "cache directory %s is a symbolic link" MEMORY_ONLY, d);
+        return;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        say(c->why, sizeof c->why, "cache directory %s is not a directory" MEMORY_ONLY, d);
+        return;
+    }
+    if (st.st_uid != geteuid()) {
+        say(c->why, sizeof c->why, "cache directory %s is owned by uid %lu, not by this user (uid %lu)" MEMORY_ONLY,
+            d, (unsigned long)st.st_uid, (unsigned long)geteuid());
+        return;
+    }
+    if (st.st_mode & 022) {
+        say(c->why, sizeof c->why, "cache directory %s is writable by %s (mode 0%03o)" MEMORY_ONLY, d,
+            (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+        return;
+    }
+    if (access(d, W_OK | X_OK) != 0) {
+        errtext e = errstr(errno);
+        say(c->why, sizeof c->why, "cache directory %s is not writable: %s" MEMORY_ONLY, d, e.s);
+        return;
+    }
+    c->usable = 1;
+}
+
+/* ---- parsing and reading entries ------------------------------------------------------------------ */
+
+rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned char digest[32],
+                           const unsigned char **payload, size_t *payload_len, char *why, size_t why_cap) {
+    if (payload)
+        *payload = NULL;
+    if (payload_len)
+        *payload_len = 0;
+    if (!buf || n < HDR) {
+        if (n == 0)
+            say(why, why_cap, "empty file");
+        else
+            say(why, why_cap, "truncated: %zu bytes, shorter than the %d-byte header", n, HDR);
+        return RK_CACHE_MISS;
+    }
+    if (memcmp(buf, MAGIC, sizeof MAGIC) != 0) {
+        say(why, why_cap, "bad magic (not a ropekv cache entry)");
+        return RK_CACHE_MISS;
+    }
+    uint32_t version = get_le32(buf + 8);
+    if (version != RK_CACHE_FORMAT) {
+        say(why, why_cap, "format version %lu, expected %u", (unsigned long)version, RK_CACHE_FORMAT);
+        return RK_CACHE_MISS;
+    }
+    if (get_le32(buf + 12) != 0) {
+        say(why, why_cap, "reserved header field is not zero");
+        return RK_CACHE_MISS;
+    }
+    if (digest && memcmp(buf + 16, digest, 32) != 0) {
+        say(why, why_cap, "foreign entry (its key digest differs from the file name's)");
+        return RK_CACHE_MISS;
+    }
+    uint64_t len = get_le64(buf + 48);
+    size_t rest = n - HDR;
+    if (len > rest) {
+        say(why, why_cap, "truncated: header says %llu payload bytes, file holds %zu", (unsigned long long)len, rest);
+        return RK_CACHE_MISS;
+    }
+    if (len < rest) {
+        say(why, why_cap, "%zu bytes of trailing garbage after the payload", rest - (size_t)len);
+        return RK_CACHE_MISS;
+    }
+    unsigned char sum[32];
+    rk_sha256 s;
+    rk_sha256_init(&s);
+    rk_sha256_update(&s, buf + HDR, rest);
+    rk_sha256_final(&s, sum);
+    if (memcmp(sum, buf + 56, 32) != 0) {
+        say(why, why_cap, "checksum mismatch");
+        return RK_CACHE_MISS;
+    }
+    if (payload)
+        *payload = buf + HDR;
+    if (payload_len)
+        *payload_len = rest;
+    say(why, why_cap, "%s", "");
+    return RK_CACHE_OK;
+}
+
+typedef enum load_rc { LOAD_OK, LOAD_MISSING, LOAD_INVALID, LOAD_ERROR } load_rc;
+
+/* Reads a whole entry file without following a symlink or blocking on a FIFO. On LOAD_OK *buf
+ * (malloc'd) holds *n bytes; on LOAD_INVALID `what` says why the file cannot be an entry. In both
+ * cases *st describes the file (st_mode is 0 when nothing could be inspected). */
+static load_rc load_file(const char *path, unsigned char **buf, size_t *n, struct stat *st, char *what,
+                         size_t what_cap) {
+    *buf = NULL;
+    *n = 0;
+    memset(st, 0, sizeof *st);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return LOAD_MISSING;
+        if (e == ELOOP && lstat(path, st) == 0 && S_ISLNK(st->st_mode)) {
+            say(what, what_cap, "a symbolic link, not a file");
+            return LOAD_INVALID;
+        }
+        errtext t = errstr(e);
+        say(what, what_cap, "cannot open cache entry %s: %s", path, t.s);
+        return LOAD_ERROR;
+    }
+    if (fstat(fd, st) != 0) {
+        errtext t = errstr(errno);
+        say(what, what_cap, "cannot inspect cache entry %s: %s", path, t.s);
+        close(fd);
+        return LOAD_ERROR;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        say(what, what_cap, S_ISDIR(st->st_mode) ? "a directory, not a file" : "not a regular file");
+        close(fd);
+        return LOAD_INVALID;
+    }
+    if (st->st_size < HDR || (uint64_t)st->st_size > RK_CACHE_MAX_FILE) {
+        if (st->st_size == 0)
+            say(what, what_cap, "empty file");
+        else if (st->st_size < HDR)
+            say(what, what_cap, "truncated: %lld bytes, shorter than the %d-byte header", (long long)st->st_size, HDR);
+        else
+            say(what, what_cap, "implausible size (%lld bytes)", (long long)st->st_size);
+        close(fd);
+        return LOAD_INVALID;
+    }
+    size_t want = (size_t)st->st_size, got = 0;
+    unsigned char *b = malloc(want);
+    if (!b) {
+        say(what, what_cap, "out of memory reading cache entry %s (%zu bytes)", path, want);
+        close(fd);
+        return LOAD_ERROR;
+    }
+    while (got < want) {
+        ssize_t r = read(fd, b + got, want - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            errtext t = errstr(errno);
+            say(what, what_cap, "cannot read cache entry %s: %s", path, t.s);
+            free(b);
+            close(fd);
+            return LOAD_ERROR;
+        }
+        if (r == 0) /* shrank under us: the parser reports it as truncated */
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    *buf = b;
+    *n = got;
+    return LOAD_OK;
+}
+
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
+}
+
+/* Removes the invalid file at path unless it was replaced since it was inspected (st). Appends the
+ * outcome ("; removed", ...) to why. */
+static void remove_invalid(const char *path, const struct stat *st, char *why, size_t cap) {
+    struct stat now;
+    const char *outcome = "; removed";
+    errtext t = {{0}};
+    if (lstat(path, &now) != 0) {
+        outcome = "; already removed";
+    } else if (!same_file(st, &now)) {
+        outcome = "; left alone: it was replaced meanwhile";
+    } else if ((S_ISDIR(now.st_mode) ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT) {
+        t = errstr(errno);
+        outcome = "; cannot remove it: ";
+    }
+    if (why && cap) {
+        size_t used = strlen(why);
+        if (used < cap)
+            snprintf(why + used, cap - used, "%s%s", outcome, t.s);
+    }
+}
+
+rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsigned char **data, size_t *len,
+                         char *why, size_t why_cap) {
+    if (data)
+        *data = NULL;
+    if (len)
+        *len = 0;
+    say(why, why_cap, "%s", "");
+    if (!c || !c->usable || !digest || !data || !len)
+        return RK_CACHE_MISS;
+    char path[PATH_CAP], what[256];
+    entry_path(c, digest, ".rkco", path);
+    unsigned char *buf;
+    size_t n;
+    struct stat st;
+    load_rc lr = load_file(path, &buf, &n, &st, what, sizeof what);
+    if (lr == LOAD_MISSING)
+        return RK_CACHE_MISS;
+    if (lr == LOAD_ERROR) {
+        say(why, why_cap, "%s", what);
+        return RK_CACHE_ERROR;
+    }
+    const unsigned char *p = NULL;
+    size_t plen = 0;
+    if (lr == LOAD_OK && rk_cache_parse(buf, n, digest, &p, &plen, what, sizeof what) == RK_CACHE_OK) {
+        memmove(buf, p, plen);
+        *data = buf;
+        *len = plen;
+        return RK_CACHE_OK;
+    }
+    free(buf);
+    say(why, why_cap, "corrupt cache entry %s: %s", path, what);
+    remove_invalid(path, &st, why, why_cap);
+    return RK_CACHE_MISS;
+}
+
+/* ---- writing entries ------------------------------------------------------------------------------ */
+
+static int write_all(int fd, const void *p, size_t n) {
+    const unsigned char *b = p;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
+        ssize_t w = write(fd, b, chunk);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], const void *data, size_t len, char *why,
+                         size_t why_cap) {
+    say(why, why_cap, "%s", "");
+    if (!c || !c->usable) {
+        say(why, why_cap, "cache directory is not usable");
+        return RK_CACHE_ERROR;
+    }
+    if (!digest || (!data && len)) {
+        say(why, why_cap, "invalid argument to rk_cache_put");
+        return RK_CACHE_ERROR;
+    }
+    char path[PATH_CAP], tmp[PATH_CAP];
+    entry_path(c, digest, ".rkco", path);
+    if (len > RK_CACHE_MAX_FILE - HDR) {
+        say(why, why_cap, "cannot write cache entry %s: %zu bytes exceed the entry size limit", path, len);
+        return RK_CACHE_ERROR;
+    }
+
+    unsigned char hdr[HDR];
+    memset(hdr, 0, sizeof hdr);
+    memcpy(hdr, MAGIC, sizeof MAGIC);
+    put_le32(hdr + 8, RK_CACHE_FORMAT);
+    memcpy(hdr + 16, digest, 32);
+    put_le64(hdr + 48, (uint64_t)len);
+    rk_sha256 s;
+    rk_sha256_init(&s);
+    rk_sha256_update(&s, data, len);
+    rk_sha256_final(&s, hdr + 56);
+
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, ".rkco.tmp.%ld.%u", (long)getpid(), atomic_fetch_add(&tmp_counter, 1u));
+        entry_path(c, digest, suffix, tmp);
+        fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        errtext t = errstr(errno);
+        say(why, why_cap, "cannot create temporary cache file %s: %s", tmp, t.s);
+        return RK_CACHE_ERROR;
+    }
+
+    const char *step = NULL;
+    int e = 0;
+    if (write_all(fd, hdr, sizeof hdr) != 0 || write_all(fd, data, len) != 0)
+        step = "cannot write cache entry";
+    else {
+        int r;
+        while ((r = fsync(fd)) != 0 && errno == EINTR)
+            ;
+        if (r != 0)
+            step = "cannot flush cache entry";
+    }
+    if (step)
+        e = errno;
+    /* close reports deferred write errors (NFS, quota); EINTR still closes the descriptor on Linux */
+    if (close(fd) != 0 && errno != EINTR && !step) {
+        step = "cannot close cache entry";
+        e = errno;
+    }
+    if (step) {
+        errtext t = errstr(e);
+        say(why, why_cap, "%s %s: %s", step, path, t.s);
+        unlink(tmp);
+        return RK_CACHE_ERROR;
+    }
+
+    /* Read back what the file system holds, with the reader's own code, before publishing it. */
+    unsigned char *back;
+    size_t n;
+    struct stat st;
+    char what[256] = "it vanished";
+    load_rc lr = load_file(tmp, &back, &n, &st, what, sizeof what);
+    if (lr == LOAD_OK) {
+        const unsigned char *p = NULL;
+        size_t plen = 0;
+        if (rk_cache_parse(back, n, digest, &p, &plen, what, sizeof what) == RK_CACHE_OK &&
+            (plen != len || (len && memcmp(p, data, len) != 0))) {
+            snprintf(what, sizeof what, "payload differs from what was written");
+        }
+    }
+    free(back);
+    if (what[0]) {
+        say(why, why_cap, "cache entry %s did not read back intact: %s", tmp, what);
+        unlink(tmp);
+        return RK_CACHE_ERROR;
+    }
+
+    if (rename(tmp, path) != 0) {
+        errtext t = errstr(errno);
+        say(why, why_cap, "cannot rename %s to %s: %s", tmp, path, t.s);
+        unlink(tmp);
+        return RK_CACHE_ERROR;
+    }
+    sync_dir(c->dir);
+    return RK_CACHE_OK;
+}
+
+/* ---- locks ------------------------------------------------------------------------------------------ */
+
+int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
+    if (!c || !c->usable || !digest)
+        return -1;
+    char path[PATH_CAP];
+    entry_path(c, digest, ".lock", path);
+    /* rk_cache_clear may unlink the lock file between our open and flock; then the lock we hold is on
+     * an orphan, so take it again on the file that is there now. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        if (fd < 0)
+            return -1;
+        struct stat st, now;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return -1;
+        }
+        int r;
+        while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+            ;
+        if (r != 0) {
+            close(fd);
+            return -1;
+        }
+        if (lstat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+            return fd;
+        close(fd);
+    }
+    return -1;
+}
+
+void rk_cache_unlock(int fd) {
+    if (fd < 0)
+        return;
+    (void)flock(fd, LOCK_UN);
+    close(fd);
+}
+
+/* ---- clearing ----------------------------------------------------------------------------------------- */
+
+/* <64 lowercase hex>.rkco, .lock or .rkco.tmp.<anything> */
+static int is_ours(const char *name) {
+    for (int i = 0; i < 64; i++) {
+        char ch = name[i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+            return 0;
+    }
+    const char *rest = name + 64;
+    return strcmp(rest, ".rkco") == 0 || strcmp(rest, ".lock") == 0 || strncmp(rest, ".rkco.tmp.", 10) == 0;
+}
+
+int rk_cache_clear(const rk_cache *c) {
+    if (!c || !c->usable)
+        return -1;
+    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -1;
+    }
+    int removed = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (is_ours(ent->d_name) && unlinkat(dfd, ent->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}

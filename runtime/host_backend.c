@@ -1,0 +1,173 @@
+/* Host backend: system C++ compiler -> shared object -> dlopen -> the kernel's grid as a loop. */
+#include "host_backend.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *rk_host_compiler(void) {
+    const char *cxx = getenv("CXX");
+    return cxx && *cxx ? cxx : "c++";
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void read_log(const char *path, char *log, size_t cap) {
+    if (!log || !cap) return;
+    log[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(log, 1, cap - 1, f);
+    log[n] = '\0';
+    fclose(f);
+}
+
+/* Runs argv with stderr and stdout sent to log_path; returns the exit status or -1. */
+static int run_compiler(char *const argv[], const char *log_path) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap) {
+    char wide[256];
+    memset(out, 0, sizeof *out);
+    snprintf(wide, sizeof wide, "%s_i64", name);
+    out->so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!out->so) {
+        snprintf(log, log_cap, "dlopen %s: %s", so_path, dlerror());
+        return RK_ECOMPILE;
+    }
+    /* POSIX allows converting dlsym's result to a function pointer through a union-free cast. */
+    *(void **)&out->entry32 = dlsym(out->so, name);
+    *(void **)&out->entry64 = dlsym(out->so, wide);
+    if (!out->entry32 || !out->entry64) {
+        snprintf(log, log_cap, "%s: kernel %s not found", so_path, name);
+        rk_host_unload(out);
+        return RK_ECOMPILE;
+    }
+    return RK_OK;
+}
+
+int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
+                  char *log, size_t log_cap) {
+    char cpp[4096], so[4096], tmp[4096], logp[4096];
+    int pid = (int)getpid();
+    snprintf(cpp, sizeof cpp, "%s/%s.%d.cpp", dir, name, pid);
+    snprintf(tmp, sizeof tmp, "%s/%s.%d.so.tmp", dir, name, pid);
+    snprintf(logp, sizeof logp, "%s/%s.%d.log", dir, name, pid);
+    snprintf(so, sizeof so, "%s/%s.so", dir, name);
+    if (log && log_cap) log[0] = '\0';
+
+    int fd = open(cpp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write_all(fd, src, len) != 0) {
+        snprintf(log, log_cap, "cannot write %s: %s", cpp, strerror(errno));
+        if (fd >= 0) close(fd);
+        unlink(cpp);
+        return RK_EIO;
+    }
+    close(fd);
+    char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
+                    "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
+    int status = run_compiler(argv, logp);
+    int rc = RK_OK;
+    if (status != 0) {
+        read_log(logp, log, log_cap);
+        rc = RK_ECOMPILE;
+    } else if (rename(tmp, so) != 0) {
+        snprintf(log, log_cap, "cannot rename %s: %s", tmp, strerror(errno));
+        rc = RK_EIO;
+    }
+    unlink(cpp);
+    unlink(logp);
+    unlink(tmp);
+    return rc == RK_OK ? rk_host_load(so, name, out, log, log_cap) : rc;
+}
+
+void rk_host_unload(rk_host_kernel *k) {
+    if (k->so) dlclose(k->so);
+    memset(k, 0, sizeof *k);
+}
+
+void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide) {
+    (wide ? k->entry64 : k->entry32)(*a);
+}
+
+/* ---- checking a variant against the reference ------------------------------------------------- */
+typedef struct host_run {
+    const rk_host_kernel *k;
+    int wide;
+} host_run;
+
+static int run_host(void *ctx, const rk_variant *v, const rk_args *a) {
+    (void)v;
+    const host_run *h = ctx;
+    rk_host_launch(h->k, a, h->wide);
+    return 0;
+}
+
+int rk_host_check_variant(const rk_variant *v, const char *dir, char *why, size_t cap) {
+    static const int64_t TOKENS[] = {1, 3, 17, 300};
+    static const int64_t HEADS[] = {1, 16};
+    rk_buf src = {0};
+    rk_err err = {0};
+    rk_host_kernel k;
+    why[0] = '\0';
+    if (rk_emit(v, &src, &err) != RK_OK) {
+        snprintf(why, cap, "emit: %s", err.msg);
+        rk_buf_free(&src);
+        return 0;
+    }
+    int rc = rk_host_build(src.p, src.len, v->name, dir, &k, why, cap);
+    rk_buf_free(&src);
+    if (rc != RK_OK) return 0;
+    int ok = 1, n = 0;
+    for (size_t t = 0; ok && t < sizeof TOKENS / sizeof TOKENS[0]; t++)
+        for (size_t h = 0; ok && h < sizeof HEADS / sizeof HEADS[0]; h++)
+            for (int wide = 0; ok && wide < 2; wide++) {
+                rk_shape sh = {.tokens = TOKENS[t], .heads = HEADS[h], .pad = (n % 2) * 8, .max_pos = 64,
+                               .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+                host_run hr = {&k, wide};
+                if (rk_check(v, &sh, (uint64_t)++n, run_host, &hr, why, cap) != 0) {
+                    char shape[96];
+                    snprintf(shape, sizeof shape, " [T=%lld H=%lld pad=%lld %s]", (long long)sh.tokens,
+                             (long long)sh.heads, (long long)sh.pad, wide ? "i64" : "i32");
+                    strncat(why, shape, cap - strlen(why) - 1);
+                    ok = 0;
+                }
+            }
+    rk_host_unload(&k);
+    char so[4096];
+    snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
+    unlink(so);
+    return ok;
+}

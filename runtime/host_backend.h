@@ -1,0 +1,37 @@
+/* The host backend: compiles an emitted kernel source with the system C++ compiler into a shared
+ * object, loads it, and runs the kernel's grid as a plain loop on the CPU. */
+#ifndef RK_HOST_BACKEND_H
+#define RK_HOST_BACKEND_H
+
+#include <stddef.h>
+
+#include "rk.h"
+
+typedef struct rk_host_kernel {
+    void *so;                    /* dlopen handle */
+    void (*entry32)(rk_args);    /* <name>: 32-bit index math */
+    void (*entry64)(rk_args);    /* <name>_i64 */
+} rk_host_kernel;
+
+/* The compiler command: $CXX if set, else "c++". */
+const char *rk_host_compiler(void);
+
+/* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
+ * On failure returns RK_EIO (cannot write), or RK_ECOMPILE with the compiler's log in log. */
+int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
+                  char *log, size_t log_cap);
+
+/* Loads an already-built shared object. */
+int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap);
+
+void rk_host_unload(rk_host_kernel *k);
+
+/* Runs the kernel over its whole grid (entry32 when wide == 0). */
+void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide);
+
+/* Builds one variant in dir and checks it against the reference over the standard shapes:
+ * T = 1, 3, 17, 300; H = 1, 16; padded and unpadded strides; negative slots; NaN/inf inputs;
+ * both entry points. Returns 1 when every output byte matched; else 0 with the reason in why. */
+int rk_host_check_variant(const rk_variant *v, const char *dir, char *why, size_t cap);
+
+#endif

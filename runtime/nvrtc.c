@@ -1,0 +1,319 @@
+/* nvrtc, opened with dlopen: kernel source -> CUBIN for one sm_XY, with ptxas's report. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compilers.h"
+
+/* The few nvrtc entry points used, declared here so the build needs no CUDA headers. */
+typedef int nvrtc_result; /* nvrtcResult: 0 is NVRTC_SUCCESS */
+typedef struct nvrtc_prog *nvrtc_program;
+enum { NVRTC_OK = 0, NVRTC_OUT_OF_MEMORY = 1, NVRTC_INVALID_OPTION = 5, NVRTC_COMPILATION = 6 };
+
+typedef struct nvrtc_api {
+    void *lib;
+    char path[512];
+    int major, minor;
+    char why[512];
+    nvrtc_result (*version)(int *, int *);
+    const char *(*error_string)(nvrtc_result);
+    nvrtc_result (*create)(nvrtc_program *, const char *, const char *, int, const char *const *,
+                           const char *const *);
+    nvrtc_result (*compile)(nvrtc_program, int, const char *const *);
+    nvrtc_result (*destroy)(nvrtc_program *);
+    nvrtc_result (*log_size)(nvrtc_program, size_t *);
+    nvrtc_result (*log)(nvrtc_program, char *);
+    nvrtc_result (*cubin_size)(nvrtc_program, size_t *);
+    nvrtc_result (*cubin)(nvrtc_program, char *);
+    nvrtc_result (*ptx_size)(nvrtc_program, size_t *);
+    nvrtc_result (*ptx)(nvrtc_program, char *);
+} nvrtc_api;
+
+static nvrtc_api g_nv;
+static pthread_once_t g_nv_once = PTHREAD_ONCE_INIT;
+
+static void *sym(void *lib, const char *name, int *missing) {
+    void *p = dlsym(lib, name);
+    if (!p) *missing = 1;
+    return p;
+}
+
+static void nv_load(void) {
+    const char *env = getenv("ROPEKV_NVRTC");
+    const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"};
+    if (env && *env) {
+        g_nv.lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        snprintf(g_nv.path, sizeof g_nv.path, "%s", env);
+        if (!g_nv.lib) {
+            const char *e = dlerror();
+            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%s): %s", env, e ? e : "?");
+            return;
+        }
+    } else {
+        for (size_t i = 0; i < sizeof names / sizeof names[0] && !g_nv.lib; i++) {
+            g_nv.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            snprintf(g_nv.path, sizeof g_nv.path, "%s", names[i]);
+        }
+        if (!g_nv.lib) {
+            snprintf(g_nv.why, sizeof g_nv.why,
+                     "nvrtc: not found (tried libnvrtc.so, .so.13, .so.12, /usr/local/cuda/lib64; "
+                     "set ROPEKV_NVRTC to its path)");
+            return;
+        }
+    }
+    int missing = 0;
+    void *l = g_nv.lib;
+    /* Casting through void* keeps -Wpedantic quiet about object-to-function pointer casts. */
+#define LOAD(field, name) *(void **)(&g_nv.field) = sym(l, name, &missing)
+    LOAD(version, "nvrtcVersion");
+    LOAD(error_string, "nvrtcGetErrorString");
+    LOAD(create, "nvrtcCreateProgram");
+    LOAD(compile, "nvrtcCompileProgram");
+    LOAD(destroy, "nvrtcDestroyProgram");
+    LOAD(log_size, "nvrtcGetProgramLogSize");
+    LOAD(log, "nvrtcGetProgramLog");
+    LOAD(cubin_size, "nvrtcGetCUBINSize");
+    LOAD(cubin, "nvrtcGetCUBIN");
+    LOAD(ptx_size, "nvrtcGetPTXSize");
+    LOAD(ptx, "nvrtcGetPTX");
+#undef LOAD
+    if (missing || g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks the nvrtc entry points (CUDA < 11.1?)", g_nv.path);
+        dlclose(g_nv.lib);
+        g_nv.lib = NULL;
+    }
+}
+
+static const nvrtc_api *nv(void) {
+    pthread_once(&g_nv_once, nv_load);
+    return g_nv.lib ? &g_nv : NULL;
+}
+
+int rk_nvrtc_available(int *major, int *minor, char *why, size_t cap) {
+    const nvrtc_api *a = nv();
+    if (!a) {
+        if (why && cap) snprintf(why, cap, "%s", g_nv.why);
+        return -1;
+    }
+    if (major) *major = a->major;
+    if (minor) *minor = a->minor;
+    return 0;
+}
+
+/* "sm_<digits>" with an optional 'a' or 'f' suffix. */
+static int arch_ok(const char *arch) {
+    if (!arch || strncmp(arch, "sm_", 3) != 0) return 0;
+    const char *p = arch + 3;
+    if (*p < '1' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p == 'a' || *p == 'f') p++;
+    return *p == '\0' && p - arch < 16;
+}
+
+/* ---- ptxas -v report ------------------------------------------------------------------------ */
+/* The number just before `what` in s (e.g. "12 bytes stack frame"), else -1. */
+static int number_before(const char *s, const char *what) {
+    const char *w = strstr(s, what);
+    if (!w) return -1;
+    const char *e = w;
+    while (e > s && e[-1] == ' ') e--;
+    const char *b = e;
+    while (b > s && b[-1] >= '0' && b[-1] <= '9') b--;
+    if (b == e) return -1;
+    return atoi(b);
+}
+
+static int max_of(int a, int b) { return a > b ? a : b; }
+
+/* Folds every function's "Used N registers", "N bytes stack frame, N bytes spill stores" and
+ * "N bytes smem" into info: the largest of each over all functions. */
+static void parse_ptxas(const char *log, rk_compile_info *info) {
+    char line[1024];
+    for (const char *p = log; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n >= sizeof line) n = sizeof line - 1;
+        memcpy(line, p, n);
+        line[n] = '\0';
+        p = e ? e + 1 : NULL;
+        if (strncmp(line, "ptxas", 5) != 0) continue;
+        int v;
+        if ((v = number_before(line, "registers")) >= 0 && strstr(line, "Used ")) info->regs = max_of(info->regs, v);
+        if ((v = number_before(line, "bytes stack frame")) >= 0) info->scratch = max_of(info->scratch, v);
+        if ((v = number_before(line, "bytes spill stores")) >= 0) info->spills = max_of(info->spills, v);
+        if ((v = number_before(line, "bytes smem")) >= 0) info->lds = max_of(info->lds, v);
+    }
+    /* ptxas prints smem only when a kernel uses it. */
+    if (info->regs >= 0 && info->lds < 0) info->lds = 0;
+}
+
+/* Bytes of machine code in a CUBIN: the sizes of its .text.<function> sections (ELF64, little
+ * endian). -1 when the image is not such an ELF. */
+static int cubin_text_size(const unsigned char *p, size_t n) {
+    if (n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&shentsize, p + 0x3a, 2);
+    memcpy(&shnum, p + 0x3c, 2);
+    memcpy(&shstrndx, p + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
+    const unsigned char *strh = p + shoff + (size_t)shstrndx * shentsize;
+    uint64_t stroff, strsize;
+    memcpy(&stroff, strh + 0x18, 8);
+    memcpy(&strsize, strh + 0x20, 8);
+    if (stroff > n || strsize > n - stroff) return -1;
+    uint64_t total = 0;
+    for (uint16_t i = 0; i < shnum; i++) {
+        const unsigned char *h = p + shoff + (size_t)i * shentsize;
+        uint32_t name;
+        uint64_t size;
+        memcpy(&name, h, 4);
+        memcpy(&size, h + 0x20, 8);
+        if (name >= strsize) continue;
+        const char *s = (const char *)p + stroff + name;
+        size_t room = (size_t)(strsize - name);
+        if (room > 6 && strncmp(s, ".text.", 6) == 0 && memchr(s, '\0', room)) total += size;
+    }
+    return total > INT32_MAX ? -1 : (int)total;
+}
+
+/* ---- compile -------------------------------------------------------------------------------- */
+static void put_log(const nvrtc_api *a, nvrtc_program prog, rk_buf *log) {
+    size_t n = 0;
+    if (!log || a->log_size(prog, &n) != NVRTC_OK || n <= 1) return;
+    char *s = malloc(n);
+    if (!s) return;
+    if (a->log(prog, s) == NVRTC_OK) rk_buf_put(log, s, strnlen(s, n));
+    free(s);
+}
+
+/* Reads one of the program's outputs (CUBIN or PTX) into a malloc'd block. */
+static int get_output(nvrtc_result (*size_fn)(nvrtc_program, size_t *), nvrtc_result (*get_fn)(nvrtc_program, char *),
+                      nvrtc_program prog, unsigned char **data, size_t *len) {
+    size_t n = 0;
+    *data = NULL;
+    *len = 0;
+    if (size_fn(prog, &n) != NVRTC_OK || n == 0) return RK_ECOMPILE;
+    unsigned char *d = malloc(n);
+    if (!d) return RK_ENOMEM;
+    if (get_fn(prog, (char *)d) != NVRTC_OK) {
+        free(d);
+        return RK_ECOMPILE;
+    }
+    *data = d;
+    *len = n;
+    return RK_OK;
+}
+
+enum { WANT_CUBIN = 1, WANT_PTX = 2 };
+
+/* One nvrtc compile; fills the outputs asked for. */
+static int nv_build(const char *src, size_t len, const char *arch, const char *extra, int want, int verbose,
+                    rk_codeobj *cubin, rk_buf *ptx, rk_buf *ptxas_log, rk_buf *log) {
+    const nvrtc_api *a = nv();
+    if (!a) {
+        if (log) rk_buf_printf(log, "%s\n", g_nv.why);
+        return RK_EIO;
+    }
+    if (!arch_ok(arch)) {
+        if (log)
+            rk_buf_printf(log, "nvrtc %d.%d: '%s' is not a real architecture (sm_XY, sm_XYa, sm_XYf)\n", a->major,
+                          a->minor, arch ? arch : "(null)");
+        return RK_ETARGET;
+    }
+    char *text = malloc(len + 1);
+    if (!text) return RK_ENOMEM;
+    memcpy(text, src, len);
+    text[len] = '\0';
+
+    char archopt[64];
+    snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+    enum { CAP = 128 };
+    const char *opts[CAP];
+    int n = 0;
+    opts[n++] = archopt;
+    opts[n++] = "--std=c++17";
+    opts[n++] = "--fmad=false";
+    if (verbose) opts[n++] = "--ptxas-options=-v";
+    char *store = NULL;
+    int rc = rk_split_options(extra, opts, n, CAP, &store, &n);
+    if (rc != RK_OK) {
+        if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "nvrtc: too many extra options\n");
+        free(store);
+        free(text);
+        return rc;
+    }
+
+    nvrtc_program prog = NULL;
+    nvrtc_result r = a->create(&prog, text, "ropekv.cu", 0, NULL, NULL);
+    if (r != NVRTC_OK) {
+        if (log) rk_buf_printf(log, "nvrtc: nvrtcCreateProgram: %s\n", a->error_string(r));
+        free(store);
+        free(text);
+        return r == NVRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+    }
+    r = a->compile(prog, n, opts);
+    rk_buf tmp = {0};
+    rk_buf *plog = ptxas_log ? ptxas_log : &tmp;
+    put_log(a, prog, plog);
+    if (log && plog->len) rk_buf_put(log, plog->p, plog->len);
+    if (r != NVRTC_OK) {
+        /* An architecture this nvrtc does not build for is an invalid option value. */
+        int bad_arch = r == NVRTC_INVALID_OPTION && plog->len && strstr(plog->p, "gpu-architecture");
+        if (log) rk_buf_printf(log, "nvrtc %d.%d: %s (-arch=%s)\n", a->major, a->minor, a->error_string(r), arch);
+        rc = bad_arch ? RK_ETARGET : r == NVRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+    }
+    if (rc == RK_OK && (want & WANT_CUBIN)) {
+        rc = get_output(a->cubin_size, a->cubin, prog, &cubin->data, &cubin->len);
+        if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "nvrtc: no CUBIN for -arch=%s\n", arch);
+    }
+    if (rc == RK_OK && (want & WANT_PTX)) {
+        unsigned char *d;
+        size_t dn;
+        rc = get_output(a->ptx_size, a->ptx, prog, &d, &dn);
+        if (rc == RK_OK) {
+            rc = rk_buf_put(ptx, (const char *)d, strnlen((const char *)d, dn));
+            free(d);
+        } else if (rc == RK_ECOMPILE && log) {
+            rk_buf_printf(log, "nvrtc: no PTX for -arch=%s\n", arch);
+        }
+    }
+    if (rc != RK_OK && cubin) rk_code_free(cubin);
+    a->destroy(&prog);
+    rk_buf_free(&tmp);
+    free(store);
+    free(text);
+    return rc;
+}
+
+int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *extra, rk_codeobj *out,
+                     rk_compile_info *info, rk_buf *log) {
+    out->data = NULL;
+    out->len = 0;
+    rk_info_reset(info);
+    double t0 = rk_now_ms();
+    rk_buf ptx = {0}, ptxas = {0};
+    int rc = nv_build(src, len, arch, extra, info ? WANT_CUBIN | WANT_PTX : WANT_CUBIN, info != NULL, out, &ptx,
+                      &ptxas, log);
+    if (info) {
+        info->ms = rk_now_ms() - t0;
+        if (g_nv.lib) snprintf(info->compiler, sizeof info->compiler, "nvrtc %d.%d", g_nv.major, g_nv.minor);
+        if (rc == RK_OK) {
+            if (ptxas.len) parse_ptxas(ptxas.p, info);
+            /* The machine code proper, not the whole CUBIN (which adds symbols, constants, notes). */
+            info->code_size = cubin_text_size(out->data, out->len);
+            info->fp8_cvt = ptx.len && strstr(ptx.p, "cvt.rn.satfinite.e4m3x2.f32") ? 1 : 0;
+        }
+    }
+    rk_buf_free(&ptx);
+    rk_buf_free(&ptxas);
+    return rc;
+}
+
+int rk_nvrtc_ptx(const char *src, size_t len, const char *arch, const char *extra, rk_buf *ptx, rk_buf *log) {
+    return nv_build(src, len, arch, extra, WANT_PTX, 0, NULL, ptx, NULL, log);
+}

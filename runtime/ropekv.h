@@ -1,0 +1,177 @@
+/* ropekv: fused MLA RoPE + KV-cache write kernels, JIT-compiled for the device at hand.
+ *
+ * One launch writes, for every token t and query head h,
+ *     q_out[t, h] = cat(q_nope[t, h], rope(q_pe[t, h]))                  (bf16)
+ * and, where slots[t] >= 0, the token's KV-cache row
+ *     kv_cache[slots[t]] = cat(k_nope[t], rope(k_pe[t]))                 (bf16 or fp8 e4m3)
+ * with the dimensions, rope style, tables and fp8 policy of a model spec (specs/<model>.lua).
+ *
+ * Typical use (error handling shortened):
+ *     ropekv_ctx *ctx;  ropekv_create(&ctx, NULL);          // picks HIP, CUDA or the host
+ *     ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+ *     ropekv_kernel *k; ropekv_kernel_get(ctx, &v, &k);      // compiled once, then cached
+ *     ropekv_launch(k, &args, stream);                       // per layer, per step
+ *     ropekv_kernel_release(k); ropekv_destroy(ctx);
+ *
+ * Thread safety: every function may be called from many threads at once on the same context,
+ * except ropekv_destroy (no other call on that context may be running or follow) and
+ * ropekv_last_error (the text of the most recent failure on the context, whichever thread made it;
+ * read it from the thread that got the error, before that thread's next call, when several threads
+ * can fail at once). Handles are opaque; destroy/release functions accept NULL. */
+#ifndef ROPEKV_H
+#define ROPEKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ROPEKV_VERSION_MAJOR 0
+#define ROPEKV_VERSION_MINOR 1
+#define ROPEKV_VERSION_PATCH 0
+#define ROPEKV_VERSION_STRING "0.1.0"
+#define ROPEKV_VERSION_NUMBER (ROPEKV_VERSION_MAJOR * 10000 + ROPEKV_VERSION_MINOR * 100 + ROPEKV_VERSION_PATCH)
+
+/* The library's version at run time (compare with the macros to detect a header/library mismatch). */
+int ropekv_version_number(void);
+const char *ropekv_version_string(void);
+
+/* ---- status codes: gapped by area ---------------------------------------------------------------- */
+#define ROPEKV_STATUS_LIST(X)                                                                       \
+    X(ROPEKV_OK, 0, "success")                                                                      \
+    X(ROPEKV_ERR_SPEC_SYNTAX, 100, "the spec file does not parse (or is a binary chunk)")          \
+    X(ROPEKV_ERR_SPEC_RUNTIME, 101, "the spec file raised an error while running")                 \
+    X(ROPEKV_ERR_SPEC_LIMIT, 102, "the spec file exceeded the sandbox's memory or instruction cap") \
+    X(ROPEKV_ERR_SPEC_INVALID, 103, "the spec file failed validation")                             \
+    X(ROPEKV_ERR_SPEC_TARGET, 104, "the spec names an unknown target")                             \
+    X(ROPEKV_ERR_NO_SPEC, 110, "no spec of this name is loaded")                                   \
+    X(ROPEKV_ERR_UNSUPPORTED, 120, "the spec does not provide this configuration")                 \
+    X(ROPEKV_ERR_RENDER, 200, "the kernel template failed to render")                              \
+    X(ROPEKV_ERR_COMPILE, 300, "the device compiler failed")                                       \
+    X(ROPEKV_ERR_TARGET, 301, "the compiler cannot build for this target")                         \
+    X(ROPEKV_ERR_CACHE, 400, "the code-object cache failed")                                       \
+    X(ROPEKV_ERR_BACKEND, 500, "the backend is not available on this machine")                     \
+    X(ROPEKV_ERR_DEVICE, 501, "a driver call failed")                                              \
+    X(ROPEKV_ERR_LAUNCH, 502, "the kernel launch failed")                                          \
+    X(ROPEKV_ERR_NULL, 600, "a required pointer is NULL")                                          \
+    X(ROPEKV_ERR_SHAPE, 601, "tokens, heads, max_pos or kv_rows out of range")                     \
+    X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                         \
+    X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")     \
+    X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                  \
+    X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                      \
+    X(ROPEKV_ERR_IO, 901, "an I/O error")
+
+typedef enum ropekv_status {
+#define ROPEKV_ENUM_(name, value, msg) name = value,
+    ROPEKV_STATUS_LIST(ROPEKV_ENUM_)
+#undef ROPEKV_ENUM_
+} ropekv_status;
+
+/* "ROPEKV_ERR_ALIGN" and a one-line description; "ROPEKV_UNKNOWN" for other values. Thread-safe. */
+const char *ropekv_status_name(ropekv_status s);
+const char *ropekv_status_message(ropekv_status s);
+
+/* ---- context --------------------------------------------------------------------------------------- */
+typedef struct ropekv_ctx ropekv_ctx;
+typedef struct ropekv_kernel ropekv_kernel;
+
+typedef enum ropekv_backend {
+    ROPEKV_BACKEND_AUTO = 0,   /* $ROPEKV_BACKEND if set, else an AMD device, else NVIDIA, else host */
+    ROPEKV_BACKEND_HIP,        /* hiprtc + HIP module API (libamdhip64, loaded at run time) */
+    ROPEKV_BACKEND_CUDA,       /* nvrtc + CUDA driver API (libnvrtc, libcuda, loaded at run time) */
+    ROPEKV_BACKEND_HOST,       /* the system C++ compiler; runs on the CPU (pointers are host memory) */
+} ropekv_backend;
+
+typedef struct ropekv_options {
+    ropekv_backend backend;
+    int device;                /* device ordinal for hip/cuda */
+    const char *target;        /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
+    const char *cache_dir;     /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv */
+    int disk_cache;            /* 0: default (on unless $ROPEKV_DISABLE_CACHE=1); 1 on; -1 off */
+    int log;                   /* 0: default ($ROPEKV_LOG=1 logs to stderr); 1 on; -1 off */
+} ropekv_options;
+
+/* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
+ * failed create go to stderr only when logging is on. */
+ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
+void ropekv_destroy(ropekv_ctx *ctx);
+
+/* Details of the most recent failure on ctx: compiler log, path, Lua traceback. Never NULL. */
+const char *ropekv_last_error(const ropekv_ctx *ctx);
+
+/* "hip", "cuda" or "host", and the target kernels are built for. */
+const char *ropekv_backend_name(const ropekv_ctx *ctx);
+const char *ropekv_target(const ropekv_ctx *ctx);
+
+/* Loads one more model spec at run time (a spec of the same name replaces the built-in one; its
+ * kernels are rebuilt on next use). The file runs in the Lua sandbox once, here, never on launch. */
+ropekv_status ropekv_load_spec(ropekv_ctx *ctx, const char *path);
+/* The same from text in memory; file names the text in messages. */
+ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file, const char *text, size_t len);
+
+/* Removes every entry ropekv made in the context's cache directory (memory entries stay). */
+ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
+
+/* ---- kernels -------------------------------------------------------------------------------------- */
+typedef enum ropekv_kv_dtype { ROPEKV_KV_BF16 = 0, ROPEKV_KV_FP8_E4M3 } ropekv_kv_dtype;
+typedef enum ropekv_q_form {
+    ROPEKV_Q_ABSORBED = 0,     /* q_out = cat(q_nope, rope(q_pe)) */
+    ROPEKV_Q_ZERO_COPY,        /* q_nope already sits in q_out[..., :L]; only the rope tail is written */
+    ROPEKV_Q_INPLACE,          /* rope(q_pe) written back into q_pe */
+    ROPEKV_Q_NONE,             /* KV row only */
+} ropekv_q_form;
+typedef enum ropekv_index { ROPEKV_INDEX_INT64 = 0, ROPEKV_INDEX_INT32 } ropekv_index;
+
+/* Which kernel: zero-initialize, then set what differs from the defaults. */
+typedef struct ropekv_variant {
+    const char *spec;          /* spec name, e.g. "deepseek_v3" (required) */
+    ropekv_kv_dtype kv;        /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
+    ropekv_q_form q;
+    ropekv_index positions;    /* dtype of positions[] */
+    ropekv_index slots;        /* dtype of slots[] */
+} ropekv_variant;
+
+/* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
+ * Strides are in elements of the tensor's dtype (bytes for an fp8 cache); the last dimension is
+ * contiguous. L = kv_lora_rank, R = qk_rope_head_dim of the spec, W = L + R. */
+typedef struct ropekv_args {
+    int64_t tokens, heads;                       /* T >= 0, 1 <= H <= 65536 */
+    const void *q_nope; int64_t q_nope_st, q_nope_sh;   /* [T, H, L] bf16 (absorbed) */
+    void *q_pe;         int64_t q_pe_st, q_pe_sh;       /* [T, H, R] bf16 (written by inplace) */
+    void *q_out;        int64_t q_out_st, q_out_sh;     /* [T, H, W] bf16 (absorbed, zero_copy) */
+    const void *k_nope; int64_t k_nope_st;              /* [T, L] bf16 */
+    const void *k_pe;   int64_t k_pe_st;                /* [T, R] bf16 */
+    void *kv_cache;     int64_t kv_st, kv_rows;         /* rows of W; a slot >= kv_rows is skipped */
+    const void *positions, *slots;                      /* [T], int64 or int32 per the variant */
+    const void *cos_sin;   /* f32_cat: [max_pos, R] f32, cos | sin; split layouts: cos [max_pos, R/2] */
+    const void *sin;       /* split layouts: sin [max_pos, R/2] (f32 or bf16 per the spec); else NULL */
+    int64_t max_pos;       /* rows of the tables; positions are clamped to [0, max_pos) */
+    const float *k_scale;  /* fp8 cache with a scale convention: one float32 on the device */
+} ropekv_args;
+
+/* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
+ * ropekv_kernel_get / ropekv_launch would return, with the reason in why (may be NULL). args may
+ * be NULL to ask about the variant alone; with args, every launch check runs too. */
+ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropekv_args *args, char *why,
+                           size_t why_cap);
+
+/* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
+ * per process even when many threads ask at once). Release with ropekv_kernel_release. */
+ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
+void ropekv_kernel_release(ropekv_kernel *k);
+
+/* The extern "C" kernel name, which encodes every parameter of the code. */
+const char *ropekv_kernel_name(const ropekv_kernel *k);
+
+/* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
+ * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
+ * synchronously). Nothing is launched when a check fails. */
+ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,729 @@
+/* ropekv runtime: contexts, the kernel cache (memory, then disk, then compile), argument checks,
+ * launches. Lua never runs here except inside ropekv_load_spec*. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "builtin.h"
+#include "cache.h"
+#include "rk.h"
+#include "ropekv.h"
+
+/* ---- status names --------------------------------------------------------------------------- */
+int ropekv_version_number(void) { return ROPEKV_VERSION_NUMBER; }
+const char *ropekv_version_string(void) { return ROPEKV_VERSION_STRING; }
+
+const char *ropekv_status_name(ropekv_status s) {
+    switch (s) {
+#define NAME_(name, value, msg) case name: return #name;
+        ROPEKV_STATUS_LIST(NAME_)
+#undef NAME_
+    }
+    return "ROPEKV_UNKNOWN";
+}
+
+const char *ropekv_status_message(ropekv_status s) {
+    switch (s) {
+#define MSG_(name, value, msg) case name: return msg;
+        ROPEKV_STATUS_LIST(MSG_)
+#undef MSG_
+    }
+    return "unknown status";
+}
+
+/* gen's codes share the public values (see gen/rk.h); anything else is I/O. */
+static ropekv_status from_rk(int rc) {
+    switch (rc) {
+    case RK_OK: return ROPEKV_OK;
+    case RK_ESPEC_SYNTAX: return ROPEKV_ERR_SPEC_SYNTAX;
+    case RK_ESPEC_RUNTIME: return ROPEKV_ERR_SPEC_RUNTIME;
+    case RK_ESPEC_LIMIT: return ROPEKV_ERR_SPEC_LIMIT;
+    case RK_ESPEC_INVALID: return ROPEKV_ERR_SPEC_INVALID;
+    case RK_ESPEC_TARGET: return ROPEKV_ERR_SPEC_TARGET;
+    case RK_ERENDER: return ROPEKV_ERR_RENDER;
+    case RK_ECOMPILE: return ROPEKV_ERR_COMPILE;
+    case RK_ETARGET: return ROPEKV_ERR_TARGET;
+    case RK_ECACHE: return ROPEKV_ERR_CACHE;
+    case RK_EBACKEND: return ROPEKV_ERR_BACKEND;
+    case RK_EDEVICE: return ROPEKV_ERR_DEVICE;
+    case RK_ELAUNCH: return ROPEKV_ERR_LAUNCH;
+    case RK_ENOMEM: return ROPEKV_ERR_NOMEM;
+    default: return ROPEKV_ERR_IO;
+    }
+}
+
+/* ---- context ---------------------------------------------------------------------------------- */
+/* What a kernel's code is: the parameters its name encodes, plus the launch block size. */
+typedef struct kdesc {
+    rk_name_parts p;
+    int block;
+} kdesc;
+
+struct ropekv_kernel {
+    ropekv_ctx *ctx;
+    /* lookup key */
+    char spec[64];
+    unsigned generation;
+    ropekv_kv_dtype kv;
+    ropekv_q_form q;
+    ropekv_index pos, slot;
+    /* state: 0 building, 1 ready, 2 failed (waiters copy status and message) */
+    int state;
+    int refs;
+    ropekv_status status;
+    char *error;
+    kdesc d;
+    char name[192];
+    void *module;
+    void *fn[2];
+    struct ropekv_kernel *next;
+};
+
+typedef struct runtime_spec {   /* a spec loaded at run time */
+    rk_spec spec;
+    unsigned generation;
+} runtime_spec;
+
+struct ropekv_ctx {
+    pthread_mutex_t mu;
+    pthread_cond_t built;
+    rk_device dev;
+    rk_arch_table archs;
+    const rk_arch *arch;        /* the arch row the device maps to */
+    rk_cache cache;
+    int log;
+    unsigned char template_hash[32];
+    runtime_spec *specs;        /* loaded at run time */
+    int n_specs;
+    unsigned generation;
+    ropekv_kernel *kernels;
+    char error[8192];
+};
+
+static void logf_(ropekv_ctx *c, const char *fmt, ...) {
+    if (!c->log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ropekv: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+/* Records the details of a failure and returns its status. */
+static ropekv_status fail(ropekv_ctx *c, ropekv_status s, const char *fmt, ...) {
+    char msg[sizeof c->error - 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->error, sizeof c->error, "%s: %s", ropekv_status_name(s), msg);
+    pthread_mutex_unlock(&c->mu);
+    logf_(c, "%s: %s", ropekv_status_name(s), msg);
+    return s;
+}
+
+const char *ropekv_last_error(const ropekv_ctx *c) { return c ? c->error : "no context"; }
+const char *ropekv_backend_name(const ropekv_ctx *c) { return c ? c->dev.ops->name : ""; }
+const char *ropekv_target(const ropekv_ctx *c) { return c ? c->dev.target : ""; }
+
+static const char *env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static int env_flag(const char *name) {
+    const char *v = env(name);
+    return v && strcmp(v, "0") != 0;
+}
+
+/* Default cache directory: $ROPEKV_CACHE_DIR, $XDG_CACHE_HOME/ropekv, ~/.cache/ropekv. */
+static void cache_dir(const ropekv_options *o, char *out, size_t cap) {
+    const char *d = o && o->cache_dir ? o->cache_dir : env("ROPEKV_CACHE_DIR");
+    if (d) snprintf(out, cap, "%s", d);
+    else if (env("XDG_CACHE_HOME")) snprintf(out, cap, "%s/ropekv", env("XDG_CACHE_HOME"));
+    else if (env("HOME")) snprintf(out, cap, "%s/.cache/ropekv", env("HOME"));
+    else out[0] = '\0';
+}
+
+/* The arch row a device target maps to: its base name ("gfx942" of "gfx942:sramecc+:xnack-"), or
+ * for NVIDIA the newest sm_XY row not newer than the device. */
+static const rk_arch *arch_for_target(const rk_arch_table *t, const char *target) {
+    char base[RK_NAME_MAX];
+    snprintf(base, sizeof base, "%.*s", (int)strcspn(target, ":"), target);
+    const rk_arch *a = rk_arch_find(t, base);
+    if (a || strncmp(base, "sm_", 3) != 0) return a;
+    int want = atoi(base + 3), best = -1;
+    for (int i = 0; i < t->n; i++) {
+        if (t->a[i].vendor != RK_VENDOR_NVIDIA || strncmp(t->a[i].name, "sm_", 3) != 0) continue;
+        int cc = atoi(t->a[i].name + 3);
+        if (cc <= want && cc > best) best = cc, a = &t->a[i];
+    }
+    return a;
+}
+
+static int open_backend(ropekv_ctx *c, const rk_backend_ops *ops, int ordinal, const char *target, rk_buf *log) {
+    memset(&c->dev, 0, sizeof c->dev);
+    c->dev.ops = ops;
+    return ops->open(&c->dev, ordinal, target, log);
+}
+
+ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
+    if (!out) return ROPEKV_ERR_NULL;
+    *out = NULL;
+    ropekv_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ROPEKV_ERR_NOMEM;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->built, NULL);
+    c->log = o && o->log ? o->log > 0 : env_flag("ROPEKV_LOG");
+
+    rk_err err = {0};
+    size_t len;
+    const char *archs = rk_embedded("archs.lua", &len);
+    int rc = archs ? rk_archs_load("specs/archs.lua", archs, len, &c->archs, &err)
+                   : rk_fail(&err, RK_EIO, "specs/archs.lua is not built in");
+    if (rc != RK_OK) {
+        logf_(c, "%s", err.msg);
+        ropekv_destroy(c);
+        return from_rk(rc);
+    }
+
+    /* Backend: forced by option or $ROPEKV_BACKEND, else the first one with a device. */
+    ropekv_backend want = o ? o->backend : ROPEKV_BACKEND_AUTO;
+    const char *eb = env("ROPEKV_BACKEND");
+    if (want == ROPEKV_BACKEND_AUTO && eb) {
+        want = !strcmp(eb, "hip") ? ROPEKV_BACKEND_HIP : !strcmp(eb, "cuda") ? ROPEKV_BACKEND_CUDA
+             : !strcmp(eb, "host") ? ROPEKV_BACKEND_HOST : (ropekv_backend)-1;
+        if (want == (ropekv_backend)-1) {
+            logf_(c, "ROPEKV_BACKEND=%s: expected hip, cuda or host", eb);
+            ropekv_destroy(c);
+            return ROPEKV_ERR_ARG;
+        }
+    }
+    const char *target = o && o->target ? o->target : env("ROPEKV_TARGET");
+    int ordinal = o ? o->device : 0;
+    rk_buf log = {0};
+    const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
+    rc = RK_EBACKEND;
+    for (int i = 0; i < 3 && rc != RK_OK; i++) {
+        if (want != ROPEKV_BACKEND_AUTO && want != (ropekv_backend)(i + 1)) continue;
+        if (log.len) rk_buf_put(&log, "; ", 2);
+        rc = open_backend(c, order[i], ordinal, target, &log);
+    }
+    if (rc == RK_OK && !(c->arch = arch_for_target(&c->archs, c->dev.target))) {
+        rk_buf_printf(&log, "target %s has no row in specs/archs.lua", c->dev.target);
+        c->dev.ops->close(&c->dev);
+        rc = RK_ETARGET;
+    }
+    if (rc != RK_OK) {
+        logf_(c, "no backend: %s", log.p ? log.p : "");
+        rk_buf_free(&log);
+        c->dev.ops = NULL;
+        ropekv_destroy(c);
+        return from_rk(rc);
+    }
+    rk_buf_free(&log);
+
+    /* Template hash: part of every cache key. */
+    rk_buf tpl = {0};
+    rk_sha256 h;
+    rk_sha256_init(&h);
+    if (rk_template_text(&tpl, &err) == RK_OK) rk_sha256_update(&h, tpl.p, tpl.len);
+    rk_sha256_final(&h, c->template_hash);
+    rk_buf_free(&tpl);
+
+    char dir[4096];
+    cache_dir(o, dir, sizeof dir);
+    int disk = o && o->disk_cache ? o->disk_cache > 0 : !env_flag("ROPEKV_DISABLE_CACHE");
+    if (disk && dir[0]) {
+        rk_cache_open(&c->cache, dir);
+        if (!c->cache.usable) fprintf(stderr, "ropekv: warning: %s\n", c->cache.why);
+    } else {
+        c->cache.usable = 0;
+    }
+    logf_(c, "backend %s, target %s (arch row %s), compiler %s, cache %s", c->dev.ops->name, c->dev.target,
+          c->arch->name, c->dev.compiler_id, c->cache.usable ? c->cache.dir : "memory only");
+    *out = c;
+    return ROPEKV_OK;
+}
+
+void ropekv_destroy(ropekv_ctx *c) {
+    if (!c) return;
+    ropekv_kernel *k = c->kernels;
+    while (k) {
+        ropekv_kernel *n = k->next;
+        if (k->module && c->dev.ops) c->dev.ops->unload(&c->dev, k->module);
+        free(k->error);
+        free(k);
+        k = n;
+    }
+    if (c->dev.ops) c->dev.ops->close(&c->dev);
+    free(c->specs);
+    pthread_cond_destroy(&c->built);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* ---- specs loaded at run time ------------------------------------------------------------------ */
+ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char *text, size_t len) {
+    if (!c || !file || !text) return c ? fail(c, ROPEKV_ERR_NULL, "load_spec_text: NULL file or text") : ROPEKV_ERR_NULL;
+    rk_spec s;
+    rk_err err = {0};
+    int rc = rk_spec_load(file, text, len, &c->archs, &s, &err);
+    if (rc != RK_OK) return fail(c, from_rk(rc), "%s", err.msg);
+    pthread_mutex_lock(&c->mu);
+    int i = 0;
+    while (i < c->n_specs && strcmp(c->specs[i].spec.name, s.name) != 0) i++;
+    if (i == c->n_specs) {
+        runtime_spec *grown = realloc(c->specs, sizeof *grown * (size_t)(c->n_specs + 1));
+        if (!grown) {
+            pthread_mutex_unlock(&c->mu);
+            return fail(c, ROPEKV_ERR_NOMEM, "load_spec: out of memory");
+        }
+        c->specs = grown;
+        c->n_specs++;
+    }
+    c->specs[i].spec = s;
+    c->specs[i].generation = ++c->generation; /* kernels of the old content are never found again */
+    pthread_mutex_unlock(&c->mu);
+    logf_(c, "loaded spec %s from %s", s.name, file);
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
+    if (!c || !path) return c ? fail(c, ROPEKV_ERR_NULL, "load_spec: NULL path") : ROPEKV_ERR_NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(c, ROPEKV_ERR_IO, "cannot open spec %s: %s", path, strerror(errno));
+    rk_buf b = {0};
+    char chunk[4096];
+    size_t n;
+    int rc = RK_OK;
+    while (rc == RK_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        rc = rk_buf_put(&b, chunk, n);
+        if (b.len > (1u << 20)) rc = RK_ESPEC_LIMIT;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    ropekv_status s = rc == RK_ESPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
+                    : rc != RK_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
+                    : bad ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
+                    : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
+    rk_buf_free(&b);
+    return s;
+}
+
+ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
+    if (!c) return ROPEKV_ERR_NULL;
+    if (!c->cache.usable) return ROPEKV_OK;
+    return rk_cache_clear(&c->cache) < 0 ? fail(c, ROPEKV_ERR_CACHE, "cannot clear %s", c->cache.dir) : ROPEKV_OK;
+}
+
+/* ---- resolving a variant to its source ---------------------------------------------------------- */
+static const rk_kv KV[] = {RK_KV_BF16, RK_KV_FP8};
+static const rk_qform QF[] = {RK_Q_ABSORBED, RK_Q_ZERO_COPY, RK_Q_INPLACE, RK_Q_NONE};
+static const rk_idx IDX[] = {RK_IDX_I64, RK_IDX_I32};
+
+/* A resolved variant: its code description and where its source comes from. */
+typedef struct resolved {
+    kdesc d;
+    char key[192];
+    char name[192];
+    unsigned generation;
+    const rk_builtin *builtin;     /* source emitted at build time, or */
+    rk_variant variant;            /* a run-time spec's variant, rendered on a miss */
+    rk_spec spec;                  /* (copy: the variant points here) */
+} resolved;
+
+static int valid_variant(const ropekv_variant *v) {
+    return (unsigned)v->kv <= ROPEKV_KV_FP8_E4M3 && (unsigned)v->q <= ROPEKV_Q_NONE &&
+           (unsigned)v->positions <= ROPEKV_INDEX_INT32 && (unsigned)v->slots <= ROPEKV_INDEX_INT32;
+}
+
+static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r) {
+    memset(r, 0, sizeof *r);
+    if (c->dev.refused[0]) return fail(c, ROPEKV_ERR_TARGET, "%s", c->dev.refused);
+    if (!v || !v->spec) return fail(c, ROPEKV_ERR_NULL, "variant or variant.spec is NULL");
+    if (!valid_variant(v)) return fail(c, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
+    snprintf(r->key, sizeof r->key, "%s/%s/%s/%s/pos=%s/slot=%s", v->spec, c->arch->name, rk_kv_name(KV[v->kv]),
+             rk_qform_name(QF[v->q]), rk_idx_name(IDX[v->positions]), rk_idx_name(IDX[v->slots]));
+    int have_spec = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_specs; i++)
+        if (!strcmp(c->specs[i].spec.name, v->spec)) {
+            r->spec = c->specs[i].spec;
+            r->generation = c->specs[i].generation;
+            have_spec = 1;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (have_spec) {
+        rk_variant all[RK_MAX_VARIANTS_PER_SPEC];
+        rk_err err = {0};
+        int n = rk_variants(&r->spec, &c->archs, all, RK_MAX_VARIANTS_PER_SPEC, &err);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(all[i].key, r->key)) {
+                r->variant = all[i];
+                r->variant.spec = &r->spec;
+                rk_variant_parts(&r->variant, &r->d.p);
+                r->d.block = r->variant.arch->block;
+                snprintf(r->name, sizeof r->name, "%s", r->variant.name);
+                return ROPEKV_OK;
+            }
+        return fail(c, ROPEKV_ERR_UNSUPPORTED, "spec %s (loaded at run time) has no variant %s", v->spec, r->key);
+    }
+    for (size_t i = 0; i < rk_builtin_count; i++) {
+        const rk_builtin *b = &rk_builtins[i];
+        if (strcmp(b->key, r->key) != 0) continue;
+        rk_err err = {0};
+        if (rk_name_parse(b->kernel, &r->d.p, &err) != RK_OK) return fail(c, ROPEKV_ERR_RENDER, "%s", err.msg);
+        r->d.block = b->block;
+        r->builtin = b;
+        snprintf(r->name, sizeof r->name, "%s", b->kernel);
+        return ROPEKV_OK;
+    }
+    for (size_t i = 0; i < rk_builtin_count; i++)
+        if (!strcmp(rk_builtins[i].spec, v->spec))
+            return fail(c, ROPEKV_ERR_UNSUPPORTED, "spec %s does not list %s (target %s)", v->spec, r->key,
+                        c->dev.target);
+    return fail(c, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in or loaded", v->spec);
+}
+
+/* ---- the cache key ------------------------------------------------------------------------------------ */
+static void key_digest(const ropekv_ctx *c, const resolved *r, const char *src, size_t len, unsigned char out[32]) {
+    unsigned char src_hash[32];
+    rk_sha256 h;
+    rk_sha256_init(&h);
+    rk_sha256_update(&h, src, len);
+    rk_sha256_final(&h, src_hash);
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%u", RK_CACHE_FORMAT);
+    rk_sha256_init(&h);
+    rk_sha256_field(&h, fmt, strlen(fmt));
+    rk_sha256_field(&h, ROPEKV_VERSION_STRING, strlen(ROPEKV_VERSION_STRING));
+    rk_sha256_field(&h, c->template_hash, 32);
+    rk_sha256_field(&h, r->key, strlen(r->key));
+    rk_sha256_field(&h, r->name, strlen(r->name));
+    rk_sha256_field(&h, src_hash, 32);
+    rk_sha256_field(&h, c->dev.ops->name, strlen(c->dev.ops->name));
+    rk_sha256_field(&h, c->dev.compiler_id, strlen(c->dev.compiler_id));
+    rk_sha256_field(&h, c->dev.target, strlen(c->dev.target));
+    rk_sha256_field(&h, c->dev.options, strlen(c->dev.options));
+    rk_sha256_field(&h, c->arch->options, strlen(c->arch->options));
+    rk_sha256_final(&h, out);
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Source -> digest -> disk cache or compiler -> loaded module. Runs without the context lock. */
+static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
+    rk_buf src = {0}, log = {0};
+    rk_err err = {0};
+    ropekv_status s = ROPEKV_OK;
+    const char *text;
+    size_t len;
+    if (r->builtin) {
+        text = r->builtin->source;
+        len = r->builtin->len;
+    } else {
+        int rc = rk_emit(&r->variant, &src, &err);
+        if (rc != RK_OK) return fail(c, from_rk(rc), "%s", err.msg);
+        text = src.p;
+        len = src.len;
+    }
+    unsigned char digest[32];
+    char hex[65], why[1024] = "";
+    key_digest(c, r, text, len, digest);
+    rk_sha256_hex(digest, hex);
+    rk_codeobj co = {0};
+    int from_disk = 0, lock = -1;
+    if (c->cache.usable) {
+        if (rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK) {
+            from_disk = 1;
+        } else {
+            if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
+            lock = rk_cache_lock(&c->cache, digest); /* another process may be compiling it: wait */
+            why[0] = '\0';
+            from_disk = rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK;
+        }
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!from_disk) {
+            double t0 = now_ms();
+            int rc = c->dev.ops->compile(&c->dev, text, len, r->name, c->arch, &co, &log);
+            if (rc != RK_OK) {
+                s = fail(c, from_rk(rc), "compiling %s (%s) for %s with %s:\n%s", r->key, r->name, c->dev.target,
+                         c->dev.compiler_id, log.p ? log.p : "");
+                break;
+            }
+            logf_(c, "compiled %s for %s in %.1f ms (%zu bytes)", r->name, c->dev.target, now_ms() - t0, co.len);
+            if (c->cache.usable && rk_cache_put(&c->cache, digest, co.data, co.len, why, sizeof why) != RK_CACHE_OK)
+                fprintf(stderr, "ropekv: warning: %s\n", why);
+        } else {
+            logf_(c, "disk cache hit %s (%s)", r->name, hex);
+        }
+        log.len = 0;
+        int rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module, k->fn, &log);
+        if (rc == RK_OK) break;
+        if (!from_disk) {
+            s = fail(c, from_rk(rc), "loading %s: %s", r->name, log.p ? log.p : "");
+            break;
+        }
+        /* A cached object that does not load is dropped and rebuilt once. */
+        fprintf(stderr, "ropekv: warning: cached %s/%s.rkco does not load (%s); rebuilding\n", c->cache.dir, hex,
+                log.p ? log.p : "");
+        rk_code_free(&co);
+        from_disk = 0;
+    }
+    if (lock >= 0) rk_cache_unlock(lock);
+    rk_code_free(&co);
+    rk_buf_free(&src);
+    rk_buf_free(&log);
+    return s;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------------------ */
+static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
+    return k->kv == v->kv && k->q == v->q && k->pos == v->positions && k->slot == v->slots &&
+           k->generation == gen && strcmp(k->spec, v->spec) == 0;
+}
+
+static unsigned spec_generation(const ropekv_ctx *c, const char *spec) {
+    for (int i = 0; i < c->n_specs; i++)
+        if (!strcmp(c->specs[i].spec.name, spec)) return c->specs[i].generation;
+    return 0;
+}
+
+ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_kernel **out) {
+    if (!c || !out) return c ? fail(c, ROPEKV_ERR_NULL, "kernel_get: NULL out") : ROPEKV_ERR_NULL;
+    *out = NULL;
+    if (!v || !v->spec) return fail(c, ROPEKV_ERR_NULL, "variant or variant.spec is NULL");
+    if (!valid_variant(v)) return fail(c, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
+    if (strlen(v->spec) >= sizeof((ropekv_kernel *)0)->spec) return fail(c, ROPEKV_ERR_NO_SPEC, "spec name too long");
+
+    pthread_mutex_lock(&c->mu);
+    unsigned gen = spec_generation(c, v->spec);
+    ropekv_kernel *k = c->kernels;
+    while (k && !same_lookup(k, v, gen)) k = k->next;
+    if (k) {
+        while (k->state == 0) pthread_cond_wait(&c->built, &c->mu);
+        ropekv_status s = k->status;
+        if (s == ROPEKV_OK) {
+            k->refs++;
+            *out = k;
+            pthread_mutex_unlock(&c->mu);
+            return ROPEKV_OK;
+        }
+        snprintf(c->error, sizeof c->error, "%s", k->error ? k->error : ropekv_status_name(s));
+        pthread_mutex_unlock(&c->mu);
+        return s;
+    }
+    k = calloc(1, sizeof *k);
+    if (!k) {
+        pthread_mutex_unlock(&c->mu);
+        return fail(c, ROPEKV_ERR_NOMEM, "kernel_get: out of memory");
+    }
+    k->ctx = c;
+    snprintf(k->spec, sizeof k->spec, "%s", v->spec);
+    k->generation = gen;
+    k->kv = v->kv;
+    k->q = v->q;
+    k->pos = v->positions;
+    k->slot = v->slots;
+    k->next = c->kernels;
+    c->kernels = k;
+    pthread_mutex_unlock(&c->mu);
+
+    resolved *r = malloc(sizeof *r);
+    ropekv_status s = r ? resolve(c, v, r) : fail(c, ROPEKV_ERR_NOMEM, "kernel_get: out of memory");
+    if (s == ROPEKV_OK) s = build(c, r, k);
+
+    pthread_mutex_lock(&c->mu);
+    if (s == ROPEKV_OK) {
+        k->d = r->d;
+        snprintf(k->name, sizeof k->name, "%s", r->name);
+        k->status = ROPEKV_OK;
+        k->refs = 1;
+        k->state = 1;
+        *out = k;
+    } else {
+        /* Waiters see this failure; later calls try again. */
+        k->status = s;
+        k->error = strdup(c->error);
+        k->state = 2;
+        k->generation = ~0u; /* never matches a lookup again */
+    }
+    pthread_cond_broadcast(&c->built);
+    pthread_mutex_unlock(&c->mu);
+    free(r);
+    return s;
+}
+
+void ropekv_kernel_release(ropekv_kernel *k) {
+    if (!k) return;
+    pthread_mutex_lock(&k->ctx->mu);
+    if (k->refs > 0) k->refs--; /* modules stay loaded in the context's cache until destroy */
+    pthread_mutex_unlock(&k->ctx->mu);
+}
+
+const char *ropekv_kernel_name(const ropekv_kernel *k) { return k ? k->name : ""; }
+
+/* ---- argument checks ------------------------------------------------------------------------------ */
+typedef struct plan {
+    int wide;        /* 64-bit index math */
+    int64_t total;   /* chunks */
+    int64_t blocks;
+} plan;
+
+#define CHECK(cond, status, ...) \
+    do {                         \
+        if (!(cond)) return fail(c, status, __VA_ARGS__); \
+    } while (0)
+
+static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+/* Rows of width w at strides (st, sh) over T x H must not overlap (either nesting order). */
+static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
+    if (st < 0 || sh < 0) return 0;
+    int ok_th = (H == 1 || sh >= w) && (T == 1 || st >= (H - 1) * sh + w);
+    int ok_ht = (T == 1 || st >= w) && (H == 1 || sh >= (T - 1) * st + w);
+    return ok_th || ok_ht;
+}
+
+/* Largest element offset touched through (st, sh) plus one row. */
+static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
+    return (T - 1) * st + (H - 1) * sh + w;
+}
+
+static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args *a, plan *pl) {
+    const rk_name_parts *p = &d->p;
+    const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
+    const int absorbed = p->q == RK_Q_ABSORBED, zc = p->q == RK_Q_ZERO_COPY, inplace = p->q == RK_Q_INPLACE;
+    const int has_q = p->q != RK_Q_NONE, fp8 = p->kv_fp8;
+    CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
+    CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
+    CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
+    CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
+    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
+    /* required pointers */
+    CHECK(!absorbed || a->q_nope, ROPEKV_ERR_NULL, "q_nope is NULL (q form absorbed)");
+    CHECK(!has_q || a->q_pe, ROPEKV_ERR_NULL, "q_pe is NULL");
+    CHECK(!(absorbed || zc) || a->q_out, ROPEKV_ERR_NULL, "q_out is NULL");
+    CHECK(a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
+    CHECK(a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
+    CHECK(a->kv_cache, ROPEKV_ERR_NULL, "kv_cache is NULL");
+    CHECK(a->positions, ROPEKV_ERR_NULL, "positions is NULL");
+    CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
+    CHECK(p->rope == RK_ROPE_NONE || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
+    CHECK(p->rope == RK_ROPE_NONE || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
+          "sin is NULL (the spec's cos/sin tables are split)");
+    CHECK(!fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL, "k_scale is NULL (fp8 cache with a scale)");
+    /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
+    CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
+          "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st, (long long)a->q_nope_sh,
+          (long long)L);
+    CHECK(!has_q || rows_disjoint(T, H, a->q_pe_st, a->q_pe_sh, R), ROPEKV_ERR_STRIDE,
+          "q_pe strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_pe_st, (long long)a->q_pe_sh,
+          (long long)R);
+    CHECK(!(absorbed || zc) || rows_disjoint(T, H, a->q_out_st, a->q_out_sh, W), ROPEKV_ERR_STRIDE,
+          "q_out strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_out_st, (long long)a->q_out_sh,
+          (long long)W);
+    CHECK(rows_disjoint(T, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
+          (long long)a->k_nope_st, (long long)L);
+    CHECK(rows_disjoint(T, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
+          (long long)a->k_pe_st, (long long)R);
+    CHECK(a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld", (long long)a->kv_st,
+          (long long)W);
+    /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows) */
+    const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16;
+    CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
+          "q_nope must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
+          "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(!(absorbed || zc) || (aligned(a->q_out, 16) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
+          ROPEKV_ERR_ALIGN, "q_out must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0, ROPEKV_ERR_ALIGN,
+          "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
+    CHECK(aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0, ROPEKV_ERR_ALIGN,
+          "k_pe must be 16-byte aligned with a token stride a multiple of 8 elements");
+    CHECK(aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0, ROPEKV_ERR_ALIGN,
+          "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
+          (long long)kv_align);
+    CHECK(aligned(a->positions, p->pos == RK_IDX_I64 ? 8 : 4) && aligned(a->slots, p->slot == RK_IDX_I64 ? 8 : 4),
+          ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
+    const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
+    CHECK(p->rope == RK_ROPE_NONE || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))),
+          ROPEKV_ERR_ALIGN, "cos/sin tables must be %zu-byte aligned", cs_align);
+    CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
+
+    /* launch size and index width */
+    const int64_t qch = absorbed ? W / 8 : has_q ? R / 8 : 0, wch = W / 8;
+    pl->total = T * (H * qch + wch);
+    pl->blocks = (pl->total + d->block - 1) / d->block;
+    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
+          (long long)H);
+    int64_t reach = pl->total + d->block;
+    if (T > 0) {
+        int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+        int64_t spans[] = {
+            absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
+            has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
+            (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
+            span(T, 1, a->k_nope_st, 0, L),
+            span(T, 1, a->k_pe_st, 0, R),
+            a->kv_rows * a->kv_st + W,
+            a->max_pos * cs_w,
+        };
+        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+            if (spans[i] > reach) reach = spans[i];
+    }
+    pl->wide = reach >= INT32_MAX;
+    (void)inplace;
+    return ROPEKV_OK;
+}
+
+static void to_rk_args(const ropekv_args *a, rk_args *r) {
+    *r = (rk_args){
+        .q_nope = a->q_nope, .q_pe = a->q_pe, .q_out = a->q_out, .k_nope = a->k_nope, .k_pe = a->k_pe,
+        .kv_cache = a->kv_cache, .positions = a->positions, .slots = a->slots, .cos = a->cos_sin, .sin = a->sin,
+        .k_scale = a->k_scale, .tokens = a->tokens, .heads = a->heads, .max_pos = a->max_pos,
+        .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
+        .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh, .k_nope_st = a->k_nope_st, .k_pe_st = a->k_pe_st,
+        .kv_st = a->kv_st, .kv_rows = a->kv_rows,
+    };
+}
+
+ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream) {
+    if (!k) return ROPEKV_ERR_NULL;
+    ropekv_ctx *c = k->ctx;
+    plan pl;
+    ropekv_status s = check_args(c, &k->d, a, &pl);
+    if (s != ROPEKV_OK || pl.total == 0) return s;
+    rk_args ra;
+    to_rk_args(a, &ra);
+    rk_buf log = {0};
+    int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, stream, &log);
+    if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
+    rk_buf_free(&log);
+    return s;
+}
+
+ropekv_status ropekv_query(ropekv_ctx *c, const ropekv_variant *v, const ropekv_args *a, char *why, size_t cap) {
+    if (!c) return ROPEKV_ERR_NULL;
+    resolved *r = malloc(sizeof *r);
+    if (!r) return fail(c, ROPEKV_ERR_NOMEM, "query: out of memory");
+    ropekv_status s = resolve(c, v, r);
+    plan pl;
+    if (s == ROPEKV_OK && a) s = check_args(c, &r->d, a, &pl);
+    free(r);
+    if (why && cap) snprintf(why, cap, "%s", s == ROPEKV_OK ? "supported" : c->error);
+    return s;
+}

@@ -1,0 +1,163 @@
+/* Host backend: every built-in variant equals the reference bit for bit over the standard shapes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "host_backend.h"
+#include "rk.h"
+
+static char dir[] = "/tmp/ropekv-test-host-XXXXXX";
+
+static int make_dir(void **state) {
+    (void)state;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int remove_dir(void **state) {
+    (void)state;
+    return rmdir(dir);
+}
+
+static void test_every_variant_matches_reference(void **state) {
+    (void)state;
+    static rk_catalog cat;
+    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    rk_err err = {0};
+    assert_int_equal(rk_catalog_load_embedded(&cat, &err), RK_OK);
+    int total = 0, failed = 0;
+    for (int s = 0; s < cat.n_specs; s++) {
+        int n = rk_variants(&cat.specs[s], &cat.archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++) {
+            char why[4096];
+            total++;
+            if (!rk_host_check_variant(&v[i], dir, why, sizeof why)) {
+                failed++;
+                print_error("%s: %s\n", v[i].key, why);
+            }
+        }
+    }
+    print_message("%d variants checked, %d failed\n", total, failed);
+    assert_int_equal(failed, 0);
+}
+
+static void test_compiler_error_is_reported(void **state) {
+    (void)state;
+    const char src[] = "this is not C++;\n";
+    rk_host_kernel k;
+    char log[4096];
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_broken", dir, &k, log, sizeof log), RK_ECOMPILE);
+    assert_non_null(strstr(log, "error"));
+    assert_null(k.so);
+}
+
+static void test_missing_entry_is_reported(void **state) {
+    (void)state;
+    const char src[] = "extern \"C\" void other(void) {}\n";
+    rk_host_kernel k;
+    char log[4096];
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_absent", dir, &k, log, sizeof log), RK_ECOMPILE);
+    assert_non_null(strstr(log, "kernel rk_absent not found"));
+    char so[4200];
+    snprintf(so, sizeof so, "%s/rk_absent.so", dir);
+    unlink(so);
+}
+
+typedef struct host_run {
+    rk_host_kernel *k;
+} host_run;
+
+static int run_host(void *ctx, const rk_variant *v, const rk_args *a) {
+    (void)v;
+    rk_host_launch(((host_run *)ctx)->k, a, 0);
+    return 0;
+}
+
+/* Replaces the first occurrence of from by to in src (in place, src has room). */
+static void replace(rk_buf *src, const char *from, const char *to) {
+    char *at = strstr(src->p, from);
+    assert_non_null(at);
+    size_t nf = strlen(from), nt = strlen(to), tail = strlen(at + nf);
+    assert_true(nt <= nf);
+    memmove(at + nt, at + nf, tail + 1);
+    memcpy(at, to, nt);
+    src->len = strlen(src->p);
+}
+
+/* Finds a built-in variant by key. */
+static const rk_variant *variant(const char *key) {
+    static rk_catalog cat;
+    static rk_variant v[RK_MAX_SPECS * 64];
+    static int n = -1;
+    rk_err err = {0};
+    if (n < 0) {
+        assert_int_equal(rk_catalog_load_embedded(&cat, &err), RK_OK);
+        n = 0;
+        for (int s = 0; s < cat.n_specs; s++) n += rk_variants(&cat.specs[s], &cat.archs, v + n, RK_MAX_SPECS * 64 - n, &err);
+    }
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].key, key)) return &v[i];
+    fail_msg("no variant %s", key);
+    return NULL;
+}
+
+/* The comparison can fail: a kernel with one deliberate change is caught. */
+static void test_check_catches_a_wrong_kernel(void **state) {
+    (void)state;
+    static const struct {
+        const char *key, *from, *to;
+        int caught;
+    } mutations[] = {
+        /* two roundings instead of one fused multiply-add */
+        {"deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int64", "rk_fma(x0, c[i], -(x1 * s[i]))",
+         "(x0 * c[i] - x1 * s[i])", 1},
+        /* no saturation at the spec's FNUZ bound of 224 */
+        {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64", "return x > SAT ? SAT : x < -SAT ? -SAT : x;",
+         "return x;", 1},
+        /* no clamp of positions at max_pos */
+        {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p",
+         "p < 0 ? 0 : p", 1},
+        /* negative slots written */
+        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "} else if (slot >= 0 && slot < a.kv_rows) {",
+         "} else if (slot < a.kv_rows) {", 1},
+        /* a line that cannot matter for a skip_kv spec: the check must not flag it */
+        {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "if (SKIP_ALL && slot < 0) return;", "", 0},
+    };
+    for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
+        const rk_variant *v = variant(mutations[m].key);
+        rk_buf src = {0};
+        rk_err err = {0};
+        assert_int_equal(rk_emit(v, &src, &err), RK_OK);
+        replace(&src, mutations[m].from, mutations[m].to);
+        rk_host_kernel k;
+        char why[4096] = "";
+        assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), RK_OK);
+        rk_buf_free(&src);
+        host_run hr = {&k};
+        rk_shape sh = {.tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+        int rc = rk_check(v, &sh, 7, run_host, &hr, why, sizeof why);
+        rk_host_unload(&k);
+        char so[4200];
+        snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
+        unlink(so);
+        print_message("mutation %zu: %s\n", m, rc ? why : "no difference");
+        assert_int_equal(rc, mutations[m].caught);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compiler_error_is_reported),
+        cmocka_unit_test(test_missing_entry_is_reported),
+        cmocka_unit_test(test_check_catches_a_wrong_kernel),
+        cmocka_unit_test(test_every_variant_matches_reference),
+    };
+    return cmocka_run_group_tests_name("host_backend", tests, make_dir, remove_dir);
+}

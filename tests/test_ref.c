@@ -1,0 +1,978 @@
+/* Tests for the CPU reference (gen/ref.c): scalar conversions against independently derived tables,
+ * and the op against hand-computed vectors. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rk.h"
+
+/* ---- small helpers ----------------------------------------------------------------------------- */
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* bf16 bits of a value the test knows to be exactly representable. */
+static uint16_t bfx(float f) {
+    uint32_t u = fbits(f);
+    assert_int_equal(u & 0xffffu, 0);
+    return (uint16_t)(u >> 16);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+#define SENT16 0xdeadu
+#define SENT8 0xa5u
+
+static void fill16(uint16_t *p, size_t n, uint16_t v) {
+    for (size_t i = 0; i < n; i++) p[i] = v;
+}
+
+static void fill8(uint8_t *p, size_t n, uint8_t v) { memset(p, v, n); }
+
+static void put_f(uint16_t *dst, const float *x, int n) {
+    for (int i = 0; i < n; i++) dst[i] = bfx(x[i]);
+}
+
+static void put_h(uint16_t *dst, const uint16_t *x, int n) { memcpy(dst, x, (size_t)n * sizeof *dst); }
+
+static void check16(const uint16_t *got, const uint16_t *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("%s[%zu]: got 0x%04x, want 0x%04x", what, i, (unsigned)got[i], (unsigned)want[i]);
+}
+
+static void check8(const uint8_t *got, const uint8_t *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("%s[%zu]: got 0x%02x, want 0x%02x", what, i, (unsigned)got[i], (unsigned)want[i]);
+}
+
+/* ---- a variant built by hand: L = R = 8 ------------------------------------------------------------ */
+
+typedef struct setup {
+    rk_spec spec;
+    rk_arch arch;
+    rk_variant v;
+} setup;
+
+static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
+    memset(s, 0, sizeof *s);
+    strcpy(s->spec.name, "test");
+    s->spec.kv_lora_rank = 8;
+    s->spec.rope_dim = 8;
+    s->spec.rope = rope;
+    s->spec.cos_sin = cs;
+    s->spec.fp8_scale = RK_SCALE_NONE;
+    s->spec.fp8_sat_ocp = 448.0f;
+    s->spec.fp8_sat_fnuz = 240.0f;
+    s->spec.negative_slot = RK_NEG_SKIP_KV;
+    strcpy(s->arch.name, "host");
+    s->arch.vendor = RK_VENDOR_HOST;
+    s->arch.wave = 32;
+    s->arch.fp8 = RK_FP8_OCP;
+    s->arch.vec_bytes = 16;
+    s->arch.block = 256;
+    s->arch.compiler = RK_CC_HOST;
+    s->v.spec = &s->spec;
+    s->v.arch = &s->arch;
+    s->v.kv = RK_KV_BF16;
+    s->v.q = RK_Q_ABSORBED;
+    s->v.pos = RK_IDX_I64;
+    s->v.slot = RK_IDX_I64;
+    s->v.fp8 = RK_FP8_OCP;
+    s->v.sat = 448.0f;
+}
+
+/* ---- bf16 -------------------------------------------------------------------------------------- */
+
+static void test_bf16_to_f32_exact(void **state) {
+    (void)state;
+    for (uint32_t b = 0; b < 0x10000u; b++)
+        assert_int_equal(fbits(rk_bf16_to_f32((uint16_t)b)), b << 16);
+    assert_true(rk_bf16_to_f32(0x3f80) == 1.0f);
+    assert_true(rk_bf16_to_f32(0xc0a0) == -5.0f);
+}
+
+static void test_f32_to_bf16_rne(void **state) {
+    (void)state;
+    static const struct { uint32_t f; uint16_t b; } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1.0 exact */
+        {0x3f808000u, 0x3f80}, /* tie, 0x3f80 even: down */
+        {0x3f818000u, 0x3f82}, /* tie, 0x3f81 odd: up */
+        {0x3f808001u, 0x3f81}, /* just above the tie */
+        {0x3f817fffu, 0x3f81}, /* just below the tie */
+        {0xbf808000u, 0xbf80}, /* negative tie: magnitude to even */
+        {0xbf818000u, 0xbf82},
+        {0x7fc00000u, 0x7fff}, /* quiet NaN */
+        {0xffc00000u, 0x7fff}, /* negative NaN: sign dropped */
+        {0x7f800001u, 0x7fff}, /* signalling NaN */
+        {0xff812345u, 0x7fff}, /* NaN with payload */
+        {0x7fff0000u, 0x7fff},
+        {0x7f800000u, 0x7f80}, /* +inf */
+        {0xff800000u, 0xff80}, /* -inf */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds up to inf */
+        {0x7f7f8000u, 0x7f80}, /* tie at the top, 0x7f7f odd: inf */
+        {0x7f7f7fffu, 0x7f7f}, /* stays the largest finite */
+        {0xff7fffffu, 0xff80}, /* -FLT_MAX -> -inf */
+        {0x00010000u, 0x0001}, /* f32 subnormal kept */
+        {0x00008000u, 0x0000}, /* subnormal tie to even zero */
+        {0x00018000u, 0x0002}, /* subnormal tie up */
+        {0x00000001u, 0x0000}, /* smallest subnormal rounds to zero */
+        {0x80008001u, 0x8001}, /* negative subnormal above the tie */
+        {0x007f8000u, 0x0080}, /* largest subnormal region carries into the smallest normal */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x00000000u, 0x0000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t got = rk_f32_to_bf16(bitsf(cases[i].f));
+        if (got != cases[i].b)
+            fail_msg("bf16(0x%08x): got 0x%04x, want 0x%04x", (unsigned)cases[i].f, (unsigned)got,
+                     (unsigned)cases[i].b);
+    }
+    /* Every non-NaN bf16 survives the round trip. */
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        if ((b & 0x7fffu) > 0x7f80u) continue;
+        assert_int_equal(rk_f32_to_bf16(rk_bf16_to_f32((uint16_t)b)), b);
+    }
+}
+
+/* ---- fp8: an independent decode table and a nearest-value search -------------------------------- */
+
+typedef struct fp8_table {
+    int fnuz;
+    int max_code;   /* largest finite magnitude code */
+    int nan[256];
+    double v[256];  /* decoded value (unused for NaN codes) */
+} fp8_table;
+
+/* value = (-1)^s * 2^(e - bias) * (1 + m/8) for e > 0, (-1)^s * 2^(1 - bias) * (m/8) for e = 0. */
+static void fp8_table_build(fp8_table *t, int fnuz) {
+    const int bias = fnuz ? 8 : 7;
+    t->fnuz = fnuz;
+    t->max_code = fnuz ? 0x7f : 0x7e;
+    for (int c = 0; c < 256; c++) {
+        int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+        t->nan[c] = fnuz ? (c == 0x80) : (e == 15 && m == 7);
+        double mag = e == 0 ? (m / 8.0) * pow(2.0, 1 - bias) : (1.0 + m / 8.0) * pow(2.0, e - bias);
+        t->v[c] = s ? -mag : mag;
+    }
+}
+
+/* Encoding by search: the nearest finite magnitude (ties to the even code, i.e. even mantissa),
+ * saturation above the max, then the sign and NaN rules of the format. */
+static uint8_t fp8_oracle(const fp8_table *t, float f) {
+    if (isnan(f)) return t->fnuz ? 0x80 : 0x7f;
+    double a = fabs((double)f);
+    int best = 0;
+    if (a > t->v[t->max_code]) {
+        best = t->max_code;
+    } else {
+        double bestd = a;
+        for (int c = 1; c <= t->max_code; c++) {
+            double d = fabs(a - t->v[c]);
+            if (d < bestd || (d == bestd && (c & 1) == 0)) {
+                best = c;
+                bestd = d;
+            }
+        }
+    }
+    if (signbit(f)) {
+        if (t->fnuz) return best == 0 ? 0x00 : (uint8_t)(best | 0x80);
+        return (uint8_t)(best | 0x80);
+    }
+    return (uint8_t)best;
+}
+
+static void check_decode(rk_fp8_fmt fmt, int fnuz) {
+    fp8_table t;
+    fp8_table_build(&t, fnuz);
+    int nans = 0;
+    for (int c = 0; c < 256; c++) {
+        float got = rk_fp8_to_f32((uint8_t)c, fmt);
+        if (t.nan[c]) {
+            nans++;
+            if (!isnan(got)) fail_msg("code 0x%02x should decode to NaN, got %a", c, (double)got);
+            continue;
+        }
+        if ((double)got != t.v[c] || (signbit(got) != 0) != ((c & 0x80) != 0))
+            fail_msg("code 0x%02x: got %a, want %a", c, (double)got, t.v[c]);
+    }
+    assert_int_equal(nans, fnuz ? 1 : 2);
+}
+
+static void test_fp8_decode_ocp(void **state) {
+    (void)state;
+    check_decode(RK_FP8_OCP, 0);
+    assert_true(rk_fp8_to_f32(0x7e, RK_FP8_OCP) == 448.0f);
+    assert_true(rk_fp8_to_f32(0x01, RK_FP8_OCP) == 0x1p-9f);
+    assert_true(rk_fp8_to_f32(0x38, RK_FP8_OCP) == 1.0f);
+    assert_true(signbit(rk_fp8_to_f32(0x80, RK_FP8_OCP)) && rk_fp8_to_f32(0x80, RK_FP8_OCP) == 0.0f);
+}
+
+static void test_fp8_decode_fnuz(void **state) {
+    (void)state;
+    check_decode(RK_FP8_FNUZ, 1);
+    assert_true(rk_fp8_to_f32(0x7f, RK_FP8_FNUZ) == 240.0f);
+    assert_true(rk_fp8_to_f32(0xff, RK_FP8_FNUZ) == -240.0f);
+    assert_true(rk_fp8_to_f32(0x01, RK_FP8_FNUZ) == 0x1p-10f);
+    assert_true(rk_fp8_to_f32(0x40, RK_FP8_FNUZ) == 1.0f);
+    assert_true(isnan(rk_fp8_to_f32(0x80, RK_FP8_FNUZ)));
+}
+
+static void check_encode_one(const fp8_table *t, rk_fp8_fmt fmt, float f) {
+    uint8_t want = fp8_oracle(t, f), got = rk_f32_to_fp8(f, fmt);
+    if (got != want)
+        fail_msg("%s fp8(%a = 0x%08x): got 0x%02x, want 0x%02x", t->fnuz ? "fnuz" : "ocp", (double)f,
+                 (unsigned)fbits(f), (unsigned)got, (unsigned)want);
+}
+
+static void check_encode_all(rk_fp8_fmt fmt, int fnuz) {
+    fp8_table t;
+    fp8_table_build(&t, fnuz);
+    /* Every bf16 value (all classes: zeros, subnormals, normals, inf, NaN). */
+    for (uint32_t b = 0; b < 0x10000u; b++) check_encode_one(&t, fmt, bitsf(b << 16));
+    /* Midpoints between neighbouring codes, and one f32 ulp either side, both signs. */
+    for (int c = 0; c < t.max_code + 1; c++) {
+        double hi = c < t.max_code ? t.v[c + 1] : 2.0 * t.v[c]; /* past the max: beyond saturation */
+        float mid = (float)((t.v[c] + hi) / 2.0);
+        float pts[] = {(float)t.v[c], mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY),
+                       nextafterf((float)t.v[c], 0.0f), nextafterf((float)t.v[c], INFINITY)};
+        for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+            check_encode_one(&t, fmt, pts[i]);
+            check_encode_one(&t, fmt, -pts[i]);
+        }
+    }
+    /* Random bit patterns, and random values spread over the format's range. */
+    for (int i = 0; i < 100000; i++) check_encode_one(&t, fmt, bitsf(rng32()));
+    for (int i = 0; i < 100000; i++) {
+        uint32_t r = rng32();
+        int e = (int)(r % 26) - 15; /* 2^-15 .. 2^10 */
+        float f = ldexpf(1.0f + (float)(rng32() & 0x7fffffu) * 0x1p-23f, e);
+        check_encode_one(&t, fmt, (r & 0x80000000u) ? -f : f);
+    }
+}
+
+static void test_fp8_encode_bruteforce_ocp(void **state) {
+    (void)state;
+    check_encode_all(RK_FP8_OCP, 0);
+}
+
+static void test_fp8_encode_bruteforce_fnuz(void **state) {
+    (void)state;
+    check_encode_all(RK_FP8_FNUZ, 1);
+}
+
+typedef struct enc_case {
+    float f;
+    uint8_t code;
+} enc_case;
+
+static void check_cases(rk_fp8_fmt fmt, const enc_case *c, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t got = rk_f32_to_fp8(c[i].f, fmt);
+        if (got != c[i].code)
+            fail_msg("%s fp8(%a): got 0x%02x, want 0x%02x", fmt == RK_FP8_FNUZ ? "fnuz" : "ocp",
+                     (double)c[i].f, (unsigned)got, (unsigned)c[i].code);
+    }
+}
+
+static void test_fp8_encode_boundaries_ocp(void **state) {
+    (void)state;
+    const enc_case c[] = {
+        {448.0f, 0x7e},   {-448.0f, 0xfe},  {464.0f, 0x7e}, /* midpoint to 480: saturates */
+        {480.0f, 0x7e},   {1e30f, 0x7e},    {INFINITY, 0x7e},  {-INFINITY, 0xfe},
+        {432.0f, 0x7e},   /* tie between 416 (m5) and 448 (m6): even */
+        {424.0f, 0x7d},   {416.0f, 0x7d},
+        {NAN, 0x7f},      {-NAN, 0x7f},
+        {1.0f, 0x38},     {1.0625f, 0x38}, /* tie to even mantissa 0 */
+        {1.1875f, 0x3a},  /* tie between m1 and m2: m2 */
+        {0x1p-6f, 0x08},  /* smallest normal */
+        {0x1p-9f, 0x01},  /* smallest subnormal */
+        {0x1p-10f, 0x00}, /* half of it: tie to zero */
+        {0x1.000002p-10f, 0x01}, {0x1.8p-9f, 0x02}, /* 1.5 quanta: tie to 2 */
+        {0x1.4p-8f, 0x02}, /* 2.5 quanta: tie to 2 */
+        {0x1.ep-7f, 0x08}, /* 7.5 quanta: tie between 7 and 8 (smallest normal) */
+        {-0x1p-10f, 0x80}, {-0x1p-20f, 0x80}, {-0x1p-149f, 0x80}, {-0.0f, 0x80}, {0.0f, 0x00},
+        {0x1p-149f, 0x00},
+    };
+    check_cases(RK_FP8_OCP, c, sizeof c / sizeof c[0]);
+}
+
+static void test_fp8_encode_boundaries_fnuz(void **state) {
+    (void)state;
+    const enc_case c[] = {
+        {240.0f, 0x7f},   {-240.0f, 0xff},  {248.0f, 0x7f}, {256.0f, 0x7f}, {1e30f, 0x7f},
+        {INFINITY, 0x7f}, {-INFINITY, 0xff},
+        {232.0f, 0x7e},   /* tie between 224 (m6) and 240 (m7): even */
+        {236.0f, 0x7f},   {224.0f, 0x7e},
+        {NAN, 0x80},      {-NAN, 0x80},
+        {1.0f, 0x40},     {0x1p-7f, 0x08}, /* smallest normal */
+        {0x1p-10f, 0x01}, /* smallest subnormal */
+        {0x1p-11f, 0x00}, /* half of it: tie to zero */
+        {0x1.8p-10f, 0x02},
+        {-0x1p-10f, 0x81}, {-0x1p-11f, 0x00}, /* -tiny: no -0 in FNUZ */
+        {-0x1p-20f, 0x00}, {-0.0f, 0x00},     {0.0f, 0x00},
+    };
+    check_cases(RK_FP8_FNUZ, c, sizeof c / sizeof c[0]);
+}
+
+/* ---- the op: shared hand-computed vectors -----------------------------------------------------------
+ * cos/sin rows (pair i = 0..3):
+ *   pos 0: c = 1, s = 0 (identity)
+ *   pos 1: c = {0, 0.5, -1, 2},   s = {1, 0.5, 0, 0.25}
+ *   pos 2: c = s = 9 (never selected: a wrong row shows up as garbage)
+ *   pos 3: c = {0.5, 0, 1, -0.5}, s = {-0.5, 2, 1, 0.5}
+ * Every product and sum below is exact, so each expected bf16 is the exact result. */
+static const float COS_ROWS[4][4] = {{1, 1, 1, 1}, {0, 0.5f, -1, 2}, {9, 9, 9, 9}, {0.5f, 0, 1, -0.5f}};
+static const float SIN_ROWS[4][4] = {{0, 0, 0, 0}, {1, 0.5f, 0, 0.25f}, {9, 9, 9, 9}, {-0.5f, 2, 1, 0.5f}};
+
+static const float XA[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+static const float XB[8] = {-1, 0.5f, 2, -2, 0.25f, 4, -3, 1};
+static const float XC[8] = {4, 2, 1, -1, 3, 3, 2, 4};
+static const float XD[8] = {0.5f, 0.5f, -2, 8, 1, -1, -4, 0.5f};
+static const float XE[8] = {1.5f, -2.5f, 3, 0.125f, -1, 7, 2, 5};
+static const float XF[8] = {6, 1, -1, 2, 3, 4, 0.75f, -0.5f};
+static const float XG[8] = {0.5f, -1, 2, 0.25f, 3, -0.5f, 1, 4};
+static const float XH[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
+static const float KA[8] = {2, 2, -1, 3, 0.5f, 0.5f, 1, -4};
+static const float KB[8] = {1, 1, 0.5f, 0.25f, -2, 1, 4, 4};
+static const float KC[8] = {2, 4, 1, 1, 1, 2, 3, 0.5f};
+static const float KD[8] = {1, -1, 2, -2, 3, -3, 4, -4};
+
+/* GPT-J at pos 1. XA: pairs (1,2) (3,4) (5,6) (7,8) -> (-2,1) (-0.5,3.5) (-5,-6) (12,17.75). */
+static const uint16_t XA_GPTJ_P1[8] = {0xc000, 0x3f80, 0xbf00, 0x4060, 0xc0a0, 0xc0c0, 0x4140, 0x418e};
+/* XB -> (-0.5,-1) (2,+0) (-0.25,-4) (-6.25,1.25) */
+static const uint16_t XB_GPTJ_P1[8] = {0xbf00, 0xbf80, 0x4000, 0x0000, 0xbe80, 0xc080, 0xc0c8, 0x3fa0};
+/* KA -> (-2,2) (-2,1) (-0.5,-0.5) (3,-7.75) */
+static const uint16_t KA_GPTJ_P1[8] = {0xc000, 0x4000, 0xc000, 0x3f80, 0xbf00, 0xbf00, 0x4040, 0xc0f8};
+/* GPT-J at pos 3. XC -> (3,-1) (2,2) (+0,6) (-3,-1) */
+static const uint16_t XC_GPTJ_P3[8] = {0x4040, 0xbf80, 0x4000, 0x4000, 0x0000, 0x40c0, 0xc040, 0xbf80};
+/* XD -> (0.5,+0) (-16,-4) (2,+0) (1.75,-2.25) */
+static const uint16_t XD_GPTJ_P3[8] = {0x3f00, 0x0000, 0xc180, 0xc080, 0x4000, 0x0000, 0x3fe0, 0xc010};
+/* KB -> (1,+0) (-0.5,1) (-3,-1) (-4,+0) */
+static const uint16_t KB_GPTJ_P3[8] = {0x3f80, 0x0000, 0xbf00, 0x3f80, 0xc040, 0xbf80, 0xc080, 0x0000};
+/* Identity (pos 0) */
+static const uint16_t XE_BITS[8] = {0x3fc0, 0xc020, 0x4040, 0x3e00, 0xbf80, 0x40e0, 0x4000, 0x40a0};
+static const uint16_t XF_BITS[8] = {0x40c0, 0x3f80, 0xbf80, 0x4000, 0x4040, 0x4080, 0x3f40, 0xbf00};
+static const uint16_t XA_BITS[8] = {0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0x4100};
+static const uint16_t XH_BITS[8] = {0xbf80, 0xc000, 0xc040, 0xc080, 0xc0a0, 0xc0c0, 0xc0e0, 0xc100};
+static const uint16_t KD_BITS[8] = {0x3f80, 0xbf80, 0x4000, 0xc000, 0x4040, 0xc040, 0x4080, 0xc080};
+/* NeoX at pos 1: pairs (x[i], x[i+4]).
+ * XA: (1,5) (2,6) (3,7) (4,8) -> y[i] = -5 -2 -3 6, y[i+4] = 1 4 -7 17 */
+static const uint16_t XA_NEOX_P1[8] = {0xc0a0, 0xc000, 0xc040, 0x40c0, 0x3f80, 0x4080, 0xc0e0, 0x4188};
+/* XG: (0.5,3) (-1,-0.5) (2,1) (0.25,4) -> -3 -0.25 -2 -0.5 | 0.5 -0.75 -1 8.0625 */
+static const uint16_t XG_NEOX_P1[8] = {0xc040, 0xbe80, 0xc000, 0xbf00, 0x3f00, 0xbf40, 0xbf80, 0x4101};
+/* KC: (2,1) (4,2) (1,3) (1,0.5) -> -1 1 -1 1.875 | 2 3 -3 1.25 */
+static const uint16_t KC_NEOX_P1[8] = {0xbf80, 0x3f80, 0xbf80, 0x3ff0, 0x4000, 0x4040, 0xc040, 0x3fa0};
+
+static void cat_table(float *t) { /* [4][8]: cos | sin */
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 4; i++) {
+            t[p * 8 + i] = COS_ROWS[p][i];
+            t[p * 8 + 4 + i] = SIN_ROWS[p][i];
+        }
+}
+
+static void split_tables(float *c, float *s) { /* [4][4] each */
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 4; i++) {
+            c[p * 4 + i] = COS_ROWS[p][i];
+            s[p * 4 + i] = SIN_ROWS[p][i];
+        }
+}
+
+static uint16_t qn_pattern(int t, int h, int l) { return (uint16_t)(0x4400 + t * 0x100 + h * 0x20 + l); }
+static uint16_t kn_pattern(int t, int l) { return (uint16_t)(0x4600 + t * 0x10 + l); }
+
+/* GPT-J, absorbed q, one f32 cos|sin table, int64 indices, skip_kv, bf16 cache, every tensor a
+ * strided view (q_pe head-major). Token 1 has position 2^40 (clamped to 3), token 2 position -5
+ * (clamped to 0) and slot -1 (q still written), token 3 slot 4 = kv_rows (q written, no KV). */
+static void test_op_gptj_absorbed(void **state) {
+    (void)state;
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+    enum { T = 4, H = 2, L = 8, R = 8 };
+    const int64_t qn_st = 23, qn_sh = 10, qp_st = 10, qp_sh = 40, qo_st = 39, qo_sh = 19;
+    const int64_t kn_st = 13, kp_st = 15, kv_st = 20;
+    uint16_t q_nope[90], q_pe[80], q_out[160], k_nope[50], k_pe[56], kv[80];
+    uint16_t q_nope0[90], q_pe0[80], k_nope0[50], k_pe0[56], want_q[160], want_kv[80];
+    float table[32];
+    cat_table(table);
+    int64_t pos[T] = {1, (int64_t)1 << 40, -5, 0};
+    int64_t slot[T] = {2, 0, -1, 4};
+
+    fill16(q_nope, 90, SENT16);
+    fill16(q_pe, 80, SENT16);
+    fill16(q_out, 160, SENT16);
+    fill16(k_nope, 50, SENT16);
+    fill16(k_pe, 56, SENT16);
+    fill16(kv, 80, SENT16);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int l = 0; l < L; l++) q_nope[t * qn_st + h * qn_sh + l] = qn_pattern(t, h, l);
+    q_nope[1 * qn_st + 0 * qn_sh + 3] = 0x7fc1; /* NaN payloads are copied, not canonicalized */
+    q_nope[0 * qn_st + 1 * qn_sh + 0] = 0xff81;
+    const float *qpe_in[T][H] = {{XA, XB}, {XC, XD}, {XE, XF}, {XE, XF}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) put_f(q_pe + t * qp_st + h * qp_sh, qpe_in[t][h], R);
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < L; l++) k_nope[t * kn_st + l] = kn_pattern(t, l);
+    k_nope[0 * kn_st + 5] = 0x7fa0;
+    const float *kpe_in[T] = {KA, KB, KA, KB};
+    for (int t = 0; t < T; t++) put_f(k_pe + t * kp_st, kpe_in[t], R);
+    memcpy(q_nope0, q_nope, sizeof q_nope);
+    memcpy(q_pe0, q_pe, sizeof q_pe);
+    memcpy(k_nope0, k_nope, sizeof k_nope);
+    memcpy(k_pe0, k_pe, sizeof k_pe);
+
+    rk_args a = {
+        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos = table, .sin = NULL, .k_scale = NULL,
+        .tokens = T, .heads = H, .max_pos = 4,
+        .q_nope_st = qn_st, .q_nope_sh = qn_sh, .q_pe_st = qp_st, .q_pe_sh = qp_sh,
+        .q_out_st = qo_st, .q_out_sh = qo_sh, .k_nope_st = kn_st, .k_pe_st = kp_st,
+        .kv_st = kv_st, .kv_rows = 4,
+    };
+    rk_ref_run(&s.v, &a);
+
+    fill16(want_q, 160, SENT16);
+    const uint16_t *tail[T][H] = {{XA_GPTJ_P1, XB_GPTJ_P1}, {XC_GPTJ_P3, XD_GPTJ_P3},
+                                  {XE_BITS, XF_BITS}, {XE_BITS, XF_BITS}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            uint16_t *row = want_q + t * qo_st + h * qo_sh;
+            put_h(row, q_nope0 + t * qn_st + h * qn_sh, L);
+            put_h(row + L, tail[t][h], R);
+        }
+    check16(q_out, want_q, 160, "q_out");
+
+    fill16(want_kv, 80, SENT16);
+    put_h(want_kv + 2 * kv_st, k_nope0 + 0 * kn_st, L); /* token 0 -> slot 2 */
+    put_h(want_kv + 2 * kv_st + L, KA_GPTJ_P1, R);
+    put_h(want_kv + 0 * kv_st, k_nope0 + 1 * kn_st, L); /* token 1 -> slot 0 */
+    put_h(want_kv + 0 * kv_st + L, KB_GPTJ_P3, R);
+    check16(kv, want_kv, 80, "kv");
+    assert_int_equal(want_kv[2 * kv_st + 5], 0x7fa0);
+
+    check16(q_nope, q_nope0, 90, "q_nope (input)");
+    check16(q_pe, q_pe0, 80, "q_pe (input)");
+    check16(k_nope, k_nope0, 50, "k_nope (input)");
+    check16(k_pe, k_pe0, 56, "k_pe (input)");
+}
+
+/* NeoX, zero-copy q, split f32 tables, int32 indices, skip_all: token 0 (slot -1) writes nothing at
+ * all; q_out[..., :L] is never touched and q_nope is not read (NULL). */
+static void test_op_neox_zero_copy_skip_all(void **state) {
+    (void)state;
+    setup s;
+    setup_init(&s, RK_ROPE_NEOX, RK_CS_F32_SPLIT);
+    s.spec.negative_slot = RK_NEG_SKIP_ALL;
+    s.v.q = RK_Q_ZERO_COPY;
+    s.v.pos = RK_IDX_I32;
+    s.v.slot = RK_IDX_I32;
+    enum { T = 3, H = 2, L = 8, R = 8, W = 16 };
+    uint16_t q_pe[T * H * R], q_out[T * H * W], k_nope[T * L], k_pe[T * R], kv[4 * W];
+    uint16_t want_q[T * H * W], want_kv[4 * W];
+    float cos_t[16], sin_t[16];
+    split_tables(cos_t, sin_t);
+    int32_t pos[T] = {3, -1, 1};
+    int32_t slot[T] = {-1, 1, 3};
+
+    const float *qpe_in[T][H] = {{XC, XD}, {XA, XH}, {XA, XG}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) put_f(q_pe + (t * H + h) * R, qpe_in[t][h], R);
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < L; l++) k_nope[t * L + l] = kn_pattern(t, l);
+    const float *kpe_in[T] = {KB, KD, KC};
+    for (int t = 0; t < T; t++) put_f(k_pe + t * R, kpe_in[t], R);
+    fill16(q_out, T * H * W, SENT16);
+    fill16(kv, 4 * W, SENT16);
+
+    rk_args a = {
+        .q_nope = NULL, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos = cos_t, .sin = sin_t,
+        .tokens = T, .heads = H, .max_pos = 4,
+        .q_pe_st = H * R, .q_pe_sh = R, .q_out_st = H * W, .q_out_sh = W,
+        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 4,
+    };
+    rk_ref_run(&s.v, &a);
+
+    fill16(want_q, T * H * W, SENT16);
+    put_h(want_q + (1 * H + 0) * W + L, XA_BITS, R); /* token 1: pos -1 -> 0, identity */
+    put_h(want_q + (1 * H + 1) * W + L, XH_BITS, R);
+    put_h(want_q + (2 * H + 0) * W + L, XA_NEOX_P1, R);
+    put_h(want_q + (2 * H + 1) * W + L, XG_NEOX_P1, R);
+    check16(q_out, want_q, T * H * W, "q_out");
+
+    fill16(want_kv, 4 * W, SENT16);
+    for (int l = 0; l < L; l++) {
+        want_kv[1 * W + l] = kn_pattern(1, l);
+        want_kv[3 * W + l] = kn_pattern(2, l);
+    }
+    put_h(want_kv + 1 * W + L, KD_BITS, R);
+    put_h(want_kv + 3 * W + L, KC_NEOX_P1, R);
+    check16(kv, want_kv, 4 * W, "kv");
+}
+
+/* GPT-J in place on the q_pe slice of a [T, H, 12] query (4 nope + 8 rope), bf16 split tables,
+ * int32 positions, int64 slots, skip_kv: token 0 (slot -1) still gets its q rotated. */
+static void test_op_inplace_bf16_tables(void **state) {
+    (void)state;
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_BF16_SPLIT);
+    s.v.q = RK_Q_INPLACE;
+    s.v.pos = RK_IDX_I32;
+    s.v.slot = RK_IDX_I64;
+    enum { T = 2, H = 2, L = 8, R = 8, W = 16, D = 12 };
+    uint16_t q[T * H * D], want_q[T * H * D], k_nope[T * L], k_pe[T * R], kv[2 * W], want_kv[2 * W];
+    uint16_t cos_t[16], sin_t[16];
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 4; i++) {
+            cos_t[p * 4 + i] = bfx(COS_ROWS[p][i]);
+            sin_t[p * 4 + i] = bfx(SIN_ROWS[p][i]);
+        }
+    int32_t pos[T] = {3, 1};
+    int64_t slot[T] = {-1, 0};
+
+    const float *qpe_in[T][H] = {{XC, XD}, {XA, XB}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            uint16_t *head = q + (t * H + h) * D;
+            for (int j = 0; j < 4; j++) head[j] = qn_pattern(t, h, j);
+            put_f(head + 4, qpe_in[t][h], R);
+        }
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < L; l++) k_nope[t * L + l] = kn_pattern(t, l);
+    put_f(k_pe, KB, R);
+    put_f(k_pe + R, KA, R);
+    fill16(kv, 2 * W, SENT16);
+
+    rk_args a = {
+        .q_nope = NULL, .q_pe = q + 4, .q_out = NULL, .k_nope = k_nope, .k_pe = k_pe,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos = cos_t, .sin = sin_t,
+        .tokens = T, .heads = H, .max_pos = 4,
+        .q_pe_st = H * D, .q_pe_sh = D, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+    };
+    rk_ref_run(&s.v, &a);
+
+    const uint16_t *rot[T][H] = {{XC_GPTJ_P3, XD_GPTJ_P3}, {XA_GPTJ_P1, XB_GPTJ_P1}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            uint16_t *head = want_q + (t * H + h) * D;
+            for (int j = 0; j < 4; j++) head[j] = qn_pattern(t, h, j);
+            put_h(head + 4, rot[t][h], R);
+        }
+    check16(q, want_q, T * H * D, "q (in place)");
+
+    fill16(want_kv, 2 * W, SENT16);
+    for (int l = 0; l < L; l++) want_kv[l] = kn_pattern(1, l);
+    put_h(want_kv + L, KA_GPTJ_P1, R);
+    check16(kv, want_kv, 2 * W, "kv");
+}
+
+/* No rope (tables never read), no q writes, bf16 cache with and without sanitize. */
+static void test_op_rope_none_q_none_sanitize(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    static const uint16_t nope[L] = {0x7fc1, 0xff80, 0x7f80, 0x0001, 0x8000, 0x3f80, 0xffc0, 0x7f7f};
+    static const uint16_t pe[R] = {0x7f80, 0xff80, 0x7fa0, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
+    /* sanitize: NaN -> 0, +-inf -> +-0x7f7f, everything else as it was */
+    static const uint16_t want_san[W] = {0x0000, 0xff7f, 0x7f7f, 0x0001, 0x8000, 0x3f80, 0x0000, 0x7f7f,
+                                         0x7f7f, 0xff7f, 0x0000, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
+    /* no sanitize: nope bits copied; the rope part goes through f32 -> bf16, so NaN -> 0x7fff */
+    static const uint16_t want_raw[W] = {0x7fc1, 0xff80, 0x7f80, 0x0001, 0x8000, 0x3f80, 0xffc0, 0x7f7f,
+                                         0x7f80, 0xff80, 0x7fff, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
+    for (int san = 0; san < 2; san++) {
+        setup s;
+        setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+        s.spec.sanitize = san;
+        s.v.q = RK_Q_NONE;
+        uint16_t k_nope[L], k_pe[R], kv[W], q_pe[R], q_out[W], q_nope[L];
+        put_h(k_nope, nope, L);
+        put_h(k_pe, pe, R);
+        put_f(q_pe, XA, R);
+        fill16(q_nope, L, 0x1234);
+        fill16(q_out, W, SENT16);
+        fill16(kv, W, SENT16);
+        int64_t pos = 7, slot = 0;
+        rk_args a = {
+            .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
+            .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = NULL, .sin = NULL,
+            .tokens = 1, .heads = 1, .max_pos = 1,
+            .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
+            .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+        };
+        rk_ref_run(&s.v, &a);
+        check16(kv, san ? want_san : want_raw, W, san ? "kv (sanitize)" : "kv (raw)");
+        uint16_t untouched[W];
+        fill16(untouched, W, SENT16);
+        check16(q_out, untouched, W, "q_out");
+        check16(q_pe, XA_BITS, R, "q_pe");
+    }
+}
+
+/* The rope is one rounded product then a fused multiply-add. With x0 = 1.03125 = 1 + 2^-5,
+ * c = 1 + 993*2^-23, x1 = s = 1:
+ *   x0*c = 1 + 2^-5 + 2^-13 + 2^-28 exactly (993*2^-23 + 993*2^-28 = 2^-13 + 2^-28).
+ *   fused:   y0 = 2^-5 + 2^-13 + 2^-28 (exact in f32), above the bf16 tie -> 2^-5 + 2^-12 = 0x3d01.
+ *   unfused: x0*c rounds to 1 + 2^-5 + 2^-13, y0 = 2^-5 + 2^-13, a bf16 tie -> 2^-5 = 0x3d00.
+ *   y1 = fmaf(1, c, 1.03125 * 1) = 2.03125 + 993*2^-23 -> bf16 2.03125 = 0x4002.
+ * Pair 1 swaps the roles (x = (1, 1.03125), s = -1) so that the fused y1 is the one that matters. */
+static void test_op_fused_rounding(void **state) {
+    (void)state;
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+    enum { L = 8, R = 8, W = 16 };
+    const float c0 = 0x1.0007c2p+0f;
+    assert_true(c0 == 1.0f + 993.0f * 0x1p-23f);
+    float table[8] = {c0, c0, 1, 1, 1, -1, 0, 0};
+    const float x[R] = {1.03125f, 1, 1, 1.03125f, 5, 6, 7, 8};
+    uint16_t q_nope[L], q_pe[R], q_out[W], k_nope[L], k_pe[R], kv[W];
+    fill16(q_nope, L, 0x3f80);
+    fill16(k_nope, L, 0x4000);
+    put_f(q_pe, x, R);
+    put_f(k_pe, x, R);
+    int32_t pos = 0, slot = 0;
+    s.v.pos = RK_IDX_I32;
+    s.v.slot = RK_IDX_I32;
+    rk_args a = {
+        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
+        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = table,
+        .tokens = 1, .heads = 1, .max_pos = 1,
+        .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
+        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+    };
+    rk_ref_run(&s.v, &a);
+    static const uint16_t tail[R] = {0x3d01, 0x4002, 0x4002, 0x3d01, 0x40a0, 0x40c0, 0x40e0, 0x4100};
+    check16(q_out + L, tail, R, "q_out rope");
+    check16(kv + L, tail, R, "kv rope");
+}
+
+/* ---- the op: fp8 cache ------------------------------------------------------------------------------ */
+
+/* One token, one head, rope none, fp8 cache: returns the 16 bytes of the KV row. */
+static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_scale, uint8_t *row) {
+    enum { L = 8, R = 8, W = 16 };
+    uint16_t k_nope[L], k_pe[R], q_pe[R], q_out[W], q_nope[L];
+    uint8_t kv[W + 4];
+    for (int i = 0; i < L; i++) k_nope[i] = rk_f32_to_bf16(nope[i]);
+    for (int i = 0; i < R; i++) k_pe[i] = rk_f32_to_bf16(pe[i]);
+    fill16(q_nope, L, 0);
+    fill16(q_pe, R, 0);
+    fill8(kv, W + 4, SENT8);
+    int64_t pos = 0, slot = 0;
+    float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+    rk_args a = {
+        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
+        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = cs, .k_scale = &k_scale,
+        .tokens = 1, .heads = 1, .max_pos = 1,
+        .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
+        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+    };
+    rk_ref_run(&s->v, &a);
+    for (int i = W; i < W + 4; i++) assert_int_equal(kv[i], SENT8);
+    memcpy(row, kv, W);
+}
+
+static void setup_fp8(setup *s, rk_fp8_fmt fmt, float sat, rk_scale scale) {
+    setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s->spec.fp8_scale = scale;
+    s->arch.fp8 = fmt;
+    s->v.kv = RK_KV_FP8;
+    s->v.q = RK_Q_NONE;
+    s->v.fp8 = fmt;
+    s->v.sat = sat;
+}
+
+/* k_scale = 2 under each convention, OCP bytes. */
+static void test_op_fp8_scales(void **state) {
+    (void)state;
+    static const float nope[8] = {3, -3, 1, 0.5f, 448, 500, -1000, 0};
+    static const float pe[8] = {0.75f, -0.75f, 2.5f, 17, 1, -1, 0.125f, 100};
+    static const struct { rk_scale scale; const char *label; uint8_t want[16]; } cases[] = {
+        /* x * (1/2): 1.5 -1.5 0.5 0.25 224 250->256 -500->-448 0 | 0.375 -0.375 1.25 8.5->8 (tie)
+         * 0.5 -0.5 0.0625 50->48 (tie) */
+        {RK_SCALE_MUL_RECIP, "mul_recip", {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00,
+                              0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        {RK_SCALE_DIV, "div", {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00,
+                        0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        /* x * 2: 6 -6 2 1 896->448 1000->448 -2000->-448 0 | 1.5 -1.5 5 34->32 (tie) 2 -2 0.25
+         * 200->192 (tie) */
+        {RK_SCALE_MUL, "mul", {0x4c, 0xcc, 0x40, 0x38, 0x7e, 0x7e, 0xfe, 0x00,
+                        0x3c, 0xbc, 0x4a, 0x60, 0x40, 0xc0, 0x28, 0x74}},
+        /* unscaled: 3 -3 1 0.5 448 500->448 -1000->-448 0 | 0.75 -0.75 2.5 17->16 (tie) 1 -1 0.125
+         * 100->96 (tie) */
+        {RK_SCALE_NONE, "none", {0x44, 0xc4, 0x38, 0x30, 0x7e, 0x7e, 0xfe, 0x00,
+                         0x34, 0xb4, 0x42, 0x58, 0x38, 0xb8, 0x20, 0x6c}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setup s;
+        setup_fp8(&s, RK_FP8_OCP, 448.0f, cases[i].scale);
+        uint8_t row[16];
+        run_fp8_row(&s, nope, pe, 2.0f, row);
+        check8(row, cases[i].want, 16, cases[i].label);
+    }
+}
+
+/* x * (1/k) and x / k round differently. k = 7, x = 91 * 2^-10 (a bf16):
+ *   x / 7 = 13 * 2^-10 exactly: 6.5 quanta of the OCP subnormal step 2^-9, a tie -> 6 (0x06);
+ *   1.0f/7 rounds up (0x3e124925 > 1/7), so x * (1.0f/7) is just above 13 * 2^-10 -> 7 (0x07). */
+static void test_op_fp8_mul_recip_vs_div(void **state) {
+    (void)state;
+    const float k = 7.0f, x = 91.0f * 0x1p-10f;
+    const float r = 1.0f / k;
+    assert_int_equal(fbits(r), 0x3e124925u);
+    assert_true(x / k == 13.0f * 0x1p-10f);
+    assert_true(x * r > x / k);
+    float nope[8] = {x, -x, 7, 14, 0, 0, 0, 0};
+    float pe[8] = {x, 0, 0, 0, 0, 0, 0, 0};
+    setup s;
+    uint8_t row[16];
+    setup_fp8(&s, RK_FP8_OCP, 448.0f, RK_SCALE_MUL_RECIP);
+    run_fp8_row(&s, nope, pe, k, row);
+    assert_int_equal(row[0], 0x07);
+    assert_int_equal(row[1], 0x87);
+    assert_int_equal(row[2], 0x38); /* 7 * (1.0f/7) = 1 */
+    assert_int_equal(row[3], 0x40);
+    assert_int_equal(row[8], 0x07);
+    setup_fp8(&s, RK_FP8_OCP, 448.0f, RK_SCALE_DIV);
+    run_fp8_row(&s, nope, pe, k, row);
+    assert_int_equal(row[0], 0x06);
+    assert_int_equal(row[1], 0x86);
+    assert_int_equal(row[2], 0x38);
+    assert_int_equal(row[3], 0x40);
+    assert_int_equal(row[8], 0x06);
+}
+
+/* FNUZ bytes with the 224 bound (vLLM), sanitize off and on, and the format's own 240 bound. */
+static void test_op_fp8_fnuz_bound(void **state) {
+    (void)state;
+    const float nope[8] = {236, -236, 230, 1000, -INFINITY, INFINITY, NAN, -0x1p-12f};
+    const float pe[8] = {-0.0f, 0x1p-11f, 0x1.8p-10f, -0x1p-10f, 1, -0.5f, 0, 15};
+    /* pe: -0 -> 0x00, half the smallest subnormal ties to 0, 1.5 quanta ties to 2, -1 quantum,
+     * 1 (bias 8), -0.5, 0, 15 = 1.875 * 8 */
+    static const uint8_t pe_want[8] = {0x00, 0x00, 0x02, 0x81, 0x40, 0xb8, 0x00, 0x5f};
+    static const struct { float sat; int san; uint8_t nope_want[8]; } cases[] = {
+        /* 236, 230, 1000, inf clamp to 224 (0x7e); NaN passes to the FNUZ NaN; -tiny -> 0x00 */
+        {224.0f, 0, {0x7e, 0xfe, 0x7e, 0x7e, 0xfe, 0x7e, 0x80, 0x00}},
+        {224.0f, 1, {0x7e, 0xfe, 0x7e, 0x7e, 0xfe, 0x7e, 0x00, 0x00}},
+        /* 236 is nearer 240 than 224; 230 nearer 224 */
+        {240.0f, 0, {0x7f, 0xff, 0x7e, 0x7f, 0xff, 0x7f, 0x80, 0x00}},
+        {240.0f, 1, {0x7f, 0xff, 0x7e, 0x7f, 0xff, 0x7f, 0x00, 0x00}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setup s;
+        setup_fp8(&s, RK_FP8_FNUZ, cases[i].sat, RK_SCALE_NONE);
+        s.spec.fp8_sat_fnuz = cases[i].sat;
+        s.spec.sanitize = cases[i].san;
+        uint8_t row[16];
+        run_fp8_row(&s, nope, pe, 1.0f, row);
+        check8(row, cases[i].nope_want, 8, "fnuz nope");
+        check8(row + 8, pe_want, 8, "fnuz rope");
+    }
+}
+
+/* OCP sanitize: NaN -> 0, +-inf -> +-sat; without it a NaN becomes the OCP NaN 0x7f. A lower OCP
+ * bound (240) clamps first. */
+static void test_op_fp8_ocp_sanitize(void **state) {
+    (void)state;
+    const float nope[8] = {NAN, INFINITY, -INFINITY, -0x1p-12f, -0.0f, 300, -300, 0x1p-9f};
+    const float pe[8] = {-NAN, 1, 1, 1, 1, 1, 1, 1};
+    static const struct { float sat; int san; uint8_t want[9]; } cases[] = {
+        {448.0f, 0, {0x7f, 0x7e, 0xfe, 0x80, 0x80, 0x79, 0xf9, 0x01, 0x7f}},
+        {448.0f, 1, {0x00, 0x7e, 0xfe, 0x80, 0x80, 0x79, 0xf9, 0x01, 0x00}},
+        /* 240 = 1.875 * 128 = 0x77 in OCP */
+        {240.0f, 1, {0x00, 0x77, 0xf7, 0x80, 0x80, 0x77, 0xf7, 0x01, 0x00}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setup s;
+        setup_fp8(&s, RK_FP8_OCP, cases[i].sat, RK_SCALE_NONE);
+        s.spec.sanitize = cases[i].san;
+        uint8_t row[16];
+        run_fp8_row(&s, nope, pe, 1.0f, row);
+        check8(row, cases[i].want, 9, "ocp row");
+    }
+}
+
+/* fp8_rope_bf16: the rope float is rounded to bf16 before the fp8 conversion. GPT-J at a position
+ * with c0 = 1.0634765625 = 1 + 65*2^-10, s0 = 0, on k_pe = (1, 2, 1, ...):
+ *   y0 = 1.0634765625: fp8 directly -> above the 1.0625 midpoint -> 1.125 (0x39);
+ *                      bf16 first -> 1.0625 (a tie in fp8) -> 1.0 (0x38).
+ *   y1 = 2.126953125:  fp8 directly -> 2.25 (0x41); bf16 first -> 2.125 -> tie -> 2.0 (0x40). */
+static void test_op_fp8_rope_bf16(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    float table[8] = {1.0634765625f, 1, 1, 1, 0, 0, 0, 0};
+    const float kpe[R] = {1, 2, 1, 1, 3, 0.5f, -1, 1};
+    for (int rr = 0; rr < 2; rr++) {
+        setup s;
+        setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+        s.spec.fp8_rope_bf16 = rr;
+        s.spec.fp8_scale = RK_SCALE_MUL;
+        s.v.kv = RK_KV_FP8;
+        s.v.q = RK_Q_NONE;
+        uint16_t k_nope[L], k_pe[R];
+        uint8_t kv[W];
+        fill16(k_nope, L, 0x3f80);
+        put_f(k_pe, kpe, R);
+        int64_t pos = 0, slot = 0;
+        float k_scale = 1.0f;
+        rk_args a = {
+            .k_nope = k_nope, .k_pe = k_pe, .kv_cache = kv, .positions = &pos, .slots = &slot,
+            .cos = table, .k_scale = &k_scale, .tokens = 1, .heads = 1, .max_pos = 1,
+            .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+        };
+        rk_ref_run(&s.v, &a);
+        const uint8_t want[W] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38,
+                                 rr ? 0x38 : 0x39, rr ? 0x40 : 0x41, 0x38, 0x38, 0x44, 0x30, 0xb8, 0x38};
+        check8(kv, want, W, rr ? "rope_bf16 on" : "rope_bf16 off");
+    }
+}
+
+/* ---- the op: consistency between layouts on random data ---------------------------------------- */
+
+/* Same numbers through different layouts must give the same bits: f32_cat vs f32_split vs bf16_split
+ * (tables holding bf16 values), int32 vs int64 indices, absorbed vs zero_copy vs inplace, and GPT-J
+ * on x vs NeoX on x with its pairs regrouped (x[2i], x[2i+1]) -> (x[i], x[i+R/2]). */
+static void test_op_layout_consistency(void **state) {
+    (void)state;
+    enum { T = 5, H = 3, L = 8, R = 8, W = 16, P = 6 };
+    uint16_t q_nope[T * H * L], q_pe[T * H * R], q_pe_nx[T * H * R], k_nope[T * L], k_pe[T * R], k_pe_nx[T * R];
+    float cat[P * R], cs[P * R / 2], sn[P * R / 2];
+    uint16_t cs16[P * R / 2], sn16[P * R / 2];
+    int64_t pos64[T], slot64[T];
+    int32_t pos32[T], slot32[T];
+    for (int i = 0; i < T * H * L; i++) q_nope[i] = (uint16_t)(rng32() & 0xbfffu); /* finite */
+    for (int i = 0; i < T * H * R; i++) q_pe[i] = (uint16_t)(rng32() & 0xbfffu);
+    for (int i = 0; i < T * L; i++) k_nope[i] = (uint16_t)(rng32() & 0xbfffu);
+    for (int i = 0; i < T * R; i++) k_pe[i] = (uint16_t)(rng32() & 0xbfffu);
+    for (int i = 0; i < T * H; i++)
+        for (int j = 0; j < R / 2; j++) {
+            q_pe_nx[i * R + j] = q_pe[i * R + 2 * j];
+            q_pe_nx[i * R + R / 2 + j] = q_pe[i * R + 2 * j + 1];
+        }
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < R / 2; j++) {
+            k_pe_nx[t * R + j] = k_pe[t * R + 2 * j];
+            k_pe_nx[t * R + R / 2 + j] = k_pe[t * R + 2 * j + 1];
+        }
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < R / 2; i++) {
+            /* bf16-exact values in (-2, 2) */
+            cs16[p * 4 + i] = (uint16_t)(0x3c00u + (rng32() % 0x380u)) | (uint16_t)(rng32() & 0x8000u);
+            sn16[p * 4 + i] = (uint16_t)(0x3c00u + (rng32() % 0x380u)) | (uint16_t)(rng32() & 0x8000u);
+            cs[p * 4 + i] = cat[p * R + i] = rk_bf16_to_f32(cs16[p * 4 + i]);
+            sn[p * 4 + i] = cat[p * R + 4 + i] = rk_bf16_to_f32(sn16[p * 4 + i]);
+        }
+    for (int t = 0; t < T; t++) {
+        pos32[t] = (int32_t)(rng32() % (P + 4)) - 2;
+        slot32[t] = t == 1 ? -1 : t;
+        pos64[t] = pos32[t];
+        slot64[t] = slot32[t];
+    }
+
+    uint16_t base_q[T * H * W], base_kv[T * W];
+    for (int run = 0; run < 8; run++) {
+        setup s;
+        rk_cos_sin layout = (rk_cos_sin)(run % 3);
+        int neox = run >= 4;
+        setup_init(&s, neox ? RK_ROPE_NEOX : RK_ROPE_GPTJ, layout);
+        s.v.pos = (run & 1) ? RK_IDX_I32 : RK_IDX_I64;
+        s.v.slot = (run & 2) ? RK_IDX_I32 : RK_IDX_I64;
+        s.v.q = (rk_qform)((run + run / 3) % 3); /* absorbed, zero_copy, inplace */
+        uint16_t q_out[T * H * W], kv[T * W], q_pe_run[T * H * R];
+        fill16(q_out, T * H * W, 0);
+        fill16(kv, T * W, 0);
+        memcpy(q_pe_run, neox ? q_pe_nx : q_pe, sizeof q_pe_run);
+        if (s.v.q != RK_Q_ABSORBED)
+            for (int i = 0; i < T * H; i++) memcpy(q_out + i * W, q_nope + i * L, L * sizeof(uint16_t));
+        rk_args a = {
+            .q_nope = q_nope, .q_pe = q_pe_run, .q_out = q_out, .k_nope = k_nope,
+            .k_pe = neox ? k_pe_nx : k_pe, .kv_cache = kv,
+            .positions = s.v.pos == RK_IDX_I32 ? (const void *)pos32 : (const void *)pos64,
+            .slots = s.v.slot == RK_IDX_I32 ? (const void *)slot32 : (const void *)slot64,
+            .cos = layout == RK_CS_F32_CAT ? (const void *)cat
+                 : layout == RK_CS_F32_SPLIT ? (const void *)cs : (const void *)cs16,
+            .sin = layout == RK_CS_F32_SPLIT ? (const void *)sn : (const void *)sn16,
+            .tokens = T, .heads = H, .max_pos = P,
+            .q_nope_st = H * L, .q_nope_sh = L, .q_pe_st = H * R, .q_pe_sh = R,
+            .q_out_st = H * W, .q_out_sh = W, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = T,
+        };
+        rk_ref_run(&s.v, &a);
+        if (s.v.q == RK_Q_INPLACE)
+            for (int i = 0; i < T * H; i++) memcpy(q_out + i * W + L, q_pe_run + i * R, R * sizeof(uint16_t));
+        if (neox) { /* regroup back to the GPT-J order */
+            uint16_t tmp[R];
+            for (int i = 0; i < T * H; i++) {
+                for (int j = 0; j < R / 2; j++) {
+                    tmp[2 * j] = q_out[i * W + L + j];
+                    tmp[2 * j + 1] = q_out[i * W + L + R / 2 + j];
+                }
+                memcpy(q_out + i * W + L, tmp, sizeof tmp);
+            }
+            for (int t = 0; t < T; t++) {
+                for (int j = 0; j < R / 2; j++) {
+                    tmp[2 * j] = kv[t * W + L + j];
+                    tmp[2 * j + 1] = kv[t * W + L + R / 2 + j];
+                }
+                memcpy(kv + t * W + L, tmp, sizeof tmp);
+            }
+        }
+        if (run == 0) {
+            memcpy(base_q, q_out, sizeof base_q);
+            memcpy(base_kv, kv, sizeof base_kv);
+            /* the row of the negative slot stays untouched */
+            for (int j = 0; j < W; j++) assert_int_equal(kv[1 * W + j], 0);
+        } else {
+            check16(q_out, base_q, T * H * W, "q_out vs baseline");
+            check16(kv, base_kv, T * W, "kv vs baseline");
+        }
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_to_f32_exact),
+        cmocka_unit_test(test_f32_to_bf16_rne),
+        cmocka_unit_test(test_fp8_decode_ocp),
+        cmocka_unit_test(test_fp8_decode_fnuz),
+        cmocka_unit_test(test_fp8_encode_bruteforce_ocp),
+        cmocka_unit_test(test_fp8_encode_bruteforce_fnuz),
+        cmocka_unit_test(test_fp8_encode_boundaries_ocp),
+        cmocka_unit_test(test_fp8_encode_boundaries_fnuz),
+        cmocka_unit_test(test_op_gptj_absorbed),
+        cmocka_unit_test(test_op_neox_zero_copy_skip_all),
+        cmocka_unit_test(test_op_inplace_bf16_tables),
+        cmocka_unit_test(test_op_rope_none_q_none_sanitize),
+        cmocka_unit_test(test_op_fused_rounding),
+        cmocka_unit_test(test_op_fp8_scales),
+        cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
+        cmocka_unit_test(test_op_fp8_fnuz_bound),
+        cmocka_unit_test(test_op_fp8_ocp_sanitize),
+        cmocka_unit_test(test_op_fp8_rope_bf16),
+        cmocka_unit_test(test_op_layout_consistency),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,809 @@
+/* Spec loading: the Lua sandbox, strict conversion, the spec files in specs/, enum names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "rk.h"
+
+#ifndef RK_SOURCE_DIR
+#error "RK_SOURCE_DIR must name the repository root"
+#endif
+
+#define TFILE "specs/t.lua"
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p != NULL && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p != NULL) {
+        p[n] = '\0';
+        *len = (size_t)n;
+    }
+    return p;
+}
+
+/* Group state: the architecture table from specs/archs.lua. */
+static int group_setup(void **state)
+{
+    size_t len;
+    rk_err err = {0};
+    char *text = slurp(RK_SOURCE_DIR "/specs/archs.lua", &len);
+    rk_arch_table *t = malloc(sizeof *t);
+    if (text == NULL || t == NULL || rk_archs_load("specs/archs.lua", text, len, t, &err) != RK_OK) {
+        fprintf(stderr, "cannot load specs/archs.lua: %s\n", err.msg);
+        free(text);
+        free(t);
+        return -1;
+    }
+    free(text);
+    *state = t;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    free(*state);
+    return 0;
+}
+
+/* A valid spec with every key; each case adds Lua statements before `return s`. */
+static const char BASE[] =
+    "local s = {\n"
+    "  name = 't',\n"
+    "  description = 'test spec',\n"
+    "  kv_lora_rank = 512,\n"
+    "  qk_rope_head_dim = 64,\n"
+    "  rope = 'gptj',\n"
+    "  cos_sin = 'f32_cat',\n"
+    "  positions = { 'int64' },\n"
+    "  slots = { 'int64', 'int32' },\n"
+    "  kv_dtypes = { 'bf16', 'fp8_e4m3' },\n"
+    "  fp8 = { scale = 'mul_recip', saturate = { ocp = 448, fnuz = 240 }, rope_bf16_round = false },\n"
+    "  negative_slot = 'skip_kv',\n"
+    "  q_forms = { 'absorbed' },\n"
+    "  sanitize = false,\n"
+    "  targets = { 'gfx942', 'host' },\n"
+    "}\n"
+    "%s\n"
+    "return s\n";
+
+/* A valid architecture table; the same scheme with `a`. */
+static const char ARCH_BASE[] =
+    "local a = { archs = {\n"
+    "  { name = 'gfx942', vendor = 'amd', wave = 64, fp8 = 'fnuz', fp8_hw = true, bf16_hw = false,\n"
+    "    compiler = 'clang' },\n"
+    "  { name = 'host', vendor = 'host', wave = 32, fp8 = 'ocp', fp8_hw = false, bf16_hw = false,\n"
+    "    compiler = 'host', vec_bytes = 16, block = 256, options = '' },\n"
+    "} }\n"
+    "%s\n"
+    "return a\n";
+
+typedef struct fail_case {
+    const char *change; /* Lua statements */
+    int code;           /* expected rk_code */
+    const char *want;   /* expected substring of the message */
+} fail_case;
+
+static int load_spec_with(const rk_arch_table *archs, const char *change, rk_spec *out, rk_err *err)
+{
+    static char text[16384];
+    snprintf(text, sizeof text, BASE, change);
+    return rk_spec_load(TFILE, text, strlen(text), archs, out, err);
+}
+
+static int load_archs_with(const char *change, rk_arch_table *out, rk_err *err)
+{
+    static char text[16384];
+    snprintf(text, sizeof text, ARCH_BASE, change);
+    return rk_archs_load(TFILE, text, strlen(text), out, err);
+}
+
+/* rc and err must say code, and the message must start with the file name and contain want. */
+static void check_failure(const char *change, int rc, const rk_err *err, int code, const char *want)
+{
+    int ok = rc == code && (int)err->code == code && strstr(err->msg, want) != NULL &&
+             strncmp(err->msg, TFILE, strlen(TFILE)) == 0;
+    if (!ok)
+        fprintf(stderr, "case:  %s\nrc:    %d (want %d)\nmsg:   %s\nwant:  %s\n", change, rc, code,
+                err->msg, want);
+    assert_true(ok);
+}
+
+static void run_spec_cases(void **state, const fail_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        rk_err err = {0};
+        rk_spec s;
+        int rc = load_spec_with(*state, c[i].change, &s, &err);
+        check_failure(c[i].change, rc, &err, c[i].code, c[i].want);
+    }
+}
+
+static rk_spec load_ok(void **state, const char *change)
+{
+    rk_err err = {0};
+    rk_spec s;
+    memset(&s, 0, sizeof s);
+    int rc = load_spec_with(*state, change, &s, &err);
+    if (rc != RK_OK)
+        fprintf(stderr, "case: %s\nmsg:  %s\n", change, err.msg);
+    assert_int_equal(rc, RK_OK);
+    return s;
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- util.c ------------------------------------------------------------------------------------ */
+static void test_fail(void **state)
+{
+    (void)state;
+    rk_err err = {0};
+    char big[3000];
+    assert_int_equal(rk_fail(NULL, RK_ESPEC_INVALID, "x %d", 1), RK_ESPEC_INVALID);
+    assert_int_equal(rk_fail(&err, RK_EIO, "%s: %d", "f", 7), RK_EIO);
+    assert_int_equal(err.code, RK_EIO);
+    assert_string_equal(err.msg, "f: 7");
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    rk_fail(&err, RK_ENOMEM, "%s", big);
+    assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
+}
+
+/* Every spelling parses back to its value; out-of-range values have no name. */
+#define ROUNDTRIP(what, type, count)                                                               \
+    do {                                                                                           \
+        type v_ = (type)99;                                                                        \
+        for (int i_ = 0; i_ < (count); i_++) {                                                     \
+            const char *n_ = rk_##what##_name((type)i_);                                           \
+            assert_non_null(n_);                                                                   \
+            assert_int_equal(rk_parse_##what(n_, &v_), 0);                                         \
+            assert_int_equal((int)v_, i_);                                                         \
+        }                                                                                          \
+        assert_null(rk_##what##_name((type)(count)));                                              \
+        assert_null(rk_##what##_name((type)-1));                                                   \
+        v_ = (type)0;                                                                              \
+        assert_int_equal(rk_parse_##what("bogus", &v_), -1);                                       \
+        assert_int_equal(rk_parse_##what(NULL, &v_), -1);                                          \
+        assert_int_equal((int)v_, 0);                                                              \
+    } while (0)
+
+static void test_names(void **state)
+{
+    (void)state;
+    ROUNDTRIP(vendor, rk_vendor, 3);
+    ROUNDTRIP(compiler, rk_compiler, 4);
+    ROUNDTRIP(fp8, rk_fp8_fmt, 2);
+    ROUNDTRIP(rope, rk_rope, 3);
+    ROUNDTRIP(cos_sin, rk_cos_sin, 3);
+    ROUNDTRIP(idx, rk_idx, 2);
+    ROUNDTRIP(kv, rk_kv, 2);
+    ROUNDTRIP(scale, rk_scale, 4);
+    ROUNDTRIP(neg, rk_neg, 2);
+    ROUNDTRIP(qform, rk_qform, 4);
+    assert_string_equal(rk_vendor_name(RK_VENDOR_NVIDIA), "nvidia");
+    assert_string_equal(rk_compiler_name(RK_CC_HIPRTC), "hiprtc");
+    assert_string_equal(rk_fp8_name(RK_FP8_FNUZ), "fnuz");
+    assert_string_equal(rk_rope_name(RK_ROPE_NEOX), "neox");
+    assert_string_equal(rk_cos_sin_name(RK_CS_BF16_SPLIT), "bf16_split");
+    assert_string_equal(rk_idx_name(RK_IDX_I32), "int32");
+    assert_string_equal(rk_kv_name(RK_KV_FP8), "fp8_e4m3");
+    assert_string_equal(rk_scale_name(RK_SCALE_MUL_RECIP), "mul_recip");
+    assert_string_equal(rk_neg_name(RK_NEG_SKIP_ALL), "skip_all");
+    assert_string_equal(rk_qform_name(RK_Q_ZERO_COPY), "zero_copy");
+}
+
+static void test_arch_find(void **state)
+{
+    const rk_arch_table *t = *state;
+    assert_non_null(rk_arch_find(t, "gfx942"));
+    assert_string_equal(rk_arch_find(t, "sm_90")->name, "sm_90");
+    assert_null(rk_arch_find(t, "gfx999"));
+    assert_null(rk_arch_find(t, NULL));
+    assert_null(rk_arch_find(NULL, "host"));
+}
+
+/* ---- specs/ ------------------------------------------------------------------------------------ */
+static void test_archs_file(void **state)
+{
+    const rk_arch_table *t = *state;
+    static const char *const names[] = {"gfx90a",  "gfx942", "gfx950", "gfx1100", "gfx1201",
+                                        "gfx1250", "sm_80",  "sm_90",  "host"};
+    assert_int_equal(t->n, (int)N(names));
+    for (size_t i = 0; i < N(names); i++) {
+        assert_string_equal(t->a[i].name, names[i]);
+        assert_int_equal(t->a[i].vec_bytes, 16);
+        assert_int_equal(t->a[i].block, 256);
+        assert_string_equal(t->a[i].options, "");
+    }
+    const rk_arch *a = rk_arch_find(t, "gfx90a");
+    assert_int_equal(a->vendor, RK_VENDOR_AMD);
+    assert_int_equal(a->wave, 64);
+    assert_int_equal(a->fp8, RK_FP8_OCP);
+    assert_false(a->fp8_hw);
+    assert_int_equal(a->compiler, RK_CC_HIPRTC);
+    a = rk_arch_find(t, "gfx942");
+    assert_int_equal(a->fp8, RK_FP8_FNUZ);
+    assert_true(a->fp8_hw);
+    assert_false(a->bf16_hw);
+    assert_int_equal(a->compiler, RK_CC_CLANG);
+    a = rk_arch_find(t, "gfx950");
+    assert_true(a->fp8_hw && a->bf16_hw && a->fp8 == RK_FP8_OCP);
+    a = rk_arch_find(t, "gfx1100");
+    assert_true(a->wave == 32 && !a->fp8_hw && !a->bf16_hw);
+    a = rk_arch_find(t, "gfx1201");
+    assert_true(a->wave == 32 && a->fp8_hw && !a->bf16_hw);
+    a = rk_arch_find(t, "gfx1250");
+    assert_true(a->wave == 32 && a->fp8_hw && a->bf16_hw);
+    a = rk_arch_find(t, "sm_80");
+    assert_true(a->vendor == RK_VENDOR_NVIDIA && !a->fp8_hw && a->bf16_hw && a->compiler == RK_CC_NVRTC);
+    a = rk_arch_find(t, "sm_90");
+    assert_true(a->vendor == RK_VENDOR_NVIDIA && a->fp8_hw && a->bf16_hw && a->compiler == RK_CC_NVRTC);
+    a = rk_arch_find(t, "host");
+    assert_true(a->vendor == RK_VENDOR_HOST && a->compiler == RK_CC_HOST && !a->fp8_hw);
+}
+
+/* Every model spec in specs/ loads; together they stay a reasonable number of kernels. */
+static void test_spec_files(void **state)
+{
+    DIR *d = opendir(RK_SOURCE_DIR "/specs");
+    struct dirent *e;
+    int n = 0, variants = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".lua") != 0 || strcmp(e->d_name, "archs.lua") == 0)
+            continue;
+        char path[1024], file[512];
+        size_t len;
+        snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, e->d_name);
+        snprintf(file, sizeof file, "specs/%s", e->d_name);
+        char *text = slurp(path, &len);
+        assert_non_null(text);
+        rk_err err = {0};
+        rk_spec s;
+        int rc = rk_spec_load(file, text, len, *state, &s, &err);
+        free(text);
+        if (rc != RK_OK)
+            fprintf(stderr, "%s\n", err.msg);
+        assert_int_equal(rc, RK_OK);
+        assert_string_equal(s.file, file);
+        variants += s.n_targets * s.n_kv * s.n_q * s.n_pos * s.n_slot;
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 4);
+    assert_true(variants <= 160);
+}
+
+static rk_spec load_file(void **state, const char *base)
+{
+    char path[1024], file[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, base);
+    snprintf(file, sizeof file, "specs/%s", base);
+    char *text = slurp(path, &len);
+    assert_non_null(text);
+    rk_err err = {0};
+    rk_spec s;
+    int rc = rk_spec_load(file, text, len, *state, &s, &err);
+    free(text);
+    if (rc != RK_OK)
+        fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, RK_OK);
+    return s;
+}
+
+static void test_spec_values(void **state)
+{
+    rk_spec s = load_file(state, "deepseek_v3.lua");
+    assert_string_equal(s.name, "deepseek_v3");
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.rope == RK_ROPE_GPTJ);
+    assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 1 && s.pos[0] == RK_IDX_I64);
+    assert_true(s.n_slot == 2 && s.slot[0] == RK_IDX_I64 && s.slot[1] == RK_IDX_I32);
+    assert_true(s.n_kv == 2 && s.fp8_scale == RK_SCALE_MUL_RECIP);
+    assert_true(s.n_q == 3 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_NONE);
+    assert_true(s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f && !s.fp8_rope_bf16);
+    assert_true(s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize && s.n_targets == 9);
+
+    s = load_file(state, "kimi_k2.lua");
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64);
+    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
+    assert_true(s.n_q == 2 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_INPLACE);
+    assert_true(s.fp8_scale == RK_SCALE_DIV && s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 448.0f);
+    assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.n_targets == 4);
+
+    s = load_file(state, "deepseek_v2_lite.lua");
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.cos_sin == RK_CS_BF16_SPLIT);
+    assert_true(s.fp8_scale == RK_SCALE_MUL && s.n_q == 1 && s.n_targets == 5);
+
+    s = load_file(state, "minicpm3_4b.lua");
+    assert_true(s.kv_lora_rank == 256 && s.rope_dim == 32 && s.rope == RK_ROPE_NEOX);
+    assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8_scale == RK_SCALE_NONE && s.fp8_rope_bf16);
+    assert_true(s.n_q == 2 && s.q[1] == RK_Q_ZERO_COPY && s.n_targets == 4);
+    assert_string_equal(s.targets[0], "gfx1250");
+}
+
+/* ---- conversion: what loads ------------------------------------------------------------------- */
+static void test_defaults(void **state)
+{
+    static const char text[] = "return { name = 'm', kv_lora_rank = 64, qk_rope_head_dim = 16,"
+                               " targets = { 'host' } }";
+    rk_err err = {0};
+    rk_spec s;
+    assert_int_equal(rk_spec_load("specs/m.lua", text, strlen(text), *state, &s, &err), RK_OK);
+    assert_string_equal(s.name, "m");
+    assert_string_equal(s.description, "");
+    assert_string_equal(s.file, "specs/m.lua");
+    assert_true(s.rope == RK_ROPE_GPTJ && s.cos_sin == RK_CS_F32_CAT);
+    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I64 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
+    assert_true(s.n_kv == 2 && s.kv[0] == RK_KV_BF16 && s.kv[1] == RK_KV_FP8);
+    assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f);
+    assert_true(!s.fp8_rope_bf16 && s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize);
+    assert_true(s.n_q == 1 && s.q[0] == RK_Q_ABSORBED);
+    assert_true(s.n_targets == 1 && strcmp(s.targets[0], "host") == 0);
+}
+
+static void test_accepts(void **state)
+{
+    rk_spec s = load_ok(state, "");
+    assert_true(s.n_slot == 2 && s.n_targets == 2 && s.kv_lora_rank == 512);
+
+    s = load_ok(state, "s.kv_lora_rank = 512.0  s.qk_rope_head_dim = 2^6");
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64);
+    s = load_ok(state, "s.kv_lora_rank = 8  s.qk_rope_head_dim = 8");
+    assert_true(s.kv_lora_rank == 8 && s.rope_dim == 8);
+    s = load_ok(state, "s.positions = 'int32'  s.targets = 'host'");
+    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_targets == 1);
+    s = load_ok(state, "s.fp8.saturate.fnuz = 224  s.fp8.saturate.ocp = 240");
+    assert_true(s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 240.0f);
+    s = load_ok(state, "s.fp8.saturate.ocp = 2^-9  s.fp8.saturate = { ocp = 2^-9 }");
+    assert_true(s.fp8_sat_ocp == 0x1p-9f && s.fp8_sat_fnuz == 240.0f);
+    s = load_ok(state, "s.fp8 = nil  s.description = nil");
+    assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.description[0] == '\0');
+    s = load_ok(state, "s.rope = 'none'  s.q_forms = { 'absorbed', 'zero_copy', 'none' }");
+    assert_true(s.rope == RK_ROPE_NONE && s.n_q == 3);
+    s = load_ok(state, "s.rope = 'neox'  s.qk_rope_head_dim = 48");
+    assert_true(s.rope == RK_ROPE_NEOX && s.rope_dim == 48);
+    /* the allowed library functions work */
+    s = load_ok(state, "local t = {} for _, v in ipairs({ 1, 2 }) do table.insert(t, v) end\n"
+                       "assert(#t == 2 and select('#', 1, 2) == 2 and type(next) == 'function')\n"
+                       "s.description = string.format('%d-%s', math.max(3, 4), ('x'):upper())\n"
+                       "  .. tostring(tonumber('5')) .. _VERSION");
+    assert_string_equal(s.description, "4-X5Lua 5.4");
+    /* a caught memory error leaves a usable state */
+    s = load_ok(state, "local ok = pcall(string.rep, 'x', 1 << 30) s.description = tostring(ok)");
+    assert_string_equal(s.description, "false");
+    /* metatables on the result are ignored: fields are read raw */
+    s = load_ok(state, "s = setmetatable(s, { __index = function() error('no') end,\n"
+                       "  __pairs = function() error('no') end })");
+    assert_string_equal(s.name, "t");
+    /* setmetatable and xpcall still work */
+    s = load_ok(state, "local t = setmetatable({}, { __index = function() return 7 end })\n"
+                       "local ok, m = xpcall(error, function(e) return 'h:' .. e end, 'x', 0)\n"
+                       "assert(t.k == 7 and getmetatable(t) ~= nil and not ok and m == 'h:x')\n"
+                       "assert(select('#', xpcall(function() return 1, 2 end, error)) == 3)");
+    assert_string_equal(s.name, "t");
+}
+
+/* ---- the sandbox -------------------------------------------------------------------------------- */
+static void test_sandbox_escapes(void **state)
+{
+    static const fail_case c[] = {
+        {"os.execute('touch /tmp/rk_sandbox_escape')", RK_ESPEC_RUNTIME, "global 'os'"},
+        {"io.open('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'io'"},
+        {"require('os')", RK_ESPEC_RUNTIME, "global 'require'"},
+        {"load('return 1')", RK_ESPEC_RUNTIME, "global 'load'"},
+        {"loadstring('return 1')", RK_ESPEC_RUNTIME, "global 'loadstring'"},
+        {"dofile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'dofile'"},
+        {"loadfile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'loadfile'"},
+        {"string.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
+        {";('x'):dump()", RK_ESPEC_RUNTIME, "method 'dump'"},
+        {"getmetatable('').__index.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
+        {"collectgarbage('count')", RK_ESPEC_RUNTIME, "global 'collectgarbage'"},
+        {"print('hello')", RK_ESPEC_RUNTIME, "global 'print'"},
+        {"debug.getregistry()", RK_ESPEC_RUNTIME, "global 'debug'"},
+        {"package.loadlib('libc.so.6', 'system')", RK_ESPEC_RUNTIME, "global 'package'"},
+        {"coroutine.wrap(print)", RK_ESPEC_RUNTIME, "global 'coroutine'"},
+        {"utf8.char(72)", RK_ESPEC_RUNTIME, "global 'utf8'"},
+        {"_G.os.execute('true')", RK_ESPEC_RUNTIME, "global '_G'"},
+        {"rawget(_ENV, 'os').execute('true')", RK_ESPEC_RUNTIME, "attempt to index a nil value"},
+        {"math.random()", RK_ESPEC_RUNTIME, "field 'random'"},
+        /* finalizers and handlers of hook errors run with hooks off: no endless loop may hide there */
+        {"setmetatable({}, { __gc = function() while true do end end })", RK_ESPEC_RUNTIME,
+         "__gc metamethods are not allowed"},
+        {"local mt = { __gc = true } setmetatable({}, mt)", RK_ESPEC_RUNTIME,
+         "__gc metamethods are not allowed"},
+        {"xpcall(function() while true do end end, function() while true do end end)", RK_ESPEC_LIMIT,
+         "instruction limit exceeded"},
+        {"while true do end", RK_ESPEC_LIMIT, "instruction limit exceeded"},
+        {"while true do pcall(function() while true do end end) end", RK_ESPEC_LIMIT,
+         "instruction limit exceeded"},
+        {"do return pcall(function() while true do end end) end", RK_ESPEC_LIMIT,
+         "instruction limit exceeded"},
+        {"string.rep('x', 1 << 30)", RK_ESPEC_LIMIT, "memory limit exceeded"},
+        {"local s1 = ('x'):rep(1 << 20) while true do s1 = s1 .. s1 end", RK_ESPEC_LIMIT,
+         "memory limit exceeded"},
+        {"local t, x = {}, string.rep('x', 4096) while true do t[#t + 1] = x .. #t end", RK_ESPEC_LIMIT,
+         "memory limit exceeded"},
+        {"local t = {} for i = 1, 1e7 do t[i] = {} end", RK_ESPEC_LIMIT, "limit exceeded"},
+    };
+    run_spec_cases(state, c, N(c));
+}
+
+/* The environment holds exactly the allowed names. */
+static void test_sandbox_env(void **state)
+{
+    rk_spec s = load_ok(
+        state,
+        "local allowed = { assert = 1, error = 1, ipairs = 1, next = 1, pairs = 1, pcall = 1,\n"
+        "  select = 1, tonumber = 1, tostring = 1, type = 1, xpcall = 1, rawequal = 1, rawget = 1,\n"
+        "  rawlen = 1, rawset = 1, setmetatable = 1, getmetatable = 1, _VERSION = 1, string = 1,\n"
+        "  table = 1, math = 1 }\n"
+        "local n = 0\n"
+        "for k in pairs(_ENV) do assert(allowed[k], 'unexpected global ' .. tostring(k)) n = n + 1 end\n"
+        "assert(n == 21, 'missing globals')\n"
+        "assert(string.dump == nil and getmetatable('').__index.dump == nil)\n"
+        "assert(math.random == nil and math.randomseed == nil and math.floor ~= nil)\n"
+        "assert(table.concat ~= nil and string.rep ~= nil)");
+    assert_string_equal(s.name, "t");
+}
+
+typedef struct bytes {
+    char p[4096];
+    size_t n;
+} bytes;
+
+static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
+{
+    (void)L;
+    bytes *b = ud;
+    if (sz > sizeof b->p - b->n)
+        return 1;
+    memcpy(b->p + b->n, p, sz);
+    b->n += sz;
+    return 0;
+}
+
+static void test_binary_chunks(void **state)
+{
+    /* a real binary chunk, made by an ordinary (unsandboxed) state */
+    lua_State *L = luaL_newstate();
+    assert_non_null(L);
+    assert_int_equal(luaL_loadstring(L, "return { name = 't' }"), LUA_OK);
+    bytes b = {{0}, 0};
+    assert_int_equal(lua_dump(L, dump_writer, &b, 0), 0);
+    lua_close(L);
+    assert_true(b.n > 4 && memcmp(b.p, LUA_SIGNATURE, 4) == 0);
+    rk_err err = {0};
+    rk_spec s;
+    int rc = rk_spec_load(TFILE, b.p, b.n, *state, &s, &err);
+    check_failure("(dumped chunk)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+
+    static const char crafted[] = "\x1bLua\x54\x00\x19\x93\r\n\x1a\n";
+    rc = rk_spec_load(TFILE, crafted, sizeof crafted - 1, *state, &s, &err);
+    check_failure("(crafted chunk)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+    rc = rk_archs_load(TFILE, crafted, sizeof crafted - 1, NULL, &err);
+    check_failure("(crafted archs)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+}
+
+static void test_lua_errors(void **state)
+{
+    static const fail_case c[] = {
+        {"local x = {", RK_ESPEC_SYNTAX, TFILE ":18: unexpected symbol near 'return'"},
+        {"x = 'open", RK_ESPEC_SYNTAX, TFILE ":17: unfinished string"},
+        {"local = 1", RK_ESPEC_SYNTAX, "<name> expected"},
+        {"error('boom')", RK_ESPEC_RUNTIME, TFILE ":17: boom"},
+        {"error('boom')", RK_ESPEC_RUNTIME, "stack traceback:"},
+        {"error('plain', 0)", RK_ESPEC_RUNTIME, TFILE ": plain"},
+        {"error({})", RK_ESPEC_RUNTIME, "(error object is a table value)"},
+        {"error()", RK_ESPEC_RUNTIME, "(error object is a nil value)"},
+        {"local x = nil + 1", RK_ESPEC_RUNTIME, "attempt to perform arithmetic on a nil value"},
+        {"s = 42", RK_ESPEC_INVALID, TFILE ": the chunk must return a table, got number"},
+        {"s = nil", RK_ESPEC_INVALID, "must return a table, got nil"},
+    };
+    run_spec_cases(state, c, N(c));
+
+    /* deep recursion ends in some error, never a crash */
+    rk_err err = {0};
+    rk_spec s;
+    int rc = load_spec_with(*state, "local function f() return 1 + f() end f()", &s, &err);
+    assert_true(rc == RK_ESPEC_LIMIT || rc == RK_ESPEC_RUNTIME);
+    assert_int_equal(strncmp(err.msg, TFILE, strlen(TFILE)), 0);
+}
+
+/* ---- conversion: what is refused ------------------------------------------------------------------ */
+static void test_unknown_keys(void **state)
+{
+    static const fail_case c[] = {
+        {"s.kv_lora_rnak = 512", RK_ESPEC_INVALID, TFILE ": unknown key 'kv_lora_rnak' (allowed: name,"},
+        {"s[1] = 5", RK_ESPEC_INVALID, TFILE ": unknown key [1]"},
+        {"s[true] = 5", RK_ESPEC_INVALID, "unknown key [true]"},
+        {"s[{}] = 5", RK_ESPEC_INVALID, "unknown key of type table"},
+        {"s.fp8.saturat = {}", RK_ESPEC_INVALID, TFILE ": fp8: unknown key 'saturat'"},
+        {"s.fp8.saturate.e5m2 = 57344", RK_ESPEC_INVALID,
+         "fp8.saturate: unknown key 'e5m2' (allowed: ocp, fnuz)"},
+        {"s['name\\0x'] = 1", RK_ESPEC_INVALID, "unknown key 'name'"},
+    };
+    run_spec_cases(state, c, N(c));
+}
+
+static void test_scalars(void **state)
+{
+    static const fail_case c[] = {
+        {"s.name = nil", RK_ESPEC_INVALID, TFILE ": name: required"},
+        {"s.name = 'DeepSeek-V3'", RK_ESPEC_INVALID, "name: must match [a-z0-9_]+, got 'DeepSeek-V3'"},
+        {"s.name = ''", RK_ESPEC_INVALID, "name: must match [a-z0-9_]+"},
+        {"s.name = 42", RK_ESPEC_INVALID, "name: must be a string, got number"},
+        {"s.name = string.rep('a', 64)", RK_ESPEC_INVALID, "name: too long (at most 63 characters, got 64)"},
+        {"s.name = 'a\\0b'", RK_ESPEC_INVALID, "name: must not contain NUL bytes"},
+        {"s.description = string.rep('d', 256)", RK_ESPEC_INVALID, "description: too long"},
+        {"s.description = {}", RK_ESPEC_INVALID, "description: must be a string, got table"},
+        {"s.kv_lora_rank = nil", RK_ESPEC_INVALID, "kv_lora_rank: required"},
+        {"s.kv_lora_rank = '512'", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got string"},
+        {"s.kv_lora_rank = 3.5", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got 3.5"},
+        {"s.kv_lora_rank = 1/0", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got inf"},
+        {"s.kv_lora_rank = 0", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 0"},
+        {"s.kv_lora_rank = 16384", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 16384"},
+        {"s.kv_lora_rank = 1 << 40", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 1099511627776"},
+        {"s.kv_lora_rank = 500", RK_ESPEC_INVALID, "kv_lora_rank: must be a multiple of 8"},
+        {"s.qk_rope_head_dim = nil", RK_ESPEC_INVALID, "qk_rope_head_dim: required"},
+        {"s.qk_rope_head_dim = 63", RK_ESPEC_INVALID, TFILE ": qk_rope_head_dim: must be even, got 63"},
+        {"s.qk_rope_head_dim = 36", RK_ESPEC_INVALID,
+         "qk_rope_head_dim: must be a multiple of 8 (one 16-byte vector of bf16), got 36"},
+        {"s.qk_rope_head_dim = 4", RK_ESPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 4"},
+        {"s.qk_rope_head_dim = 2048", RK_ESPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 2048"},
+        {"s.rope = 'neox'  s.qk_rope_head_dim = 40", RK_ESPEC_INVALID,
+         "qk_rope_head_dim: must be a multiple of 16 with rope 'neox'"},
+        {"s.rope = 'rotate_half'", RK_ESPEC_INVALID,
+         "rope: unknown value 'rotate_half' (one of: gptj, neox, none)"},
+        {"s.rope = true", RK_ESPEC_INVALID, "rope: must be a string, got boolean"},
+        {"s.cos_sin = 'f16_cat'", RK_ESPEC_INVALID,
+         "cos_sin: unknown value 'f16_cat' (one of: f32_cat, f32_split, bf16_split)"},
+        {"s.negative_slot = 'skip'", RK_ESPEC_INVALID,
+         "negative_slot: unknown value 'skip' (one of: skip_kv, skip_all)"},
+        {"s.sanitize = 'yes'", RK_ESPEC_INVALID, "sanitize: must be a boolean (true or false), got string"},
+        {"s.sanitize = 0", RK_ESPEC_INVALID, "sanitize: must be a boolean (true or false), got number"},
+    };
+    run_spec_cases(state, c, N(c));
+}
+
+static void test_lists(void **state)
+{
+    static const fail_case c[] = {
+        {"s.positions = {}", RK_ESPEC_INVALID, "positions: must not be empty"},
+        {"s.positions = { 'int32', 'int32' }", RK_ESPEC_INVALID,
+         "positions[2]: duplicate 'int32' (also positions[1])"},
+        {"s.positions = { 'int16' }", RK_ESPEC_INVALID,
+         "positions[1]: unknown value 'int16' (one of: int32, int64)"},
+        {"s.positions = { 'int32', x = 'int64' }", RK_ESPEC_INVALID,
+         "positions: must be a list (a sequence without holes), found key 'x'"},
+        {"s.positions = { [1] = 'int32', [3] = 'int64' }", RK_ESPEC_INVALID, "positions: must be a list"},
+        {"s.positions = { [2] = 'int32' }", RK_ESPEC_INVALID, "positions: must be a list"},
+        {"s.positions = { [1.5] = 'int32' }", RK_ESPEC_INVALID, "found key [1.5]"},
+        {"s.positions = 64", RK_ESPEC_INVALID, "positions: must be a list of strings (or one string), got number"},
+        {"s.positions = { 64 }", RK_ESPEC_INVALID, "positions[1]: must be a string, got number"},
+        {"s.slots = { 'int64', 'int32', 'int64' }", RK_ESPEC_INVALID, "slots: at most 2 entries, got 3"},
+        {"s.slots = { 'int64', 'int64' }", RK_ESPEC_INVALID, "slots[2]: duplicate 'int64'"},
+        {"s.kv_dtypes = { 'fp16' }", RK_ESPEC_INVALID,
+         "kv_dtypes[1]: unknown value 'fp16' (one of: bf16, fp8_e4m3)"},
+        {"s.kv_dtypes = {}", RK_ESPEC_INVALID, "kv_dtypes: must not be empty"},
+        {"s.q_forms = { 'absorbed', 'absorbed' }", RK_ESPEC_INVALID, "q_forms[2]: duplicate 'absorbed'"},
+        {"s.q_forms = { 'decode' }", RK_ESPEC_INVALID,
+         "q_forms[1]: unknown value 'decode' (one of: absorbed, zero_copy, inplace, none)"},
+        {"s.q_forms = {}", RK_ESPEC_INVALID, "q_forms: must not be empty"},
+        {"s.rope = 'none'  s.q_forms = { 'absorbed', 'inplace' }", RK_ESPEC_INVALID,
+         "q_forms: 'inplace' with rope 'none' has nothing to do"},
+    };
+    run_spec_cases(state, c, N(c));
+}
+
+static void test_fp8(void **state)
+{
+    static const fail_case c[] = {
+        {"s.fp8 = 'mul'", RK_ESPEC_INVALID, "fp8: must be a table, got string"},
+        {"s.fp8.scale = 'divide'", RK_ESPEC_INVALID,
+         "fp8.scale: unknown value 'divide' (one of: none, mul_recip, div, mul)"},
+        {"s.fp8.rope_bf16_round = 1", RK_ESPEC_INVALID,
+         "fp8.rope_bf16_round: must be a boolean (true or false), got number"},
+        {"s.fp8.saturate = 240", RK_ESPEC_INVALID, "fp8.saturate: must be a table, got number"},
+        {"s.fp8.saturate.fnuz = 250", RK_ESPEC_INVALID,
+         "fp8.saturate.fnuz: must be at most 240 (the e4m3 FNUZ maximum), got 250"},
+        {"s.fp8.saturate.fnuz = 448", RK_ESPEC_INVALID, "fp8.saturate.fnuz: must be at most 240"},
+        {"s.fp8.saturate.ocp = 480", RK_ESPEC_INVALID,
+         "fp8.saturate.ocp: must be at most 448 (the e4m3 OCP maximum), got 480"},
+        {"s.fp8.saturate.fnuz = 230", RK_ESPEC_INVALID,
+         "fp8.saturate.fnuz: 230 is not an e4m3 FNUZ value (nearest: 224 and 240)"},
+        {"s.fp8.saturate.ocp = 300", RK_ESPEC_INVALID,
+         "fp8.saturate.ocp: 300 is not an e4m3 OCP value (nearest: 288 and 320)"},
+        {"s.fp8.saturate.ocp = 0.1", RK_ESPEC_INVALID, "0.1 is not an e4m3 OCP value"},
+        {"s.fp8.saturate.ocp = 0", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be positive, got 0"},
+        {"s.fp8.saturate.ocp = -448", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be positive, got -448"},
+        {"s.fp8.saturate.ocp = 0/0", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be finite"},
+        {"s.fp8.saturate.fnuz = 1/0", RK_ESPEC_INVALID, "fp8.saturate.fnuz: must be finite"},
+        {"s.fp8.saturate.ocp = '448'", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be a number, got string"},
+    };
+    run_spec_cases(state, c, N(c));
+}
+
+static void test_targets(void **state)
+{
+    static const fail_case c[] = {
+        {"s.targets = nil", RK_ESPEC_INVALID, "targets: required"},
+        {"s.targets = {}", RK_ESPEC_INVALID, "targets: must not be empty"},
+        {"s.targets = { 'host', 'gfx999' }", RK_ESPEC_TARGET,
+         TFILE ": targets[2]: unknown target 'gfx999' (known: gfx90a, gfx942, gfx950, gfx1100, "
+               "gfx1201, gfx1250, sm_80, sm_90, host)"},
+        {"s.targets = 'gfx999'", RK_ESPEC_TARGET, "targets[1]: unknown target 'gfx999'"},
+        {"s.targets = { 'host\\0x' }", RK_ESPEC_TARGET, "targets[1]: unknown target 'host'"},
+        {"s.targets = { 'host', 'host' }", RK_ESPEC_INVALID, "targets[2]: duplicate 'host' (also targets[1])"},
+        {"s.targets = { 1 }", RK_ESPEC_INVALID, "targets[1]: must be a string, got number"},
+        {"s.targets = { 'host', nil, 'sm_90' }", RK_ESPEC_INVALID, "targets: must be a list"},
+        {"s.targets = {} for i = 1, 17 do s.targets[i] = 'host' end", RK_ESPEC_INVALID,
+         "targets: at most 16 entries, got 17"},
+    };
+    run_spec_cases(state, c, N(c));
+
+    rk_err err = {0};
+    rk_spec s;
+    int rc = load_spec_with(NULL, "", &s, &err);
+    check_failure("(no arch table)", rc, &err, RK_ESPEC_TARGET, "unknown target 'gfx942' (known: none)");
+}
+
+/* ---- the architecture table ---------------------------------------------------------------------- */
+static void test_archs_invalid(void **state)
+{
+    (void)state;
+    static const fail_case c[] = {
+        {"a.archs[1].wave = 48", RK_ESPEC_INVALID, TFILE ": archs[1].wave: must be 32 or 64, got 48"},
+        {"a.archs[1].wave = 64.5", RK_ESPEC_INVALID, "archs[1].wave: must be an integer, got 64.5"},
+        {"a.archs[1].name = 'GFX942'", RK_ESPEC_INVALID, "archs[1].name: must match [a-z0-9_:+-]+"},
+        {"a.archs[1].name = string.rep('x', 40)", RK_ESPEC_INVALID,
+         "archs[1].name: too long (at most 31 characters, got 40)"},
+        {"a.archs[2].name = 'gfx942'", RK_ESPEC_INVALID,
+         "archs[2].name: duplicate arch 'gfx942' (also archs[1])"},
+        {"a.archs[1].vendor = 'intel'", RK_ESPEC_INVALID,
+         "archs[1].vendor: unknown value 'intel' (one of: amd, nvidia, host)"},
+        {"a.archs[1].compiler = 'gcc'", RK_ESPEC_INVALID,
+         "archs[1].compiler: unknown value 'gcc' (one of: hiprtc, clang, nvrtc, host)"},
+        {"a.archs[1].compiler = 'nvrtc'", RK_ESPEC_INVALID,
+         "archs[1].compiler: 'nvrtc' does not build for vendor 'amd'"},
+        {"a.archs[2].compiler = 'clang'", RK_ESPEC_INVALID,
+         "archs[2].compiler: 'clang' does not build for vendor 'host'"},
+        {"a.archs[1].fp8 = 'e5m2'", RK_ESPEC_INVALID, "archs[1].fp8: unknown value 'e5m2' (one of: ocp, fnuz)"},
+        {"a.archs[1].fp8 = nil", RK_ESPEC_INVALID, "archs[1].fp8: required"},
+        {"a.archs[1].fp8_hw = nil", RK_ESPEC_INVALID, "archs[1].fp8_hw: required"},
+        {"a.archs[1].bf16_hw = 1", RK_ESPEC_INVALID, "archs[1].bf16_hw: must be a boolean"},
+        {"a.archs[1].vec_bytes = 4", RK_ESPEC_INVALID, "archs[1].vec_bytes: must be 8 or 16, got 4"},
+        {"a.archs[1].block = 96", RK_ESPEC_INVALID, "archs[1].block: must be a multiple of wave (64), got 96"},
+        {"a.archs[1].block = 2048", RK_ESPEC_INVALID, "archs[1].block: must be in 32..1024, got 2048"},
+        {"a.archs[1].options = 5", RK_ESPEC_INVALID, "archs[1].options: must be a string, got number"},
+        {"a.archs[1].wavefront = 64", RK_ESPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
+        {"a.extra = 1", RK_ESPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},
+        {"a.archs = nil", RK_ESPEC_INVALID, "archs: required"},
+        {"a.archs = {}", RK_ESPEC_INVALID, "archs: must not be empty"},
+        {"a.archs = 'gfx942'", RK_ESPEC_INVALID, "archs: must be a list of tables, got string"},
+        {"a.archs[4] = a.archs[1]", RK_ESPEC_INVALID, "archs: must be a list"},
+        {"a.archs[2] = 'host'", RK_ESPEC_INVALID, "archs[2]: must be a table, got string"},
+        {"a = { archs = {} } for i = 1, 33 do a.archs[i] = { name = 'h' .. i, vendor = 'host',\n"
+         "  wave = 32, fp8 = 'ocp', fp8_hw = false, bf16_hw = false, compiler = 'host' } end",
+         RK_ESPEC_INVALID, "archs: at most 32 entries, got 33"},
+        {"os.exit(1)", RK_ESPEC_RUNTIME, "global 'os'"},
+        {"while true do end", RK_ESPEC_LIMIT, "instruction limit exceeded"},
+    };
+    for (size_t i = 0; i < N(c); i++) {
+        rk_err err = {0};
+        rk_arch_table *t = malloc(sizeof *t);
+        assert_non_null(t);
+        int rc = load_archs_with(c[i].change, t, &err);
+        free(t);
+        check_failure(c[i].change, rc, &err, c[i].code, c[i].want);
+    }
+}
+
+static void test_archs_ok(void **state)
+{
+    (void)state;
+    rk_err err = {0};
+    rk_arch_table *t = malloc(sizeof *t);
+    assert_non_null(t);
+    assert_int_equal(load_archs_with("a.archs[1].vec_bytes = 8  a.archs[1].block = 1024\n"
+                                     "a.archs[2].options = '-O2 -g'  a.archs[2].name = 'x86_64+avx2:v3-a'",
+                                     t, &err),
+                     RK_OK);
+    assert_int_equal(t->n, 2);
+    assert_true(t->a[0].vec_bytes == 8 && t->a[0].block == 1024 && t->a[0].fp8 == RK_FP8_FNUZ);
+    assert_string_equal(t->a[1].options, "-O2 -g");
+    assert_string_equal(t->a[1].name, "x86_64+avx2:v3-a");
+    /* 32 rows is the maximum that fits */
+    assert_int_equal(load_archs_with("a = { archs = {} } for i = 1, 32 do a.archs[i] = { name = 'h' .. i,\n"
+                                     "  vendor = 'host', wave = 32, fp8 = 'ocp', fp8_hw = false,\n"
+                                     "  bf16_hw = false, compiler = 'host' } end",
+                                     t, &err),
+                     RK_OK);
+    assert_int_equal(t->n, RK_MAX_ARCHS);
+    assert_string_equal(t->a[31].name, "h32");
+    free(t);
+}
+
+/* ---- arguments ----------------------------------------------------------------------------------- */
+static void test_arguments(void **state)
+{
+    rk_err err = {0};
+    rk_spec s;
+    char text[4096];
+    snprintf(text, sizeof text, BASE, "");
+
+    /* err may be NULL; out may be NULL (validation only) */
+    assert_int_equal(rk_spec_load(TFILE, text, strlen(text), *state, NULL, NULL), RK_OK);
+    assert_int_equal(rk_spec_load(TFILE, "return 1", 8, *state, &s, NULL), RK_ESPEC_INVALID);
+    assert_int_equal(rk_spec_load(TFILE, NULL, 0, *state, &s, &err), RK_EIO);
+    assert_int_equal(rk_spec_load(NULL, "return 1", 8, *state, &s, &err), RK_ESPEC_INVALID);
+    assert_non_null(strstr(err.msg, "must return a table"));
+    assert_int_equal(rk_archs_load(TFILE, "", 0, NULL, &err), RK_ESPEC_INVALID);
+    assert_non_null(strstr(err.msg, "must return a table, got nil"));
+
+    /* a failed load leaves out untouched */
+    memset(&s, 0x5a, sizeof s);
+    assert_int_not_equal(load_spec_with(*state, "s.rope = 1", &s, &err), RK_OK);
+    assert_int_equal((unsigned char)s.name[0], 0x5a);
+
+    /* a long file name is truncated in rk_spec.file, and still starts every message */
+    char file[400];
+    memset(file, 'd', sizeof file - 5);
+    strcpy(file + sizeof file - 5, ".lua");
+    assert_int_equal(rk_spec_load(file, text, strlen(text), *state, &s, &err), RK_OK);
+    assert_int_equal(strlen(s.file), sizeof s.file - 1);
+    assert_memory_equal(s.file, file, sizeof s.file - 1);
+    assert_int_equal(rk_spec_load(file, "error('boom')", 13, *state, &s, &err), RK_ESPEC_RUNTIME);
+    assert_int_equal(strncmp(err.msg, file, strlen(file)), 0);
+    assert_non_null(strstr(err.msg, "boom"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fail),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_arch_find),
+        cmocka_unit_test(test_archs_file),
+        cmocka_unit_test(test_spec_files),
+        cmocka_unit_test(test_spec_values),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_accepts),
+        cmocka_unit_test(test_sandbox_escapes),
+        cmocka_unit_test(test_sandbox_env),
+        cmocka_unit_test(test_binary_chunks),
+        cmocka_unit_test(test_lua_errors),
+        cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_scalars),
+        cmocka_unit_test(test_lists),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_targets),
+        cmocka_unit_test(test_archs_invalid),
+        cmocka_unit_test(test_archs_ok),
+        cmocka_unit_test(test_arguments),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
