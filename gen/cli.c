@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "build.h"
 #include "host_backend.h"
 #include "rk.h"
 
@@ -19,7 +20,11 @@ typedef struct opts {
     int n_extra;
     const char *filter;   /* substring of the key */
     const char *out;      /* emit */
-    int jobs;             /* selftest */
+    int jobs;             /* selftest, build */
+    const char *targets[RK_MAX_ARCHS]; /* build, inspect */
+    int n_targets;
+    int strict;           /* build */
+    const char *key;      /* inspect */
 } opts;
 
 static const char USAGE[] =
@@ -29,6 +34,11 @@ static const char USAGE[] =
     "  list               one variant per line: key, then kernel name\n"
     "  emit --out DIR     one HIP source per variant and DIR/manifest.json\n"
     "  selftest [--jobs N] run every variant on the host backend against the CPU reference\n"
+    "  build [--target T]... [--jobs N] [--strict]\n"
+    "                     compile every variant with its target's compiler; a table of registers,\n"
+    "                     scratch, spills, code size and hardware conversions per variant\n"
+    "  inspect KEY [--target T]\n"
+    "                     one variant's table row, compiler log and disassembly (PTX/SASS on NVIDIA)\n"
     "\n"
     "Options:\n"
     "  --spec FILE        also load this model spec (a spec with the same name replaces the built-in)\n"
@@ -51,6 +61,46 @@ static const char *const HELP_SELFTEST =
     "(T = 1, 3, 17, 300; H = 1, 16; padded strides; negative slots; NaN/inf inputs; 32- and 64-bit\n"
     "index entry points), comparing every output byte with the CPU reference.\n"
     "Ends with `N passed, M failed`; exit status 0 only when nothing failed.\n";
+
+static const char *const HELP_BUILD =
+    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] build [--target T]... [--jobs N] [--strict]\n"
+    "Compiles every variant that `list` prints (with --target, only those whose target is T; T must be\n"
+    "a row of specs/archs.lua) with the compiler of its target:\n"
+    "  AMD     hiprtc when the local hiprtc's release is known to build the target (ROCm 5.x: up to\n"
+    "          gfx90a and gfx1036), else clang++-22 offline ($ROPEKV_CLANG)\n"
+    "  NVIDIA  nvrtc, -arch=sm_XY (a CUBIN; no GPU needed)\n"
+    "  host    the host C++ compiler ($CXX or c++) into a shared object: only the compile is checked\n"
+    "          here (no register figures); `selftest` runs host kernels against the reference\n"
+    "Progress goes to stderr (\"[k/n] key compiler ms\"); stdout gets one row per variant:\n"
+    "  KEY TARGET COMPILER    the variant, its target, the compiler and its version\n"
+    "  MS                     compile time in milliseconds\n"
+    "  REGS                   AMD: vgprs/sgprs (vgprs include AGPRs); NVIDIA: registers per thread\n"
+    "  SCRATCH SPILLS         private memory bytes per thread; spills (AMD: VGPR+SGPR spill count,\n"
+    "                         NVIDIA: bytes of spill stores)\n"
+    "  CODE                   bytes of machine code (both entry points, <name> and <name>_i64)\n"
+    "  FP8                    the hardware f32->fp8 conversion is used (AMD v_cvt_pk_fp8_f32, NVIDIA\n"
+    "                         cvt.rn.satfinite.e4m3x2.f32); - for a bf16 cache\n"
+    "  BF16                   the hardware f32->bf16 conversion v_cvt_pk_bf16_f32 is used (looked for on\n"
+    "                         AMD targets with bf16_hw; - elsewhere; `inspect` looks on every target)\n"
+    "then one summary row per target (largest figures, total compile time). A figure that could not\n"
+    "be read (AMD needs llvm-readelf-22 and llvm-objdump-22) is -.\n"
+    "  --target T   only variants for target T (repeatable)\n"
+    "  --jobs N     worker processes (default: the number of CPUs)\n"
+    "  --strict     also fail when a device variant uses scratch or spills (or they are not known), or\n"
+    "               an fp8 variant on a target with fp8_hw lacks the hardware fp8 conversion\n"
+    "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
+    "log of each failure is printed on stderr.\n";
+static const char *const HELP_INSPECT =
+    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] inspect KEY [--target T]\n"
+    "Compiles one variant as `build` does and prints its table row, the compiler log and the code:\n"
+    "  AMD: `llvm-objdump-22 -d` of the code object; NVIDIA: the PTX, then the SASS of the CUBIN when\n"
+    "  cuobjdump or nvdisasm is on PATH (or in /usr/local/cuda/bin); host: `objdump -d` of the shared\n"
+    "  object.\n"
+    "KEY is a variant key as `list` prints it (spec/target/kv/q/pos=.../slot=...), a kernel name, or\n"
+    "text found in exactly one key (with or without its target). With --target T (a row of\n"
+    "specs/archs.lua) the variant is built for T even when its spec does not list T; KEY may then\n"
+    "leave the target out (spec/kv/q/pos=.../slot=...) or name another target.\n"
+    "Exit status 0 when the variant compiled.\n";
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -235,6 +285,203 @@ static int cmd_selftest(const opts *o, const rk_variant *v, int n) {
     return failed || n == 0 ? 1 : 0;
 }
 
+/* ---- build and inspect ------------------------------------------------------------------------ */
+/* The arch row named t, or NULL after a message listing the rows. */
+static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const char *t) {
+    const rk_arch *a = rk_arch_find(&cat->archs, t);
+    if (a) return a;
+    fprintf(stderr, "ropekv-gen %s: unknown target '%s'; specs/archs.lua has:", cmd, t);
+    for (int i = 0; i < cat->archs.n; i++) fprintf(stderr, " %s", cat->archs.a[i].name);
+    fputc('\n', stderr);
+    return NULL;
+}
+
+static int cmd_build(const opts *o, const rk_catalog *cat, const rk_variant *v, int n) {
+    const rk_arch *want[RK_MAX_ARCHS];
+    for (int t = 0; t < o->n_targets; t++)
+        if (!(want[t] = target_row("build", cat, o->targets[t]))) return 2;
+    rk_build_item *items = malloc(sizeof *items * (size_t)(n > 0 ? n : 1));
+    rk_build_result *res = malloc(sizeof *res * (size_t)(n > 0 ? n : 1));
+    if (!items || !res) {
+        fprintf(stderr, "ropekv-gen build: out of memory\n");
+        free(items);
+        free(res);
+        return 1;
+    }
+    /* One compiler choice per arch row. */
+    int picked[RK_MAX_ARCHS] = {0};
+    rk_compiler cc_of[RK_MAX_ARCHS];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int keep = o->n_targets == 0;
+        for (int t = 0; t < o->n_targets && !keep; t++) keep = v[i].arch == want[t];
+        if (!keep) continue;
+        int a = (int)(v[i].arch - cat->archs.a);
+        if (!picked[a]) {
+            cc_of[a] = rk_build_pick(v[i].arch);
+            picked[a] = 1;
+        }
+        items[m].v = v[i];
+        items[m].cc = cc_of[a];
+        /* The bf16 scan costs a second look at the code: done where the arch row promises the
+         * instruction and only the compiler decides whether it is used (AMD with bf16_hw). */
+        items[m].flags = v[i].arch->vendor == RK_VENDOR_AMD && v[i].arch->bf16_hw ? RK_BUILD_SCAN : 0;
+        m++;
+    }
+    if (m == 0) {
+        if (o->filter)
+            fprintf(stderr, "ropekv-gen build: no variant%s matches --filter '%s'\n",
+                    o->n_targets ? " of these targets" : "", o->filter);
+        else
+            fprintf(stderr, "ropekv-gen build: no spec lists %s\n", o->n_targets ? "these targets" : "any target");
+        free(items);
+        free(res);
+        return 1;
+    }
+    int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) jobs = 1;
+    fprintf(stderr, "build: %d variants, %d jobs\n", m, jobs < m ? jobs : m);
+    double t0 = rk_now_ms();
+    int failed = rk_build_matrix(items, m, jobs, stderr, res);
+    double wall = rk_now_ms() - t0;
+    if (failed < 0) {
+        fprintf(stderr, "ropekv-gen build: cannot start worker processes: %s\n", strerror(errno));
+        free(items);
+        free(res);
+        return 1;
+    }
+    rk_build_table_header(stdout);
+    for (int i = 0; i < m; i++) rk_build_table_row(stdout, &items[i].v, &res[i]);
+    printf("\n");
+    rk_build_summary(stdout, items, res, m);
+    fflush(stdout);
+    int violations = 0;
+    for (int i = 0; i < m; i++) {
+        if (res[i].rc != RK_OK) {
+            fprintf(stderr, "\nFAILED %s (%s, error %d):\n%s\n", items[i].v.key, rk_compiler_name(res[i].cc),
+                    res[i].rc, res[i].log);
+            continue;
+        }
+        char why[256];
+        if (o->strict && rk_build_strict_violation(&items[i].v, &res[i], why, sizeof why)) {
+            fprintf(stderr, "strict: %s: %s\n", items[i].v.key, why);
+            violations++;
+        }
+    }
+    fprintf(stderr, "build: %d compiled, %d failed", m - failed, failed);
+    if (o->strict) fprintf(stderr, ", %d strict violations", violations);
+    fprintf(stderr, " (%.1f s)\n", wall / 1e3);
+    free(items);
+    free(res);
+    return failed || violations ? 1 : 0;
+}
+
+/* "spec/target/rest" -> "spec/rest" (the key without its target). */
+static void key_without_target(const char *key, char *out, size_t cap) {
+    const char *a = strchr(key, '/');
+    const char *b = a ? strchr(a + 1, '/') : NULL;
+    if (!b) snprintf(out, cap, "%s", key);
+    else snprintf(out, cap, "%.*s%s", (int)(a - key), key, b);
+}
+
+/* Match tiers for inspect: 0 the exact key or kernel name, 1 the key without its target, 2 part of
+ * the key (with or without its target). */
+static int key_matches(const rk_variant *v, const char *key, int tier) {
+    if (tier == 0) return !strcmp(v->key, key) || !strcmp(v->name, key);
+    char bare[256];
+    key_without_target(v->key, bare, sizeof bare);
+    if (tier == 1) return !strcmp(bare, key);
+    return strstr(v->key, key) != NULL || strstr(bare, key) != NULL;
+}
+
+static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_variant *listed, int n_listed) {
+    const rk_variant *cand = listed;
+    int n = n_listed;
+    rk_variant *re = NULL;
+    char key[256];
+    snprintf(key, sizeof key, "%s", o->key);
+    if (o->n_targets) {
+        const rk_arch *a = target_row("inspect", cat, o->targets[0]);
+        if (!a) return 2;
+        re = malloc(sizeof *re * MAX_VARIANTS);
+        int k = re ? rk_build_retarget(cat, a, re, MAX_VARIANTS) : -1;
+        if (k < 0) {
+            fprintf(stderr, "ropekv-gen inspect: out of memory\n");
+            free(re);
+            return 1;
+        }
+        n = 0;
+        for (int i = 0; i < k; i++)
+            if (!o->filter || strstr(re[i].key, o->filter)) re[n++] = re[i];
+        cand = re;
+        /* A full key naming another target means the same shape on T. */
+        const char *s1 = strchr(o->key, '/');
+        const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+        char t[RK_NAME_MAX];
+        if (s2 && (size_t)(s2 - s1 - 1) < sizeof t) {
+            snprintf(t, sizeof t, "%.*s", (int)(s2 - s1 - 1), s1 + 1);
+            if (rk_arch_find(&cat->archs, t))
+                snprintf(key, sizeof key, "%.*s/%s%s", (int)(s1 - o->key), o->key, a->name, s2);
+        }
+    }
+    int pick = -1;
+    for (int tier = 0; tier < 3 && pick < 0; tier++) {
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            if (key_matches(&cand[i], key, tier) && count++ == 0) pick = i;
+        if (count > 1) {
+            fprintf(stderr, "ropekv-gen inspect: '%s' matches %d variants:\n", key, count);
+            int shown = 0;
+            for (int i = 0; i < n && shown < 20; i++)
+                if (key_matches(&cand[i], key, tier)) {
+                    fprintf(stderr, "  %s\n", cand[i].key);
+                    shown++;
+                }
+            if (count > shown) fprintf(stderr, "  ...\n");
+            free(re);
+            return 2;
+        }
+    }
+    if (pick < 0) {
+        fprintf(stderr, "ropekv-gen inspect: no variant matches '%s' (see `ropekv-gen list`%s)\n", key,
+                o->n_targets ? "" : "; --target T builds a spec for a target it does not list");
+        free(re);
+        return 2;
+    }
+    rk_variant v = cand[pick];
+    rk_compiler cc = rk_build_pick(v.arch);
+    rk_build_result *r = malloc(sizeof *r);
+    if (!r) {
+        free(re);
+        return 1;
+    }
+    rk_buf log = {0}, dis = {0}, sass = {0};
+    rk_codeobj code = {0};
+    rk_build_outputs out = {.code = &code, .disasm = &dis, .log = &log,
+                            .sass = v.arch->vendor == RK_VENDOR_NVIDIA ? &sass : NULL};
+    int rc = rk_build_one(&v, cc, RK_BUILD_SCAN, r, &out);
+    printf("%s\nkernel %s\n\n", v.key, v.name);
+    rk_build_table_header(stdout);
+    rk_build_table_row(stdout, &v, r);
+    if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
+    printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
+    if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
+    if (rc == RK_OK) {
+        const char *what = v.arch->vendor == RK_VENDOR_AMD      ? "disassembly (llvm-objdump -d)"
+                           : v.arch->vendor == RK_VENDOR_NVIDIA ? "PTX"
+                                                                : "disassembly (objdump -d)";
+        printf("\n==== %s ====\n%s", what, dis.len ? dis.p : "(none)\n");
+        if (v.arch->vendor == RK_VENDOR_NVIDIA) printf("\n==== SASS ====\n%s", sass.len ? sass.p : "(none)\n");
+    }
+    rk_buf_free(&log);
+    rk_buf_free(&dis);
+    rk_buf_free(&sass);
+    rk_code_free(&code);
+    free(r);
+    free(re);
+    return rc == RK_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     opts o = {.jobs = 0};
     int i = 1;
@@ -261,7 +508,8 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[i++];
     const char *help = !strcmp(cmd, "list") ? HELP_LIST : !strcmp(cmd, "emit") ? HELP_EMIT
-                     : !strcmp(cmd, "selftest") ? HELP_SELFTEST : NULL;
+                     : !strcmp(cmd, "selftest") ? HELP_SELFTEST : !strcmp(cmd, "build") ? HELP_BUILD
+                     : !strcmp(cmd, "inspect") ? HELP_INSPECT : NULL;
     if (!help) {
         fprintf(stderr, "ropekv-gen: unknown command '%s'\n\n%s", cmd, USAGE);
         return 2;
@@ -272,14 +520,32 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(cmd, "emit") && !strcmp(argv[i], "--out") && i + 1 < argc) {
             o.out = argv[++i];
-        } else if (!strcmp(cmd, "selftest") && !strcmp(argv[i], "--jobs") && i + 1 < argc) {
+        } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build")) && !strcmp(argv[i], "--jobs") &&
+                   i + 1 < argc) {
             o.jobs = atoi(argv[++i]);
+        } else if (!strcmp(cmd, "build") && !strcmp(argv[i], "--strict")) {
+            o.strict = 1;
+        } else if ((!strcmp(cmd, "build") || (!strcmp(cmd, "inspect") && o.n_targets == 0)) &&
+                   !strcmp(argv[i], "--target") && i + 1 < argc) {
+            if (o.n_targets == RK_MAX_ARCHS) {
+                fprintf(stderr, "ropekv-gen %s: at most %d --target options\n", cmd, RK_MAX_ARCHS);
+                return 2;
+            }
+            o.targets[o.n_targets++] = argv[++i];
+        } else if (!strcmp(cmd, "inspect") && !o.key && argv[i][0] != '-') {
+            o.key = argv[i];
         } else {
+
             fprintf(stderr, "ropekv-gen %s: unknown argument '%s'\n\n%s", cmd, argv[i], help);
             return 2;
         }
     }
+    if (!strcmp(cmd, "inspect") && !o.key) {
+        fprintf(stderr, "ropekv-gen inspect: KEY is required\n\n%s", help);
+        return 2;
+    }
     rk_catalog *cat = malloc(sizeof *cat);
+
     rk_variant *v = malloc(sizeof *v * MAX_VARIANTS);
     int rc = 1;
     if (!cat || !v) {
@@ -287,7 +553,11 @@ int main(int argc, char **argv) {
     } else if (load_catalog(&o, cat) == 0) {
         int n = all_variants(&o, cat, v, MAX_VARIANTS);
         if (n >= 0)
-            rc = !strcmp(cmd, "list") ? cmd_list(v, n) : !strcmp(cmd, "emit") ? cmd_emit(&o, v, n) : cmd_selftest(&o, v, n);
+            rc = !strcmp(cmd, "list")      ? cmd_list(v, n)
+                 : !strcmp(cmd, "emit")    ? cmd_emit(&o, v, n)
+                 : !strcmp(cmd, "build")   ? cmd_build(&o, cat, v, n)
+                 : !strcmp(cmd, "inspect") ? cmd_inspect(&o, cat, v, n)
+                                           : cmd_selftest(&o, v, n);
     }
     free(v);
     free(cat);

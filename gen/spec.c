@@ -133,10 +133,11 @@ static int sb_xpcall(lua_State *L)
     return lua_gettop(L);
 }
 
+/* Base functions a spec may use (setmetatable and xpcall in their wrapped form). */
 static const char *const base_allowed[] = {
-    "assert", "error",    "ipairs", "next",     "pairs",  "pcall",  "select",       "tonumber",
-    "tostring", "type",   "xpcall", "rawequal", "rawget", "rawlen", "rawset",       "setmetatable",
-    "getmetatable", "_VERSION", NULL,
+    "assert",   "error",    "ipairs",   "next",   "pairs",  "pcall",        "select",
+    "tonumber", "tostring", "type",     "xpcall", "rawequal", "rawget",     "rawlen",
+    "rawset",   "setmetatable", "getmetatable", "_VERSION", NULL,
 };
 static const char *const string_denied[] = {"dump", NULL};
 static const char *const math_denied[] = {"random", "randomseed", NULL}; /* specs are deterministic */

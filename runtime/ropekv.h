@@ -111,6 +111,15 @@ ropekv_status ropekv_load_spec(ropekv_ctx *ctx, const char *path);
 /* The same from text in memory; file names the text in messages. */
 ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file, const char *text, size_t len);
 
+/* Counters of a context since its creation (monitoring, and tests of the cache). Thread-safe. */
+typedef struct ropekv_stats {
+    uint64_t memory_hits;      /* ropekv_kernel_get answered from the context */
+    uint64_t disk_hits;        /* code objects loaded from the disk cache */
+    uint64_t compiles;         /* compiler runs */
+    uint64_t cache_rejects;    /* invalid disk entries removed (corrupt, truncated, foreign, not loadable) */
+} ropekv_stats;
+ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
+
 /* Removes every entry ropekv made in the context's cache directory (memory entries stay). */
 ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
 

@@ -102,8 +102,23 @@ struct ropekv_ctx {
     int n_specs;
     unsigned generation;
     ropekv_kernel *kernels;
+    ropekv_stats stats;         /* under mu */
     char error[8192];
 };
+
+static void count(ropekv_ctx *c, uint64_t *counter) {
+    pthread_mutex_lock(&c->mu);
+    (*counter)++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+ropekv_status ropekv_get_stats(const ropekv_ctx *c, ropekv_stats *out) {
+    if (!c || !out) return ROPEKV_ERR_NULL;
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+    return ROPEKV_OK;
+}
 
 static void logf_(ropekv_ctx *c, const char *fmt, ...) {
     if (!c->log) return;
@@ -449,7 +464,10 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
         if (rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK) {
             from_disk = 1;
         } else {
-            if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
+            if (why[0]) {
+                fprintf(stderr, "ropekv: warning: %s\n", why);
+                count(c, &c->stats.cache_rejects);
+            }
             lock = rk_cache_lock(&c->cache, digest); /* another process may be compiling it: wait */
             why[0] = '\0';
             from_disk = rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK;
@@ -458,6 +476,7 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!from_disk) {
             double t0 = now_ms();
+            count(c, &c->stats.compiles);
             int rc = c->dev.ops->compile(&c->dev, text, len, r->name, c->arch, &co, &log);
             if (rc != RK_OK) {
                 s = fail(c, from_rk(rc), "compiling %s (%s) for %s with %s:\n%s", r->key, r->name, c->dev.target,
@@ -469,6 +488,7 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
                 fprintf(stderr, "ropekv: warning: %s\n", why);
         } else {
             logf_(c, "disk cache hit %s (%s)", r->name, hex);
+            count(c, &c->stats.disk_hits);
         }
         log.len = 0;
         int rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module, k->fn, &log);
@@ -480,6 +500,7 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
         /* A cached object that does not load is dropped and rebuilt once. */
         fprintf(stderr, "ropekv: warning: cached %s/%s.rkco does not load (%s); rebuilding\n", c->cache.dir, hex,
                 log.p ? log.p : "");
+        count(c, &c->stats.cache_rejects);
         rk_code_free(&co);
         from_disk = 0;
     }
@@ -518,6 +539,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
         ropekv_status s = k->status;
         if (s == ROPEKV_OK) {
             k->refs++;
+            c->stats.memory_hits++;
             *out = k;
             pthread_mutex_unlock(&c->mu);
             return ROPEKV_OK;

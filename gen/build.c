@@ -1,0 +1,476 @@
+/* The build matrix: variants -> the compiler of their target -> figures, in worker processes. */
+#include "build.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "host_backend.h"
+
+/* ---- choosing the compiler -------------------------------------------------------------------- */
+rk_compiler rk_build_pick(const rk_arch *a) {
+    switch (a->vendor) {
+    case RK_VENDOR_AMD: {
+        int major, minor;
+        if (rk_hiprtc_available(&major, &minor, NULL, 0) == 0 && rk_hiprtc_supports(major, minor, a->name, NULL, 0))
+            return RK_CC_HIPRTC;
+        return RK_CC_CLANG;
+    }
+    case RK_VENDOR_NVIDIA:
+        return RK_CC_NVRTC;
+    default:
+        return RK_CC_HOST;
+    }
+}
+
+/* ---- one build -------------------------------------------------------------------------------- */
+/* Copies the start of a log into a fixed buffer, marking a cut. */
+static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
+    if (!src) len = 0;
+    if (len < cap) {
+        if (len) memcpy(dst, src, len);
+        dst[len] = '\0';
+        return;
+    }
+    static const char cut[] = "\n... (log cut)\n";
+    size_t keep = cap - sizeof cut;
+    memcpy(dst, src, keep);
+    memcpy(dst + keep, cut, sizeof cut);
+}
+
+/* Bytes of .text in an ELF64 little-endian image; -1 when it is not one. */
+static int elf_text_size(const unsigned char *p, size_t n) {
+    if (!p || n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&shentsize, p + 0x3a, 2);
+    memcpy(&shnum, p + 0x3c, 2);
+    memcpy(&shstrndx, p + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
+    const unsigned char *strh = p + shoff + (size_t)shstrndx * shentsize;
+    uint64_t stroff, strsize;
+    memcpy(&stroff, strh + 0x18, 8);
+    memcpy(&strsize, strh + 0x20, 8);
+    if (stroff > n || strsize > n - stroff) return -1;
+    for (uint16_t i = 0; i < shnum; i++) {
+        const unsigned char *h = p + shoff + (size_t)i * shentsize;
+        uint32_t name;
+        uint64_t size;
+        memcpy(&name, h, 4);
+        memcpy(&size, h + 0x20, 8);
+        if (name + 6u > strsize) continue;
+        if (memcmp(p + stroff + name, ".text", 6) == 0) return size > INT32_MAX ? -1 : (int)size;
+    }
+    return -1;
+}
+
+static int read_all(const char *path, rk_codeobj *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return RK_EIO;
+    rk_buf b = {0};
+    char chunk[65536];
+    size_t k;
+    int rc = RK_OK;
+    while (rc == RK_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) rc = rk_buf_put(&b, chunk, k);
+    fclose(f);
+    if (rc != RK_OK) {
+        rk_buf_free(&b);
+        return rc;
+    }
+    out->data = (unsigned char *)b.p;
+    out->len = b.len;
+    return RK_OK;
+}
+
+/* SASS of a CUBIN with cuobjdump or nvdisasm (PATH, then /usr/local/cuda/bin); a note when neither runs. */
+static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
+    char dir[4096], file[4200];
+    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+        rk_buf_printf(sass, "(cannot create a temporary directory)\n");
+        return;
+    }
+    snprintf(file, sizeof file, "%s/kernel.cubin", dir);
+    if (rk_write_file(file, co->data, co->len) != RK_OK) {
+        rk_buf_printf(sass, "(cannot write %s)\n", file);
+        rk_rmtmpdir(dir);
+        return;
+    }
+    const char *tools[][3] = {{"cuobjdump", "-sass", NULL},
+                              {"nvdisasm", "-c", NULL},
+                              {"/usr/local/cuda/bin/cuobjdump", "-sass", NULL},
+                              {"/usr/local/cuda/bin/nvdisasm", "-c", NULL}};
+    int done = 0;
+    for (size_t t = 0; t < sizeof tools / sizeof tools[0] && !done; t++) {
+        const char *argv[] = {tools[t][0], tools[t][1], file, NULL};
+        rk_buf out = {0};
+        int st = -1;
+        if (rk_run(argv, &out, &st) == RK_OK && st != 127) {
+            rk_buf_printf(sass, "$ %s %s kernel.cubin%s\n", argv[0], argv[1], st ? " (failed)" : "");
+            if (out.len) rk_buf_put(sass, out.p, out.len);
+            done = 1;
+        }
+        rk_buf_free(&out);
+    }
+    if (!done) rk_buf_printf(sass, "(no cuobjdump or nvdisasm on PATH or in /usr/local/cuda/bin: no SASS)\n");
+    rk_rmtmpdir(dir);
+}
+
+static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r, const rk_build_outputs *out,
+                      rk_buf *log) {
+    char dir[4096], so[4400];
+    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+        rk_buf_printf(log, "host: cannot create a temporary directory\n");
+        return RK_EIO;
+    }
+    char *clog = malloc(RK_BUILD_LOG);
+    if (!clog) {
+        rk_rmtmpdir(dir);
+        return RK_ENOMEM;
+    }
+    rk_host_kernel k;
+    double t0 = rk_now_ms();
+    int rc = rk_host_build(src->p, src->len, v->name, dir, &k, clog, RK_BUILD_LOG);
+    r->info.ms = rk_now_ms() - t0;
+    snprintf(r->info.compiler, sizeof r->info.compiler, "%s", rk_host_compiler());
+    rk_buf_printf(log, "%s", clog);
+    free(clog);
+    if (rc == RK_OK) {
+        rk_host_unload(&k);
+        snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
+        rk_codeobj co = {0};
+        if (read_all(so, &co) == RK_OK) {
+            r->info.code_size = elf_text_size(co.data, co.len);
+            if (out && out->code) *out->code = co;
+            else rk_code_free(&co);
+        }
+        if (out && out->disasm) {
+            const char *argv[] = {"objdump", "-d", "--no-show-raw-insn", so, NULL};
+            int st = -1;
+            if (rk_run(argv, out->disasm, &st) != RK_OK || st != 0)
+                rk_buf_printf(out->disasm, "(objdump -d failed, status %d)\n", st);
+        }
+    }
+    rk_rmtmpdir(dir);
+    return rc;
+}
+
+int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_result *r,
+                 const rk_build_outputs *out) {
+    memset(r, 0, sizeof *r);
+    rk_info_reset(&r->info);
+    r->cc = cc;
+    r->bf16_cvt = -1;
+    r->pid = (int)getpid();
+    rk_buf src = {0}, log = {0}, dis = {0};
+    rk_codeobj co = {0};
+    rk_err err = {0};
+    const char *target = v->arch->name;
+    const char *extra = v->arch->options[0] ? v->arch->options : NULL;
+    int want_dis = (flags & RK_BUILD_SCAN) || (out && out->disasm);
+    int rc = rk_emit(v, &src, &err);
+    if (rc != RK_OK) {
+        rk_buf_printf(&log, "emit: %s\n", err.msg);
+    } else {
+        switch (cc) {
+        case RK_CC_HIPRTC:
+        case RK_CC_CLANG:
+            rc = cc == RK_CC_HIPRTC ? rk_hiprtc_compile(src.p, src.len, target, extra, &co, &r->info, &log)
+                                    : rk_clang_compile(src.p, src.len, target, extra, &co, &r->info, &log);
+            if (rc == RK_OK && want_dis) {
+                rk_compile_info again = r->info;
+                if (rk_amd_inspect(&co, NULL, &again, &dis) == RK_OK)
+                    r->bf16_cvt = dis.len && strstr(dis.p, "v_cvt_pk_bf16_f32") ? 1 : 0;
+            }
+            break;
+        case RK_CC_NVRTC:
+            rc = rk_nvrtc_compile(src.p, src.len, target, extra, &co, &r->info, &log);
+            if (rc == RK_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == RK_OK)
+                r->bf16_cvt = dis.len && strstr(dis.p, "cvt.rn.bf16x2.f32") ? 1 : 0;
+            if (rc == RK_OK && out && out->sass) cubin_sass(&co, out->sass);
+            break;
+        case RK_CC_HOST:
+            rc = build_host(v, &src, r, out, &log);
+            break;
+        default:
+            rc = RK_ETARGET;
+            rk_buf_printf(&log, "no compiler for target %s\n", target);
+        }
+    }
+    r->rc = rc;
+    keep_log(r->log, sizeof r->log, log.p, log.len);
+    if (out && out->log && log.len) rk_buf_put(out->log, log.p, log.len);
+    if (out && out->disasm && dis.len) rk_buf_put(out->disasm, dis.p, dis.len);
+    if (out && out->code && cc != RK_CC_HOST) *out->code = co;
+    else if (cc != RK_CC_HOST) rk_code_free(&co);
+    rk_buf_free(&src);
+    rk_buf_free(&log);
+    rk_buf_free(&dis);
+    r->state = 2;
+    return rc;
+}
+
+/* ---- retargeting ------------------------------------------------------------------------------ */
+int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_variant *out, int cap) {
+    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
+    if (!tmp) return -1;
+    int n = 0;
+    for (int s = 0; s < cat->n_specs; s++) {
+        int k = rk_variants(&cat->specs[s], &cat->archs, tmp, RK_MAX_VARIANTS_PER_SPEC, NULL);
+        for (int i = 0; i < k; i++) {
+            if (tmp[i].arch != tmp[0].arch) break; /* the first target's entries are every shape once */
+            if (n == cap) {
+                free(tmp);
+                return -1;
+            }
+            out[n] = tmp[i];
+            out[n].arch = target;
+            rk_variant_finish(&out[n]);
+            n++;
+        }
+    }
+    free(tmp);
+    return n;
+}
+
+/* ---- the matrix ------------------------------------------------------------------------------- */
+typedef struct shared {
+    int next;   /* the next item to claim */
+    int done;   /* items finished */
+    rk_build_result res[];
+} shared;
+
+static void progress_line(FILE *progress, int k, int n, const rk_build_item *it, const rk_build_result *r) {
+    if (!progress) return;
+    char line[512];
+    int len;
+    if (r->rc == RK_OK)
+        len = snprintf(line, sizeof line, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc),
+                       r->info.ms);
+    else
+        len = snprintf(line, sizeof line, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
+    if (len <= 0) return;
+    if ((size_t)len >= sizeof line) len = (int)sizeof line - 1;
+    /* One write per line: the workers share the descriptor. */
+    ssize_t w = write(fileno(progress), line, (size_t)len);
+    (void)w;
+}
+
+static void worker(const rk_build_item *items, int n, shared *sh, FILE *progress) {
+    rk_build_result *r = malloc(sizeof *r);
+    if (!r) _exit(3);
+    for (;;) {
+        int i = __atomic_fetch_add(&sh->next, 1, __ATOMIC_SEQ_CST);
+        if (i >= n) break;
+        sh->res[i].pid = (int)getpid();
+        __atomic_store_n(&sh->res[i].state, 1, __ATOMIC_SEQ_CST);
+        rk_build_one(&items[i].v, items[i].cc, items[i].flags, r, NULL);
+        r->state = 1;
+        memcpy(&sh->res[i], r, sizeof *r);
+        __atomic_store_n(&sh->res[i].state, 2, __ATOMIC_SEQ_CST);
+        int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
+        progress_line(progress, k, n, &items[i], &sh->res[i]);
+    }
+    free(r);
+    _exit(0);
+}
+
+static pid_t spawn(const rk_build_item *items, int n, shared *sh, FILE *progress) {
+    fflush(stdout);
+    fflush(stderr);
+    if (progress) fflush(progress);
+    pid_t pid = fork();
+    if (pid == 0) worker(items, n, sh, progress);
+    return pid;
+}
+
+/* Marks item i failed because its worker went away. */
+static void lost(const rk_build_item *items, int n, shared *sh, int i, const char *why, FILE *progress) {
+    rk_build_result *r = &sh->res[i];
+    int pid = r->pid;
+    memset(r, 0, sizeof *r);
+    rk_info_reset(&r->info);
+    r->rc = RK_ECOMPILE;
+    r->cc = items[i].cc;
+    r->bf16_cvt = -1;
+    r->pid = pid;
+    snprintf(r->log, sizeof r->log, "%s\n", why);
+    r->state = 2;
+    int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
+    progress_line(progress, k, n, &items[i], r);
+}
+
+int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res) {
+    if (n <= 0) return 0;
+    if (jobs < 1) jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) jobs = 1;
+    if (jobs > n) jobs = n;
+    size_t bytes = sizeof(shared) + sizeof(rk_build_result) * (size_t)n;
+    shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) return -1;
+    memset(sh, 0, sizeof *sh); /* the results start zeroed (anonymous mapping): state 0 */
+    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
+    if (!pids) {
+        munmap(sh, bytes);
+        return -1;
+    }
+    int started = 0;
+    for (int j = 0; j < jobs; j++) {
+        pids[j] = spawn(items, n, sh, progress);
+        if (pids[j] < 0) pids[j] = 0;
+        else started++;
+    }
+    if (!started) {
+        int e = errno;
+        free(pids);
+        munmap(sh, bytes);
+        errno = e;
+        return -1;
+    }
+    /* Waits for each worker in turn. A worker ends normally once no item is left to claim; one that
+     * dies fails the item it held, and a replacement takes the rest. */
+    for (int any = 1; any;) {
+        any = 0;
+        for (int j = 0; j < jobs; j++) {
+            if (pids[j] <= 0) continue;
+            any = 1;
+            int st = 0;
+            pid_t p;
+            while ((p = waitpid(pids[j], &st, 0)) < 0 && errno == EINTR) {}
+            pids[j] = 0;
+            if (p < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+            char why[256];
+            if (WIFSIGNALED(st))
+                snprintf(why, sizeof why, "the build process (pid %d) was killed by signal %d (%s) while compiling this",
+                         (int)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
+            else
+                snprintf(why, sizeof why, "the build process (pid %d) exited with status %d while compiling this",
+                         (int)p, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            for (int i = 0; i < n; i++)
+                if (sh->res[i].state == 1 && sh->res[i].pid == (int)p) lost(items, n, sh, i, why, progress);
+            if (__atomic_load_n(&sh->next, __ATOMIC_SEQ_CST) < n) {
+                pid_t q = spawn(items, n, sh, progress);
+                if (q > 0) pids[j] = q;
+            }
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        if (sh->res[i].state != 2)
+            lost(items, n, sh, i, "not built: no build process was left to take it", progress);
+        res[i] = sh->res[i];
+        failed += res[i].rc != RK_OK;
+    }
+    free(pids);
+    munmap(sh, bytes);
+    return failed;
+}
+
+/* ---- reporting -------------------------------------------------------------------------------- */
+static const char *yes_no(int v) { return v < 0 ? "-" : v ? "yes" : "no"; }
+
+static void fig(char *out, size_t cap, int v) {
+    if (v < 0) snprintf(out, cap, "-");
+    else snprintf(out, cap, "%d", v);
+}
+
+void rk_build_table_header(FILE *f) {
+    fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", "KEY", "TARGET", "COMPILER", "MS", "REGS",
+            "SCRATCH", "SPILLS", "CODE", "FP8", "BF16");
+}
+
+void rk_build_table_row(FILE *f, const rk_variant *v, const rk_build_result *r) {
+    char regs[32], scratch[16], spills[16], code[16], ms[32];
+    if (r->rc != RK_OK) {
+        fprintf(f, "%-66s %-8s %-13s %7s %s\n", v->key, v->arch->name,
+                r->info.compiler[0] ? r->info.compiler : rk_compiler_name(r->cc), "-", "FAILED");
+        return;
+    }
+    if (r->info.regs < 0) snprintf(regs, sizeof regs, "-");
+    else if (r->info.sgprs >= 0) snprintf(regs, sizeof regs, "%d/%d", r->info.regs, r->info.sgprs);
+    else snprintf(regs, sizeof regs, "%d", r->info.regs);
+    fig(scratch, sizeof scratch, r->info.scratch);
+    fig(spills, sizeof spills, r->info.spills);
+    fig(code, sizeof code, r->info.code_size);
+    if (r->info.ms < 0) snprintf(ms, sizeof ms, "-");
+    else snprintf(ms, sizeof ms, "%.0f", r->info.ms);
+    const char *fp8 = v->kv != RK_KV_FP8 || r->cc == RK_CC_HOST ? "-" : yes_no(r->info.fp8_cvt);
+    fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", v->key, v->arch->name,
+            r->info.compiler[0] ? r->info.compiler : rk_compiler_name(r->cc), ms, regs, scratch, spills, code, fp8,
+            r->cc == RK_CC_HOST ? "-" : yes_no(r->bf16_cvt));
+}
+
+int rk_build_strict_violation(const rk_variant *v, const rk_build_result *r, char *why, size_t cap) {
+    if (why && cap) why[0] = '\0';
+    if (r->rc != RK_OK || r->cc == RK_CC_HOST) return 0; /* failures are reported as such; host has no figures */
+    if (r->info.scratch != 0 || r->info.spills != 0) {
+        if (r->info.scratch < 0 || r->info.spills < 0)
+            snprintf(why, cap, "scratch/spills not known (are the llvm-22 tools installed?)");
+        else
+            snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
+        return 1;
+    }
+    if (v->kv == RK_KV_FP8 && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
+        snprintf(why, cap, "fp8 cache on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
+        return 1;
+    }
+    return 0;
+}
+
+void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n) {
+    fprintf(f, "%-8s %-13s %6s %6s %6s %6s %7s %6s %8s %8s\n", "TARGET", "COMPILER", "BUILT", "FAILED", "REGS",
+            "SGPRS", "SCRATCH", "SPILLS", "CODE", "MS");
+    /* One row per (target, compiler), in the order of the architecture table (one catalog's rows
+     * are one array, so their addresses are in table order). */
+    int *first = malloc(sizeof *first * (size_t)(n > 0 ? n : 1));
+    if (!first) return;
+    int groups = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int g = 0; g < groups && !seen; g++)
+            seen = items[first[g]].v.arch == items[i].v.arch && items[first[g]].cc == items[i].cc;
+        if (seen) continue;
+        int g = groups++;
+        while (g > 0 && (items[first[g - 1]].v.arch > items[i].v.arch ||
+                         (items[first[g - 1]].v.arch == items[i].v.arch && items[first[g - 1]].cc > items[i].cc))) {
+            first[g] = first[g - 1];
+            g--;
+        }
+        first[g] = i;
+    }
+    for (int g = 0; g < groups; g++) {
+        const rk_build_item *it = &items[first[g]];
+        int built = 0, failed = 0, regs = -1, sgprs = -1, scratch = -1, spills = -1, code = -1;
+        double ms = 0;
+        const char *compiler = rk_compiler_name(it->cc);
+        for (int j = 0; j < n; j++) {
+            if (items[j].v.arch != it->v.arch || items[j].cc != it->cc) continue;
+            const rk_build_result *r = &res[j];
+            if (r->rc != RK_OK) {
+                failed++;
+                continue;
+            }
+            built++;
+            if (r->info.compiler[0]) compiler = r->info.compiler;
+            if (r->info.regs > regs) regs = r->info.regs;
+            if (r->info.sgprs > sgprs) sgprs = r->info.sgprs;
+            if (r->info.scratch > scratch) scratch = r->info.scratch;
+            if (r->info.spills > spills) spills = r->info.spills;
+            if (r->info.code_size > code) code = r->info.code_size;
+            if (r->info.ms > 0) ms += r->info.ms;
+        }
+        char c[5][16];
+        fig(c[0], sizeof c[0], regs);
+        fig(c[1], sizeof c[1], sgprs);
+        fig(c[2], sizeof c[2], scratch);
+        fig(c[3], sizeof c[3], spills);
+        fig(c[4], sizeof c[4], code);
+        fprintf(f, "%-8s %-13s %6d %6d %6s %6s %7s %6s %8s %8.0f\n", it->v.arch->name, compiler, built, failed, c[0],
+                c[1], c[2], c[3], c[4], ms);
+    }
+    free(first);
+}

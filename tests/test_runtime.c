@@ -1,0 +1,445 @@
+/* Runtime: the public API end to end on the host backend (get -> compile -> cache -> launch ->
+ * compare with the reference), the disk cache across contexts, argument checks, run-time specs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rk.h"
+#include "ropekv.h"
+
+static char cache[] = "/tmp/ropekv-test-runtime-XXXXXX";
+static rk_catalog cat;
+
+static int setup(void **state) {
+    (void)state;
+    rk_err err = {0};
+    if (!mkdtemp(cache)) return -1;
+    chmod(cache, 0700);
+    setenv("ROPEKV_BACKEND", "host", 1);
+    unsetenv("ROPEKV_DISABLE_CACHE");
+    return rk_catalog_load_embedded(&cat, &err) == RK_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static ropekv_ctx *open_ctx(const char *dir) {
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = dir ? 1 : -1};
+    ropekv_ctx *c = NULL;
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_non_null(c);
+    assert_string_equal(ropekv_backend_name(c), "host");
+    assert_string_equal(ropekv_target(c), "host");
+    return c;
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".rkco");
+    if (d) closedir(d);
+    return n;
+}
+
+/* The reference's view of a variant on the host target. */
+static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, const char *rest) {
+    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    char key[192];
+    rk_err err = {0};
+    const rk_spec *s = rk_catalog_find(c, spec);
+    assert_non_null(s);
+    snprintf(key, sizeof key, "%s/host/%s", spec, rest);
+    int n = rk_variants(s, &c->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].key, key)) return &v[i];
+    fail_msg("no variant %s", key);
+    return NULL;
+}
+
+static void to_public(const rk_args *a, ropekv_args *p) {
+    *p = (ropekv_args){
+        .tokens = a->tokens, .heads = a->heads,
+        .q_nope = a->q_nope, .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh,
+        .q_pe = (void *)a->q_pe, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
+        .q_out = a->q_out, .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh,
+        .k_nope = a->k_nope, .k_nope_st = a->k_nope_st, .k_pe = a->k_pe, .k_pe_st = a->k_pe_st,
+        .kv_cache = a->kv_cache, .kv_st = a->kv_st, .kv_rows = a->kv_rows,
+        .positions = a->positions, .slots = a->slots, .cos_sin = a->cos, .sin = a->sin,
+        .max_pos = a->max_pos, .k_scale = a->k_scale,
+    };
+}
+
+static int run_api(void *ctx, const rk_variant *v, const rk_args *a) {
+    (void)v;
+    ropekv_args p;
+    to_public(a, &p);
+    return ropekv_launch(ctx, &p, NULL);
+}
+
+/* Checks kernel k against the reference over a few shapes. */
+static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
+    static const int64_t T[] = {1, 17}, H[] = {1, 16};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            rk_shape sh = {.tokens = T[i], .heads = H[j], .pad = 8 * j, .max_pos = 64, .neg_every = 3,
+                           .specials = 1, .k_scale = 0.37f};
+            char why[4096] = "";
+            int rc = rk_check(rv, &sh, (uint64_t)(i * 2 + j + 1), run_api, k, why, sizeof why);
+            if (rc) fail_msg("%s: %s", rv->key, why);
+        }
+}
+
+static const ropekv_variant DS_FP8 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_ABSORBED};
+
+static void test_status_names(void **state) {
+    (void)state;
+    static const ropekv_status all[] = {
+#define ALL_(name, value, msg) name,
+        ROPEKV_STATUS_LIST(ALL_)
+#undef ALL_
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        assert_true(strncmp(ropekv_status_name(all[i]), "ROPEKV_", 7) == 0);
+        assert_true(strlen(ropekv_status_message(all[i])) > 5);
+        for (size_t j = 0; j < i; j++) assert_string_not_equal(ropekv_status_name(all[i]), ropekv_status_name(all[j]));
+    }
+    assert_string_equal(ropekv_status_name((ropekv_status)12345), "ROPEKV_UNKNOWN");
+    assert_string_equal(ropekv_status_name(ROPEKV_ERR_ALIGN), "ROPEKV_ERR_ALIGN");
+    assert_int_equal(ropekv_version_number(), ROPEKV_VERSION_NUMBER);
+    assert_string_equal(ropekv_version_string(), ROPEKV_VERSION_STRING);
+    ropekv_destroy(NULL);
+    ropekv_kernel_release(NULL);
+    assert_int_equal(ropekv_create(NULL, NULL), ROPEKV_ERR_NULL);
+}
+
+/* Cold cache -> compile; same context -> memory; new context -> disk (with no compiler at all). */
+static void test_jit_cold_warm_disk(void **state) {
+    (void)state;
+    const rk_variant *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    ropekv_ctx *c = open_ctx(cache);
+    ropekv_kernel *k = NULL, *k2 = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_string_equal(ropekv_kernel_name(k), rv->name);
+    check_kernel(k, rv);
+    assert_int_equal(count_entries(cache), 1);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK);
+    assert_ptr_equal(k, k2); /* memory hit */
+    ropekv_kernel_release(k2);
+    ropekv_kernel_release(k);
+
+    ropekv_stats st;
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 1 && st.memory_hits == 1 && st.disk_hits == 0);
+    ropekv_destroy(c);
+
+    /* A second context finds the code object on disk and compiles nothing. */
+    c = open_ctx(cache);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    check_kernel(k, rv);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 0 && st.disk_hits == 1);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+
+    /* A different compiler identity is a different key: its failure is reported with the log. */
+    setenv("CXX", "/nonexistent/c++", 1);
+    c = open_ctx(cache);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++"));
+    ropekv_destroy(c);
+    unsetenv("CXX");
+}
+
+/* A corrupt entry is detected, removed and rebuilt once. */
+static void test_corrupt_entry_rebuilt(void **state) {
+    (void)state;
+    const rk_variant *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    ropekv_ctx *c = open_ctx(cache);
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_destroy(c);
+    DIR *d = opendir(cache);
+    struct dirent *e;
+    char path[4400] = "";
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".rkco")) snprintf(path, sizeof path, "%s/%s", cache, e->d_name);
+    closedir(d);
+    assert_true(path[0]);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 200, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(ch ^ 0x40, f);
+    fclose(f);
+    c = open_ctx(cache);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    check_kernel(k, rv);
+    ropekv_stats st;
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.cache_rejects == 1 && st.compiles == 1 && st.disk_hits == 0);
+    ropekv_destroy(c);
+    assert_int_equal(count_entries(cache), 1);
+}
+
+/* An unsafe cache directory: one warning, memory-only caching, everything still works. */
+static void test_unsafe_cache_dir(void **state) {
+    (void)state;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/open", cache);
+    mkdir(dir, 0777);
+    chmod(dir, 0777);
+    ropekv_ctx *c = open_ctx(dir);
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_destroy(c);
+    assert_int_equal(count_entries(dir), 0);
+    rmdir(dir);
+}
+
+typedef struct thread_arg {
+    ropekv_ctx *c;
+    ropekv_kernel *k;
+    int rc;
+} thread_arg;
+
+static void *get_in_thread(void *p) {
+    thread_arg *t = p;
+    t->rc = ropekv_kernel_get(t->c, &DS_FP8, &t->k);
+    return NULL;
+}
+
+/* Many threads asking at once get one kernel. */
+static void test_threads_share_one_compile(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    pthread_t th[8];
+    thread_arg a[8];
+    for (int i = 0; i < 8; i++) {
+        a[i] = (thread_arg){.c = c};
+        assert_int_equal(pthread_create(&th[i], NULL, get_in_thread, &a[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].rc, ROPEKV_OK);
+        assert_ptr_equal(a[i].k, a[0].k);
+    }
+    ropekv_destroy(c);
+}
+
+/* Query: supported, unknown spec, missing configuration, bad arguments. */
+static void test_query(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    char why[1024];
+    assert_int_equal(ropekv_query(c, &DS_FP8, NULL, why, sizeof why), ROPEKV_OK);
+    ropekv_variant v = DS_FP8;
+    v.spec = "no_such_model";
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_NO_SPEC);
+    assert_non_null(strstr(why, "no_such_model"));
+    v = DS_FP8;
+    v.q = ROPEKV_Q_INPLACE; /* deepseek_v3.lua does not list it */
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "deepseek_v3/host/fp8_e4m3/inplace"));
+    v = DS_FP8;
+    v.kv = (ropekv_kv_dtype)7;
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_query(c, NULL, NULL, why, sizeof why), ROPEKV_ERR_NULL);
+    ropekv_destroy(c);
+}
+
+/* ---- argument checks: one failing case per rule ------------------------------------------------- */
+enum { L = 512, R = 64, W = 576, T = 4, H = 2 };
+static uint16_t q[T * H * W + 8], qo[T * H * W + 8], kbuf[T * W + 8];
+static uint8_t kv[(T + 2) * W + 16];
+static int64_t pos[T + 1], slots[T + 1];
+static float cs[8 * R + 4], kscale[2] = {1.0f, 1.0f};
+
+static ropekv_args good_args(void) {
+    return (ropekv_args){
+        .tokens = T, .heads = H,
+        .q_nope = q, .q_nope_st = H * W, .q_nope_sh = W,
+        .q_pe = q + L, .q_pe_st = H * W, .q_pe_sh = W,
+        .q_out = qo, .q_out_st = H * W, .q_out_sh = W,
+        .k_nope = kbuf, .k_nope_st = W, .k_pe = kbuf + L, .k_pe_st = W,
+        .kv_cache = kv, .kv_st = W, .kv_rows = T + 2,
+        .positions = pos, .slots = slots, .cos_sin = cs, .max_pos = 8, .k_scale = kscale,
+    };
+}
+
+static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status want, const char *text) {
+    ropekv_status s = ropekv_launch(k, &a, NULL);
+    if (s != want) fail_msg("want %s, got %s (%s)", ropekv_status_name(want), ropekv_status_name(s), ropekv_last_error(c));
+    if (text && !strstr(ropekv_last_error(c), text)) fail_msg("'%s' not in '%s'", text, ropekv_last_error(c));
+}
+
+static void test_argument_checks(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    ropekv_args a;
+    expect(c, k, good_args(), ROPEKV_OK, NULL);
+    assert_int_equal(ropekv_launch(k, NULL, NULL), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_launch(NULL, NULL, NULL), ROPEKV_ERR_NULL);
+#define CASE(field, value, status, text) \
+    a = good_args();                     \
+    a.field = value;                     \
+    expect(c, k, a, status, text)
+    CASE(q_nope, NULL, ROPEKV_ERR_NULL, "q_nope");
+    CASE(q_pe, NULL, ROPEKV_ERR_NULL, "q_pe");
+    CASE(q_out, NULL, ROPEKV_ERR_NULL, "q_out");
+    CASE(k_nope, NULL, ROPEKV_ERR_NULL, "k_nope");
+    CASE(k_pe, NULL, ROPEKV_ERR_NULL, "k_pe");
+    CASE(kv_cache, NULL, ROPEKV_ERR_NULL, "kv_cache");
+    CASE(positions, NULL, ROPEKV_ERR_NULL, "positions");
+    CASE(slots, NULL, ROPEKV_ERR_NULL, "slots");
+    CASE(cos_sin, NULL, ROPEKV_ERR_NULL, "cos_sin");
+    CASE(k_scale, NULL, ROPEKV_ERR_NULL, "k_scale");
+    CASE(tokens, -1, ROPEKV_ERR_SHAPE, "tokens");
+    CASE(heads, 0, ROPEKV_ERR_SHAPE, "heads");
+    CASE(heads, 70000, ROPEKV_ERR_SHAPE, "heads");
+    CASE(max_pos, 0, ROPEKV_ERR_SHAPE, "max_pos");
+    CASE(kv_rows, -1, ROPEKV_ERR_SHAPE, "kv_rows");
+    CASE(q_out_sh, W - 8, ROPEKV_ERR_STRIDE, "q_out strides");
+    CASE(q_nope_st, W, ROPEKV_ERR_STRIDE, "q_nope strides");
+    CASE(q_pe_sh, -W, ROPEKV_ERR_STRIDE, "q_pe strides");
+    CASE(k_nope_st, L - 8, ROPEKV_ERR_STRIDE, "k_nope");
+    CASE(k_pe_st, 0, ROPEKV_ERR_STRIDE, "k_pe");
+    CASE(kv_st, W - 8, ROPEKV_ERR_STRIDE, "kv_st");
+    CASE(q_pe, q + L + 1, ROPEKV_ERR_ALIGN, "q_pe");
+    CASE(q_out_st, H * W + 4, ROPEKV_ERR_ALIGN, "q_out");
+    CASE(k_nope, kbuf + 4, ROPEKV_ERR_ALIGN, "k_nope");
+    CASE(k_pe_st, W + 2, ROPEKV_ERR_ALIGN, "k_pe");
+    CASE(kv_cache, kv + 4, ROPEKV_ERR_ALIGN, "kv_cache");
+    CASE(kv_st, W + 4, ROPEKV_ERR_ALIGN, "kv_cache");
+    CASE(positions, (const char *)pos + 4, ROPEKV_ERR_ALIGN, "positions");
+    CASE(cos_sin, (const char *)cs + 4, ROPEKV_ERR_ALIGN, "cos/sin");
+    CASE(k_scale, (const float *)((const char *)kscale + 2), ROPEKV_ERR_ALIGN, "k_scale");
+    /* nothing to do is not an error */
+    CASE(tokens, 0, ROPEKV_OK, NULL);
+    /* head-major layouts are accepted */
+    a = good_args();
+    a.q_out_sh = T * W;
+    a.q_out_st = W;
+    expect(c, k, a, ROPEKV_OK, NULL);
+#undef CASE
+    /* query runs the same checks */
+    char why[512];
+    a = good_args();
+    a.kv_st = 3;
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(why, "kv_st"));
+    ropekv_destroy(c);
+}
+
+/* ---- specs at run time ------------------------------------------------------------------------------ */
+static const char *MY_SPEC =
+    "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
+    "         cos_sin = 'f32_split', q_forms = { 'absorbed', 'inplace' }, targets = { 'host', 'sm_90' } }\n";
+
+static void test_runtime_spec(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(cache);
+    char text[512], path[4300];
+    snprintf(path, sizeof path, "%s/my_model.lua", cache);
+    for (int round = 0; round < 2; round++) {
+        const char *rope = round ? "neox" : "gptj";
+        snprintf(text, sizeof text, MY_SPEC, rope);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        assert_int_equal(ropekv_load_spec(c, path), ROPEKV_OK);
+        /* the reference's view of the same file */
+        rk_catalog *mine = malloc(sizeof *mine);
+        rk_err err = {0};
+        *mine = cat;
+        assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), RK_OK);
+        for (int qf = 0; qf < 2; qf++) {
+            ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16, .q = qf ? ROPEKV_Q_INPLACE : ROPEKV_Q_ABSORBED};
+            ropekv_kernel *k;
+            assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+            const rk_variant *rv = ref_variant(mine, "my_model", qf ? "bf16/inplace/pos=int64/slot=int64"
+                                                                  : "bf16/absorbed/pos=int64/slot=int64");
+            assert_string_equal(ropekv_kernel_name(k), rv->name); /* the new content wins */
+            assert_non_null(strstr(rv->name, rope));
+            check_kernel(k, rv);
+            ropekv_kernel_release(k);
+        }
+        free(mine);
+    }
+    /* a bad spec is refused with file, key and reason, and the loaded one stays */
+    const char bad[] = "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 31, targets = {'host'} }";
+    assert_int_equal(ropekv_load_spec_text(c, "bad.lua", bad, sizeof bad - 1), ROPEKV_ERR_SPEC_INVALID);
+    assert_non_null(strstr(ropekv_last_error(c), "bad.lua: qk_rope_head_dim"));
+    const char evil[] = "os.execute('true') return {}";
+    assert_int_equal(ropekv_load_spec_text(c, "evil.lua", evil, sizeof evil - 1), ROPEKV_ERR_SPEC_RUNTIME);
+    assert_int_equal(ropekv_load_spec(c, "/nonexistent/spec.lua"), ROPEKV_ERR_IO);
+    ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_non_null(strstr(ropekv_kernel_name(k), "neox"));
+    ropekv_destroy(c);
+}
+
+/* Backends that are not on this machine are reported, not crashed on. */
+static void test_missing_backends(void **state) {
+    (void)state;
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HIP, .disk_cache = -1};
+    ropekv_ctx *c = (ropekv_ctx *)1;
+    ropekv_status s = ropekv_create(&c, &o);
+    if (s == ROPEKV_OK) {
+        print_message("an AMD device is present: %s\n", ropekv_target(c));
+        ropekv_destroy(c);
+    } else {
+        assert_int_equal(s, ROPEKV_ERR_BACKEND);
+        assert_null(c);
+    }
+    o.backend = ROPEKV_BACKEND_CUDA;
+    s = ropekv_create(&c, &o);
+    if (s == ROPEKV_OK) {
+        print_message("an NVIDIA device is present: %s\n", ropekv_target(c));
+        ropekv_destroy(c);
+    } else {
+        assert_int_equal(s, ROPEKV_ERR_BACKEND);
+    }
+    o.backend = ROPEKV_BACKEND_HOST;
+    o.target = "gfx942";
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_ERR_TARGET);
+    setenv("ROPEKV_BACKEND", "quantum", 1);
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    setenv("ROPEKV_BACKEND", "host", 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_jit_cold_warm_disk),
+        cmocka_unit_test(test_corrupt_entry_rebuilt),
+        cmocka_unit_test(test_unsafe_cache_dir),
+        cmocka_unit_test(test_threads_share_one_compile),
+        cmocka_unit_test(test_query),
+        cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_runtime_spec),
+        cmocka_unit_test(test_missing_backends),
+    };
+    return cmocka_run_group_tests_name("runtime", tests, setup, teardown);
+}
