@@ -1,0 +1,125 @@
+/* JIT costs: cold compile per compiler, a disk-cache hit, an in-process hit.
+ * Goals (shared/PERF.md): cold compile <= 0.5 s, disk hit <= 2 ms, in-process hit <= 100 ns.
+ *   bench_jit [--reps N]
+ * Compilers that are not on the machine are reported as "n/a". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compilers.h"
+#include "rk.h"
+#include "ropekv.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* The deepseek_v3 fp8 absorbed source for one arch row. */
+static int source_for(const rk_catalog *cat, const char *target, rk_buf *src) {
+    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    rk_err err = {0};
+    const rk_spec *s = rk_catalog_find(cat, "deepseek_v3");
+    char key[192];
+    snprintf(key, sizeof key, "deepseek_v3/%s/fp8_e4m3/absorbed/pos=int64/slot=int64", target);
+    int n = s ? rk_variants(s, &cat->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err) : 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].key, key)) return rk_emit(&v[i], src, &err);
+    return -1;
+}
+
+typedef int (*compile_fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_compile_info *, rk_buf *);
+
+static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, compile_fn f, int reps) {
+    rk_buf src = {0};
+    double t[16];
+    int ok = source_for(cat, row, &src) == RK_OK;
+    for (int i = 0; ok && i < reps; i++) {
+        rk_codeobj co = {0};
+        rk_buf log = {0};
+        double t0 = now_s();
+        ok = f(src.p, src.len, target, NULL, &co, NULL, &log) == RK_OK;
+        t[i] = now_s() - t0;
+        rk_code_free(&co);
+        rk_buf_free(&log);
+    }
+    if (ok) printf("| cold compile, %-22s | %8.1f ms | <= 500 ms |\n", label, median(t, reps) * 1e3);
+    else printf("| cold compile, %-22s | %11s | <= 500 ms |\n", label, "n/a");
+    rk_buf_free(&src);
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 2 && !strcmp(argv[1], "--reps") ? atoi(argv[2]) : 5;
+    if (reps < 1 || reps > 16) reps = 5;
+    static rk_catalog cat;
+    rk_err err = {0};
+    if (rk_catalog_load_embedded(&cat, &err) != RK_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    printf("| what | median of %d | goal |\n|---|---|---|\n", reps);
+    cold(&cat, "nvrtc sm_90", "sm_90", "sm_90", rk_nvrtc_compile, reps);
+    cold(&cat, "clang-22 gfx942", "gfx942", "gfx942", rk_clang_compile, reps);
+    cold(&cat, "hiprtc gfx90a", "gfx90a", "gfx90a", rk_hiprtc_compile, reps);
+
+    /* The host backend through the public API: cold (empty cache), disk hit (new context), memory hit. */
+    char dir[] = "/tmp/ropekv-bench-XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = 1};
+    ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+    double cold_t[16], disk_t[16];
+    ropekv_kernel *k;
+    for (int i = 0; i < reps; i++) {
+        ropekv_ctx *c;
+        if (ropekv_create(&c, &o) != ROPEKV_OK) return 1;
+        ropekv_cache_clear(c);
+        double t0 = now_s();
+        if (ropekv_kernel_get(c, &v, &k) != ROPEKV_OK) {
+            fprintf(stderr, "%s\n", ropekv_last_error(c));
+            return 1;
+        }
+        cold_t[i] = now_s() - t0;
+        ropekv_destroy(c);
+        if (ropekv_create(&c, &o) != ROPEKV_OK) return 1;
+        t0 = now_s();
+        ropekv_kernel_get(c, &v, &k);
+        disk_t[i] = now_s() - t0;
+        ropekv_stats st;
+        ropekv_get_stats(c, &st);
+        if (st.disk_hits != 1 || st.compiles != 0) {
+            fprintf(stderr, "expected a disk hit\n");
+            return 1;
+        }
+        if (i + 1 < reps) ropekv_destroy(c);
+        else {
+            /* memory hits: the same context asked again */
+            enum { N = 1000000 };
+            double t1 = now_s();
+            for (int j = 0; j < N; j++) {
+                ropekv_kernel_get(c, &v, &k);
+                ropekv_kernel_release(k);
+            }
+            double per = (now_s() - t1) / N;
+            printf("| cold compile, %-22s | %8.1f ms | <= 500 ms |\n", "host c++ (API, get)", median(cold_t, reps) * 1e3);
+            printf("| disk-cache hit (host, API get)       | %8.3f ms | <= 2 ms |\n", median(disk_t, reps) * 1e3);
+            printf("| in-process hit (get + release)       | %8.1f ns | <= 100 ns |\n", per * 1e9);
+            ropekv_cache_clear(c);
+            ropekv_destroy(c);
+        }
+    }
+    rmdir(dir);
+    return 0;
+}
