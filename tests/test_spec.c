@@ -341,7 +341,7 @@ static void test_spec_values(void **state)
     s = load_file(state, "minicpm3_4b.lua");
     assert_true(s.kv_lora_rank == 256 && s.rope_dim == 32 && s.rope == RK_ROPE_NEOX);
     assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8_scale == RK_SCALE_NONE && s.fp8_rope_bf16);
-    assert_true(s.n_q == 2 && s.q[1] == RK_Q_ZERO_COPY && s.n_targets == 4);
+    assert_true(s.n_q == 3 && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_INPLACE && s.n_targets == 4);
     assert_string_equal(s.targets[0], "gfx1250");
 }
 
