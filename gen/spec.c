@@ -2,11 +2,12 @@
  *
  * The sandbox: a private lua_State per file with an allocator capped at SB_MEM_CAP, an instruction
  * hook capped at SB_INSN_CAP, text chunks only, and a private _ENV holding a few safe base functions
- * plus copies of string (no dump), table and math (no random). No io, os, package, debug, load.
+ * plus copies of string (no dump, no patterns), table and math (no random). No io, os, package, debug, load.
  * Lua code that would run with hooks off is kept out: no __gc metamethods, and xpcall handlers are
  * skipped once the instruction cap is hit.
- * C library code is not interrupted by the hook (a pathological string.find pattern runs to its end);
- * spec files are data written by the project, the caps are there to stop accidents, not attackers.
+ * C library code is not interrupted by the hook, so the string functions that can run long on small
+ * input (find, match, gmatch, gsub: backtracking patterns) are left out; string.rep and table.concat
+ * are bounded by the memory cap.
  *
  * The conversion reads the returned table with raw access only (no metamethods run) inside one
  * protected call, so an allocation failure there is an error, never a panic. On a validation error
@@ -139,7 +140,9 @@ static const char *const base_allowed[] = {
     "tonumber", "tostring", "type",     "xpcall", "rawequal", "rawget",     "rawlen",
     "rawset",   "setmetatable", "getmetatable", "_VERSION", NULL,
 };
-static const char *const string_denied[] = {"dump", NULL};
+/* No dump (bytecode), and no pattern matching: the instruction hook cannot interrupt C code, and a
+ * pathological pattern would run for hours. Specs are data; they need no patterns. */
+static const char *const string_denied[] = {"dump", "find", "match", "gmatch", "gsub", NULL};
 static const char *const math_denied[] = {"random", "randomseed", NULL}; /* specs are deterministic */
 static const char *const none_denied[] = {NULL};
 

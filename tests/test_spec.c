@@ -419,6 +419,8 @@ static void test_sandbox_escapes(void **state)
         {"dofile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'dofile'"},
         {"loadfile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'loadfile'"},
         {"string.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
+        {"('a'):rep(20):find(('a*'):rep(20)..'b')", RK_ESPEC_RUNTIME, "method 'find'"},
+        {"string.gsub('x', 'x', 'y')", RK_ESPEC_RUNTIME, "field 'gsub'"},
         {";('x'):dump()", RK_ESPEC_RUNTIME, "method 'dump'"},
         {"getmetatable('').__index.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
         {"collectgarbage('count')", RK_ESPEC_RUNTIME, "global 'collectgarbage'"},
