@@ -119,6 +119,44 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
     return 1;
 }
 
+/* Byte sizes of the buffers rk_check builds for a shape (T tokens, H heads, pad, max_pos). */
+static sizes sizes_for(const rk_variant *v, int64_t T, int64_t H, int64_t pad, int64_t max_pos) {
+    const rk_spec *sp = v->spec;
+    const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
+    const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
+    const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+    const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
+    const int64_t idx_pos = v->pos == RK_IDX_I64 ? 8 : 4, idx_slot = v->slot == RK_IDX_I64 ? 8 : 4;
+    sizes z = {
+        .q = (T * (H * row_elems + pad)) * 2,
+        .k = T * row_elems * 2,
+        .q_out = (T * (H * row_elems + pad)) * 2,
+        .kv = (T + 3) * row_elems * kv_elem,
+        .pos = T * idx_pos,
+        .slots = T * idx_slot,
+        .cos = max_pos * cs_w * cs_elem,
+        .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
+    };
+    return z;
+}
+
+void rk_check_buffers(const rk_variant *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
+    const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
+    const sizes z = sizes_for(v, a->tokens, a->heads, a->k_nope_st - W, a->max_pos);
+    const rk_check_buf b[RK_CHECK_NBUF] = {
+        [RK_CHECK_Q] = {"q", (void *)a->q_nope, z.q, 1},
+        [RK_CHECK_K] = {"k", (void *)a->k_nope, z.k, 0},
+        [RK_CHECK_Q_OUT] = {"q_out", a->q_out, z.q_out, 1},
+        [RK_CHECK_KV] = {"kv_cache", a->kv_cache, z.kv, 1},
+        [RK_CHECK_POS] = {"positions", (void *)a->positions, z.pos, 0},
+        [RK_CHECK_SLOTS] = {"slots", (void *)a->slots, z.slots, 0},
+        [RK_CHECK_COS] = {"cos", (void *)a->cos, z.cos, 0},
+        [RK_CHECK_SIN] = {"sin", (void *)a->sin, z.sin, 0},
+        [RK_CHECK_K_SCALE] = {"k_scale", (void *)a->k_scale, (int64_t)sizeof(float), 0},
+    };
+    memcpy(out, b, sizeof b);
+}
+
 static int64_t q_st_of(const rk_variant *v, const rk_shape *sh) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
     return sh->heads * (W + sh->pad) + sh->pad;
@@ -155,21 +193,12 @@ int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn r
              size_t why_cap) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
-    const int64_t rows = T + 3, row_elems = W + sh->pad;
+    const int64_t row_elems = W + sh->pad;
     const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == RK_IDX_I64 ? 8 : 4, idx_slot = v->slot == RK_IDX_I64 ? 8 : 4;
-    sizes z = {
-        .q = (T * (H * row_elems + sh->pad)) * 2,
-        .k = T * row_elems * 2,
-        .q_out = (T * (H * row_elems + sh->pad)) * 2,
-        .kv = rows * row_elems * kv_elem,
-        .pos = T * idx_pos,
-        .slots = T * idx_slot,
-        .cos = sh->max_pos * cs_w * cs_elem,
-        .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : sh->max_pos * cs_w * cs_elem,
-    };
+    const sizes z = sizes_for(v, T, H, sh->pad, sh->max_pos);
     rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
     int rc = 2;

@@ -284,4 +284,28 @@ typedef int (*rk_run_fn)(void *ctx, const rk_variant *v, const rk_args *a);
 int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
              size_t why_cap);
 
+/* The host buffers behind the rk_args that rk_check hands its run callback, for a callback that runs
+ * the kernel elsewhere (copy each buffer to the device, rebase the pointers, copy the compared ones
+ * back). Every non-NULL pointer of those args lies inside one of them; the sizes follow from the args
+ * (tokens, heads, strides, max_pos) and the variant. */
+enum {
+    RK_CHECK_Q,        /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
+    RK_CHECK_K,        /* [T, L+R+pad] bf16 holding k_nope | k_pe */
+    RK_CHECK_Q_OUT,
+    RK_CHECK_KV,       /* T + 3 cache rows */
+    RK_CHECK_POS,
+    RK_CHECK_SLOTS,
+    RK_CHECK_COS,
+    RK_CHECK_SIN,      /* 0 bytes with an f32_cat table */
+    RK_CHECK_K_SCALE,
+    RK_CHECK_NBUF
+};
+typedef struct rk_check_buf {
+    const char *name;  /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale" */
+    void *host;        /* start of the buffer */
+    int64_t bytes;
+    int compared;      /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
+} rk_check_buf;
+void rk_check_buffers(const rk_variant *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]);
+
 #endif

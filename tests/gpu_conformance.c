@@ -1,0 +1,785 @@
+/* GPU conformance: every NVIDIA-compilable variant run on the device against the CPU reference.
+ *
+ * Variants: every variant of the built-in specs on an NVIDIA row (sm_80, sm_90), plus every variant
+ * shape of every spec retargeted to each NVIDIA row (so specs that list only sm_90 also run the
+ * sm_80 row's software fp8 path), one per kernel name. Each is emitted from its row, compiled by
+ * nvrtc for the device's own architecture (an sm_80 CUBIN does not load on sm_90), loaded and
+ * launched through the cuda backend table, and checked with rk_check over a set of shapes: padded
+ * (non-contiguous) token and head strides on every other shape, negative slots, positions at 0,
+ * max_pos - 1 and out of range, NaN/inf inputs, k_scale != 1. Every buffer is surrounded by guard
+ * bytes on the device, so a write outside any tensor is caught as well.
+ *
+ * Plain C (no test framework): it must build and run where only the CUDA driver and nvrtc exist.
+ * Without a usable driver or device it prints "gpu_conformance: SKIPPED: <reason>" and exits 77.
+ *
+ *   gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host]
+ *     --quick    only T in {1, 17} x H in {1, 16} (smoke run)
+ *     --filter   only variants whose key contains TEXT
+ *     --jobs     worker processes (default: online CPUs); each opens its own CUDA context
+ *     --list     print the variants and shapes, run nothing
+ *     --host     the same flow through the host backend (host C++ compiler, kernel run on the CPU,
+ *                "device" buffers in host memory with guards): exercises everything but the GPU
+ *
+ * Output: one line per variant, "pass <key> (<n> shapes)" or "FAIL <key>: <why> [shape]", then the
+ * total time and a last line "N passed, M failed". Exit status 0 iff M == 0 and N > 0. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "build.h"
+#include "rk.h"
+
+#define SKIP_STATUS 77
+#define GUARD 256          /* guard bytes before and after every device buffer (keeps 256-byte alignment) */
+#define GUARD_BYTE 0xcd
+#define MAX_POS 4096       /* rows of the cos/sin tables */
+#define WHY_CAP 2048
+#define EXIT_DEVICE_LOST 10 /* a worker's context is unusable after a device error: replace the worker */
+
+/* ---- shapes -------------------------------------------------------------------------------------- */
+typedef struct shape {
+    int64_t tokens, heads;
+    int wide;   /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
+} shape;
+
+static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
+static const int64_t FULL_H[] = {1, 16, 128};
+static const int64_t QUICK_T[] = {1, 17};
+static const int64_t QUICK_H[] = {1, 16};
+/* T x H rows above this are left out (the CPU reference and the 2 x 2 host copies of q and q_out
+ * dominate the run time): 8192 x 128 goes, 1000 x 128 and 8192 x 16 stay. */
+#define MAX_ROWS 200000
+
+static shape g_shapes[64];
+static int g_n_shapes;
+
+static void make_shapes(int quick) {
+    const int64_t *ts = quick ? QUICK_T : FULL_T, *hs = quick ? QUICK_H : FULL_H;
+    int nt = quick ? 2 : (int)(sizeof FULL_T / sizeof FULL_T[0]);
+    int nh = quick ? 2 : (int)(sizeof FULL_H / sizeof FULL_H[0]);
+    g_n_shapes = 0;
+    for (int h = 0; h < nh; h++)
+        for (int t = 0; t < nt; t++)
+            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0};
+    /* smallest first, so a failure is reported on the smallest shape that shows it */
+    for (int i = 1; i < g_n_shapes; i++)
+        for (int j = i; j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads;
+             j--) {
+            shape x = g_shapes[j];
+            g_shapes[j] = g_shapes[j - 1];
+            g_shapes[j - 1] = x;
+        }
+    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1} : (shape){1000, 16, 1};
+}
+
+static rk_shape rk_shape_of(int i) {
+    return (rk_shape){.tokens = g_shapes[i].tokens, .heads = g_shapes[i].heads, .pad = (i % 2) * 8,
+                      .max_pos = MAX_POS, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+}
+
+static void shape_text(int i, int wide, char *out, size_t cap) {
+    rk_shape s = rk_shape_of(i);
+    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
+             wide ? "i64" : "i32");
+}
+
+/* ---- the CUDA driver calls for memory (the backend table has none) ------------------------------- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+
+static struct {
+    void *lib;
+    CUresult (*init)(unsigned);
+    CUresult (*driver_version)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*device_name)(char *, int, CUdevice);
+    CUresult (*total_mem)(size_t *, CUdevice);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_release)(CUdevice);
+    CUresult (*set_current)(CUcontext);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+    CUresult (*sync)(void);
+    CUresult (*error_name)(CUresult, const char **);
+    CUresult (*error_string)(CUresult, const char **);
+    CUdevice dev;
+    CUcontext ctx;
+} cu;
+
+static int cu_load(char *why, size_t cap) {
+    const char *path = getenv("ROPEKV_LIBCUDA");
+    cu.lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cu.lib) {
+        snprintf(why, cap, "libcuda.so.1 not found (%s)", dlerror());
+        return -1;
+    }
+#define SYM(field, name)                                           \
+    if (!(*(void **)&cu.field = dlsym(cu.lib, name))) {            \
+        snprintf(why, cap, "libcuda.so.1 lacks %s", name);         \
+        return -1;                                                 \
+    }
+    SYM(init, "cuInit")
+    SYM(driver_version, "cuDriverGetVersion")
+    SYM(device_get, "cuDeviceGet")
+    SYM(device_name, "cuDeviceGetName")
+    SYM(total_mem, "cuDeviceTotalMem_v2")
+    SYM(primary_retain, "cuDevicePrimaryCtxRetain")
+    SYM(primary_release, "cuDevicePrimaryCtxRelease_v2")
+    SYM(set_current, "cuCtxSetCurrent")
+    SYM(mem_alloc, "cuMemAlloc_v2")
+    SYM(mem_free, "cuMemFree_v2")
+    SYM(htod, "cuMemcpyHtoD_v2")
+    SYM(dtoh, "cuMemcpyDtoH_v2")
+    SYM(sync, "cuCtxSynchronize")
+    SYM(error_name, "cuGetErrorName")
+    SYM(error_string, "cuGetErrorString")
+#undef SYM
+    return 0;
+}
+
+/* "CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access was encountered" */
+static void cu_explain(CUresult r, char *out, size_t cap) {
+    const char *name = NULL, *text = NULL;
+    if (cu.error_name) cu.error_name(r, &name);
+    if (cu.error_string) cu.error_string(r, &text);
+    snprintf(out, cap, "%s (%d): %s", name ? name : "CUDA error", r, text ? text : "no description");
+}
+
+/* Device 0's primary context (the one the backend uses), current on this thread. */
+static int cu_attach(char *why, size_t cap) {
+    char e[256];
+    if (!cu.lib && cu_load(why, cap) != 0) return -1;
+    CUresult r = cu.init(0);
+    if (r == 0) r = cu.device_get(&cu.dev, 0);
+    if (r == 0) r = cu.primary_retain(&cu.ctx, cu.dev);
+    if (r == 0) r = cu.set_current(cu.ctx);
+    if (r != 0) {
+        cu_explain(r, e, sizeof e);
+        snprintf(why, cap, "attaching to device 0: %s", e);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- device memory: CUDA, or host memory standing in for it (--host) ------------------------------ */
+typedef struct mem_ops {
+    int (*alloc)(uint64_t *p, size_t n, char *why, size_t cap);
+    void (*release)(uint64_t p);
+    int (*htod)(uint64_t dst, const void *src, size_t n, char *why, size_t cap);
+    int (*dtoh)(void *dst, uint64_t src, size_t n, char *why, size_t cap);
+    int (*sync)(char *why, size_t cap);
+} mem_ops;
+
+static int cu_check(CUresult r, const char *what, char *why, size_t cap) {
+    if (r == 0) return 0;
+    char e[256];
+    cu_explain(r, e, sizeof e);
+    snprintf(why, cap, "%s: %s", what, e);
+    return -1;
+}
+
+static int cuda_alloc(uint64_t *p, size_t n, char *why, size_t cap) {
+    CUdeviceptr d = 0;
+    char what[64];
+    snprintf(what, sizeof what, "cuMemAlloc(%zu bytes)", n);
+    if (cu_check(cu.mem_alloc(&d, n), what, why, cap)) return -1;
+    *p = d;
+    return 0;
+}
+static void cuda_release(uint64_t p) { cu.mem_free((CUdeviceptr)p); }
+static int cuda_htod(uint64_t dst, const void *src, size_t n, char *why, size_t cap) {
+    char what[64];
+    snprintf(what, sizeof what, "cuMemcpyHtoD(%zu bytes)", n);
+    return cu_check(cu.htod((CUdeviceptr)dst, src, n), what, why, cap);
+}
+static int cuda_dtoh(void *dst, uint64_t src, size_t n, char *why, size_t cap) {
+    char what[64];
+    snprintf(what, sizeof what, "cuMemcpyDtoH(%zu bytes)", n);
+    return cu_check(cu.dtoh(dst, (CUdeviceptr)src, n), what, why, cap);
+}
+static int cuda_sync(char *why, size_t cap) { return cu_check(cu.sync(), "cuCtxSynchronize after the launch", why, cap); }
+static const mem_ops CUDA_MEM = {cuda_alloc, cuda_release, cuda_htod, cuda_dtoh, cuda_sync};
+
+static int host_alloc(uint64_t *p, size_t n, char *why, size_t cap) {
+    void *q = NULL;
+    if (posix_memalign(&q, GUARD, n ? n : 1) != 0) {
+        snprintf(why, cap, "out of host memory (%zu bytes)", n);
+        return -1;
+    }
+    *p = (uint64_t)(uintptr_t)q;
+    return 0;
+}
+static void host_release(uint64_t p) { free((void *)(uintptr_t)p); }
+static int host_htod(uint64_t dst, const void *src, size_t n, char *why, size_t cap) {
+    (void)why, (void)cap;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return 0;
+}
+static int host_dtoh(void *dst, uint64_t src, size_t n, char *why, size_t cap) {
+    (void)why, (void)cap;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+static int host_sync(char *why, size_t cap) {
+    (void)why, (void)cap;
+    return 0;
+}
+static const mem_ops HOST_MEM = {host_alloc, host_release, host_htod, host_dtoh, host_sync};
+
+/* ---- one run of a kernel: the rk_check callback --------------------------------------------------- */
+typedef struct runner {
+    rk_device *dev;
+    const mem_ops *mem;
+    void *fn[2];
+    int force_wide;     /* the shape asks for the 64-bit entry */
+    int used_wide;      /* out: the entry that ran */
+    int device_lost;    /* out: a driver call failed; the context may be unusable */
+    char *why;          /* rk_check's message buffer */
+    size_t why_cap;
+} runner;
+
+/* Rebases a host pointer inside one of the buffers onto its device copy. */
+static uint64_t rebase(const void *p, const rk_check_buf *b, const uint64_t *dev) {
+    if (!p) return 0;
+    uintptr_t x = (uintptr_t)p;
+    for (int i = 0; i < RK_CHECK_NBUF; i++) {
+        uintptr_t h = (uintptr_t)b[i].host;
+        if (b[i].host && x >= h && x < h + (uintptr_t)(b[i].bytes ? b[i].bytes : 1)) return dev[i] + GUARD + (x - h);
+    }
+    return UINT64_MAX;
+}
+
+static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
+    runner *r = ctx;
+    rk_check_buf b[RK_CHECK_NBUF];
+    uint64_t dev[RK_CHECK_NBUF] = {0};
+    unsigned char *guard = NULL, *back = NULL;
+    rk_buf log = {0};
+    char *why = r->why;
+    const size_t cap = r->why_cap;
+    int rc = RK_EDEVICE;
+    rk_check_buffers(v, a, b);
+
+    guard = malloc(GUARD);
+    back = malloc(GUARD);
+    if (!guard || !back) {
+        snprintf(why, cap, "out of host memory");
+        rc = RK_ENOMEM;
+        goto out;
+    }
+    memset(guard, GUARD_BYTE, GUARD);
+    /* every buffer: [guard | data | guard] on the device */
+    for (int i = 0; i < RK_CHECK_NBUF; i++) {
+        size_t n = (size_t)b[i].bytes;
+        if (!b[i].host) continue;
+        if (r->mem->alloc(&dev[i], n + 2 * GUARD, why, cap) || r->mem->htod(dev[i], guard, GUARD, why, cap) ||
+            (n && r->mem->htod(dev[i] + GUARD, b[i].host, n, why, cap)) ||
+            r->mem->htod(dev[i] + GUARD + n, guard, GUARD, why, cap)) {
+            char what[64];
+            snprintf(what, sizeof what, " (%s)", b[i].name);
+            strncat(why, what, cap - strlen(why) - 1);
+            r->device_lost = 1;
+            goto out;
+        }
+    }
+    rk_args d = *a;
+    uint64_t p[11] = {
+        rebase(a->q_nope, b, dev), rebase(a->q_pe, b, dev), rebase(a->q_out, b, dev), rebase(a->k_nope, b, dev),
+        rebase(a->k_pe, b, dev), rebase(a->kv_cache, b, dev), rebase(a->positions, b, dev), rebase(a->slots, b, dev),
+        rebase(a->cos, b, dev), rebase(a->sin, b, dev), rebase(a->k_scale, b, dev),
+    };
+    for (int i = 0; i < 11; i++)
+        if (p[i] == UINT64_MAX) {
+            snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
+            rc = RK_EIO;
+            goto out;
+        }
+    d.q_nope = (const void *)(uintptr_t)p[0];
+    d.q_pe = (const void *)(uintptr_t)p[1];
+    d.q_out = (void *)(uintptr_t)p[2];
+    d.k_nope = (const void *)(uintptr_t)p[3];
+    d.k_pe = (const void *)(uintptr_t)p[4];
+    d.kv_cache = (void *)(uintptr_t)p[5];
+    d.positions = (const void *)(uintptr_t)p[6];
+    d.slots = (const void *)(uintptr_t)p[7];
+    d.cos = (const void *)(uintptr_t)p[8];
+    d.sin = (const void *)(uintptr_t)p[9];
+    d.k_scale = (const float *)(uintptr_t)p[10];
+
+    /* launch geometry as the runtime computes it */
+    const rk_spec *sp = v->spec;
+    const int64_t W = (int64_t)sp->kv_lora_rank + sp->rope_dim;
+    const int64_t qch = v->q == RK_Q_ABSORBED ? W / 8 : v->q == RK_Q_NONE ? 0 : sp->rope_dim / 8;
+    const int64_t total = a->tokens * (a->heads * qch + W / 8);
+    const int block = v->arch->block;
+    const int64_t blocks = (total + block - 1) / block;
+    /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
+     * bound elements from above) */
+    int64_t reach = total + block;
+    for (int i = 0; i < RK_CHECK_NBUF; i++)
+        if (b[i].bytes > reach) reach = b[i].bytes;
+    r->used_wide = r->force_wide || reach >= INT32_MAX;
+    if (blocks > INT32_MAX) {
+        snprintf(why, cap, "%lld blocks: too many for one launch", (long long)blocks);
+        rc = RK_ELAUNCH;
+        goto out;
+    }
+    if (total > 0) {
+        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], &d, blocks, block, NULL, &log);
+        if (rc != RK_OK) {
+            snprintf(why, cap, "launch (%lld blocks of %d): %s", (long long)blocks, block, log.p ? log.p : "failed");
+            r->device_lost = 1;
+            goto out;
+        }
+        rc = RK_EDEVICE;
+        if (r->mem->sync(why, cap)) {
+            r->device_lost = 1;
+            goto out;
+        }
+    }
+    /* outputs back; every guard checked */
+    for (int i = 0; i < RK_CHECK_NBUF; i++) {
+        size_t n = (size_t)b[i].bytes;
+        if (!b[i].host) continue;
+        if (b[i].compared && n && r->mem->dtoh(b[i].host, dev[i] + GUARD, n, why, cap)) {
+            r->device_lost = 1;
+            goto out;
+        }
+        for (int side = 0; side < 2; side++) {
+            if (r->mem->dtoh(back, dev[i] + (side ? GUARD + n : 0), GUARD, why, cap)) {
+                r->device_lost = 1;
+                goto out;
+            }
+            for (int k = 0; k < GUARD; k++)
+                if (back[k] != GUARD_BYTE) {
+                    snprintf(why, cap, "the kernel wrote %s %s: byte %d of the guard is 0x%02x", side ? "past the end of" : "before",
+                             b[i].name, side ? k : k - GUARD, back[k]);
+                    rc = 1;
+                    goto out;
+                }
+        }
+    }
+    rc = RK_OK;
+out:
+    for (int i = 0; i < RK_CHECK_NBUF; i++)
+        if (dev[i]) r->mem->release(dev[i]);
+    free(guard);
+    free(back);
+    rk_buf_free(&log);
+    return rc;
+}
+
+/* ---- variants ------------------------------------------------------------------------------------- */
+static rk_catalog g_cat;
+static rk_variant *g_vars;
+static int g_n_vars, g_n_builtin, g_n_retargeted;
+
+static int add_variant(const rk_variant *v, const char *filter, int *cap) {
+    if (filter && !strstr(v->key, filter)) return 0;
+    for (int i = 0; i < g_n_vars; i++)
+        if (strcmp(g_vars[i].name, v->name) == 0) return 0;
+    if (g_n_vars == *cap) {
+        int ncap = *cap ? *cap * 2 : 256;
+        rk_variant *n = realloc(g_vars, sizeof *n * (size_t)ncap);
+        if (!n) return -1;
+        g_vars = n;
+        *cap = ncap;
+    }
+    g_vars[g_n_vars++] = *v;
+    return 0;
+}
+
+static int collect_variants(const char *filter, char *why, size_t cap) {
+    rk_err err = {0};
+    if (rk_catalog_load_embedded(&g_cat, &err) != RK_OK) {
+        snprintf(why, cap, "loading the built-in specs: %.900s", err.msg);
+        return -1;
+    }
+    int vcap = 0;
+    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS);
+    if (!tmp) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    for (int s = 0; s < g_cat.n_specs; s++) {
+        int n = rk_variants(&g_cat.specs[s], &g_cat.archs, tmp, RK_MAX_VARIANTS_PER_SPEC, &err);
+        if (n < 0) {
+            snprintf(why, cap, "variants of %s: %.900s", g_cat.specs[s].name, err.msg);
+            free(tmp);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            if (tmp[i].arch->vendor == RK_VENDOR_NVIDIA) {
+                g_n_builtin++;
+                if (add_variant(&tmp[i], filter, &vcap)) goto oom;
+            }
+    }
+    for (int a = 0; a < g_cat.archs.n; a++) {
+        if (g_cat.archs.a[a].vendor != RK_VENDOR_NVIDIA) continue;
+        int n = rk_build_retarget(&g_cat, &g_cat.archs.a[a], tmp, RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS);
+        if (n < 0) goto oom;
+        g_n_retargeted += n;
+        for (int i = 0; i < n; i++)
+            if (add_variant(&tmp[i], filter, &vcap)) goto oom;
+    }
+    free(tmp);
+    return 0;
+oom:
+    free(tmp);
+    snprintf(why, cap, "out of memory");
+    return -1;
+}
+
+/* ---- results shared between the workers and the parent --------------------------------------------- */
+typedef struct result {
+    int state;          /* 0 waiting, 1 running, 2 done */
+    int pid;
+    int ok;
+    int shapes;         /* shapes that passed */
+    double ms;
+    char why[WHY_CAP];
+} result;
+
+typedef struct shared {
+    int next;
+    /* what the probe found */
+    int probe_rc;
+    char device[256];
+    char target[96];
+    char compiler[192];
+    char why[1024];
+    result res[];
+} shared;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int g_host;          /* --host */
+static uint64_t g_seed = 1;
+
+/* Opens the backend for this process: RK_OK, RK_EBACKEND (skip) or another error, why set. */
+static int open_backend(rk_device *dev, char *why, size_t cap) {
+    rk_buf log = {0};
+    memset(dev, 0, sizeof *dev);
+    const rk_backend_ops *ops = g_host ? &rk_backend_host : &rk_backend_cuda;
+    int rc = ops->open(dev, 0, NULL, &log);
+    if (rc == RK_OK) dev->ops = ops;
+    else snprintf(why, cap, "%s", log.p ? log.p : "the backend did not open");
+    rk_buf_free(&log);
+    if (rc == RK_OK && !g_host && cu_attach(why, cap) != 0) {
+        ops->close(dev);
+        rc = RK_EDEVICE;
+    }
+    return rc;
+}
+
+/* Compiles, loads and checks one variant over every shape. Returns 1 when the device is unusable. */
+static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
+    const mem_ops *mem = g_host ? &HOST_MEM : &CUDA_MEM;
+    rk_buf src = {0}, log = {0};
+    rk_err err = {0};
+    rk_codeobj co = {0};
+    void *module = NULL;
+    runner r = {.dev = dev, .mem = mem, .why = res->why, .why_cap = sizeof res->why};
+    res->ok = 0;
+    res->shapes = 0;
+    res->why[0] = '\0';
+    if (rk_emit(v, &src, &err) != RK_OK) {
+        snprintf(res->why, sizeof res->why, "emit: %.2000s", err.msg);
+        goto out;
+    }
+    int rc = dev->ops->compile(dev, src.p, src.len, v->name, v->arch, &co, &log);
+    if (rc != RK_OK) {
+        snprintf(res->why, sizeof res->why, "compile for %s (%s row): %s", dev->target, v->arch->name,
+                 log.p ? log.p : "failed");
+        goto out;
+    }
+    rk_buf_free(&log);
+    rc = dev->ops->load(dev, &co, v->name, &module, r.fn, &log);
+    if (rc != RK_OK) {
+        snprintf(res->why, sizeof res->why, "load: %s", log.p ? log.p : "failed");
+        r.device_lost = rc == RK_EDEVICE;
+        goto out;
+    }
+    for (int i = 0; i < g_n_shapes; i++) {
+        rk_shape sh = rk_shape_of(i);
+        r.force_wide = g_shapes[i].wide;
+        r.used_wide = 0;
+        res->why[0] = '\0';
+        rc = rk_check(v, &sh, g_seed * 1000003u + (uint64_t)i, run_device, &r, res->why, sizeof res->why);
+        if (rc != 0) {
+            char s[96];
+            shape_text(i, r.used_wide, s, sizeof s);
+            size_t n = strlen(res->why);
+            snprintf(res->why + n, sizeof res->why - n, " %s", s);
+            goto out;
+        }
+        res->shapes++;
+    }
+    res->ok = 1;
+out:
+    if (module && !r.device_lost) dev->ops->unload(dev, module);
+    rk_code_free(&co);
+    rk_buf_free(&src);
+    rk_buf_free(&log);
+    return r.device_lost;
+}
+
+static void worker(shared *sh, int n) {
+    rk_device dev;
+    int opened = 0;
+    for (;;) {
+        int i = __atomic_fetch_add(&sh->next, 1, __ATOMIC_SEQ_CST);
+        if (i >= n) break;
+        result *res = &sh->res[i];
+        res->pid = (int)getpid();
+        __atomic_store_n(&res->state, 1, __ATOMIC_SEQ_CST);
+        double t0 = now_ms();
+        int lost = 0;
+        if (!opened) {
+            char why[1024];
+            if (open_backend(&dev, why, sizeof why) != RK_OK) {
+                snprintf(res->why, sizeof res->why, "cannot open the device: %s", why);
+                lost = 1;
+            } else {
+                opened = 1;
+            }
+        }
+        if (opened) lost = check_variant(&dev, &g_vars[i], res);
+        res->ms = now_ms() - t0;
+        __atomic_store_n(&res->state, 2, __ATOMIC_SEQ_CST);
+        if (lost) _exit(EXIT_DEVICE_LOST); /* the context is unusable: a fresh process takes the rest */
+    }
+    if (opened) dev.ops->close(&dev);
+    _exit(0);
+}
+
+static pid_t spawn(shared *sh, int n) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) worker(sh, n);
+    return pid;
+}
+
+/* Opens the device in a child process (CUDA state does not survive fork) and reports what it found. */
+static void probe(shared *sh) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        rk_device dev;
+        sh->probe_rc = open_backend(&dev, sh->why, sizeof sh->why);
+        if (sh->probe_rc == RK_OK) {
+            snprintf(sh->target, sizeof sh->target, "%s", dev.target);
+            snprintf(sh->compiler, sizeof sh->compiler, "%s", dev.compiler_id);
+            if (g_host) {
+                snprintf(sh->device, sizeof sh->device, "the CPU (host backend)");
+            } else {
+                char name[200] = "";
+                int drv = 0;
+                size_t mem = 0;
+                cu.device_name(name, (int)sizeof name, cu.dev);
+                cu.driver_version(&drv);
+                cu.total_mem(&mem, cu.dev);
+                snprintf(sh->device, sizeof sh->device, "%s, %.0f GiB, driver API %d.%d", name,
+                         mem / (1024.0 * 1024 * 1024), drv / 1000, drv % 1000 / 10);
+            }
+            dev.ops->close(&dev);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0) {
+        sh->probe_rc = RK_EIO;
+        snprintf(sh->why, sizeof sh->why, "fork: %s", strerror(errno));
+        return;
+    }
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        sh->probe_rc = RK_EDEVICE;
+        snprintf(sh->why, sizeof sh->why, "the probe process died (status 0x%x) while opening the device", st);
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host]\n");
+}
+
+static void print_result(const rk_variant *v, const result *r) {
+    if (r->ok) printf("pass %s (%d shapes)\n", v->key, r->shapes);
+    else printf("FAIL %s: %s\n", v->key, r->why);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    const char *filter = NULL;
+    int quick = 0, list = 0, jobs = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--host")) g_host = 1;
+        else if (!strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+        else if (!strcmp(argv[i], "--jobs") && i + 1 < argc) jobs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    const double t0 = now_ms();
+    char why[1024];
+    make_shapes(quick);
+    if (collect_variants(filter, why, sizeof why) != 0) {
+        fprintf(stderr, "gpu_conformance: %s\n", why);
+        return 1;
+    }
+    const int n = g_n_vars;
+
+    size_t bytes = sizeof(shared) + sizeof(result) * (size_t)(n ? n : 1);
+    shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        fprintf(stderr, "gpu_conformance: mmap: %s\n", strerror(errno));
+        return 1;
+    }
+    if (!list) {
+        probe(sh);
+        if (sh->probe_rc == RK_EBACKEND) {
+            printf("gpu_conformance: SKIPPED: %s\n", sh->why);
+            return SKIP_STATUS;
+        }
+        if (sh->probe_rc != RK_OK) {
+            printf("gpu_conformance: cannot open the device: %s\n", sh->why);
+            printf("0 passed, 1 failed\n");
+            return 1;
+        }
+        printf("device: %s; target %s; compiler %s\n", sh->device, sh->target, sh->compiler);
+    }
+
+    char rows[128] = "";
+    for (int a = 0; a < g_cat.archs.n; a++)
+        if (g_cat.archs.a[a].vendor == RK_VENDOR_NVIDIA)
+            snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s%s", rows[0] ? "/" : "", g_cat.archs.a[a].name);
+    printf("variants: %d distinct kernels (from %d built-in variants on %s rows and %d variant shapes retargeted to "
+           "them%s%s%s)\n",
+           n, g_n_builtin, rows, g_n_retargeted, filter ? "; filter \"" : "", filter ? filter : "", filter ? "\"" : "");
+    printf("shapes (T x H; pad 0/8 alternating, max_pos %d, every 3rd slot negative, NaN/inf inputs, k_scale 0.37):",
+           MAX_POS);
+    for (int i = 0; i < g_n_shapes; i++)
+        printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
+               g_shapes[i].wide ? "(i64 entry)" : "");
+    printf("\n");
+    if (!quick) printf("left out: T x H above %d rows (8192x128)\n", MAX_ROWS);
+    if (list) {
+        for (int i = 0; i < n; i++) printf("%s  %s\n", g_vars[i].key, g_vars[i].name);
+        return 0;
+    }
+    if (n == 0) {
+        printf("0 passed, 0 failed\n");
+        return 1;
+    }
+
+    if (jobs < 1) jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) jobs = 1;
+    if (jobs > n) jobs = n;
+    printf("jobs: %d\n", jobs);
+    fflush(stdout);
+
+    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
+    char *printed = calloc((size_t)n, 1);
+    if (!pids || !printed) {
+        fprintf(stderr, "gpu_conformance: out of memory\n");
+        return 1;
+    }
+    int running = 0;
+    for (int j = 0; j < jobs; j++) {
+        pids[j] = spawn(sh, n);
+        if (pids[j] > 0) running++;
+        else pids[j] = 0;
+    }
+    if (!running) {
+        fprintf(stderr, "gpu_conformance: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    int passed = 0, failed = 0;
+    while (running) {
+        int st = 0;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p < 0 && errno != EINTR) break;
+        if (p > 0) {
+            int j = 0;
+            while (j < jobs && pids[j] != p) j++;
+            if (j == jobs) continue;
+            pids[j] = 0;
+            running--;
+            if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+                /* a worker that died fails the variant it held; one that lost its device exits after
+                 * recording its variant */
+                for (int i = 0; i < n; i++)
+                    if (sh->res[i].state == 1 && sh->res[i].pid == (int)p) {
+                        if (WIFSIGNALED(st))
+                            snprintf(sh->res[i].why, sizeof sh->res[i].why,
+                                     "the worker (pid %d) was killed by signal %d (%s) while checking this", (int)p,
+                                     WTERMSIG(st), strsignal(WTERMSIG(st)));
+                        else
+                            snprintf(sh->res[i].why, sizeof sh->res[i].why,
+                                     "the worker (pid %d) exited with status %d while checking this", (int)p,
+                                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+                        sh->res[i].ok = 0;
+                        sh->res[i].state = 2;
+                    }
+                if (__atomic_load_n(&sh->next, __ATOMIC_SEQ_CST) < n) {
+                    pid_t q = spawn(sh, n);
+                    if (q > 0) {
+                        pids[j] = q;
+                        running++;
+                    }
+                }
+            }
+        }
+        for (int i = 0; i < n; i++)
+            if (!printed[i] && __atomic_load_n(&sh->res[i].state, __ATOMIC_SEQ_CST) == 2) {
+                printed[i] = 1;
+                print_result(&g_vars[i], &sh->res[i]);
+                if (sh->res[i].ok) passed++;
+                else failed++;
+            }
+        if (p == 0) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    for (int i = 0; i < n; i++)
+        if (!printed[i]) {
+            if (sh->res[i].state != 2) {
+                sh->res[i].ok = 0;
+                snprintf(sh->res[i].why, sizeof sh->res[i].why, "not checked: no worker was left to take it");
+            }
+            print_result(&g_vars[i], &sh->res[i]);
+            if (sh->res[i].ok) passed++;
+            else failed++;
+        }
+    double cpu_ms = 0;
+    for (int i = 0; i < n; i++) cpu_ms += sh->res[i].ms;
+    printf("total time: %.1f s (%.1f s of worker time over %d jobs)\n", (now_ms() - t0) / 1e3, cpu_ms / 1e3, jobs);
+    printf("%d passed, %d failed\n", passed, failed);
+    free(pids);
+    free(printed);
+    munmap(sh, bytes);
+    return failed == 0 && passed > 0 ? 0 : 1;
+}
