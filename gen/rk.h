@@ -91,6 +91,8 @@ typedef struct rk_arch {
     int bf16_hw;              /* 1: hardware f32->bf16 conversion */
     int vec_bytes;            /* bytes per lane per global access (16) */
     int block;                /* threads per block */
+    int chunks;               /* 16-byte output chunks per thread (1..8) */
+    int nt_stores;            /* 1: non-temporal (streaming) stores for q_out and cache rows */
     rk_compiler compiler;     /* preferred compiler family */
     char options[256];        /* default compiler options, space separated */
 } rk_arch;
@@ -227,6 +229,11 @@ typedef struct rk_name_parts {
 int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* RK_OK or RK_ERENDER */
 int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
 void rk_variant_parts(const rk_variant *v, rk_name_parts *out);
+
+/* Launch size of a kernel: total = tokens * (heads * q chunks + row chunks) 16-byte output chunks,
+ * blocks = ceil(total / (block * chunks)). */
+void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int block, int chunks, int64_t *total,
+                    int64_t *blocks);
 
 /* ---- templates (gen/render.c) -------------------------------------------------------------------- */
 typedef struct rk_binding {

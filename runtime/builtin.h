@@ -10,6 +10,7 @@ typedef struct rk_builtin {
     const char *spec;      /* spec name */
     const char *kernel;    /* extern "C" name; parses back with rk_name_parse */
     int block;             /* threads per block of the target's row */
+    int chunks;            /* 16-byte output chunks per thread */
     const char *source;    /* the emitted text */
     size_t len;
 } rk_builtin;

@@ -62,6 +62,7 @@ static ropekv_status from_rk(int rc) {
 typedef struct kdesc {
     rk_name_parts p;
     int block;
+    int chunks;
 } kdesc;
 
 struct ropekv_kernel {
@@ -386,6 +387,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
                 r->variant.spec = &r->spec;
                 rk_variant_parts(&r->variant, &r->d.p);
                 r->d.block = r->variant.arch->block;
+                r->d.chunks = r->variant.arch->chunks;
                 snprintf(r->name, sizeof r->name, "%s", r->variant.name);
                 return ROPEKV_OK;
             }
@@ -397,6 +399,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         rk_err err = {0};
         if (rk_name_parse(b->kernel, &r->d.p, &err) != RK_OK) return fail(c, ROPEKV_ERR_RENDER, "%s", err.msg);
         r->d.block = b->block;
+        r->d.chunks = b->chunks;
         r->builtin = b;
         snprintf(r->name, sizeof r->name, "%s", b->kernel);
         return ROPEKV_OK;
@@ -687,12 +690,10 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */
-    const int64_t qch = absorbed ? W / 8 : has_q ? R / 8 : 0, wch = W / 8;
-    pl->total = T * (H * qch + wch);
-    pl->blocks = (pl->total + d->block - 1) / d->block;
+    rk_launch_size(p->L, p->R, p->q, T, H, d->block, d->chunks, &pl->total, &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
           (long long)H);
-    int64_t reach = pl->total + d->block;
+    int64_t reach = pl->total + (int64_t)d->block * d->chunks;
     if (T > 0) {
         int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
         int64_t spans[] = {

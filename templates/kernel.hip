@@ -53,7 +53,7 @@ RK_DEVICE void load4(const void *table, rk_i64 pos, int w, int i, float *out) {
         out[0] = rk_bf16_lo(p.x); out[1] = rk_bf16_hi(p.x);
         out[2] = rk_bf16_lo(p.y); out[3] = rk_bf16_hi(p.y);
     } else {
-        rk_v16 p = rk_load16((const float *)table + pos * w + i);
+        rk_v16 p = rk_load16_ro((const float *)table + pos * w + i);
         out[0] = rk_bits_f32(p.x); out[1] = rk_bits_f32(p.y);
         out[2] = rk_bits_f32(p.z); out[3] = rk_bits_f32(p.w);
     }
@@ -114,7 +114,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
     if (QFORM == 0 && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
         rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
-        rk_store16(dst + c * V, rk_load16(src + c * V));
+        rk_store16_out(dst + c * V, rk_load16_ro(src + c * V));
         return;
     }
     const int j = (QFORM == 0 ? c - L_CH : c) * V;
@@ -129,7 +129,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         return;
     }
     f8 unused;
-    rk_store16((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j,
+    rk_store16_out((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j,
                pack_bf16(rope8(a, q_pe, j, t, &unused)));
 }
 
@@ -154,7 +154,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
     if (nope) {
-        raw = rk_load16((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
+        raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
         y = unpack_bf16(raw);
     } else {
         f8 unused;
@@ -168,11 +168,11 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
         for (int i = 0; i < V; i++) y.v[i] = fp8_prep(y.v[i], k);
         rk_v8 out = {rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
                      rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
-        rk_store8((rk_u8 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+        rk_store8_out((rk_u8 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
     } else {
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16((rk_u16 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+        rk_store16_out((rk_u16 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
     }
 }
 

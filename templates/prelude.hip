@@ -27,18 +27,24 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
 #if defined(__HIPCC_RTC__)
 #define RK_DEVICE __device__ __forceinline__
 #define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
-#define RK_GLOBAL_ID() ((rk_i64)blockIdx.x * RK_BLOCK + threadIdx.x)
+#define RK_GLOBAL_ID() ((rk_i64)blockIdx.x * (RK_BLOCK * RK_CHUNKS) + threadIdx.x)
 #else
 #define RK_DEVICE __attribute__((device)) inline __attribute__((always_inline))
 #define RK_ENTRY extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, RK_BLOCK)))
-#define RK_GLOBAL_ID() ((rk_i64)__builtin_amdgcn_workgroup_id_x() * RK_BLOCK + __builtin_amdgcn_workitem_id_x())
+#define RK_GLOBAL_ID() ((rk_i64)__builtin_amdgcn_workgroup_id_x() * (RK_BLOCK * RK_CHUNKS) + __builtin_amdgcn_workitem_id_x())
 #endif
-#define RK_FOR_EACH(g, n) for (rk_i64 g = RK_GLOBAL_ID(); g < (n); g = (n))
+// Each thread takes RK_CHUNKS chunks, RK_BLOCK apart, so every step of the loop stays coalesced.
+#define RK_FOR_EACH(g, n)                                                                             \
+    _Pragma("unroll") for (rk_i64 g = RK_GLOBAL_ID(), g##_end = g + (rk_i64)RK_BLOCK * RK_CHUNKS;     \
+                           g < g##_end && g < (n); g += RK_BLOCK)
 #define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
 #elif defined(RK_NV)
 #define RK_DEVICE __device__ __forceinline__
 #define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
-#define RK_FOR_EACH(g, n) for (rk_i64 g = (rk_i64)blockIdx.x * RK_BLOCK + threadIdx.x; g < (n); g = (n))
+#define RK_FOR_EACH(g, n)                                                                             \
+    _Pragma("unroll") for (rk_i64 g = (rk_i64)blockIdx.x * (RK_BLOCK * RK_CHUNKS) + threadIdx.x,      \
+                                  g##_end = g + (rk_i64)RK_BLOCK * RK_CHUNKS;                         \
+                           g < g##_end && g < (n); g += RK_BLOCK)
 #define rk_fma(a, b, c) __fmaf_rn(a, b, c)
 #else
 #define RK_DEVICE static inline
@@ -132,5 +138,37 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 }
 
 RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
+
+// Inputs the kernel never writes (q_nope, k_nope, k_pe, the tables).
+RK_DEVICE rk_v16 rk_load16_ro(const void *p) {
+#if defined(RK_NV)
+    uint4 v = __ldg((const uint4 *)p);  // read-only path: inputs are never written by the kernel
+    return rk_v16{v.x, v.y, v.z, v.w};
+#else
+    return *(const rk_v16 *)p;
+#endif
+}
 RK_DEVICE void rk_store16(void *p, rk_v16 v) { *(rk_v16 *)p = v; }
 RK_DEVICE void rk_store8(void *p, rk_v8 v) { *(rk_v8 *)p = v; }
+
+// Output rows (q_out, cache rows): streamed past the caches when the target row asks for it.
+RK_DEVICE void rk_store16_out(void *p, rk_v16 v) {
+#if RK_NT_STORES && defined(RK_NV)
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+#elif RK_NT_STORES && defined(RK_AMD)
+    typedef rk_u32 rk_u32x4 __attribute__((ext_vector_type(4)));
+    __builtin_nontemporal_store((rk_u32x4){v.x, v.y, v.z, v.w}, (rk_u32x4 *)p);
+#else
+    rk_store16(p, v);
+#endif
+}
+RK_DEVICE void rk_store8_out(void *p, rk_v8 v) {
+#if RK_NT_STORES && defined(RK_NV)
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+#elif RK_NT_STORES && defined(RK_AMD)
+    typedef rk_u32 rk_u32x2 __attribute__((ext_vector_type(2)));
+    __builtin_nontemporal_store((rk_u32x2){v.x, v.y}, (rk_u32x2 *)p);
+#else
+    rk_store8(p, v);
+#endif
+}

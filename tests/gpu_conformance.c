@@ -54,9 +54,10 @@ static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
 static const int64_t FULL_H[] = {1, 16, 128};
 static const int64_t QUICK_T[] = {1, 17};
 static const int64_t QUICK_H[] = {1, 16};
-/* T x H rows above this are left out (the CPU reference and the 2 x 2 host copies of q and q_out
- * dominate the run time): 8192 x 128 goes, 1000 x 128 and 8192 x 16 stay. */
-#define MAX_ROWS 200000
+/* Every shape runs; the largest (8192 x 128, ~1M rows) holds about 5 GB of host copies per worker,
+ * so the default worker count is capped by MAX_DEFAULT_JOBS. */
+#define MAX_ROWS (1 << 21)
+#define MAX_DEFAULT_JOBS 8
 
 static shape g_shapes[64];
 static int g_n_shapes;
@@ -320,14 +321,12 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
 
     /* launch geometry as the runtime computes it */
     const rk_spec *sp = v->spec;
-    const int64_t W = (int64_t)sp->kv_lora_rank + sp->rope_dim;
-    const int64_t qch = v->q == RK_Q_ABSORBED ? W / 8 : v->q == RK_Q_NONE ? 0 : sp->rope_dim / 8;
-    const int64_t total = a->tokens * (a->heads * qch + W / 8);
     const int block = v->arch->block;
-    const int64_t blocks = (total + block - 1) / block;
+    int64_t total, blocks;
+    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, block, v->arch->chunks, &total, &blocks);
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */
-    int64_t reach = total + block;
+    int64_t reach = total + (int64_t)block * v->arch->chunks;
     for (int i = 0; i < RK_CHECK_NBUF; i++)
         if (b[i].bytes > reach) reach = b[i].bytes;
     r->used_wide = r->force_wide || reach >= INT32_MAX;
@@ -687,7 +686,6 @@ int main(int argc, char **argv) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
                g_shapes[i].wide ? "(i64 entry)" : "");
     printf("\n");
-    if (!quick) printf("left out: T x H above %d rows (8192x128)\n", MAX_ROWS);
     if (list) {
         for (int i = 0; i < n; i++) printf("%s  %s\n", g_vars[i].key, g_vars[i].name);
         return 0;
@@ -697,7 +695,10 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    if (jobs < 1) jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) {
+        jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (jobs > MAX_DEFAULT_JOBS) jobs = MAX_DEFAULT_JOBS;
+    }
     if (jobs < 1) jobs = 1;
     if (jobs > n) jobs = n;
     printf("jobs: %d\n", jobs);

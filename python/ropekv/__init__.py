@@ -1,0 +1,26 @@
+"""ropekv: fused MLA RoPE + KV-cache write kernels, JIT-compiled for the device at hand (Python binding).
+
+A ctypes binding over libropekv.so (found through $ROPEKV_LIB, else the repository's build/ directory next to
+this package, else the system's library path). Importing it needs neither torch nor the library; torch is
+imported only where tensors are passed.
+
+    import torch, ropekv
+    ctx = ropekv.Context("cuda")                      # shares PyTorch's primary CUDA context
+    k = ctx.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed")
+    k(q_nope=q[..., :512], q_pe=q[..., 512:], q_out=q_out, k_nope=kv[:, :512], k_pe=kv[:, 512:],
+      kv_cache=cache, positions=positions, slots=slot_mapping, cos_sin=cos_sin_cache, k_scale=k_scale)
+
+Errors the library reports raise RopekvError (status name + the context's last error text); argument
+errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
+from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, Q_FORMS, STATUS, candidate_paths, library, library_path
+from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
+from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, parse_kernel_name, raw_args, version
+from ._core import version_number
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel", "KernelInfo",
+    "RopekvError", "candidate_paths", "library", "library_path", "parse_kernel_name", "raw_args", "ropekv_args",
+    "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
+]

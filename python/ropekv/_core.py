@@ -1,0 +1,428 @@
+"""Context, Kernel and errors over the C API (no torch needed here; see _torch.py for tensors)."""
+import ctypes
+import re
+import sys
+import threading
+
+from . import _capi
+
+
+class RopekvError(RuntimeError):
+    """A failure reported by libropekv: status is the ropekv_status_name ("ROPEKV_ERR_ALIGN"), code its value,
+    message the context's ropekv_last_error text (compiler log, path, Lua traceback ...)."""
+
+    def __init__(self, status, message, code=None):
+        self.status = status
+        self.code = _capi.STATUS.get(status) if code is None else code
+        self.message = message
+        super().__init__(status, message)
+
+    def __str__(self):
+        return "%s: %s" % (self.status, self.message) if self.message else self.status
+
+
+# ---- kernel names ------------------------------------------------------------------------------------------
+_NAME_RE = re.compile(
+    r"^rk_L(?P<L>\d+)_R(?P<R>\d+)_(?P<rope>gptj|neox|nope)_(?P<cs>f32cat|f32split|bf16split)"
+    r"_p(?P<p>32|64)_s(?P<s>32|64)_(?P<kv>bf16|fp8ocp|fp8fnuz)_(?P<scale>none|mulrecip|div|mul)"
+    r"_sat(?P<sat>[^_]+)_rr(?P<rr>[01])_(?P<q>absorbed|zerocopy|inplace|qnone)_(?P<neg>skipkv|skipall)"
+    r"_san(?P<san>[01])_(?P<target>[a-z0-9_]+)$")
+
+_ROPE = {"gptj": "gptj", "neox": "neox", "nope": "none"}
+_COS_SIN = {"f32cat": "f32_cat", "f32split": "f32_split", "bf16split": "bf16_split"}
+_SCALE = {"none": "none", "mulrecip": "mul_recip", "div": "div", "mul": "mul"}
+_QFORM = {"absorbed": "absorbed", "zerocopy": "zero_copy", "inplace": "inplace", "qnone": "none"}
+_NEG = {"skipkv": "skip_kv", "skipall": "skip_all"}
+
+
+class KernelInfo:
+    """The code parameters a kernel name encodes (rk_L512_R64_gptj_f32cat_..._sm_90), in the spec's
+    spellings: L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv ("bf16"/"fp8_e4m3"),
+    fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, q, negative_slot, sanitize,
+    target."""
+
+    __slots__ = ("name", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv", "fp8_format", "scale",
+                 "sat", "rope_bf16_round", "q", "negative_slot", "sanitize", "target")
+
+    def __init__(self, name):
+        m = _NAME_RE.match(name)
+        if not m:
+            raise ValueError("not a ropekv kernel name: %r" % name)
+        g = m.groupdict()
+        self.name = name
+        self.L, self.R = int(g["L"]), int(g["R"])
+        self.W = self.L + self.R
+        self.rope = _ROPE[g["rope"]]
+        self.cos_sin = _COS_SIN[g["cs"]]
+        self.positions = "int64" if g["p"] == "64" else "int32"
+        self.slots = "int64" if g["s"] == "64" else "int32"
+        self.kv = "bf16" if g["kv"] == "bf16" else "fp8_e4m3"
+        self.fp8_format = None if g["kv"] == "bf16" else g["kv"][3:]
+        self.scale = _SCALE[g["scale"]]
+        self.sat = float(g["sat"].replace("p", "."))
+        self.rope_bf16_round = g["rr"] == "1"
+        self.q = _QFORM[g["q"]]
+        self.negative_slot = _NEG[g["neg"]]
+        self.sanitize = g["san"] == "1"
+        self.target = g["target"]
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__[1:])
+
+
+def parse_kernel_name(name):
+    return KernelInfo(name)
+
+
+def _enum(table, value, what):
+    if isinstance(value, int) and not isinstance(value, bool) and value in table.values():
+        return value
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError("%s must be one of %s, got %r" % (what, ", ".join(sorted(table)), value)) from None
+
+
+def _tristate(value, what):
+    if value is None:
+        return 0
+    if value is True:
+        return 1
+    if value is False:
+        return -1
+    if value in (0, 1, -1):
+        return int(value)
+    raise ValueError("%s must be None, True or False, got %r" % (what, value))
+
+
+def _cstr(s):
+    if s is None:
+        return None
+    return s.encode() if isinstance(s, str) else bytes(s)
+
+
+def _torch_cuda_init(device):
+    """The C library uses the device's primary context (cuDevicePrimaryCtxRetain), the one the CUDA runtime
+    and PyTorch use. When PyTorch is in the process, let it initialize CUDA on that device first, so both
+    share one context from the start. Nothing is imported: a program that never imported torch has no torch
+    tensors to share."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda"):
+        return
+    try:
+        if not torch.cuda.is_available() or device >= torch.cuda.device_count():
+            return
+        torch.cuda.init()
+        with torch.cuda.device(device):
+            torch.cuda.current_device()
+            torch.cuda.synchronize()
+    except Exception:  # a broken CUDA setup is reported by ropekv_create itself
+        pass
+
+
+class Context:
+    """A ropekv context: one backend on one device, the kernels compiled for it and their caches.
+
+    Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None)
+    disk_cache and log: None = library default (environment), True = on, False = off.
+    Use as a context manager or call close(); kernels obtained from it must not be used after that."""
+
+    def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None):
+        self._h = None
+        self._kernels = {}
+        self._all_kernels = []
+        self._lock = threading.Lock()
+        lib = _capi.library()
+        b = _enum(_capi.BACKENDS, backend, "backend")
+        if not isinstance(device, int) or device < 0:
+            raise ValueError("device must be a non-negative int, got %r" % (device,))
+        if b in (_capi.BACKENDS["auto"], _capi.BACKENDS["cuda"], _capi.BACKENDS["hip"]):
+            _torch_cuda_init(device)
+        self._opts = _capi.ropekv_options(b, device, _cstr(target), _cstr(cache_dir), _tristate(disk_cache, "disk_cache"),
+                                          _tristate(log, "log"))
+        h = ctypes.c_void_p()
+        s = lib.ropekv_create(ctypes.byref(h), ctypes.byref(self._opts))
+        if s != 0:
+            raise RopekvError(_capi.status_name(s), "%s (backend %r; set log=True or ROPEKV_LOG=1 for details)" %
+                              (_capi.status_message(s), backend), s)
+        self._h = h
+        self._lib = lib
+        self.device = device
+        self.backend = lib.ropekv_backend_name(h).decode()
+        self.target = lib.ropekv_target(h).decode()
+
+    # -- lifetime --
+    @property
+    def closed(self):
+        return self._h is None
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("the ropekv context is closed")
+        return self._h
+
+    def close(self):
+        """Releases every kernel of this context and destroys it (idempotent)."""
+        h, self._h = self._h, None
+        if h is None:
+            return
+        for k in self._all_kernels:
+            k._release()
+        self._all_kernels = []
+        self._kernels = {}
+        self._lib.ropekv_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self.closed:
+            return "<ropekv.Context closed>"
+        return "<ropekv.Context backend=%s target=%s device=%d>" % (self.backend, self.target, self.device)
+
+    # -- errors --
+    def last_error(self):
+        msg = self._lib.ropekv_last_error(self._handle())
+        return msg.decode(errors="replace") if msg else ""
+
+    def _raise(self, status):
+        name = _capi.status_name(status)
+        msg = self.last_error()
+        if msg.startswith(name + ": "):
+            msg = msg[len(name) + 2:]
+        raise RopekvError(name, msg or _capi.status_message(status), status)
+
+    def _check(self, status):
+        if status != 0:
+            self._raise(status)
+
+    # -- context-wide calls --
+    def stats(self):
+        """{"memory_hits", "disk_hits", "compiles", "cache_rejects"} since the context was created."""
+        st = _capi.ropekv_stats()
+        self._check(self._lib.ropekv_get_stats(self._handle(), ctypes.byref(st)))
+        return {name: int(getattr(st, name)) for name, _ in st._fields_}
+
+    def _spec_changed(self):
+        with self._lock:
+            self._kernels = {}  # the next kernel() asks the library again (it rebuilds what changed)
+
+    def load_spec(self, path):
+        """Loads (or replaces) a model spec from a file."""
+        self._check(self._lib.ropekv_load_spec(self._handle(), _cstr(str(path))))
+        self._spec_changed()
+
+    def load_spec_text(self, name, text):
+        """Loads (or replaces) a model spec from text; name labels it in messages."""
+        data = _cstr(text)
+        self._check(self._lib.ropekv_load_spec_text(self._handle(), _cstr(name), data, len(data)))
+        self._spec_changed()
+
+    def cache_clear(self):
+        """Removes this context's entries from the on-disk cache (kernels in memory stay)."""
+        self._check(self._lib.ropekv_cache_clear(self._handle()))
+
+    @staticmethod
+    def _variant(spec, kv, q, positions, slots):
+        if not isinstance(spec, str) or not spec:
+            raise ValueError("spec must be a non-empty string (a spec name such as 'deepseek_v3'), got %r" % (spec,))
+        key = (spec, kv, q, positions, slots)
+        v = _capi.ropekv_variant(spec.encode(), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
+                                 _enum(_capi.INDEX_TYPES, positions, "positions"),
+                                 _enum(_capi.INDEX_TYPES, slots, "slots"))
+        return key, v
+
+    def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", raw=None, **tensors):
+        """Is this configuration supported? Returns (ok, reason) without compiling anything.
+
+        With tensors (the keywords of Kernel.__call__) or raw (a dict of ropekv_args fields as ints), every
+        launch check runs too. Tensors are read as they are (pointers, strides, sizes): dtype and shape
+        checks against the kernel happen in Kernel.__call__. positions and slots name index types
+        ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type."""
+        def index_arg(value, name):
+            if value is None or isinstance(value, (str, int)):
+                return value
+            tensors[name] = value
+            return "int32" if str(getattr(value, "dtype", "")) == "torch.int32" else "int64"
+
+        positions = index_arg(positions, "positions")
+        slots = index_arg(slots, "slots")
+        _, v = self._variant(spec, kv, q, positions, slots)
+        args = None
+        keep = None
+        try:
+            if raw is not None and tensors:
+                raise ValueError("pass tensors or raw, not both")
+            if raw is not None:
+                args = raw_args(raw)
+            elif tensors:
+                from . import _torch
+                args, keep = _torch.tensor_args(None, self, **tensors)
+        except (TypeError, ValueError) as e:
+            return False, "%s: %s" % (type(e).__name__, e)
+        why = ctypes.create_string_buffer(4096)
+        s = self._lib.ropekv_query(self._handle(), ctypes.byref(v), ctypes.byref(args) if args is not None else None,
+                                   why, len(why))
+        del keep
+        reason = why.value.decode(errors="replace")
+        return s == 0, reason if reason else _capi.status_message(s)
+
+    def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64"):
+        """The kernel of one variant (compiled on first use, then cached here and on disk)."""
+        key, v = self._variant(spec, kv, q, positions, slots)
+        with self._lock:
+            k = self._kernels.get(key)
+            if k is not None and k._h is not None:
+                return k
+            h = ctypes.c_void_p()
+            s = self._lib.ropekv_kernel_get(self._handle(), ctypes.byref(v), ctypes.byref(h))
+            if s != 0:
+                self._raise(s)
+            k = Kernel(self, h, key)
+            self._kernels[key] = k
+            self._all_kernels.append(k)
+            return k
+
+
+def raw_args(d):
+    """ropekv_args from a dict of ints (pointers as addresses, strides in elements); absent fields are 0."""
+    if not isinstance(d, dict):
+        raise TypeError("raw args must be a dict of ropekv_args fields, got %s" % type(d).__name__)
+    unknown = sorted(set(d) - set(_capi.ARGS_FIELDS))
+    if unknown:
+        raise ValueError("unknown ropekv_args fields: %s (known: %s)" % (", ".join(unknown), ", ".join(_capi.ARGS_FIELDS)))
+    a = _capi.ropekv_args()
+    for name, value in d.items():
+        if value is None:
+            continue
+        if isinstance(value, ctypes.c_void_p):
+            value = value.value or 0
+        elif name in _capi.ARGS_POINTERS and isinstance(value, (ctypes.Array, ctypes.Structure, ctypes._SimpleCData)):
+            value = ctypes.addressof(value)  # a ctypes buffer passed for a pointer field
+        elif isinstance(value, ctypes._SimpleCData):
+            value = value.value
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError("ropekv_args field %s must be an int, got %s" % (name, type(value).__name__))
+        setattr(a, name, value)
+    return a
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return None
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream or None
+    h = getattr(stream, "cuda_stream", None)
+    if isinstance(h, int):
+        return h or None
+    if isinstance(stream, ctypes.c_void_p):
+        return stream.value
+    raise TypeError("stream must be None, an int handle or an object with .cuda_stream, got %s" % type(stream).__name__)
+
+
+class Kernel:
+    """One compiled variant. Call it with torch tensors (see __call__), or with raw pointers (launch_raw).
+    name is the kernel's extern "C" name; info (KernelInfo) the parameters it encodes."""
+
+    def __init__(self, ctx, handle, key):
+        self.ctx = ctx
+        self._h = handle
+        self.spec, self.kv, self.q, self.positions, self.slots = key
+        self.name = ctx._lib.ropekv_kernel_name(handle).decode()
+        self.info = KernelInfo(self.name)
+
+    def _release(self):
+        h, self._h = self._h, None
+        if h is not None:
+            self.ctx._lib.ropekv_kernel_release(h)
+
+    def _handle(self):
+        if self._h is None or self.ctx.closed:
+            raise ValueError("this kernel's ropekv context is closed")
+        return self._h
+
+    def __repr__(self):
+        return "<ropekv.Kernel %s>" % self.name
+
+    def _launch(self, args, stream):
+        s = self.ctx._lib.ropekv_launch(self._handle(), ctypes.byref(args), stream)
+        if s != 0:
+            self.ctx._raise(s)
+
+    def launch_raw(self, args, stream=None):
+        """Launches with raw pointers: args is a dict of ropekv_args fields (ints: device addresses or, for the
+        host backend, host addresses; strides in elements of each tensor's dtype, bytes for an fp8 cache).
+        stream: a CUstream / hipStream_t handle as an int (None: the default stream); also read from
+        args["stream"]."""
+        if isinstance(args, dict) and "stream" in args:
+            args = dict(args)
+            s = args.pop("stream")
+            stream = s if stream is None else stream
+        a = args if isinstance(args, _capi.ropekv_args) else raw_args(args)
+        self._launch(a, _stream_handle(stream))
+
+    def args(self, **tensors):
+        """The ropekv_args of a launch with these tensors (checked as __call__ checks them), and the tuple of
+        objects that must stay alive while they are used."""
+        from . import _torch
+        return _torch.tensor_args(self, self.ctx, **tensors)
+
+    def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope, k_pe, kv_cache, positions, slots, cos_sin,
+                 sin=None, k_scale=None, stream=None):
+        """One launch on torch tensors.
+
+        q_nope [T,H,L], q_pe [T,H,R], q_out [T,H,L+R] bf16 (which of them per the q form: absorbed takes all
+        three, zero_copy q_pe and q_out, inplace q_pe, none nothing); k_nope [T,L], k_pe [T,R] bf16;
+        kv_cache: rows of L+R (bf16, or uint8 / float8_e4m3fn / float8_e4m3fnuz for an fp8 cache), e.g. a paged
+        [blocks, block_size, L+R] cache; positions, slots [T] (int64/int32 per the variant; slot < 0 skips the
+        KV row); cos_sin: [max_pos, R] f32 (f32_cat) or cos [max_pos, R/2] with sin [max_pos, R/2] (split
+        layouts, f32 or bf16); k_scale: one float32 (fp8 with a scale). Only the last dimension of each tensor
+        needs to be contiguous. stream: default torch.cuda.current_stream(device)."""
+        from . import _torch
+        args, keep = _torch.tensor_args(self, self.ctx, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope,
+                                        k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots,
+                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale)
+        self._launch(args, _torch.stream_for(self.ctx, stream))
+        del keep
+
+    def bind(self, *, stream=None, **tensors):
+        """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.
+        The tensors are kept alive by the returned object. With stream=None each call launches on the current
+        torch stream (so a bound launch can be captured in a CUDA graph)."""
+        args, keep = self.args(**tensors)
+        return BoundLaunch(self, args, keep, stream)
+
+
+class BoundLaunch:
+    """A kernel launch with fixed tensors (Kernel.bind): call it to launch again."""
+
+    def __init__(self, kernel, args, keep, stream=None):
+        self.kernel = kernel
+        self.args = args
+        self._keep = keep
+        self._stream = stream
+
+    def __call__(self, stream=None):
+        from . import _torch
+        self.kernel._launch(self.args, _torch.stream_for(self.kernel.ctx, stream if stream is not None else self._stream))
+
+
+def version():
+    """The library's version string (ropekv_version_string)."""
+    return _capi.library().ropekv_version_string().decode()
+
+
+def version_number():
+    return int(_capi.library().ropekv_version_number())

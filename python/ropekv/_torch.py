@@ -1,0 +1,240 @@
+"""torch tensors -> ropekv_args. Imported only when tensors are used (torch is imported lazily)."""
+from . import _capi
+
+
+def _torch():
+    import torch
+    return torch
+
+
+_ARG_NAMES = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
+              "k_scale")
+
+
+def _fp8_dtypes(torch, fmt):
+    """Cache dtypes accepted for an fp8 kernel of byte format fmt ("ocp" / "fnuz")."""
+    out = [torch.uint8]
+    name = "float8_e4m3fn" if fmt == "ocp" else "float8_e4m3fnuz"
+    dt = getattr(torch, name, None)
+    if dt is not None:
+        out.append(dt)
+    return tuple(out)
+
+
+def _dtype_names(dts):
+    return " or ".join(str(d).replace("torch.", "") for d in dts)
+
+
+def _check_dtype(name, t, allowed):
+    if t.dtype not in allowed:
+        raise TypeError("%s must be %s, got %s" % (name, _dtype_names(allowed), str(t.dtype).replace("torch.", "")))
+
+
+def _check_shape(name, t, want):
+    if tuple(t.shape) != tuple(want):
+        raise ValueError("%s must have shape %s, got %s" % (name, list(want), list(t.shape)))
+
+
+def _check_last_contiguous(name, t):
+    if t.dim() >= 1 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError("%s: the last dimension must be contiguous (stride(-1) == 1), got strides %s"
+                         % (name, list(t.stride())))
+
+
+def _st(t, dim):
+    """Stride of dim in elements; 0 for a dimension of size 1 (never stepped over, so any stride is as good,
+    and 0 keeps the library's alignment checks from tripping over meaningless strides)."""
+    return 0 if t.shape[dim] <= 1 else int(t.stride(dim))
+
+
+def _kv_rows(t, W, strict):
+    """(rows, row stride) of a cache tensor [..., W] whose leading dimensions collapse into rows."""
+    if t.dim() == 0:
+        raise ValueError("kv_cache must have at least one dimension (rows of L+R)")
+    if strict and t.shape[-1] != W:
+        raise ValueError("kv_cache: the last dimension must be L+R = %d, got shape %s" % (W, list(t.shape)))
+    lead = [(int(t.shape[i]), int(t.stride(i))) for i in range(t.dim() - 1)]
+    rows = 1
+    for size, _ in lead:
+        rows *= size
+    dims = [(size, st) for size, st in lead if size != 1]
+    for (_, outer_st), (inner_size, inner_st) in zip(dims, dims[1:]):
+        if outer_st != inner_st * inner_size:
+            raise ValueError("kv_cache: the leading dimensions cannot be read as rows of one stride (shape %s, "
+                             "strides %s); pass a view whose dims before the last collapse (stride(i) == "
+                             "stride(i+1) * size(i+1))" % (list(t.shape), list(t.stride())))
+    st = dims[-1][1] if dims else 0
+    if rows == 0:
+        st = 0
+    return rows, st
+
+
+def _device_ok(ctx, t):
+    if ctx.backend == "host":
+        return t.device.type == "cpu"
+    if t.device.type != "cuda":
+        return False
+    idx = t.device.index
+    return (idx if idx is not None else _torch().cuda.current_device()) == ctx.device
+
+
+def _where(ctx):
+    return "the CPU (host backend)" if ctx.backend == "host" else "cuda:%d (%s backend)" % (ctx.device, ctx.backend)
+
+
+def tensor_args(kernel, ctx, **tensors):
+    """(ropekv_args, keepalive) for a launch of kernel with torch tensors. kernel=None reads the tensors as they
+    are (for Context.query): no dtype, shape or device checks against a kernel."""
+    torch = _torch()
+    unknown = sorted(set(tensors) - set(_ARG_NAMES))
+    if unknown:
+        raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_ARG_NAMES)))
+    t = {k: tensors.get(k) for k in _ARG_NAMES}
+    for name, v in t.items():
+        if v is not None and not isinstance(v, torch.Tensor):
+            raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(v).__name__))
+    strict = kernel is not None
+    info = kernel.info if strict else None
+
+    if strict:
+        q = info.q
+        need = {"absorbed": ("q_nope", "q_pe", "q_out"), "zero_copy": ("q_pe", "q_out"), "inplace": ("q_pe",),
+                "none": ()}[q]
+        for name in need:
+            if t[name] is None:
+                raise ValueError("q form %r needs %s" % (q, name))
+        for name in ("q_nope", "q_pe", "q_out"):
+            if name in need or t[name] is None:
+                continue
+            if q == "zero_copy" and name == "q_nope" and t["q_out"] is not None \
+                    and t[name].data_ptr() == t["q_out"].data_ptr():
+                t[name] = None  # q_out[..., :L] itself: the zero-copy form does not read it
+                continue
+            raise ValueError("q form %r does not take %s (pass None)" % (q, name))
+        for name in ("k_nope", "k_pe", "kv_cache", "positions", "slots"):
+            if t[name] is None:
+                raise ValueError("%s is required" % name)
+        if info.rope != "none" and t["cos_sin"] is None:
+            raise ValueError("cos_sin is required")
+        split = info.cos_sin != "f32_cat"
+        if info.rope != "none" and split and t["sin"] is None:
+            raise ValueError("sin is required: spec %s has split cos/sin tables (%s)" % (kernel.spec, info.cos_sin))
+        if not split and t["sin"] is not None:
+            raise ValueError("sin must be None: spec %s takes one cos_sin table [max_pos, R] (cos | sin)" % kernel.spec)
+        fp8 = info.kv == "fp8_e4m3"
+        needs_scale = fp8 and info.scale != "none"
+        if needs_scale and t["k_scale"] is None:
+            raise ValueError("k_scale is required (fp8 cache with scale convention %r)" % info.scale)
+        if not needs_scale:
+            t["k_scale"] = None  # not read by this kernel
+
+        # dtypes
+        bf16 = (torch.bfloat16,)
+        for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe"):
+            if t[name] is not None:
+                _check_dtype(name, t[name], bf16)
+        _check_dtype("kv_cache", t["kv_cache"], _fp8_dtypes(torch, info.fp8_format) if fp8 else bf16)
+        idx = {"int64": (torch.int64,), "int32": (torch.int32,)}
+        _check_dtype("positions", t["positions"], idx[info.positions])
+        _check_dtype("slots", t["slots"], idx[info.slots])
+        cs_dt = (torch.bfloat16,) if info.cos_sin == "bf16_split" else (torch.float32,)
+        for name in ("cos_sin", "sin"):
+            if t[name] is not None:
+                _check_dtype(name, t[name], cs_dt)
+        if t["k_scale"] is not None:
+            _check_dtype("k_scale", t["k_scale"], (torch.float32,))
+            if t["k_scale"].numel() != 1:
+                raise ValueError("k_scale must hold one element, got shape %s" % list(t["k_scale"].shape))
+
+        # devices
+        for name, v in t.items():
+            if v is not None and not _device_ok(ctx, v):
+                raise ValueError("%s is on %s; this context runs on %s" % (name, v.device, _where(ctx)))
+
+    # sizes
+    k_nope = t["k_nope"]
+    if k_nope is not None and k_nope.dim() >= 1:
+        T = int(k_nope.shape[0])
+    elif t["positions"] is not None and t["positions"].dim() >= 1:
+        T = int(t["positions"].shape[0])
+    else:
+        T = 0
+    qref = t["q_pe"] if t["q_pe"] is not None else t["q_out"]
+    H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
+
+    if strict:
+        L, R, W = info.L, info.R, info.W
+        shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "k_nope": (T, L), "k_pe": (T, R),
+                  "positions": (T,), "slots": (T,)}
+        for name, want in shapes.items():
+            if t[name] is not None:
+                _check_shape(name, t[name], want)
+        if t["cos_sin"] is not None:
+            cs = t["cos_sin"]
+            width = R if info.cos_sin == "f32_cat" else R // 2
+            if cs.dim() != 2 or cs.shape[1] != width or cs.shape[0] < 1:
+                raise ValueError("cos_sin must have shape [max_pos, %d], got %s" % (width, list(cs.shape)))
+            if t["sin"] is not None and tuple(t["sin"].shape) != tuple(cs.shape):
+                raise ValueError("sin must have the shape of cos_sin %s, got %s" % (list(cs.shape), list(t["sin"].shape)))
+        W_check = W
+    else:
+        W_check = int(t["kv_cache"].shape[-1]) if t["kv_cache"] is not None and t["kv_cache"].dim() else 0
+
+    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache"):
+        if t[name] is not None:
+            _check_last_contiguous(name, t[name])
+    for name in ("positions", "slots"):
+        v = t[name]
+        if v is not None and v.dim() == 1 and v.shape[0] > 1 and v.stride(0) != 1:
+            raise ValueError("%s must be contiguous (stride 1), got stride %d" % (name, v.stride(0)))
+    for name in ("cos_sin", "sin"):
+        v = t[name]
+        if v is not None and not v.is_contiguous():
+            raise ValueError("%s must be contiguous (rows of the table back to back)" % name)
+
+    a = _capi.ropekv_args()
+    a.tokens, a.heads = T, H
+
+    def ptr(name):
+        v = t[name]
+        return v.data_ptr() if v is not None else None
+
+    for name in ("q_nope", "q_pe", "q_out"):
+        v = t[name]
+        if v is None:
+            continue
+        setattr(a, name, ptr(name))
+        if v.dim() == 3:
+            setattr(a, name + "_st", _st(v, 0))
+            setattr(a, name + "_sh", _st(v, 1))
+    for name in ("k_nope", "k_pe"):
+        v = t[name]
+        if v is None:
+            continue
+        setattr(a, name, ptr(name))
+        if v.dim() == 2:
+            setattr(a, name + "_st", _st(v, 0))
+    if t["kv_cache"] is not None:
+        a.kv_cache = ptr("kv_cache")
+        a.kv_rows, a.kv_st = _kv_rows(t["kv_cache"], W_check, strict)
+    a.positions = ptr("positions")
+    a.slots = ptr("slots")
+    a.cos_sin = ptr("cos_sin")
+    a.sin = ptr("sin")
+    a.k_scale = ptr("k_scale")
+    a.max_pos = int(t["cos_sin"].shape[0]) if t["cos_sin"] is not None and t["cos_sin"].dim() >= 1 else 1
+    keep = tuple(v for v in t.values() if v is not None)
+    return a, keep
+
+
+def stream_for(ctx, stream):
+    """The stream handle a launch goes to: None for the host backend; stream if given (a torch Stream or an
+    int handle); else torch's current stream on the context's device."""
+    from ._core import _stream_handle
+    if ctx.backend == "host":
+        return None
+    if stream is not None:
+        return _stream_handle(stream)
+    torch = _torch()
+    return torch.cuda.current_stream(ctx.device).cuda_stream or None
+

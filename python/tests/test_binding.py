@@ -1,0 +1,760 @@
+"""Tests of the Python binding (python/ropekv).
+
+    python3 python/tests/test_binding.py        # plain runner (no pytest needed)
+    python3 -m pytest -s python/tests/test_binding.py
+
+Without torch only the raw-pointer tests run (host backend, ctypes buffers); without a CUDA device the torch
+tests on the host backend run and the CUDA ones skip. On a GPU machine the CUDA tests compare ropekv with a
+plain PyTorch implementation of the op written here: bf16 within 1 ulp and fp8 within 1 code step, and more
+than 99% of all elements bit-identical (PyTorch rounds x0*c and x1*s separately, ropekv uses one fma)."""
+import ctypes
+import math
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from fractions import Fraction
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import ropekv  # noqa: E402
+
+# ---- a small shim: pytest when present, a plain runner otherwise -----------------------------------------
+try:
+    import pytest
+except ImportError:
+    pytest = None
+
+
+class _Skip(Exception):
+    pass
+
+
+def skip(msg):
+    if pytest is not None:
+        pytest.skip(msg)
+    raise _Skip(msg)
+
+
+def parametrize(names, values):
+    def deco(fn):
+        fn._params = (names, list(values))
+        if pytest is not None:
+            return pytest.mark.parametrize(names, values)(fn)
+        return fn
+    return deco
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        skip("torch is not installed")
+    return torch
+
+
+def _cuda_torch():
+    torch = _torch()
+    if not torch.cuda.is_available():
+        skip("no CUDA device")
+    return torch
+
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="ropekv-pytest-")
+_CONTEXTS = {}
+
+
+def context(backend):
+    """One context per backend for the whole run, with a private disk cache. The host backend compiles with
+    $CXX (default c++): without one its tests skip."""
+    if backend == "host":
+        cxx = (os.environ.get("CXX") or "c++").split()[0]
+        if shutil.which(cxx) is None:
+            skip("no C++ compiler (%s) for the host backend" % cxx)
+    c = _CONTEXTS.get(backend)
+    if c is None or c.closed:
+        c = ropekv.Context(backend, cache_dir=_CACHE_DIR)
+        _CONTEXTS[backend] = c
+    return c
+
+
+# ---- exact scalar arithmetic for the raw-pointer test ------------------------------------------------------
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def f32_bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def bf16_to_f32(b):
+    return struct.unpack("<f", struct.pack("<I", (b & 0xFFFF) << 16))[0]
+
+
+def f32_to_bf16(x):
+    u = f32_bits(x)
+    if (u & 0x7FFFFFFF) > 0x7F800000:
+        return 0x7FFF
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def round_to_f32(fr):
+    """A Fraction rounded to the nearest float32 (ties to even); normal and subnormal range, no overflow."""
+    if fr == 0:
+        return 0.0
+    neg = fr < 0
+    a = -fr if neg else fr
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    e = max(e, -126)
+    q = a / Fraction(2) ** (e - 23)
+    n = q.numerator // q.denominator
+    rest = q - n
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    v = float(n * Fraction(2) ** (e - 23))
+    return -v if neg else v
+
+
+def rope_pair_exact(x0, x1, c, s):
+    """The op's pair rotation: y0 = fma(x0, c, -(x1*s)), y1 = fma(x1, c, x0*s), products rounded to f32."""
+    p1 = round_to_f32(Fraction(x1) * Fraction(s))
+    p0 = round_to_f32(Fraction(x0) * Fraction(s))
+    y0 = round_to_f32(Fraction(x0) * Fraction(c) - Fraction(p1))
+    y1 = round_to_f32(Fraction(x1) * Fraction(c) + Fraction(p0))
+    return y0, y1
+
+
+class Buf:
+    """A ctypes array at an aligned address (the library needs 16-byte aligned rows)."""
+
+    def __init__(self, ctype, n, align=64):
+        self._raw = ctypes.create_string_buffer(ctypes.sizeof(ctype) * max(n, 1) + align)
+        base = ctypes.addressof(self._raw)
+        self.addr = base + (-base) % align
+        self.a = (ctype * max(n, 1)).from_address(self.addr)
+
+
+def _raw_case(seed=1):
+    """A tiny deepseek_v3 absorbed bf16 launch: T=2, H=1, slots [-1, 1], on host buffers."""
+    rng = random.Random(seed)
+    T, H, L, R, W, max_pos = 2, 1, 512, 64, 576, 8
+
+    def bf16_rand(scale=2.0):
+        return f32_to_bf16(rng.uniform(-scale, scale))
+
+    b = {
+        "q_nope": Buf(ctypes.c_uint16, T * H * L), "q_pe": Buf(ctypes.c_uint16, T * H * R),
+        "q_out": Buf(ctypes.c_uint16, T * H * W), "k_nope": Buf(ctypes.c_uint16, T * L),
+        "k_pe": Buf(ctypes.c_uint16, T * R), "kv": Buf(ctypes.c_uint16, 2 * W),
+        "positions": Buf(ctypes.c_int64, T), "slots": Buf(ctypes.c_int64, T),
+        "cos_sin": Buf(ctypes.c_float, max_pos * R),
+    }
+    for name in ("q_nope", "q_pe", "k_nope", "k_pe"):
+        for i in range(len(b[name].a)):
+            b[name].a[i] = bf16_rand()
+    for i in range(T * H * W):
+        b["q_out"].a[i] = 0x5A5A
+    for i in range(2 * W):
+        b["kv"].a[i] = 0x5A5A
+    for p in range(max_pos):
+        for i in range(R // 2):
+            ang = p * 10000.0 ** (-2.0 * i / R)
+            b["cos_sin"].a[p * R + i] = f32(math.cos(ang))
+            b["cos_sin"].a[p * R + R // 2 + i] = f32(math.sin(ang))
+    b["positions"].a[0], b["positions"].a[1] = 3, 5
+    b["slots"].a[0], b["slots"].a[1] = -1, 1
+    args = {
+        "tokens": T, "heads": H,
+        "q_nope": b["q_nope"].addr, "q_nope_st": H * L, "q_nope_sh": L,
+        "q_pe": b["q_pe"].addr, "q_pe_st": H * R, "q_pe_sh": R,
+        "q_out": b["q_out"].addr, "q_out_st": H * W, "q_out_sh": W,
+        "k_nope": b["k_nope"].addr, "k_nope_st": L,
+        "k_pe": b["k_pe"].addr, "k_pe_st": R,
+        "kv_cache": b["kv"].addr, "kv_st": W, "kv_rows": 2,
+        "positions": b["positions"].addr, "slots": b["slots"].addr,
+        "cos_sin": b["cos_sin"].addr, "max_pos": max_pos,
+    }
+    return b, args, (T, H, L, R, W)
+
+
+def _rope_row_exact(b, src, off, pos, R):
+    x = [bf16_to_f32(b[src].a[off + j]) for j in range(R)]
+    out = [0] * R
+    for i in range(R // 2):
+        c = b["cos_sin"].a[pos * R + i]
+        s = b["cos_sin"].a[pos * R + R // 2 + i]
+        y0, y1 = rope_pair_exact(x[2 * i], x[2 * i + 1], c, s)
+        out[2 * i], out[2 * i + 1] = f32_to_bf16(y0), f32_to_bf16(y1)
+    return out
+
+
+# ---- tests that need neither torch nor a GPU -------------------------------------------------------------
+def test_import_without_torch():
+    code = ("import sys; sys.path.insert(0, %r); import ropekv; "
+            "assert 'torch' not in sys.modules, 'importing ropekv imported torch'; "
+            "print(ropekv.version())" % os.path.join(ROOT, "python"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ropekv.version()
+    major, minor, patch = (int(p) for p in ropekv.version().split("."))
+    assert ropekv.version_number() == major * 10000 + minor * 100 + patch
+
+
+def test_struct_layout_matches_header():
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    header = os.path.join(ROOT, "runtime", "ropekv.h")
+    if cc is None or not os.path.exists(header):
+        skip("no C compiler or no runtime/ropekv.h")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
+    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args]
+    for st in structs:
+        lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (st.__name__, st.__name__))
+        for f, _ in st._fields_:
+            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (st.__name__, f, st.__name__, f))
+    lines += ["return 0; }"]
+    d = tempfile.mkdtemp(prefix="ropekv-layout-")
+    try:
+        src, exe = os.path.join(d, "layout.c"), os.path.join(d, "layout")
+        with open(src, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        r = subprocess.run([cc, "-I", os.path.dirname(header), src, "-o", exe], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout.split("\n")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    want = {}
+    for line in out:
+        if line:
+            s, f, v = line.split()
+            want[(s, f)] = int(v)
+    for st in structs:
+        assert want[(st.__name__, "sizeof")] == ctypes.sizeof(st), st.__name__
+        for f, _ in st._fields_:
+            assert want[(st.__name__, f)] == getattr(st, f).offset, "%s.%s" % (st.__name__, f)
+
+
+def test_kernel_name_parse():
+    info = ropekv.parse_kernel_name("rk_L512_R64_gptj_f32cat_p64_s32_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90")
+    assert (info.L, info.R, info.W, info.rope, info.cos_sin) == (512, 64, 576, "gptj", "f32_cat")
+    assert (info.positions, info.slots, info.kv, info.fp8_format, info.scale, info.sat) == (
+        "int64", "int32", "fp8_e4m3", "ocp", "mul_recip", 448.0)
+    assert (info.q, info.negative_slot, info.sanitize, info.target) == ("absorbed", "skip_kv", False, "sm_90")
+    info = ropekv.parse_kernel_name("rk_L256_R32_neox_f32split_p32_s64_fp8fnuz_div_sat224p5_rr1_zerocopy_skipall_san1_gfx942")
+    assert (info.rope, info.cos_sin, info.fp8_format, info.sat, info.rope_bf16_round, info.q) == (
+        "neox", "f32_split", "fnuz", 224.5, True, "zero_copy")
+    try:
+        ropekv.parse_kernel_name("not_a_kernel")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a bad name parsed")
+
+
+def test_context_host_basics():
+    c = context("host")
+    assert c.backend == "host" and c.target == "host"
+    ok, why = c.query("deepseek_v3", kv="fp8_e4m3", q="absorbed")
+    assert ok, why
+    ok, why = c.query("deepseek_v3", q="inplace")
+    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why
+    ok, why = c.query("no_such_model")
+    assert not ok and "ROPEKV_ERR_NO_SPEC" in why
+    k = c.kernel("deepseek_v3")
+    assert c.kernel("deepseek_v3") is k
+    assert k.info.L == 512 and k.info.R == 64 and k.info.target == "host"
+    try:
+        c.kernel("no_such_model")
+    except ropekv.RopekvError as e:
+        assert e.status == "ROPEKV_ERR_NO_SPEC" and e.code == 110 and "no_such_model" in e.message
+    else:
+        raise AssertionError("no error for an unknown spec")
+    try:
+        c.kernel("deepseek_v3", kv="fp16")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("no ValueError for kv='fp16'")
+    st = c.stats()
+    assert set(st) == {"memory_hits", "disk_hits", "compiles", "cache_rejects"}
+
+
+def test_load_spec_text_host():
+    c = ropekv.Context("host", disk_cache=False)
+    try:
+        text = open(os.path.join(ROOT, "specs", "deepseek_v3.lua")).read().replace('"deepseek_v3"', '"my_model"')
+        c.load_spec_text("my_model.lua", text)
+        assert c.query("my_model")[0]
+        try:
+            c.load_spec_text("bad.lua", "return {")
+        except ropekv.RopekvError as e:
+            assert e.status == "ROPEKV_ERR_SPEC_SYNTAX", e
+        else:
+            raise AssertionError("a broken spec loaded")
+    finally:
+        c.close()
+    assert c.closed
+    c.close()  # idempotent
+
+
+def test_raw_pointer_host():
+    """deepseek_v3 absorbed bf16 through launch_raw with ctypes buffers: T=2, H=1, slots [-1, 1]."""
+    k = context("host").kernel("deepseek_v3", kv="bf16", q="absorbed")
+    b, args, (T, H, L, R, W) = _raw_case()
+    ok, why = context("host").query("deepseek_v3", raw=args)
+    assert ok, why
+    k.launch_raw(args)
+    exact_rope = 0
+    for t in range(T):
+        base = t * H * W
+        assert [b["q_out"].a[base + j] for j in range(L)] == [b["q_nope"].a[t * L + j] for j in range(L)], \
+            "q_out[%d, :L] is not q_nope's bits" % t
+        got = [b["q_out"].a[base + L + j] for j in range(R)]
+        want = _rope_row_exact(b, "q_pe", t * R, b["positions"].a[t], R)
+        assert got == want, "q_out[%d, L:] differs from the exact rope" % t
+        exact_rope += sum(g == w for g, w in zip(got, want))
+    # slot -1: no KV write; slot 1: row 1 written, row 0 untouched
+    assert all(b["kv"].a[j] == 0x5A5A for j in range(W)), "KV row 0 was written"
+    row1 = [b["kv"].a[W + j] for j in range(W)]
+    assert row1[:L] == [b["k_nope"].a[L + j] for j in range(L)], "KV row 1 nope part is not k_nope[1]"
+    assert row1[L:] == _rope_row_exact(b, "k_pe", R, b["positions"].a[1], R), "KV row 1 rope part"
+    print("raw host launch: q_out and KV bit-exact (%d rope values)" % (exact_rope + R))
+
+
+def test_raw_pointer_errors_host():
+    c = context("host")
+    k = c.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    b, args, _ = _raw_case()
+    bad = dict(args, q_nope=args["q_nope"] + 2)
+    try:
+        k.launch_raw(bad)
+    except ropekv.RopekvError as e:
+        assert e.status == "ROPEKV_ERR_ALIGN", e
+    else:
+        raise AssertionError("misaligned q_nope launched")
+    bad = dict(args, q_out_st=8)  # token rows of 576 at a stride of 8: overlapping
+    try:
+        k.launch_raw(bad)
+    except ropekv.RopekvError as e:
+        assert e.status == "ROPEKV_ERR_STRIDE", e
+    else:
+        raise AssertionError("overlapping q_out launched")
+    ok, why = c.query("deepseek_v3", raw=dict(args, q_out_st=8))
+    assert not ok and "ROPEKV_ERR_STRIDE" in why
+    for bad_args, exc in (({"nonsense": 1}, ValueError), ({"tokens": "2"}, TypeError)):
+        try:
+            k.launch_raw(bad_args)
+        except exc:
+            pass
+        else:
+            raise AssertionError("%r accepted" % bad_args)
+    # untouched outputs after refused launches
+    assert all(b["q_out"].a[j] == 0x5A5A for j in range(len(b["q_out"].a)))
+
+
+# ---- PyTorch reference and inputs built the way engines lay them out --------------------------------------
+SPECS = {
+    "deepseek_v3": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="mul_recip", sat=448.0, rr=False,
+                        neg="skip_kv", sanitize=False, pos="int64", nope_head=128),
+    "kimi_k2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="div", sat=448.0, rr=False,
+                    neg="skip_all", sanitize=True, pos="int32", nope_head=128),
+    "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
+                        neg="skip_kv", sanitize=False, pos="int64", nope_head=64),
+}
+BF16_MAX = 3.38953139e38
+
+
+def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0):
+    """Random inputs as engines pass them: q_nope/q_pe slices of one query buffer, k_nope/k_pe slices of the
+    kv projection output, a paged cache [blocks, 16, W], positions (a few past max_pos, to test the clamp),
+    slots (a permutation, every 5th token padding (-1), one past the cache)."""
+    s = SPECS[spec]
+    L, R, W = s["L"], s["R"], s["L"] + s["R"]
+    g = torch.Generator().manual_seed(seed)
+    bf = torch.bfloat16
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(bf)
+
+    x = {}
+    sentinel = -777.0
+
+    def dev(t):  # bases go to the device first, views are taken there (so they stay views)
+        return t.to(device)
+
+    if q == "absorbed":
+        qb = dev(randn(T, H, W))
+        x["q_nope"], x["q_pe"] = qb[..., :L], qb[..., L:]
+        x["q_out"] = dev(torch.full((T, H, W), sentinel, dtype=bf))
+    elif q == "zero_copy":
+        qp = dev(randn(T, H, s["nope_head"] + R))
+        x["q_pe"] = qp[..., s["nope_head"]:]
+        qo = torch.full((T, H, W), sentinel, dtype=bf)
+        qo[..., :L] = randn(T, H, L)  # written by the absorption GEMM
+        x["q_out"] = dev(qo)
+    elif q == "inplace":
+        qp = dev(randn(T, H, s["nope_head"] + R))
+        x["q_pe"] = qp[..., s["nope_head"]:]
+    proj = randn(T, W)
+    if specials and T >= 5:
+        proj[1, 3] = float("nan")
+        proj[2, 7] = float("inf")
+        proj[4, L + 2] = float("-inf")
+        proj[1, L + 5] = float("nan")
+    proj = dev(proj)
+    x["k_nope"], x["k_pe"] = proj[:, :L], proj[:, L:]
+    blocks = (2 * T + 15) // 16 + 1
+    rows = blocks * 16
+    if kv == "bf16":
+        cache = torch.full((blocks, 16, W), sentinel, dtype=bf)
+    else:
+        cache = torch.full((blocks, 16, W), 0x5A, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    x["kv_cache"] = cache
+    max_pos = 512
+    pos = torch.randint(0, max_pos, (T,), generator=g)
+    if T >= 3:
+        pos[2] = max_pos + 3
+    slots = torch.randperm(rows, generator=g)[:T]
+    slots[::5] = -1
+    if T >= 4:
+        slots[3] = rows + 5  # past the cache: no KV write, q rows still written
+    x["positions"] = pos.to(torch.int64 if s["pos"] == "int64" else torch.int32)
+    x["slots"] = slots.to(torch.int64 if slots_dtype == "int64" else torch.int32)
+    half = R // 2
+    inv = 10000.0 ** (-torch.arange(half, dtype=torch.float64) * 2 / R)
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    mscale = 1.0 + 0.1 * torch.rand(1, generator=g, dtype=torch.float64)  # folded in like YaRN's mscale
+    c, sn = (ang.cos() * mscale).float(), (ang.sin() * mscale).float()
+    if s["cos_sin"] == "f32_cat":
+        x["cos_sin"] = torch.cat([c, sn], dim=1).contiguous()
+    else:
+        x["cos_sin"], x["sin"] = c.contiguous(), sn.contiguous()
+    if kv != "bf16" and s["scale"] != "none":
+        x["k_scale"] = torch.tensor([0.75], dtype=torch.float32)
+    for name in ("kv_cache", "positions", "slots", "cos_sin", "sin", "k_scale"):
+        if name in x:
+            x[name] = dev(x[name])
+    return x
+
+
+def _rope_f32(torch, x, c, sn, style):
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    if style == "gptj":
+        x0, x1 = xf[..., 0::2], xf[..., 1::2]
+    else:
+        x0, x1 = xf[..., :half], xf[..., half:]
+    y0 = x0 * c - x1 * sn
+    y1 = x1 * c + x0 * sn
+    if style == "gptj":
+        return torch.stack((y0, y1), dim=-1).flatten(-2)
+    return torch.cat((y0, y1), dim=-1)
+
+
+def reference(torch, spec, q, kv, x):
+    """The op in plain PyTorch (fp32 math, bf16 rounding, fp8 via torch's float8 dtype): expected q_out, q_pe
+    and kv_cache (clones of the inputs with the op applied)."""
+    s = SPECS[spec]
+    L, R = s["L"], s["R"]
+    half = R // 2
+    max_pos = x["cos_sin"].shape[0]
+    pos = x["positions"].long().clamp(0, max_pos - 1)
+    if s["cos_sin"] == "f32_cat":
+        c, sn = x["cos_sin"][pos, :half], x["cos_sin"][pos, half:]
+    else:
+        c, sn = x["cos_sin"][pos].float(), x["sin"][pos].float()
+    slot = x["slots"].long()
+    write_q = slot >= 0 if s["neg"] == "skip_all" else torch.ones_like(slot, dtype=torch.bool)
+    out = {}
+    if q in ("absorbed", "zero_copy"):
+        qo = x["q_out"].clone()
+        qr = _rope_f32(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
+        if q == "absorbed":
+            qo[write_q, :, :L] = x["q_nope"][write_q]
+        qo[write_q, :, L:] = qr[write_q]
+        out["q_out"] = qo
+    if q == "inplace":
+        qp = x["q_pe"].clone()
+        qr = _rope_f32(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
+        qp[write_q] = qr[write_q]
+        out["q_pe"] = qp
+    cache = x["kv_cache"].clone()
+    flat = cache.view(-1, cache.shape[-1])
+    rows = flat.shape[0]
+    valid = (slot >= 0) & (slot < rows)
+    kr = _rope_f32(torch, x["k_pe"], c, sn, s["rope"])
+    if kv == "bf16":
+        if s["sanitize"]:
+            row = torch.cat([x["k_nope"].float(), kr], dim=-1)
+            row = torch.nan_to_num(row, nan=0.0, posinf=BF16_MAX, neginf=-BF16_MAX).to(torch.bfloat16)
+        else:
+            row = torch.cat([x["k_nope"], kr.to(torch.bfloat16)], dim=-1)
+        flat[slot[valid]] = row[valid]
+    else:
+        if s["rr"]:
+            kr = kr.to(torch.bfloat16).float()
+        v = torch.cat([x["k_nope"].float(), kr], dim=-1)
+        ks = x.get("k_scale")
+        if s["scale"] == "mul_recip":
+            v = v * (1.0 / ks)
+        elif s["scale"] == "div":
+            v = v / ks
+        elif s["scale"] == "mul":
+            v = v * ks
+        sat = s["sat"]
+        if s["sanitize"]:
+            v = torch.nan_to_num(v, nan=0.0, posinf=sat, neginf=-sat)
+        v = v.clamp(-sat, sat)
+        flat8 = cache.view(torch.uint8).view(-1, cache.shape[-1])
+        flat8[slot[valid]] = v.to(torch.float8_e4m3fn).view(torch.uint8)[valid]
+    out["kv_cache"] = cache
+    return out
+
+
+def compare_bits(torch, got, want, kind):
+    """(max code steps apart, fraction bit-identical, elements) of two bf16 or fp8 (OCP) tensors; NaN == NaN."""
+    if kind == "bf16":
+        a = got.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+        b = want.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+        mag_mask, sign_shift, nan_min = 0x7FFF, 15, 0x7F81
+    else:
+        a = got.contiguous().view(torch.uint8).to(torch.int32)
+        b = want.contiguous().view(torch.uint8).to(torch.int32)
+        mag_mask, sign_shift, nan_min = 0x7F, 7, 0x7F
+
+    def ordered(v):
+        mag = v & mag_mask
+        return torch.where((v >> sign_shift) == 1, -mag, mag), mag >= nan_min
+
+    oa, na = ordered(a)
+    ob, nb = ordered(b)
+    both_nan = na & nb
+    one_nan = na ^ nb
+    diff = (oa - ob).abs()
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    diff = torch.where(one_nan, torch.full_like(diff, 1 << 20), diff)
+    equal = (a == b) | both_nan
+    n = a.numel()
+    return (int(diff.max()) if n else 0), (float(equal.float().mean()) if n else 1.0), n
+
+
+def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0):
+    k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], slots=slots_dtype)
+    s = SPECS[spec]
+    assert (k.info.L, k.info.R, k.info.rope, k.info.cos_sin, k.info.q) == (s["L"], s["R"], s["rope"], s["cos_sin"], q)
+    assert k.info.negative_slot == s["neg"] and k.info.sanitize == s["sanitize"]
+    if kv != "bf16":
+        assert k.info.fp8_format == "ocp", "these tests compare with torch.float8_e4m3fn (OCP)"
+        assert (k.info.scale, k.info.sat, k.info.rope_bf16_round) == (s["scale"], s["sat"], s["rr"])
+    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials, seed)
+    want = reference(torch, spec, q, kv, x)
+    k(**x)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    report = []
+    total_n = total_eq = 0.0
+    for name, exp in want.items():
+        kind = "bf16" if exp.dtype == torch.bfloat16 else "fp8"
+        steps, frac, n = compare_bits(torch, x[name], exp, kind)
+        total_n += n
+        total_eq += frac * n
+        report.append("%s: max %d step(s), %.4f%% bit-identical" % (name, steps, 100 * frac))
+        assert steps <= 1, "%s %s %s %s: %s differs by %d %s steps" % (spec, q, kv, device, name, steps, kind)
+        if name == "kv_cache" or name == "q_out":
+            L = s["L"]
+            part = x[name][..., L:] if name == "q_out" else x[name].view(-1, x[name].shape[-1])[:, L:]
+            wpart = exp[..., L:] if name == "q_out" else exp.view(-1, exp.shape[-1])[:, L:]
+            report.append("(rope part %.4f%%)" % (100 * compare_bits(torch, part, wpart, kind)[1]))
+    frac = total_eq / max(total_n, 1)
+    print("%s q=%s kv=%s T=%d H=%d %s: %s; all %.4f%% bit-identical" % (spec, q, kv, T, H, device, " ".join(report),
+                                                                       100 * frac))
+    assert frac > 0.99, "only %.4f%% of the elements are bit-identical" % (100 * frac)
+    return k, x
+
+
+# ---- torch on the host backend (CPU tensors) ---------------------------------------------------------------
+HOST_CASES = [("deepseek_v3", "absorbed", "bf16"), ("deepseek_v3", "absorbed", "fp8_e4m3"),
+              ("deepseek_v3", "zero_copy", "fp8_e4m3"), ("kimi_k2", "inplace", "bf16"),
+              ("kimi_k2", "inplace", "fp8_e4m3"), ("minicpm3_4b", "zero_copy", "bf16"),
+              ("minicpm3_4b", "inplace", "fp8_e4m3")]
+
+
+@parametrize("spec,q,kv", HOST_CASES)
+def test_host_torch(spec, q, kv):
+    torch = _torch()
+    if kv != "bf16" and not hasattr(torch, "float8_e4m3fn"):
+        skip("this torch has no float8_e4m3fn")
+    run_and_check(torch, context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=spec == "kimi_k2")
+
+
+def test_host_torch_errors():
+    torch = _torch()
+    _check_errors(torch, context("host"), "cpu")
+
+
+# ---- CUDA ---------------------------------------------------------------------------------------------------
+@parametrize("kv,q,slots", [(kv, q, sl) for kv in ("bf16", "fp8_e4m3") for q in ("absorbed", "zero_copy", "none")
+                            for sl in ("int64",)] + [("fp8_e4m3", "absorbed", "int32")])
+def test_cuda_deepseek_v3(kv, q, slots):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), "deepseek_v3", q, kv, T=67, H=16, device="cuda", slots_dtype=slots)
+
+
+@parametrize("kv,q", [("fp8_e4m3", "inplace"), ("fp8_e4m3", "absorbed"), ("bf16", "inplace")])
+def test_cuda_kimi_k2(kv, q):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), "kimi_k2", q, kv, T=41, H=8, device="cuda", specials=True, seed=3)
+
+
+@parametrize("kv,q", [(kv, q) for kv in ("bf16", "fp8_e4m3") for q in ("absorbed", "zero_copy", "inplace")])
+def test_cuda_minicpm3_4b(kv, q):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), "minicpm3_4b", q, kv, T=33, H=40, device="cuda", seed=5)
+
+
+def test_cuda_large_strides():
+    """Many tokens and heads (index math past 2^31 elements is not reached here; strides and the 2-D grid are)."""
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), "deepseek_v3", "absorbed", "fp8_e4m3", T=4099, H=128, device="cuda",
+                  seed=7)
+
+
+def test_cuda_graph_capture():
+    """A bound launch captured in a CUDA graph runs on replay (the launch goes to torch's current stream)."""
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    x = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 32, 16, "cuda", seed=11)
+    want = reference(torch, "deepseek_v3", "absorbed", "bf16", x)
+    launch = k.bind(**x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    x["q_out"].fill_(-777.0)
+    x["kv_cache"].fill_(-777.0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    torch.cuda.synchronize()
+    assert bool((x["q_out"] == -777.0).all()), "the captured launch ran during capture"
+    g.replay()
+    torch.cuda.synchronize()
+    for name in ("q_out", "kv_cache"):
+        steps, frac, _ = compare_bits(torch, x[name], want[name], "bf16")
+        assert steps <= 1 and frac > 0.99, name
+
+
+def _expect(exc, fn, status=None):
+    try:
+        fn()
+    except exc as e:
+        if status is not None:
+            assert e.status in status, "got %s, expected %s" % (e.status, status)
+        return e
+    raise AssertionError("no %s" % exc.__name__)
+
+
+def _check_errors(torch, ctx, device):
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    T, H = 16, 4
+    x = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, H, device, seed=13)
+    # dtypes
+    _expect(TypeError, lambda: k(**dict(x, q_pe=x["q_pe"].to(torch.float16))))
+    _expect(TypeError, lambda: k(**dict(x, positions=x["positions"].to(torch.int32))))
+    _expect(TypeError, lambda: k(**dict(x, kv_cache=x["kv_cache"].view(torch.int16))))
+    _expect(TypeError, lambda: k(**dict(x, q_out=3)))
+    if hasattr(torch, "float8_e4m3fn"):
+        kf = ctx.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed")
+        xf = make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", T, H, device, seed=13)
+        if hasattr(torch, "float8_e4m3fnuz"):
+            _expect(TypeError, lambda: kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.float8_e4m3fnuz))))
+        kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.uint8)))  # raw bytes are fine
+        _expect(ValueError, lambda: kf(**dict(xf, k_scale=None)))
+        _expect(ValueError, lambda: kf(**dict(xf, k_scale=torch.ones(2, device=device))))
+    # shapes and layouts
+    _expect(ValueError, lambda: k(**dict(x, q_pe=x["q_pe"][:, :2])))
+    _expect(ValueError, lambda: k(**dict(x, k_pe=x["k_pe"].t().contiguous().t())))  # last dim not contiguous
+    _expect(ValueError, lambda: k(**dict(x, kv_cache=x["kv_cache"][:, :8])))  # rows of two strides
+    _expect(ValueError, lambda: k(**dict(x, sin=x["cos_sin"])))
+    _expect(ValueError, lambda: ctx.kernel("deepseek_v3", kv="bf16", q="none")(**x))  # q tensors for form none
+    _expect(TypeError, lambda: k(**dict(x, bogus=x["q_out"])))
+    # the library's checks
+    qb = torch.empty(T, H, 576 + 8, dtype=torch.bfloat16, device=device)
+    _expect(ropekv.RopekvError, lambda: k(**dict(x, q_nope=qb[..., 1:513])), {"ROPEKV_ERR_ALIGN"})
+    ov = torch.empty(T * H * 576, dtype=torch.bfloat16, device=device)
+    overlapping = torch.as_strided(ov, (T, H, 576), (H * 576, 8, 1))
+    e = _expect(ropekv.RopekvError, lambda: k(**dict(x, q_out=overlapping)), {"ROPEKV_ERR_STRIDE"})
+    assert "q_out" in e.message
+    ok, why = ctx.query("deepseek_v3", kv="bf16", q="absorbed", **dict(x, q_out=overlapping))
+    assert not ok and "ROPEKV_ERR_STRIDE" in why
+    ok, why = ctx.query("deepseek_v3", kv="bf16", q="absorbed", **x)
+    assert ok, why
+    # devices
+    if device == "cpu":
+        if torch.cuda.is_available():
+            _expect(ValueError, lambda: k(**dict(x, k_nope=x["k_nope"].cuda())))
+    else:
+        _expect(ValueError, lambda: k(**dict(x, k_nope=x["k_nope"].cpu())))
+        _expect(ValueError, lambda: k(**{n: v.cpu() for n, v in x.items()}))
+    return k, x
+
+
+def test_cuda_errors():
+    torch = _cuda_torch()
+    _check_errors(torch, context("cuda"), "cuda")
+
+
+# ---- plain runner --------------------------------------------------------------------------------------------
+def _cases(fn):
+    params = getattr(fn, "_params", None)
+    if params is None:
+        return [((), {})]
+    names = [n.strip() for n in params[0].split(",")]
+    out = []
+    for v in params[1]:
+        v = v if len(names) > 1 else (v,)
+        out.append((v, dict(zip(names, v))))
+    return out
+
+
+def main():
+    skipped_types = (_Skip,) + ((pytest.skip.Exception,) if pytest is not None else ())
+    tests = [(n, f) for n, f in sorted(globals().items(), key=lambda kv: kv[1].__code__.co_firstlineno
+                                        if callable(kv[1]) and hasattr(kv[1], "__code__") else 0)
+             if n.startswith("test_") and callable(f)]
+    passed = failed = skipped = 0
+    for name, fn in tests:
+        for vals, kw in _cases(fn):
+            label = name + ("[%s]" % "-".join(map(str, vals)) if vals else "")
+            try:
+                fn(**kw)
+            except skipped_types as e:
+                skipped += 1
+                print("SKIP %s: %s" % (label, e))
+                continue
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                import traceback
+                traceback.print_exc()
+                print("FAIL %s: %s" % (label, e))
+                continue
+            passed += 1
+            print("PASS %s" % label)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    for c in _CONTEXTS.values():
+        c.close()
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+#!/bin/sh
+# Builds the libFuzzer targets of tests/fuzz in build-fuzz/ (clang, ASan, UBSan) and runs them.
+#   usage: scripts/fuzz.sh TARGET|all [SECONDS] [extra libFuzzer arguments...]
+#   TARGET: spec | name | render | cache; SECONDS per target (default 15).
+# Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
+# finds goes to build-fuzz/corpus/<t>, crashes to build-fuzz/artifacts/<t>/, its log to
+# build-fuzz/logs/<t>.log. Ends with one line per target: seconds, executions, exec/s, coverage.
+# Exit status 0 only when no target found a crash, a leak or a timeout.
+# A crash is kept as a regression: copy the artifact to tests/fuzz/regressions/<t>/ (the fuzz_replay_<t>
+# CTest test replays it), reproduce with build-fuzz/tests/fuzz/fuzz_<t> ARTIFACT.
+# Environment: FUZZ_CC (default clang-22), FUZZ_BUILD (default build-fuzz).
+set -eu
+cd "$(dirname "$0")/.."
+
+usage() {
+    sed -n '2,4s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+}
+[ $# -ge 1 ] || usage
+what=$1
+shift
+secs=15
+if [ $# -ge 1 ]; then
+    secs=$1
+    shift
+fi
+case $what in
+all) targets="spec name render cache" ;;
+spec | name | render | cache) targets=$what ;;
+*) usage ;;
+esac
+case $secs in
+'' | *[!0-9]*) usage ;;
+esac
+
+cc=${FUZZ_CC:-clang-22}
+bdir=${FUZZ_BUILD:-build-fuzz}
+command -v "$cc" >/dev/null || {
+    echo "fuzz.sh: $cc not found (scripts/setup.sh installs clang-22 and libclang-rt-22-dev)" >&2
+    exit 2
+}
+
+cmake -S . -B "$bdir" -DRK_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$bdir.configure.log" 2>&1 || {
+    cat "$bdir.configure.log" >&2
+    exit 1
+}
+rm -f "$bdir.configure.log"
+tnames=""
+for t in $targets; do tnames="$tnames fuzz_$t"; done
+# shellcheck disable=SC2086
+cmake --build "$bdir" -j"$(nproc)" --target $tnames >/dev/null
+
+# Input size limits: specs and templates are small text files; names fit in 256 bytes; the corpus's
+# cache entries are at most a few hundred bytes (the format's limits are tested on headers).
+max_len() {
+    case $1 in
+    spec) echo 8192 ;;
+    name) echo 512 ;;
+    render) echo 4096 ;;
+    cache) echo 2048 ;;
+    esac
+}
+
+mkdir -p "$bdir/logs"
+summary=""
+failed=0
+for t in $targets; do
+    mkdir -p "$bdir/corpus/$t" "$bdir/artifacts/$t"
+    log="$bdir/logs/$t.log"
+    seeds="tests/fuzz/corpus/$t"
+    [ -d "tests/fuzz/regressions/$t" ] && seeds="$seeds tests/fuzz/regressions/$t"
+    dict=""
+    [ -f "tests/fuzz/$t.dict" ] && dict="-dict=tests/fuzz/$t.dict"
+    echo "fuzz_$t: ${secs} s" >&2
+    rc=0
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+        "$bdir/tests/fuzz/fuzz_$t" "$bdir/corpus/$t" $seeds $dict \
+        -max_total_time="$secs" -max_len="$(max_len "$t")" -timeout=5 -rss_limit_mb=2048 \
+        -print_final_stats=1 -artifact_prefix="$bdir/artifacts/$t/" "$@" >"$log" 2>&1 || rc=$?
+    took=$(($(date +%s) - start))
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
+    cov=$(grep -E '^#[0-9]+[[:space:]].*cov: ' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]*\) \(ft: [0-9]*\) \(corp: [0-9]*\).*/\1 \2 \3/p')
+    status=ok
+    if [ "$rc" -ne 0 ]; then
+        status="FAILED (exit $rc)"
+        failed=1
+        tail -n 60 "$log" >&2
+    fi
+    summary="$summary$(printf '%-8s %6s s %12s execs %8s exec/s  %-34s %s' "$t" "$took" "${execs:-?}" "${rate:-?}" "${cov:-}" "$status")
+"
+done
+echo "fuzz summary (logs in $bdir/logs):"
+printf '%s' "$summary"
+exit $failed

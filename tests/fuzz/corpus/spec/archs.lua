@@ -1,0 +1,31 @@
+-- Targets the generator knows: one row per architecture.
+--   name       target name as the compilers spell it
+--   vendor     "amd" | "nvidia" | "host"
+--   wave       32 | 64 lanes
+--   fp8        "ocp" | "fnuz": the byte format of an fp8 KV cache on this target
+--   fp8_hw     hardware f32 -> fp8 conversion (else software RNE with saturation)
+--   bf16_hw    hardware f32 -> bf16 conversion (else a software RNE sequence)
+--   compiler   "hiprtc" | "clang" | "nvrtc" | "host": the preferred compiler family
+--   optional:  vec_bytes (16), block (256, a multiple of wave), options ("")
+return {
+  archs = {
+    -- MI200 (CDNA2): no fp8 instructions; fp8 caches hold OCP bytes made in software.
+    { name = "gfx90a", vendor = "amd", wave = 64, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "hiprtc" },
+    -- MI300 (CDNA3): FNUZ e4m3 (bias 8, max 240) converted by v_cvt_pk_fp8_f32.
+    { name = "gfx942", vendor = "amd", wave = 64, fp8 = "fnuz", fp8_hw = true, bf16_hw = false, compiler = "clang" },
+    -- MI350/MI355 (CDNA4): OCP e4m3 and bf16 conversion in hardware.
+    { name = "gfx950", vendor = "amd", wave = 64, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "clang" },
+    -- RDNA3 (Radeon RX 7900): wave32, no fp8 instructions.
+    { name = "gfx1100", vendor = "amd", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "clang" },
+    -- RDNA4 (Radeon RX 9070): wave32, OCP fp8 conversion in hardware.
+    { name = "gfx1201", vendor = "amd", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = false, compiler = "clang" },
+    -- GFX12.5: wave32, OCP fp8 and bf16 conversion in hardware.
+    { name = "gfx1250", vendor = "amd", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "clang" },
+    -- A100 (Ampere): cvt.rn.bf16x2.f32, but no fp8 conversion instruction before sm_89.
+    { name = "sm_80", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = true, compiler = "nvrtc" },
+    -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
+    { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc" },
+    -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
+    { name = "host", vendor = "host", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "host" },
+  },
+}

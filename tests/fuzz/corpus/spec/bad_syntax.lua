@@ -1,0 +1,1 @@
+return { name = 'x', kv_lora_rank = 512,, }

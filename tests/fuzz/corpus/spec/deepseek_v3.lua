@@ -1,0 +1,22 @@
+-- DeepSeek-V3 and DeepSeek-R1 (same attention), from deepseek-ai/DeepSeek-V3 config.json:
+--   hidden_size 7168, num_attention_heads 128, num_hidden_layers 61,
+--   q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
+--   max_position_embeddings 163840, rope_theta 10000,
+--   rope_scaling { type = "yarn", factor 40, original_max_position_embeddings 4096,
+--                  beta_fast 32, beta_slow 1, mscale 1.0, mscale_all_dim 1.0 }.
+-- The engines build the rope with is_neox_style = False (interleaved pairs) and one float32
+-- cos_sin_cache [max_pos, 64] with YaRN mscale folded in.
+return {
+  name = "deepseek_v3",
+  description = "DeepSeek-V3 / R1 MLA: L = 512, R = 64, 128 heads (before TP)",
+  kv_lora_rank = 512,
+  qk_rope_head_dim = 64,
+  rope = "gptj",
+  cos_sin = "f32_cat",
+  positions = { "int64" },
+  slots = { "int64", "int32" },
+  kv_dtypes = { "bf16", "fp8_e4m3" },
+  fp8 = { scale = "mul_recip" },
+  q_forms = { "absorbed", "zero_copy", "none" },
+  targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250", "sm_80", "sm_90", "host" },
+}

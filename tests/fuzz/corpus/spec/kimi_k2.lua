@@ -1,0 +1,27 @@
+-- Kimi-K2 (DeepSeek-V3 architecture with fewer heads), from moonshotai/Kimi-K2-Instruct config.json:
+--   hidden_size 7168, num_attention_heads 64, num_hidden_layers 61,
+--   q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
+--   max_position_embeddings 131072, rope_theta 50000,
+--   rope_scaling { type = "yarn", factor 32, original_max_position_embeddings 4096,
+--                  beta_fast 1, beta_slow 1, mscale 1.0, mscale_all_dim 1.0 }.
+-- Served the vLLM way: int32 positions, k / k_scale, FNUZ clamped at 224, padding rows skipped
+-- entirely, non-finite values sanitized before the fp8 store.
+return {
+  name = "kimi_k2",
+  description = "Kimi-K2 MLA: L = 512, R = 64, 64 heads (before TP), vLLM conventions",
+  kv_lora_rank = 512,
+  qk_rope_head_dim = 64,
+  rope = "gptj",
+  cos_sin = "f32_cat",
+  positions = { "int32" },
+  slots = { "int64" },
+  kv_dtypes = { "bf16", "fp8_e4m3" },
+  fp8 = {
+    scale = "div",
+    saturate = { fnuz = 224 },
+  },
+  negative_slot = "skip_all",
+  q_forms = { "absorbed", "inplace" },
+  sanitize = true,
+  targets = { "gfx942", "gfx950", "sm_90", "host" },
+}

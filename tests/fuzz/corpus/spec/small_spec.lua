@@ -1,0 +1,1 @@
+return { name = 'tiny', kv_lora_rank = 8, qk_rope_head_dim = 8, rope = 'none', q_forms = 'none', kv_dtypes = 'fp8_e4m3', fp8 = { scale = 'none', saturate = { ocp = 0.001953125, fnuz = 240 }, rope_bf16_round = true }, negative_slot = 'skip_all', sanitize = true, targets = 'host' }

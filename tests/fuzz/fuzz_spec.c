@@ -1,0 +1,166 @@
+/* Fuzz target: spec loading and validation from arbitrary bytes.
+ *
+ * Every input is loaded twice: as a model spec (against the built-in architecture table) and as an
+ * architecture table. Either load may fail, but only with one of the spec error codes and a
+ * non-empty, terminated message. What loads must satisfy every rule the validator promises, and its
+ * variants must enumerate, name themselves canonically (names parse back to the same parts) and
+ * render to kernel source. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "rk.h"
+
+static const rk_arch_table *builtin_archs(void) {
+    static rk_arch_table t;
+    static int done;
+    if (!done) {
+        size_t len = 0;
+        rk_err err = {0};
+        const char *text = rk_embedded("archs.lua", &len);
+        FUZZ_CHECK(text != NULL, "archs.lua is not embedded");
+        FUZZ_CHECK(rk_archs_load("specs/archs.lua", text, len, &t, &err) == RK_OK, "%s", err.msg);
+        done = 1;
+    }
+    return &t;
+}
+
+/* A failed load: a spec error code (or out of memory) and a message. */
+static void check_failure(int rc, const rk_err *err) {
+    FUZZ_CHECK(rc == RK_ESPEC_SYNTAX || rc == RK_ESPEC_RUNTIME || rc == RK_ESPEC_LIMIT || rc == RK_ESPEC_INVALID ||
+                   rc == RK_ESPEC_TARGET || rc == RK_ENOMEM,
+               "unexpected code %d", rc);
+    FUZZ_CHECK((int)err->code == rc, "err.code %d, returned %d", (int)err->code, rc);
+    FUZZ_CHECK(memchr(err->msg, '\0', sizeof err->msg) != NULL, "message not terminated");
+    FUZZ_CHECK(err->msg[0] != '\0', "empty message for code %d", rc);
+}
+
+static int terminated(const char *s, size_t cap) { return memchr(s, '\0', cap) != NULL; }
+
+static int ident(const char *s, const char *extra) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr(extra, *s))) return 0;
+    return 1;
+}
+
+static void check_arch(const rk_arch *a) {
+    FUZZ_CHECK(terminated(a->name, sizeof a->name) && ident(a->name, "_:+-"), "arch name");
+    FUZZ_CHECK(terminated(a->options, sizeof a->options), "options");
+    FUZZ_CHECK(rk_vendor_name(a->vendor) && rk_compiler_name(a->compiler) && rk_fp8_name(a->fp8), "enum out of range");
+    FUZZ_CHECK(a->wave == 32 || a->wave == 64, "wave %d", a->wave);
+    FUZZ_CHECK(a->vec_bytes == 8 || a->vec_bytes == 16, "vec_bytes %d", a->vec_bytes);
+    FUZZ_CHECK(a->block >= 32 && a->block <= 1024 && a->block % a->wave == 0, "block %d", a->block);
+    FUZZ_CHECK(a->fp8_hw == 0 || a->fp8_hw == 1, "fp8_hw");
+    FUZZ_CHECK(a->bf16_hw == 0 || a->bf16_hw == 1, "bf16_hw");
+    FUZZ_CHECK((a->compiler == RK_CC_HOST) == (a->vendor == RK_VENDOR_HOST), "compiler/vendor");
+}
+
+/* Two name parts are the same kernel (sat compared bit for bit through its float value). */
+static int same_parts(const rk_name_parts *a, const rk_name_parts *b) {
+    return a->L == b->L && a->R == b->R && a->rope == b->rope && a->cos_sin == b->cos_sin && a->pos == b->pos &&
+           a->slot == b->slot && a->kv_fp8 == b->kv_fp8 && a->fp8 == b->fp8 && a->scale == b->scale &&
+           a->sat == b->sat && a->rope_bf16 == b->rope_bf16 && a->q == b->q && a->neg == b->neg &&
+           a->sanitize == b->sanitize && strcmp(a->target, b->target) == 0;
+}
+
+/* The variants of a loaded spec: count, unique keys, canonical names, one rendered source. */
+static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t pick) {
+    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    rk_err err = {0};
+    int n = rk_variants(s, archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
+    if (n < 0) {
+        /* only a target that cannot be spelled in a kernel name may be refused here */
+        FUZZ_CHECK(err.code == RK_ESPEC_TARGET, "rk_variants: %s", err.msg);
+        return;
+    }
+    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_q * s->n_pos * s->n_slot, "%d variants", n);
+    for (int i = 0; i < n; i++) {
+        rk_name_parts want, got;
+        rk_err e = {0};
+        FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
+        FUZZ_CHECK(rk_name_parse(v[i].name, &got, &e) == RK_OK, "%s", e.msg);
+        rk_variant_parts(&v[i], &want);
+        FUZZ_CHECK(same_parts(&want, &got), "name %s does not parse back to its parts", v[i].name);
+        for (int j = 0; j < i; j++) FUZZ_CHECK(strcmp(v[i].key, v[j].key) != 0, "duplicate key %s", v[i].key);
+    }
+    rk_buf src = {0};
+    const rk_variant *e = &v[pick % (size_t)n];
+    FUZZ_CHECK(rk_emit(e, &src, &err) == RK_OK, "rk_emit %s: %s", e->key, err.msg);
+    FUZZ_CHECK(src.p && strlen(src.p) == src.len, "emitted source");
+    FUZZ_CHECK(strstr(src.p, e->name) != NULL, "kernel name missing from its source");
+    FUZZ_CHECK(strstr(src.p, "${") == NULL, "placeholder left in the source of %s", e->key);
+    rk_buf_free(&src);
+}
+
+static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick) {
+    FUZZ_CHECK(terminated(s->name, sizeof s->name) && ident(s->name, "_"), "name");
+    FUZZ_CHECK(strcmp(s->file, "fuzz.lua") == 0, "file");
+    FUZZ_CHECK(terminated(s->description, sizeof s->description), "description");
+    FUZZ_CHECK(s->kv_lora_rank >= 8 && s->kv_lora_rank <= 8192 && s->kv_lora_rank % 8 == 0, "L %d", s->kv_lora_rank);
+    FUZZ_CHECK(s->rope_dim >= 8 && s->rope_dim <= 1024 && s->rope_dim % 8 == 0, "R %d", s->rope_dim);
+    FUZZ_CHECK(rk_rope_name(s->rope) && rk_cos_sin_name(s->cos_sin) && rk_scale_name(s->fp8_scale) &&
+                   rk_neg_name(s->negative_slot),
+               "enum out of range");
+    FUZZ_CHECK(s->rope != RK_ROPE_NEOX || s->rope_dim % 16 == 0, "neox with R %d", s->rope_dim);
+    FUZZ_CHECK(s->n_pos >= 1 && s->n_pos <= 2 && s->n_slot >= 1 && s->n_slot <= 2 && s->n_kv >= 1 && s->n_kv <= 2 &&
+                   s->n_q >= 1 && s->n_q <= 4 && s->n_targets >= 1 && s->n_targets <= RK_MAX_TARGETS,
+               "list sizes");
+    for (int i = 0; i < s->n_q; i++) {
+        FUZZ_CHECK(rk_qform_name(s->q[i]), "q form");
+        FUZZ_CHECK(!(s->q[i] == RK_Q_INPLACE && s->rope == RK_ROPE_NONE), "inplace without rope");
+        for (int j = 0; j < i; j++) FUZZ_CHECK(s->q[i] != s->q[j], "duplicate q form");
+    }
+    FUZZ_CHECK(s->fp8_sat_ocp > 0 && s->fp8_sat_ocp <= 448 && s->fp8_sat_fnuz > 0 && s->fp8_sat_fnuz <= 240,
+               "saturation %g %g", (double)s->fp8_sat_ocp, (double)s->fp8_sat_fnuz);
+    FUZZ_CHECK(s->fp8_rope_bf16 == 0 || s->fp8_rope_bf16 == 1, "rope_bf16_round");
+    FUZZ_CHECK(s->sanitize == 0 || s->sanitize == 1, "sanitize");
+    for (int i = 0; i < s->n_targets; i++) {
+        FUZZ_CHECK(terminated(s->targets[i], RK_NAME_MAX) && rk_arch_find(archs, s->targets[i]), "target %d", i);
+        for (int j = 0; j < i; j++) FUZZ_CHECK(strcmp(s->targets[i], s->targets[j]) != 0, "duplicate target");
+    }
+    check_variants(s, archs, pick);
+}
+
+/* A loaded architecture table, then a small spec that targets its first row. */
+static void check_archs(const rk_arch_table *t) {
+    FUZZ_CHECK(t->n >= 1 && t->n <= RK_MAX_ARCHS, "%d archs", t->n);
+    for (int i = 0; i < t->n; i++) {
+        check_arch(&t->a[i]);
+        for (int j = 0; j < i; j++) FUZZ_CHECK(strcmp(t->a[i].name, t->a[j].name) != 0, "duplicate arch");
+    }
+    char text[256];
+    int n = snprintf(text, sizeof text, "return { name = 'f', kv_lora_rank = 64, qk_rope_head_dim = 16, targets = { '%s' } }",
+                     t->a[0].name);
+    rk_spec s;
+    rk_err err = {0};
+    int rc = rk_spec_load("fuzz.lua", text, (size_t)n, t, &s, &err);
+    FUZZ_CHECK(rc == RK_OK, "a spec for target %s: %s", t->a[0].name, err.msg);
+    check_spec(&s, t, 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const rk_arch_table *archs = builtin_archs();
+    const char *text = (const char *)data;
+    rk_err err = {.code = (rk_code)-1};
+    rk_spec *s = malloc(sizeof *s);
+    FUZZ_CHECK(s != NULL, "out of memory");
+    int rc = rk_spec_load("fuzz.lua", text, size, archs, s, &err);
+    if (rc == RK_OK)
+        check_spec(s, archs, size);
+    else
+        check_failure(rc, &err);
+    free(s);
+
+    rk_arch_table *t = malloc(sizeof *t);
+    FUZZ_CHECK(t != NULL, "out of memory");
+    err.code = (rk_code)-1;
+    rc = rk_archs_load("fuzz_archs.lua", text, size, t, &err);
+    if (rc == RK_OK)
+        check_archs(t);
+    else
+        check_failure(rc, &err);
+    free(t);
+    return 0;
+}
