@@ -94,6 +94,7 @@ static void args_for(const rk_variant *v, const rk_shape *sh, const set *s, rk_a
     a->k_nope_st = a->k_pe_st = W + sh->pad;
     a->kv_st = W + sh->pad;
     a->kv_rows = T + 3;
+    a->chunks = 1;
 }
 
 static int first_diff(const void *a, const void *b, int64_t n, int64_t *at) {

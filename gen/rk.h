@@ -91,7 +91,8 @@ typedef struct rk_arch {
     int bf16_hw;              /* 1: hardware f32->bf16 conversion */
     int vec_bytes;            /* bytes per lane per global access (16) */
     int block;                /* threads per block */
-    int chunks;               /* 16-byte output chunks per thread (1..8) */
+    int chunks;               /* 16-byte output chunks per thread in large launches (1..8) */
+    int64_t chunks_from;      /* launches of at least this many chunks use `chunks`; smaller ones 1 */
     int nt_stores;            /* 1: non-temporal (streaming) stores for q_out and cache rows */
     rk_compiler compiler;     /* preferred compiler family */
     char options[256];        /* default compiler options, space separated */
@@ -172,6 +173,7 @@ typedef struct rk_args {
     int64_t k_nope_st, k_pe_st;
     int64_t kv_st;                  /* row stride of the cache */
     int64_t kv_rows;                /* rows in the cache: a slot >= kv_rows is not written */
+    int64_t chunks;                 /* chunks per thread of this launch (rk_launch_size) */
 } rk_args;
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------
@@ -230,10 +232,10 @@ int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* RK_OK or 
 int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
 void rk_variant_parts(const rk_variant *v, rk_name_parts *out);
 
-/* Launch size of a kernel: total = tokens * (heads * q chunks + row chunks) 16-byte output chunks,
- * blocks = ceil(total / (block * chunks)). */
-void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int block, int chunks, int64_t *total,
-                    int64_t *blocks);
+/* Launch size of a kernel: total = tokens * (heads * q chunks + row chunks) 16-byte output chunks;
+ * *cpt = chunks per thread (chunks when total >= chunks_from, else 1); blocks = ceil(total / (block * cpt)). */
+void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int block, int chunks,
+                    int64_t chunks_from, int64_t *total, int64_t *blocks, int64_t *cpt);
 
 /* ---- templates (gen/render.c) -------------------------------------------------------------------- */
 typedef struct rk_binding {

@@ -10,7 +10,8 @@ typedef struct rk_builtin {
     const char *spec;      /* spec name */
     const char *kernel;    /* extern "C" name; parses back with rk_name_parse */
     int block;             /* threads per block of the target's row */
-    int chunks;            /* 16-byte output chunks per thread */
+    int chunks;            /* 16-byte output chunks per thread in large launches */
+    long long chunks_from; /* launches of at least this many chunks are large */
     const char *source;    /* the emitted text */
     size_t len;
 } rk_builtin;

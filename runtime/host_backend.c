@@ -7,8 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 const char *rk_host_compiler(void) {
@@ -37,11 +41,66 @@ static void read_log(const char *path, char *log, size_t cap) {
     fclose(f);
 }
 
-/* Runs argv with stderr and stdout sent to log_path; returns the exit status or -1. */
-static int run_compiler(char *const argv[], const char *log_path) {
+/* Seconds a compiler run may take: $ROPEKV_COMPILE_TIMEOUT (a positive integer; 0 means no limit),
+ * default RK_COMPILE_TIMEOUT_DEFAULT. */
+int rk_host_compile_timeout(void) {
+    const char *v = getenv("ROPEKV_COMPILE_TIMEOUT");
+    char *end;
+    if (!v || !*v) return RK_COMPILE_TIMEOUT_DEFAULT;
+    errno = 0;
+    long t = strtol(v, &end, 10);
+    if (*end || errno || t < 0 || t > 86400 * 365) return RK_COMPILE_TIMEOUT_DEFAULT;
+    return (int)t;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Waits up to `seconds` (< 0: no limit) for the child to change state: poll on a pidfd where the
+ * kernel has them, else short sleeps. Returns waitpid's result (0 when the time is up). */
+static pid_t wait_child(pid_t pid, int *status, double seconds) {
+    double deadline = now_s() + seconds;
+#ifdef SYS_pidfd_open
+    int pfd = seconds >= 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+#else
+    int pfd = -1;
+#endif
+    for (long nap_us = 1000;;) {
+        pid_t r = waitpid(pid, status, seconds < 0 ? 0 : WNOHANG);
+        if (r != 0 && !(r < 0 && errno == EINTR)) {
+            if (pfd >= 0) close(pfd);
+            return r;
+        }
+        if (r < 0) continue;
+        double left = deadline - now_s();
+        if (left <= 0) {
+            if (pfd >= 0) close(pfd);
+            return 0;
+        }
+        if (pfd >= 0) {
+            struct pollfd p = {.fd = pfd, .events = POLLIN};
+            (void)poll(&p, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
+        } else {
+            struct timespec ts = {0, nap_us * 1000};
+            nanosleep(&ts, NULL);
+            if (nap_us < 50000) nap_us *= 2;
+        }
+    }
+}
+
+/* Runs argv with stderr and stdout sent to log_path, in its own process group; returns the exit
+ * status, -1 when it could not be run or died from a signal, or RUN_TIMED_OUT when it ran longer
+ * than timeout_s seconds (0: no limit): then the whole group (the driver and the compiler, assembler
+ * and linker it started) is killed. */
+#define RUN_TIMED_OUT (-2)
+static int run_compiler(char *const argv[], const char *log_path, int timeout_s) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        setpgid(0, 0);
         int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -52,9 +111,16 @@ static int run_compiler(char *const argv[], const char *log_path) {
         fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    setpgid(pid, pid); /* also here: the group must exist before a kill can name it */
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return -1;
+    pid_t r = wait_child(pid, &status, timeout_s > 0 ? (double)timeout_s : -1.0);
+    if (r == 0) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        return RUN_TIMED_OUT;
+    }
+    if (r < 0) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -98,9 +164,13 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
     close(fd);
     char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                     "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
-    int status = run_compiler(argv, logp);
+    int timeout = rk_host_compile_timeout();
+    int status = run_compiler(argv, logp, timeout);
     int rc = RK_OK;
-    if (status != 0) {
+    if (status == RUN_TIMED_OUT) {
+        snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", argv[0], timeout);
+        rc = RK_ECOMPILE;
+    } else if (status != 0) {
         read_log(logp, log, log_cap);
         rc = RK_ECOMPILE;
     } else if (rename(tmp, so) != 0) {

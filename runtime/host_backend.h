@@ -16,8 +16,15 @@ typedef struct rk_host_kernel {
 /* The compiler command: $CXX if set, else "c++". */
 const char *rk_host_compiler(void);
 
+/* Seconds one compiler run may take before it is killed: $ROPEKV_COMPILE_TIMEOUT (0: no limit),
+ * default RK_COMPILE_TIMEOUT_DEFAULT. Read on every compile. */
+#define RK_COMPILE_TIMEOUT_DEFAULT 120
+int rk_host_compile_timeout(void);
+
 /* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
- * On failure returns RK_EIO (cannot write), or RK_ECOMPILE with the compiler's log in log. */
+ * On failure returns RK_EIO (cannot write), or RK_ECOMPILE with the compiler's log in log (a compiler
+ * that runs past the time limit is killed, with its whole process group, and the log says
+ * "<compiler> timed out after N s"). */
 int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
                   char *log, size_t log_cap);
 

@@ -63,6 +63,7 @@ typedef struct kdesc {
     rk_name_parts p;
     int block;
     int chunks;
+    int64_t chunks_from;
 } kdesc;
 
 struct ropekv_kernel {
@@ -388,6 +389,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
                 rk_variant_parts(&r->variant, &r->d.p);
                 r->d.block = r->variant.arch->block;
                 r->d.chunks = r->variant.arch->chunks;
+                r->d.chunks_from = r->variant.arch->chunks_from;
                 snprintf(r->name, sizeof r->name, "%s", r->variant.name);
                 return ROPEKV_OK;
             }
@@ -400,6 +402,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         if (rk_name_parse(b->kernel, &r->d.p, &err) != RK_OK) return fail(c, ROPEKV_ERR_RENDER, "%s", err.msg);
         r->d.block = b->block;
         r->d.chunks = b->chunks;
+        r->d.chunks_from = b->chunks_from;
         r->builtin = b;
         snprintf(r->name, sizeof r->name, "%s", b->kernel);
         return ROPEKV_OK;
@@ -606,6 +609,7 @@ typedef struct plan {
     int wide;        /* 64-bit index math */
     int64_t total;   /* chunks */
     int64_t blocks;
+    int64_t cpt;     /* chunks per thread */
 } plan;
 
 #define CHECK(cond, status, ...) \
@@ -690,7 +694,7 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */
-    rk_launch_size(p->L, p->R, p->q, T, H, d->block, d->chunks, &pl->total, &pl->blocks);
+    rk_launch_size(p->L, p->R, p->q, T, H, d->block, d->chunks, d->chunks_from, &pl->total, &pl->blocks, &pl->cpt);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
           (long long)H);
     int64_t reach = pl->total + (int64_t)d->block * d->chunks;
@@ -732,6 +736,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     if (s != ROPEKV_OK || pl.total == 0) return s;
     rk_args ra;
     to_rk_args(a, &ra);
+    ra.chunks = pl.cpt;
     rk_buf log = {0};
     int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, stream, &log);
     if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");

@@ -6,7 +6,11 @@
 --   fp8_hw     hardware f32 -> fp8 conversion (else software RNE with saturation)
 --   bf16_hw    hardware f32 -> bf16 conversion (else a software RNE sequence)
 --   compiler   "hiprtc" | "clang" | "nvrtc" | "host": the preferred compiler family
---   optional:  vec_bytes (16), block (256, a multiple of wave), options ("")
+--   optional:  vec_bytes (16), block (256, a multiple of wave), options (""),
+--              chunks (1): 16-byte output chunks per thread in launches of at least chunks_from
+--              (1048576) chunks (smaller launches take one: latency wins there), nt_stores (false):
+--              streaming stores for q_out and cache rows.
+--   NVIDIA rows are tuned on an H200 with bench_kernel (bench/README.md); AMD rows keep the defaults.
 return {
   archs = {
     -- MI200 (CDNA2): no fp8 instructions; fp8 caches hold OCP bytes made in software.
@@ -22,9 +26,11 @@ return {
     -- GFX12.5: wave32, OCP fp8 and bf16 conversion in hardware.
     { name = "gfx1250", vendor = "amd", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "clang" },
     -- A100 (Ampere): cvt.rn.bf16x2.f32, but no fp8 conversion instruction before sm_89.
-    { name = "sm_80", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = true, compiler = "nvrtc" },
+    { name = "sm_80", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = true, compiler = "nvrtc",
+      block = 128, chunks = 4, chunks_from = 524288 },
     -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
-    { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc" },
+    { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
+      block = 128, chunks = 4, chunks_from = 524288 },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     { name = "host", vendor = "host", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "host" },
   },

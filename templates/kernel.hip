@@ -20,6 +20,7 @@ struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
     rk_i64 q_out_st, q_out_sh;
     rk_i64 k_nope_st, k_pe_st;
     rk_i64 kv_st, kv_rows;
+    rk_i64 chunks;  // chunks per thread of this launch (1 .. RK_CHUNKS)
 };
 
 constexpr int V = 8;                  // bf16 elements per chunk
@@ -195,13 +196,14 @@ RK_DEVICE void chunk(const args &a, I g) {
 }  // namespace rk
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
-// Launch: ceil(total / RK_BLOCK) blocks of RK_BLOCK threads, total = tokens * (heads * Q_CH + W_CH).
+// Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
+// total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
-    RK_FOR_EACH(g, total) rk::chunk<int>(a, (int)g);
+    RK_FOR_EACH(g, total, a.chunks) rk::chunk<int>(a, (int)g);
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
-    RK_FOR_EACH(g, total) rk::chunk<rk_i64>(a, g);
+    RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
 }

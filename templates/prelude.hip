@@ -27,33 +27,38 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
 #if defined(__HIPCC_RTC__)
 #define RK_DEVICE __device__ __forceinline__
 #define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
-#define RK_GLOBAL_ID() ((rk_i64)blockIdx.x * (RK_BLOCK * RK_CHUNKS) + threadIdx.x)
+#define RK_BLOCK_ID() ((rk_i64)blockIdx.x)
+#define RK_THREAD_ID() ((rk_i64)threadIdx.x)
 #else
 #define RK_DEVICE __attribute__((device)) inline __attribute__((always_inline))
 #define RK_ENTRY extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, RK_BLOCK)))
-#define RK_GLOBAL_ID() ((rk_i64)__builtin_amdgcn_workgroup_id_x() * (RK_BLOCK * RK_CHUNKS) + __builtin_amdgcn_workitem_id_x())
+#define RK_BLOCK_ID() ((rk_i64)__builtin_amdgcn_workgroup_id_x())
+#define RK_THREAD_ID() ((rk_i64)__builtin_amdgcn_workitem_id_x())
 #endif
-// Each thread takes RK_CHUNKS chunks, RK_BLOCK apart, so every step of the loop stays coalesced.
-#define RK_FOR_EACH(g, n)                                                                             \
-    _Pragma("unroll") for (rk_i64 g = RK_GLOBAL_ID(), g##_end = g + (rk_i64)RK_BLOCK * RK_CHUNKS;     \
-                           g < g##_end && g < (n); g += RK_BLOCK)
 #define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
 #elif defined(RK_NV)
 #define RK_DEVICE __device__ __forceinline__
 #define RK_ENTRY extern "C" __global__ __launch_bounds__(RK_BLOCK)
-#define RK_FOR_EACH(g, n)                                                                             \
-    _Pragma("unroll") for (rk_i64 g = (rk_i64)blockIdx.x * (RK_BLOCK * RK_CHUNKS) + threadIdx.x,      \
-                                  g##_end = g + (rk_i64)RK_BLOCK * RK_CHUNKS;                         \
-                           g < g##_end && g < (n); g += RK_BLOCK)
+#define RK_BLOCK_ID() ((rk_i64)blockIdx.x)
+#define RK_THREAD_ID() ((rk_i64)threadIdx.x)
 #define rk_fma(a, b, c) __fmaf_rn(a, b, c)
 #else
 #define RK_DEVICE static inline
 #define RK_ENTRY extern "C" __attribute__((visibility("default")))
-#define RK_FOR_EACH(g, n) for (rk_i64 g = 0; g < (n); ++g)
+#define RK_FOR_EACH(g, n, cpt) for (rk_i64 g = 0; g < (n); ++g)
 #define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
 #endif
 
 #define RK_RESTRICT __restrict__
+
+#if !defined(RK_HOST)
+// The launcher gives each thread cpt <= RK_CHUNKS chunks, RK_BLOCK apart (every step of the loop
+// stays coalesced): one for small launches, where latency counts, more for large ones.
+#define RK_FOR_EACH(g, n, cpt)                                                                      \
+    _Pragma("unroll") for (int g##_e = 0; g##_e < RK_CHUNKS; ++g##_e)                               \
+        for (rk_i64 g = RK_BLOCK_ID() * (RK_BLOCK * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * RK_BLOCK; \
+             g##_e < (cpt) && g < (n); g = (n))
+#endif
 
 RK_DEVICE rk_u32 rk_f32_bits(float f) { return __builtin_bit_cast(rk_u32, f); }
 RK_DEVICE float rk_bits_f32(rk_u32 u) { return __builtin_bit_cast(float, u); }

@@ -322,8 +322,10 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     /* launch geometry as the runtime computes it */
     const rk_spec *sp = v->spec;
     const int block = v->arch->block;
-    int64_t total, blocks;
-    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, block, v->arch->chunks, &total, &blocks);
+    int64_t total, blocks, cpt;
+    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, block, v->arch->chunks,
+                   v->arch->chunks_from, &total, &blocks, &cpt);
+    d.chunks = cpt;
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */
     int64_t reach = total + (int64_t)block * v->arch->chunks;

@@ -52,6 +52,8 @@ static void check_arch(const rk_arch *a) {
     FUZZ_CHECK(a->wave == 32 || a->wave == 64, "wave %d", a->wave);
     FUZZ_CHECK(a->vec_bytes == 8 || a->vec_bytes == 16, "vec_bytes %d", a->vec_bytes);
     FUZZ_CHECK(a->block >= 32 && a->block <= 1024 && a->block % a->wave == 0, "block %d", a->block);
+    FUZZ_CHECK(a->chunks >= 1 && a->chunks <= 8, "chunks %d", a->chunks);
+    FUZZ_CHECK(a->nt_stores == 0 || a->nt_stores == 1, "nt_stores");
     FUZZ_CHECK(a->fp8_hw == 0 || a->fp8_hw == 1, "fp8_hw");
     FUZZ_CHECK(a->bf16_hw == 0 || a->bf16_hw == 1, "bf16_hw");
     FUZZ_CHECK((a->compiler == RK_CC_HOST) == (a->vendor == RK_VENDOR_HOST), "compiler/vendor");

@@ -1,0 +1,316 @@
+/* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
+ *
+ *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--kv bf16,fp8_e4m3]
+ *                [--shapes 1x16,128x16,...]
+ *
+ * For each (knobs, kv, shape) it renders the variant with the sm row's values replaced by the knobs,
+ * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
+ * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
+ * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
+ * gpu_conformance checks every variant bit for bit. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "rk.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+
+static struct {
+    CUresult (*retain)(CUcontext *, int);
+    CUresult (*set_current)(CUcontext);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*memset)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*begin)(CUstream, int);
+    CUresult (*end)(CUstream, CUgraph *);
+    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*launch_graph)(CUgraphExec, CUstream);
+    CUresult (*event_create)(CUevent *, unsigned);
+    CUresult (*record)(CUevent, CUstream);
+    CUresult (*event_sync)(CUevent);
+    CUresult (*elapsed)(float *, CUevent, CUevent);
+    CUresult (*sync)(void);
+    CUresult (*module_load)(CUmodule *, const void *);
+    CUresult (*get_function)(CUfunction *, CUmodule, const char *);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **);
+} cu;
+
+#define CK(call)                                                               \
+    do {                                                                       \
+        CUresult r_ = (call);                                                  \
+        if (r_ != 0) {                                                         \
+            fprintf(stderr, "%s failed: %d (line %d)\n", #call, r_, __LINE__); \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+static void load_cuda(void) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) {
+        printf("bench_kernel: SKIPPED: no libcuda.so.1\n");
+        exit(77);
+    }
+    struct { void **p; const char *n; } syms[] = {
+        {(void **)&cu.retain, "cuDevicePrimaryCtxRetain"}, {(void **)&cu.set_current, "cuCtxSetCurrent"},
+        {(void **)&cu.alloc, "cuMemAlloc_v2"}, {(void **)&cu.free, "cuMemFree_v2"}, {(void **)&cu.memset, "cuMemsetD8_v2"},
+        {(void **)&cu.htod, "cuMemcpyHtoD_v2"}, {(void **)&cu.stream_create, "cuStreamCreate"},
+        {(void **)&cu.begin, "cuStreamBeginCapture_v2"}, {(void **)&cu.end, "cuStreamEndCapture"},
+        {(void **)&cu.instantiate, "cuGraphInstantiateWithFlags"}, {(void **)&cu.launch_graph, "cuGraphLaunch"},
+        {(void **)&cu.event_create, "cuEventCreate"}, {(void **)&cu.record, "cuEventRecord"},
+        {(void **)&cu.event_sync, "cuEventSynchronize"}, {(void **)&cu.elapsed, "cuEventElapsedTime"},
+        {(void **)&cu.sync, "cuCtxSynchronize"}, {(void **)&cu.module_load, "cuModuleLoadData"},
+        {(void **)&cu.get_function, "cuModuleGetFunction"}, {(void **)&cu.launch, "cuLaunchKernel"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+        if (!(*syms[i].p = dlsym(lib, syms[i].n))) {
+            fprintf(stderr, "libcuda lacks %s\n", syms[i].n);
+            exit(1);
+        }
+}
+
+static CUstream g_stream;
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median per-call microseconds of `launch` captured 50 times in one graph, 5 replays. */
+typedef void (*launch_fn)(void *ctx);
+static float time_graph(launch_fn launch, void *ctx) {
+    enum { CALLS = 50, REPLAYS = 5 };
+    CUgraph g;
+    CUgraphExec ge;
+    CUevent e0, e1;
+    launch(ctx); /* warm up outside the graph */
+    CK(cu.sync());
+    CK(cu.begin(g_stream, 2 /* relaxed */));
+    for (int i = 0; i < CALLS; i++) launch(ctx);
+    CK(cu.end(g_stream, &g));
+    CK(cu.instantiate(&ge, g, 0));
+    CK(cu.event_create(&e0, 0));
+    CK(cu.event_create(&e1, 0));
+    CK(cu.launch_graph(ge, g_stream));
+    float t[REPLAYS];
+    for (int r = 0; r < REPLAYS; r++) {
+        CK(cu.record(e0, g_stream));
+        CK(cu.launch_graph(ge, g_stream));
+        CK(cu.record(e1, g_stream));
+        CK(cu.event_sync(e1));
+        CK(cu.elapsed(&t[r], e0, e1));
+    }
+    qsort(t, REPLAYS, sizeof t[0], cmp_float);
+    return t[REPLAYS / 2] * 1000.0f / CALLS;
+}
+
+/* ---- floors --------------------------------------------------------------------------------------- */
+static const char FLOORS[] =
+    "extern \"C\" __global__ void empty() {}\n"
+    "extern \"C\" __global__ void round_trip(const uint4 *a, uint4 *b) { b[threadIdx.x] = a[threadIdx.x]; }\n"
+    "extern \"C\" __global__ void copy(const uint4 *a, uint4 *b, unsigned long long n) {\n"
+    "  for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += 256ull * gridDim.x) b[i] = a[i];\n"
+    "}\n";
+
+typedef struct kernel_call {
+    CUfunction f;
+    unsigned blocks, threads;
+    void **params;
+} kernel_call;
+
+static void launch_call(void *p) {
+    kernel_call *k = p;
+    CK(cu.launch(k->f, k->blocks, 1, 1, k->threads, 1, 1, 0, g_stream, k->params, NULL));
+}
+
+
+/* ---- the ropekv kernel ------------------------------------------------------------------------------ */
+typedef struct rope_call {
+    rk_device *dev;
+    void *fn;
+    rk_args a;
+    int64_t blocks;
+    int block;
+} rope_call;
+
+static void launch_rope(void *p) {
+    rope_call *r = p;
+    rk_buf log = {0};
+    if (r->dev->ops->launch(r->dev, r->fn, &r->a, r->blocks, r->block, g_stream, &log) != RK_OK) {
+        fprintf(stderr, "launch: %s\n", log.p);
+        exit(1);
+    }
+}
+
+static int parse_list(const char *s, int *out, int cap) {
+    int n = 0;
+    while (s && *s && n < cap) {
+        out[n++] = atoi(s);
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
+    const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
+    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0};
+    int nb = 1, nc = 1, nn = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--spec")) spec_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--block")) nb = parse_list(argv[i + 1], blocks_l, 8);
+        else if (!strcmp(argv[i], "--chunks")) nc = parse_list(argv[i + 1], chunks_l, 8);
+        else if (!strcmp(argv[i], "--nt")) nn = parse_list(argv[i + 1], nt_l, 2);
+        else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
+        else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
+    }
+    load_cuda();
+    rk_device dev = {.ops = &rk_backend_cuda};
+    rk_buf log = {0};
+    if (dev.ops->open(&dev, 0, NULL, &log) != RK_OK) {
+        printf("bench_kernel: SKIPPED: %s\n", log.p);
+        return 77;
+    }
+    CUcontext ctx;
+    CK(cu.retain(&ctx, 0));
+    CK(cu.set_current(ctx));
+    CK(cu.stream_create(&g_stream, 1 /* non-blocking */));
+
+    /* floors */
+    rk_codeobj co = {0};
+    rk_buf flog = {0};
+    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, &co, NULL, &flog) != RK_OK) {
+        fprintf(stderr, "%s\n", flog.p);
+        return 1;
+    }
+    CUmodule fm;
+    CUfunction fe, fr, fc;
+    CK(cu.module_load(&fm, co.data));
+    CK(cu.get_function(&fe, fm, "empty"));
+    CK(cu.get_function(&fr, fm, "round_trip"));
+    CK(cu.get_function(&fc, fm, "copy"));
+    CUdeviceptr big_a, big_b;
+    const size_t big = (size_t)2 << 30;
+    CK(cu.alloc(&big_a, big));
+    CK(cu.alloc(&big_b, big));
+    CK(cu.memset(big_a, 1, big));
+    void *rp[] = {&big_a, &big_b};
+    kernel_call empty = {fe, 1, 32, NULL}, rt = {fr, 1, 1, rp};
+    unsigned long long n16 = big / 16;
+    void *cpp[] = {&big_a, &big_b, &n16};
+    kernel_call copy = {fc, 132 * 16, 256, cpp};
+    float t_empty = time_graph(launch_call, &empty), t_rt = time_graph(launch_call, &rt);
+    float t_copy = time_graph(launch_call, &copy);
+    double bw = 2.0 * big / (t_copy * 1e-6); /* bytes read + written per second */
+    printf("device %s, nvrtc %s; floors: empty %.2f us, round trip %.2f us, copy %.2f TB/s\n", dev.target,
+           dev.compiler_id, t_empty, t_rt, bw / 1e12);
+
+    static rk_catalog cat;
+    rk_err err = {0};
+    if (rk_catalog_load_embedded(&cat, &err) != RK_OK) return 1;
+    const rk_spec *sp = rk_catalog_find(&cat, spec_name);
+    const rk_arch *row = NULL;
+    for (int i = 0; i < cat.archs.n; i++)
+        if (!strcmp(cat.archs.a[i].name, "sm_90")) row = &cat.archs.a[i];
+    if (!sp || !row) return 1;
+    const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
+    printf("| T | H | kv | block | chunks | nt | us | limit us | %% of limit |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const char *kv = kvs; kv && *kv;) {
+        int fp8 = !strncmp(kv, "fp8", 3);
+        for (int b = 0; b < nb; b++)
+            for (int c = 0; c < nc; c++)
+                for (int n = 0; n < nn; n++) {
+                    rk_arch arch = *row;
+                    arch.block = blocks_l[b];
+                    arch.chunks = chunks_l[c];
+                    arch.nt_stores = nt_l[n];
+                    rk_variant v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
+                                    .pos = RK_IDX_I64, .slot = RK_IDX_I64};
+                    rk_variant_finish(&v);
+                    rk_buf src = {0};
+                    rk_codeobj kco = {0};
+                    rk_buf klog = {0};
+                    void *mod, *fn[2];
+                    if (rk_emit(&v, &src, &err) != RK_OK ||
+                        dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != RK_OK ||
+                        dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != RK_OK) {
+                        fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
+                        return 1;
+                    }
+                    for (const char *s = shapes; s && *s;) {
+                        int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
+                        size_t kv_elem = fp8 ? 1 : 2;
+                        CUdeviceptr q, qo, k, cache, pos, slots, cs, scale;
+                        CK(cu.alloc(&q, (size_t)(T * H * W * 2)));
+                        CK(cu.alloc(&qo, (size_t)(T * H * W * 2)));
+                        CK(cu.alloc(&k, (size_t)(T * W * 2)));
+                        CK(cu.alloc(&cache, (size_t)(T + 1) * W * kv_elem));
+                        CK(cu.alloc(&pos, (size_t)T * 8));
+                        CK(cu.alloc(&slots, (size_t)T * 8));
+                        CK(cu.alloc(&cs, (size_t)4096 * R * 4));
+                        CK(cu.alloc(&scale, 4));
+                        CK(cu.memset(q, 0x3f, (size_t)(T * H * W * 2)));
+                        CK(cu.memset(k, 0x3f, (size_t)(T * W * 2)));
+                        /* positions spread over the table, slots a shuffled permutation of the rows */
+                        int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
+                        for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
+                        for (int64_t t = T - 1; t > 0; t--) {
+                            int64_t j = (int64_t)((t * 40503u + 7) % (uint64_t)(t + 1)), x = hs[t];
+                            hs[t] = hs[j];
+                            hs[j] = x;
+                        }
+                        CK(cu.htod(pos, hp, (size_t)T * 8));
+                        CK(cu.htod(slots, hs, (size_t)T * 8));
+                        free(hp);
+                        free(hs);
+                        CK(cu.memset(cs, 0x3f, (size_t)4096 * R * 4));
+                        CK(cu.memset(scale, 0x3f, 4));
+                        rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block};
+                        rc.a = (rk_args){
+                            .q_nope = (void *)q, .q_pe = (void *)(q + (size_t)L * 2), .q_out = (void *)qo,
+                            .k_nope = (void *)k, .k_pe = (void *)(k + (size_t)L * 2), .kv_cache = (void *)cache,
+                            .positions = (void *)pos, .slots = (void *)slots, .cos = (void *)cs,
+                            .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
+                            .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
+                            .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
+                        };
+                        int64_t total;
+                        rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.block, arch.chunks, arch.chunks_from, &total,
+                                       &rc.blocks, &rc.a.chunks);
+                        float us = time_graph(launch_rope, &rc);
+                        double bytes = (double)T * H * (L + R) * 2 * 2 + (double)T * W * 2 + (double)T * W * kv_elem +
+                                       (double)T * (8 + 8 + R * 4);
+                        double limit = bytes / bw * 1e6;
+                        if (limit < t_rt) limit = t_rt;
+                        printf("| %lld | %lld | %s | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T, (long long)H,
+                               fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, us, limit, 100 * limit / us);
+                        fflush(stdout);
+                        CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
+                        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu.free(all[i]));
+                        s = strchr(s, ',');
+                        if (s) s++;
+                    }
+                    rk_buf_free(&src);
+                    rk_buf_free(&klog);
+                    rk_code_free(&kco);
+                }
+        kv = strchr(kv, ',');
+        if (kv) kv++;
+    }
+    return 0;
+}
