@@ -200,10 +200,18 @@ RK_DEVICE void chunk(const args &a, I g) {
 // total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
-    RK_FOR_EACH(g, total, a.chunks) rk::chunk<int>(a, (int)g);
+    if (RK_CHUNKS == 1 || a.chunks <= 1) {
+        RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
+    } else {
+        RK_FOR_EACH(g, total, a.chunks) rk::chunk<int>(a, (int)g);
+    }
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
-    RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
+    if (RK_CHUNKS == 1 || a.chunks <= 1) {
+        RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
+    } else {
+        RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
+    }
 }

@@ -58,6 +58,10 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
     _Pragma("unroll") for (int g##_e = 0; g##_e < RK_CHUNKS; ++g##_e)                               \
         for (rk_i64 g = RK_BLOCK_ID() * (RK_BLOCK * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * RK_BLOCK; \
              g##_e < (cpt) && g < (n); g = (n))
+// One chunk per thread: the short path small launches take (nothing but the chunk on the way).
+#define RK_FOR_ONE(g, n) for (rk_i64 g = RK_BLOCK_ID() * RK_BLOCK + RK_THREAD_ID(); g < (n); g = (n))
+#else
+#define RK_FOR_ONE(g, n) for (rk_i64 g = 0; g < (n); ++g)
 #endif
 
 RK_DEVICE rk_u32 rk_f32_bits(float f) { return __builtin_bit_cast(rk_u32, f); }
