@@ -183,14 +183,14 @@ RK_DEVICE void chunk(const args &a, I g) {
     const I per_token = (I)a.heads * Q_CH + W_CH;
     const I t = g / per_token;
     const I r = g - t * per_token;
-    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
-    if (r < (I)a.heads * Q_CH) {
-        if (SKIP_ALL && slot < 0) return;
+    if (r < (I)a.heads * Q_CH) {  // the slot is read only where it matters: q lanes do not wait for it
+        if (SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0) return;
         const I h = r / Q_CH;
         q_chunk<I>(a, t, h, (int)(r - h * Q_CH));
-    } else if (slot >= 0 && slot < a.kv_rows) {
-        kv_chunk<I>(a, t, (I)slot, (int)(r - (I)a.heads * Q_CH));
+        return;
     }
+    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
+    if (slot >= 0 && slot < a.kv_rows) kv_chunk<I>(a, t, (I)slot, (int)(r - (I)a.heads * Q_CH));
 }
 
 }  // namespace rk
