@@ -42,33 +42,6 @@ static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
     memcpy(dst + keep, cut, sizeof cut);
 }
 
-/* Bytes of .text in an ELF64 little-endian image; -1 when it is not one. */
-static int elf_text_size(const unsigned char *p, size_t n) {
-    if (!p || n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
-    uint64_t shoff;
-    uint16_t shentsize, shnum, shstrndx;
-    memcpy(&shoff, p + 0x28, 8);
-    memcpy(&shentsize, p + 0x3a, 2);
-    memcpy(&shnum, p + 0x3c, 2);
-    memcpy(&shstrndx, p + 0x3e, 2);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
-    const unsigned char *strh = p + shoff + (size_t)shstrndx * shentsize;
-    uint64_t stroff, strsize;
-    memcpy(&stroff, strh + 0x18, 8);
-    memcpy(&strsize, strh + 0x20, 8);
-    if (stroff > n || strsize > n - stroff) return -1;
-    for (uint16_t i = 0; i < shnum; i++) {
-        const unsigned char *h = p + shoff + (size_t)i * shentsize;
-        uint32_t name;
-        uint64_t size;
-        memcpy(&name, h, 4);
-        memcpy(&size, h + 0x20, 8);
-        if (name + 6u > strsize) continue;
-        if (memcmp(p + stroff + name, ".text", 6) == 0) return size > INT32_MAX ? -1 : (int)size;
-    }
-    return -1;
-}
-
 static int read_all(const char *path, rk_codeobj *out) {
     FILE *f = fopen(path, "rb");
     if (!f) return RK_EIO;
@@ -144,7 +117,7 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
         rk_codeobj co = {0};
         if (read_all(so, &co) == RK_OK) {
-            r->info.code_size = elf_text_size(co.data, co.len);
+            r->info.code_size = rk_elf_text_size(co.data, co.len);
             if (out && out->code) *out->code = co;
             else rk_code_free(&co);
         }

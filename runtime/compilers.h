@@ -104,6 +104,9 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
  * disasm (may be NULL) receives the whole `llvm-objdump -d` output.
  * RK_OK; RK_ECOMPILE when the kernel is not in the code object's metadata; RK_EIO when the tools
  * cannot be run or do not understand the code object (their output, if any, is in disasm). */
+/* Bytes of machine code (.text and .text.* sections) of an ELF64 image; -1 if it is not one. */
+int rk_elf_text_size(const unsigned char *p, size_t n);
+
 int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm);
 
 /* ---- helpers shared by the drivers (runtime/inspect.c) ---------------------------------------- */

@@ -382,3 +382,35 @@ done:
     rk_rmtmpdir(dir);
     return rc;
 }
+
+/* Bytes of machine code in an ELF64 little-endian image (a CUBIN, a host shared object): the sizes
+ * of its .text and .text.<function> sections. -1 when the image is not such an ELF. */
+int rk_elf_text_size(const unsigned char *p, size_t n) {
+    if (!p || n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
+    uint64_t shoff;
+    uint16_t shentsize, shnum, shstrndx;
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&shentsize, p + 0x3a, 2);
+    memcpy(&shnum, p + 0x3c, 2);
+    memcpy(&shstrndx, p + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
+    const unsigned char *strh = p + shoff + (size_t)shstrndx * shentsize;
+    uint64_t stroff, strsize;
+    memcpy(&stroff, strh + 0x18, 8);
+    memcpy(&strsize, strh + 0x20, 8);
+    if (stroff > n || strsize > n - stroff) return -1;
+    uint64_t total = 0;
+    for (uint16_t i = 0; i < shnum; i++) {
+        const unsigned char *h = p + shoff + (size_t)i * shentsize;
+        uint32_t name;
+        uint64_t size;
+        memcpy(&name, h, 4);
+        memcpy(&size, h + 0x20, 8);
+        if (name >= strsize) continue;
+        const char *s = (const char *)p + stroff + name;
+        size_t room = (size_t)(strsize - name);
+        if (!memchr(s, '\0', room)) continue;
+        if (strcmp(s, ".text") == 0 || strncmp(s, ".text.", 6) == 0) total += size;
+    }
+    return total > INT32_MAX ? -1 : (int)total;
+}

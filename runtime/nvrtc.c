@@ -150,37 +150,6 @@ static void parse_ptxas(const char *log, rk_compile_info *info) {
     if (info->regs >= 0 && info->lds < 0) info->lds = 0;
 }
 
-/* Bytes of machine code in a CUBIN: the sizes of its .text.<function> sections (ELF64, little
- * endian). -1 when the image is not such an ELF. */
-static int cubin_text_size(const unsigned char *p, size_t n) {
-    if (n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
-    uint64_t shoff;
-    uint16_t shentsize, shnum, shstrndx;
-    memcpy(&shoff, p + 0x28, 8);
-    memcpy(&shentsize, p + 0x3a, 2);
-    memcpy(&shnum, p + 0x3c, 2);
-    memcpy(&shstrndx, p + 0x3e, 2);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
-    const unsigned char *strh = p + shoff + (size_t)shstrndx * shentsize;
-    uint64_t stroff, strsize;
-    memcpy(&stroff, strh + 0x18, 8);
-    memcpy(&strsize, strh + 0x20, 8);
-    if (stroff > n || strsize > n - stroff) return -1;
-    uint64_t total = 0;
-    for (uint16_t i = 0; i < shnum; i++) {
-        const unsigned char *h = p + shoff + (size_t)i * shentsize;
-        uint32_t name;
-        uint64_t size;
-        memcpy(&name, h, 4);
-        memcpy(&size, h + 0x20, 8);
-        if (name >= strsize) continue;
-        const char *s = (const char *)p + stroff + name;
-        size_t room = (size_t)(strsize - name);
-        if (room > 6 && strncmp(s, ".text.", 6) == 0 && memchr(s, '\0', room)) total += size;
-    }
-    return total > INT32_MAX ? -1 : (int)total;
-}
-
 /* ---- compile -------------------------------------------------------------------------------- */
 static void put_log(const nvrtc_api *a, nvrtc_program prog, rk_buf *log) {
     size_t n = 0;
@@ -305,7 +274,7 @@ int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *
         if (rc == RK_OK) {
             if (ptxas.len) parse_ptxas(ptxas.p, info);
             /* The machine code proper, not the whole CUBIN (which adds symbols, constants, notes). */
-            info->code_size = cubin_text_size(out->data, out->len);
+            info->code_size = rk_elf_text_size(out->data, out->len);
             info->fp8_cvt = ptx.len && strstr(ptx.p, "cvt.rn.satfinite.e4m3x2.f32") ? 1 : 0;
         }
     }
