@@ -233,8 +233,12 @@ static void test_archs_file(void **state)
     assert_int_equal(t->n, (int)N(names));
     for (size_t i = 0; i < N(names); i++) {
         assert_string_equal(t->a[i].name, names[i]);
+        const int nvidia = t->a[i].vendor == RK_VENDOR_NVIDIA; /* the rows tuned on an H200 */
         assert_int_equal(t->a[i].vec_bytes, 16);
-        assert_int_equal(t->a[i].block, 256);
+        assert_int_equal(t->a[i].block, nvidia ? 128 : 256);
+        assert_int_equal(t->a[i].chunks, nvidia ? 4 : 1);
+        assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : 1 << 20);
+        assert_false(t->a[i].nt_stores);
         assert_string_equal(t->a[i].options, "");
     }
     const rk_arch *a = rk_arch_find(t, "gfx90a");
