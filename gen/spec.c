@@ -1,13 +1,18 @@
 /* Spec files: Lua text run in a sandbox, its result converted strictly into rk_arch_table / rk_spec.
  *
- * The sandbox: a private lua_State per file with an allocator capped at SB_MEM_CAP, an instruction
- * hook capped at SB_INSN_CAP, text chunks only, and a private _ENV holding a few safe base functions
- * plus copies of string (no dump, no patterns), table and math (no random). No io, os, package, debug, load.
+ * The sandbox: a private lua_State per file with an allocator capped at SB_MEM_CAP, a hook capped at
+ * SB_INSN_CAP instructions and SB_TIME_CAP of CPU time, text chunks only, and a private _ENV holding a
+ * few safe base functions plus copies of string (no dump, no patterns), table and math (no random).
+ * No io, os, package, debug, load.
  * Lua code that would run with hooks off is kept out: no __gc metamethods, and xpcall handlers are
  * skipped once the instruction cap is hit.
  * C library code is not interrupted by the hook, so the string functions that can run long on small
  * input (find, match, gmatch, gsub: backtracking patterns) are left out; string.rep and table.concat
- * are bounded by the memory cap.
+ * are bounded by the memory cap. The memory cap bounds what is live, not what is done: a few
+ * instructions can call string.rep, table.concat or table.sort on megabytes again and again (minutes
+ * of CPU within the instruction cap). So the hook also runs on every call and stops the chunk once it
+ * has used SB_TIME_CAP of CPU time; one C call can overrun it by its own length (well under a second
+ * for the largest table or string the memory cap allows).
  *
  * The conversion reads the returned table with raw access only (no metamethods run) inside one
  * protected call, so an allocation failure there is an error, never a panic. On a validation error
@@ -23,10 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SB_MEM_CAP ((size_t)16 << 20) /* bytes per state */
 #define SB_INSN_CAP 1000000L          /* VM instructions per chunk */
-#define SB_HOOK_STEP 1000             /* the hook runs every SB_HOOK_STEP instructions */
+#define SB_TIME_CAP 1.0               /* seconds of CPU time per chunk (real specs take well under 1 ms) */
+#define SB_HOOK_STEP 1000             /* the hook runs every SB_HOOK_STEP instructions and on every call */
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -39,8 +46,11 @@
 typedef struct sandbox {
     size_t used;     /* bytes currently allocated */
     int mem_refused; /* the cap refused an allocation */
+    int sys_oom;     /* the system allocator failed (below the cap) */
     long insns;      /* instructions run (in steps of SB_HOOK_STEP) */
-    int insn_hit;    /* the instruction cap was reached */
+    int insn_hit;    /* the instruction or time cap was reached */
+    int time_hit;    /* ... and it was the time cap */
+    double t0;       /* CPU time when the chunk started */
 } sandbox;
 
 static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -57,27 +67,45 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         return NULL;
     }
     void *p = realloc(ptr, nsize);
+    if (p == NULL && nsize <= old)
+        p = ptr; /* Lua requires that shrinking never fails: the old block is big enough */
     if (p != NULL)
         sb->used = sb->used - old + nsize;
+    else
+        sb->sys_oom = 1;
     return p;
+}
+
+/* CPU time of this thread in seconds (0 where the clock is missing: then only the instruction cap). */
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0)
+        return 0;
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static void sb_hook(lua_State *L, lua_Debug *ar)
 {
-    (void)ar;
     void *ud;
     lua_getallocf(L, &ud);
     sandbox *sb = ud;
-    sb->insns += SB_HOOK_STEP;
-    if (sb->insns <= SB_INSN_CAP && !sb->insn_hit)
-        return;
+    if (ar->event == LUA_HOOKCOUNT)
+        sb->insns += SB_HOOK_STEP;
     if (!sb->insn_hit) {
+        int over_time = cpu_seconds() - sb->t0 > SB_TIME_CAP;
+        if (sb->insns <= SB_INSN_CAP && !over_time)
+            return;
         /* From now on every instruction raises, so a pcall around an endless loop cannot go on. */
         sb->insn_hit = 1;
+        sb->time_hit = sb->insns <= SB_INSN_CAP;
         lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
     }
     luaL_where(L, 0); /* in a hook, level 0 is the Lua function being run */
-    lua_pushfstring(L, "instruction limit exceeded (%d instructions)", (int)SB_INSN_CAP);
+    if (sb->time_hit)
+        lua_pushfstring(L, "time limit exceeded (%d s of CPU time)", (int)SB_TIME_CAP);
+    else
+        lua_pushfstring(L, "instruction limit exceeded (%d instructions)", (int)SB_INSN_CAP);
     lua_concat(L, 2);
     lua_error(L);
 }
@@ -239,14 +267,19 @@ static int mem_fail(rk_err *err, const char *file, const char *msg)
                    (int)(SB_MEM_CAP >> 20), msg);
 }
 
-/* Classifies a failed lua_pcall. */
+/* Classifies a failed lua_pcall (or load). Running out of memory is the spec's fault when the cap
+ * refused an allocation (RK_ESPEC_LIMIT), the machine's when the system allocator failed (RK_ENOMEM). */
 static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err)
 {
     const char *msg = top_msg(L);
+    int oom = status == LUA_ERRMEM || status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0;
     if (sb->insn_hit)
         return lua_fail(err, RK_ESPEC_LIMIT, file, msg);
-    if (status == LUA_ERRMEM ||
-        (sb->mem_refused && (status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0)))
+    if (oom && sb->mem_refused)
+        return mem_fail(err, file, msg);
+    if (oom && sb->sys_oom)
+        return rk_fail(err, RK_ENOMEM, "%s: out of memory: %s", file, msg);
+    if (status == LUA_ERRMEM)
         return mem_fail(err, file, msg);
     return lua_fail(err, RK_ESPEC_RUNTIME, file, msg);
 }
@@ -264,16 +297,20 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
     int h = lua_gettop(L);
     int st = luaL_loadbufferx(L, text, len, chunkname, "t");
     if (st == LUA_ERRMEM)
-        return mem_fail(err, file, top_msg(L));
+        return run_fail(L, sb, st, file, err);
     if (st != LUA_OK)
         return lua_fail(err, RK_ESPEC_SYNTAX, file, top_msg(L));
     lua_pushvalue(L, env);
     lua_setupvalue(L, -2, 1); /* a main chunk's only upvalue is _ENV */
-    lua_sethook(L, sb_hook, LUA_MASKCOUNT, SB_HOOK_STEP);
+    sb->t0 = cpu_seconds();
+    lua_sethook(L, sb_hook, LUA_MASKCOUNT | LUA_MASKCALL, SB_HOOK_STEP);
     st = lua_pcall(L, 0, 1, h);
     if (st != LUA_OK)
         return run_fail(L, sb, st, file, err);
-    if (sb->insn_hit) /* the chunk caught the error and returned */
+    if (sb->time_hit) /* the chunk caught the error and returned */
+        return rk_fail(err, RK_ESPEC_LIMIT, "%s: time limit exceeded (%d s of CPU time)", file,
+                       (int)SB_TIME_CAP);
+    if (sb->insn_hit)
         return rk_fail(err, RK_ESPEC_LIMIT, "%s: instruction limit exceeded (%d instructions)", file,
                        (int)SB_INSN_CAP);
     return RK_OK;
@@ -905,7 +942,7 @@ static int convert(lua_State *L)
 
 static int run_job(const char *text, size_t len, job *j)
 {
-    sandbox sb = {0, 0, 0, 0};
+    sandbox sb = {0};
     if (text == NULL)
         return rk_fail(j->err, RK_EIO, "%s: no text", j->file);
     lua_State *L = lua_newstate(sb_alloc, &sb);

@@ -15,20 +15,14 @@ static const char *tmp_root(void) {
     return t && *t ? t : "/tmp";
 }
 
-/* First line of `$CXX --version`: the compiler's identity for cache keys. */
+/* First line of `$CXX --version`: the compiler's identity for cache keys. A compiler that does not
+ * answer in time (rk_host_compiler_version) is named by its command alone. */
 static void compiler_identity(char *out, size_t cap) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", rk_host_compiler());
-    snprintf(out, cap, "host %s", rk_host_compiler());
-    if (strchr(rk_host_compiler(), '\'')) return;
-    FILE *p = popen(cmd, "r");
-    if (!p) return;
     char line[160];
-    if (fgets(line, sizeof line, p)) {
-        line[strcspn(line, "\n")] = '\0';
+    if (rk_host_compiler_version(line, sizeof line) == 0)
         snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
-    }
-    pclose(p);
+    else
+        snprintf(out, cap, "host %s", rk_host_compiler());
 }
 
 static int host_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
@@ -43,17 +37,22 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
     return RK_OK;
 }
 
+/* RK_OK, RK_EIO, or RK_ENOMEM (the code object does not fit in memory). */
 static int read_whole(const char *path, rk_codeobj *out) {
     FILE *f = fopen(path, "rb");
-    if (!f) return -1;
+    if (!f) return RK_EIO;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0 || !(out->data = malloc((size_t)st.st_size))) {
+    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0) {
         fclose(f);
-        return -1;
+        return RK_EIO;
+    }
+    if (!(out->data = malloc((size_t)st.st_size))) {
+        fclose(f);
+        return RK_ENOMEM;
     }
     out->len = fread(out->data, 1, (size_t)st.st_size, f);
     fclose(f);
-    return out->len == (size_t)st.st_size ? 0 : -1;
+    return out->len == (size_t)st.st_size ? RK_OK : RK_EIO;
 }
 
 static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
@@ -72,10 +71,8 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
     if (rc != RK_OK) rk_buf_printf(log, "%s", msg);
     else rk_host_unload(&k);
     snprintf(so, sizeof so, "%s/%s.so", dir, name);
-    if (rc == RK_OK && read_whole(so, out) != 0) {
-        rk_buf_printf(log, "cannot read %s", so);
-        rc = RK_EIO;
-    }
+    if (rc == RK_OK && (rc = read_whole(so, out)) != RK_OK)
+        rk_buf_printf(log, rc == RK_ENOMEM ? "out of memory reading %s" : "cannot read %s", so);
     unlink(so);
     rmdir(dir);
     return rc;

@@ -3,7 +3,11 @@
  * Every function is thread-safe and safe to call from several processes at once: writers publish
  * only through rename(2) of a complete, verified file, readers validate everything they read, and
  * the only shared state is the temp-file counter below. Error messages follow one convention:
- * "<what failed> <path>: <strerror text>", always naming the file or directory involved. */
+ * "<what failed> <path>: <strerror text>", always naming the file or directory involved.
+ * Every operation first opens the directory itself (open_dir: no symlink, the same directory that
+ * rk_cache_open checked, still private) and then works relative to that descriptor, so a directory
+ * that is removed, or replaced by a symlink or another directory, while a process uses it is never
+ * written through. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -69,11 +73,16 @@ static uint64_t get_le64(const unsigned char *p) {
     return v;
 }
 
-/* <dir>/<hex digest><suffix> */
-static void entry_path(const rk_cache *c, const unsigned char digest[32], const char *suffix, char *out) {
+#define NAME_CAP 128
+
+/* <hex digest><suffix>, and <dir>/<that> (for messages) */
+static void entry_name(const unsigned char digest[32], const char *suffix, char *name) {
     char hex[65];
     rk_sha256_hex(digest, hex);
-    snprintf(out, PATH_CAP, "%s/%s%s", c->dir, hex, suffix);
+    snprintf(name, NAME_CAP, "%s%s", hex, suffix);
+}
+static void entry_path(const rk_cache *c, const char *name, char *out) {
+    snprintf(out, PATH_CAP, "%s/%s", c->dir, name);
 }
 
 /* ---- opening the directory ---------------------------------------------------------------------- */
@@ -156,7 +165,40 @@ void rk_cache_open(rk_cache *c, const char *dir) {
         say(c->why, sizeof c->why, "cache directory %s is not writable: %s" MEMORY_ONLY, d, e.s);
         return;
     }
+    c->dev = (uint64_t)st.st_dev;
+    c->ino = (uint64_t)st.st_ino;
     c->usable = 1;
+}
+
+/* Opens the directory for one operation: not through a symlink, and only while it is still the
+ * directory rk_cache_open inspected, owned by this user and not writable by group or others.
+ * Returns the descriptor, or -1 with the reason in why. */
+static int open_dir(const rk_cache *c, char *why, size_t cap) {
+    int fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat st;
+        if ((e == ELOOP || e == ENOTDIR) && lstat(c->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+            say(why, cap, "cache directory %s was replaced by a symbolic link", c->dir);
+        } else {
+            errtext t = errstr(e);
+            say(why, cap, "cannot open cache directory %s: %s", c->dir, t.s);
+        }
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != c->dev || (uint64_t)st.st_ino != c->ino) {
+        say(why, cap, "cache directory %s was replaced by another directory", c->dir);
+        close(fd);
+        return -1;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+        say(why, cap, "cache directory %s changed owner or permissions (uid %lu, mode 0%03o)", c->dir,
+            (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* ---- parsing and reading entries ------------------------------------------------------------------ */
@@ -220,20 +262,21 @@ rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned ch
 
 typedef enum load_rc { LOAD_OK, LOAD_MISSING, LOAD_INVALID, LOAD_ERROR } load_rc;
 
-/* Reads a whole entry file without following a symlink or blocking on a FIFO. On LOAD_OK *buf
- * (malloc'd) holds *n bytes; on LOAD_INVALID `what` says why the file cannot be an entry. In both
- * cases *st describes the file (st_mode is 0 when nothing could be inspected). */
-static load_rc load_file(const char *path, unsigned char **buf, size_t *n, struct stat *st, char *what,
-                         size_t what_cap) {
+/* Reads the whole entry file `name` of the directory dfd (path: the same, for messages) without
+ * following a symlink or blocking on a FIFO. On LOAD_OK *buf (malloc'd) holds *n bytes; on
+ * LOAD_INVALID `what` says why the file cannot be an entry. In both cases *st describes the file
+ * (st_mode is 0 when nothing could be inspected). */
+static load_rc load_file(int dfd, const char *name, const char *path, unsigned char **buf, size_t *n,
+                         struct stat *st, char *what, size_t what_cap) {
     *buf = NULL;
     *n = 0;
     memset(st, 0, sizeof *st);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
             return LOAD_MISSING;
-        if (e == ELOOP && lstat(path, st) == 0 && S_ISLNK(st->st_mode)) {
+        if (e == ELOOP && fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st->st_mode)) {
             say(what, what_cap, "a symbolic link, not a file");
             return LOAD_INVALID;
         }
@@ -296,17 +339,17 @@ static int same_file(const struct stat *a, const struct stat *b) {
            (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
 }
 
-/* Removes the invalid file at path unless it was replaced since it was inspected (st). Appends the
- * outcome ("; removed", ...) to why. */
-static void remove_invalid(const char *path, const struct stat *st, char *why, size_t cap) {
+/* Removes the invalid file `name` of dfd unless it was replaced since it was inspected (st). Appends
+ * the outcome ("; removed", ...) to why. */
+static void remove_invalid(int dfd, const char *name, const struct stat *st, char *why, size_t cap) {
     struct stat now;
     const char *outcome = "; removed";
     errtext t = {{0}};
-    if (lstat(path, &now) != 0) {
+    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0) {
         outcome = "; already removed";
     } else if (!same_file(st, &now)) {
         outcome = "; left alone: it was replaced meanwhile";
-    } else if ((S_ISDIR(now.st_mode) ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT) {
+    } else if (unlinkat(dfd, name, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
         t = errstr(errno);
         outcome = "; cannot remove it: ";
     }
@@ -326,30 +369,36 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
     say(why, why_cap, "%s", "");
     if (!c || !c->usable || !digest || !data || !len)
         return RK_CACHE_MISS;
-    char path[PATH_CAP], what[256];
-    entry_path(c, digest, ".rkco", path);
+    int dfd = open_dir(c, NULL, 0); /* a directory gone or replaced holds no entries (put reports it) */
+    if (dfd < 0)
+        return RK_CACHE_MISS;
+    char name[NAME_CAP], path[PATH_CAP], what[256];
+    entry_name(digest, ".rkco", name);
+    entry_path(c, name, path);
     unsigned char *buf;
     size_t n;
     struct stat st;
-    load_rc lr = load_file(path, &buf, &n, &st, what, sizeof what);
-    if (lr == LOAD_MISSING)
-        return RK_CACHE_MISS;
+    rk_cache_rc rc = RK_CACHE_MISS;
+    load_rc lr = load_file(dfd, name, path, &buf, &n, &st, what, sizeof what);
     if (lr == LOAD_ERROR) {
         say(why, why_cap, "%s", what);
-        return RK_CACHE_ERROR;
+        rc = RK_CACHE_ERROR;
+    } else if (lr != LOAD_MISSING) {
+        const unsigned char *p = NULL;
+        size_t plen = 0;
+        if (lr == LOAD_OK && rk_cache_parse(buf, n, digest, &p, &plen, what, sizeof what) == RK_CACHE_OK) {
+            memmove(buf, p, plen);
+            *data = buf;
+            *len = plen;
+            close(dfd);
+            return RK_CACHE_OK;
+        }
+        free(buf);
+        say(why, why_cap, "corrupt cache entry %s: %s", path, what);
+        remove_invalid(dfd, name, &st, why, why_cap);
     }
-    const unsigned char *p = NULL;
-    size_t plen = 0;
-    if (lr == LOAD_OK && rk_cache_parse(buf, n, digest, &p, &plen, what, sizeof what) == RK_CACHE_OK) {
-        memmove(buf, p, plen);
-        *data = buf;
-        *len = plen;
-        return RK_CACHE_OK;
-    }
-    free(buf);
-    say(why, why_cap, "corrupt cache entry %s: %s", path, what);
-    remove_invalid(path, &st, why, why_cap);
-    return RK_CACHE_MISS;
+    close(dfd);
+    return rc;
 }
 
 /* ---- writing entries ------------------------------------------------------------------------------ */
@@ -373,14 +422,6 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], const void *data, size_t len, char *why,
                          size_t why_cap) {
     say(why, why_cap, "%s", "");
@@ -392,8 +433,9 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
         say(why, why_cap, "invalid argument to rk_cache_put");
         return RK_CACHE_ERROR;
     }
-    char path[PATH_CAP], tmp[PATH_CAP];
-    entry_path(c, digest, ".rkco", path);
+    char name[NAME_CAP], tmpname[NAME_CAP], path[PATH_CAP], tmp[PATH_CAP];
+    entry_name(digest, ".rkco", name);
+    entry_path(c, name, path);
     if (len > RK_CACHE_MAX_FILE - HDR) {
         say(why, why_cap, "cannot write cache entry %s: %zu bytes exceed the entry size limit", path, len);
         return RK_CACHE_ERROR;
@@ -410,18 +452,23 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     rk_sha256_update(&s, data, len);
     rk_sha256_final(&s, hdr + 56);
 
+    int dfd = open_dir(c, why, why_cap);
+    if (dfd < 0)
+        return RK_CACHE_ERROR;
     int fd = -1;
     for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
         char suffix[64];
         snprintf(suffix, sizeof suffix, ".rkco.tmp.%ld.%u", (long)getpid(), atomic_fetch_add(&tmp_counter, 1u));
-        entry_path(c, digest, suffix, tmp);
-        fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+        entry_name(digest, suffix, tmpname);
+        entry_path(c, tmpname, tmp);
+        fd = openat(dfd, tmpname, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0 && errno != EEXIST)
             break;
     }
     if (fd < 0) {
         errtext t = errstr(errno);
         say(why, why_cap, "cannot create temporary cache file %s: %s", tmp, t.s);
+        close(dfd);
         return RK_CACHE_ERROR;
     }
 
@@ -446,7 +493,8 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     if (step) {
         errtext t = errstr(e);
         say(why, why_cap, "%s %s: %s", step, path, t.s);
-        unlink(tmp);
+        unlinkat(dfd, tmpname, 0);
+        close(dfd);
         return RK_CACHE_ERROR;
     }
 
@@ -455,7 +503,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     size_t n;
     struct stat st;
     char what[256] = "it vanished";
-    load_rc lr = load_file(tmp, &back, &n, &st, what, sizeof what);
+    load_rc lr = load_file(dfd, tmpname, tmp, &back, &n, &st, what, sizeof what);
     if (lr == LOAD_OK) {
         const unsigned char *p = NULL;
         size_t plen = 0;
@@ -467,17 +515,20 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     free(back);
     if (what[0]) {
         say(why, why_cap, "cache entry %s did not read back intact: %s", tmp, what);
-        unlink(tmp);
+        unlinkat(dfd, tmpname, 0);
+        close(dfd);
         return RK_CACHE_ERROR;
     }
 
-    if (rename(tmp, path) != 0) {
+    if (renameat(dfd, tmpname, dfd, name) != 0) {
         errtext t = errstr(errno);
         say(why, why_cap, "cannot rename %s to %s: %s", tmp, path, t.s);
-        unlink(tmp);
+        unlinkat(dfd, tmpname, 0);
+        close(dfd);
         return RK_CACHE_ERROR;
     }
-    sync_dir(c->dir);
+    (void)fsync(dfd);
+    close(dfd);
     return RK_CACHE_OK;
 }
 
@@ -486,30 +537,37 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
 int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
     if (!c || !c->usable || !digest)
         return -1;
-    char path[PATH_CAP];
-    entry_path(c, digest, ".lock", path);
+    int dfd = open_dir(c, NULL, 0);
+    if (dfd < 0)
+        return -1;
+    char name[NAME_CAP];
+    entry_name(digest, ".lock", name);
     /* rk_cache_clear may unlink the lock file between our open and flock; then the lock we hold is on
      * an orphan, so take it again on the file that is there now. */
     for (int attempt = 0; attempt < 8; attempt++) {
-        int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        int fd = openat(dfd, name, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
         if (fd < 0)
-            return -1;
+            break;
         struct stat st, now;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
-            return -1;
+            break;
         }
         int r;
         while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
             ;
         if (r != 0) {
             close(fd);
-            return -1;
+            break;
         }
-        if (lstat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+        if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev &&
+            now.st_ino == st.st_ino) {
+            close(dfd);
             return fd;
+        }
         close(fd);
     }
+    close(dfd);
     return -1;
 }
 
@@ -536,7 +594,7 @@ static int is_ours(const char *name) {
 int rk_cache_clear(const rk_cache *c) {
     if (!c || !c->usable)
         return -1;
-    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dfd = open_dir(c, NULL, 0);
     if (dfd < 0)
         return -1;
     DIR *d = fdopendir(dfd);

@@ -53,13 +53,20 @@ typedef struct rk_cache {
     char dir[4096];
     int usable;              /* 0: memory-only (directory unusable; reason in why) */
     char why[512];
+    uint64_t dev, ino;       /* the directory rk_cache_open checked: every later operation insists on it */
 } rk_cache;
 
 /* Opens (creating with mode 0700 if needed, missing parents 0755) the cache directory; trailing
  * slashes are dropped from c->dir. A directory that cannot be created or written, is a symlink, is not
  * owned by this user, or is writable by group/others gives usable = 0 with the reason in c->why, e.g.
  * "cache directory /x is writable by others (mode 0777); using memory-only caching"; the caller warns
- * once and keeps memory-only caching. Never fails otherwise. */
+ * once and keeps memory-only caching. Never fails otherwise.
+ * The checks hold for the cache's whole life: every function below opens the directory without
+ * following a symlink and goes on only while it is the same directory (device and inode), still owned
+ * by this user and not writable by group/others. A directory removed or replaced meanwhile (by a
+ * symlink or another directory) misses every get (why = ""), fails every put with RK_CACHE_ERROR
+ * ("cache directory /x was replaced by a symbolic link", "cannot open cache directory /x: No such file
+ * or directory"), and lock and clear return -1; nothing is ever read or written through it. */
 void rk_cache_open(rk_cache *c, const char *dir);
 
 /* Reads the entry for digest. On RK_CACHE_OK *data (malloc'd, the caller frees; non-NULL even for an

@@ -96,7 +96,7 @@ static pid_t wait_child(pid_t pid, int *status, double seconds) {
  * than timeout_s seconds (0: no limit): then the whole group (the driver and the compiler, assembler
  * and linker it started) is killed. */
 #define RUN_TIMED_OUT (-2)
-static int run_compiler(char *const argv[], const char *log_path, int timeout_s) {
+static int run_compiler(char *const argv[], const char *log_path, int with_stderr, int timeout_s) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -104,6 +104,10 @@ static int run_compiler(char *const argv[], const char *log_path, int timeout_s)
         int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) {
             dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        if (!with_stderr && (fd = open("/dev/null", O_WRONLY)) >= 0) {
             dup2(fd, 2);
             close(fd);
         }
@@ -122,6 +126,23 @@ static int run_compiler(char *const argv[], const char *log_path, int timeout_s)
     }
     if (r < 0) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int rk_host_compiler_version(char *line, size_t cap) {
+    const char *t = getenv("TMPDIR");
+    char path[4096];
+    int timeout = rk_host_compile_timeout();
+    if (cap) line[0] = '\0';
+    snprintf(path, sizeof path, "%s/ropekv-cxx-XXXXXX", t && *t ? t : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    char *argv[] = {(char *)rk_host_compiler(), "--version", NULL};
+    int status = run_compiler(argv, path, 0, timeout > 0 && timeout < 10 ? timeout : 10);
+    read_log(path, line, cap);
+    unlink(path);
+    line[strcspn(line, "\n")] = '\0';
+    return status == 0 && line[0] ? 0 : -1;
 }
 
 int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap) {
@@ -165,7 +186,7 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
     char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                     "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
     int timeout = rk_host_compile_timeout();
-    int status = run_compiler(argv, logp, timeout);
+    int status = run_compiler(argv, logp, 1, timeout);
     int rc = RK_OK;
     if (status == RUN_TIMED_OUT) {
         snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", argv[0], timeout);
@@ -174,8 +195,13 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
         read_log(logp, log, log_cap);
         rc = RK_ECOMPILE;
     } else if (rename(tmp, so) != 0) {
-        snprintf(log, log_cap, "cannot rename %s: %s", tmp, strerror(errno));
-        rc = RK_EIO;
+        if (errno == ENOENT) {
+            snprintf(log, log_cap, "%s exited 0 without writing %s", argv[0], tmp);
+            rc = RK_ECOMPILE;
+        } else {
+            snprintf(log, log_cap, "cannot rename %s: %s", tmp, strerror(errno));
+            rc = RK_EIO;
+        }
     }
     unlink(cpp);
     unlink(logp);

@@ -4,7 +4,10 @@
 #   TARGET: spec | name | render | cache; SECONDS per target (default 15).
 # Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
 # finds goes to build-fuzz/corpus/<t>, crashes to build-fuzz/artifacts/<t>/, its log to
-# build-fuzz/logs/<t>.log. Ends with one line per target: seconds, executions, exec/s, coverage.
+# build-fuzz/logs/<t>.log (with -jobs=N also build-fuzz/run/<t>/fuzz-<job>.log, one per job).
+# Ends with one line per target: seconds, executions (all jobs), exec/s, coverage.
+# Examples: scripts/fuzz.sh all 15; scripts/fuzz.sh spec 600 -jobs=2 -workers=2; scripts/fuzz.sh
+# name 300 -runs=10000000 (stops at whichever limit comes first).
 # Exit status 0 only when no target found a crash, a leak or a timeout.
 # A crash is kept as a regression: copy the artifact to tests/fuzz/regressions/<t>/ (the fuzz_replay_<t>
 # CTest test replays it), reproduce with build-fuzz/tests/fuzz/fuzz_<t> ARTIFACT.
@@ -33,6 +36,7 @@ case $secs in
 '' | *[!0-9]*) usage ;;
 esac
 
+root=$(pwd)
 cc=${FUZZ_CC:-clang-22}
 bdir=${FUZZ_BUILD:-build-fuzz}
 command -v "$cc" >/dev/null || {
@@ -62,32 +66,42 @@ max_len() {
 }
 
 mkdir -p "$bdir/logs"
+case $bdir in /*) abs=$bdir ;; *) abs=$root/$bdir ;; esac
 summary=""
 failed=0
 for t in $targets; do
-    mkdir -p "$bdir/corpus/$t" "$bdir/artifacts/$t"
-    log="$bdir/logs/$t.log"
-    seeds="tests/fuzz/corpus/$t"
-    [ -d "tests/fuzz/regressions/$t" ] && seeds="$seeds tests/fuzz/regressions/$t"
+    mkdir -p "$bdir/corpus/$t" "$bdir/artifacts/$t" "$bdir/run/$t"
+    rm -f "$bdir/run/$t"/fuzz-*.log
+    log="$abs/logs/$t.log"
+    seeds="$root/tests/fuzz/corpus/$t"
+    [ -d "tests/fuzz/regressions/$t" ] && seeds="$seeds $root/tests/fuzz/regressions/$t"
     dict=""
-    [ -f "tests/fuzz/$t.dict" ] && dict="-dict=tests/fuzz/$t.dict"
+    [ -f "tests/fuzz/$t.dict" ] && dict="-dict=$root/tests/fuzz/$t.dict"
     echo "fuzz_$t: ${secs} s" >&2
     rc=0
     start=$(date +%s)
+    # From build-fuzz/run/<t>: with -jobs, libFuzzer writes fuzz-<job>.log into the current directory.
     # shellcheck disable=SC2086
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-        "$bdir/tests/fuzz/fuzz_$t" "$bdir/corpus/$t" $seeds $dict \
+    (cd "$abs/run/$t" && ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+        "$abs/tests/fuzz/fuzz_$t" "$abs/corpus/$t" $seeds $dict \
         -max_total_time="$secs" -max_len="$(max_len "$t")" -timeout=5 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$bdir/artifacts/$t/" "$@" >"$log" 2>&1 || rc=$?
+        -print_final_stats=1 -artifact_prefix="$abs/artifacts/$t/" "$@" >"$log" 2>&1) || rc=$?
     took=$(($(date +%s) - start))
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
-    cov=$(grep -E '^#[0-9]+[[:space:]].*cov: ' "$log" | tail -n 1 | sed -n 's/.*\(cov: [0-9]*\) \(ft: [0-9]*\) \(corp: [0-9]*\).*/\1 \2 \3/p')
+    # with -jobs the main log repeats the job logs: count the job logs only
+    logs=$(ls "$abs/run/$t"/fuzz-*.log 2>/dev/null | tr '\n' ' ')
+    [ -n "$logs" ] || logs=$log
+    # shellcheck disable=SC2086
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' $logs | awk '{n += $1} END {print n + 0}')
+    rate=$((execs / (took > 0 ? took : 1)))
+    # shellcheck disable=SC2086
+    cov=$(grep -hE '^#[0-9]+[[:space:]].*cov: ' $logs | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\) corp: \([0-9]*\).*/\1 \2 \3/p' |
+        sort -n -k1,1 -k2,2 | tail -n 1 | awk '{printf "cov: %s ft: %s corp: %s", $1, $2, $3}')
     status=ok
     if [ "$rc" -ne 0 ]; then
         status="FAILED (exit $rc)"
         failed=1
-        tail -n 60 "$log" >&2
+        # shellcheck disable=SC2086
+        tail -n 60 $logs >&2
     fi
     summary="$summary$(printf '%-8s %6s s %12s execs %8s exec/s  %-34s %s' "$t" "$took" "${execs:-?}" "${rate:-?}" "${cov:-}" "$status")
 "

@@ -53,6 +53,7 @@ static void check_arch(const rk_arch *a) {
     FUZZ_CHECK(a->vec_bytes == 8 || a->vec_bytes == 16, "vec_bytes %d", a->vec_bytes);
     FUZZ_CHECK(a->block >= 32 && a->block <= 1024 && a->block % a->wave == 0, "block %d", a->block);
     FUZZ_CHECK(a->chunks >= 1 && a->chunks <= 8, "chunks %d", a->chunks);
+    FUZZ_CHECK(a->chunks_from >= 0 && a->chunks_from <= 1 << 30, "chunks_from %lld", (long long)a->chunks_from);
     FUZZ_CHECK(a->nt_stores == 0 || a->nt_stores == 1, "nt_stores");
     FUZZ_CHECK(a->fp8_hw == 0 || a->fp8_hw == 1, "fp8_hw");
     FUZZ_CHECK(a->bf16_hw == 0 || a->bf16_hw == 1, "bf16_hw");
@@ -133,8 +134,8 @@ static void check_archs(const rk_arch_table *t) {
         for (int j = 0; j < i; j++) FUZZ_CHECK(strcmp(t->a[i].name, t->a[j].name) != 0, "duplicate arch");
     }
     char text[256];
-    int n = snprintf(text, sizeof text, "return { name = 'f', kv_lora_rank = 64, qk_rope_head_dim = 16, targets = { '%s' } }",
-                     t->a[0].name);
+#define SMALL_SPEC "return { name = 'f', kv_lora_rank = 64, qk_rope_head_dim = 16, targets = { '%s' } }"
+    int n = snprintf(text, sizeof text, SMALL_SPEC, t->a[0].name);
     rk_spec s;
     rk_err err = {0};
     int rc = rk_spec_load("fuzz.lua", text, (size_t)n, t, &s, &err);

@@ -1,0 +1,1 @@
+local t = {} for i = 1, 900 do t[i] =rk_L256_R64_gptj_bf16split_p64_s64_fp8ocp_mul_sat448_rr0_absorbe string.rep('x', 1 << 20) end return 

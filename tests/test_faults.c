@@ -1,0 +1,1008 @@
+/* Faults around the library, reached through the public API on the host backend wherever possible:
+ *   - the disk fills up while a cache entry is written (a 4 KiB tmpfs under the cache directory, or a
+ *     file size limit where mounting is not allowed): the kernel still works, one warning, no partial
+ *     entry;
+ *   - the cache directory is removed, or replaced by a symlink or another directory, while a context
+ *     uses it: gets still work and nothing is read or written through the replacement;
+ *   - entries of another ropekv version (or cache format) in a shared directory are never used;
+ *   - a spec file that changes between runs: the new content wins, in a new context and through the
+ *     disk cache, and the old content still finds its own entry; a spec file name cannot become code;
+ *   - a spec that burns CPU in C functions (within the instruction cap) is stopped by the time cap;
+ *   - a compiler that fails, writes garbage, or hangs (killed after ROPEKV_COMPILE_TIMEOUT seconds);
+ *   - allocation failures: every allocation of rk_spec_load, rk_emit and ropekv_create +
+ *     ropekv_kernel_get + ropekv_destroy fails once in turn; each call fails cleanly or recovers, and
+ *     nothing it allocated is left behind.
+ * The allocation failures come from malloc/calloc/realloc/free wrappers (linked with --wrap, so they
+ * see every allocation the library's own code makes, and the Lua sandbox's through its allocator).
+ * An optional argument is a cmocka test filter (e.g. "test_oom*"). */
+#define _GNU_SOURCE /* unshare */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "host_backend.h"
+#include "rk.h"
+#include "ropekv.h"
+
+#define PATH 4400
+
+static char root[] = "/tmp/ropekv-test-faults-XXXXXX";
+static rk_catalog cat;
+
+/* ---- allocation failures: the wrappers ---------------------------------------------------------- */
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+
+static long fail_at;   /* 0: no injection; else the allocation call (1-based, while armed) that fails */
+static long calls;     /* allocation calls seen while armed */
+static int armed;
+
+/* Blocks allocated while armed and not yet freed (open addressing, linear probing). */
+#define LIVE_CAP (1 << 18)
+static void *live[LIVE_CAP];
+static long live_n;
+
+static size_t slot_of(const void *p) {
+    return (size_t)(((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 46) & (LIVE_CAP - 1);
+}
+
+static void live_add(void *p) {
+    if (!p) return;
+    size_t i = slot_of(p);
+    while (live[i]) i = (i + 1) & (LIVE_CAP - 1);
+    live[i] = p;
+    live_n++;
+}
+
+static void live_del(void *p) {
+    if (!p || live_n == 0) return;
+    size_t i = slot_of(p);
+    while (live[i] && live[i] != p) i = (i + 1) & (LIVE_CAP - 1);
+    if (!live[i]) return; /* allocated before arming, or by code the wrappers do not see */
+    live[i] = NULL;
+    live_n--;
+    /* backward-shift deletion keeps every probe chain unbroken */
+    for (size_t j = (i + 1) & (LIVE_CAP - 1); live[j]; j = (j + 1) & (LIVE_CAP - 1)) {
+        size_t home = slot_of(live[j]);
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            live[i] = live[j];
+            live[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+static int inject(void) {
+    if (!armed) return 0;
+    if (++calls != fail_at) return 0;
+    errno = ENOMEM;
+    return 1;
+}
+
+void *__wrap_malloc(size_t n) {
+    if (inject()) return NULL;
+    void *p = __real_malloc(n);
+    if (armed) live_add(p);
+    return p;
+}
+
+void *__wrap_calloc(size_t n, size_t size) {
+    if (inject()) return NULL;
+    void *p = __real_calloc(n, size);
+    if (armed) live_add(p);
+    return p;
+}
+
+void *__wrap_realloc(void *p, size_t n) {
+    if (n > 0 && inject()) return NULL;
+    void *q = __real_realloc(p, n);
+    if (q || n == 0) live_del(p);
+    if (armed) live_add(q);
+    return q;
+}
+
+void __wrap_free(void *p) {
+    live_del(p);
+    __real_free(p);
+}
+
+static void arm(long n) {
+    memset(live, 0, sizeof live);
+    live_n = 0;
+    calls = 0;
+    fail_at = n;
+    armed = 1;
+}
+
+/* Stops injecting; returns the number of allocation calls seen. */
+static long disarm(void) {
+    armed = 0;
+    fail_at = 0;
+    return calls;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------------ */
+static int setup(void **state) {
+    (void)state;
+    rk_err err = {0};
+    if (!mkdtemp(root)) return -1;
+    chmod(root, 0700);
+    setenv("ROPEKV_BACKEND", "host", 1);
+    unsetenv("ROPEKV_DISABLE_CACHE");
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+    unsetenv("CXX");
+    return rk_catalog_load_embedded(&cat, &err) == RK_OK ? 0 : -1;
+}
+
+/* rm -rf without following symlinks */
+static void remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) {
+        unlink(path);
+        return;
+    }
+    chmod(path, 0700);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char sub[PATH];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        remove_tree(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    remove_tree(root);
+    return 0;
+}
+
+static void sub(char *out, const char *name) { snprintf(out, PATH, "%s/%s", root, name); }
+
+static ropekv_ctx *open_ctx(const char *dir) {
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = dir ? 1 : -1};
+    ropekv_ctx *c = NULL;
+    ropekv_status s = ropekv_create(&c, &o);
+    if (s != ROPEKV_OK) fail_msg("ropekv_create: %s", ropekv_status_name(s));
+    return c;
+}
+
+static ropekv_stats stats(const ropekv_ctx *c) {
+    ropekv_stats st;
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    return st;
+}
+
+/* What ropekv made in a directory. */
+typedef struct census {
+    int entries, temps, locks, other;
+} census;
+
+static census count_files(const char *dir) {
+    census k = {0, 0, 0, 0};
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        size_t n = strlen(e->d_name);
+        if (strstr(e->d_name, ".rkco.tmp.")) k.temps++;
+        else if (n > 5 && !strcmp(e->d_name + n - 5, ".rkco")) k.entries++;
+        else if (n > 5 && !strcmp(e->d_name + n - 5, ".lock")) k.locks++;
+        else k.other++;
+    }
+    if (d) closedir(d);
+    return k;
+}
+
+/* The path of the only entry in dir. */
+static void only_entry(const char *dir, char *out) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (strlen(e->d_name) == 69 && !strcmp(e->d_name + 64, ".rkco")) {
+            snprintf(out, PATH, "%s/%s", dir, e->d_name);
+            n++;
+        }
+    closedir(d);
+    assert_int_equal(n, 1);
+}
+
+static unsigned char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n ? *n : 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void write_file(const char *path, const void *b, size_t n, mode_t mode) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b, n), (ssize_t)n);
+    close(fd);
+    chmod(path, mode);
+}
+
+static void write_text(const char *path, const char *text, mode_t mode) { write_file(path, text, strlen(text), mode); }
+
+/* stderr goes to a file while capturing; end_capture returns what was written (static buffer). */
+static int saved_err = -1;
+static char capture_path[PATH];
+
+static void begin_capture(void) {
+    fflush(stderr);
+    sub(capture_path, "stderr.txt");
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static const char *end_capture(void) {
+    static char text[16384];
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    FILE *f = fopen(capture_path, "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    unlink(capture_path);
+    fputs(text, stderr); /* still shown */
+    return text;
+}
+
+static int wait_child(pid_t pid) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- checking kernels against the reference ------------------------------------------------------ */
+static const ropekv_variant DS_FP8 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_ABSORBED};
+static const ropekv_variant DS_BF16 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+static const ropekv_variant DS_BF16_ZC = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ZERO_COPY};
+static const ropekv_variant DS_FP8_NONE = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE};
+
+static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, const ropekv_variant *pv) {
+    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    static const char *const kv[] = {"bf16", "fp8_e4m3"}, *const q[] = {"absorbed", "zero_copy", "inplace", "none"},
+                             *const idx[] = {"int64", "int32"};
+    char key[192];
+    rk_err err = {0};
+    const rk_spec *s = rk_catalog_find(c, spec);
+    assert_non_null(s);
+    snprintf(key, sizeof key, "%s/host/%s/%s/pos=%s/slot=%s", spec, kv[pv->kv], q[pv->q], idx[pv->positions],
+             idx[pv->slots]);
+    int n = rk_variants(s, &c->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].key, key)) return &v[i];
+    fail_msg("no variant %s", key);
+    return NULL;
+}
+
+static int run_api(void *k, const rk_variant *v, const rk_args *a) {
+    (void)v;
+    ropekv_args p = {
+        .tokens = a->tokens, .heads = a->heads,
+        .q_nope = a->q_nope, .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh,
+        .q_pe = (void *)a->q_pe, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
+        .q_out = a->q_out, .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh,
+        .k_nope = a->k_nope, .k_nope_st = a->k_nope_st, .k_pe = a->k_pe, .k_pe_st = a->k_pe_st,
+        .kv_cache = a->kv_cache, .kv_st = a->kv_st, .kv_rows = a->kv_rows,
+        .positions = a->positions, .slots = a->slots, .cos_sin = a->cos, .sin = a->sin,
+        .max_pos = a->max_pos, .k_scale = a->k_scale,
+    };
+    return ropekv_launch(k, &p, NULL);
+}
+
+/* 0 when kernel k computes what the reference computes for rv (two shapes). */
+static int kernel_matches(ropekv_kernel *k, const rk_variant *rv, char *why, size_t cap) {
+    static const int64_t T[] = {1, 17}, H[] = {1, 16};
+    for (int i = 0; i < 2; i++) {
+        rk_shape sh = {.tokens = T[i], .heads = H[i], .pad = 8 * i, .max_pos = 64, .neg_every = 3, .specials = 1,
+                       .k_scale = 0.37f};
+        if (rk_check(rv, &sh, (uint64_t)i + 1, run_api, k, why, cap) != 0) return 1;
+    }
+    return 0;
+}
+
+static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
+    char why[4096] = "";
+    if (kernel_matches(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
+}
+
+/* Gets v from c and checks it against the reference. */
+static void get_and_check(ropekv_ctx *c, const ropekv_variant *v) {
+    ropekv_kernel *k = NULL;
+    ropekv_status s = ropekv_kernel_get(c, v, &k);
+    if (s != ROPEKV_OK) fail_msg("kernel_get: %s: %s", ropekv_status_name(s), ropekv_last_error(c));
+    check_kernel(k, ref_variant(&cat, v->spec, v));
+    ropekv_kernel_release(k);
+}
+
+/* ---- the disk fills up under the cache ------------------------------------------------------------ */
+/* Makes writes under dir fail: a private 4 KiB tmpfs on it (needs a mount namespace: root, or an
+ * unprivileged user namespace), else a file size limit below the entry size (entry_size - 44 bytes:
+ * the host backend's own temporary .so, entry_size - 88 bytes, still fits; the compiler is started
+ * through a wrapper that lifts the limit; RK_FAULTS_NO_TMPFS=1 forces this one). Returns "tmpfs",
+ * "rlimit" or NULL. Runs in a child. */
+static const char *make_disk_full(const char *dir, size_t entry_size, const char *wrapper) {
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    if (getenv("RK_FAULTS_NO_TMPFS")) /* to exercise the fallback where mounting is allowed */
+        goto rlimit;
+    if (unshare(CLONE_NEWNS) != 0) {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0) {
+            char map[64];
+            int fd;
+            snprintf(map, sizeof map, "0 %lu 1", (unsigned long)uid);
+            if ((fd = open("/proc/self/setgroups", O_WRONLY)) >= 0) {
+                if (write(fd, "deny", 4) < 0) {}
+                close(fd);
+            }
+            if ((fd = open("/proc/self/uid_map", O_WRONLY)) >= 0) {
+                if (write(fd, map, strlen(map)) < 0) {}
+                close(fd);
+            }
+            snprintf(map, sizeof map, "0 %lu 1", (unsigned long)gid);
+            if ((fd = open("/proc/self/gid_map", O_WRONLY)) >= 0) {
+                if (write(fd, map, strlen(map)) < 0) {}
+                close(fd);
+            }
+        }
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+        mount("ropekv-full", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0700") == 0)
+        return "tmpfs";
+rlimit:;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0) return NULL;
+    rl.rlim_cur = (rlim_t)entry_size - 44;
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return NULL;
+    signal(SIGXFSZ, SIG_IGN);
+    setenv("CXX", wrapper, 1);
+    return "rlimit";
+}
+
+static void test_disk_full(void **state) {
+    (void)state;
+    char dir[PATH], probe[PATH], entry[PATH], wrapper[PATH], log[PATH];
+    sub(dir, "full");
+    sub(probe, "probe");
+    sub(wrapper, "cxx-unlimited.sh");
+    sub(log, "full-child.txt");
+    /* the size of the entry this variant makes, for the file size limit */
+    ropekv_ctx *c = open_ctx(probe);
+    get_and_check(c, &DS_FP8);
+    ropekv_destroy(c);
+    only_entry(probe, entry);
+    struct stat st;
+    assert_int_equal(stat(entry, &st), 0);
+    write_text(wrapper, "#!/bin/sh\nulimit -f unlimited 2>/dev/null\nexec c++ \"$@\"\n", 0700);
+    assert_int_equal(mkdir(dir, 0700), 0);
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) _exit(10);
+        dup2(fd, 2);
+        close(fd);
+        const char *how = make_disk_full(dir, (size_t)st.st_size, wrapper);
+        if (!how) _exit(77);
+        fprintf(stderr, "disk full by %s\n", how);
+        ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = 1};
+        ropekv_ctx *cc = NULL;
+        if (ropekv_create(&cc, &o) != ROPEKV_OK) _exit(11);
+        ropekv_kernel *k = NULL;
+        if (ropekv_kernel_get(cc, &DS_FP8, &k) != ROPEKV_OK) {
+            fprintf(stderr, "%s\n", ropekv_last_error(cc));
+            _exit(12);
+        }
+        char why[4096] = "";
+        if (kernel_matches(k, ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why)) {
+            fprintf(stderr, "%s\n", why);
+            _exit(13);
+        }
+        ropekv_stats s;
+        ropekv_get_stats(cc, &s);
+        census n = count_files(dir);
+        fprintf(stderr, "compiles %llu, entries %d, temps %d, other %d\n", (unsigned long long)s.compiles, n.entries,
+                n.temps, n.other);
+        if (s.compiles != 1 || n.entries != 0 || n.temps != 0 || n.other != 0) _exit(14);
+        /* the same kernel again: from memory */
+        ropekv_kernel *k2 = NULL;
+        if (ropekv_kernel_get(cc, &DS_FP8, &k2) != ROPEKV_OK || k2 != k) _exit(15);
+        ropekv_kernel_release(k2);
+        ropekv_kernel_release(k);
+        ropekv_destroy(cc);
+        _exit(0);
+    }
+    int rc = wait_child(pid);
+    size_t n;
+    char *text = (char *)read_file(log, &n);
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    print_message("%s", text);
+    if (rc == 77) {
+        print_message("neither a tmpfs nor a file size limit could be set up: skipped\n");
+        free(text);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    /* one warning, naming the entry and the system's reason */
+    const char *w = strstr(text, "ropekv: warning: cannot write cache entry ");
+    assert_non_null(w);
+    assert_null(strstr(w + 1, "ropekv: warning:"));
+    assert_true(strstr(text, "No space left on device") || strstr(text, "File too large"));
+    free(text);
+    /* nothing was left on the real directory either, and a later context writes a proper entry */
+    census k = count_files(dir);
+    assert_int_equal(k.entries + k.temps + k.other, 0);
+    c = open_ctx(dir);
+    get_and_check(c, &DS_FP8);
+    assert_int_equal(stats(c).compiles, 1);
+    ropekv_destroy(c);
+    assert_int_equal(count_files(dir).entries, 1);
+}
+
+/* ---- the cache directory is removed or replaced while in use ---------------------------------------- */
+static void test_cache_dir_replaced(void **state) {
+    (void)state;
+    char dir[PATH], elsewhere[PATH], swapped[PATH], old[PATH], other_entry[PATH];
+    sub(dir, "vanishing");
+    sub(elsewhere, "elsewhere");
+    ropekv_ctx *c = open_ctx(dir);
+    get_and_check(c, &DS_FP8);
+    assert_int_equal(count_files(dir).entries, 1);
+
+    /* removed: a new kernel still works (one warning from the write), an old one comes from memory */
+    remove_tree(dir);
+    begin_capture();
+    get_and_check(c, &DS_BF16);
+    const char *text = end_capture();
+    assert_non_null(strstr(text, "cannot open cache directory"));
+    assert_non_null(strstr(text, "No such file or directory"));
+    get_and_check(c, &DS_FP8);
+    assert_int_equal(stats(c).memory_hits, 1);
+
+    /* replaced by a symlink to a directory of ours: nothing goes through it */
+    assert_int_equal(mkdir(elsewhere, 0700), 0);
+    assert_int_equal(symlink(elsewhere, dir), 0);
+    begin_capture();
+    get_and_check(c, &DS_BF16_ZC);
+    text = end_capture();
+    assert_non_null(strstr(text, "was replaced by a symbolic link"));
+    census k = count_files(elsewhere);
+    assert_int_equal(k.entries + k.temps + k.locks + k.other, 0);
+    assert_int_equal(ropekv_cache_clear(c), ROPEKV_ERR_CACHE);
+    ropekv_destroy(c);
+
+    /* replaced by another directory (the old one moved away, so its inode cannot be reused), where
+     * another context put an entry: that entry is neither read nor touched, nothing is written */
+    sub(swapped, "swapped");
+    sub(old, "swapped.old");
+    c = open_ctx(swapped);
+    get_and_check(c, &DS_FP8);
+    assert_int_equal(rename(swapped, old), 0);
+    ropekv_ctx *other = open_ctx(swapped);
+    get_and_check(other, &DS_FP8_NONE);
+    ropekv_destroy(other);
+    only_entry(swapped, other_entry);
+    size_t n0, n1;
+    unsigned char *before = read_file(other_entry, &n0);
+    begin_capture();
+    get_and_check(c, &DS_FP8_NONE);
+    text = end_capture();
+    assert_non_null(strstr(text, "was replaced by another directory"));
+    ropekv_stats s = stats(c);
+    assert_true(s.compiles == 2 && s.disk_hits == 0);
+    assert_int_equal(ropekv_cache_clear(c), ROPEKV_ERR_CACHE);
+    ropekv_destroy(c);
+    unsigned char *after = read_file(other_entry, &n1);
+    assert_true(n0 == n1 && memcmp(before, after, n0) == 0);
+    assert_int_equal(count_files(swapped).entries, 1);
+    assert_int_equal(count_files(old).entries, 1);
+    free(before);
+    free(after);
+}
+
+/* ---- another ropekv version shares the directory ------------------------------------------------- */
+/* Every field of the key (ropekv version, cache format, templates, source, compiler, target, options)
+ * is hashed into the digest that names an entry, so another version's entries have other names. The
+ * cases where its bytes could still meet ours: its entry under its own name, its entry copied under
+ * our name (a header digest that is not ours), and an entry of another cache format under our name. */
+static void hex_flip(char *name_at) { *name_at = *name_at == '0' ? '1' : '0'; }
+
+static void test_other_version_entries(void **state) {
+    (void)state;
+    char dir[PATH], ours[PATH], theirs[PATH];
+    sub(dir, "shared");
+    ropekv_ctx *c = open_ctx(dir);
+    get_and_check(c, &DS_FP8);
+    ropekv_destroy(c);
+    only_entry(dir, ours);
+    size_t n;
+    unsigned char *entry = read_file(ours, &n);
+    assert_true(n > 88);
+
+    /* their entry: the same code object under their digest (name and header agree) */
+    snprintf(theirs, sizeof theirs, "%s", ours);
+    hex_flip(theirs + strlen(dir) + 1);
+    unsigned char *their = malloc(n);
+    memcpy(their, entry, n);
+    their[16] ^= 0x10; /* first hex digit of the name is the high nibble of byte 16 */
+    assert_int_equal(rename(ours, theirs), 0);
+    write_file(theirs, their, n, 0600);
+    c = open_ctx(dir);
+    get_and_check(c, &DS_FP8);
+    ropekv_stats s = stats(c);
+    assert_true(s.compiles == 1 && s.disk_hits == 0 && s.cache_rejects == 0);
+    ropekv_destroy(c);
+    size_t m;
+    unsigned char *still = read_file(theirs, &m);
+    assert_true(m == n && memcmp(still, their, n) == 0); /* theirs: neither used nor touched */
+    free(still);
+
+    /* their entry under our name: a foreign entry, removed and rebuilt */
+    write_file(ours, their, n, 0600);
+    c = open_ctx(dir);
+    begin_capture();
+    get_and_check(c, &DS_FP8);
+    const char *text = end_capture();
+    assert_non_null(strstr(text, "foreign entry"));
+    s = stats(c);
+    assert_true(s.compiles == 1 && s.disk_hits == 0 && s.cache_rejects == 1);
+    ropekv_destroy(c);
+
+    /* an entry of another cache format under our name */
+    unsigned char *fmt2 = read_file(ours, &m);
+    assert_true(m > 88 && memcmp(fmt2 + 16, entry + 16, 32) == 0); /* rebuilt under our digest */
+    fmt2[8] = 2;
+    write_file(ours, fmt2, m, 0600);
+    c = open_ctx(dir);
+    begin_capture();
+    get_and_check(c, &DS_FP8);
+    text = end_capture();
+    assert_non_null(strstr(text, "format version 2, expected 1"));
+    s = stats(c);
+    assert_true(s.compiles == 1 && s.cache_rejects == 1);
+    ropekv_destroy(c);
+    assert_int_equal(count_files(dir).entries, 2); /* ours, rebuilt, and theirs */
+    free(fmt2);
+    free(their);
+    free(entry);
+}
+
+/* ---- a spec file changes between runs ----------------------------------------------------------------- */
+static const char *MY_SPEC =
+    "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
+    "         cos_sin = 'f32_split', targets = { 'host' } }\n";
+
+/* Loads the spec file into c, gets its bf16 kernel and checks it against the reference of `rope`. */
+static void load_get_check(ropekv_ctx *c, const char *path, const char *rope) {
+    char text[512];
+    snprintf(text, sizeof text, MY_SPEC, rope);
+    assert_int_equal(ropekv_load_spec(c, path), ROPEKV_OK);
+    rk_catalog *mine = malloc(sizeof *mine);
+    rk_err err = {0};
+    *mine = cat;
+    assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), RK_OK);
+    ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    const rk_variant *rv = ref_variant(mine, "my_model", &v);
+    assert_string_equal(ropekv_kernel_name(k), rv->name);
+    assert_non_null(strstr(rv->name, rope));
+    check_kernel(k, rv);
+    ropekv_kernel_release(k);
+    free(mine);
+}
+
+static void write_spec(const char *path, const char *rope) {
+    char text[512];
+    snprintf(text, sizeof text, MY_SPEC, rope);
+    write_text(path, text, 0600);
+}
+
+static void test_spec_file_changes(void **state) {
+    (void)state;
+    char dir[PATH], path[PATH];
+    sub(dir, "specs-cache");
+    sub(path, "my_model.lua");
+    write_spec(path, "gptj");
+    ropekv_ctx *c1 = open_ctx(dir);
+    load_get_check(c1, path, "gptj");
+    assert_int_equal(stats(c1).compiles, 1);
+
+    /* the file changes; a new process (context) loads it: the new content, compiled, not the old entry */
+    write_spec(path, "neox");
+    ropekv_ctx *c2 = open_ctx(dir);
+    load_get_check(c2, path, "neox");
+    ropekv_stats s = stats(c2);
+    assert_true(s.compiles == 1 && s.disk_hits == 0);
+    assert_int_equal(count_files(dir).entries, 2);
+
+    /* the first context reloads the file: the new content again, now from the disk */
+    load_get_check(c1, path, "neox");
+    s = stats(c1);
+    assert_true(s.compiles == 1 && s.disk_hits == 1);
+
+    /* back to the old content in a third context: its own entry, no compile */
+    write_spec(path, "gptj");
+    ropekv_ctx *c3 = open_ctx(dir);
+    load_get_check(c3, path, "gptj");
+    s = stats(c3);
+    assert_true(s.compiles == 0 && s.disk_hits == 1);
+    /* and c2, still on neox, keeps its kernel */
+    ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c2, &v, &k), ROPEKV_OK);
+    assert_non_null(strstr(ropekv_kernel_name(k), "neox"));
+    ropekv_kernel_release(k);
+    ropekv_destroy(c3);
+    ropekv_destroy(c2);
+    ropekv_destroy(c1);
+}
+
+/* The spec's file name reaches the generated source only inside a comment, with control characters
+ * and backslashes replaced: a name with a newline cannot add code to the kernel. */
+static void test_spec_file_name_stays_a_comment(void **state) {
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text, MY_SPEC, "gptj");
+    ropekv_ctx *c = open_ctx(NULL);
+    const char *name = "/specs/evil\n#error the file name became code\n.lua\\";
+    assert_int_equal(ropekv_load_spec_text(c, name, text, strlen(text)), ROPEKV_OK);
+    ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
+    ropekv_kernel *k = NULL;
+    ropekv_status st = ropekv_kernel_get(c, &v, &k);
+    if (st != ROPEKV_OK) fail_msg("%s", ropekv_last_error(c));
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    rk_spec spec;
+    rk_err err = {0};
+    assert_int_equal(rk_spec_load(name, text, strlen(text), &cat.archs, &spec, &err), RK_OK);
+    rk_variant vs[RK_MAX_VARIANTS_PER_SPEC];
+    assert_true(rk_variants(&spec, &cat.archs, vs, RK_MAX_VARIANTS_PER_SPEC, &err) > 0);
+    rk_buf src = {0};
+    assert_int_equal(rk_emit(&vs[0], &src, &err), RK_OK);
+    assert_non_null(strstr(src.p, "from specs/evil?#error the file name became code?.lua?. Do not edit."));
+    assert_null(strstr(src.p, "\n#error"));
+    rk_buf_free(&src);
+}
+
+/* A spec that makes C functions do the work (string.rep, table.sort on big data) stays within the
+ * instruction cap but is stopped by the CPU time cap, even under pcall. */
+static void test_spec_cpu_time_cap(void **state) {
+    (void)state;
+    static const char *const burners[] = {
+        "for i = 1, 200000 do local s = string.rep('x', 1 << 20) end return {}",
+        "for i = 1, 200000 do pcall(string.rep, 'x', 1 << 20) end return {}",
+        "local t = {} for i = 1, 100000 do t[i] = i end\n"
+        "for i = 1, 200000 do table.sort(t) pcall(table.sort, t) end return {}",
+    };
+    for (size_t i = 0; i < sizeof burners / sizeof burners[0]; i++) {
+        rk_spec s;
+        rk_err err = {0};
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        int rc = rk_spec_load("burn.lua", burners[i], strlen(burners[i]), &cat.archs, &s, &err);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        double cpu = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+        print_message("%.2f s of CPU: %.60s\n", cpu, err.msg);
+        assert_int_equal(rc, RK_ESPEC_LIMIT);
+        assert_non_null(strstr(err.msg, "time limit exceeded (1 s of CPU time)"));
+        assert_true(cpu < 3);
+    }
+}
+
+/* ---- a compiler that fails, writes garbage or hangs ------------------------------------------------- */
+/* 1 when no process of the pid list in file is left (gone, or a zombie waiting for init). */
+static int all_gone(const char *file) {
+    FILE *f = fopen(file, "r");
+    long pid;
+    int gone = 1;
+    while (f && fscanf(f, "%ld", &pid) == 1) {
+        char stat_path[64], line[512];
+        snprintf(stat_path, sizeof stat_path, "/proc/%ld/stat", pid);
+        FILE *s = fopen(stat_path, "r");
+        if (!s) continue;
+        if (fgets(line, sizeof line, s)) {
+            const char *p = strrchr(line, ')');
+            if (p && p[1] == ' ' && p[2] != 'Z') gone = 0;
+        }
+        fclose(s);
+    }
+    if (f) fclose(f);
+    return gone;
+}
+
+static void test_compiler_fails_or_hangs(void **state) {
+    (void)state;
+    char cxx[PATH], pids[PATH], script[2 * PATH + 512], dir[PATH];
+    sub(cxx, "cxx.sh");
+    sub(pids, "cxx.pids");
+    sub(dir, "bad-compilers");
+    ropekv_kernel *k = NULL;
+
+    /* fails with a message: the message reaches ropekv_last_error */
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
+                    "echo 'kernel.cpp:1: error: simulated failure' >&2\nexit 1\n", 0700);
+    setenv("CXX", cxx, 1);
+    ropekv_ctx *c = open_ctx(dir);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "simulated failure"));
+    assert_int_equal(count_files(dir).entries, 0);
+    ropekv_destroy(c);
+
+    /* exits 0 but writes nothing, or garbage: an error, no crash, no kernel */
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo lazy 1.0; exit 0; }\nexit 0\n", 0700);
+    c = open_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "exited 0 without writing"));
+    ropekv_destroy(c);
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo garbage 1.0; exit 0; }\n"
+                    "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && echo 'not an ELF file' > \"$2\"; shift; done\nexit 0\n",
+               0700);
+    c = open_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "file too short"));
+    ropekv_destroy(c);
+
+    /* hangs (and leaves a child behind): killed with its process group after the time limit */
+    snprintf(script, sizeof script, "#!/bin/sh\necho $$ > '%s'\nsleep 1000 &\necho $! >> '%s'\nwait\n", pids, pids);
+    write_text(cxx, script, 0700);
+    setenv("ROPEKV_COMPILE_TIMEOUT", "1", 1);
+    double t0 = now_s();
+    c = open_ctx(NULL); /* `$CXX --version` hangs too: the identity falls back to the command */
+    for (int i = 0; i < 100 && !all_gone(pids); i++) usleep(20000);
+    assert_true(all_gone(pids));
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
+    double took = now_s() - t0;
+    print_message("%s (%.1f s in all)\n", ropekv_last_error(c), took);
+    assert_non_null(strstr(ropekv_last_error(c), "timed out after 1 s"));
+    assert_true(took < 10);
+    for (int i = 0; i < 100 && !all_gone(pids); i++) usleep(20000);
+    assert_true(all_gone(pids));
+    /* the context is still usable: a working compiler, the same kernel */
+    unsetenv("CXX");
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+    get_and_check(c, &DS_FP8);
+    ropekv_destroy(c);
+    /* the limit's spelling: seconds, 0 for none; anything else is the default */
+    static const struct {
+        const char *v;
+        int want;
+    } spell[] = {{"", 120}, {"5", 5}, {"0", 0}, {"-3", 120}, {"10s", 120}, {"99999999999999999999", 120}};
+    for (size_t i = 0; i < sizeof spell / sizeof spell[0]; i++) {
+        setenv("ROPEKV_COMPILE_TIMEOUT", spell[i].v, 1);
+        assert_int_equal(rk_host_compile_timeout(), spell[i].want);
+    }
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+    assert_int_equal(rk_host_compile_timeout(), RK_COMPILE_TIMEOUT_DEFAULT);
+}
+
+/* ---- allocation failures ----------------------------------------------------------------------------- */
+/* Runs op with the n-th allocation failing, for n = 1, 2, ... until a run makes fewer than n
+ * allocations (it never met the failure). op returns 0 (succeeded) or 1 (failed cleanly) and frees what
+ * it got; after every run nothing allocated during it may remain. Returns the number of sites. */
+typedef int (*op_fn)(void *arg);
+
+static long every_site_fails(const char *what, op_fn op, void *arg) {
+    long failed = 0, recovered = 0;
+    for (long n = 1;; n++) {
+        arm(n);
+        int rc = op(arg);
+        long seen = disarm();
+        if (live_n != 0) fail_msg("%s: %ld blocks leaked with allocation %ld failing", what, live_n, n);
+        if (seen < n) {
+            if (rc != 0) fail_msg("%s fails without an injected failure", what);
+            print_message("%s: %ld allocation sites; %ld failed cleanly, %ld recovered\n", what, n - 1, failed,
+                          recovered);
+            return n - 1;
+        }
+        rc ? failed++ : recovered++;
+        if (n > 200000) fail_msg("%s: runaway", what);
+    }
+}
+
+/* rk_spec_load of a real spec: RK_OK with the same result, or RK_ENOMEM. */
+typedef struct spec_op {
+    const char *text;
+    size_t len;
+    rk_spec want;
+} spec_op;
+
+static int op_spec_load(void *p) {
+    spec_op *o = p;
+    rk_spec s;
+    rk_err err = {0};
+    memset(&s, 0, sizeof s);
+    int rc = rk_spec_load("specs/deepseek_v3.lua", o->text, o->len, &cat.archs, &s, &err);
+    if (rc == RK_OK) {
+        if (memcmp(&s, &o->want, sizeof s) != 0) fail_msg("rk_spec_load recovered with a different result");
+        return 0;
+    }
+    if (rc != RK_ENOMEM || err.code != RK_ENOMEM || !err.msg[0])
+        fail_msg("rk_spec_load under a failed allocation: %d %s", rc, err.msg);
+    return 1;
+}
+
+static int op_archs_load(void *p) {
+    spec_op *o = p;
+    rk_arch_table *t = __real_malloc(sizeof *t);
+    rk_err err = {0};
+    int rc = rk_archs_load("specs/archs.lua", o->text, o->len, t, &err);
+    int same = rc == RK_OK && t->n == cat.archs.n && !strcmp(t->a[t->n - 1].name, cat.archs.a[t->n - 1].name);
+    __real_free(t);
+    if (rc == RK_OK) {
+        if (!same) fail_msg("rk_archs_load recovered with a different result");
+        return 0;
+    }
+    if (rc != RK_ENOMEM || err.code != RK_ENOMEM || !err.msg[0])
+        fail_msg("rk_archs_load under a failed allocation: %d %s", rc, err.msg);
+    return 1;
+}
+
+static void test_oom_spec_load(void **state) {
+    (void)state;
+    spec_op *o = calloc(1, sizeof *o);
+    rk_err err = {0};
+    o->text = rk_embedded("deepseek_v3.lua", &o->len);
+    assert_non_null(o->text);
+    memset(&o->want, 0, sizeof o->want);
+    assert_int_equal(rk_spec_load("specs/deepseek_v3.lua", o->text, o->len, &cat.archs, &o->want, &err), RK_OK);
+    assert_true(every_site_fails("rk_spec_load", op_spec_load, o) > 100);
+    o->text = rk_embedded("archs.lua", &o->len);
+    assert_true(every_site_fails("rk_archs_load", op_archs_load, o) > 100);
+    free(o);
+}
+
+/* rk_emit of a variant: the same source, or RK_ENOMEM. */
+typedef struct emit_op {
+    const rk_variant *v;
+    rk_buf want;
+} emit_op;
+
+static int op_emit(void *p) {
+    emit_op *o = p;
+    rk_buf out = {0};
+    rk_err err = {0};
+    int rc = rk_emit(o->v, &out, &err);
+    int same = rc == RK_OK && out.len == o->want.len && memcmp(out.p, o->want.p, out.len) == 0;
+    rk_buf_free(&out);
+    if (rc == RK_OK) {
+        if (!same) fail_msg("rk_emit recovered with a different source");
+        return 0;
+    }
+    if (rc != RK_ENOMEM || err.code != RK_ENOMEM) fail_msg("rk_emit under a failed allocation: %d %s", rc, err.msg);
+    return 1;
+}
+
+static void test_oom_emit(void **state) {
+    (void)state;
+    emit_op o = {ref_variant(&cat, "deepseek_v3", &DS_FP8), {0}};
+    rk_err err = {0};
+    assert_int_equal(rk_emit(o.v, &o.want, &err), RK_OK);
+    assert_true(every_site_fails("rk_emit", op_emit, &o) > 3);
+    rk_buf_free(&o.want);
+}
+
+/* ropekv_create + ropekv_kernel_get + ropekv_destroy, memory-only. The compiler is a script that
+ * copies a prebuilt shared object of the variant (a real compile per run would take minutes). */
+static int op_create_get(void *p) {
+    (void)p;
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1};
+    ropekv_ctx *c = (ropekv_ctx *)1;
+    ropekv_status s = ropekv_create(&c, &o);
+    if (s != ROPEKV_OK) {
+        if (c != NULL) fail_msg("ropekv_create failed (%s) but returned a context", ropekv_status_name(s));
+        if (s != ROPEKV_ERR_NOMEM) fail_msg("ropekv_create under a failed allocation: %s", ropekv_status_name(s));
+        return 1;
+    }
+    ropekv_kernel *k = NULL;
+    s = ropekv_kernel_get(c, &DS_FP8, &k);
+    int failed = s != ROPEKV_OK;
+    if (failed) {
+        long seen = calls;
+        armed = 0; /* the context must still work: the same get, without failures */
+        if (!ropekv_last_error(c)[0]) fail_msg("kernel_get failed (%s) without a message", ropekv_status_name(s));
+        if (s != ROPEKV_ERR_NOMEM)
+            fail_msg("kernel_get under a failed allocation: %s: %s", ropekv_status_name(s), ropekv_last_error(c));
+        s = ropekv_kernel_get(c, &DS_FP8, &k);
+        if (s != ROPEKV_OK) fail_msg("kernel_get after a failed one: %s", ropekv_last_error(c));
+        armed = 1;
+        calls = seen;
+    }
+    char why[4096] = "";
+    armed = 0;
+    int bad = kernel_matches(k, ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why);
+    armed = 1;
+    if (bad) fail_msg("the kernel is wrong: %s", why);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    return failed;
+}
+
+static void test_oom_create_get(void **state) {
+    (void)state;
+    char dir[PATH], so[PATH], cxx[PATH], entry[PATH], script[3 * PATH];
+    sub(dir, "oom-prebuilt");
+    sub(so, "prebuilt.so");
+    sub(cxx, "copy-prebuilt.sh");
+    ropekv_ctx *c = open_ctx(dir);
+    get_and_check(c, &DS_FP8);
+    ropekv_destroy(c);
+    only_entry(dir, entry);
+    size_t n;
+    unsigned char *e = read_file(entry, &n);
+    write_file(so, e + 88, n - 88, 0600);
+    free(e);
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n[ \"$1\" = --version ] && { echo copy-prebuilt 1.0; exit 0; }\n"
+             "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && exec cp '%s' \"$2\"; shift; done\nexit 1\n",
+             so);
+    write_text(cxx, script, 0700);
+    setenv("CXX", cxx, 1);
+    assert_true(every_site_fails("ropekv_create + ropekv_kernel_get + ropekv_destroy", op_create_get, NULL) > 100);
+    unsetenv("CXX");
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_cache_dir_replaced),
+        cmocka_unit_test(test_other_version_entries),
+        cmocka_unit_test(test_spec_file_changes),
+        cmocka_unit_test(test_spec_file_name_stays_a_comment),
+        cmocka_unit_test(test_spec_cpu_time_cap),
+        cmocka_unit_test(test_compiler_fails_or_hangs),
+        cmocka_unit_test(test_oom_spec_load),
+        cmocka_unit_test(test_oom_emit),
+        cmocka_unit_test(test_oom_create_get),
+    };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("faults", tests, setup, teardown);
+}
