@@ -124,11 +124,11 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         /* no clamp of positions at max_pos */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p",
          "p < 0 ? 0 : p", 1},
-        /* negative slots written */
-        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "} else if (slot >= 0 && slot < a.kv_rows) {",
-         "} else if (slot < a.kv_rows) {", 1},
+        /* padding tokens written (to rows 0/1, so the wrong kernel stays inside the buffer) */
+        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "if (slot >= 0 && slot < a.kv_rows) kv_chunk<I>(a, t, (I)slot,",
+         "if (slot) kv_chunk<I>(a, t, (I)(slot & 1),", 1},
         /* a line that cannot matter for a skip_kv spec: the check must not flag it */
-        {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "if (SKIP_ALL && slot < 0) return;", "", 0},
+        {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "if (SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0) return;", "", 0},
     };
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
         const rk_variant *v = variant(mutations[m].key);
