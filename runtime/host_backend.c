@@ -132,7 +132,8 @@ int rk_host_compiler_version(char *line, size_t cap) {
     const char *t = getenv("TMPDIR");
     char path[4096];
     int timeout = rk_host_compile_timeout();
-    if (cap) line[0] = '\0';
+    if (!line || !cap) return -1;
+    line[0] = '\0';
     snprintf(path, sizeof path, "%s/ropekv-cxx-XXXXXX", t && *t ? t : "/tmp");
     int fd = mkstemp(path);
     if (fd < 0) return -1;

@@ -44,7 +44,8 @@ command -v "$cc" >/dev/null || {
     exit 2
 }
 
-cmake -S . -B "$bdir" -DRK_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$bdir.configure.log" 2>&1 || {
+cmake -S . -B "$bdir" -DRK_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    >"$bdir.configure.log" 2>&1 || {
     cat "$bdir.configure.log" >&2
     exit 1
 }
@@ -94,7 +95,8 @@ for t in $targets; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' $logs | awk '{n += $1} END {print n + 0}')
     rate=$((execs / (took > 0 ? took : 1)))
     # shellcheck disable=SC2086
-    cov=$(grep -hE '^#[0-9]+[[:space:]].*cov: ' $logs | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\) corp: \([0-9]*\).*/\1 \2 \3/p' |
+    cov=$(grep -hE '^#[0-9]+[[:space:]].*cov: ' $logs |
+        sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\) corp: \([0-9]*\).*/\1 \2 \3/p' |
         sort -n -k1,1 -k2,2 | tail -n 1 | awk '{printf "cov: %s ft: %s corp: %s", $1, $2, $3}')
     status=ok
     if [ "$rc" -ne 0 ]; then
@@ -103,7 +105,8 @@ for t in $targets; do
         # shellcheck disable=SC2086
         tail -n 60 $logs >&2
     fi
-    summary="$summary$(printf '%-8s %6s s %12s execs %8s exec/s  %-34s %s' "$t" "$took" "${execs:-?}" "${rate:-?}" "${cov:-}" "$status")
+    line=$(printf '%-8s %6s s %12s execs %8s exec/s  %-34s %s' "$t" "$took" "$execs" "$rate" "$cov" "$status")
+    summary="$summary$line
 "
 done
 echo "fuzz summary (logs in $bdir/logs):"
