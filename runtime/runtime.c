@@ -251,7 +251,13 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     rk_buf tpl = {0};
     rk_sha256 h;
     rk_sha256_init(&h);
-    if (rk_template_text(&tpl, &err) == RK_OK) rk_sha256_update(&h, tpl.p, tpl.len);
+    if ((rc = rk_template_text(&tpl, &err)) != RK_OK) { /* never key caches on an empty template */
+        logf_(c, "%s", err.msg);
+        rk_buf_free(&tpl);
+        ropekv_destroy(c);
+        return from_rk(rc);
+    }
+    rk_sha256_update(&h, tpl.p, tpl.len);
     rk_sha256_final(&h, c->template_hash);
     rk_buf_free(&tpl);
 
