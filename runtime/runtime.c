@@ -473,13 +473,12 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
     rk_codeobj co = {0};
     int from_disk = 0, lock = -1;
     if (c->cache.usable) {
-        if (rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK) {
+        int got = rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why);
+        if (got == RK_CACHE_OK) {
             from_disk = 1;
         } else {
-            if (why[0]) {
-                fprintf(stderr, "ropekv: warning: %s\n", why);
-                count(c, &c->stats.cache_rejects);
-            }
+            if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
+            if (got == RK_CACHE_MISS && why[0]) count(c, &c->stats.cache_rejects); /* an invalid entry, removed */
             lock = rk_cache_lock(&c->cache, digest); /* another process may be compiling it: wait */
             why[0] = '\0';
             from_disk = rk_cache_get(&c->cache, digest, &co.data, &co.len, why, sizeof why) == RK_CACHE_OK;
@@ -496,15 +495,19 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
                 break;
             }
             logf_(c, "compiled %s for %s in %.1f ms (%zu bytes)", r->name, c->dev.target, now_ms() - t0, co.len);
-            if (c->cache.usable && rk_cache_put(&c->cache, digest, co.data, co.len, why, sizeof why) != RK_CACHE_OK)
-                fprintf(stderr, "ropekv: warning: %s\n", why);
         } else {
             logf_(c, "disk cache hit %s (%s)", r->name, hex);
             count(c, &c->stats.disk_hits);
         }
         log.len = 0;
         int rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module, k->fn, &log);
-        if (rc == RK_OK) break;
+        if (rc == RK_OK) {
+            /* Only a code object that loads is worth keeping. */
+            if (!from_disk && c->cache.usable &&
+                rk_cache_put(&c->cache, digest, co.data, co.len, why, sizeof why) != RK_CACHE_OK)
+                fprintf(stderr, "ropekv: warning: %s\n", why);
+            break;
+        }
         if (!from_disk) {
             s = fail(c, from_rk(rc), "loading %s: %s", r->name, log.p ? log.p : "");
             break;

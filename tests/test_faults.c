@@ -786,9 +786,21 @@ static void test_compiler_fails_or_hangs(void **state) {
     write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo garbage 1.0; exit 0; }\n"
                     "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && echo 'not an ELF file' > \"$2\"; shift; done\nexit 0\n",
                0700);
-    c = open_ctx(NULL);
+    c = open_ctx(dir); /* with a disk cache: an object that does not load is not kept */
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "file too short"));
+    assert_int_equal(count_files(dir).entries, 0);
+    ropekv_destroy(c);
+    /* a real shared object without the kernel's entry points: loading fails, nothing is cached */
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo hollow 1.0; exit 0; }\n"
+                    "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
+                    "echo 'int rk_unrelated;' | exec cc -shared -fPIC -x c -o \"$out\" -\n",
+               0700);
+    c = open_ctx(dir);
+    assert_int_not_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    print_message("%s\n", ropekv_last_error(c));
+    assert_non_null(strstr(ropekv_last_error(c), "not found"));
+    assert_int_equal(count_files(dir).entries, 0);
     ropekv_destroy(c);
 
     /* hangs (and leaves a child behind): killed with its process group after the time limit */
