@@ -1,7 +1,7 @@
 /* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
  *
- *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--kv bf16,fp8_e4m3]
- *                [--shapes 1x16,128x16,...]
+ *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1]
+ *                [--kv bf16,fp8_e4m3] [--shapes 1x16,128x16,...]
  *
  * For each (knobs, kv, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
@@ -145,12 +145,13 @@ typedef struct rope_call {
     rk_args a;
     int64_t blocks;
     int block;
+    int pdl;
 } rope_call;
 
 static void launch_rope(void *p) {
     rope_call *r = p;
     rk_buf log = {0};
-    if (r->dev->ops->launch(r->dev, r->fn, &r->a, r->blocks, r->block, g_stream, &log) != RK_OK) {
+    if (r->dev->ops->launch(r->dev, r->fn, &r->a, r->blocks, r->block, r->pdl, g_stream, &log) != RK_OK) {
         fprintf(stderr, "launch: %s\n", log.p);
         exit(1);
     }
@@ -169,13 +170,14 @@ static int parse_list(const char *s, int *out, int cap) {
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
-    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0};
-    int nb = 1, nc = 1, nn = 1;
+    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[2] = {0};
+    int nb = 1, nc = 1, nn = 1, np = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--spec")) spec_name = argv[i + 1];
         else if (!strcmp(argv[i], "--block")) nb = parse_list(argv[i + 1], blocks_l, 8);
         else if (!strcmp(argv[i], "--chunks")) nc = parse_list(argv[i + 1], chunks_l, 8);
         else if (!strcmp(argv[i], "--nt")) nn = parse_list(argv[i + 1], nt_l, 2);
+        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 2);
         else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
     }
@@ -229,16 +231,18 @@ int main(int argc, char **argv) {
         if (!strcmp(cat.archs.a[i].name, "sm_90")) row = &cat.archs.a[i];
     if (!sp || !row) return 1;
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
-    printf("| T | H | kv | block | chunks | nt | us | limit us | %% of limit |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("| T | H | kv | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
     for (const char *kv = kvs; kv && *kv;) {
         int fp8 = !strncmp(kv, "fp8", 3);
         for (int b = 0; b < nb; b++)
             for (int c = 0; c < nc; c++)
-                for (int n = 0; n < nn; n++) {
+                for (int n = 0; n < nn * np; n++) {
                     rk_arch arch = *row;
                     arch.block = blocks_l[b];
                     arch.chunks = chunks_l[c];
-                    arch.nt_stores = nt_l[n];
+                    arch.nt_stores = nt_l[n % nn];
+                    arch.pdl = pdl_l[n / nn];
                     rk_variant v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
                                     .pos = RK_IDX_I64, .slot = RK_IDX_I64};
                     rk_variant_finish(&v);
@@ -280,7 +284,7 @@ int main(int argc, char **argv) {
                         free(hs);
                         CK(cu.memset(cs, 0x3f, (size_t)4096 * R * 4));
                         CK(cu.memset(scale, 0x3f, 4));
-                        rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block};
+                        rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
                         rc.a = (rk_args){
                             .q_nope = (void *)q, .q_pe = (void *)(q + (size_t)L * 2), .q_out = (void *)qo,
                             .k_nope = (void *)k, .k_pe = (void *)(k + (size_t)L * 2), .kv_cache = (void *)cache,
@@ -297,8 +301,9 @@ int main(int argc, char **argv) {
                                        (double)T * (8 + 8 + R * 4);
                         double limit = bytes / bw * 1e6;
                         if (limit < t_rt) limit = t_rt;
-                        printf("| %lld | %lld | %s | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T, (long long)H,
-                               fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, us, limit, 100 * limit / us);
+                        printf("| %lld | %lld | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T,
+                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, arch.pdl, us,
+                               limit, 100 * limit / us);
                         fflush(stdout);
                         CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
                         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu.free(all[i]));

@@ -255,7 +255,7 @@ int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn r
     }
     rk_args a;
     args_for(v, sh, &ref, &a);
-    rk_ref_run(v, &a);
+    for (int i = 0; i < (sh->runs > 1 ? sh->runs : 1); i++) rk_ref_run(v, &a);
     args_for(v, sh, &ker, &a);
     rc = run(ctx, v, &a);
     if (rc != 0) {

@@ -135,8 +135,8 @@ static int header(const rk_variant *v, rk_buf *o) {
     if (v->kv == RK_KV_FP8)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(v->fp8),
                             rk_scale_name(s->fp8_scale), (double)v->sat, s->fp8_rope_bf16 ? "true" : "false");
-    rc |= rk_buf_printf(o, "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
-                        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->chunks, a->nt_stores, a->fp8_hw,
+    rc |= rk_buf_printf(o, "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
+                        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->chunks, a->nt_stores, a->pdl, a->fp8_hw,
                         a->bf16_hw, rk_compiler_name(a->compiler));
     rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file,
                         v->key);
@@ -146,10 +146,11 @@ static int header(const rk_variant *v, rk_buf *o) {
 int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
     const rk_spec *s = v->spec;
     const rk_arch *a = v->arch;
-    char block[16], chunks[16], nt[4], hw_bf16[4], hw_fp8[4], fnuz[4], L[16], R[16], rope[4], cs[4], scale[4], q[4], sat[48];
+    char block[16], chunks[16], nt[4], pdl[4], hw_bf16[4], hw_fp8[4], fnuz[4], L[16], R[16], rope[4], cs[4], scale[4], q[4], sat[48];
     snprintf(block, sizeof block, "%d", a->block);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(nt, sizeof nt, "%d", a->nt_stores ? 1 : 0);
+    snprintf(pdl, sizeof pdl, "%d", a->pdl ? 1 : 0);
     snprintf(hw_bf16, sizeof hw_bf16, "%d", a->bf16_hw ? 1 : 0);
     snprintf(hw_fp8, sizeof hw_fp8, "%d", a->fp8_hw ? 1 : 0);
     snprintf(fnuz, sizeof fnuz, "%d", v->fp8 == RK_FP8_FNUZ ? 1 : 0);
@@ -165,6 +166,7 @@ int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
         {"block", block},
         {"chunks", chunks},
         {"nt_stores", nt},
+        {"pdl", pdl},
         {"hw_bf16", hw_bf16},
         {"hw_fp8", hw_fp8},
         {"fp8_fnuz", fnuz},

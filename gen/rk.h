@@ -94,6 +94,9 @@ typedef struct rk_arch {
     int chunks;               /* 16-byte output chunks per thread in large launches (1..8) */
     int64_t chunks_from;      /* launches of at least this many chunks use `chunks`; smaller ones 1 */
     int nt_stores;            /* 1: non-temporal (streaming) stores for q_out and cache rows */
+    int pdl;                  /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
+                                 the previous grid before its first memory access, so its launch can
+                                 overlap that grid's tail */
     rk_compiler compiler;     /* preferred compiler family */
     char options[256];        /* default compiler options, space separated */
 } rk_arch;
@@ -284,6 +287,9 @@ typedef struct rk_shape {
     int neg_every;      /* every n-th token gets a negative slot (0: none) */
     int specials;       /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
+    int runs;           /* the reference runs this many times on its buffers (0 means 1); the run
+                           callback must run the kernel as often, back to back (in place, each run
+                           rotates the previous one's output: chained launches that must be ordered) */
 } rk_shape;
 
 /* Runs the kernel under test on host-visible buffers described by a. Returns 0 or an error code. */

@@ -25,7 +25,10 @@ typedef struct rk_backend_ops {
                    rk_buf *log);
     /* Code object -> module with entry points fn[0] = name (32-bit) and fn[1] = name_i64. */
     int (*load)(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log);
-    int (*launch)(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log);
+    /* pdl: the code waits for the previous grid itself (arch row `pdl`), so the launch may overlap it
+     * (programmatic dependent launch); backends without the feature launch normally. */
+    int (*launch)(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
+                  rk_buf *log);
     void (*unload)(rk_device *d, void *module);
     void (*close)(rk_device *d);
 } rk_backend_ops;

@@ -3,6 +3,7 @@
  * one the CUDA runtime (and PyTorch) use, so streams from those work unchanged. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,26 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+
+/* cuLaunchKernelEx's configuration (cuda.h, CUDA 12.0+), reduced to what ropekv sets. */
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        unsigned programmatic_stream_serialization_allowed;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    CUstream stream;
+    CUlaunchAttribute *attrs;
+    unsigned n_attrs;
+} CUlaunchConfig;
+_Static_assert(sizeof(CUlaunchAttribute) == 72 && offsetof(CUlaunchAttribute, value) == 8, "CUlaunchAttribute layout");
+_Static_assert(sizeof(void *) != 8 || (offsetof(CUlaunchConfig, stream) == 32 && sizeof(CUlaunchConfig) == 56),
+               "CUlaunchConfig layout");
 
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
@@ -35,6 +56,7 @@ static struct {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **);
     CUresult (*error_string)(CUresult, const char **);
+    CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **); /* NULL before CUDA 12 */
     char why[256];
 } cu;
 
@@ -68,6 +90,7 @@ static void cu_load(void) {
     SYM(launch, "cuLaunchKernel")
     SYM(error_string, "cuGetErrorString")
 #undef SYM
+    *(void **)&cu.launch_ex = dlsym(cu.lib, "cuLaunchKernelEx");
     if (cu.init(0) != 0) {
         snprintf(cu.why, sizeof cu.why, "cuInit failed (no usable NVIDIA driver or device)");
         dlclose(cu.lib);
@@ -153,18 +176,28 @@ static int cuda_load(rk_device *d, const rk_codeobj *co, const char *name, void 
     return RK_OK;
 }
 
-static int cuda_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log) {
+static int cuda_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
+                       rk_buf *log) {
     cuda_state *s = d->state;
     rk_args copy = *a;
     void *params[] = {&copy};
     CUcontext prev;
+    const int ex = pdl && cu.launch_ex;
     CUresult r = cu.push(s->ctx);
     if (r == 0) {
-        r = cu.launch((CUfunction)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream, params, NULL);
+        if (ex) {
+            CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+            attr.value.programmatic_stream_serialization_allowed = 1;
+            CUlaunchConfig cfg = {(unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream, &attr, 1};
+            r = cu.launch_ex(&cfg, (CUfunction)fn, params, NULL);
+        } else {
+            r = cu.launch((CUfunction)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream, params,
+                          NULL);
+        }
         cu.pop(&prev);
     }
     if (r != 0) {
-        rk_buf_printf(log, "cuLaunchKernel: %s", cu_err(r));
+        rk_buf_printf(log, "%s: %s", ex ? "cuLaunchKernelEx" : "cuLaunchKernel", cu_err(r));
         return RK_ELAUNCH;
     }
     return RK_OK;

@@ -173,7 +173,9 @@ static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name,
     return RK_OK;
 }
 
-static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log) {
+static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
+                          rk_buf *log) {
+    (void)pdl; /* no programmatic dependent launch here */
     hip_state *s = d->state;
     rk_args copy = *a;
     void *params[] = {&copy};

@@ -111,7 +111,9 @@ static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void 
     return RK_OK;
 }
 
-static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, void *stream, rk_buf *log) {
+static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
+                           rk_buf *log) {
+    (void)pdl; /* no programmatic dependent launch here */
     (void)d;
     (void)blocks;
     (void)block;

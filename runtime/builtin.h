@@ -12,6 +12,7 @@ typedef struct rk_builtin {
     int block;             /* threads per block of the target's row */
     int chunks;            /* 16-byte output chunks per thread in large launches */
     long long chunks_from; /* launches of at least this many chunks are large */
+    int pdl;               /* the source waits for the previous grid: launch with programmatic serialization */
     const char *source;    /* the emitted text */
     size_t len;
 } rk_builtin;

@@ -91,6 +91,10 @@ typedef struct ropekv_options {
     const char *cache_dir;     /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv */
     int disk_cache;            /* 0: default (on unless $ROPEKV_DISABLE_CACHE=1); 1 on; -1 off */
     int log;                   /* 0: default ($ROPEKV_LOG=1 logs to stderr); 1 on; -1 off */
+    int pdl;                   /* programmatic dependent launch where the target's row enables it (sm_90):
+                                  a launch overlaps the tail of the kernel before it in the stream, which
+                                  it waits for before touching memory. 0: default (on unless
+                                  $ROPEKV_PDL=0); 1 on; -1 off */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a

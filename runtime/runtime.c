@@ -64,6 +64,7 @@ typedef struct kdesc {
     int block;
     int chunks;
     int64_t chunks_from;
+    int pdl;           /* the code waits for the previous grid (arch row `pdl`) */
 } kdesc;
 
 struct ropekv_kernel {
@@ -99,6 +100,7 @@ struct ropekv_ctx {
     const rk_arch *arch;        /* the arch row the device maps to */
     rk_cache cache;
     int log;
+    int pdl;                    /* launch kernels whose row has `pdl` with programmatic serialization */
     unsigned char template_hash[32];
     runtime_spec *specs;        /* loaded at run time */
     int n_specs;
@@ -199,6 +201,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->built, NULL);
     c->log = o && o->log ? o->log > 0 : env_flag("ROPEKV_LOG");
+    c->pdl = o && o->pdl ? o->pdl > 0 : !env("ROPEKV_PDL") || env_flag("ROPEKV_PDL");
 
     rk_err err = {0};
     size_t len;
@@ -396,6 +399,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
                 r->d.block = r->variant.arch->block;
                 r->d.chunks = r->variant.arch->chunks;
                 r->d.chunks_from = r->variant.arch->chunks_from;
+                r->d.pdl = r->variant.arch->pdl;
                 snprintf(r->name, sizeof r->name, "%s", r->variant.name);
                 return ROPEKV_OK;
             }
@@ -409,6 +413,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         r->d.block = b->block;
         r->d.chunks = b->chunks;
         r->d.chunks_from = b->chunks_from;
+        r->d.pdl = b->pdl;
         r->builtin = b;
         snprintf(r->name, sizeof r->name, "%s", b->kernel);
         return ROPEKV_OK;
@@ -747,7 +752,8 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     to_rk_args(a, &ra);
     ra.chunks = pl.cpt;
     rk_buf log = {0};
-    int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, stream, &log);
+    int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,
+                                  stream, &log);
     if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
     rk_buf_free(&log);
     return s;

@@ -199,6 +199,8 @@ RK_DEVICE void chunk(const args &a, I g) {
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
 // total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
+    rk_grid_wait();
+    rk_grid_release();
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
@@ -208,6 +210,8 @@ RK_ENTRY void ${name}(const rk::args a) {
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
+    rk_grid_wait();
+    rk_grid_release();
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);

@@ -2,6 +2,7 @@
 #define RK_BLOCK ${block}          // threads per block
 #define RK_CHUNKS ${chunks}        // at most this many 16-byte output chunks per thread
 #define RK_NT_STORES ${nt_stores}  // streaming stores for q_out and cache rows
+#define RK_PDL ${pdl}              // programmatic dependent launch (griddepcontrol, NVIDIA sm_90+)
 #define RK_HW_BF16 ${hw_bf16}
 #define RK_HW_FP8 ${hw_fp8}
 #define RK_FP8_FNUZ ${fp8_fnuz}

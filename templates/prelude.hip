@@ -64,6 +64,22 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
 #define RK_FOR_ONE(g, n) for (rk_i64 g = 0; g < (n); ++g)
 #endif
 
+// Programmatic dependent launch (RK_PDL, NVIDIA sm_90+). A kernel launched with the runtime's
+// programmatic-serialization attribute may start while the grid before it in the stream still runs:
+// rk_grid_wait() blocks until that grid has finished and its writes are visible, so it comes before
+// the kernel's first memory access; rk_grid_release() then lets the next grid start launching.
+// Launched without the attribute, both are no-ops.
+RK_DEVICE void rk_grid_wait(void) {
+#if RK_PDL && defined(RK_NV)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+RK_DEVICE void rk_grid_release(void) {
+#if RK_PDL && defined(RK_NV)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 RK_DEVICE rk_u32 rk_f32_bits(float f) { return __builtin_bit_cast(rk_u32, f); }
 RK_DEVICE float rk_bits_f32(rk_u32 u) { return __builtin_bit_cast(float, u); }
 RK_DEVICE bool rk_isnan(float f) { return (rk_f32_bits(f) & 0x7fffffffu) > 0x7f800000u; }

@@ -12,7 +12,13 @@
  * Plain C (no test framework): it must build and run where only the CUDA driver and nvrtc exist.
  * Without a usable driver or device it prints "gpu_conformance: SKIPPED: <reason>" and exits 77.
  *
- *   gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host]
+ * Kernels of rows with `pdl` are launched as the runtime launches them (programmatic dependent
+ * launch), and two shapes chain launches back to back on the same buffers ("x32 chained": in place,
+ * each launch rotates the previous one's q_pe), so a kernel that touched memory before its
+ * griddepcontrol.wait would read stale rows. --no-wait removes that wait from the source: a control
+ * run that shows the chained shapes can fail.
+ *
+ *   gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host] [--no-wait]
  *     --quick    only T in {1, 17} x H in {1, 16} (smoke run)
  *     --filter   only variants whose key contains TEXT
  *     --jobs     worker processes (default: online CPUs); each opens its own CUDA context
@@ -48,6 +54,7 @@
 typedef struct shape {
     int64_t tokens, heads;
     int wide;   /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
+    int runs;   /* launches back to back on the same buffers (0: one) */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -69,7 +76,7 @@ static void make_shapes(int quick) {
     g_n_shapes = 0;
     for (int h = 0; h < nh; h++)
         for (int t = 0; t < nt; t++)
-            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0};
+            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0};
     /* smallest first, so a failure is reported on the smallest shape that shows it */
     for (int i = 1; i < g_n_shapes; i++)
         for (int j = i; j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads;
@@ -78,18 +85,28 @@ static void make_shapes(int quick) {
             g_shapes[j] = g_shapes[j - 1];
             g_shapes[j - 1] = x;
         }
-    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1} : (shape){1000, 16, 1};
+    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0} : (shape){1000, 16, 1, 0};
+    /* chained launches: one wave of blocks (16 x 128) and several (1000 x 16) */
+    if (quick) {
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4};
+    } else {
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8};
+    }
 }
 
 static rk_shape rk_shape_of(int i) {
     return (rk_shape){.tokens = g_shapes[i].tokens, .heads = g_shapes[i].heads, .pad = (i % 2) * 8,
-                      .max_pos = MAX_POS, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+                      .max_pos = MAX_POS, .neg_every = 3, .specials = 1, .k_scale = 0.37f,
+                      .runs = g_shapes[i].runs};
 }
 
 static void shape_text(int i, int wide, char *out, size_t cap) {
     rk_shape s = rk_shape_of(i);
-    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
-             wide ? "i64" : "i32");
+    char chained[32] = "";
+    if (s.runs > 1) snprintf(chained, sizeof chained, " x%d chained", s.runs);
+    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
+             wide ? "i64" : "i32", chained);
 }
 
 /* ---- the CUDA driver calls for memory (the backend table has none) ------------------------------- */
@@ -245,6 +262,8 @@ typedef struct runner {
     const mem_ops *mem;
     void *fn[2];
     int force_wide;     /* the shape asks for the 64-bit entry */
+    int runs;           /* launches back to back (the shape's runs, at least 1) */
+    int pdl;            /* launch as the runtime does for rows with `pdl` */
     int used_wide;      /* out: the entry that ran */
     int device_lost;    /* out: a driver call failed; the context may be unusable */
     char *why;          /* rk_check's message buffer */
@@ -338,7 +357,9 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
         goto out;
     }
     if (total > 0) {
-        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], &d, blocks, block, NULL, &log);
+        rc = RK_OK;
+        for (int i = 0; i < r->runs && rc == RK_OK; i++)
+            rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], &d, blocks, block, r->pdl, NULL, &log);
         if (rc != RK_OK) {
             snprintf(why, cap, "launch (%lld blocks of %d): %s", (long long)blocks, block, log.p ? log.p : "failed");
             r->device_lost = 1;
@@ -471,6 +492,7 @@ static double now_ms(void) {
 }
 
 static int g_host;          /* --host */
+static int g_no_wait;       /* --no-wait */
 static uint64_t g_seed = 1;
 
 /* Opens the backend for this process: RK_OK, RK_EBACKEND (skip) or another error, why set. */
@@ -496,13 +518,17 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
     rk_err err = {0};
     rk_codeobj co = {0};
     void *module = NULL;
-    runner r = {.dev = dev, .mem = mem, .why = res->why, .why_cap = sizeof res->why};
+    runner r = {.dev = dev, .mem = mem, .pdl = v->arch->pdl, .why = res->why, .why_cap = sizeof res->why};
     res->ok = 0;
     res->shapes = 0;
     res->why[0] = '\0';
     if (rk_emit(v, &src, &err) != RK_OK) {
         snprintf(res->why, sizeof res->why, "emit: %.2000s", err.msg);
         goto out;
+    }
+    if (g_no_wait) { /* the control: blank out the kernel's wait for the previous grid */
+        static const char wait[] = "griddepcontrol.wait;";
+        for (char *p = src.p; (p = strstr(p, wait)) != NULL;) memset(p, ' ', sizeof wait - 1);
     }
     int rc = dev->ops->compile(dev, src.p, src.len, v->name, v->arch, &co, &log);
     if (rc != RK_OK) {
@@ -520,6 +546,7 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
     for (int i = 0; i < g_n_shapes; i++) {
         rk_shape sh = rk_shape_of(i);
         r.force_wide = g_shapes[i].wide;
+        r.runs = sh.runs > 1 ? sh.runs : 1;
         r.used_wide = 0;
         res->why[0] = '\0';
         rc = rk_check(v, &sh, g_seed * 1000003u + (uint64_t)i, run_device, &r, res->why, sizeof res->why);
@@ -619,7 +646,7 @@ static void probe(shared *sh) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host]\n");
+    fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host] [--no-wait]\n");
 }
 
 static void print_result(const rk_variant *v, const result *r) {
@@ -634,6 +661,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--host")) g_host = 1;
+        else if (!strcmp(argv[i], "--no-wait")) g_no_wait = 1;
         else if (!strcmp(argv[i], "--list")) list = 1;
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--jobs") && i + 1 < argc) jobs = atoi(argv[++i]);

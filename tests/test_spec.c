@@ -239,6 +239,7 @@ static void test_archs_file(void **state)
         assert_int_equal(t->a[i].chunks, nvidia ? 4 : 1);
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : 1 << 20);
         assert_false(t->a[i].nt_stores);
+        assert_int_equal(t->a[i].pdl, !strcmp(names[i], "sm_90")); /* griddepcontrol: sm_90 and later */
         assert_string_equal(t->a[i].options, "");
     }
     const rk_arch *a = rk_arch_find(t, "gfx90a");
@@ -704,6 +705,9 @@ static void test_archs_invalid(void **state)
         {"a.archs[1].vec_bytes = 4", RK_ESPEC_INVALID, "archs[1].vec_bytes: must be 8 or 16, got 4"},
         {"a.archs[1].block = 96", RK_ESPEC_INVALID, "archs[1].block: must be a multiple of wave (64), got 96"},
         {"a.archs[1].block = 2048", RK_ESPEC_INVALID, "archs[1].block: must be in 32..1024, got 2048"},
+        {"a.archs[1].pdl = true", RK_ESPEC_INVALID,
+         "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
+        {"a.archs[1].pdl = 'yes'", RK_ESPEC_INVALID, "archs[1].pdl: must be a boolean"},
         {"a.archs[1].options = 5", RK_ESPEC_INVALID, "archs[1].options: must be a string, got number"},
         {"a.archs[1].wavefront = 64", RK_ESPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
         {"a.extra = 1", RK_ESPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},

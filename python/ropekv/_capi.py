@@ -50,6 +50,7 @@ class ropekv_options(ctypes.Structure):
         ("cache_dir", ctypes.c_char_p),
         ("disk_cache", ctypes.c_int),
         ("log", ctypes.c_int),
+        ("pdl", ctypes.c_int),
     ]
 
 

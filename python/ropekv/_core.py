@@ -126,11 +126,14 @@ def _torch_cuda_init(device):
 class Context:
     """A ropekv context: one backend on one device, the kernels compiled for it and their caches.
 
-    Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None)
-    disk_cache and log: None = library default (environment), True = on, False = off.
+    Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None,
+            pdl=None)
+    disk_cache, log and pdl: None = library default (environment), True = on, False = off. pdl: programmatic
+    dependent launch where the target's row enables it (sm_90): a launch overlaps the tail of the kernel
+    before it in the stream and waits for it before touching memory.
     Use as a context manager or call close(); kernels obtained from it must not be used after that."""
 
-    def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None):
+    def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None, pdl=None):
         self._h = None
         self._kernels = {}
         self._all_kernels = []
@@ -142,7 +145,7 @@ class Context:
         if b in (_capi.BACKENDS["auto"], _capi.BACKENDS["cuda"], _capi.BACKENDS["hip"]):
             _torch_cuda_init(device)
         self._opts = _capi.ropekv_options(b, device, _cstr(target), _cstr(cache_dir), _tristate(disk_cache, "disk_cache"),
-                                          _tristate(log, "log"))
+                                          _tristate(log, "log"), _tristate(pdl, "pdl"))
         h = ctypes.c_void_p()
         s = lib.ropekv_create(ctypes.byref(h), ctypes.byref(self._opts))
         if s != 0:
