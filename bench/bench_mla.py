@@ -10,9 +10,14 @@ slices of one [T, 576] projection output, a paged cache [blocks, 16, 576], rando
 permutation of the cache rows; fp8 caches use k_scale = 0.5 (stored = x * (1 / k_scale), clamped to +-448).
 
 Methods (all measured in this one process, see bench/README.md):
-  ropekv   the library through its Python binding (cuda backend, absorbed form)
+  ropekv   the library through its Python binding (cuda backend, absorbed form), default options: on sm_90
+           launches use programmatic dependent launch (PDL: each call's launch overlaps the previous
+           kernel's tail; the kernel waits for it before touching memory)
+  ropekv_nopdl  the same kernel launched without PDL (Context(pdl=False)); not a peer
   triton   a fused Triton kernel written here: grid (T, H + 1), one program per (token, head) and one per
            token for the KV row, fp32 math
+  triton_pdl  the same Triton kernel with gdc_wait / gdc_launch_dependents at its start, launched with
+           launch_pdl=True: the peer given the same launch overlap as ropekv
   compile  torch.compile of the unfused PyTorch sequence below
   eager    the unfused PyTorch sequence engines ran: rope on q_pe and k_pe with torch ops, torch.cat for
            q_out and the KV row, the fp8 cast, index_copy_ into the cache (negative slots masked to a
@@ -30,7 +35,9 @@ capture fails: back-to-back launches timed with CUDA events, marked *). Floors i
 kernel, a kernel that reads 16 B and writes 16 B, and the device copy bandwidth (a 2 GiB copy, bytes read +
 written / time). limit = max(round-trip floor, bytes moved / copy bandwidth), bytes as shared/PERF.md
 counts them (q_nope + q_pe read, q_out written, k_nope + k_pe read, KV row written, positions + slots +
-cos/sin rows read)."""
+cos/sin rows read). Per shape, "copy us" is a device copy of half those bytes (so the same bytes read +
+written) timed the same way: what this device achieves moving this much data in one call, the fairer
+bar at mid sizes where launch ramp-up and tail are a visible part of a call."""
 import argparse
 import csv
 import datetime
@@ -53,8 +60,8 @@ BLOCK_SIZE = 16
 ALL_T = [1, 4, 16, 64, 128, 512, 2048, 8192, 32768]
 ALL_H = [16, 128]
 ALL_KV = ["bf16", "fp8_e4m3"]
-ALL_METHODS = ["ropekv", "triton", "compile", "eager"]
-PEERS = ["triton", "compile", "eager"]
+ALL_METHODS = ["ropekv", "ropekv_nopdl", "triton", "triton_pdl", "compile", "eager"]
+PEERS = ["triton", "triton_pdl", "compile", "eager"]
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
@@ -136,7 +143,10 @@ def triton_kernels():
     def mla_rope_kv_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, kv_ptr, pos_ptr, slot_ptr, cs_ptr,
                            k_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st,
                            k_pe_st, kv_st, H, L: tl.constexpr, R: tl.constexpr, FP8: tl.constexpr,
-                           FP8_MAX: tl.constexpr):
+                           FP8_MAX: tl.constexpr, USE_GDC: tl.constexpr):
+        if USE_GDC:  # PDL: wait for the previous grid before any memory access, then let the next one launch
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         HALF: tl.constexpr = R // 2
@@ -222,8 +232,8 @@ class Problem:
 
 
 # ---- methods: each returns (fn, outputs) where fn() runs one call and outputs() gives (q_out, kv_cache) ----------
-def method_ropekv(state, pb):
-    k = state["ropekv_kernels"][pb.kv]
+def method_ropekv(state, pb, which="ropekv_kernels"):
+    k = state[which][pb.kv]
     q_out, cache = pb.new_q_out(), pb.new_cache()
     launch = k.bind(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=q_out, k_nope=pb.k_nope, k_pe=pb.k_pe, kv_cache=cache,
                     positions=pb.positions, slots=pb.slots, cos_sin=pb.cos_sin_cache,
@@ -231,7 +241,11 @@ def method_ropekv(state, pb):
     return launch, lambda: (q_out, cache)
 
 
-def method_triton(state, pb):
+def method_ropekv_nopdl(state, pb):
+    return method_ropekv(state, pb, "ropekv_nopdl_kernels")
+
+
+def method_triton(state, pb, pdl=False):
     kern = triton_kernels()["mla"]
     q_out, cache = pb.new_q_out(), pb.new_cache()
     grid = (pb.T, pb.H + 1)
@@ -239,10 +253,18 @@ def method_triton(state, pb):
          pb.q_nope.stride(0), pb.q_nope.stride(1), pb.q_pe.stride(0), pb.q_pe.stride(1), q_out.stride(0),
          q_out.stride(1), pb.k_nope.stride(0), pb.k_pe.stride(0), W, pb.H)
 
-    def fn():
-        kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, num_warps=2)
+    if pdl:
+        def fn():
+            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=True, num_warps=2, launch_pdl=True)
+    else:
+        def fn():
+            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=False, num_warps=2)
 
     return fn, lambda: (q_out, cache)
+
+
+def method_triton_pdl(state, pb):
+    return method_triton(state, pb, pdl=True)
 
 
 def _torch_method(f, pb):
@@ -267,7 +289,8 @@ def method_compile(state, pb):
     return _torch_method(state["compiled"], pb)
 
 
-METHODS = {"ropekv": method_ropekv, "triton": method_triton, "compile": method_compile, "eager": method_eager}
+METHODS = {"ropekv": method_ropekv, "ropekv_nopdl": method_ropekv_nopdl, "triton": method_triton,
+           "triton_pdl": method_triton_pdl, "compile": method_compile, "eager": method_eager}
 
 
 # ---- checks -------------------------------------------------------------------------------------------------------
@@ -557,27 +580,31 @@ def write_outputs(args, meta, floors, rows, methods):
                  "%.2f TB/s (2 GiB, read + write)" % (floors["empty_us"], floors["roundtrip_us"],
                                                       floors["copy_Bps"] / 1e12))
     lines.append("- limit = max(round-trip floor, bytes / copy bandwidth); vs best peer = best peer us / ropekv us; "
-                 "% of limit = limit us / ropekv us x 100")
+                 "% of limit = limit us / ropekv us x 100; copy us = a device copy of the same bytes (half read, "
+                 "half written) in the same graph timing; % of copy = copy us / ropekv us x 100; ropekv and "
+                 "triton_pdl launch with PDL, ropekv_nopdl and triton without")
     lines.append("- torch.compile: mode=%s, dynamic=%s" % (args.compile_mode, args.compile_dynamic))
     lines.append("- checks: every method before timing vs a PyTorch reference of ropekv's arithmetic (one rounded "
                  "product, one fma, emulated exactly): q_nope/k_nope parts bit-identical, rope elements bit-identical "
                  "or within 1 bf16 (fp8) step of max(|expected|, |x0*c| + |x1*s|), the bound of two-rounding "
                  "x0*c - x1*s; 'bit-identical' = ropekv's outputs equal to the reference's bit for bit")
     lines.append("")
-    head = ["T", "H", "kv"] + ["%s us" % m for m in methods] + ["limit us"]
+    head = ["T", "H", "kv"] + ["%s us" % m for m in methods] + ["limit us", "copy us"]
     if "ropekv" in methods:
-        head += ["vs best peer", "% of limit", "bit-identical"]
+        head += ["vs best peer", "% of limit", "% of copy", "bit-identical"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
         res = r["results"]
-        vals = [str(r["T"]), str(r["H"]), r["kv"]] + [cell(res.get(m)) for m in methods] + [fmt_us(r["limit_us"])]
+        vals = [str(r["T"]), str(r["H"]), r["kv"]] + [cell(res.get(m)) for m in methods] + [fmt_us(r["limit_us"]),
+                                                                                            fmt_us(r.get("copy_us"))]
         if "ropekv" in methods:
             rk = res.get("ropekv")
             ok_rk = rk is not None and rk["status"] == "ok"
             best = [res[m]["us"] for m in peers if res.get(m) and res[m]["status"] == "ok"]
             vals.append("%.2fx" % (min(best) / rk["us"]) if ok_rk and best else "-")
             vals.append("%.0f%%" % (100 * r["limit_us"] / rk["us"]) if ok_rk else "-")
+            vals.append("%.0f%%" % (100 * r["copy_us"] / rk["us"]) if ok_rk and r.get("copy_us") else "-")
             vals.append("%.4f%%" % (100 * rk["exact"]) if rk is not None and rk.get("exact") is not None else "-")
         lines.append("| " + " | ".join(vals) + " |")
     notes = sorted({"%s: %s" % (m, r["results"][m]["note"]) for r in rows for m in methods
@@ -594,7 +621,7 @@ def write_outputs(args, meta, floors, rows, methods):
     with open(base + ".csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["date", "gpu", "T", "H", "kv", "method", "status", "us", "timing", "max_steps", "bit_identical",
-                    "bytes", "limit_us", "empty_us", "roundtrip_us", "copy_TBps", "note"])
+                    "bytes", "limit_us", "copy_us", "empty_us", "roundtrip_us", "copy_TBps", "note"])
         for r in rows:
             for m in methods:
                 res = r["results"].get(m)
@@ -603,7 +630,8 @@ def write_outputs(args, meta, floors, rows, methods):
                 w.writerow([meta["datetime"], meta["gpu"], r["T"], r["H"], r["kv"], m, res["status"],
                             "%.4f" % res["us"] if res.get("us") is not None else "", res.get("timing", ""),
                             res.get("steps", ""), "%.6f" % res["exact"] if res.get("exact") is not None else "",
-                            r["bytes"], "%.4f" % r["limit_us"], "%.4f" % floors["empty_us"],
+                            r["bytes"], "%.4f" % r["limit_us"],
+                            "%.4f" % r["copy_us"] if r.get("copy_us") else "", "%.4f" % floors["empty_us"],
                             "%.4f" % floors["roundtrip_us"], "%.4f" % (floors["copy_Bps"] / 1e12), res.get("note", "")])
     paths = [base + ".md", base + ".csv"]
     if not args.no_plot:
@@ -621,7 +649,8 @@ def plot(path, meta, rows, methods, args):
     Hs = sorted({r["H"] for r in rows})
     kvs = [kv for kv in ALL_KV if any(r["kv"] == kv for r in rows)]
     fig, axes = plt.subplots(len(Hs), len(kvs), figsize=(6.5 * len(kvs), 4.8 * len(Hs)), squeeze=False)
-    style = {"ropekv": ("C3", "o"), "triton": ("C0", "s"), "compile": ("C2", "^"), "eager": ("C1", "v")}
+    style = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "triton": ("C0", "s"), "triton_pdl": ("C4", "s"),
+             "compile": ("C2", "^"), "eager": ("C1", "v")}
     for i, H in enumerate(Hs):
         for j, kv in enumerate(kvs):
             ax = axes[i][j]
@@ -634,6 +663,9 @@ def plot(path, meta, rows, methods, args):
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, color=c, label=m)
             if sel:
                 ax.plot([r["T"] for r in sel], [r["limit_us"] for r in sel], "k--", label="limit")
+                cp = [(r["T"], r["copy_us"]) for r in sel if r.get("copy_us")]
+                if cp:
+                    ax.plot([p[0] for p in cp], [p[1] for p in cp], "k:", label="copy (same bytes)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("tokens T")
@@ -692,6 +724,10 @@ def main(argv=None):
             state["ropekv_kernels"][kv] = k
         log("ropekv %s on %s: %s; stats %s" % (meta["ropekv"], ctx.target, ", ".join(meta["kernels"].values()),
                                                ctx.stats()))
+    if "ropekv_nopdl" in methods:
+        ctx2 = ropekv.Context("cuda", device=args.device, pdl=False)
+        state["ctx_nopdl"] = ctx2
+        state["ropekv_nopdl_kernels"] = {kv: ctx2.kernel("deepseek_v3", kv=kv, q="absorbed") for kv in args.kv_list}
     log("GPU %s, torch %s, triton %s" % (meta["gpu"], meta["torch"], meta["triton"]))
 
     floors = measure_floors(torch, dev, args.calls, args.reps)
@@ -727,6 +763,16 @@ def main(argv=None):
                     kvb = 1 if kv == "fp8_e4m3" else 2
                     r["bytes"] = T * H * W * 4 + T * W * (2 + kvb) + T * (16 + R * 4)
                 r["limit_us"] = max(floors["roundtrip_us"], r["bytes"] / floors["copy_Bps"] * 1e6)
+                r["copy_us"] = None
+                if pb is not None:
+                    try:
+                        n = max(16, r["bytes"] // 2 // 16 * 16)
+                        src = torch.ones(n, dtype=torch.uint8, device=dev)
+                        dst = torch.empty_like(src)
+                        r["copy_us"] = time_graph(torch, lambda: dst.copy_(src), args.calls, args.reps)
+                        del src, dst
+                    except Exception as e:  # noqa: BLE001
+                        log("  same-size copy failed: %s" % str(e).split("\n")[0][:200])
                 ref = None
                 if pb is not None:
                     try:
@@ -796,8 +842,9 @@ def main(argv=None):
 
     paths = write_outputs(args, meta, floors, rows, methods)
     log("wrote " + ", ".join(paths))
-    if state.get("ctx") is not None:
-        state["ctx"].close()
+    for name in ("ctx", "ctx_nopdl"):
+        if state.get(name) is not None:
+            state[name].close()
     wrong = [(r["T"], r["H"], r["kv"], m) for r in rows for m, v in r["results"].items() if v["status"] == "WRONG"]
     return 1 if wrong else 0
 
