@@ -1,13 +1,14 @@
 /* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
  *
- *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1]
+ *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3] [--shapes 1x16,128x16,...]
  *
  * For each (knobs, kv, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
  * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
- * gpu_conformance checks every variant bit for bit. */
+ * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
+ * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -170,14 +171,14 @@ static int parse_list(const char *s, int *out, int cap) {
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
-    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[2] = {0};
+    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[3] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--spec")) spec_name = argv[i + 1];
         else if (!strcmp(argv[i], "--block")) nb = parse_list(argv[i + 1], blocks_l, 8);
         else if (!strcmp(argv[i], "--chunks")) nc = parse_list(argv[i + 1], chunks_l, 8);
         else if (!strcmp(argv[i], "--nt")) nn = parse_list(argv[i + 1], nt_l, 2);
-        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 2);
+        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 3);
         else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
     }
@@ -242,7 +243,7 @@ int main(int argc, char **argv) {
                     arch.block = blocks_l[b];
                     arch.chunks = chunks_l[c];
                     arch.nt_stores = nt_l[n % nn];
-                    arch.pdl = pdl_l[n / nn];
+                    arch.pdl = pdl_l[n / nn] != 0;
                     rk_variant v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
                                     .pos = RK_IDX_I64, .slot = RK_IDX_I64};
                     rk_variant_finish(&v);
@@ -285,6 +286,7 @@ int main(int argc, char **argv) {
                         CK(cu.memset(cs, 0x3f, (size_t)4096 * R * 4));
                         CK(cu.memset(scale, 0x3f, 4));
                         rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
+                        const int pdl_mode = pdl_l[n / nn];
                         rc.a = (rk_args){
                             .q_nope = (void *)q, .q_pe = (void *)(q + (size_t)L * 2), .q_out = (void *)qo,
                             .k_nope = (void *)k, .k_pe = (void *)(k + (size_t)L * 2), .kv_cache = (void *)cache,
@@ -292,6 +294,7 @@ int main(int argc, char **argv) {
                             .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
                             .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
                             .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
+                            .early_release = pdl_mode == 1,
                         };
                         int64_t total;
                         rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.block, arch.chunks, arch.chunks_from, &total,
@@ -302,7 +305,7 @@ int main(int argc, char **argv) {
                         double limit = bytes / bw * 1e6;
                         if (limit < t_rt) limit = t_rt;
                         printf("| %lld | %lld | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T,
-                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, arch.pdl, us,
+                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
                                limit, 100 * limit / us);
                         fflush(stdout);
                         CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};

@@ -132,12 +132,29 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
     return rc;
 }
 
+/* pdl_gate of a PTX text: per .entry, does griddepcontrol.wait come before the first ld/st.global? */
+static int pdl_gate(const char *ptx) {
+    int waits = 0, early = 0;
+    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
+        const char *next = strstr(e + 1, ".entry ");
+        const char *wait = strstr(e, "griddepcontrol.wait");
+        const char *ld = strstr(e, "ld.global"), *st = strstr(e, "st.global");
+        const char *first = ld && (!st || ld < st) ? ld : st;
+        if (wait && next && wait > next) wait = NULL;
+        if (first && next && first > next) first = NULL;
+        if (wait) waits++;
+        if (wait && first && first < wait) early++;
+        if (!wait && waits) early++;
+    }
+    return early ? 2 : waits ? 1 : 0;
+}
+
 int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_result *r,
                  const rk_build_outputs *out) {
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
     r->cc = cc;
-    r->bf16_cvt = -1;
+    r->bf16_cvt = r->pdl_gate = -1;
     r->pid = (int)getpid();
     rk_buf src = {0}, log = {0}, dis = {0};
     rk_codeobj co = {0};
@@ -162,8 +179,10 @@ int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_r
             break;
         case RK_CC_NVRTC:
             rc = rk_nvrtc_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == RK_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == RK_OK)
+            if (rc == RK_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == RK_OK) {
                 r->bf16_cvt = dis.len && strstr(dis.p, "cvt.rn.bf16x2.f32") ? 1 : 0;
+                r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
+            }
             if (rc == RK_OK && out && out->sass) cubin_sass(&co, out->sass);
             break;
         case RK_CC_HOST:
@@ -269,7 +288,7 @@ static void lost(const rk_build_item *items, int n, shared *sh, int i, const cha
     rk_info_reset(&r->info);
     r->rc = RK_ECOMPILE;
     r->cc = items[i].cc;
-    r->bf16_cvt = -1;
+    r->bf16_cvt = r->pdl_gate = -1;
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
     r->state = 2;

@@ -97,6 +97,8 @@ typedef struct rk_arch {
     int pdl;                  /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
                                  the previous grid before its first memory access, so its launch can
                                  overlap that grid's tail */
+    int pdl_early_blocks;     /* with pdl: launches of at most this many blocks let the next grid launch
+                                 as soon as they start; larger ones when their blocks exit */
     rk_compiler compiler;     /* preferred compiler family */
     char options[256];        /* default compiler options, space separated */
 } rk_arch;
@@ -177,6 +179,8 @@ typedef struct rk_args {
     int64_t kv_st;                  /* row stride of the cache */
     int64_t kv_rows;                /* rows in the cache: a slot >= kv_rows is not written */
     int64_t chunks;                 /* chunks per thread of this launch (rk_launch_size) */
+    int64_t early_release;          /* rows with pdl: 1 lets the next grid launch as soon as this one has
+                                       started (small launches); 0 when its blocks exit */
 } rk_args;
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------

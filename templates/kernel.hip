@@ -21,6 +21,7 @@ struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
     rk_i64 k_nope_st, k_pe_st;
     rk_i64 kv_st, kv_rows;
     rk_i64 chunks;  // chunks per thread of this launch (1 .. RK_CHUNKS)
+    rk_i64 early_release;  // RK_PDL: 1 lets the next grid launch once this one has started, 0 at exit
 };
 
 constexpr int V = 8;                  // bf16 elements per chunk
@@ -199,8 +200,8 @@ RK_DEVICE void chunk(const args &a, I g) {
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
 // total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
-    rk_grid_wait();
-    rk_grid_release();
+    rk_grid_wait();  // before the first memory access (RK_PDL)
+    if (a.early_release) rk_grid_release();
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
@@ -210,8 +211,8 @@ RK_ENTRY void ${name}(const rk::args a) {
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
-    rk_grid_wait();
-    rk_grid_release();
+    rk_grid_wait();  // before the first memory access (RK_PDL)
+    if (a.early_release) rk_grid_release();
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);

@@ -2,7 +2,9 @@
  * whatever targets the spec lists, built for
  *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90 with nvrtc
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
- * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250.
+ * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
+ * on NVIDIA rows with pdl every entry must wait for the previous grid (griddepcontrol.wait) before
+ * its first global load or store, and rows without pdl must not wait at all.
  * Identical kernels (same name) are compiled once. A compiler that is not installed skips its part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,7 +98,7 @@ static int setup(void **state) {
             if (dup) continue;
             g_items[g_n].v = tmp[i];
             g_items[g_n].cc = TARGETS[t].cc;
-            g_items[g_n].flags = wants_bf16_hw(&tmp[i]) ? RK_BUILD_SCAN : 0;
+            g_items[g_n].flags = wants_bf16_hw(&tmp[i]) || tmp[i].arch->vendor == RK_VENDOR_NVIDIA ? RK_BUILD_SCAN : 0;
             g_n++;
         }
     }
@@ -150,6 +152,9 @@ static int check_built(rk_compiler cc, int *checked) {
                 a->vendor == RK_VENDOR_AMD ? "v_cvt_pk_fp8_f32" : "cvt.rn.satfinite.e4m3x2.f32 in the PTX");
         if (v->kv == RK_KV_FP8 && !a->fp8_hw && in->fp8_cvt != 0)
             WHY(" fp8 on %s (no fp8_hw) reports a hardware conversion (%d);", a->name, in->fp8_cvt);
+        if (a->vendor == RK_VENDOR_NVIDIA && r->pdl_gate != (a->pdl ? 1 : 0))
+            WHY(" row %s has pdl = %s but the PTX's gate is %d (1: every entry waits before its first "
+                "global access; 0: no wait);", a->name, a->pdl ? "true" : "false", r->pdl_gate);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 with rope on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
 #undef WHY

@@ -708,6 +708,8 @@ static void test_archs_invalid(void **state)
         {"a.archs[1].pdl = true", RK_ESPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
         {"a.archs[1].pdl = 'yes'", RK_ESPEC_INVALID, "archs[1].pdl: must be a boolean"},
+        {"a.archs[1].pdl_early_blocks = 8", RK_ESPEC_INVALID, "archs[1].pdl_early_blocks: needs pdl = true"},
+        {"a.archs[1].pdl_early_blocks = -1", RK_ESPEC_INVALID, "archs[1].pdl_early_blocks: must be in 0..1073741824, got -1"},
         {"a.archs[1].options = 5", RK_ESPEC_INVALID, "archs[1].options: must be a string, got number"},
         {"a.archs[1].wavefront = 64", RK_ESPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
         {"a.extra = 1", RK_ESPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},

@@ -719,8 +719,8 @@ def test_cuda_pdl_chain():
     try:
         results = []
         for ctx, graph in ((off, False), (on, False), (on, True)):
-            k = ctx.kernel("deepseek_v3", kv="bf16", q="inplace")
-            x = make_inputs(torch, "deepseek_v3", "inplace", "bf16", 1000, 16, "cuda", seed=17)
+            k = ctx.kernel("kimi_k2", kv="bf16", q="inplace", positions=SPECS["kimi_k2"]["pos"])
+            x = make_inputs(torch, "kimi_k2", "inplace", "bf16", 1000, 16, "cuda", seed=17)
             launch = k.bind(**x)
             if graph:
                 q0 = x["q_pe"].clone()
