@@ -8,7 +8,8 @@
  * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
  * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
- * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit. */
+ * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit;
+ * 3 and 4: 1 and 2 with the static inputs read before the wait (ropekv_options.pdl_prefetch). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -171,14 +172,14 @@ static int parse_list(const char *s, int *out, int cap) {
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
-    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[3] = {0};
+    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--spec")) spec_name = argv[i + 1];
         else if (!strcmp(argv[i], "--block")) nb = parse_list(argv[i + 1], blocks_l, 8);
         else if (!strcmp(argv[i], "--chunks")) nc = parse_list(argv[i + 1], chunks_l, 8);
         else if (!strcmp(argv[i], "--nt")) nn = parse_list(argv[i + 1], nt_l, 2);
-        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 3);
+        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 5);
         else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
     }
@@ -294,7 +295,8 @@ int main(int argc, char **argv) {
                             .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
                             .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
                             .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
-                            .early_release = pdl_mode == 1,
+                            .early_release = pdl_mode == 1 || pdl_mode == 3,
+                            .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
                         rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.block, arch.chunks, arch.chunks_from, &total,

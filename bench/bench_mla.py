@@ -18,6 +18,9 @@ Methods (all measured in this one process, see bench/README.md):
            token for the KV row, fp32 math
   triton_pdl  the same Triton kernel with gdc_wait / gdc_launch_dependents at its start, launched with
            launch_pdl=True: the peer given the same launch overlap as ropekv
+  ropekv_prefetch, triton_prefetch  both with PDL, reading positions and the cos/sin rows before the wait
+           (ropekv's Context(pdl_prefetch=True): valid when the kernel before does not write them); these
+           two are compared with each other only
   compile  torch.compile of the unfused PyTorch sequence below
   eager    the unfused PyTorch sequence engines ran: rope on q_pe and k_pe with torch ops, torch.cat for
            q_out and the KV row, the fp8 cast, index_copy_ into the cache (negative slots masked to a
@@ -60,8 +63,10 @@ BLOCK_SIZE = 16
 ALL_T = [1, 4, 16, 64, 128, 512, 2048, 8192, 32768]
 ALL_H = [16, 128]
 ALL_KV = ["bf16", "fp8_e4m3"]
-ALL_METHODS = ["ropekv", "ropekv_nopdl", "triton", "triton_pdl", "compile", "eager"]
+ALL_METHODS = ["ropekv", "ropekv_nopdl", "ropekv_prefetch", "triton", "triton_pdl", "triton_prefetch", "compile",
+               "eager"]
 PEERS = ["triton", "triton_pdl", "compile", "eager"]
+PREFETCH_PEERS = ["triton_prefetch"]  # compared with ropekv_prefetch only (the same contract)
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
@@ -143,8 +148,8 @@ def triton_kernels():
     def mla_rope_kv_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, kv_ptr, pos_ptr, slot_ptr, cs_ptr,
                            k_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st,
                            k_pe_st, kv_st, H, L: tl.constexpr, R: tl.constexpr, FP8: tl.constexpr,
-                           FP8_MAX: tl.constexpr, USE_GDC: tl.constexpr):
-        if USE_GDC:  # PDL: wait for the previous grid before any memory access, then let the next one launch
+                           FP8_MAX: tl.constexpr, USE_GDC: tl.constexpr, PREFETCH: tl.constexpr):
+        if USE_GDC and not PREFETCH:  # PDL: wait for the previous grid before any memory access
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
@@ -154,6 +159,9 @@ def triton_kernels():
         i = tl.arange(0, HALF)
         c = tl.load(cs_ptr + pos * R + i)
         s = tl.load(cs_ptr + pos * R + HALF + i)
+        if USE_GDC and PREFETCH:  # positions and cos/sin read before the wait
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         nope = tl.arange(0, L)
         pe = tl.arange(0, R)
         if h < H:
@@ -245,7 +253,7 @@ def method_ropekv_nopdl(state, pb):
     return method_ropekv(state, pb, "ropekv_nopdl_kernels")
 
 
-def method_triton(state, pb, pdl=False):
+def method_triton(state, pb, pdl=False, prefetch=False):
     kern = triton_kernels()["mla"]
     q_out, cache = pb.new_q_out(), pb.new_cache()
     grid = (pb.T, pb.H + 1)
@@ -255,16 +263,25 @@ def method_triton(state, pb, pdl=False):
 
     if pdl:
         def fn():
-            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=True, num_warps=2, launch_pdl=True)
+            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=True, PREFETCH=prefetch, num_warps=2,
+                       launch_pdl=True)
     else:
         def fn():
-            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=False, num_warps=2)
+            kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=False, PREFETCH=False, num_warps=2)
 
     return fn, lambda: (q_out, cache)
 
 
 def method_triton_pdl(state, pb):
     return method_triton(state, pb, pdl=True)
+
+
+def method_triton_prefetch(state, pb):
+    return method_triton(state, pb, pdl=True, prefetch=True)
+
+
+def method_ropekv_prefetch(state, pb):
+    return method_ropekv(state, pb, "ropekv_prefetch_kernels")
 
 
 def _torch_method(f, pb):
@@ -289,8 +306,9 @@ def method_compile(state, pb):
     return _torch_method(state["compiled"], pb)
 
 
-METHODS = {"ropekv": method_ropekv, "ropekv_nopdl": method_ropekv_nopdl, "triton": method_triton,
-           "triton_pdl": method_triton_pdl, "compile": method_compile, "eager": method_eager}
+METHODS = {"ropekv": method_ropekv, "ropekv_nopdl": method_ropekv_nopdl, "ropekv_prefetch": method_ropekv_prefetch,
+           "triton": method_triton, "triton_pdl": method_triton_pdl, "triton_prefetch": method_triton_prefetch,
+           "compile": method_compile, "eager": method_eager}
 
 
 # ---- checks -------------------------------------------------------------------------------------------------------
@@ -582,7 +600,8 @@ def write_outputs(args, meta, floors, rows, methods):
     lines.append("- limit = max(round-trip floor, bytes / copy bandwidth); vs best peer = best peer us / ropekv us; "
                  "% of limit = limit us / ropekv us x 100; copy us = a device copy of the same bytes (half read, "
                  "half written) in the same graph timing; % of copy = copy us / ropekv us x 100; ropekv and "
-                 "triton_pdl launch with PDL, ropekv_nopdl and triton without")
+                 "triton_pdl launch with PDL, ropekv_nopdl and triton without; prefetch vs peer = triton_prefetch us "
+                 "/ ropekv_prefetch us (both read positions and cos/sin before the PDL wait)")
     lines.append("- torch.compile: mode=%s, dynamic=%s" % (args.compile_mode, args.compile_dynamic))
     lines.append("- checks: every method before timing vs a PyTorch reference of ropekv's arithmetic (one rounded "
                  "product, one fma, emulated exactly): q_nope/k_nope parts bit-identical, rope elements bit-identical "
@@ -592,6 +611,9 @@ def write_outputs(args, meta, floors, rows, methods):
     head = ["T", "H", "kv"] + ["%s us" % m for m in methods] + ["limit us", "copy us"]
     if "ropekv" in methods:
         head += ["vs best peer", "% of limit", "% of copy", "bit-identical"]
+    pf = "ropekv_prefetch" in methods and "triton_prefetch" in methods
+    if pf:
+        head += ["prefetch vs peer"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
@@ -606,6 +628,10 @@ def write_outputs(args, meta, floors, rows, methods):
             vals.append("%.0f%%" % (100 * r["limit_us"] / rk["us"]) if ok_rk else "-")
             vals.append("%.0f%%" % (100 * r["copy_us"] / rk["us"]) if ok_rk and r.get("copy_us") else "-")
             vals.append("%.4f%%" % (100 * rk["exact"]) if rk is not None and rk.get("exact") is not None else "-")
+        if pf:
+            a, b = res.get("ropekv_prefetch"), res.get("triton_prefetch")
+            ok = a and b and a["status"] == "ok" and b["status"] == "ok"
+            vals.append("%.2fx" % (b["us"] / a["us"]) if ok else "-")
         lines.append("| " + " | ".join(vals) + " |")
     notes = sorted({"%s: %s" % (m, r["results"][m]["note"]) for r in rows for m in methods
                     if r["results"].get(m) and r["results"][m].get("note")})
@@ -649,7 +675,8 @@ def plot(path, meta, rows, methods, args):
     Hs = sorted({r["H"] for r in rows})
     kvs = [kv for kv in ALL_KV if any(r["kv"] == kv for r in rows)]
     fig, axes = plt.subplots(len(Hs), len(kvs), figsize=(6.5 * len(kvs), 4.8 * len(Hs)), squeeze=False)
-    style = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "triton": ("C0", "s"), "triton_pdl": ("C4", "s"),
+    style = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "ropekv_prefetch": ("C6", "o"),
+             "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"),
              "compile": ("C2", "^"), "eager": ("C1", "v")}
     for i, H in enumerate(Hs):
         for j, kv in enumerate(kvs):
@@ -724,10 +751,13 @@ def main(argv=None):
             state["ropekv_kernels"][kv] = k
         log("ropekv %s on %s: %s; stats %s" % (meta["ropekv"], ctx.target, ", ".join(meta["kernels"].values()),
                                                ctx.stats()))
-    if "ropekv_nopdl" in methods:
-        ctx2 = ropekv.Context("cuda", device=args.device, pdl=False)
-        state["ctx_nopdl"] = ctx2
-        state["ropekv_nopdl_kernels"] = {kv: ctx2.kernel("deepseek_v3", kv=kv, q="absorbed") for kv in args.kv_list}
+    for m, name, opts in (("ropekv_nopdl", "nopdl", {"pdl": False}),
+                          ("ropekv_prefetch", "prefetch", {"pdl": True, "pdl_prefetch": True})):
+        if m in methods:
+            c2 = ropekv.Context("cuda", device=args.device, **opts)
+            state["ctx_" + name] = c2
+            state["ropekv_%s_kernels" % name] = {kv: c2.kernel("deepseek_v3", kv=kv, q="absorbed")
+                                                 for kv in args.kv_list}
     log("GPU %s, torch %s, triton %s" % (meta["gpu"], meta["torch"], meta["triton"]))
 
     floors = measure_floors(torch, dev, args.calls, args.reps)
@@ -842,7 +872,7 @@ def main(argv=None):
 
     paths = write_outputs(args, meta, floors, rows, methods)
     log("wrote " + ", ".join(paths))
-    for name in ("ctx", "ctx_nopdl"):
+    for name in ("ctx", "ctx_nopdl", "ctx_prefetch"):
         if state.get(name) is not None:
             state[name].close()
     wrong = [(r["T"], r["H"], r["kv"], m) for r in rows for m, v in r["results"].items() if v["status"] == "WRONG"]

@@ -132,14 +132,14 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
     return rc;
 }
 
-/* pdl_gate of a PTX text: per .entry, does griddepcontrol.wait come before the first ld/st.global? */
+/* pdl_gate of a PTX text: per .entry, does a griddepcontrol.wait come before the first st.global?
+ * (Loads may precede it: with args.prefetch the static inputs are read before the wait.) */
 static int pdl_gate(const char *ptx) {
     int waits = 0, early = 0;
     for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
         const char *next = strstr(e + 1, ".entry ");
         const char *wait = strstr(e, "griddepcontrol.wait");
-        const char *ld = strstr(e, "ld.global"), *st = strstr(e, "st.global");
-        const char *first = ld && (!st || ld < st) ? ld : st;
+        const char *first = strstr(e, "st.global");
         if (wait && next && wait > next) wait = NULL;
         if (first && next && first > next) first = NULL;
         if (wait) waits++;

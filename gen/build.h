@@ -27,9 +27,9 @@ typedef struct rk_build_result {
     rk_compile_info info;
     int bf16_cvt;            /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
                               * v_cvt_pk_bf16_f32, NVIDIA cvt.rn.bf16x2.f32); -1: not scanned */
-    int pdl_gate;            /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry waits before its
-                              * first global load or store; 2 an entry touches global memory first
-                              * (a defect for rows with pdl); -1: not scanned */
+    int pdl_gate;            /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
+                              * its first global store; 2 an entry stores first (a defect for rows
+                              * with pdl); -1: not scanned */
     int pid;                 /* worker process that ran it */
     char log[RK_BUILD_LOG];  /* the compiler's log (NUL-terminated, possibly cut) */
 } rk_build_result;

@@ -181,6 +181,8 @@ typedef struct rk_args {
     int64_t chunks;                 /* chunks per thread of this launch (rk_launch_size) */
     int64_t early_release;          /* rows with pdl: 1 lets the next grid launch as soon as this one has
                                        started (small launches); 0 when its blocks exit */
+    int64_t prefetch;               /* rows with pdl: 1 reads positions, slots and cos/sin before waiting
+                                       for the previous grid (ropekv_options.pdl_prefetch) */
 } rk_args;
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------

@@ -95,6 +95,11 @@ typedef struct ropekv_options {
                                   a launch overlaps the tail of the kernel before it in the stream, which
                                   it waits for before touching memory. 0: default (on unless
                                   $ROPEKV_PDL=0); 1 on; -1 off */
+    int pdl_prefetch;          /* with pdl: read positions, slots and the cos/sin tables before waiting for
+                                  the kernel before in the stream (hides one dependent memory round trip
+                                  per call). Only correct when that kernel does not write them: engines
+                                  write positions and slots once per step and never touch the tables.
+                                  0: default (off unless $ROPEKV_PDL_PREFETCH=1); 1 on; -1 off */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a

@@ -102,6 +102,7 @@ struct ropekv_ctx {
     rk_cache cache;
     int log;
     int pdl;                    /* launch kernels whose row has `pdl` with programmatic serialization */
+    int pdl_prefetch;           /* ... reading the static inputs before the wait */
     unsigned char template_hash[32];
     runtime_spec *specs;        /* loaded at run time */
     int n_specs;
@@ -203,6 +204,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     pthread_cond_init(&c->built, NULL);
     c->log = o && o->log ? o->log > 0 : env_flag("ROPEKV_LOG");
     c->pdl = o && o->pdl ? o->pdl > 0 : !env("ROPEKV_PDL") || env_flag("ROPEKV_PDL");
+    c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : env_flag("ROPEKV_PDL_PREFETCH");
 
     rk_err err = {0};
     size_t len;
@@ -755,6 +757,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     to_rk_args(a, &ra);
     ra.chunks = pl.cpt;
     ra.early_release = pl.blocks <= k->d.pdl_early_blocks;
+    ra.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
     rk_buf log = {0};
     int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,
                                   stream, &log);

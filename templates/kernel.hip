@@ -22,7 +22,19 @@ struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
     rk_i64 kv_st, kv_rows;
     rk_i64 chunks;  // chunks per thread of this launch (1 .. RK_CHUNKS)
     rk_i64 early_release;  // RK_PDL: 1 lets the next grid launch once this one has started, 0 at exit
+    rk_i64 prefetch;       // RK_PDL: 1 reads positions, slots and cos/sin before waiting for the grid
+                           // before (which must not write them), 0 waits before any access
 };
+
+// Where a lane may first touch memory the previous kernel in the stream may have written (q, k,
+// k_scale) or that it may still read (the outputs). With a.prefetch the wait for that kernel happens
+// here, after the lane has read its positions, slots and cos/sin rows; otherwise the entry waited.
+RK_DEVICE void gate(const args &a) {
+    if (a.prefetch) {
+        rk_grid_wait();
+        if (a.early_release) rk_grid_release();
+    }
+}
 
 constexpr int V = 8;                  // bf16 elements per chunk
 constexpr int L_CH = L / V, R_CH = R / V, W_CH = L_CH + R_CH;
@@ -83,12 +95,16 @@ RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
 // chunk's partner half is rotated too and returned in *partner (the in-place form writes both).
 RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
     f8 y;
-    if (ROPE == 2) return unpack_bf16(rk_load16(x + j));
+    if (ROPE == 2) {
+        gate(a);
+        return unpack_bf16(rk_load16(x + j));
+    }
     const rk_i64 pos = position(a, t);
     float c[V], s[V];
     if (ROPE == 0) {  // gptj: pairs (2i, 2i+1) inside the chunk
-        f8 x8 = unpack_bf16(rk_load16(x + j));
         load_cos_sin(a, pos, j / 2, 4, c, s);
+        gate(a);
+        f8 x8 = unpack_bf16(rk_load16(x + j));
         for (int i = 0; i < 4; i++) {
             float x0 = x8.v[2 * i], x1 = x8.v[2 * i + 1];
             y.v[2 * i] = rk_fma(x0, c[i], -(x1 * s[i]));
@@ -97,8 +113,9 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
     } else {  // neox: pairs (i, i + R/2); the chunk lies in one half, its partner in the other
         const bool first = j < H2;
         const int i0 = first ? j : j - H2;
-        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2)), ylo, yhi;
         load_cos_sin(a, pos, i0, 8, c, s);
+        gate(a);
+        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2)), ylo, yhi;
         for (int i = 0; i < V; i++) {
             ylo.v[i] = rk_fma(lo.v[i], c[i], -(hi.v[i] * s[i]));
             yhi.v[i] = rk_fma(hi.v[i], c[i], lo.v[i] * s[i]);
@@ -116,6 +133,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
     if (QFORM == 0 && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
         rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
+        gate(a);
         rk_store16_out(dst + c * V, rk_load16_ro(src + c * V));
         return;
     }
@@ -156,6 +174,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
     if (nope) {
+        gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
         y = unpack_bf16(raw);
     } else {
@@ -200,8 +219,10 @@ RK_DEVICE void chunk(const args &a, I g) {
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
 // total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
-    rk_grid_wait();  // before the first memory access (RK_PDL)
-    if (a.early_release) rk_grid_release();
+    if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
+        rk_grid_wait();
+        if (a.early_release) rk_grid_release();
+    }
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
@@ -211,8 +232,10 @@ RK_ENTRY void ${name}(const rk::args a) {
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
-    rk_grid_wait();  // before the first memory access (RK_PDL)
-    if (a.early_release) rk_grid_release();
+    if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
+        rk_grid_wait();
+        if (a.early_release) rk_grid_release();
+    }
     const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);

@@ -13,7 +13,7 @@
  * Without a usable driver or device it prints "gpu_conformance: SKIPPED: <reason>" and exits 77.
  *
  * Kernels of rows with `pdl` are launched as the runtime launches them (programmatic dependent
- * launch), and two shapes chain launches back to back on the same buffers ("x32 chained": in place,
+ * launch), and three shapes chain launches back to back on the same buffers ("x32 chained": in place,
  * each launch rotates the previous one's q_pe), so a kernel that touched memory before its
  * griddepcontrol.wait would read stale rows. --no-wait removes that wait from the source: a control
  * run that shows the chained shapes can fail.
@@ -55,6 +55,7 @@ typedef struct shape {
     int64_t tokens, heads;
     int wide;   /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
     int runs;   /* launches back to back on the same buffers (0: one) */
+    int prefetch; /* rows with pdl: read the static inputs before the wait (ropekv_options.pdl_prefetch) */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -76,7 +77,7 @@ static void make_shapes(int quick) {
     g_n_shapes = 0;
     for (int h = 0; h < nh; h++)
         for (int t = 0; t < nt; t++)
-            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0};
+            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0};
     /* smallest first, so a failure is reported on the smallest shape that shows it */
     for (int i = 1; i < g_n_shapes; i++)
         for (int j = i; j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads;
@@ -85,13 +86,14 @@ static void make_shapes(int quick) {
             g_shapes[j] = g_shapes[j - 1];
             g_shapes[j - 1] = x;
         }
-    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0} : (shape){1000, 16, 1, 0};
+    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0, 0} : (shape){1000, 16, 1, 0, 0};
     /* chained launches: one wave of blocks (16 x 128) and several (1000 x 16) */
     if (quick) {
-        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4};
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4, 1};
     } else {
-        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32};
-        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 0};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 1};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8, 1};
     }
 }
 
@@ -104,7 +106,7 @@ static rk_shape rk_shape_of(int i) {
 static void shape_text(int i, int wide, char *out, size_t cap) {
     rk_shape s = rk_shape_of(i);
     char chained[32] = "";
-    if (s.runs > 1) snprintf(chained, sizeof chained, " x%d chained", s.runs);
+    if (s.runs > 1) snprintf(chained, sizeof chained, " x%d chained%s", s.runs, g_shapes[i].prefetch ? ", prefetch" : "");
     snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
              wide ? "i64" : "i32", chained);
 }
@@ -263,6 +265,7 @@ typedef struct runner {
     void *fn[2];
     int force_wide;     /* the shape asks for the 64-bit entry */
     int runs;           /* launches back to back (the shape's runs, at least 1) */
+    int prefetch;       /* the shape's prefetch */
     int pdl;            /* launch as the runtime does for rows with `pdl` */
     int used_wide;      /* out: the entry that ran */
     int device_lost;    /* out: a driver call failed; the context may be unusable */
@@ -346,6 +349,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
                    v->arch->chunks_from, &total, &blocks, &cpt);
     d.chunks = cpt;
     d.early_release = blocks <= v->arch->pdl_early_blocks; /* as the runtime decides */
+    d.prefetch = v->arch->pdl && r->prefetch;
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */
     int64_t reach = total + (int64_t)block * v->arch->chunks;
@@ -548,6 +552,7 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
         rk_shape sh = rk_shape_of(i);
         r.force_wide = g_shapes[i].wide;
         r.runs = sh.runs > 1 ? sh.runs : 1;
+        r.prefetch = g_shapes[i].prefetch;
         r.used_wide = 0;
         res->why[0] = '\0';
         rc = rk_check(v, &sh, g_seed * 1000003u + (uint64_t)i, run_device, &r, res->why, sizeof res->why);

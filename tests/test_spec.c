@@ -240,6 +240,7 @@ static void test_archs_file(void **state)
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : 1 << 20);
         assert_false(t->a[i].nt_stores);
         assert_int_equal(t->a[i].pdl, !strcmp(names[i], "sm_90")); /* griddepcontrol: sm_90 and later */
+        assert_int_equal(t->a[i].pdl_early_blocks, !strcmp(names[i], "sm_90") ? 384 : 0);
         assert_string_equal(t->a[i].options, "");
     }
     const rk_arch *a = rk_arch_find(t, "gfx90a");

@@ -51,6 +51,7 @@ class ropekv_options(ctypes.Structure):
         ("disk_cache", ctypes.c_int),
         ("log", ctypes.c_int),
         ("pdl", ctypes.c_int),
+        ("pdl_prefetch", ctypes.c_int),
     ]
 
 

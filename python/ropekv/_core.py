@@ -127,13 +127,15 @@ class Context:
     """A ropekv context: one backend on one device, the kernels compiled for it and their caches.
 
     Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None,
-            pdl=None)
-    disk_cache, log and pdl: None = library default (environment), True = on, False = off. pdl: programmatic
-    dependent launch where the target's row enables it (sm_90): a launch overlaps the tail of the kernel
-    before it in the stream and waits for it before touching memory.
+            pdl=None, pdl_prefetch=None)
+    disk_cache, log, pdl, pdl_prefetch: None = library default (environment), True = on, False = off.
+    pdl: programmatic dependent launch where the target's row enables it (sm_90): a launch overlaps the tail
+    of the kernel before it in the stream and waits for it before touching memory. pdl_prefetch: positions,
+    slots and cos/sin are read before that wait; only when the kernel before never writes them.
     Use as a context manager or call close(); kernels obtained from it must not be used after that."""
 
-    def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None, pdl=None):
+    def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None, pdl=None,
+                 pdl_prefetch=None):
         self._h = None
         self._kernels = {}
         self._all_kernels = []
@@ -145,7 +147,8 @@ class Context:
         if b in (_capi.BACKENDS["auto"], _capi.BACKENDS["cuda"], _capi.BACKENDS["hip"]):
             _torch_cuda_init(device)
         self._opts = _capi.ropekv_options(b, device, _cstr(target), _cstr(cache_dir), _tristate(disk_cache, "disk_cache"),
-                                          _tristate(log, "log"), _tristate(pdl, "pdl"))
+                                          _tristate(log, "log"), _tristate(pdl, "pdl"),
+                                          _tristate(pdl_prefetch, "pdl_prefetch"))
         h = ctypes.c_void_p()
         s = lib.ropekv_create(ctypes.byref(h), ctypes.byref(self._opts))
         if s != 0:

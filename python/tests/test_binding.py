@@ -712,13 +712,16 @@ def test_cuda_graph_capture():
 
 def test_cuda_pdl_chain():
     """Chained in-place launches (each rotates the previous one's q_pe) give the same bits with programmatic
-    dependent launch (the default on sm_90) as without it, eagerly and replayed from a CUDA graph."""
+    dependent launch (the default on sm_90), also with pdl_prefetch, as without it, eagerly and replayed from a
+    CUDA graph."""
     torch = _cuda_torch()
     on = ropekv.Context("cuda", cache_dir=_CACHE_DIR, pdl=True)
     off = ropekv.Context("cuda", cache_dir=_CACHE_DIR, pdl=False)
+    pf = ropekv.Context("cuda", cache_dir=_CACHE_DIR, pdl=True, pdl_prefetch=True)
     try:
         results = []
-        for ctx, graph in ((off, False), (on, False), (on, True)):
+        runs = ((off, False), (on, False), (on, True), (pf, False), (pf, True))
+        for ctx, graph in runs:
             k = ctx.kernel("kimi_k2", kv="bf16", q="inplace", positions=SPECS["kimi_k2"]["pos"])
             x = make_inputs(torch, "kimi_k2", "inplace", "bf16", 1000, 16, "cuda", seed=17)
             launch = k.bind(**x)
@@ -741,13 +744,14 @@ def test_cuda_pdl_chain():
             torch.cuda.synchronize()
             results.append((x["q_pe"].clone(), x["kv_cache"].clone()))
         for name, i in (("q_pe", 0), ("kv_cache", 1)):
-            for j in (1, 2):
+            for j in range(1, len(runs)):
                 steps, frac, n, bad = compare_bits(torch, results[j][i], results[0][i], "bf16")
-                assert bad == 0, "%s, %s: %d of %d elements differ from launches without PDL" % (
-                    name, "graph" if j == 2 else "eager", bad, n)
+                assert bad == 0, "%s, %s%s: %d of %d elements differ from launches without PDL" % (
+                    name, "graph" if runs[j][1] else "eager", " with prefetch" if runs[j][0] is pf else "", bad, n)
     finally:
         on.close()
         off.close()
+        pf.close()
 
 
 def _expect(exc, fn, status=None):
