@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
                             .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
-                        rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.block, arch.chunks, arch.chunks_from, &total,
+                        rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.wave, arch.block, arch.chunks, arch.chunks_from, &total,
                                        &rc.blocks, &rc.a.chunks);
                         float us = time_graph(launch_rope, &rc);
                         double bytes = (double)T * H * (L + R) * 2 * 2 + (double)T * W * 2 + (double)T * W * kv_elem +

@@ -146,8 +146,9 @@ static int header(const rk_variant *v, rk_buf *o) {
 int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
     const rk_spec *s = v->spec;
     const rk_arch *a = v->arch;
-    char block[16], chunks[16], nt[4], pdl[4], hw_bf16[4], hw_fp8[4], fnuz[4], L[16], R[16], rope[4], cs[4], scale[4], q[4], sat[48];
+    char block[16], wave[16], chunks[16], nt[4], pdl[4], hw_bf16[4], hw_fp8[4], fnuz[4], L[16], R[16], rope[4], cs[4], scale[4], q[4], sat[48];
     snprintf(block, sizeof block, "%d", a->block);
+    snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(nt, sizeof nt, "%d", a->nt_stores ? 1 : 0);
     snprintf(pdl, sizeof pdl, "%d", a->pdl ? 1 : 0);
@@ -164,6 +165,7 @@ int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
 #define B(x) ((x) ? "true" : "false")
     const rk_binding bind[] = {
         {"block", block},
+        {"wave", wave},
         {"chunks", chunks},
         {"nt_stores", nt},
         {"pdl", pdl},

@@ -241,9 +241,10 @@ int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* RK_OK or 
 int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
 void rk_variant_parts(const rk_variant *v, rk_name_parts *out);
 
-/* Launch size of a kernel: total = tokens * (heads * q chunks + row chunks) 16-byte output chunks;
+/* Launch size of a kernel: total = tokens * lanes per token (templates/kernel.hip, token_lanes: the
+ * rotating 16-byte chunks of the query rows and KV row, padded to whole waves, then the copied ones);
  * *cpt = chunks per thread (chunks when total >= chunks_from, else 1); blocks = ceil(total / (block * cpt)). */
-void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int block, int chunks,
+void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int wave, int block, int chunks,
                     int64_t chunks_from, int64_t *total, int64_t *blocks, int64_t *cpt);
 
 /* ---- templates (gen/render.c) -------------------------------------------------------------------- */

@@ -114,10 +114,11 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_variant *out, i
     return n;
 }
 
-void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int block, int chunks,
+void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int wave, int block, int chunks,
                     int64_t chunks_from, int64_t *total, int64_t *blocks, int64_t *cpt) {
-    const int64_t w = (L + R) / 8, qch = q == RK_Q_ABSORBED ? w : q == RK_Q_NONE ? 0 : R / 8;
-    *total = tokens * (heads * qch + w);
+    const int64_t qr = q == RK_Q_NONE ? 0 : R / 8, qn = q == RK_Q_ABSORBED ? L / 8 : 0;
+    const int64_t rope = (heads * qr + R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
+    *total = tokens * (rope + heads * qn + L / 8);
     *cpt = chunks > 1 && *total >= chunks_from ? chunks : 1;
     const int64_t per_block = (int64_t)block * *cpt;
     *blocks = (*total + per_block - 1) / per_block;

@@ -713,7 +713,8 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */
-    rk_launch_size(p->L, p->R, p->q, T, H, d->block, d->chunks, d->chunks_from, &pl->total, &pl->blocks, &pl->cpt);
+    rk_launch_size(p->L, p->R, p->q, T, H, c->arch->wave, d->block, d->chunks, d->chunks_from, &pl->total, &pl->blocks,
+                   &pl->cpt);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
           (long long)H);
     int64_t reach = pl->total + (int64_t)d->block * d->chunks;

@@ -1,8 +1,8 @@
 // ---- the kernel: fused MLA RoPE + KV-cache write ------------------------------------------------------
-// Work is cut into 16-byte chunks of output: 8 bf16 values per lane. Each token owns
-//   heads * Q_CH chunks of query rows, then W_CH chunks of its KV-cache row,
-// laid out one after another, so consecutive lanes write consecutive bytes. A lane loads all it
-// needs itself: no barriers, no shuffles, no shared memory, and the same text runs on the host.
+// Work is cut into 16-byte chunks of output: 8 bf16 values per lane. A lane loads all it needs
+// itself: no barriers, no shuffles, no shared memory, and the same text runs on the host. Each token
+// owns token_lanes(heads) lanes in two sections (see chunk()): the rotating chunks first, then the
+// copied ones, so consecutive lanes still write consecutive bytes within each head's row.
 namespace rk {
 using namespace rkp;
 
@@ -37,8 +37,7 @@ RK_DEVICE void gate(const args &a) {
 }
 
 constexpr int V = 8;                  // bf16 elements per chunk
-constexpr int L_CH = L / V, R_CH = R / V, W_CH = L_CH + R_CH;
-constexpr int Q_CH = QFORM == 0 ? W_CH : QFORM == 3 ? 0 : R_CH;
+constexpr int L_CH = L / V, R_CH = R / V;
 constexpr int H2 = R / 2;
 constexpr float BF16_MAX = 3.38953139e38f;
 
@@ -197,33 +196,68 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
     }
 }
 
+// A token's lanes, in two sections, so that no wave mixes rotating lanes (two dependent loads:
+// position, then its cos/sin row) with copying lanes (one load): a wave runs divergent paths one
+// after the other, and a mixed wave would wait for both chains in turn.
+//   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
+//   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
+// (rk_launch_size in gen/variant.c counts the same.)
+constexpr int QR = QFORM == 3 ? 0 : R_CH;  // query rope chunks per head
+constexpr int QN = QFORM == 0 ? L_CH : 0;  // query chunks copied from q_nope per head
+template <class I>
+RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
+template <class I>
+RK_DEVICE I token_lanes(I heads) { return rope_lanes<I>(heads) + heads * QN + L_CH; }
+
 // Chunk g of the whole launch. I is int when every offset fits in 31 bits, else long long.
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
-    const I per_token = (I)a.heads * Q_CH + W_CH;
-    const I t = g / per_token;
-    const I r = g - t * per_token;
-    if (r < (I)a.heads * Q_CH) {  // the slot is read only where it matters: q lanes do not wait for it
+    const I heads = (I)a.heads, rope = rope_lanes<I>(heads);
+    const I t = g / (rope + heads * QN + L_CH);
+    I r = g - t * (rope + heads * QN + L_CH);
+    I h = 0;
+    int c;        // chunk within the query row (q_chunk's numbering) or the KV row
+    bool q_lane;
+    if (r < rope) {
+        q_lane = r < heads * QR;
+        if (q_lane) {
+            h = r / R_CH;
+            c = (QFORM == 0 ? L_CH : 0) + (int)(r - h * R_CH);
+        } else if (r < heads * QR + R_CH) {
+            c = L_CH + (int)(r - heads * QR);
+        } else {
+            return;  // idle up to the end of the wave
+        }
+    } else {
+        r -= rope;
+        q_lane = r < heads * QN;
+        if (q_lane) {
+            h = r / L_CH;
+            c = (int)(r - h * L_CH);
+        } else {
+            c = (int)(r - heads * QN);
+        }
+    }
+    if (q_lane) {  // the slot is read only where it matters: q lanes do not wait for it
         if (SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0) return;
-        const I h = r / Q_CH;
-        q_chunk<I>(a, t, h, (int)(r - h * Q_CH));
+        q_chunk<I>(a, t, h, c);
         return;
     }
     const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
-    if (slot >= 0 && slot < a.kv_rows) kv_chunk<I>(a, t, (I)slot, (int)(r - (I)a.heads * Q_CH));
+    if (slot >= 0 && slot < a.kv_rows) kv_chunk<I>(a, t, (I)slot, c);
 }
 
 }  // namespace rk
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = tokens * (heads * Q_CH + W_CH) (see rk_launch_size in gen/variant.c).
+// total = tokens * token_lanes(heads) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
     if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
         rk_grid_wait();
         if (a.early_release) rk_grid_release();
     }
-    const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
+    const rk_i64 total = a.tokens * rk::token_lanes<rk_i64>(a.heads);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
     } else {
@@ -236,7 +270,7 @@ RK_ENTRY void ${name}_i64(const rk::args a) {
         rk_grid_wait();
         if (a.early_release) rk_grid_release();
     }
-    const rk_i64 total = a.tokens * (a.heads * rk::Q_CH + rk::W_CH);
+    const rk_i64 total = a.tokens * rk::token_lanes<rk_i64>(a.heads);
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
     } else {

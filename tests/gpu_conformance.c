@@ -345,7 +345,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     const rk_spec *sp = v->spec;
     const int block = v->arch->block;
     int64_t total, blocks, cpt;
-    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, block, v->arch->chunks,
+    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, v->arch->wave, block, v->arch->chunks,
                    v->arch->chunks_from, &total, &blocks, &cpt);
     d.chunks = cpt;
     d.early_release = blocks <= v->arch->pdl_early_blocks; /* as the runtime decides */
@@ -718,9 +718,12 @@ int main(int argc, char **argv) {
            n, g_n_builtin, rows, g_n_retargeted, filter ? "; filter \"" : "", filter ? filter : "", filter ? "\"" : "");
     printf("shapes (T x H; pad 0/8 alternating, max_pos %d, every 3rd slot negative, NaN/inf inputs, k_scale 0.37):",
            MAX_POS);
-    for (int i = 0; i < g_n_shapes; i++)
+    for (int i = 0; i < g_n_shapes; i++) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
                g_shapes[i].wide ? "(i64 entry)" : "");
+        if (g_shapes[i].runs > 1)
+            printf("(x%d chained%s)", g_shapes[i].runs, g_shapes[i].prefetch ? ", prefetch" : "");
+    }
     printf("\n");
     if (list) {
         for (int i = 0; i < n; i++) printf("%s  %s\n", g_vars[i].key, g_vars[i].name);
