@@ -703,7 +703,7 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out)
 static const char *const archs_keys[] = {"archs", NULL};
 static const char *const arch_keys[] = {"name",    "vendor",    "wave",  "fp8",      "fp8_hw",
                                         "bf16_hw", "vec_bytes", "block", "compiler", "options",
-                                        "chunks",  "chunks_from", "nt_stores", "pdl", "pdl_early_blocks", NULL};
+                                        "chunks",  "chunks_from", "nt_stores", "pdl", NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v)
 {
@@ -718,7 +718,7 @@ static int compiler_fits(rk_compiler c, rk_vendor v)
 
 static int read_arch(const scope *s, rk_arch *a)
 {
-    int v, c, f, def_vec = 16, def_block = 256, def_chunks = 1, def_nt = 0, def_pdl = 0, def_early = 0, def_from = 1 << 20, from;
+    int v, c, f, def_vec = 16, def_block = 256, def_chunks = 1, def_nt = 0, def_pdl = 0, def_from = 1 << 20, from;
     TRY(check_keys(s, arch_keys));
     TRY(get_ident(s, "name", "_:+-", a->name, sizeof a->name));
     TRY(get_enum(s, "vendor", vendor_nm, -1, &v));
@@ -748,9 +748,6 @@ static int read_arch(const scope *s, rk_arch *a)
     TRY(get_bool(s, "pdl", &def_pdl, &a->pdl));
     if (a->pdl && a->vendor != RK_VENDOR_NVIDIA)
         return bad(s, "pdl", "programmatic dependent launch is an NVIDIA feature (sm_90 and later)");
-    TRY(get_int(s, "pdl_early_blocks", &def_early, 0, 1 << 30, &a->pdl_early_blocks));
-    if (a->pdl_early_blocks && !a->pdl)
-        return bad(s, "pdl_early_blocks", "needs pdl = true");
     return get_string(s, "options", "", a->options, sizeof a->options);
 }
 

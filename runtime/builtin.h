@@ -13,7 +13,6 @@ typedef struct rk_builtin {
     int chunks;            /* 16-byte output chunks per thread in large launches */
     long long chunks_from; /* launches of at least this many chunks are large */
     int pdl;               /* the source waits for the previous grid: launch with programmatic serialization */
-    int pdl_early_blocks;  /* launches of at most this many blocks release the next grid at their start */
     const char *source;    /* the emitted text */
     size_t len;
 } rk_builtin;

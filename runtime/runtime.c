@@ -65,7 +65,6 @@ typedef struct kdesc {
     int chunks;
     int64_t chunks_from;
     int pdl;           /* the code waits for the previous grid (arch row `pdl`) */
-    int pdl_early_blocks;
 } kdesc;
 
 struct ropekv_kernel {
@@ -403,7 +402,6 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
                 r->d.chunks = r->variant.arch->chunks;
                 r->d.chunks_from = r->variant.arch->chunks_from;
                 r->d.pdl = r->variant.arch->pdl;
-                r->d.pdl_early_blocks = r->variant.arch->pdl_early_blocks;
                 snprintf(r->name, sizeof r->name, "%s", r->variant.name);
                 return ROPEKV_OK;
             }
@@ -418,7 +416,6 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         r->d.chunks = b->chunks;
         r->d.chunks_from = b->chunks_from;
         r->d.pdl = b->pdl;
-        r->d.pdl_early_blocks = b->pdl_early_blocks;
         r->builtin = b;
         snprintf(r->name, sizeof r->name, "%s", b->kernel);
         return ROPEKV_OK;
@@ -757,7 +754,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     rk_args ra;
     to_rk_args(a, &ra);
     ra.chunks = pl.cpt;
-    ra.early_release = pl.blocks <= k->d.pdl_early_blocks;
+    ra.early_release = pl.cpt == 1; /* see rk_args.early_release */
     ra.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
     rk_buf log = {0};
     int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,

@@ -11,11 +11,7 @@
 --              (1048576) chunks (smaller launches take one: latency wins there), nt_stores (false):
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
---              before its first memory access, so its launch overlaps that grid's tail;
---              pdl_early_blocks (0): launches of at most this many blocks let the next kernel launch as
---              soon as they start (the most overlap), larger ones when their blocks exit (a grid that
---              fits the GPU at once but releases early gets the next grid's blocks packed unevenly
---              beside its own: 512x16 took 6.4 us instead of 4.7 on the H200).
+--              before its first memory access, so its launch overlaps that grid's tail.
 --   NVIDIA rows are tuned on an H200 with bench_kernel (bench/README.md); AMD rows keep the defaults.
 return {
   archs = {
@@ -36,7 +32,7 @@ return {
       block = 128, chunks = 4, chunks_from = 524288 },
     -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
     { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, chunks = 4, chunks_from = 524288, pdl = true, pdl_early_blocks = 384 },
+      block = 128, chunks = 4, chunks_from = 524288, pdl = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     { name = "host", vendor = "host", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "host" },
   },

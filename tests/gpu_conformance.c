@@ -348,7 +348,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, v->arch->wave, block, v->arch->chunks,
                    v->arch->chunks_from, &total, &blocks, &cpt);
     d.chunks = cpt;
-    d.early_release = blocks <= v->arch->pdl_early_blocks; /* as the runtime decides */
+    d.early_release = cpt == 1; /* as the runtime decides */
     d.prefetch = v->arch->pdl && r->prefetch;
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */

@@ -240,7 +240,6 @@ static void test_archs_file(void **state)
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : 1 << 20);
         assert_false(t->a[i].nt_stores);
         assert_int_equal(t->a[i].pdl, !strcmp(names[i], "sm_90")); /* griddepcontrol: sm_90 and later */
-        assert_int_equal(t->a[i].pdl_early_blocks, !strcmp(names[i], "sm_90") ? 384 : 0);
         assert_string_equal(t->a[i].options, "");
     }
     const rk_arch *a = rk_arch_find(t, "gfx90a");
@@ -709,8 +708,6 @@ static void test_archs_invalid(void **state)
         {"a.archs[1].pdl = true", RK_ESPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
         {"a.archs[1].pdl = 'yes'", RK_ESPEC_INVALID, "archs[1].pdl: must be a boolean"},
-        {"a.archs[1].pdl_early_blocks = 8", RK_ESPEC_INVALID, "archs[1].pdl_early_blocks: needs pdl = true"},
-        {"a.archs[1].pdl_early_blocks = -1", RK_ESPEC_INVALID, "archs[1].pdl_early_blocks: must be in 0..1073741824, got -1"},
         {"a.archs[1].options = 5", RK_ESPEC_INVALID, "archs[1].options: must be a string, got number"},
         {"a.archs[1].wavefront = 64", RK_ESPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
         {"a.extra = 1", RK_ESPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},

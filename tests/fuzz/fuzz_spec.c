@@ -56,7 +56,6 @@ static void check_arch(const rk_arch *a) {
     FUZZ_CHECK(a->chunks_from >= 0 && a->chunks_from <= 1 << 30, "chunks_from %lld", (long long)a->chunks_from);
     FUZZ_CHECK(a->nt_stores == 0 || a->nt_stores == 1, "nt_stores");
     FUZZ_CHECK(a->pdl == 0 || (a->pdl == 1 && a->vendor == RK_VENDOR_NVIDIA), "pdl");
-    FUZZ_CHECK(a->pdl_early_blocks >= 0 && (a->pdl || a->pdl_early_blocks == 0), "pdl_early_blocks");
     FUZZ_CHECK(a->fp8_hw == 0 || a->fp8_hw == 1, "fp8_hw");
     FUZZ_CHECK(a->bf16_hw == 0 || a->bf16_hw == 1, "bf16_hw");
     FUZZ_CHECK((a->compiler == RK_CC_HOST) == (a->vendor == RK_VENDOR_HOST), "compiler/vendor");
