@@ -125,15 +125,19 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
     return y;
 }
 
-// One chunk of a query row: copy q_nope or rotate q_pe.
+// One chunk of a query row: copy q_nope or rotate q_pe. With negative_slot = skip_all a token whose
+// slot is negative writes nothing; its slot is waited for only at the store, so that load overlaps
+// the chunk's own (a slot read first would add a memory round trip to the chain).
 template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
+    const bool skip = SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0;
     const rk_u16 *q_pe = (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
     if (QFORM == 0 && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
         rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
         gate(a);
-        rk_store16_out(dst + c * V, rk_load16_ro(src + c * V));
+        rk_v16 x = rk_load16_ro(src + c * V);
+        if (!skip) rk_store16_out(dst + c * V, x);
         return;
     }
     const int j = (QFORM == 0 ? c - L_CH : c) * V;
@@ -143,13 +147,14 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         if (ROPE == 1 && j >= H2) return;
         f8 partner;
         rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &partner));
+        if (skip) return;
         if (ROPE == 1) rk_store16((rk_u16 *)q_pe + j + H2, pack_bf16(partner));
         rk_store16((rk_u16 *)q_pe + j, out);
         return;
     }
     f8 unused;
-    rk_store16_out((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j,
-               pack_bf16(rope8(a, q_pe, j, t, &unused)));
+    rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &unused));
+    if (!skip) rk_store16_out((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j, out);
 }
 
 // KV element on its way to an fp8 cache: scale, sanitize, clamp to the bound (NaN passes).
@@ -166,9 +171,11 @@ RK_DEVICE float bf16_prep(float x) {
     return rk_isnan(x) ? 0.0f : rk_isinf(x) ? (x > 0 ? BF16_MAX : -BF16_MAX) : x;
 }
 
-// One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe.
+// One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
+// only at the store, like skip_all's above: a slot that is negative or past the cache skips the write.
 template <class I>
-RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
+RK_DEVICE void kv_chunk(const args &a, I t, int c) {
+    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
     const bool nope = c < L_CH;
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
@@ -180,19 +187,21 @@ RK_DEVICE void kv_chunk(const args &a, I t, I slot, int c) {
         f8 unused;
         y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
+    const float k_scale = KV_FP8 && SCALE != 0 ? *a.k_scale : 1.0f;
+    if (slot < 0 || slot >= a.kv_rows) return;
     if (KV_FP8) {
-        float k = SCALE == 0 ? 1.0f : *a.k_scale;
+        float k = k_scale;
         if (SCALE == 1) k = 1.0f / k;
         if (ROPE_BF16 && !nope)
             for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
         for (int i = 0; i < V; i++) y.v[i] = fp8_prep(y.v[i], k);
         rk_v8 out = {rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
                      rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
-        rk_store8_out((rk_u8 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+        rk_store8_out((rk_u8 *)a.kv_cache + (I)slot * (I)a.kv_st + c * V, out);
     } else {
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16_out((rk_u16 *)a.kv_cache + slot * (I)a.kv_st + c * V, out);
+        rk_store16_out((rk_u16 *)a.kv_cache + (I)slot * (I)a.kv_st + c * V, out);
     }
 }
 
@@ -238,13 +247,8 @@ RK_DEVICE void chunk(const args &a, I g) {
             c = (int)(r - heads * QN);
         }
     }
-    if (q_lane) {  // the slot is read only where it matters: q lanes do not wait for it
-        if (SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0) return;
-        q_chunk<I>(a, t, h, c);
-        return;
-    }
-    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
-    if (slot >= 0 && slot < a.kv_rows) kv_chunk<I>(a, t, (I)slot, c);
+    if (q_lane) q_chunk<I>(a, t, h, c);
+    else kv_chunk<I>(a, t, c);
 }
 
 }  // namespace rk
