@@ -76,6 +76,7 @@ for t in $targets; do
     log="$abs/logs/$t.log"
     seeds="$root/tests/fuzz/corpus/$t"
     [ -d "tests/fuzz/regressions/$t" ] && seeds="$seeds $root/tests/fuzz/regressions/$t"
+    [ "$t" = spec ] && seeds="$seeds $root/specs" # the real specs, read in place
     dict=""
     [ -f "tests/fuzz/$t.dict" ] && dict="-dict=$root/tests/fuzz/$t.dict"
     echo "fuzz_$t: ${secs} s" >&2

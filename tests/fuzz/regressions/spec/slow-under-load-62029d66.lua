@@ -1,0 +1,1 @@
+local t = {} for i = 1, 100 do t[i] = string.rep('kv_lokx', 1 << 20) end return lo
