@@ -253,8 +253,7 @@ RK_DEVICE void chunk(const args &a, I g) {
 
 }  // namespace rk
 
-// Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher; its
-// chunks run one after the other, see RK_FOR_EACH_ROLLED).
+// Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
 // total = tokens * token_lanes(heads) (see rk_launch_size in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
@@ -276,5 +275,9 @@ RK_ENTRY void ${name}_i64(const rk::args a) {
         if (a.early_release) rk_grid_release();
     }
     const rk_i64 total = a.tokens * rk::token_lanes<rk_i64>(a.heads);
-    RK_FOR_EACH_ROLLED(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
+    if (RK_CHUNKS == 1 || a.chunks <= 1) {
+        RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
+    } else {
+        RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
+    }
 }

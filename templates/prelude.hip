@@ -46,7 +46,6 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
 #define RK_DEVICE static inline
 #define RK_ENTRY extern "C" __attribute__((visibility("default")))
 #define RK_FOR_EACH(g, n, cpt) for (rk_i64 g = 0; g < (n); ++g)
-#define RK_FOR_EACH_ROLLED(g, n, cpt) for (rk_i64 g = 0; g < (n); ++g)
 #define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
 #endif
 
@@ -59,13 +58,6 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
     _Pragma("unroll") for (int g##_e = 0; g##_e < RK_CHUNKS; ++g##_e)                               \
         for (rk_i64 g = RK_BLOCK_ID() * (RK_BLOCK * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * RK_BLOCK; \
              g##_e < (cpt) && g < (n); g = (n))
-// The same chunks, one after the other: one copy of the chunk code instead of RK_CHUNKS (the 64-bit
-// entry, which only launches of billions of elements take, trades their memory parallelism for a
-// kernel that compiles in half the time).
-#define RK_FOR_EACH_ROLLED(g, n, cpt)                                                               \
-    _Pragma("unroll 1") for (int g##_e = 0; g##_e < (cpt); ++g##_e)                                 \
-        for (rk_i64 g = RK_BLOCK_ID() * (RK_BLOCK * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * RK_BLOCK; \
-             g < (n); g = (n))
 // One chunk per thread: the short path small launches take (nothing but the chunk on the way).
 #define RK_FOR_ONE(g, n) for (rk_i64 g = RK_BLOCK_ID() * RK_BLOCK + RK_THREAD_ID(); g < (n); g = (n))
 #else
