@@ -8,7 +8,8 @@
  * skipped once the instruction cap is hit.
  * C library code is not interrupted by the hook, so the string functions that can run long on small
  * input (find, match, gmatch, gsub: backtracking patterns) are left out; string.rep and table.concat
- * are bounded by the memory cap. The memory cap bounds what is live, not what is done: a few
+ * are bounded by the memory cap, string.rep through a wrapper (sb_rep): Lua's own loops n times even
+ * when the result is empty, so string.rep('', 1 << 50) never returned and no cap could stop it. The memory cap bounds what is live, not what is done: a few
  * instructions can call string.rep, table.concat or table.sort on megabytes again and again (minutes
  * of CPU within the instruction cap). So the hook also runs on every call and stops the chunk once it
  * has used SB_TIME_CAP of CPU time; one C call can overrun it by its own length (well under a second
@@ -206,6 +207,27 @@ static void copy_lib(lua_State *L, int src, const char *const *deny)
     }
 }
 
+/* string.rep with its work bounded by its result: an empty result returns at once, and a result
+ * larger than the memory cap is refused before any copying (Lua's own version copies n pieces, even
+ * empty ones, inside one C call the hooks cannot interrupt). Upvalue 1 is Lua's string.rep. */
+static int sb_rep(lua_State *L)
+{
+    size_t l, lsep;
+    luaL_checklstring(L, 1, &l);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_optlstring(L, 3, "", &lsep);
+    if (n <= 0 || (l == 0 && (lsep == 0 || n == 1))) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    if (l + lsep < l || (lua_Unsigned)n > SB_MEM_CAP / (l + lsep) + 1)
+        return luaL_error(L, "resulting string too large");
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
 /* Protected: opens the allowed libraries and returns the sandbox _ENV. */
 static int sb_open(lua_State *L)
 {
@@ -231,6 +253,9 @@ static int sb_open(lua_State *L)
     lua_pushcclosure(L, sb_xpcall, 1);
     lua_setfield(L, env, "xpcall");
     copy_lib(L, str, string_denied);
+    lua_getfield(L, str, "rep");
+    lua_pushcclosure(L, sb_rep, 1);
+    lua_setfield(L, -2, "rep");
     lua_setfield(L, env, LUA_STRLIBNAME);
     copy_lib(L, tab, none_denied);
     lua_setfield(L, env, LUA_TABLIBNAME);

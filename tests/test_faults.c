@@ -736,6 +736,32 @@ static void test_spec_cpu_time_cap(void **state) {
         assert_non_null(strstr(err.msg, "time limit exceeded (1 s of CPU time)"));
         assert_true(cpu < 3);
     }
+    /* One C call that never returns to the VM is beyond the hooks: Lua's string.rep copied n empty
+     * pieces one by one (found by fuzz_spec: string.rep('', 8 << 48) ran for hours). The sandbox's
+     * string.rep is bounded by its result: these all end at once. */
+    static const struct {
+        const char *text;
+        int rc;
+    } reps[] = {
+        {"local s = string.rep('', 8 << 48) return {}", RK_ESPEC_INVALID},
+        {"local s = (''):rep(1 << 62, '') return {}", RK_ESPEC_INVALID},
+        {"local s = string.rep('x', 1 << 40) return {}", RK_ESPEC_RUNTIME},
+        {"local s = string.rep('', 1 << 40, ',') return {}", RK_ESPEC_RUNTIME},
+        {"return { s = string.rep('ab', 3, '-') }", RK_ESPEC_INVALID},
+    };
+    for (size_t i = 0; i < sizeof reps / sizeof reps[0]; i++) {
+        rk_spec s;
+        rk_err err = {0};
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        int rc = rk_spec_load("rep.lua", reps[i].text, strlen(reps[i].text), &cat.archs, &s, &err);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        double cpu = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+        print_message("%.3f s of CPU: %.70s\n", cpu, err.msg);
+        assert_int_equal(rc, reps[i].rc);
+        if (rc == RK_ESPEC_RUNTIME) assert_non_null(strstr(err.msg, "resulting string too large"));
+        assert_true(cpu < 0.5);
+    }
 }
 
 /* ---- a compiler that fails, writes garbage or hangs ------------------------------------------------- */

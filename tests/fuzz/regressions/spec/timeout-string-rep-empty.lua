@@ -1,0 +1,1 @@
+local t = {} for i = 1, 1/0 do t[i] =_2e string.rep('',  8<< 48 )end  
