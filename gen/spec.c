@@ -207,9 +207,10 @@ static void copy_lib(lua_State *L, int src, const char *const *deny)
     }
 }
 
-/* string.rep with its work bounded by its result: an empty result returns at once, and a result
- * larger than the memory cap is refused before any copying (Lua's own version copies n pieces, even
- * empty ones, inside one C call the hooks cannot interrupt). Upvalue 1 is Lua's string.rep. */
+/* string.rep with its work bounded by its result: an empty result returns at once (Lua's own version
+ * copies n pieces, even empty ones, inside one C call the hooks cannot interrupt); any other result
+ * is allocated whole before the copying starts, so the memory cap refuses a large one up front.
+ * Upvalue 1 is Lua's string.rep. */
 static int sb_rep(lua_State *L)
 {
     size_t l, lsep;
@@ -220,8 +221,6 @@ static int sb_rep(lua_State *L)
         lua_pushliteral(L, "");
         return 1;
     }
-    if (l + lsep < l || (lua_Unsigned)n > SB_MEM_CAP / (l + lsep) + 1)
-        return luaL_error(L, "resulting string too large");
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, 1);
