@@ -92,8 +92,17 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Median per-call microseconds of `launch` captured 50 times in one graph, 5 replays. */
+/* Median per-call microseconds of `launch` captured 50 times in one graph, 5 replays. Each replay is
+ * queued behind a spin kernel, so the start event is taken when the GPU reaches it and not while the
+ * host is still submitting the graph (otherwise that host time is counted as GPU time). */
 typedef void (*launch_fn)(void *ctx);
+static CUfunction g_spin;
+static void spin(void) {
+    long long cycles = 1000000; /* ~0.5 ms, well over the time to submit one graph */
+    void *params[] = {&cycles};
+    CK(cu.launch(g_spin, 1, 1, 1, 1, 1, 1, 0, g_stream, params, NULL));
+}
+
 static float time_graph(launch_fn launch, void *ctx) {
     enum { CALLS = 50, REPLAYS = 5 };
     CUgraph g;
@@ -110,6 +119,7 @@ static float time_graph(launch_fn launch, void *ctx) {
     CK(cu.launch_graph(ge, g_stream));
     float t[REPLAYS];
     for (int r = 0; r < REPLAYS; r++) {
+        spin();
         CK(cu.record(e0, g_stream));
         CK(cu.launch_graph(ge, g_stream));
         CK(cu.record(e1, g_stream));
@@ -126,6 +136,10 @@ static const char FLOORS[] =
     "extern \"C\" __global__ void round_trip(const uint4 *a, uint4 *b) { b[threadIdx.x] = a[threadIdx.x]; }\n"
     "extern \"C\" __global__ void copy(const uint4 *a, uint4 *b, unsigned long long n) {\n"
     "  for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += 256ull * gridDim.x) b[i] = a[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void spin(long long cycles) {\n"
+    "  long long t0 = clock64();\n"
+    "  while (clock64() - t0 < cycles) {}\n"
     "}\n";
 
 typedef struct kernel_call {
@@ -208,6 +222,7 @@ int main(int argc, char **argv) {
     CK(cu.get_function(&fe, fm, "empty"));
     CK(cu.get_function(&fr, fm, "round_trip"));
     CK(cu.get_function(&fc, fm, "copy"));
+    CK(cu.get_function(&g_spin, fm, "spin"));
     CUdeviceptr big_a, big_b;
     const size_t big = (size_t)2 << 30;
     CK(cu.alloc(&big_a, big));
@@ -295,12 +310,12 @@ int main(int argc, char **argv) {
                             .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
                             .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
                             .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
-                            .early_release = pdl_mode == 1 || pdl_mode == 3,
                             .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
-                        rk_launch_size(L, R, RK_Q_ABSORBED, T, H, arch.wave, arch.block, arch.chunks, arch.chunks_from, &total,
-                                       &rc.blocks, &rc.a.chunks);
+                        rk_launch_plan(L, R, RK_Q_ABSORBED, arch.wave, arch.block, arch.chunks, arch.chunks_from, &rc.a,
+                                       &total, &rc.blocks);
+                        rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                         float us = time_graph(launch_rope, &rc);
                         double bytes = (double)T * H * (L + R) * 2 * 2 + (double)T * W * 2 + (double)T * W * kv_elem +
                                        (double)T * (8 + 8 + R * 4);

@@ -34,7 +34,9 @@ not timed. 'bit-identical' in the table is ropekv's fraction of codes equal to t
 expected).
 
 Timing: CALLS calls captured in one CUDA graph, replayed REPS times, the median per-call time (when a
-capture fails: back-to-back launches timed with CUDA events, marked *). Floors in the same run: an empty
+capture fails: back-to-back launches timed with CUDA events, marked *). Each replay is queued behind
+~0.5 ms of GPU spinning (torch.cuda._sleep), so the start event is taken when the GPU reaches it rather
+than while the host is still submitting the replay. Floors in the same run: an empty
 kernel, a kernel that reads 16 B and writes 16 B, and the device copy bandwidth (a 2 GiB copy, bytes read +
 written / time). limit = max(round-trip floor, bytes moved / copy bandwidth), bytes as shared/PERF.md
 counts them (q_nope + q_pe read, q_out written, k_nope + k_pe read, KV row written, positions + slots +
@@ -467,6 +469,12 @@ def check(torch, pb, ref, outs, chunk_elems=1 << 25):
 
 
 # ---- timing -----------------------------------------------------------------------------------------------------
+def gpu_busy(torch):
+    """Queue ~0.5 ms of GPU spinning, so that the start event recorded next is taken when the GPU reaches
+    it and not while the host is still submitting the work after it (that host time is not GPU time)."""
+    torch.cuda._sleep(1_000_000)
+
+
 def time_graph(torch, fn, calls, reps):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -484,6 +492,7 @@ def time_graph(torch, fn, calls, reps):
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        gpu_busy(torch)
         a.record()
         g.replay()
         b.record()
@@ -543,6 +552,7 @@ def measure_floors(torch, dev, calls, reps):
     times = []
     for _ in range(10):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        gpu_busy(torch)
         a.record()
         dst.copy_(src)
         b.record()
@@ -592,8 +602,9 @@ def write_outputs(args, meta, floors, rows, methods):
     lines.append("- shapes: DeepSeek-V3 L=%d, R=%d, GPT-J rope, f32 cos_sin_cache [%d, %d]; paged cache [blocks, %d, %d];"
                  " fp8: OCP e4m3, k_scale %.2f (x * 1/k_scale), clamp +-%g" % (L, R, MAX_POS, R, BLOCK_SIZE, W,
                                                                             K_SCALE, FP8_MAX))
-    lines.append("- timing: %d calls per CUDA graph, median of %d replays, per-call us (* = graph capture failed: "
-                 "back-to-back launches timed with CUDA events)" % (args.calls, args.reps))
+    lines.append("- timing: %d calls per CUDA graph, median of %d replays, each queued behind a GPU spin so the host's "
+                 "submission is not timed; per-call us (* = graph capture failed: back-to-back launches timed with "
+                 "CUDA events)" % (args.calls, args.reps))
     lines.append("- floors (same run): empty kernel %.2f us; 16 B read + 16 B write kernel %.2f us; device copy "
                  "%.2f TB/s (2 GiB, read + write)" % (floors["empty_us"], floors["roundtrip_us"],
                                                       floors["copy_Bps"] / 1e12))

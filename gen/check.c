@@ -94,7 +94,8 @@ static void args_for(const rk_variant *v, const rk_shape *sh, const set *s, rk_a
     a->k_nope_st = a->k_pe_st = W + sh->pad;
     a->kv_st = W + sh->pad;
     a->kv_rows = T + 3;
-    a->chunks = 1;
+    int64_t total, blocks;
+    rk_launch_plan((int)L, (int)R, v->q, v->arch->wave, v->arch->block, 1, 0, a, &total, &blocks);
 }
 
 static int first_diff(const void *a, const void *b, int64_t n, int64_t *at) {

@@ -176,15 +176,19 @@ typedef struct rk_args {
     int64_t k_nope_st, k_pe_st;
     int64_t kv_st;                  /* row stride of the cache */
     int64_t kv_rows;                /* rows in the cache: a slot >= kv_rows is not written */
-    int64_t chunks;                 /* chunks per thread of this launch (rk_launch_size) */
+    int64_t chunks;                 /* chunks per thread of this launch; rk_launch_plan fills it, and
+                                       early_release, lanes, lanes_mul and lanes_shift */
     int64_t early_release;          /* rows with pdl: 1 lets the next grid launch as soon as this one has
-                                       started, 0 when its blocks exit. The runtime releases early when
+                                       started, 0 when its blocks exit. rk_launch_plan releases early when
                                        threads take one chunk each (chunks == 1): in a launch of
                                        multi-chunk threads that fits the GPU at once, an early release
                                        packs the next grid's blocks unevenly beside it (H200, 512 x 16:
                                        5.5 us instead of 4.3) */
     int64_t prefetch;               /* rows with pdl: 1 reads positions, slots and cos/sin before waiting
                                        for the previous grid (ropekv_options.pdl_prefetch) */
+    int64_t lanes;                  /* lanes (16-byte chunks) per token (templates/kernel.hip, chunk) */
+    int64_t lanes_mul, lanes_shift; /* g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31:
+                                       the 32-bit entry divides without a divide (rk_div_magic) */
 } rk_args;
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------
@@ -243,11 +247,19 @@ int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* RK_OK or 
 int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
 void rk_variant_parts(const rk_variant *v, rk_name_parts *out);
 
-/* Launch size of a kernel: total = tokens * lanes per token (templates/kernel.hip, token_lanes: the
- * rotating 16-byte chunks of the query rows and KV row, padded to whole waves, then the copied ones);
- * *cpt = chunks per thread (chunks when total >= chunks_from, else 1); blocks = ceil(total / (block * cpt)). */
-void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int wave, int block, int chunks,
-                    int64_t chunks_from, int64_t *total, int64_t *blocks, int64_t *cpt);
+/* How one launch is cut, from a->tokens and a->heads and the arch row's knobs (wave, block, chunks,
+ * chunks_from). Fills a->lanes (lanes per token, templates/kernel.hip chunk(): the rotating 16-byte
+ * chunks of the query rows and KV row padded to whole waves, then the copied ones), a->lanes_mul and
+ * a->lanes_shift (rk_div_magic of lanes), a->chunks (chunks per thread: chunks when total >= chunks_from,
+ * else 1) and a->early_release (1 when threads take one chunk each; see rk_args). *total = tokens *
+ * lanes, *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
+void rk_launch_plan(int L, int R, rk_qform q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
+                    int64_t *total, int64_t *blocks);
+
+/* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
+ * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside
+ * that range mul = shift = 0 (the 64-bit entry, which divides, is used then). */
+void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift);
 
 /* ---- templates (gen/render.c) -------------------------------------------------------------------- */
 typedef struct rk_binding {

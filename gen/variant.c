@@ -114,13 +114,27 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_variant *out, i
     return n;
 }
 
-void rk_launch_size(int L, int R, rk_qform q, int64_t tokens, int64_t heads, int wave, int block, int chunks,
-                    int64_t chunks_from, int64_t *total, int64_t *blocks, int64_t *cpt) {
+void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
+    *mul = *shift = 0;
+    if (d < 1 || d >= ((int64_t)1 << 31)) return;
+    int l = 0;
+    while (((int64_t)1 << l) < d) l++;
+    /* With e = mul * d - 2^shift in [0, d) and n = q d + r: n * mul / 2^shift = n / d + n e / (d 2^shift)
+     * < q + (d - 1) / d + 2^31 / 2^(31 + l) <= q + 1, since 2^l >= d. */
+    *shift = 31 + l;
+    *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
+}
+
+void rk_launch_plan(int L, int R, rk_qform q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
+                    int64_t *total, int64_t *blocks) {
     const int64_t qr = q == RK_Q_NONE ? 0 : R / 8, qn = q == RK_Q_ABSORBED ? L / 8 : 0;
-    const int64_t rope = (heads * qr + R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
-    *total = tokens * (rope + heads * qn + L / 8);
-    *cpt = chunks > 1 && *total >= chunks_from ? chunks : 1;
-    const int64_t per_block = (int64_t)block * *cpt;
+    const int64_t rope = (a->heads * qr + R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
+    a->lanes = rope + a->heads * qn + L / 8;
+    rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
+    *total = a->tokens * a->lanes;
+    a->chunks = chunks > 1 && *total >= chunks_from ? chunks : 1;
+    a->early_release = a->chunks == 1;
+    const int64_t per_block = (int64_t)block * a->chunks;
     *blocks = (*total + per_block - 1) / per_block;
 }
 

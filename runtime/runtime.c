@@ -625,7 +625,7 @@ typedef struct plan {
     int wide;        /* 64-bit index math */
     int64_t total;   /* chunks */
     int64_t blocks;
-    int64_t cpt;     /* chunks per thread */
+    rk_args args;    /* only the fields rk_launch_plan fills */
 } plan;
 
 #define CHECK(cond, status, ...) \
@@ -710,8 +710,9 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */
-    rk_launch_size(p->L, p->R, p->q, T, H, c->arch->wave, d->block, d->chunks, d->chunks_from, &pl->total, &pl->blocks,
-                   &pl->cpt);
+    pl->args = (rk_args){.tokens = T, .heads = H};
+    rk_launch_plan(p->L, p->R, p->q, c->arch->wave, d->block, d->chunks, d->chunks_from, &pl->args, &pl->total,
+                   &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
           (long long)H);
     int64_t reach = pl->total + (int64_t)d->block * d->chunks;
@@ -753,8 +754,11 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     if (s != ROPEKV_OK || pl.total == 0) return s;
     rk_args ra;
     to_rk_args(a, &ra);
-    ra.chunks = pl.cpt;
-    ra.early_release = pl.cpt == 1; /* see rk_args.early_release */
+    ra.chunks = pl.args.chunks;
+    ra.early_release = pl.args.early_release;
+    ra.lanes = pl.args.lanes;
+    ra.lanes_mul = pl.args.lanes_mul;
+    ra.lanes_shift = pl.args.lanes_shift;
     ra.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
     rk_buf log = {0};
     int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,

@@ -1,7 +1,7 @@
 // ---- the kernel: fused MLA RoPE + KV-cache write ------------------------------------------------------
 // Work is cut into 16-byte chunks of output: 8 bf16 values per lane. A lane loads all it needs
 // itself: no barriers, no shuffles, no shared memory, and the same text runs on the host. Each token
-// owns token_lanes(heads) lanes in two sections (see chunk()): the rotating chunks first, then the
+// owns a.lanes lanes in two sections (see chunk()): the rotating chunks first, then the
 // copied ones, so consecutive lanes still write consecutive bytes within each head's row.
 namespace rk {
 using namespace rkp;
@@ -24,6 +24,8 @@ struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
     rk_i64 early_release;  // RK_PDL: 1 lets the next grid launch once this one has started, 0 at exit
     rk_i64 prefetch;       // RK_PDL: 1 reads positions, slots and cos/sin before waiting for the grid
                            // before (which must not write them), 0 waits before any access
+    rk_i64 lanes;          // lanes per token: rope_lanes(heads) + heads * QN + L_CH
+    rk_i64 lanes_mul, lanes_shift;  // g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31
 };
 
 // Where a lane may first touch memory the previous kernel in the stream may have written (q, k,
@@ -210,20 +212,26 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
 // after the other, and a mixed wave would wait for both chains in turn.
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
-// (rk_launch_size in gen/variant.c counts the same.)
+// (rk_launch_plan in gen/variant.c counts the same: a.lanes.)
 constexpr int QR = QFORM == 3 ? 0 : R_CH;  // query rope chunks per head
 constexpr int QN = QFORM == 0 ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
+
+// The token of lane g: a multiply and a shift in 32-bit index math (the launcher's magic numbers),
+// a divide in 64-bit.
 template <class I>
-RK_DEVICE I token_lanes(I heads) { return rope_lanes<I>(heads) + heads * QN + L_CH; }
+RK_DEVICE I token_of(const args &a, I g) {
+    if (sizeof(I) == 4) return (I)(((rk_u64)(rk_u32)g * (rk_u64)a.lanes_mul) >> a.lanes_shift);
+    return g / (I)a.lanes;
+}
 
 // Chunk g of the whole launch. I is int when every offset fits in 31 bits, else long long.
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
     const I heads = (I)a.heads, rope = rope_lanes<I>(heads);
-    const I t = g / (rope + heads * QN + L_CH);
-    I r = g - t * (rope + heads * QN + L_CH);
+    const I t = token_of<I>(a, g);
+    I r = g - t * (I)a.lanes;
     I h = 0;
     int c;        // chunk within the query row (q_chunk's numbering) or the KV row
     bool q_lane;
@@ -254,14 +262,14 @@ RK_DEVICE void chunk(const args &a, I g) {
 }  // namespace rk
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
-// Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = tokens * token_lanes(heads) (see rk_launch_size in gen/variant.c).
+// Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads, total = tokens * a.lanes
+// (rk_launch_plan in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
     if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
         rk_grid_wait();
         if (a.early_release) rk_grid_release();
     }
-    const rk_i64 total = a.tokens * rk::token_lanes<rk_i64>(a.heads);
+    const rk_i64 total = a.tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
     } else {
@@ -274,7 +282,7 @@ RK_ENTRY void ${name}_i64(const rk::args a) {
         rk_grid_wait();
         if (a.early_release) rk_grid_release();
     }
-    const rk_i64 total = a.tokens * rk::token_lanes<rk_i64>(a.heads);
+    const rk_i64 total = a.tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
     } else {

@@ -344,11 +344,9 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     /* launch geometry as the runtime computes it */
     const rk_spec *sp = v->spec;
     const int block = v->arch->block;
-    int64_t total, blocks, cpt;
-    rk_launch_size(sp->kv_lora_rank, sp->rope_dim, v->q, a->tokens, a->heads, v->arch->wave, block, v->arch->chunks,
-                   v->arch->chunks_from, &total, &blocks, &cpt);
-    d.chunks = cpt;
-    d.early_release = cpt == 1; /* as the runtime decides */
+    int64_t total, blocks;
+    rk_launch_plan(sp->kv_lora_rank, sp->rope_dim, v->q, v->arch->wave, block, v->arch->chunks, v->arch->chunks_from,
+                   &d, &total, &blocks);
     d.prefetch = v->arch->pdl && r->prefetch;
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */

@@ -174,8 +174,79 @@ static void test_bad_names_are_refused(void **state) {
     }
 }
 
+/* n / d as the 32-bit kernel entry computes it from rk_div_magic's numbers. */
+static int64_t magic_div(int64_t n, int64_t mul, int64_t shift) { return (int64_t)(((uint64_t)n * (uint64_t)mul) >> shift); }
+
+static void check_divisor(int64_t d) {
+    int64_t mul, shift;
+    rk_div_magic(d, &mul, &shift);
+    assert_true(mul > 0 && mul < ((int64_t)1 << 32));
+    const int64_t top = INT32_MAX;
+    int64_t ns[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, top, top - 1, top - d, top / d * d, top / d * d - 1};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        if (ns[i] < 0 || ns[i] > top) continue;
+        if (magic_div(ns[i], mul, shift) != ns[i] / d)
+            fail_msg("d %lld n %lld: %lld, not %lld", (long long)d, (long long)ns[i],
+                     (long long)magic_div(ns[i], mul, shift), (long long)(ns[i] / d));
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)d;
+    for (int i = 0; i < 64; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t n = (int64_t)(x % ((uint64_t)top + 1));
+        if (magic_div(n, mul, shift) != n / d) fail_msg("d %lld n %lld", (long long)d, (long long)n);
+    }
+}
+
+/* The kernel's 32-bit entry finds a lane's token by a multiply and a shift: exact for every lane
+ * index below 2^31 (checked at the edges and at random points for many divisors, all below 4096). */
+static void test_div_magic(void **state) {
+    (void)state;
+    for (int64_t d = 1; d <= 4096; d++) check_divisor(d);
+    for (int k = 12; k < 31; k++) {
+        check_divisor(((int64_t)1 << k) - 1);
+        check_divisor((int64_t)1 << k);
+        check_divisor(((int64_t)1 << k) + 1);
+    }
+    check_divisor(INT32_MAX);
+    uint64_t x = 12345;
+    for (int i = 0; i < 2000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        check_divisor(1 + (int64_t)(x % INT32_MAX));
+    }
+    int64_t mul, shift;
+    rk_div_magic(0, &mul, &shift);
+    assert_true(mul == 0 && shift == 0);
+    rk_div_magic((int64_t)1 << 31, &mul, &shift);
+    assert_true(mul == 0 && shift == 0);
+}
+
+/* rk_launch_plan counts lanes as the kernel lays them out (DeepSeek-V3, absorbed, 32-lane waves):
+ * rope section 16 * 8 + 8 = 136 -> 160, copy section 16 * 64 + 64. */
+static void test_launch_plan(void **state) {
+    (void)state;
+    rk_args a = {.tokens = 3, .heads = 16};
+    int64_t total, blocks;
+    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    assert_int_equal(a.lanes, 160 + 16 * 64 + 64);
+    assert_int_equal(total, 3 * a.lanes);
+    assert_int_equal(a.chunks, 1);
+    assert_int_equal(a.early_release, 1);
+    assert_int_equal(blocks, (total + 127) / 128);
+    assert_int_equal(magic_div(total - 1, a.lanes_mul, a.lanes_shift), 2);
+    a = (rk_args){.tokens = 4096, .heads = 16};
+    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    assert_int_equal(a.chunks, 4);
+    assert_int_equal(a.early_release, 0);
+    assert_int_equal(blocks, (total + 511) / 512);
+    a = (rk_args){.tokens = 1, .heads = 1};
+    rk_launch_plan(512, 64, RK_Q_NONE, 64, 256, 1, 0, &a, &total, &blocks);
+    assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
+}
+
 int main(void) {
     const struct CMUnitTest plain[] = {
+        cmocka_unit_test(test_div_magic),
+        cmocka_unit_test(test_launch_plan),
         cmocka_unit_test(test_render_binds_values),
         cmocka_unit_test(test_render_unknown_placeholder),
         cmocka_unit_test(test_render_unused_binding),
