@@ -28,14 +28,20 @@ struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
     rk_i64 lanes_mul, lanes_shift;  // g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31
 };
 
-// Where a lane may first touch memory the previous kernel in the stream may have written (q, k,
-// k_scale) or that it may still read (the outputs). With a.prefetch the wait for that kernel happens
-// here, after the lane has read its positions, slots and cos/sin rows; otherwise the entry waited.
+// RK_PDL: the wait for the previous grid in the stream, and with a.early_release the release of
+// the next one. Without a.prefetch a lane waits in enter(), once it knows its chunk and before its
+// first memory access (the index math before it overlaps the previous grid's tail). With a.prefetch
+// it waits in gate(), where it first touches memory the previous kernel may have written (q, k,
+// k_scale) or may still read (the outputs), after reading its positions, slots and cos/sin rows.
+RK_DEVICE void grid_sync(const args &a) {
+    rk_grid_wait();
+    if (a.early_release) rk_grid_release();
+}
+RK_DEVICE void enter(const args &a) {
+    if (!a.prefetch) grid_sync(a);
+}
 RK_DEVICE void gate(const args &a) {
-    if (a.prefetch) {
-        rk_grid_wait();
-        if (a.early_release) rk_grid_release();
-    }
+    if (a.prefetch) grid_sync(a);
 }
 
 constexpr int V = 8;                  // bf16 elements per chunk
@@ -255,6 +261,7 @@ RK_DEVICE void chunk(const args &a, I g) {
             c = (int)(r - heads * QN);
         }
     }
+    enter(a);
     if (q_lane) q_chunk<I>(a, t, h, c);
     else kv_chunk<I>(a, t, c);
 }
@@ -265,10 +272,6 @@ RK_DEVICE void chunk(const args &a, I g) {
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads, total = tokens * a.lanes
 // (rk_launch_plan in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
-    if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
-        rk_grid_wait();
-        if (a.early_release) rk_grid_release();
-    }
     const rk_i64 total = a.tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
@@ -278,10 +281,6 @@ RK_ENTRY void ${name}(const rk::args a) {
 }
 
 RK_ENTRY void ${name}_i64(const rk::args a) {
-    if (!a.prefetch) {  // RK_PDL: wait for the previous grid before the first memory access
-        rk_grid_wait();
-        if (a.early_release) rk_grid_release();
-    }
     const rk_i64 total = a.tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
