@@ -161,8 +161,10 @@ static int cuda_load(rk_device *d, const rk_codeobj *co, const char *name, void 
     CUresult r = cu.push(s->ctx);
     if (r == 0) {
         r = cu.module_load(&m, co->data);
-        if (r == 0) r = cu.get_function(&f32, m, name);
-        if (r == 0) r = cu.get_function(&f64, m, wide);
+        if (r == 0) { /* a build of one entry (RK_ENTRIES) lacks the other */
+            CUresult r32 = cu.get_function(&f32, m, name), r64 = cu.get_function(&f64, m, wide);
+            if (r32 != 0 && r64 != 0) r = r32;
+        }
         if (r != 0 && m) cu.module_unload(m);
         cu.pop(&prev);
     }

@@ -158,7 +158,7 @@ int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, cha
     /* POSIX allows converting dlsym's result to a function pointer through a union-free cast. */
     *(void **)&out->entry32 = dlsym(out->so, name);
     *(void **)&out->entry64 = dlsym(out->so, wide);
-    if (!out->entry32 || !out->entry64) {
+    if (!out->entry32 && !out->entry64) { /* a build of one entry (RK_ENTRIES) lacks the other */
         snprintf(log, log_cap, "%s: kernel %s not found", so_path, name);
         rk_host_unload(out);
         return RK_ECOMPILE;

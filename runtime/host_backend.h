@@ -9,8 +9,8 @@
 
 typedef struct rk_host_kernel {
     void *so;                    /* dlopen handle */
-    void (*entry32)(rk_args);    /* <name>: 32-bit index math */
-    void (*entry64)(rk_args);    /* <name>_i64 */
+    void (*entry32)(rk_args);    /* <name>: 32-bit index math (NULL when built without it) */
+    void (*entry64)(rk_args);    /* <name>_i64 (NULL when built without it) */
 } rk_host_kernel;
 
 /* The compiler command: $CXX if set, else "c++". */

@@ -82,8 +82,10 @@ struct ropekv_kernel {
     char *error;
     kdesc d;
     char name[192];
-    void *module;
-    void *fn[2];
+    struct resolved *src;   /* what it was built from: the 64-bit entry is built on first need */
+    void *module[2];        /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
+    void *fn[2];            /* fn[1] is set (atomically) once built */
+    int wide_building;      /* under ctx->mu */
     struct ropekv_kernel *next;
 };
 
@@ -286,7 +288,9 @@ void ropekv_destroy(ropekv_ctx *c) {
     ropekv_kernel *k = c->kernels;
     while (k) {
         ropekv_kernel *n = k->next;
-        if (k->module && c->dev.ops) c->dev.ops->unload(&c->dev, k->module);
+        for (int w = 0; w < 2; w++)
+            if (k->module[w] && c->dev.ops) c->dev.ops->unload(&c->dev, k->module[w]);
+        free(k->src);
         free(k->error);
         free(k);
         k = n;
@@ -457,22 +461,22 @@ static double now_ms(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* Source -> digest -> disk cache or compiler -> loaded module. Runs without the context lock. */
-static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
+/* Source -> digest -> disk cache or compiler -> loaded module holding one entry (templates/kernel.hip,
+ * RK_ENTRIES): the 32-bit one (wide = 0) or the 64-bit one (wide = 1), stored in k->module[wide] and
+ * *fn. Each is its own cache entry: the source differs by its first line. Runs without the context lock. */
+static ropekv_status build(ropekv_ctx *c, const resolved *r, ropekv_kernel *k, int wide, void **fn) {
     rk_buf src = {0}, log = {0};
     rk_err err = {0};
     ropekv_status s = ROPEKV_OK;
-    const char *text;
-    size_t len;
-    if (r->builtin) {
-        text = r->builtin->source;
-        len = r->builtin->len;
-    } else {
-        int rc = rk_emit(&r->variant, &src, &err);
-        if (rc != RK_OK) return fail(c, from_rk(rc), "%s", err.msg);
-        text = src.p;
-        len = src.len;
+    int rc = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", wide ? 2 : 1);
+    if (rc == RK_OK) rc = r->builtin ? rk_buf_put(&src, r->builtin->source, r->builtin->len)
+                                     : rk_emit(&r->variant, &src, &err);
+    if (rc != RK_OK) {
+        rk_buf_free(&src);
+        return err.msg[0] ? fail(c, from_rk(rc), "%s", err.msg) : fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", r->name);
     }
+    const char *text = src.p;
+    size_t len = src.len;
     unsigned char digest[32];
     char hex[65], why[1024] = "";
     key_digest(c, r, text, len, digest);
@@ -495,7 +499,7 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
         if (!from_disk) {
             double t0 = now_ms();
             count(c, &c->stats.compiles);
-            int rc = c->dev.ops->compile(&c->dev, text, len, r->name, c->arch, &co, &log);
+            rc = c->dev.ops->compile(&c->dev, text, len, r->name, c->arch, &co, &log);
             if (rc != RK_OK) {
                 s = fail(c, from_rk(rc), "compiling %s (%s) for %s with %s:\n%s", r->key, r->name, c->dev.target,
                          c->dev.compiler_id, log.p ? log.p : "");
@@ -507,8 +511,16 @@ static ropekv_status build(ropekv_ctx *c, resolved *r, ropekv_kernel *k) {
             count(c, &c->stats.disk_hits);
         }
         log.len = 0;
-        int rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module, k->fn, &log);
+        void *fns[2] = {NULL, NULL};
+        rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module[wide], fns, &log);
+        if (rc == RK_OK && !fns[wide]) {
+            c->dev.ops->unload(&c->dev, k->module[wide]);
+            k->module[wide] = NULL;
+            rk_buf_printf(&log, "the code object lacks %s%s", r->name, wide ? "_i64" : "");
+            rc = RK_ECOMPILE;
+        }
         if (rc == RK_OK) {
+            *fn = fns[wide];
             /* Only a code object that loads is worth keeping. */
             if (!from_disk && c->cache.usable &&
                 rk_cache_put(&c->cache, digest, co.data, co.len, why, sizeof why) != RK_CACHE_OK)
@@ -588,12 +600,16 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
 
     resolved *r = malloc(sizeof *r);
     ropekv_status s = r ? resolve(c, v, r) : fail(c, ROPEKV_ERR_NOMEM, "kernel_get: out of memory");
-    if (s == ROPEKV_OK) s = build(c, r, k);
+    void *fn = NULL;
+    if (s == ROPEKV_OK) s = build(c, r, k, 0, &fn);
 
     pthread_mutex_lock(&c->mu);
     if (s == ROPEKV_OK) {
-        k->d = r->d;
-        snprintf(k->name, sizeof k->name, "%s", r->name);
+        k->fn[0] = fn;
+        k->src = r;
+        r = NULL;
+        k->d = k->src->d;
+        snprintf(k->name, sizeof k->name, "%s", k->src->name);
         k->status = ROPEKV_OK;
         k->refs = 1;
         k->state = 1;
@@ -735,6 +751,27 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     return ROPEKV_OK;
 }
 
+/* The 64-bit entry, built by the first launch that needs it (2^31 or more elements in reach); threads
+ * that need it meanwhile wait. A failed build is reported to the launch and tried again by the next. */
+static ropekv_status wide_entry(ropekv_kernel *k, void **fn) {
+    ropekv_ctx *c = k->ctx;
+    pthread_mutex_lock(&c->mu);
+    while (k->wide_building) pthread_cond_wait(&c->built, &c->mu);
+    if ((*fn = k->fn[1]) != NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return ROPEKV_OK;
+    }
+    k->wide_building = 1;
+    pthread_mutex_unlock(&c->mu);
+    ropekv_status s = build(c, k->src, k, 1, fn);
+    pthread_mutex_lock(&c->mu);
+    if (s == ROPEKV_OK) __atomic_store_n(&k->fn[1], *fn, __ATOMIC_RELEASE);
+    k->wide_building = 0;
+    pthread_cond_broadcast(&c->built);
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
 static void to_rk_args(const ropekv_args *a, rk_args *r) {
     *r = (rk_args){
         .q_nope = a->q_nope, .q_pe = a->q_pe, .q_out = a->q_out, .k_nope = a->k_nope, .k_pe = a->k_pe,
@@ -752,6 +789,8 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     plan pl;
     ropekv_status s = check_args(c, &k->d, a, &pl);
     if (s != ROPEKV_OK || pl.total == 0) return s;
+    void *fn = __atomic_load_n(&k->fn[pl.wide], __ATOMIC_ACQUIRE);
+    if (!fn && (s = wide_entry(k, &fn)) != ROPEKV_OK) return s;
     rk_args ra;
     to_rk_args(a, &ra);
     ra.chunks = pl.args.chunks;
@@ -761,7 +800,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     ra.lanes_shift = pl.args.lanes_shift;
     ra.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
     rk_buf log = {0};
-    int rc = c->dev.ops->launch(&c->dev, k->fn[pl.wide], &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,
+    int rc = c->dev.ops->launch(&c->dev, fn, &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,
                                   stream, &log);
     if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
     rk_buf_free(&log);

@@ -269,6 +269,12 @@ RK_DEVICE void chunk(const args &a, I g) {
 }  // namespace rk
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
+// RK_ENTRIES picks the ones compiled: 1 the first, 2 the second, 3 (unset) both. The runtime builds
+// the 64-bit entry only for the first launch that needs it, which halves the cold compile.
+#ifndef RK_ENTRIES
+#define RK_ENTRIES 3
+#endif
+#if RK_ENTRIES & 1
 // Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads, total = tokens * a.lanes
 // (rk_launch_plan in gen/variant.c).
 RK_ENTRY void ${name}(const rk::args a) {
@@ -279,7 +285,9 @@ RK_ENTRY void ${name}(const rk::args a) {
         RK_FOR_EACH(g, total, a.chunks) rk::chunk<int>(a, (int)g);
     }
 }
+#endif
 
+#if RK_ENTRIES & 2
 RK_ENTRY void ${name}_i64(const rk::args a) {
     const rk_i64 total = a.tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
@@ -288,3 +296,4 @@ RK_ENTRY void ${name}_i64(const rk::args a) {
         RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
     }
 }
+#endif

@@ -289,6 +289,73 @@ static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status
     if (text && !strstr(ropekv_last_error(c), text)) fail_msg("'%s' not in '%s'", text, ropekv_last_error(c));
 }
 
+/* The 64-bit entry is compiled by the first launch that needs it (a cache whose rows reach 2^31
+ * elements), cached on disk as its own entry, and computes what the 32-bit entry does. A failure to
+ * build it is the launch's error, with the compiler's message, and writes nothing. */
+static void test_wide_entry_on_first_need(void **state) {
+    (void)state;
+    char dir[sizeof cache + 8];
+    snprintf(dir, sizeof dir, "%s/wide", cache);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    ropekv_ctx *c = open_ctx(dir);
+    ropekv_kernel *k;
+    ropekv_stats st;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    for (int i = 0; i < T; i++) slots[i] = T - 1 - i, pos[i] = (3 * i) % 8;
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = (uint16_t)(0x3c00 + (i * 37) % 977);
+    for (size_t i = 0; i < sizeof kbuf / sizeof kbuf[0]; i++) kbuf[i] = (uint16_t)(0xbc00 + (i * 53) % 811);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) cs[i] = (float)((int)(i % 13) - 6) / 7.0f;
+    ropekv_args narrow = good_args(), wide = good_args();
+    wide.kv_rows = INT32_MAX / W + 1; /* rows the slots never reach, but the offsets need 64 bits */
+
+    memset(qo, 0, sizeof qo);
+    memset(kv, 0, sizeof kv);
+    assert_int_equal(ropekv_launch(k, &narrow, NULL), ROPEKV_OK);
+    static uint16_t qo_narrow[sizeof qo / sizeof qo[0]];
+    static uint8_t kv_narrow[sizeof kv];
+    memcpy(qo_narrow, qo, sizeof qo);
+    memcpy(kv_narrow, kv, sizeof kv);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 1);
+    assert_int_equal(count_entries(dir), 1);
+
+    /* its build fails: the launch says why and writes nothing */
+    setenv("CXX", "/nonexistent/c++", 1);
+    memset(qo, 0, sizeof qo);
+    memset(kv, 0, sizeof kv);
+    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++"));
+    assert_non_null(strstr(ropekv_last_error(c), ropekv_kernel_name(k)));
+    unsetenv("CXX");
+    for (size_t i = 0; i < sizeof qo / sizeof qo[0]; i++) assert_int_equal(qo[i], 0);
+    for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kv[i], 0);
+    assert_int_equal(count_entries(dir), 1);
+
+    /* the next wide launch builds it, and it agrees with the 32-bit entry */
+    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
+    assert_memory_equal(qo, qo_narrow, sizeof qo);
+    assert_memory_equal(kv, kv_narrow, sizeof kv);
+    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 3); /* the 32-bit entry, the failed build, the 64-bit entry */
+    assert_int_equal(count_entries(dir), 2);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+
+    /* a new context finds both on disk */
+    c = open_ctx(dir);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    memset(qo, 0, sizeof qo);
+    memset(kv, 0, sizeof kv);
+    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
+    assert_memory_equal(qo, qo_narrow, sizeof qo);
+    assert_memory_equal(kv, kv_narrow, sizeof kv);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 0 && st.disk_hits == 2);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 static void test_argument_checks(void **state) {
     (void)state;
     ropekv_ctx *c = open_ctx(NULL);
@@ -437,6 +504,7 @@ int main(void) {
         cmocka_unit_test(test_unsafe_cache_dir),
         cmocka_unit_test(test_threads_share_one_compile),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
