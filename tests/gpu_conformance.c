@@ -56,6 +56,7 @@ typedef struct shape {
     int wide;   /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
     int runs;   /* launches back to back on the same buffers (0: one) */
     int prefetch; /* rows with pdl: read the static inputs before the wait (ropekv_options.pdl_prefetch) */
+    int late;   /* a kernel before it in the stream writes its buffers late (see late_copy) */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -77,7 +78,7 @@ static void make_shapes(int quick) {
     g_n_shapes = 0;
     for (int h = 0; h < nh; h++)
         for (int t = 0; t < nt; t++)
-            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0};
+            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0, 0};
     /* smallest first, so a failure is reported on the smallest shape that shows it */
     for (int i = 1; i < g_n_shapes; i++)
         for (int j = i; j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads;
@@ -86,14 +87,19 @@ static void make_shapes(int quick) {
             g_shapes[j] = g_shapes[j - 1];
             g_shapes[j - 1] = x;
         }
-    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0, 0} : (shape){1000, 16, 1, 0, 0};
+    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0, 0, 0} : (shape){1000, 16, 1, 0, 0, 0};
     /* chained launches: one wave of blocks (16 x 128) and several (1000 x 16) */
+    /* late inputs: the kernel before it lets it launch at once, then writes its buffers ~0.1 ms later */
     if (quick) {
-        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4, 1};
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4, 1, 0};
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 0, 0, 1};
     } else {
-        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 0};
-        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 1};
-        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8, 1};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 1, 0};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8, 1, 0};
+        g_shapes[g_n_shapes++] = (shape){1, 16, 0, 0, 0, 1};
+        g_shapes[g_n_shapes++] = (shape){16, 16, 0, 0, 1, 1};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 0, 0, 1};
     }
 }
 
@@ -105,8 +111,10 @@ static rk_shape rk_shape_of(int i) {
 
 static void shape_text(int i, int wide, char *out, size_t cap) {
     rk_shape s = rk_shape_of(i);
-    char chained[32] = "";
+    char chained[48] = "";
     if (s.runs > 1) snprintf(chained, sizeof chained, " x%d chained%s", s.runs, g_shapes[i].prefetch ? ", prefetch" : "");
+    if (g_shapes[i].late)
+        snprintf(chained, sizeof chained, " late inputs%s", g_shapes[i].prefetch ? ", prefetch" : "");
     snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
              wide ? "i64" : "i32", chained);
 }
@@ -132,6 +140,8 @@ static struct {
     CUresult (*htod)(CUdeviceptr, const void *, size_t);
     CUresult (*dtoh)(void *, CUdeviceptr, size_t);
     CUresult (*sync)(void);
+    CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
+                       void **);
     CUresult (*error_name)(CUresult, const char **);
     CUresult (*error_string)(CUresult, const char **);
     CUdevice dev;
@@ -163,6 +173,7 @@ static int cu_load(char *why, size_t cap) {
     SYM(htod, "cuMemcpyHtoD_v2")
     SYM(dtoh, "cuMemcpyDtoH_v2")
     SYM(sync, "cuCtxSynchronize")
+    SYM(launch, "cuLaunchKernel")
     SYM(error_name, "cuGetErrorName")
     SYM(error_string, "cuGetErrorString")
 #undef SYM
@@ -267,6 +278,8 @@ typedef struct runner {
     int runs;           /* launches back to back (the shape's runs, at least 1) */
     int prefetch;       /* the shape's prefetch */
     int pdl;            /* launch as the runtime does for rows with `pdl` */
+    int late;           /* the shape's late */
+    void *late_fn;      /* late_copy, loaded (CUDA only) */
     int used_wide;      /* out: the entry that ran */
     int device_lost;    /* out: a driver call failed; the context may be unusable */
     char *why;          /* rk_check's message buffer */
@@ -284,6 +297,39 @@ static uint64_t rebase(const void *p, const rk_check_buf *b, const uint64_t *dev
     return UINT64_MAX;
 }
 
+/* The "late" shapes: a kernel launched just before the one under test copies the test's buffers into
+ * place from staging copies, but only after spinning ~0.1 ms, and lets the next grid launch at once
+ * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
+ * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
+ * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
+#define LATE_MAX RK_CHECK_NBUF
+static const char LATE_SRC[] =
+    "struct late { unsigned long long dst[9], src[9], n[9]; long long count, spin; };\n"
+    "extern \"C\" __global__ void late_copy(const late a) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n"
+    "    long long t0 = clock64();\n"
+    "    while (clock64() - t0 < a.spin) {}\n"
+    "    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "    for (int b = 0; b < a.count; b++)\n"
+    "        for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < a.n[b]; i += step)\n"
+    "            ((unsigned char *)a.dst[b])[i] = ((const unsigned char *)a.src[b])[i];\n"
+    "}\n";
+typedef struct late_args {
+    unsigned long long dst[9], src[9], n[9];
+    long long count, spin;
+} late_args;
+
+/* Buffers a kernel before it may write: inputs (positions, slots and tables only without prefetch,
+ * whose contract is that they are not written there) and the outputs. */
+static int late_buffer(int i, int prefetch) {
+    switch (i) {
+    case RK_CHECK_POS: case RK_CHECK_SLOTS: case RK_CHECK_COS: case RK_CHECK_SIN: return !prefetch;
+    default: return 1;
+    }
+}
+
 static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     runner *r = ctx;
     rk_check_buf b[RK_CHECK_NBUF];
@@ -293,6 +339,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     char *why = r->why;
     const size_t cap = r->why_cap;
     int rc = RK_EDEVICE;
+    uint64_t staging[RK_CHECK_NBUF] = {0};
     rk_check_buffers(v, a, b);
 
     guard = malloc(GUARD);
@@ -313,6 +360,38 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
             char what[64];
             snprintf(what, sizeof what, " (%s)", b[i].name);
             strncat(why, what, cap - strlen(why) - 1);
+            r->device_lost = 1;
+            goto out;
+        }
+    }
+    if (r->late && r->late_fn) {
+        late_args la = {.spin = 200000};
+        unsigned char *stale = NULL;
+        for (int i = 0; i < RK_CHECK_NBUF; i++) {
+            size_t n = (size_t)b[i].bytes;
+            if (!b[i].host || !n || !late_buffer(i, r->prefetch)) continue;
+            int k = (int)la.count++;
+            uint64_t st = 0;
+            if (!(stale = realloc(stale, n)) || r->mem->alloc(&st, n, why, cap)) {
+                if (!stale) snprintf(why, cap, "out of host memory");
+                free(stale);
+                r->device_lost = stale != NULL;
+                goto out;
+            }
+            staging[i] = st;
+            memset(stale, 0x5a, n);
+            if (r->mem->htod(st, b[i].host, n, why, cap) || r->mem->htod(dev[i] + GUARD, stale, n, why, cap)) {
+                free(stale);
+                r->device_lost = 1;
+                goto out;
+            }
+            la.dst[k] = dev[i] + GUARD;
+            la.src[k] = st;
+            la.n[k] = n;
+        }
+        free(stale);
+        void *params[] = {&la};
+        if (cu_check(cu.launch(r->late_fn, 528, 1, 1, 256, 1, 1, 0, NULL, params, NULL), "launching late_copy", why, cap)) {
             r->device_lost = 1;
             goto out;
         }
@@ -398,8 +477,10 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     }
     rc = RK_OK;
 out:
-    for (int i = 0; i < RK_CHECK_NBUF; i++)
+    for (int i = 0; i < RK_CHECK_NBUF; i++) {
         if (dev[i]) r->mem->release(dev[i]);
+        if (staging[i]) r->mem->release(staging[i]);
+    }
     free(guard);
     free(back);
     rk_buf_free(&log);
@@ -546,11 +627,28 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
         r.device_lost = rc == RK_EDEVICE;
         goto out;
     }
+    static void *late_fn; /* this process's late_copy (none on the host backend) */
+    if (!g_host && !late_fn) {
+        rk_codeobj lco = {0};
+        void *lmod = NULL, *lfn[2] = {NULL, NULL};
+        rk_buf_free(&log);
+        rc = dev->ops->compile(dev, LATE_SRC, sizeof LATE_SRC - 1, "late_copy", v->arch, &lco, &log);
+        if (rc == RK_OK) rc = dev->ops->load(dev, &lco, "late_copy", &lmod, lfn, &log);
+        rk_code_free(&lco);
+        if (rc != RK_OK || !lfn[0]) {
+            snprintf(res->why, sizeof res->why, "late_copy: %s", log.p ? log.p : "failed");
+            r.device_lost = rc == RK_EDEVICE;
+            goto out;
+        }
+        late_fn = lfn[0];
+    }
+    r.late_fn = late_fn;
     for (int i = 0; i < g_n_shapes; i++) {
         rk_shape sh = rk_shape_of(i);
         r.force_wide = g_shapes[i].wide;
         r.runs = sh.runs > 1 ? sh.runs : 1;
         r.prefetch = g_shapes[i].prefetch;
+        r.late = g_shapes[i].late;
         r.used_wide = 0;
         res->why[0] = '\0';
         rc = rk_check(v, &sh, g_seed * 1000003u + (uint64_t)i, run_device, &r, res->why, sizeof res->why);
