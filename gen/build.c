@@ -133,7 +133,8 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
 }
 
 /* pdl_gate of a PTX text: per .entry, does a griddepcontrol.wait come before the first st.global?
- * (Loads may precede it: with args.prefetch the static inputs are read before the wait.) */
+ * (Loads may precede it: with args.prefetch the static inputs are read before the wait.) A kernel that
+ * waits must not use ld.global.nc either: ptxas moves those loads above the wait. */
 static int pdl_gate(const char *ptx) {
     int waits = 0, early = 0;
     for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
@@ -146,7 +147,7 @@ static int pdl_gate(const char *ptx) {
         if (wait && first && first < wait) early++;
         if (!wait && waits) early++;
     }
-    return early ? 2 : waits ? 1 : 0;
+    return early ? 2 : waits && strstr(ptx, "ld.global.nc") ? 3 : waits ? 1 : 0;
 }
 
 int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_result *r,

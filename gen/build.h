@@ -29,7 +29,8 @@ typedef struct rk_build_result {
                               * v_cvt_pk_bf16_f32, NVIDIA cvt.rn.bf16x2.f32); -1: not scanned */
     int pdl_gate;            /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
                               * its first global store; 2 an entry stores first (a defect for rows
-                              * with pdl); -1: not scanned */
+                              * with pdl); 3 it waits but reads through ld.global.nc, which ptxas
+                              * may move above the wait (a defect); -1: not scanned */
     int pid;                 /* worker process that ran it */
     char log[RK_BUILD_LOG];  /* the compiler's log (NUL-terminated, possibly cut) */
 } rk_build_result;

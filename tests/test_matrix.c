@@ -4,7 +4,8 @@
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
  * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
- * before its first global store, and rows without pdl must not wait at all.
+ * before its first global store and read nothing through ld.global.nc (ptxas moves such loads above
+ * the wait), and rows without pdl must not wait at all.
  * Identical kernels (same name) are compiled once. A compiler that is not installed skips its part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,7 +155,7 @@ static int check_built(rk_compiler cc, int *checked) {
             WHY(" fp8 on %s (no fp8_hw) reports a hardware conversion (%d);", a->name, in->fp8_cvt);
         if (a->vendor == RK_VENDOR_NVIDIA && r->pdl_gate != (a->pdl ? 1 : 0))
             WHY(" row %s has pdl = %s but the PTX's gate is %d (1: every entry waits before its first "
-                "global store; 0: no wait);", a->name, a->pdl ? "true" : "false", r->pdl_gate);
+                "global store and reads no ld.global.nc; 0: no wait);", a->name, a->pdl ? "true" : "false", r->pdl_gate);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 with rope on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
 #undef WHY
