@@ -181,9 +181,13 @@ RK_DEVICE float bf16_prep(float x) {
 
 // One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
 // only at the store, like skip_all's above: a slot that is negative or past the cache skips the write.
+// The fp8 scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate:
+// read after the rotation it would add a memory round trip to the chain.
 template <class I>
 RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
+    const bool scaled = KV_FP8 && SCALE != 0;
+    float k_scale = scaled && !a.prefetch ? *a.k_scale : 1.0f;
     const bool nope = c < L_CH;
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
@@ -195,7 +199,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
         f8 unused;
         y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
-    const float k_scale = KV_FP8 && SCALE != 0 ? *a.k_scale : 1.0f;
+    if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < 0 || slot >= a.kv_rows) return;
     if (KV_FP8) {
         float k = k_scale;
