@@ -176,7 +176,9 @@ ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropek
                            size_t why_cap);
 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
- * per process even when many threads ask at once). Release with ropekv_kernel_release. */
+ * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
+ * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets reach
+ * 2^31 elements, is built (cache, then compiler) by the first such launch. */
 ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
 void ropekv_kernel_release(ropekv_kernel *k);
 
@@ -185,7 +187,10 @@ const char *ropekv_kernel_name(const ropekv_kernel *k);
 
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
- * synchronously). Nothing is launched when a check fails. */
+ * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31
+ * elements builds the kernel's 64-bit entry first (see ropekv_kernel_get); if that build fails it
+ * returns its status (e.g. ROPEKV_ERR_COMPILE, with the compiler's log) and the next such launch
+ * tries again. */
 ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);
 
 #ifdef __cplusplus
