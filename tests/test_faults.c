@@ -41,6 +41,7 @@
 #include "host_backend.h"
 #include "rk.h"
 #include "ropekv.h"
+#include "api_launch.h"
 
 #define PATH 4400
 
@@ -319,28 +320,13 @@ static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, cons
     return NULL;
 }
 
-static int run_api(void *k, const rk_variant *v, const rk_args *a) {
-    (void)v;
-    ropekv_args p = {
-        .tokens = a->tokens, .heads = a->heads,
-        .q_nope = a->q_nope, .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh,
-        .q_pe = (void *)a->q_pe, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
-        .q_out = a->q_out, .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh,
-        .k_nope = a->k_nope, .k_nope_st = a->k_nope_st, .k_pe = a->k_pe, .k_pe_st = a->k_pe_st,
-        .kv_cache = a->kv_cache, .kv_st = a->kv_st, .kv_rows = a->kv_rows,
-        .positions = a->positions, .slots = a->slots, .cos_sin = a->cos, .sin = a->sin,
-        .max_pos = a->max_pos, .k_scale = a->k_scale,
-    };
-    return ropekv_launch(k, &p, NULL);
-}
-
 /* 0 when kernel k computes what the reference computes for rv (two shapes). */
 static int kernel_matches(ropekv_kernel *k, const rk_variant *rv, char *why, size_t cap) {
     static const int64_t T[] = {1, 17}, H[] = {1, 16};
     for (int i = 0; i < 2; i++) {
         rk_shape sh = {.tokens = T[i], .heads = H[i], .pad = 8 * i, .max_pos = 64, .neg_every = 3, .specials = 1,
                        .k_scale = 0.37f};
-        if (rk_check(rv, &sh, (uint64_t)i + 1, run_api, k, why, cap) != 0) return 1;
+        if (rk_check(rv, &sh, (uint64_t)i + 1, rk_test_launch, k, why, cap) != 0) return 1;
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "rk.h"
 #include "ropekv.h"
+#include "api_launch.h"
 
 static char cache[] = "/tmp/ropekv-test-runtime-XXXXXX";
 static rk_catalog cat;
@@ -72,26 +73,6 @@ static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, cons
     return NULL;
 }
 
-static void to_public(const rk_args *a, ropekv_args *p) {
-    *p = (ropekv_args){
-        .tokens = a->tokens, .heads = a->heads,
-        .q_nope = a->q_nope, .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh,
-        .q_pe = (void *)a->q_pe, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
-        .q_out = a->q_out, .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh,
-        .k_nope = a->k_nope, .k_nope_st = a->k_nope_st, .k_pe = a->k_pe, .k_pe_st = a->k_pe_st,
-        .kv_cache = a->kv_cache, .kv_st = a->kv_st, .kv_rows = a->kv_rows,
-        .positions = a->positions, .slots = a->slots, .cos_sin = a->cos, .sin = a->sin,
-        .max_pos = a->max_pos, .k_scale = a->k_scale,
-    };
-}
-
-static int run_api(void *ctx, const rk_variant *v, const rk_args *a) {
-    (void)v;
-    ropekv_args p;
-    to_public(a, &p);
-    return ropekv_launch(ctx, &p, NULL);
-}
-
 /* Checks kernel k against the reference over a few shapes. */
 static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
     static const int64_t T[] = {1, 17}, H[] = {1, 16};
@@ -100,7 +81,7 @@ static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
             rk_shape sh = {.tokens = T[i], .heads = H[j], .pad = 8 * j, .max_pos = 64, .neg_every = 3,
                            .specials = 1, .k_scale = 0.37f};
             char why[4096] = "";
-            int rc = rk_check(rv, &sh, (uint64_t)(i * 2 + j + 1), run_api, k, why, sizeof why);
+            int rc = rk_check(rv, &sh, (uint64_t)(i * 2 + j + 1), rk_test_launch, k, why, sizeof why);
             if (rc) fail_msg("%s: %s", rv->key, why);
         }
 }
