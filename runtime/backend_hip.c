@@ -156,12 +156,14 @@ static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name,
     snprintf(wide, sizeof wide, "%s_i64", name);
     hipModule_t m = NULL;
     hipFunction_t f32 = NULL, f64 = NULL;
-    hipError_t e = 0, e64 = (hipError_t)1; /* set when the module loads */
+    hipError_t e = 0, e32 = 0, e64 = 0;
     ON_DEVICE(s, {
         e = hip.module_load(&m, co->data);
-        if (e == 0) e64 = hip.get_function(&f64, m, wide);
-        if (e == 0) e = hip.get_function(&f32, m, name);
-        if (e != 0 && e64 == 0) e = 0; /* a build of one entry (RK_ENTRIES) lacks the other */
+        if (e == 0) { /* a build of one entry (RK_ENTRIES) lacks the other */
+            e32 = hip.get_function(&f32, m, name);
+            e64 = hip.get_function(&f64, m, wide);
+            if (e32 != 0 && e64 != 0) e = e32;
+        }
         if (e != 0 && m) hip.module_unload(m);
     });
     if (e != 0) {

@@ -637,11 +637,22 @@ void ropekv_kernel_release(ropekv_kernel *k) {
 const char *ropekv_kernel_name(const ropekv_kernel *k) { return k ? k->name : ""; }
 
 /* ---- argument checks ------------------------------------------------------------------------------ */
+static void to_rk_args(const ropekv_args *a, rk_args *r) {
+    *r = (rk_args){
+        .q_nope = a->q_nope, .q_pe = a->q_pe, .q_out = a->q_out, .k_nope = a->k_nope, .k_pe = a->k_pe,
+        .kv_cache = a->kv_cache, .positions = a->positions, .slots = a->slots, .cos = a->cos_sin, .sin = a->sin,
+        .k_scale = a->k_scale, .tokens = a->tokens, .heads = a->heads, .max_pos = a->max_pos,
+        .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
+        .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh, .k_nope_st = a->k_nope_st, .k_pe_st = a->k_pe_st,
+        .kv_st = a->kv_st, .kv_rows = a->kv_rows,
+    };
+}
+
 typedef struct plan {
     int wide;        /* 64-bit index math */
     int64_t total;   /* chunks */
     int64_t blocks;
-    rk_args args;    /* only the fields rk_launch_plan fills */
+    rk_args args;    /* the kernel's arguments: the caller's, with rk_launch_plan's fields */
 } plan;
 
 #define CHECK(cond, status, ...) \
@@ -726,7 +737,7 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */
-    pl->args = (rk_args){.tokens = T, .heads = H};
+    to_rk_args(a, &pl->args);
     rk_launch_plan(p->L, p->R, p->q, c->arch->wave, d->block, d->chunks, d->chunks_from, &pl->args, &pl->total,
                    &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
@@ -772,17 +783,6 @@ static ropekv_status wide_entry(ropekv_kernel *k, void **fn) {
     return s;
 }
 
-static void to_rk_args(const ropekv_args *a, rk_args *r) {
-    *r = (rk_args){
-        .q_nope = a->q_nope, .q_pe = a->q_pe, .q_out = a->q_out, .k_nope = a->k_nope, .k_pe = a->k_pe,
-        .kv_cache = a->kv_cache, .positions = a->positions, .slots = a->slots, .cos = a->cos_sin, .sin = a->sin,
-        .k_scale = a->k_scale, .tokens = a->tokens, .heads = a->heads, .max_pos = a->max_pos,
-        .q_nope_st = a->q_nope_st, .q_nope_sh = a->q_nope_sh, .q_pe_st = a->q_pe_st, .q_pe_sh = a->q_pe_sh,
-        .q_out_st = a->q_out_st, .q_out_sh = a->q_out_sh, .k_nope_st = a->k_nope_st, .k_pe_st = a->k_pe_st,
-        .kv_st = a->kv_st, .kv_rows = a->kv_rows,
-    };
-}
-
 ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream) {
     if (!k) return ROPEKV_ERR_NULL;
     ropekv_ctx *c = k->ctx;
@@ -791,16 +791,9 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     if (s != ROPEKV_OK || pl.total == 0) return s;
     void *fn = __atomic_load_n(&k->fn[pl.wide], __ATOMIC_ACQUIRE);
     if (!fn && (s = wide_entry(k, &fn)) != ROPEKV_OK) return s;
-    rk_args ra;
-    to_rk_args(a, &ra);
-    ra.chunks = pl.args.chunks;
-    ra.early_release = pl.args.early_release;
-    ra.lanes = pl.args.lanes;
-    ra.lanes_mul = pl.args.lanes_mul;
-    ra.lanes_shift = pl.args.lanes_shift;
-    ra.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
+    pl.args.prefetch = k->d.pdl && c->pdl && c->pdl_prefetch;
     rk_buf log = {0};
-    int rc = c->dev.ops->launch(&c->dev, fn, &ra, pl.blocks, k->d.block, k->d.pdl && c->pdl,
+    int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, k->d.block, k->d.pdl && c->pdl,
                                   stream, &log);
     if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
     rk_buf_free(&log);

@@ -270,6 +270,18 @@ RK_DEVICE void chunk(const args &a, I g) {
     else kv_chunk<I>(a, t, c);
 }
 
+// This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
+// total = tokens * a.lanes (rk_launch_plan in gen/variant.c).
+template <class I>
+RK_DEVICE void launch(const args &a) {
+    const rk_i64 total = a.tokens * a.lanes;
+    if (RK_CHUNKS == 1 || a.chunks <= 1) {
+        RK_FOR_ONE(g, total) chunk<I>(a, (I)g);
+    } else {
+        RK_FOR_EACH(g, total, a.chunks) chunk<I>(a, (I)g);
+    }
+}
+
 }  // namespace rk
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
@@ -279,25 +291,8 @@ RK_DEVICE void chunk(const args &a, I g) {
 #define RK_ENTRIES 3
 #endif
 #if RK_ENTRIES & 1
-// Launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads, total = tokens * a.lanes
-// (rk_launch_plan in gen/variant.c).
-RK_ENTRY void ${name}(const rk::args a) {
-    const rk_i64 total = a.tokens * a.lanes;
-    if (RK_CHUNKS == 1 || a.chunks <= 1) {
-        RK_FOR_ONE(g, total) rk::chunk<int>(a, (int)g);
-    } else {
-        RK_FOR_EACH(g, total, a.chunks) rk::chunk<int>(a, (int)g);
-    }
-}
+RK_ENTRY void ${name}(const rk::args a) { rk::launch<int>(a); }
 #endif
-
 #if RK_ENTRIES & 2
-RK_ENTRY void ${name}_i64(const rk::args a) {
-    const rk_i64 total = a.tokens * a.lanes;
-    if (RK_CHUNKS == 1 || a.chunks <= 1) {
-        RK_FOR_ONE(g, total) rk::chunk<rk_i64>(a, g);
-    } else {
-        RK_FOR_EACH(g, total, a.chunks) rk::chunk<rk_i64>(a, g);
-    }
-}
+RK_ENTRY void ${name}_i64(const rk::args a) { rk::launch<rk_i64>(a); }
 #endif

@@ -302,7 +302,8 @@ static uint64_t rebase(const void *p, const rk_check_buf *b, const uint64_t *dev
  * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
  * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
  * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
-#define LATE_MAX RK_CHECK_NBUF
+#define LATE_MAX 9 /* rows of late_copy's table (the 9 in LATE_SRC): one per rk_check buffer */
+_Static_assert(RK_CHECK_NBUF <= LATE_MAX, "late_copy's table holds every rk_check buffer");
 static const char LATE_SRC[] =
     "struct late { unsigned long long dst[9], src[9], n[9]; long long count, spin; };\n"
     "extern \"C\" __global__ void late_copy(const late a) {\n"
@@ -317,7 +318,7 @@ static const char LATE_SRC[] =
     "            ((unsigned char *)a.dst[b])[i] = ((const unsigned char *)a.src[b])[i];\n"
     "}\n";
 typedef struct late_args {
-    unsigned long long dst[9], src[9], n[9];
+    unsigned long long dst[LATE_MAX], src[LATE_MAX], n[LATE_MAX];
     long long count, spin;
 } late_args;
 
@@ -366,27 +367,28 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     }
     if (r->late && r->late_fn) {
         late_args la = {.spin = 200000};
-        unsigned char *stale = NULL;
+        size_t most = 0; /* the largest buffer: one stale pattern serves all */
+        for (int i = 0; i < RK_CHECK_NBUF; i++)
+            if (b[i].host && late_buffer(i, r->prefetch) && (size_t)b[i].bytes > most) most = (size_t)b[i].bytes;
+        unsigned char *stale = malloc(most ? most : 1);
+        if (!stale) {
+            snprintf(why, cap, "out of host memory");
+            rc = RK_ENOMEM;
+            goto out;
+        }
+        memset(stale, 0x5a, most);
         for (int i = 0; i < RK_CHECK_NBUF; i++) {
             size_t n = (size_t)b[i].bytes;
             if (!b[i].host || !n || !late_buffer(i, r->prefetch)) continue;
             int k = (int)la.count++;
-            uint64_t st = 0;
-            if (!(stale = realloc(stale, n)) || r->mem->alloc(&st, n, why, cap)) {
-                if (!stale) snprintf(why, cap, "out of host memory");
-                free(stale);
-                r->device_lost = stale != NULL;
-                goto out;
-            }
-            staging[i] = st;
-            memset(stale, 0x5a, n);
-            if (r->mem->htod(st, b[i].host, n, why, cap) || r->mem->htod(dev[i] + GUARD, stale, n, why, cap)) {
+            if (r->mem->alloc(&staging[i], n, why, cap) || r->mem->htod(staging[i], b[i].host, n, why, cap) ||
+                r->mem->htod(dev[i] + GUARD, stale, n, why, cap)) {
                 free(stale);
                 r->device_lost = 1;
                 goto out;
             }
             la.dst[k] = dev[i] + GUARD;
-            la.src[k] = st;
+            la.src[k] = staging[i];
             la.n[k] = n;
         }
         free(stale);
