@@ -30,7 +30,7 @@ static double median(double *v, int n) {
 
 /* The deepseek_v3 fp8 absorbed source for one arch row. */
 static int source_for(const rk_catalog *cat, const char *target, rk_buf *src) {
-    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     rk_err err = {0};
     const rk_spec *s = rk_catalog_find(cat, "deepseek_v3");
     char key[192];
@@ -49,12 +49,12 @@ static void cold(const rk_catalog *cat, const char *label, const char *row, cons
                  int entries) {
     rk_buf src = {0};
     double t[16];
-    int ok = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", entries) == RK_OK && source_for(cat, row, &src) == RK_OK;
+    int ok = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", entries) == ROPEKV_OK && source_for(cat, row, &src) == ROPEKV_OK;
     for (int i = 0; ok && i < reps; i++) {
         rk_codeobj co = {0};
         rk_buf log = {0};
         double t0 = now_s();
-        ok = f(src.p, src.len, target, NULL, &co, NULL, &log) == RK_OK;
+        ok = f(src.p, src.len, target, NULL, &co, NULL, &log) == ROPEKV_OK;
         t[i] = now_s() - t0;
         rk_code_free(&co);
         rk_buf_free(&log);
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     if (reps < 1 || reps > 16) reps = 5;
     static rk_catalog cat;
     rk_err err = {0};
-    if (rk_catalog_load_embedded(&cat, &err) != RK_OK) {
+    if (rk_catalog_load_embedded(&cat, &err) != ROPEKV_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -167,7 +167,7 @@ typedef struct rope_call {
 static void launch_rope(void *p) {
     rope_call *r = p;
     rk_buf log = {0};
-    if (r->dev->ops->launch(r->dev, r->fn, &r->a, r->blocks, r->block, r->pdl, g_stream, &log) != RK_OK) {
+    if (r->dev->ops->launch(r->dev, r->fn, &r->a, r->blocks, r->block, r->pdl, g_stream, &log) != ROPEKV_OK) {
         fprintf(stderr, "launch: %s\n", log.p);
         exit(1);
     }
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
     load_cuda();
     rk_device dev = {.ops = &rk_backend_cuda};
     rk_buf log = {0};
-    if (dev.ops->open(&dev, 0, NULL, &log) != RK_OK) {
+    if (dev.ops->open(&dev, 0, NULL, &log) != ROPEKV_OK) {
         printf("bench_kernel: SKIPPED: %s\n", log.p);
         return 77;
     }
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     /* floors */
     rk_codeobj co = {0};
     rk_buf flog = {0};
-    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, &co, NULL, &flog) != RK_OK) {
+    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, &co, NULL, &flog) != ROPEKV_OK) {
         fprintf(stderr, "%s\n", flog.p);
         return 1;
     }
@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
 
     static rk_catalog cat;
     rk_err err = {0};
-    if (rk_catalog_load_embedded(&cat, &err) != RK_OK) return 1;
+    if (rk_catalog_load_embedded(&cat, &err) != ROPEKV_OK) return 1;
     const rk_spec *sp = rk_catalog_find(&cat, spec_name);
     const rk_arch *row = NULL;
     for (int i = 0; i < cat.archs.n; i++)
@@ -260,16 +260,16 @@ int main(int argc, char **argv) {
                     arch.chunks = chunks_l[c];
                     arch.nt_stores = nt_l[n % nn];
                     arch.pdl = pdl_l[n / nn] != 0;
-                    rk_variant v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
+                    rk_desc v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
                                     .pos = RK_IDX_I64, .slot = RK_IDX_I64};
-                    rk_variant_finish(&v);
+                    rk_desc_finish(&v);
                     rk_buf src = {0};
                     rk_codeobj kco = {0};
                     rk_buf klog = {0};
                     void *mod, *fn[2];
-                    if (rk_emit(&v, &src, &err) != RK_OK ||
-                        dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != RK_OK ||
-                        dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != RK_OK) {
+                    if (rk_emit(&v, &src, &err) != ROPEKV_OK ||
+                        dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != ROPEKV_OK ||
+                        dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != ROPEKV_OK) {
                         fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
                         return 1;
                     }

@@ -8,9 +8,9 @@ int rk_catalog_load_embedded(rk_catalog *c, rk_err *err) {
     size_t len;
     const char *text = rk_embedded("archs.lua", &len);
     memset(c, 0, sizeof *c);
-    if (!text) return rk_fail(err, RK_EIO, "specs/archs.lua is not embedded in this build");
+    if (!text) return rk_fail(err, ROPEKV_ERR_IO, "specs/archs.lua is not embedded in this build");
     int rc = rk_archs_load("specs/archs.lua", text, len, &c->archs, err);
-    for (size_t i = 0; rc == RK_OK; i++) {
+    for (size_t i = 0; rc == ROPEKV_OK; i++) {
         const char *name = rk_embedded_at(i, NULL);
         if (!name) break;
         size_t n = strlen(name);
@@ -26,15 +26,15 @@ int rk_catalog_load_embedded(rk_catalog *c, rk_err *err) {
 int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len, rk_err *err) {
     rk_spec s;
     int rc = rk_spec_load(file, text, len, &c->archs, &s, err);
-    if (rc != RK_OK) return rc;
+    if (rc != ROPEKV_OK) return rc;
     for (int i = 0; i < c->n_specs; i++)
         if (strcmp(c->specs[i].name, s.name) == 0) {
             c->specs[i] = s;
-            return RK_OK;
+            return ROPEKV_OK;
         }
-    if (c->n_specs == RK_MAX_SPECS) return rk_fail(err, RK_ESPEC_INVALID, "%s: more than %d specs", file, RK_MAX_SPECS);
+    if (c->n_specs == RK_MAX_SPECS) return rk_fail(err, ROPEKV_ERR_SPEC_INVALID, "%s: more than %d specs", file, RK_MAX_SPECS);
     c->specs[c->n_specs++] = s;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name) {

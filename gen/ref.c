@@ -164,14 +164,14 @@ static int64_t load_idx(const void *p, int64_t t, rk_idx type) {
     return (int64_t)((const int32_t *)p)[t];
 }
 
-static int64_t position_of(const rk_variant *v, const rk_args *a, int64_t t) {
+static int64_t position_of(const rk_desc *v, const rk_args *a, int64_t t) {
     int64_t pos = load_idx(a->positions, t, v->pos);
     if (pos >= a->max_pos) pos = a->max_pos - 1;
     if (pos < 0) pos = 0;
     return pos;
 }
 
-static void cos_sin_at(const rk_variant *v, const rk_args *a, int64_t pos, int i, float *c, float *s) {
+static void cos_sin_at(const rk_desc *v, const rk_args *a, int64_t pos, int i, float *c, float *s) {
     const int64_t R = v->spec->rope_dim, half = R / 2;
     switch (v->spec->cos_sin) {
     case RK_CS_F32_CAT:
@@ -202,7 +202,7 @@ static void pair_index(rk_rope rope, int R, int i, int *j0, int *j1) {
 
 /* Pair i of rope(x): y0 at j0, y1 at j1. Reads x before anything is written, so a caller may store
  * the pair back into x (in-place rope); pairs never share elements. */
-static void rope_pair(const rk_variant *v, const rk_args *a, int64_t pos, const uint16_t *x, int i,
+static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, int i,
                       int *j0, int *j1, float *y0, float *y1) {
     pair_index(v->spec->rope, v->spec->rope_dim, i, j0, j1);
     float x0 = rk_bf16_to_f32(x[*j0]), x1 = rk_bf16_to_f32(x[*j1]);
@@ -219,7 +219,7 @@ static void rope_pair(const rk_variant *v, const rk_args *a, int64_t pos, const 
 }
 
 /* dst[0, R) = bf16(rope(x)); dst may equal x. */
-static void rope_row_bf16(const rk_variant *v, const rk_args *a, int64_t pos, const uint16_t *x,
+static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x,
                           uint16_t *dst) {
     for (int i = 0; i < v->spec->rope_dim / 2; i++) {
         int j0, j1;
@@ -230,7 +230,7 @@ static void rope_row_bf16(const rk_variant *v, const rk_args *a, int64_t pos, co
     }
 }
 
-static void write_q_rows(const rk_variant *v, const rk_args *a, int64_t t, int64_t pos) {
+static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos) {
     const int L = v->spec->kv_lora_rank;
     for (int64_t h = 0; h < a->heads; h++) {
         const uint16_t *q_pe = (const uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
@@ -263,7 +263,7 @@ static float sanitize_bf16(float x) {
 }
 
 /* One fp8 cache element from the f32 value x: scale, sanitize, clamp, convert. */
-static uint8_t fp8_elem(const rk_variant *v, const rk_args *a, float x) {
+static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
     switch (v->spec->fp8_scale) {
     case RK_SCALE_MUL_RECIP: {
         float r = 1.0f / *a->k_scale;
@@ -285,7 +285,7 @@ static uint8_t fp8_elem(const rk_variant *v, const rk_args *a, float x) {
 
 /* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
-static void store_kv_elem(const rk_variant *v, const rk_args *a, void *row, int j, float x, int rope,
+static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope,
                           uint16_t raw) {
     if (v->kv == RK_KV_BF16) {
         uint16_t *r = row;
@@ -297,7 +297,7 @@ static void store_kv_elem(const rk_variant *v, const rk_args *a, void *row, int 
     ((uint8_t *)row)[j] = fp8_elem(v, a, x);
 }
 
-static void write_kv_row(const rk_variant *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
+static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->spec->kv_lora_rank;
     void *row = v->kv == RK_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
                                     : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
@@ -313,7 +313,7 @@ static void write_kv_row(const rk_variant *v, const rk_args *a, int64_t t, int64
     }
 }
 
-void rk_ref_run(const rk_variant *v, const rk_args *a) {
+void rk_ref_run(const rk_desc *v, const rk_args *a) {
     for (int64_t t = 0; t < a->tokens; t++) {
         const int64_t slot = load_idx(a->slots, t, v->slot);
         const int64_t pos = position_of(v, a, t);

@@ -12,14 +12,14 @@ int rk_buf_put(rk_buf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
         char *p = realloc(b->p, cap);
-        if (!p) return RK_ENOMEM;
+        if (!p) return ROPEKV_ERR_NOMEM;
         b->p = p;
         b->cap = cap;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 int rk_buf_printf(rk_buf *b, const char *fmt, ...) {
@@ -28,10 +28,10 @@ int rk_buf_printf(rk_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    if (n < 0) return RK_ENOMEM;
+    if (n < 0) return ROPEKV_ERR_NOMEM;
     if ((size_t)n < sizeof small) return rk_buf_put(b, small, (size_t)n);
     char *big = malloc((size_t)n + 1);
-    if (!big) return RK_ENOMEM;
+    if (!big) return ROPEKV_ERR_NOMEM;
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -58,33 +58,33 @@ static int is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && 
 int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *out, rk_err *err) {
     enum { MAX_BINDINGS = 64 };
     char used[MAX_BINDINGS] = {0};
-    if (n > MAX_BINDINGS) return rk_fail(err, RK_ERENDER, "template: more than %d bindings", MAX_BINDINGS);
+    if (n > MAX_BINDINGS) return rk_fail(err, ROPEKV_ERR_RENDER, "template: more than %d bindings", MAX_BINDINGS);
     const char *c = tpl, *end = tpl + len, *lit = tpl;
     while (c < end) {
         if (!(c[0] == '$' && c + 1 < end && c[1] == '{')) {
             c++;
             continue;
         }
-        if (rk_buf_put(out, lit, (size_t)(c - lit))) return rk_fail(err, RK_ENOMEM, "template: out of memory");
+        if (rk_buf_put(out, lit, (size_t)(c - lit))) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
         const char *name = c + 2, *close = name;
         while (close < end && is_name_char(*close)) close++;
         if (close == end || *close != '}' || close == name)
-            return rk_fail(err, RK_ERENDER, "template line %d: '${' without a closing '}' after a name",
+            return rk_fail(err, ROPEKV_ERR_RENDER, "template line %d: '${' without a closing '}' after a name",
                            line_of(tpl, c));
         size_t nl = (size_t)(close - name);
         int k = 0;
         while (k < n && !(strlen(b[k].name) == nl && memcmp(b[k].name, name, nl) == 0)) k++;
         if (k == n)
-            return rk_fail(err, RK_ERENDER, "template line %d: unknown placeholder '${%.*s}'", line_of(tpl, c),
+            return rk_fail(err, ROPEKV_ERR_RENDER, "template line %d: unknown placeholder '${%.*s}'", line_of(tpl, c),
                            (int)nl, name);
         used[k] = 1;
-        if (rk_buf_put(out, b[k].value, strlen(b[k].value))) return rk_fail(err, RK_ENOMEM, "template: out of memory");
+        if (rk_buf_put(out, b[k].value, strlen(b[k].value))) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
         c = lit = close + 1;
     }
-    if (rk_buf_put(out, lit, (size_t)(end - lit))) return rk_fail(err, RK_ENOMEM, "template: out of memory");
+    if (rk_buf_put(out, lit, (size_t)(end - lit))) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
     for (int k = 0; k < n; k++)
-        if (!used[k]) return rk_fail(err, RK_ERENDER, "template: binding '%s' is never used", b[k].name);
-    return RK_OK;
+        if (!used[k]) return rk_fail(err, ROPEKV_ERR_RENDER, "template: binding '%s' is never used", b[k].name);
+    return ROPEKV_OK;
 }
 
 /* ---- the kernel source of a variant ---------------------------------------------------------- */
@@ -94,10 +94,10 @@ int rk_template_text(rk_buf *out, rk_err *err) {
     for (size_t i = 0; i < sizeof TEMPLATE_FILES / sizeof TEMPLATE_FILES[0]; i++) {
         size_t n;
         const char *t = rk_embedded(TEMPLATE_FILES[i], &n);
-        if (!t) return rk_fail(err, RK_ERENDER, "template %s is not embedded in this build", TEMPLATE_FILES[i]);
-        if (rk_buf_put(out, t, n)) return rk_fail(err, RK_ENOMEM, "template: out of memory");
+        if (!t) return rk_fail(err, ROPEKV_ERR_RENDER, "template %s is not embedded in this build", TEMPLATE_FILES[i]);
+        if (rk_buf_put(out, t, n)) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* The spec file's base name as it may appear in a // comment of the generated source: the name is the
@@ -119,12 +119,12 @@ static void float_literal(float f, char *out, size_t cap) {
     strncat(out, "f", cap - strlen(out) - 1);
 }
 
-static int header(const rk_variant *v, rk_buf *o) {
+static int header(const rk_desc *v, rk_buf *o) {
     const rk_spec *s = v->spec;
     const rk_arch *a = v->arch;
     int rc = 0;
     char file[sizeof s->file];
-    rc |= rk_buf_printf(o, "// Generated by ropekv %s from specs/%s. Do not edit.\n", RK_VERSION_STRING,
+    rc |= rk_buf_printf(o, "// Generated by ropekv %s from specs/%s. Do not edit.\n", ROPEKV_VERSION_STRING,
                         base_name(s->file, file, sizeof file));
     rc |= rk_buf_printf(o, "// Variant: %s\n// Kernels: %s, %s_i64\n", v->key, v->name, v->name);
     rc |= rk_buf_printf(o, "// Values:  kv_lora_rank=%d qk_rope_head_dim=%d rope=%s cos_sin=%s positions=%s slots=%s\n",
@@ -140,10 +140,10 @@ static int header(const rk_variant *v, rk_buf *o) {
                         a->bf16_hw, rk_compiler_name(a->compiler));
     rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file,
                         v->key);
-    return rc ? RK_ENOMEM : RK_OK;
+    return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
 }
 
-int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
+int rk_emit(const rk_desc *v, rk_buf *out, rk_err *err) {
     const rk_spec *s = v->spec;
     const rk_arch *a = v->arch;
     char block[16], wave[16], chunks[16], nt[4], pdl[4], hw_bf16[4], hw_fp8[4], fnuz[4], L[16], R[16], rope[4], cs[4], scale[4], q[4], sat[48];
@@ -190,8 +190,8 @@ int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err) {
 #undef B
     rk_buf tpl = {0};
     int rc = rk_template_text(&tpl, err);
-    if (rc == RK_OK && header(v, out) != RK_OK) rc = rk_fail(err, RK_ENOMEM, "emit: out of memory");
-    if (rc == RK_OK) rc = rk_render(tpl.p, tpl.len, bind, (int)(sizeof bind / sizeof bind[0]), out, err);
+    if (rc == ROPEKV_OK && header(v, out) != ROPEKV_OK) rc = rk_fail(err, ROPEKV_ERR_NOMEM, "emit: out of memory");
+    if (rc == ROPEKV_OK) rc = rk_render(tpl.p, tpl.len, bind, (int)(sizeof bind / sizeof bind[0]), out, err);
     rk_buf_free(&tpl);
     return rc;
 }

@@ -8,34 +8,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RK_VERSION_STRING "0.1.0"
+#include "ropekv.h"
 
-/* ---- error reporting ------------------------------------------------------------------------- */
-typedef enum rk_code {
-    RK_OK = 0,
-    RK_ESPEC_SYNTAX = 100, /* the Lua text does not parse, or is a binary chunk */
-    RK_ESPEC_RUNTIME,      /* the chunk raised an error (incl. sandbox denials) */
-    RK_ESPEC_LIMIT,        /* memory or instruction cap hit */
-    RK_ESPEC_INVALID,      /* validation: unknown key, wrong type, impossible value */
-    RK_ESPEC_TARGET,       /* a target name not in the architecture table */
-    RK_ERENDER = 200,      /* template: unknown/unused placeholder, unbalanced ${ */
-    RK_ECOMPILE = 300,     /* a compiler failed: its log is in the message */
-    RK_ETARGET = 301,      /* a target this compiler cannot build for (refused before calling it) */
-    RK_ECACHE = 400,       /* the code-object cache failed */
-    RK_EBACKEND = 500,     /* a backend is not available on this machine */
-    RK_EDEVICE = 501,      /* a driver call failed */
-    RK_ELAUNCH = 502,      /* a kernel launch failed */
-    RK_ENOMEM = 900,
-    RK_EIO = 901,
-} rk_code;
 
+/* ---- error reporting: the public status codes (include/ropekv.h) are used here too ---------------- */
 typedef struct rk_err {
-    rk_code code;
+    ropekv_status code;
     char msg[2048];
 } rk_err;
 
 /* Sets err (if non-NULL) and returns code. printf-style. */
-int rk_fail(rk_err *err, rk_code code, const char *fmt, ...)
+int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -138,7 +121,7 @@ int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_t
 
 /* ---- variants ------------------------------------------------------------------------------ */
 /* One kernel to generate: a spec on a target with one choice per enumerated dimension. */
-typedef struct rk_variant {
+typedef struct rk_desc {
     const rk_spec *spec;
     const rk_arch *arch;
     rk_kv kv;
@@ -149,7 +132,7 @@ typedef struct rk_variant {
     float sat;                /* saturation bound for fp8 (spec's bound for fp8) */
     char key[192];            /* canonical key: spec/target/kv/q/pos/slot */
     char name[192];           /* extern "C" kernel name, encodes every code parameter */
-} rk_variant;
+} rk_desc;
 
 /* ---- kernel ABI -------------------------------------------------------------------------------
  * The argument block every generated kernel takes by value. Field order and types are part of the
@@ -193,7 +176,7 @@ typedef struct rk_args {
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------
  * Computes exactly what a variant's kernel must write, on host pointers. */
-void rk_ref_run(const rk_variant *v, const rk_args *a);
+void rk_ref_run(const rk_desc *v, const rk_args *a);
 
 /* Scalar conversions used by the reference (exact semantics documented in gen/ref.c). */
 float rk_bf16_to_f32(uint16_t b);
@@ -206,7 +189,7 @@ typedef struct rk_buf {
     char *p;      /* NUL-terminated when len > 0 */
     size_t len, cap;
 } rk_buf;
-int rk_buf_put(rk_buf *b, const char *s, size_t n);   /* RK_OK or RK_ENOMEM */
+int rk_buf_put(rk_buf *b, const char *s, size_t n);   /* ROPEKV_OK or ROPEKV_ERR_NOMEM */
 int rk_buf_printf(rk_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -219,10 +202,10 @@ void rk_buf_free(rk_buf *b);
 
 /* Every variant of a spec, in a fixed order (targets, kv dtypes, q forms, positions, slots as listed
  * in the spec). Returns the count, or -1 with err set (unknown target). */
-int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_variant *out, int cap, rk_err *err);
+int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
 
 /* Fills key, name, fp8 and sat from the other fields. */
-void rk_variant_finish(rk_variant *v);
+void rk_desc_finish(rk_desc *v);
 
 /* The code parameters a kernel name encodes; rk_name_parse is the inverse of the name format:
  *   rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<bf16|fp8ocp|fp8fnuz>_<scale>_sat<N>_rr<0|1>
@@ -243,9 +226,9 @@ typedef struct rk_name_parts {
     int sanitize;
     char target[RK_NAME_MAX];
 } rk_name_parts;
-int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* RK_OK or RK_ERENDER */
+int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* ROPEKV_OK or ROPEKV_ERR_RENDER */
 int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
-void rk_variant_parts(const rk_variant *v, rk_name_parts *out);
+void rk_variant_parts(const rk_desc *v, rk_name_parts *out);
 
 /* How one launch is cut, from a->tokens and a->heads and the arch row's knobs (wave, block, chunks,
  * chunks_from). Fills a->lanes (lanes per token, templates/kernel.hip chunk(): the rotating 16-byte
@@ -268,12 +251,12 @@ typedef struct rk_binding {
 } rk_binding;
 
 /* Replaces every ${name} in tpl by its binding. An unknown placeholder, a binding the template never
- * uses, or a "${" without a closing "}" is RK_ERENDER naming the placeholder and line. */
+ * uses, or a "${" without a closing "}" is ROPEKV_ERR_RENDER naming the placeholder and line. */
 int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *out, rk_err *err);
 
 /* The full source of a variant: the generated-file header, then templates/params.hip, prelude.hip
  * and kernel.hip rendered with the variant's values. Deterministic. */
-int rk_emit(const rk_variant *v, rk_buf *out, rk_err *err);
+int rk_emit(const rk_desc *v, rk_buf *out, rk_err *err);
 
 /* The concatenated template text the kernels are rendered from (for hashing into cache keys). */
 int rk_template_text(rk_buf *out, rk_err *err);
@@ -295,53 +278,5 @@ int rk_catalog_load_embedded(rk_catalog *c, rk_err *err);
 /* One more spec (text of a file); a spec with the same name replaces the old one. */
 int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len, rk_err *err);
 const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name);
-
-/* ---- conformance harness (gen/check.c) -------------------------------------------------------------
- * Builds random inputs for a shape as engines lay them out (non-contiguous views: q_nope and q_pe are
- * slices of one [T, H, L+R+pad] query buffer, k_nope and k_pe of one [T, L+R+pad] projection output),
- * runs the reference and the kernel on separate copies, and compares every output byte (outputs start
- * filled with a sentinel, so stray writes are caught too). */
-typedef struct rk_shape {
-    int64_t tokens, heads;
-    int64_t pad;        /* extra elements in every token and head stride (a multiple of 8) */
-    int64_t max_pos;    /* rows of the cos/sin tables */
-    int neg_every;      /* every n-th token gets a negative slot (0: none) */
-    int specials;       /* sprinkle NaN and +-inf into the inputs */
-    float k_scale;
-    int runs;           /* the reference runs this many times on its buffers (0 means 1); the run
-                           callback must run the kernel as often, back to back (in place, each run
-                           rotates the previous one's output: chained launches that must be ordered) */
-} rk_shape;
-
-/* Runs the kernel under test on host-visible buffers described by a. Returns 0 or an error code. */
-typedef int (*rk_run_fn)(void *ctx, const rk_variant *v, const rk_args *a);
-
-/* 0: identical; 1: mismatch (why says where); other: error from run or allocation (why says). */
-int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
-             size_t why_cap);
-
-/* The host buffers behind the rk_args that rk_check hands its run callback, for a callback that runs
- * the kernel elsewhere (copy each buffer to the device, rebase the pointers, copy the compared ones
- * back). Every non-NULL pointer of those args lies inside one of them; the sizes follow from the args
- * (tokens, heads, strides, max_pos) and the variant. */
-enum {
-    RK_CHECK_Q,        /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
-    RK_CHECK_K,        /* [T, L+R+pad] bf16 holding k_nope | k_pe */
-    RK_CHECK_Q_OUT,
-    RK_CHECK_KV,       /* T + 3 cache rows */
-    RK_CHECK_POS,
-    RK_CHECK_SLOTS,
-    RK_CHECK_COS,
-    RK_CHECK_SIN,      /* 0 bytes with an f32_cat table */
-    RK_CHECK_K_SCALE,
-    RK_CHECK_NBUF
-};
-typedef struct rk_check_buf {
-    const char *name;  /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale" */
-    void *host;        /* start of the buffer */
-    int64_t bytes;
-    int compared;      /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
-} rk_check_buf;
-void rk_check_buffers(const rk_variant *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]);
 
 #endif

@@ -45,7 +45,7 @@
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         int rc_ = (call);                                                                          \
-        if (rc_ != RK_OK)                                                                          \
+        if (rc_ != ROPEKV_OK)                                                                          \
             return rc_;                                                                            \
     } while (0)
 
@@ -283,7 +283,7 @@ static const char *top_msg(lua_State *L)
 }
 
 /* "<file>: <msg>", unless Lua already put the file name first ("<file>:3: ..."). */
-static int lua_fail(rk_err *err, rk_code code, const char *file, const char *msg)
+static int lua_fail(rk_err *err, ropekv_status code, const char *file, const char *msg)
 {
     size_t n = strlen(file);
     if (strncmp(msg, file, n) == 0 && msg[n] == ':')
@@ -293,25 +293,25 @@ static int lua_fail(rk_err *err, rk_code code, const char *file, const char *msg
 
 static int mem_fail(rk_err *err, const char *file, const char *msg)
 {
-    return rk_fail(err, RK_ESPEC_LIMIT, "%s: memory limit exceeded (%d MiB): %s", file,
+    return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: memory limit exceeded (%d MiB): %s", file,
                    (int)(SB_MEM_CAP >> 20), msg);
 }
 
 /* Classifies a failed lua_pcall (or load). Running out of memory is the spec's fault when the cap
- * refused an allocation (RK_ESPEC_LIMIT), the machine's when the system allocator failed (RK_ENOMEM). */
+ * refused an allocation (ROPEKV_ERR_SPEC_LIMIT), the machine's when the system allocator failed (ROPEKV_ERR_NOMEM). */
 static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err)
 {
     const char *msg = top_msg(L);
     int oom = status == LUA_ERRMEM || status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0;
     if (sb->insn_hit)
-        return lua_fail(err, RK_ESPEC_LIMIT, file, msg);
+        return lua_fail(err, ROPEKV_ERR_SPEC_LIMIT, file, msg);
     if (oom && sb->mem_refused)
         return mem_fail(err, file, msg);
     if (oom && sb->sys_oom)
-        return rk_fail(err, RK_ENOMEM, "%s: out of memory: %s", file, msg);
+        return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory: %s", file, msg);
     if (status == LUA_ERRMEM)
         return mem_fail(err, file, msg);
-    return lua_fail(err, RK_ESPEC_RUNTIME, file, msg);
+    return lua_fail(err, ROPEKV_ERR_SPEC_RUNTIME, file, msg);
 }
 
 /* Loads and runs the chunk with the sandbox _ENV at index env; leaves its one result on the stack. */
@@ -320,7 +320,7 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
 {
     char chunkname[300];
     if (len > 0 && text[0] == LUA_SIGNATURE[0])
-        return rk_fail(err, RK_ESPEC_SYNTAX, "%s: binary chunks are not allowed (spec files are Lua text)",
+        return rk_fail(err, ROPEKV_ERR_SPEC_SYNTAX, "%s: binary chunks are not allowed (spec files are Lua text)",
                        file);
     snprintf(chunkname, sizeof chunkname, "=%s", file);
     lua_pushcfunction(L, sb_msgh);
@@ -329,7 +329,7 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
     if (st == LUA_ERRMEM)
         return run_fail(L, sb, st, file, err);
     if (st != LUA_OK)
-        return lua_fail(err, RK_ESPEC_SYNTAX, file, top_msg(L));
+        return lua_fail(err, ROPEKV_ERR_SPEC_SYNTAX, file, top_msg(L));
     lua_pushvalue(L, env);
     lua_setupvalue(L, -2, 1); /* a main chunk's only upvalue is _ENV */
     sb->t0 = cpu_seconds();
@@ -338,11 +338,11 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
     if (st != LUA_OK)
         return run_fail(L, sb, st, file, err);
     if (sb->time_hit) /* the chunk caught the error and returned */
-        return rk_fail(err, RK_ESPEC_LIMIT, "%s: time limit exceeded (" SB_TIME_CAP_TEXT " of CPU time)", file);
+        return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: time limit exceeded (" SB_TIME_CAP_TEXT " of CPU time)", file);
     if (sb->insn_hit)
-        return rk_fail(err, RK_ESPEC_LIMIT, "%s: instruction limit exceeded (%d instructions)", file,
+        return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: instruction limit exceeded (%d instructions)", file,
                        (int)SB_INSN_CAP);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* ---- reading the result: scopes and field helpers ------------------------------------------------ */
@@ -354,7 +354,7 @@ typedef struct scope {
     char path[96];  /* prefix of its keys in messages: "" or "fp8." or "archs[3]." */
 } scope;
 
-static int vfail_at(const scope *s, rk_code code, const char *key, const char *fmt, va_list ap)
+static int vfail_at(const scope *s, ropekv_status code, const char *key, const char *fmt, va_list ap)
 {
     char reason[1024], where[192];
     vsnprintf(reason, sizeof reason, fmt, ap);
@@ -373,12 +373,12 @@ static int vfail_at(const scope *s, rk_code code, const char *key, const char *f
 #define RK_PRINTF(a, b)
 #endif
 
-/* "<file>: <path><key>: <reason>" as RK_ESPEC_INVALID; key NULL names the table itself. */
+/* "<file>: <path><key>: <reason>" as ROPEKV_ERR_SPEC_INVALID; key NULL names the table itself. */
 static int RK_PRINTF(3, 4) bad(const scope *s, const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int rc = vfail_at(s, RK_ESPEC_INVALID, key, fmt, ap);
+    int rc = vfail_at(s, ROPEKV_ERR_SPEC_INVALID, key, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -387,7 +387,7 @@ static int RK_PRINTF(3, 4) bad_target(const scope *s, const char *key, const cha
 {
     va_list ap;
     va_start(ap, fmt);
-    int rc = vfail_at(s, RK_ESPEC_TARGET, key, fmt, ap);
+    int rc = vfail_at(s, ROPEKV_ERR_SPEC_TARGET, key, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -454,7 +454,7 @@ static int check_keys(const scope *s, const char *const *allowed)
             return bad(s, NULL, "unknown key %s (allowed: %s)", key, names);
         }
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* Pushes the sub-table s[key] (a new empty one when absent, so defaults apply) and opens it as sub. */
@@ -471,7 +471,7 @@ static int open_table(const scope *s, const char *key, scope *sub)
     sub->idx = lua_gettop(s->L);
     if (snprintf(sub->path, sizeof sub->path, "%s%s.", s->path, key) >= (int)sizeof sub->path)
         return bad(s, key, "nested too deeply");
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* An integer in lo..hi (a float with an integral value counts); def NULL: required. */
@@ -494,7 +494,7 @@ static int get_int(const scope *s, const char *key, const int *def, int lo, int 
         *out = (int)v;
     }
     lua_pop(L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* A number (integer or float); def NULL: required. */
@@ -510,7 +510,7 @@ static int get_number(const scope *s, const char *key, const double *def, double
     else
         *out = (double)lua_tonumber(s->L, -1);
     lua_pop(s->L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* true or false; def NULL: required. */
@@ -526,7 +526,7 @@ static int get_bool(const scope *s, const char *key, const int *def, int *out)
     else
         *out = lua_toboolean(s->L, -1);
     lua_pop(s->L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* A string of at most cap - 1 bytes; def NULL: required. */
@@ -549,7 +549,7 @@ static int get_string(const scope *s, const char *key, const char *def, char *ou
         memcpy(out, v, len + 1);
     }
     lua_pop(s->L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* A string of the characters in charset ([a-z0-9] plus extra), non-empty. */
@@ -558,7 +558,7 @@ static int get_ident(const scope *s, const char *key, const char *extra, char *o
     TRY(get_string(s, key, NULL, out, cap));
     for (const char *c = out;; c++) {
         if (*c == '\0' && c > out)
-            return RK_OK;
+            return ROPEKV_OK;
         if (*c == '\0' || !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr(extra, *c)))
             return bad(s, key, "must match [a-z0-9%s]+, got '%s'", extra, out);
     }
@@ -592,7 +592,7 @@ static int parse_top(const scope *s, const char *key, name_fn name, int *out)
     for (int i = 0; name(i) != NULL; i++) {
         if (strlen(name(i)) == len && memcmp(name(i), v, len) == 0) {
             *out = i;
-            return RK_OK;
+            return ROPEKV_OK;
         }
         if (n < sizeof known)
             n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name(i));
@@ -612,7 +612,7 @@ static int get_enum(const scope *s, const char *key, name_fn name, int def, int 
         TRY(parse_top(s, key, name, out));
     }
     lua_pop(s->L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* Pushes s[key] and checks that it is a list: a sequence 1..n and nothing else, or a single string
@@ -623,10 +623,10 @@ static int open_list(const scope *s, const char *key, int max, int *n)
     int t = push_field(s, key), lv = lua_gettop(L);
     *n = 0;
     if (t == LUA_TNIL)
-        return RK_OK;
+        return ROPEKV_OK;
     if (t == LUA_TSTRING) {
         *n = 1;
-        return RK_OK;
+        return ROPEKV_OK;
     }
     if (t != LUA_TTABLE)
         return bad(s, key, "must be a list of strings (or one string), got %s", lua_typename(L, t));
@@ -649,7 +649,7 @@ static int open_list(const scope *s, const char *key, int max, int *n)
     if (len > max)
         return bad(s, key, "at most %d entries, got %lld", max, (long long)len);
     *n = (int)len;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* Pushes element i (1-based) of the list at lv. */
@@ -672,7 +672,7 @@ static int get_enum_list(const scope *s, const char *key, name_fn name, const in
         memcpy(out, defs, (size_t)ndef * sizeof *defs);
         *n = ndef;
         lua_pop(L, 1);
-        return RK_OK;
+        return ROPEKV_OK;
     }
     for (int i = 0; i < *n; i++) {
         char elem[64];
@@ -685,7 +685,7 @@ static int get_enum_list(const scope *s, const char *key, name_fn name, const in
                 return bad(s, elem, "duplicate '%s' (also %s[%d])", name(out[i]), key, j + 1);
     }
     lua_pop(L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* ---- fp8 saturation bounds ------------------------------------------------------------------------ */
@@ -713,7 +713,7 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out)
         double x = e4m3_value(c, fmt);
         if (x == v) {
             *out = (float)v;
-            return RK_OK;
+            return ROPEKV_OK;
         }
         if (x > v)
             return bad(s, key, "%.14g is not an e4m3 %s value (nearest: %.14g and %.14g)", v, fname,
@@ -805,7 +805,7 @@ static int read_archs(const scope *s, rk_arch_table *t)
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
@@ -829,7 +829,7 @@ static int read_dims(const scope *s, rk_spec *o)
     if (o->rope_dim % 8 != 0)
         return bad(s, "qk_rope_head_dim", "must be a multiple of 8 (one 16-byte vector of bf16), got %d",
                    o->rope_dim);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int read_rope(const scope *s, rk_spec *o)
@@ -844,7 +844,7 @@ static int read_rope(const scope *s, rk_spec *o)
                    "must be a multiple of 16 with rope 'neox' (each half is whole 16-byte vectors), "
                    "got %d",
                    o->rope_dim);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* The enumerated dimensions: index types, cache dtypes, q forms. */
@@ -872,7 +872,7 @@ static int read_lists(const scope *s, rk_spec *o)
         if (o->q[i] == RK_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int read_fp8(const scope *s, rk_spec *o)
@@ -889,7 +889,7 @@ static int read_fp8(const scope *s, rk_spec *o)
     TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &o->fp8_sat_ocp));
     TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &o->fp8_sat_fnuz));
     lua_pop(s->L, 2);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
@@ -927,7 +927,7 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
     }
     o->n_targets = n;
     lua_pop(L, 1);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o)
@@ -963,7 +963,7 @@ static int convert(lua_State *L)
     luaL_checkstack(L, 32, "spec conversion");
     scope s = {L, j->file, j->err, 2, ""};
     if (lua_type(L, 2) != LUA_TTABLE)
-        j->rc = rk_fail(j->err, RK_ESPEC_INVALID, "%s: the chunk must return a table, got %s", j->file,
+        j->rc = rk_fail(j->err, ROPEKV_ERR_SPEC_INVALID, "%s: the chunk must return a table, got %s", j->file,
                         luaL_typename(L, 2));
     else if (j->archs_out != NULL)
         j->rc = read_archs(&s, j->archs_out);
@@ -976,23 +976,23 @@ static int run_job(const char *text, size_t len, job *j)
 {
     sandbox sb = {0};
     if (text == NULL)
-        return rk_fail(j->err, RK_EIO, "%s: no text", j->file);
+        return rk_fail(j->err, ROPEKV_ERR_IO, "%s: no text", j->file);
     lua_State *L = lua_newstate(sb_alloc, &sb);
     if (L == NULL)
-        return rk_fail(j->err, RK_ENOMEM, "%s: cannot create a Lua state", j->file);
-    int rc = RK_OK;
+        return rk_fail(j->err, ROPEKV_ERR_NOMEM, "%s: cannot create a Lua state", j->file);
+    int rc = ROPEKV_OK;
     lua_pushcfunction(L, sb_open);
     int st = lua_pcall(L, 0, 1, 0);
     if (st != LUA_OK)
         rc = run_fail(L, &sb, st, j->file, j->err);
-    if (rc == RK_OK)
+    if (rc == ROPEKV_OK)
         rc = run_chunk(L, &sb, lua_gettop(L), j->file, text, len, j->err);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         int result = lua_gettop(L);
         lua_pushcfunction(L, convert);
         lua_pushlightuserdata(L, j);
         lua_pushvalue(L, result);
-        j->rc = RK_OK;
+        j->rc = ROPEKV_OK;
         st = lua_pcall(L, 2, 0, 0);
         rc = st != LUA_OK ? run_fail(L, &sb, st, j->file, j->err) : j->rc;
     }
@@ -1006,10 +1006,10 @@ int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table 
     if (file == NULL)
         file = "(archs)";
     if (t == NULL)
-        return rk_fail(err, RK_ENOMEM, "%s: out of memory", file);
-    job j = {file, err, NULL, t, NULL, RK_OK};
+        return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
+    job j = {file, err, NULL, t, NULL, ROPEKV_OK};
     int rc = run_job(text, len, &j);
-    if (rc == RK_OK && out != NULL)
+    if (rc == ROPEKV_OK && out != NULL)
         *out = *t;
     free(t);
     return rc;
@@ -1023,9 +1023,9 @@ int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_t
         file = "(spec)";
     memset(&s, 0, sizeof s);
     copy_str(s.file, sizeof s.file, file);
-    job j = {file, err, archs, NULL, &s, RK_OK};
+    job j = {file, err, archs, NULL, &s, ROPEKV_OK};
     int rc = run_job(text, len, &j);
-    if (rc == RK_OK && out != NULL)
+    if (rc == ROPEKV_OK && out != NULL)
         *out = s;
     return rc;
 }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int rk_fail(rk_err *err, rk_code code, const char *fmt, ...)
+int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 {
     if (err != NULL) {
         va_list ap;

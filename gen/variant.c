@@ -12,7 +12,7 @@ static const char *const SCALE_TOK[] = {"none", "mulrecip", "div", "mul"};
 static const char *const Q_TOK[] = {"absorbed", "zerocopy", "inplace", "qnone"};
 static const char *const NEG_TOK[] = {"skipkv", "skipall"};
 
-void rk_variant_parts(const rk_variant *v, rk_name_parts *p) {
+void rk_variant_parts(const rk_desc *v, rk_name_parts *p) {
     const rk_spec *s = v->spec;
     memset(p, 0, sizeof *p);
     p->L = s->kv_lora_rank;
@@ -59,32 +59,32 @@ int rk_name_format(const rk_name_parts *p, char *out, size_t cap) {
     char sat[32];
     if ((unsigned)p->rope > 2 || (unsigned)p->cos_sin > 2 || (unsigned)p->scale > 3 || (unsigned)p->q > 3 ||
         (unsigned)p->neg > 1 || !valid_target_chars(p->target))
-        return RK_ERENDER;
+        return ROPEKV_ERR_RENDER;
     sat_token(p->sat, sat, sizeof sat);
     int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%d_s%d_%s_%s_sat%s_rr%d_%s_%s_san%d_%s", p->L, p->R,
                      ROPE_TOK[p->rope], CS_TOK[p->cos_sin], p->pos == RK_IDX_I64 ? 64 : 32,
                      p->slot == RK_IDX_I64 ? 64 : 32,
                      !p->kv_fp8 ? "bf16" : p->fp8 == RK_FP8_FNUZ ? "fp8fnuz" : "fp8ocp", SCALE_TOK[p->scale], sat,
                      p->rope_bf16 ? 1 : 0, Q_TOK[p->q], NEG_TOK[p->neg], p->sanitize ? 1 : 0, p->target);
-    return n > 0 && (size_t)n < cap ? RK_OK : RK_ERENDER;
+    return n > 0 && (size_t)n < cap ? ROPEKV_OK : ROPEKV_ERR_RENDER;
 }
 
-void rk_variant_finish(rk_variant *v) {
+void rk_desc_finish(rk_desc *v) {
     rk_name_parts p;
     v->fp8 = v->arch->fp8;
     v->sat = v->fp8 == RK_FP8_FNUZ ? v->spec->fp8_sat_fnuz : v->spec->fp8_sat_ocp;
     snprintf(v->key, sizeof v->key, "%s/%s/%s/%s/pos=%s/slot=%s", v->spec->name, v->arch->name, rk_kv_name(v->kv),
              rk_qform_name(v->q), rk_idx_name(v->pos), rk_idx_name(v->slot));
     rk_variant_parts(v, &p);
-    if (rk_name_format(&p, v->name, sizeof v->name) != RK_OK) v->name[0] = '\0';
+    if (rk_name_format(&p, v->name, sizeof v->name) != ROPEKV_OK) v->name[0] = '\0';
 }
 
-int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_variant *out, int cap, rk_err *err) {
+int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err) {
     int n = 0;
     for (int t = 0; t < s->n_targets; t++) {
         const rk_arch *a = rk_arch_find(archs, s->targets[t]);
         if (!a) {
-            rk_fail(err, RK_ESPEC_TARGET, "%s: targets[%d]: unknown target '%s'", s->file, t + 1, s->targets[t]);
+            rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: targets[%d]: unknown target '%s'", s->file, t + 1, s->targets[t]);
             return -1;
         }
         for (int k = 0; k < s->n_kv; k++)
@@ -92,10 +92,10 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_variant *out, i
                 for (int p = 0; p < s->n_pos; p++)
                     for (int sl = 0; sl < s->n_slot; sl++) {
                         if (n == cap) {
-                            rk_fail(err, RK_ENOMEM, "%s: more than %d variants", s->file, cap);
+                            rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
                             return -1;
                         }
-                        rk_variant *v = &out[n++];
+                        rk_desc *v = &out[n++];
                         memset(v, 0, sizeof *v);
                         v->spec = s;
                         v->arch = a;
@@ -103,9 +103,9 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_variant *out, i
                         v->q = s->q[q];
                         v->pos = s->pos[p];
                         v->slot = s->slot[sl];
-                        rk_variant_finish(v);
+                        rk_desc_finish(v);
                         if (!v->name[0]) {
-                            rk_fail(err, RK_ESPEC_TARGET, "%s: target '%s' cannot be spelled in a kernel name",
+                            rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' cannot be spelled in a kernel name",
                                     s->file, a->name);
                             return -1;
                         }
@@ -163,18 +163,18 @@ int rk_name_parse(const char *name, rk_name_parts *p, rk_err *err) {
     long v;
     memset(p, 0, sizeof *p);
     if (!name || strlen(name) >= sizeof buf || strncmp(name, "rk_", 3) != 0)
-        return rk_fail(err, RK_ERENDER, "kernel name: must start with 'rk_' and be shorter than %zu", sizeof buf);
+        return rk_fail(err, ROPEKV_ERR_RENDER, "kernel name: must start with 'rk_' and be shorter than %zu", sizeof buf);
     strcpy(buf, name + 3);
     /* The first FIELDS-1 fields are '_'-separated; the target is the rest (it may hold '_'). */
     char *c = buf;
     for (int i = 0; i < FIELDS - 1; i++) {
         tok[i] = c;
         c = strchr(c, '_');
-        if (!c) return rk_fail(err, RK_ERENDER, "kernel name '%s': %d fields expected, found %d", name, FIELDS, i + 1);
+        if (!c) return rk_fail(err, ROPEKV_ERR_RENDER, "kernel name '%s': %d fields expected, found %d", name, FIELDS, i + 1);
         *c++ = '\0';
     }
     tok[FIELDS - 1] = c;
-#define BAD(what) return rk_fail(err, RK_ERENDER, "kernel name '%s': bad %s field", name, what)
+#define BAD(what) return rk_fail(err, ROPEKV_ERR_RENDER, "kernel name '%s': bad %s field", name, what)
     if (tok_int(tok[0], "L", 8, 8192, &v)) BAD("L");
     p->L = (int)v;
     if (tok_int(tok[1], "R", 8, 1024, &v)) BAD("R");
@@ -219,7 +219,7 @@ int rk_name_parse(const char *name, rk_name_parts *p, rk_err *err) {
 #undef BAD
     /* Canonical form only: formatting the parts must give the name back. */
     char again[256];
-    if (rk_name_format(p, again, sizeof again) != RK_OK || strcmp(again, name) != 0)
-        return rk_fail(err, RK_ERENDER, "kernel name '%s': not in canonical form", name);
-    return RK_OK;
+    if (rk_name_format(p, again, sizeof again) != ROPEKV_OK || strcmp(again, name) != 0)
+        return rk_fail(err, ROPEKV_ERR_RENDER, "kernel name '%s': not in canonical form", name);
+    return ROPEKV_OK;
 }

@@ -17,8 +17,8 @@ typedef struct rk_device {
 
 typedef struct rk_backend_ops {
     const char *name;
-    /* Finds device `ordinal` (target_override, if non-NULL, replaces the detected target). RK_OK,
-     * or RK_EBACKEND (not on this machine) / RK_EDEVICE with the reason in log. */
+    /* Finds device `ordinal` (target_override, if non-NULL, replaces the detected target). ROPEKV_OK,
+     * or ROPEKV_ERR_BACKEND (not on this machine) / ROPEKV_ERR_DEVICE with the reason in log. */
     int (*open)(rk_device *d, int ordinal, const char *target_override, rk_buf *log);
     /* Source -> code object for d->target, using the arch row's options. */
     int (*compile)(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,

@@ -115,19 +115,19 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
     pthread_once(&cu_once, cu_load);
     if (!cu.lib) {
         rk_buf_printf(log, "cuda: %s", cu.why);
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     if (rk_nvrtc_available(&major, &minor, why, sizeof why) != 0) {
         rk_buf_printf(log, "cuda: %s", why);
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     snprintf(d->compiler_id, sizeof d->compiler_id, "nvrtc %d.%d", major, minor);
     if (cu.device_count(&n) != 0 || ordinal < 0 || ordinal >= n) {
         rk_buf_printf(log, "cuda: no device %d (%d present)", ordinal, n);
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     cuda_state *s = calloc(1, sizeof *s);
-    if (!s) return RK_ENOMEM;
+    if (!s) return ROPEKV_ERR_NOMEM;
     CUresult r = cu.device_get(&s->dev, ordinal);
     int cc_major = 0, cc_minor = 0;
     if (r == 0) r = cu.attribute(&cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, s->dev);
@@ -136,13 +136,13 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
     if (r != 0) {
         rk_buf_printf(log, "cuda: device %d: %s", ordinal, cu_err(r));
         free(s);
-        return RK_EDEVICE;
+        return ROPEKV_ERR_DEVICE;
     }
     if (target_override) snprintf(d->target, sizeof d->target, "%s", target_override);
     else snprintf(d->target, sizeof d->target, "sm_%d%d", cc_major, cc_minor);
     snprintf(d->options, sizeof d->options, "-arch=%s --std=c++17 --fmad=false", d->target);
     d->state = s;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int cuda_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
@@ -170,12 +170,12 @@ static int cuda_load(rk_device *d, const rk_codeobj *co, const char *name, void 
     }
     if (r != 0) {
         rk_buf_printf(log, "cuModuleLoadData/GetFunction %s: %s", name, cu_err(r));
-        return RK_EDEVICE;
+        return ROPEKV_ERR_DEVICE;
     }
     *module = m;
     fn[0] = f32;
     fn[1] = f64;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int cuda_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
@@ -200,9 +200,9 @@ static int cuda_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks,
     }
     if (r != 0) {
         rk_buf_printf(log, "%s: %s", ex ? "cuLaunchKernelEx" : "cuLaunchKernel", cu_err(r));
-        return RK_ELAUNCH;
+        return ROPEKV_ERR_LAUNCH;
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static void cuda_unload(rk_device *d, void *module) {

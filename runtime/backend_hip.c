@@ -96,17 +96,17 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     pthread_once(&hip_once, hip_load);
     if (!hip.lib) {
         rk_buf_printf(log, "hip: %s", hip.why);
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     hip.init(0);
     hipError_t e = hip.device_count(&n);
     if (e != 0 || ordinal < 0 || ordinal >= n) {
         rk_buf_printf(log, "hip: no device %d (%s)", ordinal, e ? hip.error_string(e) : "too few devices");
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     if (rk_hiprtc_available(&major, &minor, why, sizeof why) != 0) {
         rk_buf_printf(log, "hip: %s", why);
-        return RK_EBACKEND;
+        return ROPEKV_ERR_BACKEND;
     }
     snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
     if (target_override) {
@@ -121,17 +121,17 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         pthread_mutex_unlock(&mu);
         if (found != 0) {
             rk_buf_printf(log, "hip: cannot read device %d's target (%s)", ordinal, e ? hip.error_string(e) : "no gfx name");
-            return RK_EDEVICE;
+            return ROPEKV_ERR_DEVICE;
         }
     }
     if (!rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
         snprintf(d->refused, sizeof d->refused, "%s", why);
     snprintf(d->options, sizeof d->options, "--offload-arch=%s -O3 -ffp-contract=off -std=c++17", d->target);
     hip_state *s = calloc(1, sizeof *s);
-    if (!s) return RK_ENOMEM;
+    if (!s) return ROPEKV_ERR_NOMEM;
     s->ordinal = ordinal;
     d->state = s;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
@@ -168,12 +168,12 @@ static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name,
     });
     if (e != 0) {
         rk_buf_printf(log, "hipModuleLoadData/GetFunction %s: %s", name, hip.error_string(e));
-        return RK_EDEVICE;
+        return ROPEKV_ERR_DEVICE;
     }
     *module = m;
     fn[0] = f32;
     fn[1] = f64;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
@@ -187,9 +187,9 @@ static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, 
                                 (hipStream_t)stream, params, NULL));
     if (e != 0) {
         rk_buf_printf(log, "hipModuleLaunchKernel: %s", hip.error_string(e));
-        return RK_ELAUNCH;
+        return ROPEKV_ERR_LAUNCH;
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static void hip_unload(rk_device *d, void *module) {

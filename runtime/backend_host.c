@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "host_backend.h"
+#include "host_compile.h"
 
 static const char *tmp_root(void) {
     const char *t = getenv("TMPDIR");
@@ -29,30 +29,30 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
     (void)ordinal;
     if (target_override && strcmp(target_override, "host") != 0) {
         rk_buf_printf(log, "the host backend only builds for target 'host', not '%s'", target_override);
-        return RK_ETARGET;
+        return ROPEKV_ERR_TARGET;
     }
     snprintf(d->target, sizeof d->target, "host");
     compiler_identity(d->compiler_id, sizeof d->compiler_id);
     snprintf(d->options, sizeof d->options, "-std=c++17 -O2 -fPIC -shared -ffp-contract=off -fno-math-errno");
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
-/* RK_OK, RK_EIO, or RK_ENOMEM (the code object does not fit in memory). */
+/* ROPEKV_OK, ROPEKV_ERR_IO, or ROPEKV_ERR_NOMEM (the code object does not fit in memory). */
 static int read_whole(const char *path, rk_codeobj *out) {
     FILE *f = fopen(path, "rb");
-    if (!f) return RK_EIO;
+    if (!f) return ROPEKV_ERR_IO;
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || st.st_size <= 0) {
         fclose(f);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     if (!(out->data = malloc((size_t)st.st_size))) {
         fclose(f);
-        return RK_ENOMEM;
+        return ROPEKV_ERR_NOMEM;
     }
     out->len = fread(out->data, 1, (size_t)st.st_size, f);
     fclose(f);
-    return out->len == (size_t)st.st_size ? RK_OK : RK_EIO;
+    return out->len == (size_t)st.st_size ? ROPEKV_OK : ROPEKV_ERR_IO;
 }
 
 static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
@@ -64,15 +64,15 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
     memset(out, 0, sizeof *out);
     if (!mkdtemp(dir)) {
         rk_buf_printf(log, "cannot create a directory under %s: %s", tmp_root(), strerror(errno));
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     rk_host_kernel k;
     int rc = rk_host_build(src, len, name, dir, &k, msg, sizeof msg);
-    if (rc != RK_OK) rk_buf_printf(log, "%s", msg);
+    if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
     else rk_host_unload(&k);
     snprintf(so, sizeof so, "%s/%s.so", dir, name);
-    if (rc == RK_OK && (rc = read_whole(so, out)) != RK_OK)
-        rk_buf_printf(log, rc == RK_ENOMEM ? "out of memory reading %s" : "cannot read %s", so);
+    if (rc == ROPEKV_OK && (rc = read_whole(so, out)) != ROPEKV_OK)
+        rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
     unlink(so);
     rmdir(dir);
     return rc;
@@ -85,7 +85,7 @@ static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void 
     int fd = mkstemps(path, 3);
     if (fd < 0) {
         rk_buf_printf(log, "cannot create %s: %s", path, strerror(errno));
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     size_t off = 0;
     while (off < co->len) {
@@ -95,20 +95,20 @@ static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void 
         off += (size_t)w;
     }
     close(fd);
-    int rc = RK_EIO;
+    int rc = ROPEKV_ERR_IO;
     rk_host_kernel k;
     if (off == co->len) {
         rc = rk_host_load(path, name, &k, msg, sizeof msg);
-        if (rc != RK_OK) rk_buf_printf(log, "%s", msg);
+        if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
     } else {
         rk_buf_printf(log, "cannot write %s: %s", path, strerror(errno));
     }
     unlink(path); /* the mapping stays valid after the name is gone */
-    if (rc != RK_OK) return rc;
+    if (rc != ROPEKV_OK) return rc;
     *module = k.so;
     fn[0] = *(void **)&k.entry32;
     fn[1] = *(void **)&k.entry64;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
@@ -122,7 +122,7 @@ static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks,
     void (*entry)(rk_args);
     *(void **)&entry = fn;
     entry(*a);
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 static void host_unload(rk_device *d, void *module) {

@@ -13,7 +13,7 @@
 
 #include "rk.h"
 
-/* A compiled code object (CUBIN or AMDGPU ELF). Named rk_codeobj: rk_code is the error-code enum
+/* A compiled code object (CUBIN or AMDGPU ELF). Named rk_codeobj: ropekv_status is the error-code enum
  * of rk.h, and C shares one tag namespace between enums and structs. */
 typedef struct rk_codeobj {
     unsigned char *data;   /* malloc'd code object */
@@ -49,8 +49,8 @@ int rk_nvrtc_available(int *major, int *minor, char *why, size_t cap);
  * --ptxas-options=-v when info is requested (its report fills regs/scratch/spills/lds; code_size is
  * the size of the CUBIN's .text.* sections; fp8_cvt looks for cvt.rn.satfinite.e4m3x2.f32 in the
  * PTX of the same compile). The log is appended to log (may be NULL). info may be NULL.
- * Returns RK_OK, RK_ECOMPILE (log says why), RK_ETARGET (arch malformed or unknown to this nvrtc),
- * RK_EIO (nvrtc missing) or RK_ENOMEM. */
+ * Returns ROPEKV_OK, ROPEKV_ERR_COMPILE (log says why), ROPEKV_ERR_TARGET (arch malformed or unknown to this nvrtc),
+ * ROPEKV_ERR_IO (nvrtc missing) or ROPEKV_ERR_NOMEM. */
 int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *extra, rk_codeobj *out,
                      rk_compile_info *info, rk_buf *log);
 /* The PTX for the same inputs (inspection: fp8 instruction check, `ropekv-gen inspect`). */
@@ -76,8 +76,8 @@ int rk_hiprtc_supports(int major, int minor, const char *target, char *why, size
  * may be NULL; an extra option naming an architecture is refused). Output: a raw AMDGPU ELF code
  * object. When info is requested, it is filled from the code object as rk_amd_inspect does (the
  * figures stay -1 when the llvm tools are missing).
- * Refuses (RK_ETARGET, reason in log) a target rk_hiprtc_supports rejects before calling the
- * compiler. Else RK_OK, RK_ECOMPILE (log says why), RK_EIO (hiprtc missing) or RK_ENOMEM. */
+ * Refuses (ROPEKV_ERR_TARGET, reason in log) a target rk_hiprtc_supports rejects before calling the
+ * compiler. Else ROPEKV_OK, ROPEKV_ERR_COMPILE (log says why), ROPEKV_ERR_IO (hiprtc missing) or ROPEKV_ERR_NOMEM. */
 int rk_hiprtc_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
                       rk_compile_info *info, rk_buf *log);
 
@@ -90,8 +90,8 @@ int rk_clang_available(char *version, size_t cap);
  * -nogpulib -O3 -mcode-object-version=5 -ffp-contract=off -std=c++17 plus extra (space separated)
  * on src in a private temporary directory (removed afterwards), no shell involved. The compiler's
  * output is appended to log. info: as for rk_hiprtc_compile; compiler is "clang <version>".
- * RK_OK, RK_ECOMPILE, RK_ETARGET (clang does not know the target id), RK_EIO (no clang, or
- * temporary files failed) or RK_ENOMEM. */
+ * ROPEKV_OK, ROPEKV_ERR_COMPILE, ROPEKV_ERR_TARGET (clang does not know the target id), ROPEKV_ERR_IO (no clang, or
+ * temporary files failed) or ROPEKV_ERR_NOMEM. */
 int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
                      rk_compile_info *info, rk_buf *log);
 
@@ -102,7 +102,7 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
  * whole code object (largest figures, all of .text, fp8_cvt if any kernel has v_cvt_pk_fp8_f32).
  * code_size is the kernel's symbol size (all of .text for NULL). ms and compiler are left alone.
  * disasm (may be NULL) receives the whole `llvm-objdump -d` output.
- * RK_OK; RK_ECOMPILE when the kernel is not in the code object's metadata; RK_EIO when the tools
+ * ROPEKV_OK; ROPEKV_ERR_COMPILE when the kernel is not in the code object's metadata; ROPEKV_ERR_IO when the tools
  * cannot be run or do not understand the code object (their output, if any, is in disasm). */
 /* Bytes of machine code (.text and .text.* sections) of an ELF64 image; -1 if it is not one. */
 int rk_elf_text_size(const unsigned char *p, size_t n);
@@ -115,18 +115,18 @@ void rk_info_reset(rk_compile_info *info);
 /* Monotonic clock in milliseconds. */
 double rk_now_ms(void);
 /* Runs argv[0] (searched in PATH when it has no '/') with argv, no shell, stdin from /dev/null,
- * stdout and stderr appended to out (may be NULL). RK_OK when it ran to an exit (status in *status:
- * the exit code, or 128 + signal); RK_EIO when it could not be started (reason in out). */
+ * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in *status:
+ * the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in out). */
 int rk_run(const char *const argv[], rk_buf *out, int *status);
-/* Creates a private (0700) temporary directory under $TMPDIR or /tmp; RK_OK or RK_EIO. */
+/* Creates a private (0700) temporary directory under $TMPDIR or /tmp; ROPEKV_OK or ROPEKV_ERR_IO. */
 int rk_mktmpdir(char *path, size_t cap);
 /* Removes the files directly inside path, then path itself. */
 void rk_rmtmpdir(const char *path);
-/* Writes n bytes to path (created 0600); RK_OK or RK_EIO. */
+/* Writes n bytes to path (created 0600); ROPEKV_OK or ROPEKV_ERR_IO. */
 int rk_write_file(const char *path, const void *p, size_t n);
 /* Splits extra at spaces into a NULL-terminated array appended after the n entries already in
- * argv (capacity cap, including the NULL); the strings live in *store (free it). RK_OK, RK_ENOMEM,
- * or RK_ECOMPILE when there are too many options. */
+ * argv (capacity cap, including the NULL); the strings live in *store (free it). ROPEKV_OK, ROPEKV_ERR_NOMEM,
+ * or ROPEKV_ERR_COMPILE when there are too many options. */
 int rk_split_options(const char *extra, const char **argv, int n, int cap, char **store, int *count);
 
 #endif

@@ -248,13 +248,13 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
     const hiprtc_api *a = hip();
     if (!a) {
         if (log) rk_buf_printf(log, "%s\n", g_hip.why);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     if (info) snprintf(info->compiler, sizeof info->compiler, "hiprtc %d.%d", a->major, a->minor);
     char why[512];
     if (!rk_hiprtc_supports(a->major, a->minor, target, why, sizeof why)) {
         if (log) rk_buf_printf(log, "%s\n", why);
-        return RK_ETARGET;
+        return ROPEKV_ERR_TARGET;
     }
 
     char archopt[128];
@@ -268,8 +268,8 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
     opts[n++] = "-std=c++17";
     char *store = NULL;
     int rc = rk_split_options(extra, opts, n, CAP, &store, &n);
-    if (rc != RK_OK) {
-        if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "hiprtc: too many extra options\n");
+    if (rc != ROPEKV_OK) {
+        if (rc == ROPEKV_ERR_COMPILE && log) rk_buf_printf(log, "hiprtc: too many extra options\n");
         free(store);
         return rc;
     }
@@ -278,13 +278,13 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
             if (log) rk_buf_printf(log, "hiprtc: extra option '%s' chooses the architecture; pass the target instead\n",
                                    opts[i]);
             free(store);
-            return RK_ETARGET;
+            return ROPEKV_ERR_TARGET;
         }
     }
     char *text = malloc(len + 1);
     if (!text) {
         free(store);
-        return RK_ENOMEM;
+        return ROPEKV_ERR_NOMEM;
     }
     memcpy(text, src, len);
     text[len] = '\0';
@@ -296,7 +296,7 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
     hiprtc_result r = a->create(&prog, text, "ropekv.hip", 0, NULL, NULL);
     if (r != HIPRTC_OK) {
         if (log) rk_buf_printf(log, "hiprtc: hiprtcCreateProgram: %s\n", a->error_string(r));
-        rc = r == HIPRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+        rc = r == HIPRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
         prog = NULL;
     } else {
         r = a->compile(prog, n, opts);
@@ -308,18 +308,18 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
         }
         if (r != HIPRTC_OK) {
             if (log) rk_buf_printf(log, "hiprtc %d.%d: %s (%s)\n", a->major, a->minor, a->error_string(r), archopt);
-            rc = r == HIPRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+            rc = r == HIPRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
         } else {
             size_t cn = 0;
             if (a->code_size(prog, &cn) != HIPRTC_OK || cn == 0) {
                 if (log) rk_buf_printf(log, "hiprtc: no code object\n");
-                rc = RK_ECOMPILE;
+                rc = ROPEKV_ERR_COMPILE;
             } else if (!(out->data = malloc(cn))) {
-                rc = RK_ENOMEM;
+                rc = ROPEKV_ERR_NOMEM;
             } else if (a->code(prog, (char *)out->data) != HIPRTC_OK) {
                 if (log) rk_buf_printf(log, "hiprtc: hiprtcGetCode failed\n");
                 rk_code_free(out);
-                rc = RK_ECOMPILE;
+                rc = ROPEKV_ERR_COMPILE;
             } else {
                 out->len = cn;
             }
@@ -333,7 +333,7 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
     if (info) {
         info->ms = ms;
         /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
-        if (rc == RK_OK) rk_amd_inspect(out, NULL, info, NULL);
+        if (rc == ROPEKV_OK) rk_amd_inspect(out, NULL, info, NULL);
     }
     return rc;
 }

@@ -46,7 +46,7 @@ int rk_run(const char *const argv[], rk_buf *out, int *status) {
     int fd[2];
     if (pipe2(fd, O_CLOEXEC) != 0) {
         if (out) rk_buf_printf(out, "%s: pipe: %s\n", argv[0], strerror(errno));
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -72,22 +72,22 @@ int rk_run(const char *const argv[], rk_buf *out, int *status) {
     if (e != 0) {
         close(fd[0]);
         if (out) rk_buf_printf(out, "%s: cannot run: %s\n", argv[0], strerror(e));
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     char chunk[8192];
-    int rc = RK_OK;
+    int rc = ROPEKV_OK;
     for (;;) {
         ssize_t n = read(fd[0], chunk, sizeof chunk);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
-        if (out && rc == RK_OK) rc = rk_buf_put(out, chunk, (size_t)n); /* keep draining */
+        if (out && rc == ROPEKV_OK) rc = rk_buf_put(out, chunk, (size_t)n); /* keep draining */
     }
     close(fd[0]);
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0) {
         if (errno != EINTR) {
             if (out) rk_buf_printf(out, "%s: waitpid: %s\n", argv[0], strerror(errno));
-            return RK_EIO;
+            return ROPEKV_ERR_IO;
         }
     }
     if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
@@ -99,14 +99,14 @@ int rk_mktmpdir(char *path, size_t cap) {
     const char *base = getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
     int n = snprintf(path, cap, "%s/ropekv-XXXXXX", base);
-    if (n < 0 || (size_t)n >= cap) return RK_EIO;
+    if (n < 0 || (size_t)n >= cap) return ROPEKV_ERR_IO;
     if (!mkdtemp(path)) {
         /* An unusable $TMPDIR: fall back to /tmp once. */
-        if (strcmp(base, "/tmp") == 0) return RK_EIO;
+        if (strcmp(base, "/tmp") == 0) return ROPEKV_ERR_IO;
         n = snprintf(path, cap, "/tmp/ropekv-XXXXXX");
-        if (n < 0 || (size_t)n >= cap || !mkdtemp(path)) return RK_EIO;
+        if (n < 0 || (size_t)n >= cap || !mkdtemp(path)) return ROPEKV_ERR_IO;
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 void rk_rmtmpdir(const char *path) {
@@ -126,36 +126,36 @@ void rk_rmtmpdir(const char *path) {
 
 int rk_write_file(const char *path, const void *p, size_t n) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return RK_EIO;
+    if (fd < 0) return ROPEKV_ERR_IO;
     const char *c = p;
     while (n > 0) {
         ssize_t w = write(fd, c, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             close(fd);
-            return RK_EIO;
+            return ROPEKV_ERR_IO;
         }
         c += w;
         n -= (size_t)w;
     }
-    return close(fd) == 0 ? RK_OK : RK_EIO;
+    return close(fd) == 0 ? ROPEKV_OK : ROPEKV_ERR_IO;
 }
 
 int rk_split_options(const char *extra, const char **argv, int n, int cap, char **store, int *count) {
     *store = NULL;
     if (extra && *extra) {
         *store = strdup(extra);
-        if (!*store) return RK_ENOMEM;
+        if (!*store) return ROPEKV_ERR_NOMEM;
         char *save = NULL;
         for (char *t = strtok_r(*store, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
-            if (n + 1 >= cap) return RK_ECOMPILE;
+            if (n + 1 >= cap) return ROPEKV_ERR_COMPILE;
             argv[n++] = t;
         }
     }
-    if (n >= cap) return RK_ECOMPILE;
+    if (n >= cap) return ROPEKV_ERR_COMPILE;
     argv[n] = NULL;
     *count = n;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* ---- inspection -------------------------------------------------------------------------------- */
@@ -338,16 +338,16 @@ static int parse_fp8(const char *text, const char *kernel) {
 }
 
 int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm) {
-    if (!co || !co->data || co->len == 0 || !info) return RK_EIO;
+    if (!co || !co->data || co->len == 0 || !info) return ROPEKV_ERR_IO;
     char dir[4096], file[4200], readelf[64], objdump[64];
-    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
         if (disasm) rk_buf_printf(disasm, "inspect: cannot create a temporary directory\n");
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     snprintf(file, sizeof file, "%s/code.co", dir);
     int rc = rk_write_file(file, co->data, co->len);
     rk_buf notes = {0}, dis = {0};
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         if (disasm) rk_buf_printf(disasm, "inspect: cannot write %s\n", file);
         goto done;
     }
@@ -357,20 +357,20 @@ int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *in
     int st = -1;
     const char *argv1[] = {readelf, "--wide", "--notes", "-S", "-s", file, NULL};
     rc = rk_run(argv1, &notes, &st);
-    if (rc == RK_OK && st != 0) rc = RK_EIO;
-    if (rc != RK_OK) {
+    if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
+    if (rc != ROPEKV_OK) {
         if (disasm && notes.len) rk_buf_put(disasm, notes.p, notes.len);
         goto done;
     }
     const char *argv2[] = {objdump, "-d", file, NULL};
     rc = rk_run(argv2, &dis, &st);
-    if (rc == RK_OK && st != 0) rc = RK_EIO;
+    if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     if (disasm && dis.len) rk_buf_put(disasm, dis.p, dis.len);
-    if (rc != RK_OK) goto done;
+    if (rc != ROPEKV_OK) goto done;
 
     rk_compile_info got = *info;
     if (parse_notes(notes.p, kernel, &got) == 0) {
-        rc = strstr(notes.p, "amdhsa.kernels:") ? RK_ECOMPILE : RK_EIO;
+        rc = strstr(notes.p, "amdhsa.kernels:") ? ROPEKV_ERR_COMPILE : ROPEKV_ERR_IO;
         goto done;
     }
     got.code_size = parse_code_size(notes.p, kernel);

@@ -166,16 +166,16 @@ static int get_output(nvrtc_result (*size_fn)(nvrtc_program, size_t *), nvrtc_re
     size_t n = 0;
     *data = NULL;
     *len = 0;
-    if (size_fn(prog, &n) != NVRTC_OK || n == 0) return RK_ECOMPILE;
+    if (size_fn(prog, &n) != NVRTC_OK || n == 0) return ROPEKV_ERR_COMPILE;
     unsigned char *d = malloc(n);
-    if (!d) return RK_ENOMEM;
+    if (!d) return ROPEKV_ERR_NOMEM;
     if (get_fn(prog, (char *)d) != NVRTC_OK) {
         free(d);
-        return RK_ECOMPILE;
+        return ROPEKV_ERR_COMPILE;
     }
     *data = d;
     *len = n;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 enum { WANT_CUBIN = 1, WANT_PTX = 2 };
@@ -186,16 +186,16 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
     const nvrtc_api *a = nv();
     if (!a) {
         if (log) rk_buf_printf(log, "%s\n", g_nv.why);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     if (!arch_ok(arch)) {
         if (log)
             rk_buf_printf(log, "nvrtc %d.%d: '%s' is not a real architecture (sm_XY, sm_XYa, sm_XYf)\n", a->major,
                           a->minor, arch ? arch : "(null)");
-        return RK_ETARGET;
+        return ROPEKV_ERR_TARGET;
     }
     char *text = malloc(len + 1);
-    if (!text) return RK_ENOMEM;
+    if (!text) return ROPEKV_ERR_NOMEM;
     memcpy(text, src, len);
     text[len] = '\0';
 
@@ -210,8 +210,8 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
     if (verbose) opts[n++] = "--ptxas-options=-v";
     char *store = NULL;
     int rc = rk_split_options(extra, opts, n, CAP, &store, &n);
-    if (rc != RK_OK) {
-        if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "nvrtc: too many extra options\n");
+    if (rc != ROPEKV_OK) {
+        if (rc == ROPEKV_ERR_COMPILE && log) rk_buf_printf(log, "nvrtc: too many extra options\n");
         free(store);
         free(text);
         return rc;
@@ -223,7 +223,7 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
         if (log) rk_buf_printf(log, "nvrtc: nvrtcCreateProgram: %s\n", a->error_string(r));
         free(store);
         free(text);
-        return r == NVRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+        return r == NVRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
     }
     r = a->compile(prog, n, opts);
     rk_buf tmp = {0};
@@ -234,24 +234,24 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
         /* An architecture this nvrtc does not build for is an invalid option value. */
         int bad_arch = r == NVRTC_INVALID_OPTION && plog->len && strstr(plog->p, "gpu-architecture");
         if (log) rk_buf_printf(log, "nvrtc %d.%d: %s (-arch=%s)\n", a->major, a->minor, a->error_string(r), arch);
-        rc = bad_arch ? RK_ETARGET : r == NVRTC_OUT_OF_MEMORY ? RK_ENOMEM : RK_ECOMPILE;
+        rc = bad_arch ? ROPEKV_ERR_TARGET : r == NVRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
     }
-    if (rc == RK_OK && (want & WANT_CUBIN)) {
+    if (rc == ROPEKV_OK && (want & WANT_CUBIN)) {
         rc = get_output(a->cubin_size, a->cubin, prog, &cubin->data, &cubin->len);
-        if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "nvrtc: no CUBIN for -arch=%s\n", arch);
+        if (rc == ROPEKV_ERR_COMPILE && log) rk_buf_printf(log, "nvrtc: no CUBIN for -arch=%s\n", arch);
     }
-    if (rc == RK_OK && (want & WANT_PTX)) {
+    if (rc == ROPEKV_OK && (want & WANT_PTX)) {
         unsigned char *d;
         size_t dn;
         rc = get_output(a->ptx_size, a->ptx, prog, &d, &dn);
-        if (rc == RK_OK) {
+        if (rc == ROPEKV_OK) {
             rc = rk_buf_put(ptx, (const char *)d, strnlen((const char *)d, dn));
             free(d);
-        } else if (rc == RK_ECOMPILE && log) {
+        } else if (rc == ROPEKV_ERR_COMPILE && log) {
             rk_buf_printf(log, "nvrtc: no PTX for -arch=%s\n", arch);
         }
     }
-    if (rc != RK_OK && cubin) rk_code_free(cubin);
+    if (rc != ROPEKV_OK && cubin) rk_code_free(cubin);
     a->destroy(&prog);
     rk_buf_free(&tmp);
     free(store);
@@ -271,7 +271,7 @@ int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *
     if (info) {
         info->ms = rk_now_ms() - t0;
         if (g_nv.lib) snprintf(info->compiler, sizeof info->compiler, "nvrtc %d.%d", g_nv.major, g_nv.minor);
-        if (rc == RK_OK) {
+        if (rc == ROPEKV_OK) {
             if (ptxas.len) parse_ptxas(ptxas.p, info);
             /* The machine code proper, not the whole CUBIN (which adds symbols, constants, notes). */
             info->code_size = rk_elf_text_size(out->data, out->len);

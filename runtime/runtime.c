@@ -39,20 +39,20 @@ const char *ropekv_status_message(ropekv_status s) {
 /* gen's codes share the public values (see gen/rk.h); anything else is I/O. */
 static ropekv_status from_rk(int rc) {
     switch (rc) {
-    case RK_OK: return ROPEKV_OK;
-    case RK_ESPEC_SYNTAX: return ROPEKV_ERR_SPEC_SYNTAX;
-    case RK_ESPEC_RUNTIME: return ROPEKV_ERR_SPEC_RUNTIME;
-    case RK_ESPEC_LIMIT: return ROPEKV_ERR_SPEC_LIMIT;
-    case RK_ESPEC_INVALID: return ROPEKV_ERR_SPEC_INVALID;
-    case RK_ESPEC_TARGET: return ROPEKV_ERR_SPEC_TARGET;
-    case RK_ERENDER: return ROPEKV_ERR_RENDER;
-    case RK_ECOMPILE: return ROPEKV_ERR_COMPILE;
-    case RK_ETARGET: return ROPEKV_ERR_TARGET;
-    case RK_ECACHE: return ROPEKV_ERR_CACHE;
-    case RK_EBACKEND: return ROPEKV_ERR_BACKEND;
-    case RK_EDEVICE: return ROPEKV_ERR_DEVICE;
-    case RK_ELAUNCH: return ROPEKV_ERR_LAUNCH;
-    case RK_ENOMEM: return ROPEKV_ERR_NOMEM;
+    case ROPEKV_OK: return ROPEKV_OK;
+    case ROPEKV_ERR_SPEC_SYNTAX: return ROPEKV_ERR_SPEC_SYNTAX;
+    case ROPEKV_ERR_SPEC_RUNTIME: return ROPEKV_ERR_SPEC_RUNTIME;
+    case ROPEKV_ERR_SPEC_LIMIT: return ROPEKV_ERR_SPEC_LIMIT;
+    case ROPEKV_ERR_SPEC_INVALID: return ROPEKV_ERR_SPEC_INVALID;
+    case ROPEKV_ERR_SPEC_TARGET: return ROPEKV_ERR_SPEC_TARGET;
+    case ROPEKV_ERR_RENDER: return ROPEKV_ERR_RENDER;
+    case ROPEKV_ERR_COMPILE: return ROPEKV_ERR_COMPILE;
+    case ROPEKV_ERR_TARGET: return ROPEKV_ERR_TARGET;
+    case ROPEKV_ERR_CACHE: return ROPEKV_ERR_CACHE;
+    case ROPEKV_ERR_BACKEND: return ROPEKV_ERR_BACKEND;
+    case ROPEKV_ERR_DEVICE: return ROPEKV_ERR_DEVICE;
+    case ROPEKV_ERR_LAUNCH: return ROPEKV_ERR_LAUNCH;
+    case ROPEKV_ERR_NOMEM: return ROPEKV_ERR_NOMEM;
     default: return ROPEKV_ERR_IO;
     }
 }
@@ -211,8 +211,8 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     size_t len;
     const char *archs = rk_embedded("archs.lua", &len);
     int rc = archs ? rk_archs_load("specs/archs.lua", archs, len, &c->archs, &err)
-                   : rk_fail(&err, RK_EIO, "specs/archs.lua is not built in");
-    if (rc != RK_OK) {
+                   : rk_fail(&err, ROPEKV_ERR_IO, "specs/archs.lua is not built in");
+    if (rc != ROPEKV_OK) {
         logf_(c, "%s", err.msg);
         ropekv_destroy(c);
         return from_rk(rc);
@@ -234,18 +234,18 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     int ordinal = o ? o->device : 0;
     rk_buf log = {0};
     const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
-    rc = RK_EBACKEND;
-    for (int i = 0; i < 3 && rc != RK_OK; i++) {
+    rc = ROPEKV_ERR_BACKEND;
+    for (int i = 0; i < 3 && rc != ROPEKV_OK; i++) {
         if (want != ROPEKV_BACKEND_AUTO && want != (ropekv_backend)(i + 1)) continue;
         if (log.len) rk_buf_put(&log, "; ", 2);
         rc = open_backend(c, order[i], ordinal, target, &log);
     }
-    if (rc == RK_OK && !(c->arch = arch_for_target(&c->archs, c->dev.target))) {
+    if (rc == ROPEKV_OK && !(c->arch = arch_for_target(&c->archs, c->dev.target))) {
         rk_buf_printf(&log, "target %s has no row in specs/archs.lua", c->dev.target);
         c->dev.ops->close(&c->dev);
-        rc = RK_ETARGET;
+        rc = ROPEKV_ERR_TARGET;
     }
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         logf_(c, "no backend: %s", log.p ? log.p : "");
         rk_buf_free(&log);
         c->dev.ops = NULL;
@@ -258,7 +258,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     rk_buf tpl = {0};
     rk_sha256 h;
     rk_sha256_init(&h);
-    if ((rc = rk_template_text(&tpl, &err)) != RK_OK) { /* never key caches on an empty template */
+    if ((rc = rk_template_text(&tpl, &err)) != ROPEKV_OK) { /* never key caches on an empty template */
         logf_(c, "%s", err.msg);
         rk_buf_free(&tpl);
         ropekv_destroy(c);
@@ -308,7 +308,7 @@ ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char 
     rk_spec s;
     rk_err err = {0};
     int rc = rk_spec_load(file, text, len, &c->archs, &s, &err);
-    if (rc != RK_OK) return fail(c, from_rk(rc), "%s", err.msg);
+    if (rc != ROPEKV_OK) return fail(c, from_rk(rc), "%s", err.msg);
     pthread_mutex_lock(&c->mu);
     int i = 0;
     while (i < c->n_specs && strcmp(c->specs[i].spec.name, s.name) != 0) i++;
@@ -335,15 +335,15 @@ ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     rk_buf b = {0};
     char chunk[4096];
     size_t n;
-    int rc = RK_OK;
-    while (rc == RK_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    int rc = ROPEKV_OK;
+    while (rc == ROPEKV_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         rc = rk_buf_put(&b, chunk, n);
-        if (b.len > (1u << 20)) rc = RK_ESPEC_LIMIT;
+        if (b.len > (1u << 20)) rc = ROPEKV_ERR_SPEC_LIMIT;
     }
     int bad = ferror(f);
     fclose(f);
-    ropekv_status s = rc == RK_ESPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
-                    : rc != RK_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
+    ropekv_status s = rc == ROPEKV_ERR_SPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
+                    : rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
                     : bad ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
                     : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
     rk_buf_free(&b);
@@ -368,7 +368,7 @@ typedef struct resolved {
     char name[192];
     unsigned generation;
     const rk_builtin *builtin;     /* source emitted at build time, or */
-    rk_variant variant;            /* a run-time spec's variant, rendered on a miss */
+    rk_desc variant;            /* a run-time spec's variant, rendered on a miss */
     rk_spec spec;                  /* (copy: the variant points here) */
 } resolved;
 
@@ -394,7 +394,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         }
     pthread_mutex_unlock(&c->mu);
     if (have_spec) {
-        rk_variant all[RK_MAX_VARIANTS_PER_SPEC];
+        rk_desc all[RK_MAX_VARIANTS_PER_SPEC];
         rk_err err = {0};
         int n = rk_variants(&r->spec, &c->archs, all, RK_MAX_VARIANTS_PER_SPEC, &err);
         for (int i = 0; i < n; i++)
@@ -415,7 +415,7 @@ static ropekv_status resolve(ropekv_ctx *c, const ropekv_variant *v, resolved *r
         const rk_builtin *b = &rk_builtins[i];
         if (strcmp(b->key, r->key) != 0) continue;
         rk_err err = {0};
-        if (rk_name_parse(b->kernel, &r->d.p, &err) != RK_OK) return fail(c, ROPEKV_ERR_RENDER, "%s", err.msg);
+        if (rk_name_parse(b->kernel, &r->d.p, &err) != ROPEKV_OK) return fail(c, ROPEKV_ERR_RENDER, "%s", err.msg);
         r->d.block = b->block;
         r->d.chunks = b->chunks;
         r->d.chunks_from = b->chunks_from;
@@ -469,9 +469,9 @@ static ropekv_status build(ropekv_ctx *c, const resolved *r, ropekv_kernel *k, i
     rk_err err = {0};
     ropekv_status s = ROPEKV_OK;
     int rc = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", wide ? 2 : 1);
-    if (rc == RK_OK) rc = r->builtin ? rk_buf_put(&src, r->builtin->source, r->builtin->len)
+    if (rc == ROPEKV_OK) rc = r->builtin ? rk_buf_put(&src, r->builtin->source, r->builtin->len)
                                      : rk_emit(&r->variant, &src, &err);
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         rk_buf_free(&src);
         return err.msg[0] ? fail(c, from_rk(rc), "%s", err.msg) : fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", r->name);
     }
@@ -500,7 +500,7 @@ static ropekv_status build(ropekv_ctx *c, const resolved *r, ropekv_kernel *k, i
             double t0 = now_ms();
             count(c, &c->stats.compiles);
             rc = c->dev.ops->compile(&c->dev, text, len, r->name, c->arch, &co, &log);
-            if (rc != RK_OK) {
+            if (rc != ROPEKV_OK) {
                 s = fail(c, from_rk(rc), "compiling %s (%s) for %s with %s:\n%s", r->key, r->name, c->dev.target,
                          c->dev.compiler_id, log.p ? log.p : "");
                 break;
@@ -513,13 +513,13 @@ static ropekv_status build(ropekv_ctx *c, const resolved *r, ropekv_kernel *k, i
         log.len = 0;
         void *fns[2] = {NULL, NULL};
         rc = c->dev.ops->load(&c->dev, &co, r->name, &k->module[wide], fns, &log);
-        if (rc == RK_OK && !fns[wide]) {
+        if (rc == ROPEKV_OK && !fns[wide]) {
             c->dev.ops->unload(&c->dev, k->module[wide]);
             k->module[wide] = NULL;
             rk_buf_printf(&log, "the code object lacks %s%s", r->name, wide ? "_i64" : "");
-            rc = RK_ECOMPILE;
+            rc = ROPEKV_ERR_COMPILE;
         }
-        if (rc == RK_OK) {
+        if (rc == ROPEKV_OK) {
             *fn = fns[wide];
             /* Only a code object that loads is worth keeping. */
             if (!from_disk && c->cache.usable &&
@@ -795,7 +795,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     rk_buf log = {0};
     int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, k->d.block, k->d.pdl && c->pdl,
                                   stream, &log);
-    if (rc != RK_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
+    if (rc != ROPEKV_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->name, log.p ? log.p : "");
     rk_buf_free(&log);
     return s;
 }

@@ -20,7 +20,7 @@ static inline void rk_test_public_args(const rk_args *a, ropekv_args *p) {
 }
 
 /* rk_check's run callback; kernel is a ropekv_kernel *. */
-static inline int rk_test_launch(void *kernel, const rk_variant *v, const rk_args *a) {
+static inline int rk_test_launch(void *kernel, const rk_desc *v, const rk_args *a) {
     (void)v;
     ropekv_args p;
     rk_test_public_args(a, &p);

@@ -42,6 +42,7 @@
 #include "backend.h"
 #include "build.h"
 #include "rk.h"
+#include "check.h"
 
 #define SKIP_STATUS 77
 #define GUARD 256          /* guard bytes before and after every device buffer (keeps 256-byte alignment) */
@@ -331,7 +332,7 @@ static int late_buffer(int i, int prefetch) {
     }
 }
 
-static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
+static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     runner *r = ctx;
     rk_check_buf b[RK_CHECK_NBUF];
     uint64_t dev[RK_CHECK_NBUF] = {0};
@@ -339,7 +340,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     rk_buf log = {0};
     char *why = r->why;
     const size_t cap = r->why_cap;
-    int rc = RK_EDEVICE;
+    int rc = ROPEKV_ERR_DEVICE;
     uint64_t staging[RK_CHECK_NBUF] = {0};
     rk_check_buffers(v, a, b);
 
@@ -347,7 +348,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     back = malloc(GUARD);
     if (!guard || !back) {
         snprintf(why, cap, "out of host memory");
-        rc = RK_ENOMEM;
+        rc = ROPEKV_ERR_NOMEM;
         goto out;
     }
     memset(guard, GUARD_BYTE, GUARD);
@@ -373,7 +374,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
         unsigned char *stale = malloc(most ? most : 1);
         if (!stale) {
             snprintf(why, cap, "out of host memory");
-            rc = RK_ENOMEM;
+            rc = ROPEKV_ERR_NOMEM;
             goto out;
         }
         memset(stale, 0x5a, most);
@@ -407,7 +408,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     for (int i = 0; i < 11; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
-            rc = RK_EIO;
+            rc = ROPEKV_ERR_IO;
             goto out;
         }
     d.q_nope = (const void *)(uintptr_t)p[0];
@@ -437,19 +438,19 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
     r->used_wide = r->force_wide || reach >= INT32_MAX;
     if (blocks > INT32_MAX) {
         snprintf(why, cap, "%lld blocks: too many for one launch", (long long)blocks);
-        rc = RK_ELAUNCH;
+        rc = ROPEKV_ERR_LAUNCH;
         goto out;
     }
     if (total > 0) {
-        rc = RK_OK;
-        for (int i = 0; i < r->runs && rc == RK_OK; i++)
+        rc = ROPEKV_OK;
+        for (int i = 0; i < r->runs && rc == ROPEKV_OK; i++)
             rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], &d, blocks, block, r->pdl, NULL, &log);
-        if (rc != RK_OK) {
+        if (rc != ROPEKV_OK) {
             snprintf(why, cap, "launch (%lld blocks of %d): %s", (long long)blocks, block, log.p ? log.p : "failed");
             r->device_lost = 1;
             goto out;
         }
-        rc = RK_EDEVICE;
+        rc = ROPEKV_ERR_DEVICE;
         if (r->mem->sync(why, cap)) {
             r->device_lost = 1;
             goto out;
@@ -477,7 +478,7 @@ static int run_device(void *ctx, const rk_variant *v, const rk_args *a) {
                 }
         }
     }
-    rc = RK_OK;
+    rc = ROPEKV_OK;
 out:
     for (int i = 0; i < RK_CHECK_NBUF; i++) {
         if (dev[i]) r->mem->release(dev[i]);
@@ -491,16 +492,16 @@ out:
 
 /* ---- variants ------------------------------------------------------------------------------------- */
 static rk_catalog g_cat;
-static rk_variant *g_vars;
+static rk_desc *g_vars;
 static int g_n_vars, g_n_builtin, g_n_retargeted;
 
-static int add_variant(const rk_variant *v, const char *filter, int *cap) {
+static int add_variant(const rk_desc *v, const char *filter, int *cap) {
     if (filter && !strstr(v->key, filter)) return 0;
     for (int i = 0; i < g_n_vars; i++)
         if (strcmp(g_vars[i].name, v->name) == 0) return 0;
     if (g_n_vars == *cap) {
         int ncap = *cap ? *cap * 2 : 256;
-        rk_variant *n = realloc(g_vars, sizeof *n * (size_t)ncap);
+        rk_desc *n = realloc(g_vars, sizeof *n * (size_t)ncap);
         if (!n) return -1;
         g_vars = n;
         *cap = ncap;
@@ -511,12 +512,12 @@ static int add_variant(const rk_variant *v, const char *filter, int *cap) {
 
 static int collect_variants(const char *filter, char *why, size_t cap) {
     rk_err err = {0};
-    if (rk_catalog_load_embedded(&g_cat, &err) != RK_OK) {
+    if (rk_catalog_load_embedded(&g_cat, &err) != ROPEKV_OK) {
         snprintf(why, cap, "loading the built-in specs: %.900s", err.msg);
         return -1;
     }
     int vcap = 0;
-    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS);
+    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS);
     if (!tmp) {
         snprintf(why, cap, "out of memory");
         return -1;
@@ -581,24 +582,24 @@ static int g_host;          /* --host */
 static int g_no_wait;       /* --no-wait */
 static uint64_t g_seed = 1;
 
-/* Opens the backend for this process: RK_OK, RK_EBACKEND (skip) or another error, why set. */
+/* Opens the backend for this process: ROPEKV_OK, ROPEKV_ERR_BACKEND (skip) or another error, why set. */
 static int open_backend(rk_device *dev, char *why, size_t cap) {
     rk_buf log = {0};
     memset(dev, 0, sizeof *dev);
     const rk_backend_ops *ops = g_host ? &rk_backend_host : &rk_backend_cuda;
     int rc = ops->open(dev, 0, NULL, &log);
-    if (rc == RK_OK) dev->ops = ops;
+    if (rc == ROPEKV_OK) dev->ops = ops;
     else snprintf(why, cap, "%s", log.p ? log.p : "the backend did not open");
     rk_buf_free(&log);
-    if (rc == RK_OK && !g_host && cu_attach(why, cap) != 0) {
+    if (rc == ROPEKV_OK && !g_host && cu_attach(why, cap) != 0) {
         ops->close(dev);
-        rc = RK_EDEVICE;
+        rc = ROPEKV_ERR_DEVICE;
     }
     return rc;
 }
 
 /* Compiles, loads and checks one variant over every shape. Returns 1 when the device is unusable. */
-static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
+static int check_variant(rk_device *dev, const rk_desc *v, result *res) {
     const mem_ops *mem = g_host ? &HOST_MEM : &CUDA_MEM;
     rk_buf src = {0}, log = {0};
     rk_err err = {0};
@@ -608,7 +609,7 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
     res->ok = 0;
     res->shapes = 0;
     res->why[0] = '\0';
-    if (rk_emit(v, &src, &err) != RK_OK) {
+    if (rk_emit(v, &src, &err) != ROPEKV_OK) {
         snprintf(res->why, sizeof res->why, "emit: %.2000s", err.msg);
         goto out;
     }
@@ -617,16 +618,16 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
         for (char *p = src.p; (p = strstr(p, wait)) != NULL;) memset(p, ' ', sizeof wait - 1);
     }
     int rc = dev->ops->compile(dev, src.p, src.len, v->name, v->arch, &co, &log);
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         snprintf(res->why, sizeof res->why, "compile for %s (%s row): %s", dev->target, v->arch->name,
                  log.p ? log.p : "failed");
         goto out;
     }
     rk_buf_free(&log);
     rc = dev->ops->load(dev, &co, v->name, &module, r.fn, &log);
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         snprintf(res->why, sizeof res->why, "load: %s", log.p ? log.p : "failed");
-        r.device_lost = rc == RK_EDEVICE;
+        r.device_lost = rc == ROPEKV_ERR_DEVICE;
         goto out;
     }
     static void *late_fn; /* this process's late_copy (none on the host backend) */
@@ -635,11 +636,11 @@ static int check_variant(rk_device *dev, const rk_variant *v, result *res) {
         void *lmod = NULL, *lfn[2] = {NULL, NULL};
         rk_buf_free(&log);
         rc = dev->ops->compile(dev, LATE_SRC, sizeof LATE_SRC - 1, "late_copy", v->arch, &lco, &log);
-        if (rc == RK_OK) rc = dev->ops->load(dev, &lco, "late_copy", &lmod, lfn, &log);
+        if (rc == ROPEKV_OK) rc = dev->ops->load(dev, &lco, "late_copy", &lmod, lfn, &log);
         rk_code_free(&lco);
-        if (rc != RK_OK || !lfn[0]) {
+        if (rc != ROPEKV_OK || !lfn[0]) {
             snprintf(res->why, sizeof res->why, "late_copy: %s", log.p ? log.p : "failed");
-            r.device_lost = rc == RK_EDEVICE;
+            r.device_lost = rc == ROPEKV_ERR_DEVICE;
             goto out;
         }
         late_fn = lfn[0];
@@ -685,7 +686,7 @@ static void worker(shared *sh, int n) {
         int lost = 0;
         if (!opened) {
             char why[1024];
-            if (open_backend(&dev, why, sizeof why) != RK_OK) {
+            if (open_backend(&dev, why, sizeof why) != ROPEKV_OK) {
                 snprintf(res->why, sizeof res->why, "cannot open the device: %s", why);
                 lost = 1;
             } else {
@@ -717,7 +718,7 @@ static void probe(shared *sh) {
     if (pid == 0) {
         rk_device dev;
         sh->probe_rc = open_backend(&dev, sh->why, sizeof sh->why);
-        if (sh->probe_rc == RK_OK) {
+        if (sh->probe_rc == ROPEKV_OK) {
             snprintf(sh->target, sizeof sh->target, "%s", dev.target);
             snprintf(sh->compiler, sizeof sh->compiler, "%s", dev.compiler_id);
             if (g_host) {
@@ -738,13 +739,13 @@ static void probe(shared *sh) {
     }
     int st = 0;
     if (pid < 0) {
-        sh->probe_rc = RK_EIO;
+        sh->probe_rc = ROPEKV_ERR_IO;
         snprintf(sh->why, sizeof sh->why, "fork: %s", strerror(errno));
         return;
     }
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        sh->probe_rc = RK_EDEVICE;
+        sh->probe_rc = ROPEKV_ERR_DEVICE;
         snprintf(sh->why, sizeof sh->why, "the probe process died (status 0x%x) while opening the device", st);
     }
 }
@@ -753,7 +754,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host] [--no-wait]\n");
 }
 
-static void print_result(const rk_variant *v, const result *r) {
+static void print_result(const rk_desc *v, const result *r) {
     if (r->ok) printf("pass %s (%d shapes)\n", v->key, r->shapes);
     else printf("FAIL %s: %s\n", v->key, r->why);
     fflush(stdout);
@@ -795,11 +796,11 @@ int main(int argc, char **argv) {
     }
     if (!list) {
         probe(sh);
-        if (sh->probe_rc == RK_EBACKEND) {
+        if (sh->probe_rc == ROPEKV_ERR_BACKEND) {
             printf("gpu_conformance: SKIPPED: %s\n", sh->why);
             return SKIP_STATUS;
         }
-        if (sh->probe_rc != RK_OK) {
+        if (sh->probe_rc != ROPEKV_OK) {
             printf("gpu_conformance: cannot open the device: %s\n", sh->why);
             printf("0 passed, 1 failed\n");
             return 1;

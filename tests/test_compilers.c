@@ -86,7 +86,7 @@ static int llvm_tools_here(void) {
     const char *argv[] = {tool, "--version", NULL};
     int st = -1;
     rk_buf out = {0};
-    int ok = rk_run(argv, &out, &st) == RK_OK && st == 0;
+    int ok = rk_run(argv, &out, &st) == ROPEKV_OK && st == 0;
     rk_buf_free(&out);
     if (!ok) print_message("%s not available, skipping inspection\n", tool);
     return ok;
@@ -98,12 +98,12 @@ static void test_helpers(void **state) {
     rk_buf out = {0};
     int st = -1;
     const char *no[] = {"ropekv-no-such-program-here", NULL};
-    assert_int_equal(rk_run(no, &out, &st), RK_EIO);
+    assert_int_equal(rk_run(no, &out, &st), ROPEKV_ERR_IO);
     assert_true(has(&out, "cannot run"));
     rk_buf_free(&out);
 
     const char *sh[] = {"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3", NULL};
-    assert_int_equal(rk_run(sh, &out, &st), RK_OK);
+    assert_int_equal(rk_run(sh, &out, &st), ROPEKV_OK);
     assert_int_equal(st, 3);
     assert_true(has(&out, "to-stdout") && has(&out, "to-stderr"));
     rk_buf_free(&out);
@@ -111,23 +111,23 @@ static void test_helpers(void **state) {
     const char *argv[8] = {"cc"};
     char *store = NULL;
     int n = 0;
-    assert_int_equal(rk_split_options("  -DA=1   -DB ", argv, 1, 8, &store, &n), RK_OK);
+    assert_int_equal(rk_split_options("  -DA=1   -DB ", argv, 1, 8, &store, &n), ROPEKV_OK);
     assert_int_equal(n, 3);
     assert_string_equal(argv[1], "-DA=1");
     assert_string_equal(argv[2], "-DB");
     assert_null(argv[3]);
     free(store);
-    assert_int_equal(rk_split_options("a b c d e f g h", argv, 1, 8, &store, &n), RK_ECOMPILE);
+    assert_int_equal(rk_split_options("a b c d e f g h", argv, 1, 8, &store, &n), ROPEKV_ERR_COMPILE);
     free(store);
-    assert_int_equal(rk_split_options(NULL, argv, 1, 8, &store, &n), RK_OK);
+    assert_int_equal(rk_split_options(NULL, argv, 1, 8, &store, &n), ROPEKV_OK);
     assert_int_equal(n, 1);
     assert_null(store);
 
     char dir[4096];
-    assert_int_equal(rk_mktmpdir(dir, sizeof dir), RK_OK);
+    assert_int_equal(rk_mktmpdir(dir, sizeof dir), ROPEKV_OK);
     char f[4200];
     snprintf(f, sizeof f, "%s/x", dir);
-    assert_int_equal(rk_write_file(f, "abc", 3), RK_OK);
+    assert_int_equal(rk_write_file(f, "abc", 3), ROPEKV_OK);
     rk_rmtmpdir(dir);
     FILE *gone = fopen(f, "rb");
     assert_null(gone);
@@ -232,7 +232,7 @@ static void test_hiprtc_guard(void **state) {
     if (!hiprtc_here(&maj, &min)) {
         rk_codeobj co;
         rk_buf log = {0};
-        assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", NULL, &co, NULL, &log), RK_EIO);
+        assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", NULL, &co, NULL, &log), ROPEKV_ERR_IO);
         rk_buf_free(&log);
         skip();
     }
@@ -243,7 +243,7 @@ static void test_hiprtc_guard(void **state) {
         rk_compile_info info;
         rk_buf log = {0};
         int rc = rk_hiprtc_compile(k_src, strlen(k_src), refused[i], NULL, &co, &info, &log);
-        if (rc != RK_ETARGET) fail_msg("%s: rc %d, expected RK_ETARGET; log: %s", refused[i], rc, log.p ? log.p : "");
+        if (rc != ROPEKV_ERR_TARGET) fail_msg("%s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", refused[i], rc, log.p ? log.p : "");
         assert_null(co.data);
         assert_int_equal(co.len, 0);
         assert_true(has(&log, "cannot build"));
@@ -255,11 +255,11 @@ static void test_hiprtc_guard(void **state) {
     rk_codeobj co;
     rk_buf log = {0};
     assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "-DX=1 --offload-arch=gfx942", &co, NULL, &log),
-                     RK_ETARGET);
+                     ROPEKV_ERR_TARGET);
     assert_true(has(&log, "--offload-arch=gfx942"));
     rk_buf_free(&log);
     assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "--gpu-architecture=gfx1100", &co, NULL, &log),
-                     RK_ETARGET);
+                     ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
 }
 
@@ -276,7 +276,7 @@ static void test_hiprtc_compile(void **state) {
         rk_compile_info info;
         rk_buf log = {0};
         int rc = rk_hiprtc_compile(k_src, strlen(k_src), targets[i], NULL, &co, &info, &log);
-        if (rc != RK_OK) fail_msg("hiprtc %s: rc %d; log: %s", targets[i], rc, log.p ? log.p : "");
+        if (rc != ROPEKV_OK) fail_msg("hiprtc %s: rc %d; log: %s", targets[i], rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         char id[64];
         snprintf(id, sizeof id, "hiprtc %d.%d", maj, min);
@@ -290,7 +290,7 @@ static void test_hiprtc_compile(void **state) {
             assert_int_equal(info.fp8_cvt, 0); /* no fp8 instruction before gfx942 */
             rk_compile_info k;
             rk_info_reset(&k);
-            assert_int_equal(rk_amd_inspect(&co, "to_fp8", &k, NULL), RK_OK);
+            assert_int_equal(rk_amd_inspect(&co, "to_fp8", &k, NULL), ROPEKV_OK);
             assert_true(k.regs > 0 && k.sgprs > 0);
             assert_int_equal(k.scratch, 0);
             assert_int_equal(k.spills, 0);
@@ -304,7 +304,7 @@ static void test_hiprtc_compile(void **state) {
     /* A syntax error is a compile error with the compiler's message. */
     rk_codeobj co;
     rk_buf log = {0};
-    assert_int_equal(rk_hiprtc_compile(k_bad, strlen(k_bad), "gfx90a", NULL, &co, NULL, &log), RK_ECOMPILE);
+    assert_int_equal(rk_hiprtc_compile(k_bad, strlen(k_bad), "gfx90a", NULL, &co, NULL, &log), ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     rk_buf_free(&log);
@@ -323,7 +323,7 @@ static void test_nvrtc_compile(void **state) {
         rk_compile_info info;
         rk_buf log = {0};
         int rc = rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, NULL, &co, &info, &log);
-        if (rc != RK_OK) fail_msg("nvrtc %s: rc %d; log: %s", cases[i].arch, rc, log.p ? log.p : "");
+        if (rc != ROPEKV_OK) fail_msg("nvrtc %s: rc %d; log: %s", cases[i].arch, rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         assert_int_equal(strncmp(info.compiler, "nvrtc ", 6), 0);
         assert_true(info.ms > 0);
@@ -341,12 +341,12 @@ static void test_nvrtc_compile(void **state) {
         rk_buf_free(&log);
 
         /* Without info: no ptxas report requested, same CUBIN size class. */
-        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", &co, NULL, NULL), RK_OK);
+        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", &co, NULL, NULL), ROPEKV_OK);
         assert_true(is_elf(&co));
         rk_code_free(&co);
 
         rk_buf ptx = {0};
-        assert_int_equal(rk_nvrtc_ptx(k_src, strlen(k_src), cases[i].arch, NULL, &ptx, NULL), RK_OK);
+        assert_int_equal(rk_nvrtc_ptx(k_src, strlen(k_src), cases[i].arch, NULL, &ptx, NULL), ROPEKV_OK);
         assert_true(has(&ptx, ".entry to_fp8("));
         assert_true(has(&ptx, ".entry to_fp8_i64("));
         assert_int_equal(has(&ptx, "cvt.rn.satfinite.e4m3x2.f32"), cases[i].fp8);
@@ -360,7 +360,7 @@ static void test_nvrtc_errors(void **state) {
     rk_codeobj co = {(unsigned char *)"x", 1};
     rk_compile_info info;
     rk_buf log = {0};
-    assert_int_equal(rk_nvrtc_compile(k_bad, strlen(k_bad), "sm_90", NULL, &co, &info, &log), RK_ECOMPILE);
+    assert_int_equal(rk_nvrtc_compile(k_bad, strlen(k_bad), "sm_90", NULL, &co, &info, &log), ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     assert_int_equal(info.regs, -1);
@@ -369,11 +369,11 @@ static void test_nvrtc_errors(void **state) {
     const char *bad_arch[] = {"compute_90", "sm_", "sm_90x", "gfx942", "sm_99"};
     for (size_t i = 0; i < sizeof bad_arch / sizeof bad_arch[0]; i++) {
         int rc = rk_nvrtc_compile(k_src, strlen(k_src), bad_arch[i], NULL, &co, NULL, &log);
-        if (rc != RK_ETARGET) fail_msg("nvrtc %s: rc %d, expected RK_ETARGET; log: %s", bad_arch[i], rc, log.p ? log.p : "");
+        if (rc != ROPEKV_ERR_TARGET) fail_msg("nvrtc %s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", bad_arch[i], rc, log.p ? log.p : "");
         rk_buf_free(&log);
     }
     /* An option nvrtc does not take (it rejects -O3) is a compile error, not a crash. */
-    assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), "sm_90", "-O3", &co, NULL, &log), RK_ECOMPILE);
+    assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), "sm_90", "-O3", &co, NULL, &log), ROPEKV_ERR_COMPILE);
     rk_buf_free(&log);
 }
 
@@ -391,7 +391,7 @@ static void test_clang_compile(void **state) {
         rk_compile_info info;
         rk_buf log = {0};
         int rc = rk_clang_compile(k_src, strlen(k_src), cases[i].target, NULL, &co, &info, &log);
-        if (rc != RK_OK) fail_msg("clang %s: rc %d; log: %s", cases[i].target, rc, log.p ? log.p : "");
+        if (rc != ROPEKV_OK) fail_msg("clang %s: rc %d; log: %s", cases[i].target, rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         assert_int_equal(strncmp(info.compiler, "clang ", 6), 0);
         assert_true(info.ms > 0);
@@ -410,7 +410,7 @@ static void test_clang_compile(void **state) {
             ki.ms = 12.5;
             rk_buf dis = {0};
             rc = rk_amd_inspect(&co, kernels[k], &ki, &dis);
-            if (rc != RK_OK) fail_msg("inspect %s %s: rc %d: %s", cases[i].target, kernels[k], rc, dis.p ? dis.p : "");
+            if (rc != ROPEKV_OK) fail_msg("inspect %s %s: rc %d: %s", cases[i].target, kernels[k], rc, dis.p ? dis.p : "");
             assert_true(ki.regs > 0 && ki.regs <= info.regs);
             assert_true(ki.sgprs > 0);
             assert_int_equal(ki.scratch, 0);
@@ -428,8 +428,8 @@ static void test_clang_compile(void **state) {
         }
         rk_compile_info none;
         rk_info_reset(&none);
-        assert_int_equal(rk_amd_inspect(&co, "to_fp", &none, NULL), RK_ECOMPILE);
-        assert_int_equal(rk_amd_inspect(&co, "no_such_kernel", &none, NULL), RK_ECOMPILE);
+        assert_int_equal(rk_amd_inspect(&co, "to_fp", &none, NULL), ROPEKV_ERR_COMPILE);
+        assert_int_equal(rk_amd_inspect(&co, "no_such_kernel", &none, NULL), ROPEKV_ERR_COMPILE);
         assert_int_equal(none.regs, -1);
         rk_code_free(&co);
         rk_buf_free(&log);
@@ -441,19 +441,19 @@ static void test_clang_errors(void **state) {
     if (!clang_here()) skip();
     rk_codeobj co = {(unsigned char *)"x", 1};
     rk_buf log = {0};
-    assert_int_equal(rk_clang_compile(k_bad, strlen(k_bad), "gfx942", NULL, &co, NULL, &log), RK_ECOMPILE);
+    assert_int_equal(rk_clang_compile(k_bad, strlen(k_bad), "gfx942", NULL, &co, NULL, &log), ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     rk_buf_free(&log);
-    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx9999", NULL, &co, NULL, &log), RK_ETARGET);
+    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx9999", NULL, &co, NULL, &log), ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
-    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx1030:xnack-", NULL, &co, NULL, &log), RK_ETARGET);
+    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx1030:xnack-", NULL, &co, NULL, &log), ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
     /* Not a code object: inspection fails cleanly. */
     rk_codeobj junk = {(unsigned char *)"not an elf file at all", 22};
     rk_compile_info info;
     rk_info_reset(&info);
-    if (llvm_tools_here()) assert_int_equal(rk_amd_inspect(&junk, "to_fp8", &info, NULL), RK_EIO);
+    if (llvm_tools_here()) assert_int_equal(rk_amd_inspect(&junk, "to_fp8", &info, NULL), ROPEKV_ERR_IO);
     assert_int_equal(info.regs, -1);
 }
 
@@ -495,7 +495,7 @@ static void test_threads(void **state) {
     for (int i = 0; i < N; i++) {
         if (!started[i]) continue;
         pthread_join(t[i], NULL);
-        assert_int_equal(jobs[i].rc, RK_OK);
+        assert_int_equal(jobs[i].rc, ROPEKV_OK);
         /* The same source gives the same figures whichever thread compiled it. */
         assert_int_equal(jobs[i].regs, jobs[i % 3].regs);
     }

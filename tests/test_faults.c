@@ -38,8 +38,9 @@
 
 #include <cmocka.h>
 
-#include "host_backend.h"
+#include "host_compile.h"
 #include "rk.h"
+#include "check.h"
 #include "ropekv.h"
 #include "api_launch.h"
 
@@ -152,7 +153,7 @@ static int setup(void **state) {
     unsetenv("ROPEKV_DISABLE_CACHE");
     unsetenv("ROPEKV_COMPILE_TIMEOUT");
     unsetenv("CXX");
-    return rk_catalog_load_embedded(&cat, &err) == RK_OK ? 0 : -1;
+    return rk_catalog_load_embedded(&cat, &err) == ROPEKV_OK ? 0 : -1;
 }
 
 /* rm -rf without following symlinks */
@@ -303,8 +304,8 @@ static const ropekv_variant DS_BF16 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF
 static const ropekv_variant DS_BF16_ZC = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ZERO_COPY};
 static const ropekv_variant DS_FP8_NONE = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE};
 
-static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, const ropekv_variant *pv) {
-    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+static const rk_desc *ref_variant(const rk_catalog *c, const char *spec, const ropekv_variant *pv) {
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     static const char *const kv[] = {"bf16", "fp8_e4m3"}, *const q[] = {"absorbed", "zero_copy", "inplace", "none"},
                              *const idx[] = {"int64", "int32"};
     char key[192];
@@ -321,7 +322,7 @@ static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, cons
 }
 
 /* 0 when kernel k computes what the reference computes for rv (two shapes). */
-static int kernel_matches(ropekv_kernel *k, const rk_variant *rv, char *why, size_t cap) {
+static int kernel_matches(ropekv_kernel *k, const rk_desc *rv, char *why, size_t cap) {
     static const int64_t T[] = {1, 17}, H[] = {1, 16};
     for (int i = 0; i < 2; i++) {
         rk_shape sh = {.tokens = T[i], .heads = H[i], .pad = 8 * i, .max_pos = 64, .neg_every = 3, .specials = 1,
@@ -331,7 +332,7 @@ static int kernel_matches(ropekv_kernel *k, const rk_variant *rv, char *why, siz
     return 0;
 }
 
-static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
+static void check_kernel(ropekv_kernel *k, const rk_desc *rv) {
     char why[4096] = "";
     if (kernel_matches(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
 }
@@ -614,11 +615,11 @@ static void load_get_check(ropekv_ctx *c, const char *path, const char *rope) {
     rk_catalog *mine = malloc(sizeof *mine);
     rk_err err = {0};
     *mine = cat;
-    assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), RK_OK);
+    assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), ROPEKV_OK);
     ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
-    const rk_variant *rv = ref_variant(mine, "my_model", &v);
+    const rk_desc *rv = ref_variant(mine, "my_model", &v);
     assert_string_equal(ropekv_kernel_name(k), rv->name);
     assert_non_null(strstr(rv->name, rope));
     check_kernel(k, rv);
@@ -689,11 +690,11 @@ static void test_spec_file_name_stays_a_comment(void **state) {
     ropekv_destroy(c);
     rk_spec spec;
     rk_err err = {0};
-    assert_int_equal(rk_spec_load(name, text, strlen(text), &cat.archs, &spec, &err), RK_OK);
-    rk_variant vs[RK_MAX_VARIANTS_PER_SPEC];
+    assert_int_equal(rk_spec_load(name, text, strlen(text), &cat.archs, &spec, &err), ROPEKV_OK);
+    rk_desc vs[RK_MAX_VARIANTS_PER_SPEC];
     assert_true(rk_variants(&spec, &cat.archs, vs, RK_MAX_VARIANTS_PER_SPEC, &err) > 0);
     rk_buf src = {0};
-    assert_int_equal(rk_emit(&vs[0], &src, &err), RK_OK);
+    assert_int_equal(rk_emit(&vs[0], &src, &err), ROPEKV_OK);
     assert_non_null(strstr(src.p, "from specs/evil?#error the file name became code?.lua?. Do not edit."));
     assert_null(strstr(src.p, "\n#error"));
     rk_buf_free(&src);
@@ -718,7 +719,7 @@ static void test_spec_cpu_time_cap(void **state) {
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
         double cpu = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
         print_message("%.2f s of CPU: %.60s\n", cpu, err.msg);
-        assert_int_equal(rc, RK_ESPEC_LIMIT);
+        assert_int_equal(rc, ROPEKV_ERR_SPEC_LIMIT);
         assert_non_null(strstr(err.msg, "time limit exceeded (1 s of CPU time)"));
         assert_true(cpu < 3);
     }
@@ -729,11 +730,11 @@ static void test_spec_cpu_time_cap(void **state) {
         const char *text;
         int rc;
     } reps[] = {
-        {"local s = string.rep('', 8 << 48) return {}", RK_ESPEC_INVALID},
-        {"local s = (''):rep(1 << 62, '') return {}", RK_ESPEC_INVALID},
-        {"local s = string.rep('x', 1 << 40) return {}", RK_ESPEC_RUNTIME}, /* Lua's own size check */
-        {"local s = string.rep('', 1 << 30, ',') return {}", RK_ESPEC_LIMIT},  /* 1 GiB of separators */
-        {"return { s = string.rep('ab', 3, '-') }", RK_ESPEC_INVALID},
+        {"local s = string.rep('', 8 << 48) return {}", ROPEKV_ERR_SPEC_INVALID},
+        {"local s = (''):rep(1 << 62, '') return {}", ROPEKV_ERR_SPEC_INVALID},
+        {"local s = string.rep('x', 1 << 40) return {}", ROPEKV_ERR_SPEC_RUNTIME}, /* Lua's own size check */
+        {"local s = string.rep('', 1 << 30, ',') return {}", ROPEKV_ERR_SPEC_LIMIT},  /* 1 GiB of separators */
+        {"return { s = string.rep('ab', 3, '-') }", ROPEKV_ERR_SPEC_INVALID},
     };
     for (size_t i = 0; i < sizeof reps / sizeof reps[0]; i++) {
         rk_spec s;
@@ -745,8 +746,8 @@ static void test_spec_cpu_time_cap(void **state) {
         double cpu = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
         print_message("%.3f s of CPU: %.70s\n", cpu, err.msg);
         assert_int_equal(rc, reps[i].rc);
-        if (rc == RK_ESPEC_LIMIT) assert_non_null(strstr(err.msg, "memory limit exceeded"));
-        if (rc == RK_ESPEC_RUNTIME) assert_non_null(strstr(err.msg, "resulting string too large"));
+        if (rc == ROPEKV_ERR_SPEC_LIMIT) assert_non_null(strstr(err.msg, "memory limit exceeded"));
+        if (rc == ROPEKV_ERR_SPEC_RUNTIME) assert_non_null(strstr(err.msg, "resulting string too large"));
         assert_true(cpu < 0.5);
     }
 }
@@ -873,7 +874,7 @@ static long every_site_fails(const char *what, op_fn op, void *arg) {
     }
 }
 
-/* rk_spec_load of a real spec: RK_OK with the same result, or RK_ENOMEM. */
+/* rk_spec_load of a real spec: ROPEKV_OK with the same result, or ROPEKV_ERR_NOMEM. */
 typedef struct spec_op {
     const char *text;
     size_t len;
@@ -886,11 +887,11 @@ static int op_spec_load(void *p) {
     rk_err err = {0};
     memset(&s, 0, sizeof s);
     int rc = rk_spec_load("specs/deepseek_v3.lua", o->text, o->len, &cat.archs, &s, &err);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         if (memcmp(&s, &o->want, sizeof s) != 0) fail_msg("rk_spec_load recovered with a different result");
         return 0;
     }
-    if (rc != RK_ENOMEM || err.code != RK_ENOMEM || !err.msg[0])
+    if (rc != ROPEKV_ERR_NOMEM || err.code != ROPEKV_ERR_NOMEM || !err.msg[0])
         fail_msg("rk_spec_load under a failed allocation: %d %s", rc, err.msg);
     return 1;
 }
@@ -900,13 +901,13 @@ static int op_archs_load(void *p) {
     rk_arch_table *t = __real_malloc(sizeof *t);
     rk_err err = {0};
     int rc = rk_archs_load("specs/archs.lua", o->text, o->len, t, &err);
-    int same = rc == RK_OK && t->n == cat.archs.n && !strcmp(t->a[t->n - 1].name, cat.archs.a[t->n - 1].name);
+    int same = rc == ROPEKV_OK && t->n == cat.archs.n && !strcmp(t->a[t->n - 1].name, cat.archs.a[t->n - 1].name);
     __real_free(t);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         if (!same) fail_msg("rk_archs_load recovered with a different result");
         return 0;
     }
-    if (rc != RK_ENOMEM || err.code != RK_ENOMEM || !err.msg[0])
+    if (rc != ROPEKV_ERR_NOMEM || err.code != ROPEKV_ERR_NOMEM || !err.msg[0])
         fail_msg("rk_archs_load under a failed allocation: %d %s", rc, err.msg);
     return 1;
 }
@@ -918,16 +919,16 @@ static void test_oom_spec_load(void **state) {
     o->text = rk_embedded("deepseek_v3.lua", &o->len);
     assert_non_null(o->text);
     memset(&o->want, 0, sizeof o->want);
-    assert_int_equal(rk_spec_load("specs/deepseek_v3.lua", o->text, o->len, &cat.archs, &o->want, &err), RK_OK);
+    assert_int_equal(rk_spec_load("specs/deepseek_v3.lua", o->text, o->len, &cat.archs, &o->want, &err), ROPEKV_OK);
     assert_true(every_site_fails("rk_spec_load", op_spec_load, o) > 100);
     o->text = rk_embedded("archs.lua", &o->len);
     assert_true(every_site_fails("rk_archs_load", op_archs_load, o) > 100);
     free(o);
 }
 
-/* rk_emit of a variant: the same source, or RK_ENOMEM. */
+/* rk_emit of a variant: the same source, or ROPEKV_ERR_NOMEM. */
 typedef struct emit_op {
-    const rk_variant *v;
+    const rk_desc *v;
     rk_buf want;
 } emit_op;
 
@@ -936,13 +937,13 @@ static int op_emit(void *p) {
     rk_buf out = {0};
     rk_err err = {0};
     int rc = rk_emit(o->v, &out, &err);
-    int same = rc == RK_OK && out.len == o->want.len && memcmp(out.p, o->want.p, out.len) == 0;
+    int same = rc == ROPEKV_OK && out.len == o->want.len && memcmp(out.p, o->want.p, out.len) == 0;
     rk_buf_free(&out);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         if (!same) fail_msg("rk_emit recovered with a different source");
         return 0;
     }
-    if (rc != RK_ENOMEM || err.code != RK_ENOMEM) fail_msg("rk_emit under a failed allocation: %d %s", rc, err.msg);
+    if (rc != ROPEKV_ERR_NOMEM || err.code != ROPEKV_ERR_NOMEM) fail_msg("rk_emit under a failed allocation: %d %s", rc, err.msg);
     return 1;
 }
 
@@ -950,7 +951,7 @@ static void test_oom_emit(void **state) {
     (void)state;
     emit_op o = {ref_variant(&cat, "deepseek_v3", &DS_FP8), {0}};
     rk_err err = {0};
-    assert_int_equal(rk_emit(o.v, &o.want, &err), RK_OK);
+    assert_int_equal(rk_emit(o.v, &o.want, &err), ROPEKV_OK);
     assert_true(every_site_fails("rk_emit", op_emit, &o) > 3);
     rk_buf_free(&o.want);
 }

@@ -10,8 +10,9 @@
 
 #include <cmocka.h>
 
-#include "host_backend.h"
+#include "host_compile.h"
 #include "rk.h"
+#include "check.h"
 
 static char dir[] = "/tmp/ropekv-test-host-XXXXXX";
 
@@ -28,9 +29,9 @@ static int remove_dir(void **state) {
 static void test_every_variant_matches_reference(void **state) {
     (void)state;
     static rk_catalog cat;
-    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     rk_err err = {0};
-    assert_int_equal(rk_catalog_load_embedded(&cat, &err), RK_OK);
+    assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
     int total = 0, failed = 0;
     for (int s = 0; s < cat.n_specs; s++) {
         int n = rk_variants(&cat.specs[s], &cat.archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
@@ -53,7 +54,7 @@ static void test_compiler_error_is_reported(void **state) {
     const char src[] = "this is not C++;\n";
     rk_host_kernel k;
     char log[4096];
-    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_broken", dir, &k, log, sizeof log), RK_ECOMPILE);
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_broken", dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(log, "error"));
     assert_null(k.so);
 }
@@ -63,7 +64,7 @@ static void test_missing_entry_is_reported(void **state) {
     const char src[] = "extern \"C\" void other(void) {}\n";
     rk_host_kernel k;
     char log[4096];
-    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_absent", dir, &k, log, sizeof log), RK_ECOMPILE);
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_absent", dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(log, "kernel rk_absent not found"));
     char so[4200];
     snprintf(so, sizeof so, "%s/rk_absent.so", dir);
@@ -74,7 +75,7 @@ typedef struct host_run {
     rk_host_kernel *k;
 } host_run;
 
-static int run_host(void *ctx, const rk_variant *v, const rk_args *a) {
+static int run_host(void *ctx, const rk_desc *v, const rk_args *a) {
     (void)v;
     rk_host_launch(((host_run *)ctx)->k, a, 0);
     return 0;
@@ -92,13 +93,13 @@ static void replace(rk_buf *src, const char *from, const char *to) {
 }
 
 /* Finds a built-in variant by key. */
-static const rk_variant *variant(const char *key) {
+static const rk_desc *variant(const char *key) {
     static rk_catalog cat;
-    static rk_variant v[RK_MAX_SPECS * 64];
+    static rk_desc v[RK_MAX_SPECS * 64];
     static int n = -1;
     rk_err err = {0};
     if (n < 0) {
-        assert_int_equal(rk_catalog_load_embedded(&cat, &err), RK_OK);
+        assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
         n = 0;
         for (int s = 0; s < cat.n_specs; s++) n += rk_variants(&cat.specs[s], &cat.archs, v + n, RK_MAX_SPECS * 64 - n, &err);
     }
@@ -135,14 +136,14 @@ static void test_check_catches_a_wrong_kernel(void **state) {
          "const bool skip = SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0;", "const bool skip = false;", 0},
     };
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
-        const rk_variant *v = variant(mutations[m].key);
+        const rk_desc *v = variant(mutations[m].key);
         rk_buf src = {0};
         rk_err err = {0};
-        assert_int_equal(rk_emit(v, &src, &err), RK_OK);
+        assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
         replace(&src, mutations[m].from, mutations[m].to);
         rk_host_kernel k;
         char why[4096] = "";
-        assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), RK_OK);
+        assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), ROPEKV_OK);
         rk_buf_free(&src);
         host_run hr = {&k};
         rk_shape sh = {.tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};

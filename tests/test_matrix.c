@@ -66,21 +66,21 @@ static void probe_compilers(void) {
 }
 
 /* The disassembly is scanned for v_cvt_pk_bf16_f32 where the test looks for it. */
-static int wants_bf16_hw(const rk_variant *v) {
+static int wants_bf16_hw(const rk_desc *v) {
     return v->arch->vendor == RK_VENDOR_AMD && v->arch->bf16_hw && v->kv == RK_KV_BF16 && v->spec->rope != RK_ROPE_NONE;
 }
 
 static int setup(void **state) {
     (void)state;
     rk_err err = {0};
-    if (rk_catalog_load_embedded(&g_cat, &err) != RK_OK) {
+    if (rk_catalog_load_embedded(&g_cat, &err) != ROPEKV_OK) {
         fprintf(stderr, "catalog: %s\n", err.msg);
         return -1;
     }
     probe_compilers();
     g_items = calloc(MAX_ITEMS, sizeof *g_items);
     g_res = calloc(MAX_ITEMS, sizeof *g_res);
-    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_SPECS * 64);
+    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_SPECS * 64);
     if (!g_items || !g_res || !tmp) return -1;
     for (int t = 0; t < N_TARGETS; t++) {
         const rk_arch *a = rk_arch_find(&g_cat.archs, TARGETS[t].name);
@@ -129,12 +129,12 @@ static int check_built(rk_compiler cc, int *checked) {
     *checked = 0;
     for (int i = 0; i < g_n; i++) {
         if (g_items[i].cc != cc) continue;
-        const rk_variant *v = &g_items[i].v;
+        const rk_desc *v = &g_items[i].v;
         const rk_build_result *r = &g_res[i];
         const rk_compile_info *in = &r->info;
         const rk_arch *a = v->arch;
         (*checked)++;
-        if (r->rc != RK_OK) {
+        if (r->rc != ROPEKV_OK) {
             print_error("%s (%s): compile failed, error %d:\n%s\n", v->key, v->name, r->rc, r->log);
             bad++;
             continue;
@@ -231,7 +231,7 @@ static void test_retarget(void **state) {
     assert_int_equal(g_shapes, shapes);
     const rk_arch *a = rk_arch_find(&g_cat.archs, "gfx1100");
     assert_non_null(a);
-    rk_variant *v = malloc(sizeof *v * RK_MAX_SPECS * 64);
+    rk_desc *v = malloc(sizeof *v * RK_MAX_SPECS * 64);
     assert_non_null(v);
     int k = rk_build_retarget(&g_cat, a, v, RK_MAX_SPECS * 64);
     assert_int_equal(k, shapes);
@@ -240,7 +240,7 @@ static void test_retarget(void **state) {
         rk_err err = {0};
         assert_ptr_equal(v[i].arch, a);
         assert_non_null(strstr(v[i].key, "/gfx1100/"));
-        assert_int_equal(rk_name_parse(v[i].name, &p, &err), RK_OK);
+        assert_int_equal(rk_name_parse(v[i].name, &p, &err), ROPEKV_OK);
         assert_string_equal(p.target, "gfx1100");
     }
     assert_int_equal(rk_build_retarget(&g_cat, a, v, 1), -1);

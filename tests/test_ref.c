@@ -74,7 +74,7 @@ static void check8(const uint8_t *got, const uint8_t *want, size_t n, const char
 typedef struct setup {
     rk_spec spec;
     rk_arch arch;
-    rk_variant v;
+    rk_desc v;
 } setup;
 
 static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {

@@ -20,7 +20,7 @@ static void test_render_binds_values(void **state) {
     const rk_binding b[] = {{"a", "1"}, {"name_2", "xyz"}};
     rk_buf out = {0};
     rk_err err = {0};
-    assert_int_equal(render("int a = ${a}; // ${name_2} $ {a} $x ${a}", b, 2, &out, &err), RK_OK);
+    assert_int_equal(render("int a = ${a}; // ${name_2} $ {a} $x ${a}", b, 2, &out, &err), ROPEKV_OK);
     assert_string_equal(out.p, "int a = 1; // xyz $ {a} $x 1");
     rk_buf_free(&out);
 }
@@ -30,7 +30,7 @@ static void test_render_unknown_placeholder(void **state) {
     const rk_binding b[] = {{"a", "1"}};
     rk_buf out = {0};
     rk_err err = {0};
-    assert_int_equal(render("${a}\nline two ${b}\n", b, 1, &out, &err), RK_ERENDER);
+    assert_int_equal(render("${a}\nline two ${b}\n", b, 1, &out, &err), ROPEKV_ERR_RENDER);
     assert_non_null(strstr(err.msg, "template line 2: unknown placeholder '${b}'"));
     rk_buf_free(&out);
 }
@@ -40,7 +40,7 @@ static void test_render_unused_binding(void **state) {
     const rk_binding b[] = {{"a", "1"}, {"extra", "2"}};
     rk_buf out = {0};
     rk_err err = {0};
-    assert_int_equal(render("${a}", b, 2, &out, &err), RK_ERENDER);
+    assert_int_equal(render("${a}", b, 2, &out, &err), ROPEKV_ERR_RENDER);
     assert_non_null(strstr(err.msg, "binding 'extra' is never used"));
     rk_buf_free(&out);
 }
@@ -52,7 +52,7 @@ static void test_render_unbalanced(void **state) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rk_buf out = {0};
         rk_err err = {0};
-        assert_int_equal(render(bad[i], b, 1, &out, &err), RK_ERENDER);
+        assert_int_equal(render(bad[i], b, 1, &out, &err), ROPEKV_ERR_RENDER);
         assert_non_null(strstr(err.msg, "without a closing '}'"));
         rk_buf_free(&out);
     }
@@ -61,14 +61,14 @@ static void test_render_unbalanced(void **state) {
 /* ---- over the built-in specs ------------------------------------------------------------------- */
 typedef struct fixture {
     rk_catalog cat;
-    rk_variant v[RK_MAX_SPECS * 64];
+    rk_desc v[RK_MAX_SPECS * 64];
     int n;
 } fixture;
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     rk_err err = {0};
-    if (!f || rk_catalog_load_embedded(&f->cat, &err) != RK_OK) {
+    if (!f || rk_catalog_load_embedded(&f->cat, &err) != ROPEKV_OK) {
         fprintf(stderr, "catalog: %s\n", err.msg);
         free(f);
         return -1;
@@ -96,8 +96,8 @@ static void test_emit_is_deterministic(void **state) {
     for (int i = 0; i < f->n; i++) {
         rk_buf a = {0}, b = {0};
         rk_err err = {0};
-        assert_int_equal(rk_emit(&f->v[i], &a, &err), RK_OK);
-        assert_int_equal(rk_emit(&f->v[i], &b, &err), RK_OK);
+        assert_int_equal(rk_emit(&f->v[i], &a, &err), ROPEKV_OK);
+        assert_int_equal(rk_emit(&f->v[i], &b, &err), ROPEKV_OK);
         assert_int_equal(a.len, b.len);
         assert_memory_equal(a.p, b.p, a.len);
         assert_null(strstr(a.p, "${"));
@@ -119,13 +119,13 @@ static char *read_all(const char *path) {
 static void test_golden_header(void **state) {
     fixture *f = *state;
     const char *key = "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64";
-    const rk_variant *v = NULL;
+    const rk_desc *v = NULL;
     for (int i = 0; i < f->n; i++)
         if (!strcmp(f->v[i].key, key)) v = &f->v[i];
     assert_non_null(v);
     rk_buf src = {0};
     rk_err err = {0};
-    assert_int_equal(rk_emit(v, &src, &err), RK_OK);
+    assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
     const char *golden = read_all(RK_SOURCE_DIR "/tests/golden/header_deepseek_v3_sm_90_fp8.txt");
     assert_non_null(golden);
     size_t n = strlen(golden);
@@ -140,7 +140,7 @@ static void test_names_parse_back(void **state) {
     for (int i = 0; i < f->n; i++) {
         rk_name_parts p, q;
         rk_err err = {0};
-        assert_int_equal(rk_name_parse(f->v[i].name, &p, &err), RK_OK);
+        assert_int_equal(rk_name_parse(f->v[i].name, &p, &err), ROPEKV_OK);
         rk_variant_parts(&f->v[i], &q);
         assert_memory_equal(&p, &q, sizeof p);
         for (int j = 0; j < i; j++) assert_string_not_equal(f->v[i].key, f->v[j].key);
@@ -152,7 +152,7 @@ static void test_bad_names_are_refused(void **state) {
     const char *good = "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90";
     rk_name_parts p;
     rk_err err = {0};
-    assert_int_equal(rk_name_parse(good, &p, &err), RK_OK);
+    assert_int_equal(rk_name_parse(good, &p, &err), ROPEKV_OK);
     assert_int_equal(p.L, 512);
     assert_string_equal(p.target, "sm_90");
     const char *bad[] = {
@@ -169,7 +169,7 @@ static void test_bad_names_are_refused(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&err, 0, sizeof err);
-        assert_int_equal(rk_name_parse(bad[i], &p, &err), RK_ERENDER);
+        assert_int_equal(rk_name_parse(bad[i], &p, &err), ROPEKV_ERR_RENDER);
         assert_non_null(strstr(err.msg, "kernel name"));
     }
 }

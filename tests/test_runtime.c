@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "rk.h"
+#include "check.h"
 #include "ropekv.h"
 #include "api_launch.h"
 
@@ -28,7 +29,7 @@ static int setup(void **state) {
     chmod(cache, 0700);
     setenv("ROPEKV_BACKEND", "host", 1);
     unsetenv("ROPEKV_DISABLE_CACHE");
-    return rk_catalog_load_embedded(&cat, &err) == RK_OK ? 0 : -1;
+    return rk_catalog_load_embedded(&cat, &err) == ROPEKV_OK ? 0 : -1;
 }
 
 static int teardown(void **state) {
@@ -59,8 +60,8 @@ static int count_entries(const char *dir) {
 }
 
 /* The reference's view of a variant on the host target. */
-static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, const char *rest) {
-    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+static const rk_desc *ref_variant(const rk_catalog *c, const char *spec, const char *rest) {
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     char key[192];
     rk_err err = {0};
     const rk_spec *s = rk_catalog_find(c, spec);
@@ -74,7 +75,7 @@ static const rk_variant *ref_variant(const rk_catalog *c, const char *spec, cons
 }
 
 /* Checks kernel k against the reference over a few shapes. */
-static void check_kernel(ropekv_kernel *k, const rk_variant *rv) {
+static void check_kernel(ropekv_kernel *k, const rk_desc *rv) {
     static const int64_t T[] = {1, 17}, H[] = {1, 16};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) {
@@ -112,7 +113,7 @@ static void test_status_names(void **state) {
 /* Cold cache -> compile; same context -> memory; new context -> disk (with no compiler at all). */
 static void test_jit_cold_warm_disk(void **state) {
     (void)state;
-    const rk_variant *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    const rk_desc *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL, *k2 = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
@@ -150,7 +151,7 @@ static void test_jit_cold_warm_disk(void **state) {
 /* A corrupt entry is detected, removed and rebuilt once. */
 static void test_corrupt_entry_rebuilt(void **state) {
     (void)state;
-    const rk_variant *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    const rk_desc *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
@@ -420,12 +421,12 @@ static void test_runtime_spec(void **state) {
         rk_catalog *mine = malloc(sizeof *mine);
         rk_err err = {0};
         *mine = cat;
-        assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), RK_OK);
+        assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), ROPEKV_OK);
         for (int qf = 0; qf < 2; qf++) {
             ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16, .q = qf ? ROPEKV_Q_INPLACE : ROPEKV_Q_ABSORBED};
             ropekv_kernel *k;
             assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
-            const rk_variant *rv = ref_variant(mine, "my_model", qf ? "bf16/inplace/pos=int64/slot=int64"
+            const rk_desc *rv = ref_variant(mine, "my_model", qf ? "bf16/inplace/pos=int64/slot=int64"
                                                                   : "bf16/absorbed/pos=int64/slot=int64");
             assert_string_equal(ropekv_kernel_name(k), rv->name); /* the new content wins */
             assert_non_null(strstr(rv->name, rope));

@@ -51,7 +51,7 @@ static int group_setup(void **state)
     rk_err err = {0};
     char *text = slurp(RK_SOURCE_DIR "/specs/archs.lua", &len);
     rk_arch_table *t = malloc(sizeof *t);
-    if (text == NULL || t == NULL || rk_archs_load("specs/archs.lua", text, len, t, &err) != RK_OK) {
+    if (text == NULL || t == NULL || rk_archs_load("specs/archs.lua", text, len, t, &err) != ROPEKV_OK) {
         fprintf(stderr, "cannot load specs/archs.lua: %s\n", err.msg);
         free(text);
         free(t);
@@ -102,7 +102,7 @@ static const char ARCH_BASE[] =
 
 typedef struct fail_case {
     const char *change; /* Lua statements */
-    int code;           /* expected rk_code */
+    int code;           /* expected ropekv_status */
     const char *want;   /* expected substring of the message */
 } fail_case;
 
@@ -147,9 +147,9 @@ static rk_spec load_ok(void **state, const char *change)
     rk_spec s;
     memset(&s, 0, sizeof s);
     int rc = load_spec_with(*state, change, &s, &err);
-    if (rc != RK_OK)
+    if (rc != ROPEKV_OK)
         fprintf(stderr, "case: %s\nmsg:  %s\n", change, err.msg);
-    assert_int_equal(rc, RK_OK);
+    assert_int_equal(rc, ROPEKV_OK);
     return s;
 }
 
@@ -161,13 +161,13 @@ static void test_fail(void **state)
     (void)state;
     rk_err err = {0};
     char big[3000];
-    assert_int_equal(rk_fail(NULL, RK_ESPEC_INVALID, "x %d", 1), RK_ESPEC_INVALID);
-    assert_int_equal(rk_fail(&err, RK_EIO, "%s: %d", "f", 7), RK_EIO);
-    assert_int_equal(err.code, RK_EIO);
+    assert_int_equal(rk_fail(NULL, ROPEKV_ERR_SPEC_INVALID, "x %d", 1), ROPEKV_ERR_SPEC_INVALID);
+    assert_int_equal(rk_fail(&err, ROPEKV_ERR_IO, "%s: %d", "f", 7), ROPEKV_ERR_IO);
+    assert_int_equal(err.code, ROPEKV_ERR_IO);
     assert_string_equal(err.msg, "f: 7");
     memset(big, 'y', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    rk_fail(&err, RK_ENOMEM, "%s", big);
+    rk_fail(&err, ROPEKV_ERR_NOMEM, "%s", big);
     assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
 }
 
@@ -290,9 +290,9 @@ static void test_spec_files(void **state)
         rk_spec s;
         int rc = rk_spec_load(file, text, len, *state, &s, &err);
         free(text);
-        if (rc != RK_OK)
+        if (rc != ROPEKV_OK)
             fprintf(stderr, "%s\n", err.msg);
-        assert_int_equal(rc, RK_OK);
+        assert_int_equal(rc, ROPEKV_OK);
         assert_string_equal(s.file, file);
         variants += s.n_targets * s.n_kv * s.n_q * s.n_pos * s.n_slot;
         n++;
@@ -314,9 +314,9 @@ static rk_spec load_file(void **state, const char *base)
     rk_spec s;
     int rc = rk_spec_load(file, text, len, *state, &s, &err);
     free(text);
-    if (rc != RK_OK)
+    if (rc != ROPEKV_OK)
         fprintf(stderr, "%s\n", err.msg);
-    assert_int_equal(rc, RK_OK);
+    assert_int_equal(rc, ROPEKV_OK);
     return s;
 }
 
@@ -357,7 +357,7 @@ static void test_defaults(void **state)
                                " targets = { 'host' } }";
     rk_err err = {0};
     rk_spec s;
-    assert_int_equal(rk_spec_load("specs/m.lua", text, strlen(text), *state, &s, &err), RK_OK);
+    assert_int_equal(rk_spec_load("specs/m.lua", text, strlen(text), *state, &s, &err), ROPEKV_OK);
     assert_string_equal(s.name, "m");
     assert_string_equal(s.description, "");
     assert_string_equal(s.file, "specs/m.lua");
@@ -416,45 +416,45 @@ static void test_accepts(void **state)
 static void test_sandbox_escapes(void **state)
 {
     static const fail_case c[] = {
-        {"os.execute('touch /tmp/rk_sandbox_escape')", RK_ESPEC_RUNTIME, "global 'os'"},
-        {"io.open('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'io'"},
-        {"require('os')", RK_ESPEC_RUNTIME, "global 'require'"},
-        {"load('return 1')", RK_ESPEC_RUNTIME, "global 'load'"},
-        {"loadstring('return 1')", RK_ESPEC_RUNTIME, "global 'loadstring'"},
-        {"dofile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'dofile'"},
-        {"loadfile('/etc/passwd')", RK_ESPEC_RUNTIME, "global 'loadfile'"},
-        {"string.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
-        {"('a'):rep(20):find(('a*'):rep(20)..'b')", RK_ESPEC_RUNTIME, "method 'find'"},
-        {"string.gsub('x', 'x', 'y')", RK_ESPEC_RUNTIME, "field 'gsub'"},
-        {";('x'):dump()", RK_ESPEC_RUNTIME, "method 'dump'"},
-        {"getmetatable('').__index.dump(function() end)", RK_ESPEC_RUNTIME, "field 'dump'"},
-        {"collectgarbage('count')", RK_ESPEC_RUNTIME, "global 'collectgarbage'"},
-        {"print('hello')", RK_ESPEC_RUNTIME, "global 'print'"},
-        {"debug.getregistry()", RK_ESPEC_RUNTIME, "global 'debug'"},
-        {"package.loadlib('libc.so.6', 'system')", RK_ESPEC_RUNTIME, "global 'package'"},
-        {"coroutine.wrap(print)", RK_ESPEC_RUNTIME, "global 'coroutine'"},
-        {"utf8.char(72)", RK_ESPEC_RUNTIME, "global 'utf8'"},
-        {"_G.os.execute('true')", RK_ESPEC_RUNTIME, "global '_G'"},
-        {"rawget(_ENV, 'os').execute('true')", RK_ESPEC_RUNTIME, "attempt to index a nil value"},
-        {"math.random()", RK_ESPEC_RUNTIME, "field 'random'"},
+        {"os.execute('touch /tmp/rk_sandbox_escape')", ROPEKV_ERR_SPEC_RUNTIME, "global 'os'"},
+        {"io.open('/etc/passwd')", ROPEKV_ERR_SPEC_RUNTIME, "global 'io'"},
+        {"require('os')", ROPEKV_ERR_SPEC_RUNTIME, "global 'require'"},
+        {"load('return 1')", ROPEKV_ERR_SPEC_RUNTIME, "global 'load'"},
+        {"loadstring('return 1')", ROPEKV_ERR_SPEC_RUNTIME, "global 'loadstring'"},
+        {"dofile('/etc/passwd')", ROPEKV_ERR_SPEC_RUNTIME, "global 'dofile'"},
+        {"loadfile('/etc/passwd')", ROPEKV_ERR_SPEC_RUNTIME, "global 'loadfile'"},
+        {"string.dump(function() end)", ROPEKV_ERR_SPEC_RUNTIME, "field 'dump'"},
+        {"('a'):rep(20):find(('a*'):rep(20)..'b')", ROPEKV_ERR_SPEC_RUNTIME, "method 'find'"},
+        {"string.gsub('x', 'x', 'y')", ROPEKV_ERR_SPEC_RUNTIME, "field 'gsub'"},
+        {";('x'):dump()", ROPEKV_ERR_SPEC_RUNTIME, "method 'dump'"},
+        {"getmetatable('').__index.dump(function() end)", ROPEKV_ERR_SPEC_RUNTIME, "field 'dump'"},
+        {"collectgarbage('count')", ROPEKV_ERR_SPEC_RUNTIME, "global 'collectgarbage'"},
+        {"print('hello')", ROPEKV_ERR_SPEC_RUNTIME, "global 'print'"},
+        {"debug.getregistry()", ROPEKV_ERR_SPEC_RUNTIME, "global 'debug'"},
+        {"package.loadlib('libc.so.6', 'system')", ROPEKV_ERR_SPEC_RUNTIME, "global 'package'"},
+        {"coroutine.wrap(print)", ROPEKV_ERR_SPEC_RUNTIME, "global 'coroutine'"},
+        {"utf8.char(72)", ROPEKV_ERR_SPEC_RUNTIME, "global 'utf8'"},
+        {"_G.os.execute('true')", ROPEKV_ERR_SPEC_RUNTIME, "global '_G'"},
+        {"rawget(_ENV, 'os').execute('true')", ROPEKV_ERR_SPEC_RUNTIME, "attempt to index a nil value"},
+        {"math.random()", ROPEKV_ERR_SPEC_RUNTIME, "field 'random'"},
         /* finalizers and handlers of hook errors run with hooks off: no endless loop may hide there */
-        {"setmetatable({}, { __gc = function() while true do end end })", RK_ESPEC_RUNTIME,
+        {"setmetatable({}, { __gc = function() while true do end end })", ROPEKV_ERR_SPEC_RUNTIME,
          "__gc metamethods are not allowed"},
-        {"local mt = { __gc = true } setmetatable({}, mt)", RK_ESPEC_RUNTIME,
+        {"local mt = { __gc = true } setmetatable({}, mt)", ROPEKV_ERR_SPEC_RUNTIME,
          "__gc metamethods are not allowed"},
-        {"xpcall(function() while true do end end, function() while true do end end)", RK_ESPEC_LIMIT,
+        {"xpcall(function() while true do end end, function() while true do end end)", ROPEKV_ERR_SPEC_LIMIT,
          "instruction limit exceeded"},
-        {"while true do end", RK_ESPEC_LIMIT, "instruction limit exceeded"},
-        {"while true do pcall(function() while true do end end) end", RK_ESPEC_LIMIT,
+        {"while true do end", ROPEKV_ERR_SPEC_LIMIT, "instruction limit exceeded"},
+        {"while true do pcall(function() while true do end end) end", ROPEKV_ERR_SPEC_LIMIT,
          "instruction limit exceeded"},
-        {"do return pcall(function() while true do end end) end", RK_ESPEC_LIMIT,
+        {"do return pcall(function() while true do end end) end", ROPEKV_ERR_SPEC_LIMIT,
          "instruction limit exceeded"},
-        {"string.rep('x', 1 << 30)", RK_ESPEC_LIMIT, "memory limit exceeded"},
-        {"local s1 = ('x'):rep(1 << 20) while true do s1 = s1 .. s1 end", RK_ESPEC_LIMIT,
+        {"string.rep('x', 1 << 30)", ROPEKV_ERR_SPEC_LIMIT, "memory limit exceeded"},
+        {"local s1 = ('x'):rep(1 << 20) while true do s1 = s1 .. s1 end", ROPEKV_ERR_SPEC_LIMIT,
          "memory limit exceeded"},
-        {"local t, x = {}, string.rep('x', 4096) while true do t[#t + 1] = x .. #t end", RK_ESPEC_LIMIT,
+        {"local t, x = {}, string.rep('x', 4096) while true do t[#t + 1] = x .. #t end", ROPEKV_ERR_SPEC_LIMIT,
          "memory limit exceeded"},
-        {"local t = {} for i = 1, 1e7 do t[i] = {} end", RK_ESPEC_LIMIT, "limit exceeded"},
+        {"local t = {} for i = 1, 1e7 do t[i] = {} end", ROPEKV_ERR_SPEC_LIMIT, "limit exceeded"},
     };
     run_spec_cases(state, c, N(c));
 }
@@ -506,29 +506,29 @@ static void test_binary_chunks(void **state)
     rk_err err = {0};
     rk_spec s;
     int rc = rk_spec_load(TFILE, b.p, b.n, *state, &s, &err);
-    check_failure("(dumped chunk)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+    check_failure("(dumped chunk)", rc, &err, ROPEKV_ERR_SPEC_SYNTAX, "binary chunks are not allowed");
 
     static const char crafted[] = "\x1bLua\x54\x00\x19\x93\r\n\x1a\n";
     rc = rk_spec_load(TFILE, crafted, sizeof crafted - 1, *state, &s, &err);
-    check_failure("(crafted chunk)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+    check_failure("(crafted chunk)", rc, &err, ROPEKV_ERR_SPEC_SYNTAX, "binary chunks are not allowed");
     rc = rk_archs_load(TFILE, crafted, sizeof crafted - 1, NULL, &err);
-    check_failure("(crafted archs)", rc, &err, RK_ESPEC_SYNTAX, "binary chunks are not allowed");
+    check_failure("(crafted archs)", rc, &err, ROPEKV_ERR_SPEC_SYNTAX, "binary chunks are not allowed");
 }
 
 static void test_lua_errors(void **state)
 {
     static const fail_case c[] = {
-        {"local x = {", RK_ESPEC_SYNTAX, TFILE ":18: unexpected symbol near 'return'"},
-        {"x = 'open", RK_ESPEC_SYNTAX, TFILE ":17: unfinished string"},
-        {"local = 1", RK_ESPEC_SYNTAX, "<name> expected"},
-        {"error('boom')", RK_ESPEC_RUNTIME, TFILE ":17: boom"},
-        {"error('boom')", RK_ESPEC_RUNTIME, "stack traceback:"},
-        {"error('plain', 0)", RK_ESPEC_RUNTIME, TFILE ": plain"},
-        {"error({})", RK_ESPEC_RUNTIME, "(error object is a table value)"},
-        {"error()", RK_ESPEC_RUNTIME, "(error object is a nil value)"},
-        {"local x = nil + 1", RK_ESPEC_RUNTIME, "attempt to perform arithmetic on a nil value"},
-        {"s = 42", RK_ESPEC_INVALID, TFILE ": the chunk must return a table, got number"},
-        {"s = nil", RK_ESPEC_INVALID, "must return a table, got nil"},
+        {"local x = {", ROPEKV_ERR_SPEC_SYNTAX, TFILE ":18: unexpected symbol near 'return'"},
+        {"x = 'open", ROPEKV_ERR_SPEC_SYNTAX, TFILE ":17: unfinished string"},
+        {"local = 1", ROPEKV_ERR_SPEC_SYNTAX, "<name> expected"},
+        {"error('boom')", ROPEKV_ERR_SPEC_RUNTIME, TFILE ":17: boom"},
+        {"error('boom')", ROPEKV_ERR_SPEC_RUNTIME, "stack traceback:"},
+        {"error('plain', 0)", ROPEKV_ERR_SPEC_RUNTIME, TFILE ": plain"},
+        {"error({})", ROPEKV_ERR_SPEC_RUNTIME, "(error object is a table value)"},
+        {"error()", ROPEKV_ERR_SPEC_RUNTIME, "(error object is a nil value)"},
+        {"local x = nil + 1", ROPEKV_ERR_SPEC_RUNTIME, "attempt to perform arithmetic on a nil value"},
+        {"s = 42", ROPEKV_ERR_SPEC_INVALID, TFILE ": the chunk must return a table, got number"},
+        {"s = nil", ROPEKV_ERR_SPEC_INVALID, "must return a table, got nil"},
     };
     run_spec_cases(state, c, N(c));
 
@@ -536,7 +536,7 @@ static void test_lua_errors(void **state)
     rk_err err = {0};
     rk_spec s;
     int rc = load_spec_with(*state, "local function f() return 1 + f() end f()", &s, &err);
-    assert_true(rc == RK_ESPEC_LIMIT || rc == RK_ESPEC_RUNTIME);
+    assert_true(rc == ROPEKV_ERR_SPEC_LIMIT || rc == ROPEKV_ERR_SPEC_RUNTIME);
     assert_int_equal(strncmp(err.msg, TFILE, strlen(TFILE)), 0);
 }
 
@@ -544,14 +544,14 @@ static void test_lua_errors(void **state)
 static void test_unknown_keys(void **state)
 {
     static const fail_case c[] = {
-        {"s.kv_lora_rnak = 512", RK_ESPEC_INVALID, TFILE ": unknown key 'kv_lora_rnak' (allowed: name,"},
-        {"s[1] = 5", RK_ESPEC_INVALID, TFILE ": unknown key [1]"},
-        {"s[true] = 5", RK_ESPEC_INVALID, "unknown key [true]"},
-        {"s[{}] = 5", RK_ESPEC_INVALID, "unknown key of type table"},
-        {"s.fp8.saturat = {}", RK_ESPEC_INVALID, TFILE ": fp8: unknown key 'saturat'"},
-        {"s.fp8.saturate.e5m2 = 57344", RK_ESPEC_INVALID,
+        {"s.kv_lora_rnak = 512", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key 'kv_lora_rnak' (allowed: name,"},
+        {"s[1] = 5", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key [1]"},
+        {"s[true] = 5", ROPEKV_ERR_SPEC_INVALID, "unknown key [true]"},
+        {"s[{}] = 5", ROPEKV_ERR_SPEC_INVALID, "unknown key of type table"},
+        {"s.fp8.saturat = {}", ROPEKV_ERR_SPEC_INVALID, TFILE ": fp8: unknown key 'saturat'"},
+        {"s.fp8.saturate.e5m2 = 57344", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate: unknown key 'e5m2' (allowed: ocp, fnuz)"},
-        {"s['name\\0x'] = 1", RK_ESPEC_INVALID, "unknown key 'name'"},
+        {"s['name\\0x'] = 1", ROPEKV_ERR_SPEC_INVALID, "unknown key 'name'"},
     };
     run_spec_cases(state, c, N(c));
 }
@@ -559,39 +559,39 @@ static void test_unknown_keys(void **state)
 static void test_scalars(void **state)
 {
     static const fail_case c[] = {
-        {"s.name = nil", RK_ESPEC_INVALID, TFILE ": name: required"},
-        {"s.name = 'DeepSeek-V3'", RK_ESPEC_INVALID, "name: must match [a-z0-9_]+, got 'DeepSeek-V3'"},
-        {"s.name = ''", RK_ESPEC_INVALID, "name: must match [a-z0-9_]+"},
-        {"s.name = 42", RK_ESPEC_INVALID, "name: must be a string, got number"},
-        {"s.name = string.rep('a', 64)", RK_ESPEC_INVALID, "name: too long (at most 63 characters, got 64)"},
-        {"s.name = 'a\\0b'", RK_ESPEC_INVALID, "name: must not contain NUL bytes"},
-        {"s.description = string.rep('d', 256)", RK_ESPEC_INVALID, "description: too long"},
-        {"s.description = {}", RK_ESPEC_INVALID, "description: must be a string, got table"},
-        {"s.kv_lora_rank = nil", RK_ESPEC_INVALID, "kv_lora_rank: required"},
-        {"s.kv_lora_rank = '512'", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got string"},
-        {"s.kv_lora_rank = 3.5", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got 3.5"},
-        {"s.kv_lora_rank = 1/0", RK_ESPEC_INVALID, "kv_lora_rank: must be an integer, got inf"},
-        {"s.kv_lora_rank = 0", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 0"},
-        {"s.kv_lora_rank = 16384", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 16384"},
-        {"s.kv_lora_rank = 1 << 40", RK_ESPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 1099511627776"},
-        {"s.kv_lora_rank = 500", RK_ESPEC_INVALID, "kv_lora_rank: must be a multiple of 8"},
-        {"s.qk_rope_head_dim = nil", RK_ESPEC_INVALID, "qk_rope_head_dim: required"},
-        {"s.qk_rope_head_dim = 63", RK_ESPEC_INVALID, TFILE ": qk_rope_head_dim: must be even, got 63"},
-        {"s.qk_rope_head_dim = 36", RK_ESPEC_INVALID,
+        {"s.name = nil", ROPEKV_ERR_SPEC_INVALID, TFILE ": name: required"},
+        {"s.name = 'DeepSeek-V3'", ROPEKV_ERR_SPEC_INVALID, "name: must match [a-z0-9_]+, got 'DeepSeek-V3'"},
+        {"s.name = ''", ROPEKV_ERR_SPEC_INVALID, "name: must match [a-z0-9_]+"},
+        {"s.name = 42", ROPEKV_ERR_SPEC_INVALID, "name: must be a string, got number"},
+        {"s.name = string.rep('a', 64)", ROPEKV_ERR_SPEC_INVALID, "name: too long (at most 63 characters, got 64)"},
+        {"s.name = 'a\\0b'", ROPEKV_ERR_SPEC_INVALID, "name: must not contain NUL bytes"},
+        {"s.description = string.rep('d', 256)", ROPEKV_ERR_SPEC_INVALID, "description: too long"},
+        {"s.description = {}", ROPEKV_ERR_SPEC_INVALID, "description: must be a string, got table"},
+        {"s.kv_lora_rank = nil", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: required"},
+        {"s.kv_lora_rank = '512'", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be an integer, got string"},
+        {"s.kv_lora_rank = 3.5", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be an integer, got 3.5"},
+        {"s.kv_lora_rank = 1/0", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be an integer, got inf"},
+        {"s.kv_lora_rank = 0", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 0"},
+        {"s.kv_lora_rank = 16384", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 16384"},
+        {"s.kv_lora_rank = 1 << 40", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be in 8..8192, got 1099511627776"},
+        {"s.kv_lora_rank = 500", ROPEKV_ERR_SPEC_INVALID, "kv_lora_rank: must be a multiple of 8"},
+        {"s.qk_rope_head_dim = nil", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: required"},
+        {"s.qk_rope_head_dim = 63", ROPEKV_ERR_SPEC_INVALID, TFILE ": qk_rope_head_dim: must be even, got 63"},
+        {"s.qk_rope_head_dim = 36", ROPEKV_ERR_SPEC_INVALID,
          "qk_rope_head_dim: must be a multiple of 8 (one 16-byte vector of bf16), got 36"},
-        {"s.qk_rope_head_dim = 4", RK_ESPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 4"},
-        {"s.qk_rope_head_dim = 2048", RK_ESPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 2048"},
-        {"s.rope = 'neox'  s.qk_rope_head_dim = 40", RK_ESPEC_INVALID,
+        {"s.qk_rope_head_dim = 4", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 4"},
+        {"s.qk_rope_head_dim = 2048", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 2048"},
+        {"s.rope = 'neox'  s.qk_rope_head_dim = 40", ROPEKV_ERR_SPEC_INVALID,
          "qk_rope_head_dim: must be a multiple of 16 with rope 'neox'"},
-        {"s.rope = 'rotate_half'", RK_ESPEC_INVALID,
+        {"s.rope = 'rotate_half'", ROPEKV_ERR_SPEC_INVALID,
          "rope: unknown value 'rotate_half' (one of: gptj, neox, none)"},
-        {"s.rope = true", RK_ESPEC_INVALID, "rope: must be a string, got boolean"},
-        {"s.cos_sin = 'f16_cat'", RK_ESPEC_INVALID,
+        {"s.rope = true", ROPEKV_ERR_SPEC_INVALID, "rope: must be a string, got boolean"},
+        {"s.cos_sin = 'f16_cat'", ROPEKV_ERR_SPEC_INVALID,
          "cos_sin: unknown value 'f16_cat' (one of: f32_cat, f32_split, bf16_split)"},
-        {"s.negative_slot = 'skip'", RK_ESPEC_INVALID,
+        {"s.negative_slot = 'skip'", ROPEKV_ERR_SPEC_INVALID,
          "negative_slot: unknown value 'skip' (one of: skip_kv, skip_all)"},
-        {"s.sanitize = 'yes'", RK_ESPEC_INVALID, "sanitize: must be a boolean (true or false), got string"},
-        {"s.sanitize = 0", RK_ESPEC_INVALID, "sanitize: must be a boolean (true or false), got number"},
+        {"s.sanitize = 'yes'", ROPEKV_ERR_SPEC_INVALID, "sanitize: must be a boolean (true or false), got string"},
+        {"s.sanitize = 0", ROPEKV_ERR_SPEC_INVALID, "sanitize: must be a boolean (true or false), got number"},
     };
     run_spec_cases(state, c, N(c));
 }
@@ -599,28 +599,28 @@ static void test_scalars(void **state)
 static void test_lists(void **state)
 {
     static const fail_case c[] = {
-        {"s.positions = {}", RK_ESPEC_INVALID, "positions: must not be empty"},
-        {"s.positions = { 'int32', 'int32' }", RK_ESPEC_INVALID,
+        {"s.positions = {}", ROPEKV_ERR_SPEC_INVALID, "positions: must not be empty"},
+        {"s.positions = { 'int32', 'int32' }", ROPEKV_ERR_SPEC_INVALID,
          "positions[2]: duplicate 'int32' (also positions[1])"},
-        {"s.positions = { 'int16' }", RK_ESPEC_INVALID,
+        {"s.positions = { 'int16' }", ROPEKV_ERR_SPEC_INVALID,
          "positions[1]: unknown value 'int16' (one of: int32, int64)"},
-        {"s.positions = { 'int32', x = 'int64' }", RK_ESPEC_INVALID,
+        {"s.positions = { 'int32', x = 'int64' }", ROPEKV_ERR_SPEC_INVALID,
          "positions: must be a list (a sequence without holes), found key 'x'"},
-        {"s.positions = { [1] = 'int32', [3] = 'int64' }", RK_ESPEC_INVALID, "positions: must be a list"},
-        {"s.positions = { [2] = 'int32' }", RK_ESPEC_INVALID, "positions: must be a list"},
-        {"s.positions = { [1.5] = 'int32' }", RK_ESPEC_INVALID, "found key [1.5]"},
-        {"s.positions = 64", RK_ESPEC_INVALID, "positions: must be a list of strings (or one string), got number"},
-        {"s.positions = { 64 }", RK_ESPEC_INVALID, "positions[1]: must be a string, got number"},
-        {"s.slots = { 'int64', 'int32', 'int64' }", RK_ESPEC_INVALID, "slots: at most 2 entries, got 3"},
-        {"s.slots = { 'int64', 'int64' }", RK_ESPEC_INVALID, "slots[2]: duplicate 'int64'"},
-        {"s.kv_dtypes = { 'fp16' }", RK_ESPEC_INVALID,
+        {"s.positions = { [1] = 'int32', [3] = 'int64' }", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list"},
+        {"s.positions = { [2] = 'int32' }", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list"},
+        {"s.positions = { [1.5] = 'int32' }", ROPEKV_ERR_SPEC_INVALID, "found key [1.5]"},
+        {"s.positions = 64", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list of strings (or one string), got number"},
+        {"s.positions = { 64 }", ROPEKV_ERR_SPEC_INVALID, "positions[1]: must be a string, got number"},
+        {"s.slots = { 'int64', 'int32', 'int64' }", ROPEKV_ERR_SPEC_INVALID, "slots: at most 2 entries, got 3"},
+        {"s.slots = { 'int64', 'int64' }", ROPEKV_ERR_SPEC_INVALID, "slots[2]: duplicate 'int64'"},
+        {"s.kv_dtypes = { 'fp16' }", ROPEKV_ERR_SPEC_INVALID,
          "kv_dtypes[1]: unknown value 'fp16' (one of: bf16, fp8_e4m3)"},
-        {"s.kv_dtypes = {}", RK_ESPEC_INVALID, "kv_dtypes: must not be empty"},
-        {"s.q_forms = { 'absorbed', 'absorbed' }", RK_ESPEC_INVALID, "q_forms[2]: duplicate 'absorbed'"},
-        {"s.q_forms = { 'decode' }", RK_ESPEC_INVALID,
+        {"s.kv_dtypes = {}", ROPEKV_ERR_SPEC_INVALID, "kv_dtypes: must not be empty"},
+        {"s.q_forms = { 'absorbed', 'absorbed' }", ROPEKV_ERR_SPEC_INVALID, "q_forms[2]: duplicate 'absorbed'"},
+        {"s.q_forms = { 'decode' }", ROPEKV_ERR_SPEC_INVALID,
          "q_forms[1]: unknown value 'decode' (one of: absorbed, zero_copy, inplace, none)"},
-        {"s.q_forms = {}", RK_ESPEC_INVALID, "q_forms: must not be empty"},
-        {"s.rope = 'none'  s.q_forms = { 'absorbed', 'inplace' }", RK_ESPEC_INVALID,
+        {"s.q_forms = {}", ROPEKV_ERR_SPEC_INVALID, "q_forms: must not be empty"},
+        {"s.rope = 'none'  s.q_forms = { 'absorbed', 'inplace' }", ROPEKV_ERR_SPEC_INVALID,
          "q_forms: 'inplace' with rope 'none' has nothing to do"},
     };
     run_spec_cases(state, c, N(c));
@@ -629,27 +629,27 @@ static void test_lists(void **state)
 static void test_fp8(void **state)
 {
     static const fail_case c[] = {
-        {"s.fp8 = 'mul'", RK_ESPEC_INVALID, "fp8: must be a table, got string"},
-        {"s.fp8.scale = 'divide'", RK_ESPEC_INVALID,
+        {"s.fp8 = 'mul'", ROPEKV_ERR_SPEC_INVALID, "fp8: must be a table, got string"},
+        {"s.fp8.scale = 'divide'", ROPEKV_ERR_SPEC_INVALID,
          "fp8.scale: unknown value 'divide' (one of: none, mul_recip, div, mul)"},
-        {"s.fp8.rope_bf16_round = 1", RK_ESPEC_INVALID,
+        {"s.fp8.rope_bf16_round = 1", ROPEKV_ERR_SPEC_INVALID,
          "fp8.rope_bf16_round: must be a boolean (true or false), got number"},
-        {"s.fp8.saturate = 240", RK_ESPEC_INVALID, "fp8.saturate: must be a table, got number"},
-        {"s.fp8.saturate.fnuz = 250", RK_ESPEC_INVALID,
+        {"s.fp8.saturate = 240", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate: must be a table, got number"},
+        {"s.fp8.saturate.fnuz = 250", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate.fnuz: must be at most 240 (the e4m3 FNUZ maximum), got 250"},
-        {"s.fp8.saturate.fnuz = 448", RK_ESPEC_INVALID, "fp8.saturate.fnuz: must be at most 240"},
-        {"s.fp8.saturate.ocp = 480", RK_ESPEC_INVALID,
+        {"s.fp8.saturate.fnuz = 448", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.fnuz: must be at most 240"},
+        {"s.fp8.saturate.ocp = 480", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate.ocp: must be at most 448 (the e4m3 OCP maximum), got 480"},
-        {"s.fp8.saturate.fnuz = 230", RK_ESPEC_INVALID,
+        {"s.fp8.saturate.fnuz = 230", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate.fnuz: 230 is not an e4m3 FNUZ value (nearest: 224 and 240)"},
-        {"s.fp8.saturate.ocp = 300", RK_ESPEC_INVALID,
+        {"s.fp8.saturate.ocp = 300", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate.ocp: 300 is not an e4m3 OCP value (nearest: 288 and 320)"},
-        {"s.fp8.saturate.ocp = 0.1", RK_ESPEC_INVALID, "0.1 is not an e4m3 OCP value"},
-        {"s.fp8.saturate.ocp = 0", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be positive, got 0"},
-        {"s.fp8.saturate.ocp = -448", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be positive, got -448"},
-        {"s.fp8.saturate.ocp = 0/0", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be finite"},
-        {"s.fp8.saturate.fnuz = 1/0", RK_ESPEC_INVALID, "fp8.saturate.fnuz: must be finite"},
-        {"s.fp8.saturate.ocp = '448'", RK_ESPEC_INVALID, "fp8.saturate.ocp: must be a number, got string"},
+        {"s.fp8.saturate.ocp = 0.1", ROPEKV_ERR_SPEC_INVALID, "0.1 is not an e4m3 OCP value"},
+        {"s.fp8.saturate.ocp = 0", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be positive, got 0"},
+        {"s.fp8.saturate.ocp = -448", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be positive, got -448"},
+        {"s.fp8.saturate.ocp = 0/0", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be finite"},
+        {"s.fp8.saturate.fnuz = 1/0", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.fnuz: must be finite"},
+        {"s.fp8.saturate.ocp = '448'", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be a number, got string"},
     };
     run_spec_cases(state, c, N(c));
 }
@@ -657,17 +657,17 @@ static void test_fp8(void **state)
 static void test_targets(void **state)
 {
     static const fail_case c[] = {
-        {"s.targets = nil", RK_ESPEC_INVALID, "targets: required"},
-        {"s.targets = {}", RK_ESPEC_INVALID, "targets: must not be empty"},
-        {"s.targets = { 'host', 'gfx999' }", RK_ESPEC_TARGET,
+        {"s.targets = nil", ROPEKV_ERR_SPEC_INVALID, "targets: required"},
+        {"s.targets = {}", ROPEKV_ERR_SPEC_INVALID, "targets: must not be empty"},
+        {"s.targets = { 'host', 'gfx999' }", ROPEKV_ERR_SPEC_TARGET,
          TFILE ": targets[2]: unknown target 'gfx999' (known: gfx90a, gfx942, gfx950, gfx1100, "
                "gfx1201, gfx1250, sm_80, sm_90, host)"},
-        {"s.targets = 'gfx999'", RK_ESPEC_TARGET, "targets[1]: unknown target 'gfx999'"},
-        {"s.targets = { 'host\\0x' }", RK_ESPEC_TARGET, "targets[1]: unknown target 'host'"},
-        {"s.targets = { 'host', 'host' }", RK_ESPEC_INVALID, "targets[2]: duplicate 'host' (also targets[1])"},
-        {"s.targets = { 1 }", RK_ESPEC_INVALID, "targets[1]: must be a string, got number"},
-        {"s.targets = { 'host', nil, 'sm_90' }", RK_ESPEC_INVALID, "targets: must be a list"},
-        {"s.targets = {} for i = 1, 17 do s.targets[i] = 'host' end", RK_ESPEC_INVALID,
+        {"s.targets = 'gfx999'", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'gfx999'"},
+        {"s.targets = { 'host\\0x' }", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'host'"},
+        {"s.targets = { 'host', 'host' }", ROPEKV_ERR_SPEC_INVALID, "targets[2]: duplicate 'host' (also targets[1])"},
+        {"s.targets = { 1 }", ROPEKV_ERR_SPEC_INVALID, "targets[1]: must be a string, got number"},
+        {"s.targets = { 'host', nil, 'sm_90' }", ROPEKV_ERR_SPEC_INVALID, "targets: must be a list"},
+        {"s.targets = {} for i = 1, 17 do s.targets[i] = 'host' end", ROPEKV_ERR_SPEC_INVALID,
          "targets: at most 16 entries, got 17"},
     };
     run_spec_cases(state, c, N(c));
@@ -675,7 +675,7 @@ static void test_targets(void **state)
     rk_err err = {0};
     rk_spec s;
     int rc = load_spec_with(NULL, "", &s, &err);
-    check_failure("(no arch table)", rc, &err, RK_ESPEC_TARGET, "unknown target 'gfx942' (known: none)");
+    check_failure("(no arch table)", rc, &err, ROPEKV_ERR_SPEC_TARGET, "unknown target 'gfx942' (known: none)");
 }
 
 /* ---- the architecture table ---------------------------------------------------------------------- */
@@ -683,44 +683,44 @@ static void test_archs_invalid(void **state)
 {
     (void)state;
     static const fail_case c[] = {
-        {"a.archs[1].wave = 48", RK_ESPEC_INVALID, TFILE ": archs[1].wave: must be 32 or 64, got 48"},
-        {"a.archs[1].wave = 64.5", RK_ESPEC_INVALID, "archs[1].wave: must be an integer, got 64.5"},
-        {"a.archs[1].name = 'GFX942'", RK_ESPEC_INVALID, "archs[1].name: must match [a-z0-9_:+-]+"},
-        {"a.archs[1].name = string.rep('x', 40)", RK_ESPEC_INVALID,
+        {"a.archs[1].wave = 48", ROPEKV_ERR_SPEC_INVALID, TFILE ": archs[1].wave: must be 32 or 64, got 48"},
+        {"a.archs[1].wave = 64.5", ROPEKV_ERR_SPEC_INVALID, "archs[1].wave: must be an integer, got 64.5"},
+        {"a.archs[1].name = 'GFX942'", ROPEKV_ERR_SPEC_INVALID, "archs[1].name: must match [a-z0-9_:+-]+"},
+        {"a.archs[1].name = string.rep('x', 40)", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].name: too long (at most 31 characters, got 40)"},
-        {"a.archs[2].name = 'gfx942'", RK_ESPEC_INVALID,
+        {"a.archs[2].name = 'gfx942'", ROPEKV_ERR_SPEC_INVALID,
          "archs[2].name: duplicate arch 'gfx942' (also archs[1])"},
-        {"a.archs[1].vendor = 'intel'", RK_ESPEC_INVALID,
+        {"a.archs[1].vendor = 'intel'", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].vendor: unknown value 'intel' (one of: amd, nvidia, host)"},
-        {"a.archs[1].compiler = 'gcc'", RK_ESPEC_INVALID,
+        {"a.archs[1].compiler = 'gcc'", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].compiler: unknown value 'gcc' (one of: hiprtc, clang, nvrtc, host)"},
-        {"a.archs[1].compiler = 'nvrtc'", RK_ESPEC_INVALID,
+        {"a.archs[1].compiler = 'nvrtc'", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].compiler: 'nvrtc' does not build for vendor 'amd'"},
-        {"a.archs[2].compiler = 'clang'", RK_ESPEC_INVALID,
+        {"a.archs[2].compiler = 'clang'", ROPEKV_ERR_SPEC_INVALID,
          "archs[2].compiler: 'clang' does not build for vendor 'host'"},
-        {"a.archs[1].fp8 = 'e5m2'", RK_ESPEC_INVALID, "archs[1].fp8: unknown value 'e5m2' (one of: ocp, fnuz)"},
-        {"a.archs[1].fp8 = nil", RK_ESPEC_INVALID, "archs[1].fp8: required"},
-        {"a.archs[1].fp8_hw = nil", RK_ESPEC_INVALID, "archs[1].fp8_hw: required"},
-        {"a.archs[1].bf16_hw = 1", RK_ESPEC_INVALID, "archs[1].bf16_hw: must be a boolean"},
-        {"a.archs[1].vec_bytes = 4", RK_ESPEC_INVALID, "archs[1].vec_bytes: must be 8 or 16, got 4"},
-        {"a.archs[1].block = 96", RK_ESPEC_INVALID, "archs[1].block: must be a multiple of wave (64), got 96"},
-        {"a.archs[1].block = 2048", RK_ESPEC_INVALID, "archs[1].block: must be in 32..1024, got 2048"},
-        {"a.archs[1].pdl = true", RK_ESPEC_INVALID,
+        {"a.archs[1].fp8 = 'e5m2'", ROPEKV_ERR_SPEC_INVALID, "archs[1].fp8: unknown value 'e5m2' (one of: ocp, fnuz)"},
+        {"a.archs[1].fp8 = nil", ROPEKV_ERR_SPEC_INVALID, "archs[1].fp8: required"},
+        {"a.archs[1].fp8_hw = nil", ROPEKV_ERR_SPEC_INVALID, "archs[1].fp8_hw: required"},
+        {"a.archs[1].bf16_hw = 1", ROPEKV_ERR_SPEC_INVALID, "archs[1].bf16_hw: must be a boolean"},
+        {"a.archs[1].vec_bytes = 4", ROPEKV_ERR_SPEC_INVALID, "archs[1].vec_bytes: must be 8 or 16, got 4"},
+        {"a.archs[1].block = 96", ROPEKV_ERR_SPEC_INVALID, "archs[1].block: must be a multiple of wave (64), got 96"},
+        {"a.archs[1].block = 2048", ROPEKV_ERR_SPEC_INVALID, "archs[1].block: must be in 32..1024, got 2048"},
+        {"a.archs[1].pdl = true", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
-        {"a.archs[1].pdl = 'yes'", RK_ESPEC_INVALID, "archs[1].pdl: must be a boolean"},
-        {"a.archs[1].options = 5", RK_ESPEC_INVALID, "archs[1].options: must be a string, got number"},
-        {"a.archs[1].wavefront = 64", RK_ESPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
-        {"a.extra = 1", RK_ESPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},
-        {"a.archs = nil", RK_ESPEC_INVALID, "archs: required"},
-        {"a.archs = {}", RK_ESPEC_INVALID, "archs: must not be empty"},
-        {"a.archs = 'gfx942'", RK_ESPEC_INVALID, "archs: must be a list of tables, got string"},
-        {"a.archs[4] = a.archs[1]", RK_ESPEC_INVALID, "archs: must be a list"},
-        {"a.archs[2] = 'host'", RK_ESPEC_INVALID, "archs[2]: must be a table, got string"},
+        {"a.archs[1].pdl = 'yes'", ROPEKV_ERR_SPEC_INVALID, "archs[1].pdl: must be a boolean"},
+        {"a.archs[1].options = 5", ROPEKV_ERR_SPEC_INVALID, "archs[1].options: must be a string, got number"},
+        {"a.archs[1].wavefront = 64", ROPEKV_ERR_SPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
+        {"a.extra = 1", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},
+        {"a.archs = nil", ROPEKV_ERR_SPEC_INVALID, "archs: required"},
+        {"a.archs = {}", ROPEKV_ERR_SPEC_INVALID, "archs: must not be empty"},
+        {"a.archs = 'gfx942'", ROPEKV_ERR_SPEC_INVALID, "archs: must be a list of tables, got string"},
+        {"a.archs[4] = a.archs[1]", ROPEKV_ERR_SPEC_INVALID, "archs: must be a list"},
+        {"a.archs[2] = 'host'", ROPEKV_ERR_SPEC_INVALID, "archs[2]: must be a table, got string"},
         {"a = { archs = {} } for i = 1, 33 do a.archs[i] = { name = 'h' .. i, vendor = 'host',\n"
          "  wave = 32, fp8 = 'ocp', fp8_hw = false, bf16_hw = false, compiler = 'host' } end",
-         RK_ESPEC_INVALID, "archs: at most 32 entries, got 33"},
-        {"os.exit(1)", RK_ESPEC_RUNTIME, "global 'os'"},
-        {"while true do end", RK_ESPEC_LIMIT, "instruction limit exceeded"},
+         ROPEKV_ERR_SPEC_INVALID, "archs: at most 32 entries, got 33"},
+        {"os.exit(1)", ROPEKV_ERR_SPEC_RUNTIME, "global 'os'"},
+        {"while true do end", ROPEKV_ERR_SPEC_LIMIT, "instruction limit exceeded"},
     };
     for (size_t i = 0; i < N(c); i++) {
         rk_err err = {0};
@@ -741,7 +741,7 @@ static void test_archs_ok(void **state)
     assert_int_equal(load_archs_with("a.archs[1].vec_bytes = 8  a.archs[1].block = 1024\n"
                                      "a.archs[2].options = '-O2 -g'  a.archs[2].name = 'x86_64+avx2:v3-a'",
                                      t, &err),
-                     RK_OK);
+                     ROPEKV_OK);
     assert_int_equal(t->n, 2);
     assert_true(t->a[0].vec_bytes == 8 && t->a[0].block == 1024 && t->a[0].fp8 == RK_FP8_FNUZ);
     assert_string_equal(t->a[1].options, "-O2 -g");
@@ -751,7 +751,7 @@ static void test_archs_ok(void **state)
                                      "  vendor = 'host', wave = 32, fp8 = 'ocp', fp8_hw = false,\n"
                                      "  bf16_hw = false, compiler = 'host' } end",
                                      t, &err),
-                     RK_OK);
+                     ROPEKV_OK);
     assert_int_equal(t->n, RK_MAX_ARCHS);
     assert_string_equal(t->a[31].name, "h32");
     free(t);
@@ -766,27 +766,27 @@ static void test_arguments(void **state)
     snprintf(text, sizeof text, BASE, "");
 
     /* err may be NULL; out may be NULL (validation only) */
-    assert_int_equal(rk_spec_load(TFILE, text, strlen(text), *state, NULL, NULL), RK_OK);
-    assert_int_equal(rk_spec_load(TFILE, "return 1", 8, *state, &s, NULL), RK_ESPEC_INVALID);
-    assert_int_equal(rk_spec_load(TFILE, NULL, 0, *state, &s, &err), RK_EIO);
-    assert_int_equal(rk_spec_load(NULL, "return 1", 8, *state, &s, &err), RK_ESPEC_INVALID);
+    assert_int_equal(rk_spec_load(TFILE, text, strlen(text), *state, NULL, NULL), ROPEKV_OK);
+    assert_int_equal(rk_spec_load(TFILE, "return 1", 8, *state, &s, NULL), ROPEKV_ERR_SPEC_INVALID);
+    assert_int_equal(rk_spec_load(TFILE, NULL, 0, *state, &s, &err), ROPEKV_ERR_IO);
+    assert_int_equal(rk_spec_load(NULL, "return 1", 8, *state, &s, &err), ROPEKV_ERR_SPEC_INVALID);
     assert_non_null(strstr(err.msg, "must return a table"));
-    assert_int_equal(rk_archs_load(TFILE, "", 0, NULL, &err), RK_ESPEC_INVALID);
+    assert_int_equal(rk_archs_load(TFILE, "", 0, NULL, &err), ROPEKV_ERR_SPEC_INVALID);
     assert_non_null(strstr(err.msg, "must return a table, got nil"));
 
     /* a failed load leaves out untouched */
     memset(&s, 0x5a, sizeof s);
-    assert_int_not_equal(load_spec_with(*state, "s.rope = 1", &s, &err), RK_OK);
+    assert_int_not_equal(load_spec_with(*state, "s.rope = 1", &s, &err), ROPEKV_OK);
     assert_int_equal((unsigned char)s.name[0], 0x5a);
 
     /* a long file name is truncated in rk_spec.file, and still starts every message */
     char file[400];
     memset(file, 'd', sizeof file - 5);
     strcpy(file + sizeof file - 5, ".lua");
-    assert_int_equal(rk_spec_load(file, text, strlen(text), *state, &s, &err), RK_OK);
+    assert_int_equal(rk_spec_load(file, text, strlen(text), *state, &s, &err), ROPEKV_OK);
     assert_int_equal(strlen(s.file), sizeof s.file - 1);
     assert_memory_equal(s.file, file, sizeof s.file - 1);
-    assert_int_equal(rk_spec_load(file, "error('boom')", 13, *state, &s, &err), RK_ESPEC_RUNTIME);
+    assert_int_equal(rk_spec_load(file, "error('boom')", 13, *state, &s, &err), ROPEKV_ERR_SPEC_RUNTIME);
     assert_int_equal(strncmp(err.msg, file, strlen(file)), 0);
     assert_non_null(strstr(err.msg, "boom"));
 }

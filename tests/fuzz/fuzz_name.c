@@ -21,15 +21,15 @@ static int same_parts(const rk_name_parts *a, const rk_name_parts *b) {
 
 static void check_parse(const char *s) {
     rk_name_parts p;
-    rk_err err = {.code = (rk_code)-1};
+    rk_err err = {.code = (ropekv_status)-1};
     char again[512];
     int rc = rk_name_parse(s, &p, &err);
-    if (rc != RK_OK) {
-        FUZZ_CHECK(rc == RK_ERENDER && err.code == RK_ERENDER, "code %d", rc);
+    if (rc != ROPEKV_OK) {
+        FUZZ_CHECK(rc == ROPEKV_ERR_RENDER && err.code == ROPEKV_ERR_RENDER, "code %d", rc);
         FUZZ_CHECK(memchr(err.msg, '\0', sizeof err.msg) && err.msg[0], "message");
         return;
     }
-    FUZZ_CHECK(rk_name_format(&p, again, sizeof again) == RK_OK, "'%s' parses but does not format", s);
+    FUZZ_CHECK(rk_name_format(&p, again, sizeof again) == ROPEKV_OK, "'%s' parses but does not format", s);
     FUZZ_CHECK(strcmp(again, s) == 0, "'%s' formats back as '%s'", s, again);
     FUZZ_CHECK(p.L >= 8 && p.L <= 8192 && p.R >= 8 && p.R <= 1024, "L %d R %d", p.L, p.R);
     FUZZ_CHECK(rk_rope_name(p.rope) && rk_cos_sin_name(p.cos_sin) && rk_idx_name(p.pos) && rk_idx_name(p.slot) &&
@@ -117,12 +117,12 @@ static void check_format(const uint8_t *data, size_t size) {
     char full[1024], out[300];
     int rc_full = rk_name_format(&p, full, sizeof full);
     int rc = rk_name_format(&p, out, cap);
-    if (rc_full != RK_OK) {
-        FUZZ_CHECK(rc_full == RK_ERENDER && rc != RK_OK, "format results %d %d", rc_full, rc);
+    if (rc_full != ROPEKV_OK) {
+        FUZZ_CHECK(rc_full == ROPEKV_ERR_RENDER && rc != ROPEKV_OK, "format results %d %d", rc_full, rc);
         return;
     }
-    FUZZ_CHECK((rc == RK_OK) == (strlen(full) < cap), "cap %zu, name of %zu bytes: %d", cap, strlen(full), rc);
-    if (rc == RK_OK) FUZZ_CHECK(strcmp(out, full) == 0, "'%s' vs '%s'", out, full);
+    FUZZ_CHECK((rc == ROPEKV_OK) == (strlen(full) < cap), "cap %zu, name of %zu bytes: %d", cap, strlen(full), rc);
+    if (rc == ROPEKV_OK) FUZZ_CHECK(strcmp(out, full) == 0, "'%s' vs '%s'", out, full);
 
     int in_domain = p.L >= 8 && p.L <= 8192 && p.R >= 8 && p.R <= 1024 && isfinite(p.sat) && !signbit(p.sat) &&
                     p.sat <= 448;
@@ -130,7 +130,7 @@ static void check_format(const uint8_t *data, size_t size) {
     rk_err err = {0};
     int prc = rk_name_parse(full, &back, &err);
     if (!in_domain) return;
-    FUZZ_CHECK(prc == RK_OK, "'%s' does not parse: %s", full, err.msg);
+    FUZZ_CHECK(prc == ROPEKV_OK, "'%s' does not parse: %s", full, err.msg);
     rk_name_parts want = canonical(&p);
     FUZZ_CHECK(same_parts(&want, &back), "'%s' parses to different parts", full);
 }

@@ -3,7 +3,7 @@
  * Input: TEMPLATE \0 name=value \0 name=value ... (a binding without '=' has an empty value). The
  * result of rk_render is compared with a straightforward reference renderer: both must agree on
  * success or failure, and on success produce the same bytes. Whatever the input, rk_render fails
- * only with RK_ERENDER and a message, and a successful render leaves no "${" that no value brought
+ * only with ROPEKV_ERR_RENDER and a message, and a successful render leaves no "${" that no value brought
  * (rendering is one pass: "$${x}{" with x empty gives "${" by design, never a second substitution). */
 #include <string.h>
 
@@ -21,7 +21,7 @@ static int reference(const char *tpl, size_t len, const rk_binding *b, int n, rk
     size_t i = 0;
     while (i < len) {
         if (tpl[i] != '$' || i + 1 >= len || tpl[i + 1] != '{') {
-            FUZZ_CHECK(rk_buf_put(out, tpl + i, 1) == RK_OK, "out of memory");
+            FUZZ_CHECK(rk_buf_put(out, tpl + i, 1) == ROPEKV_OK, "out of memory");
             i++;
             continue;
         }
@@ -32,7 +32,7 @@ static int reference(const char *tpl, size_t len, const rk_binding *b, int n, rk
         while (k < n && !(strlen(b[k].name) == j - i - 2 && memcmp(b[k].name, tpl + i + 2, j - i - 2) == 0)) k++;
         if (k == n) return -1;
         used[k] = 1;
-        FUZZ_CHECK(rk_buf_put(out, b[k].value, strlen(b[k].value)) == RK_OK, "out of memory");
+        FUZZ_CHECK(rk_buf_put(out, b[k].value, strlen(b[k].value)) == ROPEKV_OK, "out of memory");
         i = j + 1;
     }
     for (int k = 0; k < n; k++)
@@ -61,10 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
 
     rk_buf out = {0}, want = {0};
-    rk_err err = {.code = (rk_code)-1};
+    rk_err err = {.code = (ropekv_status)-1};
     int rc = rk_render(buf, tlen, b, n, &out, &err);
     int ref = reference(buf, tlen, b, n, &want);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         FUZZ_CHECK(ref == 0, "rk_render accepted what the rules refuse");
         FUZZ_CHECK(out.p != NULL && out.len == want.len && (out.len == 0 || memcmp(out.p, want.p, out.len) == 0),
                    "output differs from the reference (%zu vs %zu bytes)", out.len, want.len);
@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!value_may_form) FUZZ_CHECK(strstr(out.p, "${") == NULL, "a placeholder survived");
     } else {
         FUZZ_CHECK(ref != 0, "rk_render refused what the rules accept: %s", err.msg);
-        FUZZ_CHECK(rc == RK_ERENDER && err.code == RK_ERENDER, "code %d", rc);
+        FUZZ_CHECK(rc == ROPEKV_ERR_RENDER && err.code == ROPEKV_ERR_RENDER, "code %d", rc);
         FUZZ_CHECK(memchr(err.msg, '\0', sizeof err.msg) && err.msg[0], "message");
     }
     rk_buf_free(&out);

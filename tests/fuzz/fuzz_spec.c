@@ -20,7 +20,7 @@ static const rk_arch_table *builtin_archs(void) {
         rk_err err = {0};
         const char *text = rk_embedded("archs.lua", &len);
         FUZZ_CHECK(text != NULL, "archs.lua is not embedded");
-        FUZZ_CHECK(rk_archs_load("specs/archs.lua", text, len, &t, &err) == RK_OK, "%s", err.msg);
+        FUZZ_CHECK(rk_archs_load("specs/archs.lua", text, len, &t, &err) == ROPEKV_OK, "%s", err.msg);
         done = 1;
     }
     return &t;
@@ -28,8 +28,8 @@ static const rk_arch_table *builtin_archs(void) {
 
 /* A failed load: a spec error code (or out of memory) and a message. */
 static void check_failure(int rc, const rk_err *err) {
-    FUZZ_CHECK(rc == RK_ESPEC_SYNTAX || rc == RK_ESPEC_RUNTIME || rc == RK_ESPEC_LIMIT || rc == RK_ESPEC_INVALID ||
-                   rc == RK_ESPEC_TARGET || rc == RK_ENOMEM,
+    FUZZ_CHECK(rc == ROPEKV_ERR_SPEC_SYNTAX || rc == ROPEKV_ERR_SPEC_RUNTIME || rc == ROPEKV_ERR_SPEC_LIMIT || rc == ROPEKV_ERR_SPEC_INVALID ||
+                   rc == ROPEKV_ERR_SPEC_TARGET || rc == ROPEKV_ERR_NOMEM,
                "unexpected code %d", rc);
     FUZZ_CHECK((int)err->code == rc, "err.code %d, returned %d", (int)err->code, rc);
     FUZZ_CHECK(memchr(err->msg, '\0', sizeof err->msg) != NULL, "message not terminated");
@@ -71,12 +71,12 @@ static int same_parts(const rk_name_parts *a, const rk_name_parts *b) {
 
 /* The variants of a loaded spec: count, unique keys, canonical names, one rendered source. */
 static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t pick) {
-    static rk_variant v[RK_MAX_VARIANTS_PER_SPEC];
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     rk_err err = {0};
     int n = rk_variants(s, archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
     if (n < 0) {
         /* only a target that cannot be spelled in a kernel name may be refused here */
-        FUZZ_CHECK(err.code == RK_ESPEC_TARGET, "rk_variants: %s", err.msg);
+        FUZZ_CHECK(err.code == ROPEKV_ERR_SPEC_TARGET, "rk_variants: %s", err.msg);
         return;
     }
     FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_q * s->n_pos * s->n_slot, "%d variants", n);
@@ -84,14 +84,14 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         rk_name_parts want, got;
         rk_err e = {0};
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
-        FUZZ_CHECK(rk_name_parse(v[i].name, &got, &e) == RK_OK, "%s", e.msg);
+        FUZZ_CHECK(rk_name_parse(v[i].name, &got, &e) == ROPEKV_OK, "%s", e.msg);
         rk_variant_parts(&v[i], &want);
         FUZZ_CHECK(same_parts(&want, &got), "name %s does not parse back to its parts", v[i].name);
         for (int j = 0; j < i; j++) FUZZ_CHECK(strcmp(v[i].key, v[j].key) != 0, "duplicate key %s", v[i].key);
     }
     rk_buf src = {0};
-    const rk_variant *e = &v[pick % (size_t)n];
-    FUZZ_CHECK(rk_emit(e, &src, &err) == RK_OK, "rk_emit %s: %s", e->key, err.msg);
+    const rk_desc *e = &v[pick % (size_t)n];
+    FUZZ_CHECK(rk_emit(e, &src, &err) == ROPEKV_OK, "rk_emit %s: %s", e->key, err.msg);
     FUZZ_CHECK(src.p && strlen(src.p) == src.len, "emitted source");
     FUZZ_CHECK(strstr(src.p, e->name) != NULL, "kernel name missing from its source");
     FUZZ_CHECK(strstr(src.p, "${") == NULL, "placeholder left in the source of %s", e->key);
@@ -140,18 +140,18 @@ static void check_archs(const rk_arch_table *t) {
     rk_spec s;
     rk_err err = {0};
     int rc = rk_spec_load("fuzz.lua", text, (size_t)n, t, &s, &err);
-    FUZZ_CHECK(rc == RK_OK, "a spec for target %s: %s", t->a[0].name, err.msg);
+    FUZZ_CHECK(rc == ROPEKV_OK, "a spec for target %s: %s", t->a[0].name, err.msg);
     check_spec(&s, t, 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const rk_arch_table *archs = builtin_archs();
     const char *text = (const char *)data;
-    rk_err err = {.code = (rk_code)-1};
+    rk_err err = {.code = (ropekv_status)-1};
     rk_spec *s = malloc(sizeof *s);
     FUZZ_CHECK(s != NULL, "out of memory");
     int rc = rk_spec_load("fuzz.lua", text, size, archs, s, &err);
-    if (rc == RK_OK)
+    if (rc == ROPEKV_OK)
         check_spec(s, archs, size);
     else
         check_failure(rc, &err);
@@ -159,9 +159,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     rk_arch_table *t = malloc(sizeof *t);
     FUZZ_CHECK(t != NULL, "out of memory");
-    err.code = (rk_code)-1;
+    err.code = (ropekv_status)-1;
     rc = rk_archs_load("fuzz_archs.lua", text, size, t, &err);
-    if (rc == RK_OK)
+    if (rc == ROPEKV_OK)
         check_archs(t);
     else
         check_failure(rc, &err);

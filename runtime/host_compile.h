@@ -1,7 +1,7 @@
 /* The host backend: compiles an emitted kernel source with the system C++ compiler into a shared
  * object, loads it, and runs the kernel's grid as a plain loop on the CPU. */
-#ifndef RK_HOST_BACKEND_H
-#define RK_HOST_BACKEND_H
+#ifndef RK_HOST_COMPILE_H
+#define RK_HOST_COMPILE_H
 
 #include <stddef.h>
 
@@ -26,7 +26,7 @@ int rk_host_compile_timeout(void);
 int rk_host_compiler_version(char *line, size_t cap);
 
 /* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
- * On failure returns RK_EIO (cannot write), or RK_ECOMPILE with the compiler's log in log (a compiler
+ * On failure returns ROPEKV_ERR_IO (cannot write), or ROPEKV_ERR_COMPILE with the compiler's log in log (a compiler
  * that runs past the time limit is killed, with its whole process group, and the log says
  * "<compiler> timed out after N s"). */
 int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
@@ -39,10 +39,5 @@ void rk_host_unload(rk_host_kernel *k);
 
 /* Runs the kernel over its whole grid (entry32 when wide == 0). */
 void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide);
-
-/* Builds one variant in dir and checks it against the reference over the standard shapes:
- * T = 1, 3, 17, 300; H = 1, 16; padded and unpadded strides; negative slots; NaN/inf inputs;
- * both entry points. Returns 1 when every output byte matched; else 0 with the reason in why. */
-int rk_host_check_variant(const rk_variant *v, const char *dir, char *why, size_t cap);
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rk.h"
+#include "check.h"
 
 typedef struct rng { uint64_t s; } rng;
 
@@ -68,7 +69,7 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale ? 0 : -1;
 }
 
-static void args_for(const rk_variant *v, const rk_shape *sh, const set *s, rk_args *a) {
+static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args *a) {
     const int64_t L = v->spec->kv_lora_rank, R = v->spec->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
     const int64_t q_sh = W + sh->pad, q_st = H * q_sh + sh->pad;
     const int64_t o_sh = W + sh->pad, o_st = H * o_sh + sh->pad;
@@ -122,7 +123,7 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
 }
 
 /* Byte sizes of the buffers rk_check builds for a shape (T tokens, H heads, pad, max_pos). */
-static sizes sizes_for(const rk_variant *v, int64_t T, int64_t H, int64_t pad, int64_t max_pos) {
+static sizes sizes_for(const rk_desc *v, int64_t T, int64_t H, int64_t pad, int64_t max_pos) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
     const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
@@ -142,7 +143,7 @@ static sizes sizes_for(const rk_variant *v, int64_t T, int64_t H, int64_t pad, i
     return z;
 }
 
-void rk_check_buffers(const rk_variant *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
+void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
     const sizes z = sizes_for(v, a->tokens, a->heads, a->k_nope_st - W, a->max_pos);
     const rk_check_buf b[RK_CHECK_NBUF] = {
@@ -159,7 +160,7 @@ void rk_check_buffers(const rk_variant *v, const rk_args *a, rk_check_buf out[RK
     memcpy(out, b, sizeof b);
 }
 
-static int64_t q_st_of(const rk_variant *v, const rk_shape *sh) {
+static int64_t q_st_of(const rk_desc *v, const rk_shape *sh) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
     return sh->heads * (W + sh->pad) + sh->pad;
 }
@@ -167,7 +168,7 @@ static int64_t q_st_of(const rk_variant *v, const rk_shape *sh) {
 /* Values where one fused multiply-add and two roundings give different bf16 results (see the
  * reference tests): x0 = 1.03125, x1 = 1, c = 1 + 993*2^-23, s = +-1. Planted in table row 0 and in
  * every head of the tokens that sit at position 0, so a kernel that rounds differently is caught. */
-static void plant_fma_witness(const rk_variant *v, const rk_shape *sh, set *s, int64_t q_st, int64_t row_elems) {
+static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int64_t q_st, int64_t row_elems) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, H2 = R / 2;
     const float c0 = 1.0f + 993.0f * 0x1p-23f;
@@ -191,7 +192,7 @@ static void plant_fma_witness(const rk_variant *v, const rk_shape *sh, set *s, i
     }
 }
 
-int rk_check(const rk_variant *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
+int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
              size_t why_cap) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;

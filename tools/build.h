@@ -22,7 +22,7 @@ rk_compiler rk_build_pick(const rk_arch *a);
  * code_size; AMD figures need the llvm-22 tools). */
 typedef struct rk_build_result {
     int state;               /* 0 not started, 1 running, 2 done */
-    int rc;                  /* RK_OK, else the compile's error code (log says why) */
+    int rc;                  /* ROPEKV_OK, else the compile's error code (log says why) */
     rk_compiler cc;          /* the compiler used */
     rk_compile_info info;
     int bf16_cvt;            /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
@@ -50,20 +50,20 @@ typedef struct rk_build_outputs {
 
 /* Emits v and compiles it with cc for v->arch, filling r (always: r->state is set to 2).
  * Returns r->rc. */
-int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_result *r,
+int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r,
                  const rk_build_outputs *out);
 
 /* One entry of a matrix. */
 typedef struct rk_build_item {
-    rk_variant v;
+    rk_desc v;
     rk_compiler cc;
     unsigned flags;
 } rk_build_item;
 
 /* Every variant shape (spec, kv, q, positions, slots) of every spec in cat, built for target
- * whatever the spec's own target list says (v.arch = target, then rk_variant_finish), in
+ * whatever the spec's own target list says (v.arch = target, then rk_desc_finish), in
  * rk_variants order. Returns the count, or -1 when cap is too small. */
-int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_variant *out, int cap);
+int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
 /* Builds every item with `jobs` worker processes (forked; < 1: the number of online CPUs), each
  * taking the next unbuilt item. A worker that dies (e.g. a compiler aborting the process) fails the
@@ -77,11 +77,11 @@ int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress,
  *   code bytes, fp8 hardware conversion (yes/no, "-" for a bf16 cache), bf16 hardware conversion
  *   (yes/no, "-" when not scanned). */
 void rk_build_table_header(FILE *f);
-void rk_build_table_row(FILE *f, const rk_variant *v, const rk_build_result *r);
+void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r);
 
 /* 1 when the result breaks a strict rule: scratch or spills above 0 (or not known), or an fp8
  * variant on a target with arch->fp8_hw lacking the hardware fp8 conversion. why says which. */
-int rk_build_strict_violation(const rk_variant *v, const rk_build_result *r, char *why, size_t cap);
+int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap);
 
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */
 void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n);

@@ -54,7 +54,7 @@ static void ask_version(void) {
     rk_buf out = {0};
     int st = -1;
     int rc = rk_run(argv, &out, &st);
-    if (rc != RK_OK || st != 0 || !out.len) {
+    if (rc != ROPEKV_OK || st != 0 || !out.len) {
         size_t n = out.len;
         while (n > 0 && (out.p[n - 1] == '\n' || out.p[n - 1] == '\r')) n--;
         snprintf(g_ver_why, sizeof g_ver_why, "clang: %s --version failed (status %d): %.*s", argv[0], st,
@@ -87,17 +87,17 @@ int rk_clang_available(char *version, size_t cap) {
 
 static int read_file(const char *path, rk_codeobj *out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return RK_EIO;
+    if (fd < 0) return ROPEKV_ERR_IO;
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size <= 0) {
         close(fd);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     size_t n = (size_t)st.st_size, got = 0;
     unsigned char *d = malloc(n);
     if (!d) {
         close(fd);
-        return RK_ENOMEM;
+        return ROPEKV_ERR_NOMEM;
     }
     while (got < n) {
         ssize_t r = read(fd, d + got, n - got);
@@ -108,11 +108,11 @@ static int read_file(const char *path, rk_codeobj *out) {
     close(fd);
     if (got != n) {
         free(d);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     out->data = d;
     out->len = n;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
@@ -122,17 +122,17 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
     rk_info_reset(info);
     if (rk_clang_available(NULL, 0) != 0) {
         if (log) rk_buf_printf(log, "%s\n", g_ver_why);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     if (info) snprintf(info->compiler, sizeof info->compiler, "%s", g_ver_id);
     if (!target || !*target) {
         if (log) rk_buf_printf(log, "clang: no target\n");
-        return RK_ETARGET;
+        return ROPEKV_ERR_TARGET;
     }
     char dir[4096], in[4200], co[4200], arch[160];
-    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
         if (log) rk_buf_printf(log, "clang: cannot create a temporary directory: %s\n", strerror(errno));
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     snprintf(in, sizeof in, "%s/kernel.hip", dir);
     snprintf(co, sizeof co, "%s/kernel.co", dir);
@@ -155,36 +155,36 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
     argv[n++] = "-std=c++17";
     char *store = NULL;
     int rc = rk_split_options(extra, argv, n, CAP - 3, &store, &n);
-    if (rc == RK_ECOMPILE && log) rk_buf_printf(log, "clang: too many extra options\n");
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_ERR_COMPILE && log) rk_buf_printf(log, "clang: too many extra options\n");
+    if (rc == ROPEKV_OK) {
         argv[n++] = "-o";
         argv[n++] = co;
         argv[n++] = in;
         argv[n] = NULL;
-        if (rk_write_file(in, src, len) != RK_OK) {
+        if (rk_write_file(in, src, len) != ROPEKV_OK) {
             if (log) rk_buf_printf(log, "clang: cannot write %s\n", in);
-            rc = RK_EIO;
+            rc = ROPEKV_ERR_IO;
         }
     }
     double ms = -1;
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         rk_buf out_log = {0};
         int st = -1;
         double t0 = rk_now_ms();
         rc = rk_run(argv, &out_log, &st);
         ms = rk_now_ms() - t0;
         if (log && out_log.len) rk_buf_put(log, out_log.p, out_log.len);
-        if (rc == RK_OK && st != 0) {
+        if (rc == ROPEKV_OK && st != 0) {
             const char *t = out_log.len ? out_log.p : "";
             int bad_target = strstr(t, "unsupported HIP gpu architecture") || strstr(t, "invalid target ID") ||
                              strstr(t, "unsupported CUDA gpu architecture") || strstr(t, "invalid offload arch");
             if (log) rk_buf_printf(log, "clang: %s exited with status %d (%s)\n", argv[0], st, arch);
-            rc = bad_target ? RK_ETARGET : RK_ECOMPILE;
+            rc = bad_target ? ROPEKV_ERR_TARGET : ROPEKV_ERR_COMPILE;
         }
         rk_buf_free(&out_log);
-        if (rc == RK_OK) {
+        if (rc == ROPEKV_OK) {
             rc = read_file(co, out);
-            if (rc == RK_EIO && log) rk_buf_printf(log, "clang: no code object at %s\n", co);
+            if (rc == ROPEKV_ERR_IO && log) rk_buf_printf(log, "clang: no code object at %s\n", co);
         }
     }
     free(store);
@@ -192,7 +192,7 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
     if (info) {
         info->ms = ms;
         /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
-        if (rc == RK_OK) rk_amd_inspect(out, NULL, info, NULL);
+        if (rc == ROPEKV_OK) rk_amd_inspect(out, NULL, info, NULL);
     }
     return rc;
 }

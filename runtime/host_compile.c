@@ -1,5 +1,5 @@
 /* Host backend: system C++ compiler -> shared object -> dlopen -> the kernel's grid as a loop. */
-#include "host_backend.h"
+#include "host_compile.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -153,7 +153,7 @@ int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, cha
     out->so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
     if (!out->so) {
         snprintf(log, log_cap, "dlopen %s: %s", so_path, dlerror());
-        return RK_ECOMPILE;
+        return ROPEKV_ERR_COMPILE;
     }
     /* POSIX allows converting dlsym's result to a function pointer through a union-free cast. */
     *(void **)&out->entry32 = dlsym(out->so, name);
@@ -161,9 +161,9 @@ int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, cha
     if (!out->entry32 && !out->entry64) { /* a build of one entry (RK_ENTRIES) lacks the other */
         snprintf(log, log_cap, "%s: kernel %s not found", so_path, name);
         rk_host_unload(out);
-        return RK_ECOMPILE;
+        return ROPEKV_ERR_COMPILE;
     }
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
@@ -181,33 +181,33 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
         snprintf(log, log_cap, "cannot write %s: %s", cpp, strerror(errno));
         if (fd >= 0) close(fd);
         unlink(cpp);
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     close(fd);
     char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                     "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
     int timeout = rk_host_compile_timeout();
     int status = run_compiler(argv, logp, 1, timeout);
-    int rc = RK_OK;
+    int rc = ROPEKV_OK;
     if (status == RUN_TIMED_OUT) {
         snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", argv[0], timeout);
-        rc = RK_ECOMPILE;
+        rc = ROPEKV_ERR_COMPILE;
     } else if (status != 0) {
         read_log(logp, log, log_cap);
-        rc = RK_ECOMPILE;
+        rc = ROPEKV_ERR_COMPILE;
     } else if (rename(tmp, so) != 0) {
         if (errno == ENOENT) {
             snprintf(log, log_cap, "%s exited 0 without writing %s", argv[0], tmp);
-            rc = RK_ECOMPILE;
+            rc = ROPEKV_ERR_COMPILE;
         } else {
             snprintf(log, log_cap, "cannot rename %s: %s", tmp, strerror(errno));
-            rc = RK_EIO;
+            rc = ROPEKV_ERR_IO;
         }
     }
     unlink(cpp);
     unlink(logp);
     unlink(tmp);
-    return rc == RK_OK ? rk_host_load(so, name, out, log, log_cap) : rc;
+    return rc == ROPEKV_OK ? rk_host_load(so, name, out, log, log_cap) : rc;
 }
 
 void rk_host_unload(rk_host_kernel *k) {
@@ -217,54 +217,4 @@ void rk_host_unload(rk_host_kernel *k) {
 
 void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide) {
     (wide ? k->entry64 : k->entry32)(*a);
-}
-
-/* ---- checking a variant against the reference ------------------------------------------------- */
-typedef struct host_run {
-    const rk_host_kernel *k;
-    int wide;
-} host_run;
-
-static int run_host(void *ctx, const rk_variant *v, const rk_args *a) {
-    (void)v;
-    const host_run *h = ctx;
-    rk_host_launch(h->k, a, h->wide);
-    return 0;
-}
-
-int rk_host_check_variant(const rk_variant *v, const char *dir, char *why, size_t cap) {
-    static const int64_t TOKENS[] = {1, 3, 17, 300};
-    static const int64_t HEADS[] = {1, 16};
-    rk_buf src = {0};
-    rk_err err = {0};
-    rk_host_kernel k;
-    why[0] = '\0';
-    if (rk_emit(v, &src, &err) != RK_OK) {
-        snprintf(why, cap, "emit: %s", err.msg);
-        rk_buf_free(&src);
-        return 0;
-    }
-    int rc = rk_host_build(src.p, src.len, v->name, dir, &k, why, cap);
-    rk_buf_free(&src);
-    if (rc != RK_OK) return 0;
-    int ok = 1, n = 0;
-    for (size_t t = 0; ok && t < sizeof TOKENS / sizeof TOKENS[0]; t++)
-        for (size_t h = 0; ok && h < sizeof HEADS / sizeof HEADS[0]; h++)
-            for (int wide = 0; ok && wide < 2; wide++) {
-                rk_shape sh = {.tokens = TOKENS[t], .heads = HEADS[h], .pad = (n % 2) * 8, .max_pos = 64,
-                               .neg_every = 3, .specials = 1, .k_scale = 0.37f};
-                host_run hr = {&k, wide};
-                if (rk_check(v, &sh, (uint64_t)++n, run_host, &hr, why, cap) != 0) {
-                    char shape[96];
-                    snprintf(shape, sizeof shape, " [T=%lld H=%lld pad=%lld %s]", (long long)sh.tokens,
-                             (long long)sh.heads, (long long)sh.pad, wide ? "i64" : "i32");
-                    strncat(why, shape, cap - strlen(why) - 1);
-                    ok = 0;
-                }
-            }
-    rk_host_unload(&k);
-    char so[4096];
-    snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
-    unlink(so);
-    return ok;
 }

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "host_backend.h"
+#include "host_compile.h"
 
 /* ---- choosing the compiler -------------------------------------------------------------------- */
 rk_compiler rk_build_pick(const rk_arch *a) {
@@ -44,31 +44,31 @@ static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
 
 static int read_all(const char *path, rk_codeobj *out) {
     FILE *f = fopen(path, "rb");
-    if (!f) return RK_EIO;
+    if (!f) return ROPEKV_ERR_IO;
     rk_buf b = {0};
     char chunk[65536];
     size_t k;
-    int rc = RK_OK;
-    while (rc == RK_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) rc = rk_buf_put(&b, chunk, k);
+    int rc = ROPEKV_OK;
+    while (rc == ROPEKV_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) rc = rk_buf_put(&b, chunk, k);
     fclose(f);
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         rk_buf_free(&b);
         return rc;
     }
     out->data = (unsigned char *)b.p;
     out->len = b.len;
-    return RK_OK;
+    return ROPEKV_OK;
 }
 
 /* SASS of a CUBIN with cuobjdump or nvdisasm (PATH, then /usr/local/cuda/bin); a note when neither runs. */
 static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
     char dir[4096], file[4200];
-    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
         rk_buf_printf(sass, "(cannot create a temporary directory)\n");
         return;
     }
     snprintf(file, sizeof file, "%s/kernel.cubin", dir);
-    if (rk_write_file(file, co->data, co->len) != RK_OK) {
+    if (rk_write_file(file, co->data, co->len) != ROPEKV_OK) {
         rk_buf_printf(sass, "(cannot write %s)\n", file);
         rk_rmtmpdir(dir);
         return;
@@ -82,7 +82,7 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
         const char *argv[] = {tools[t][0], tools[t][1], file, NULL};
         rk_buf out = {0};
         int st = -1;
-        if (rk_run(argv, &out, &st) == RK_OK && st != 127) {
+        if (rk_run(argv, &out, &st) == ROPEKV_OK && st != 127) {
             rk_buf_printf(sass, "$ %s %s kernel.cubin%s\n", argv[0], argv[1], st ? " (failed)" : "");
             if (out.len) rk_buf_put(sass, out.p, out.len);
             done = 1;
@@ -93,17 +93,17 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
     rk_rmtmpdir(dir);
 }
 
-static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r, const rk_build_outputs *out,
+static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, const rk_build_outputs *out,
                       rk_buf *log) {
     char dir[4096], so[4400];
-    if (rk_mktmpdir(dir, sizeof dir) != RK_OK) {
+    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
         rk_buf_printf(log, "host: cannot create a temporary directory\n");
-        return RK_EIO;
+        return ROPEKV_ERR_IO;
     }
     char *clog = malloc(RK_BUILD_LOG);
     if (!clog) {
         rk_rmtmpdir(dir);
-        return RK_ENOMEM;
+        return ROPEKV_ERR_NOMEM;
     }
     rk_host_kernel k;
     double t0 = rk_now_ms();
@@ -112,11 +112,11 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
     snprintf(r->info.compiler, sizeof r->info.compiler, "%s", rk_host_compiler());
     rk_buf_printf(log, "%s", clog);
     free(clog);
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         rk_host_unload(&k);
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
         rk_codeobj co = {0};
-        if (read_all(so, &co) == RK_OK) {
+        if (read_all(so, &co) == ROPEKV_OK) {
             r->info.code_size = rk_elf_text_size(co.data, co.len);
             if (out && out->code) *out->code = co;
             else rk_code_free(&co);
@@ -124,7 +124,7 @@ static int build_host(const rk_variant *v, const rk_buf *src, rk_build_result *r
         if (out && out->disasm) {
             const char *argv[] = {"objdump", "-d", "--no-show-raw-insn", so, NULL};
             int st = -1;
-            if (rk_run(argv, out->disasm, &st) != RK_OK || st != 0)
+            if (rk_run(argv, out->disasm, &st) != ROPEKV_OK || st != 0)
                 rk_buf_printf(out->disasm, "(objdump -d failed, status %d)\n", st);
         }
     }
@@ -150,7 +150,7 @@ static int pdl_gate(const char *ptx) {
     return early ? 2 : waits && strstr(ptx, "ld.global.nc") ? 3 : waits ? 1 : 0;
 }
 
-int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_result *r,
+int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r,
                  const rk_build_outputs *out) {
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
@@ -164,7 +164,7 @@ int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_r
     const char *extra = v->arch->options[0] ? v->arch->options : NULL;
     int want_dis = (flags & RK_BUILD_SCAN) || (out && out->disasm);
     int rc = rk_emit(v, &src, &err);
-    if (rc != RK_OK) {
+    if (rc != ROPEKV_OK) {
         rk_buf_printf(&log, "emit: %s\n", err.msg);
     } else {
         switch (cc) {
@@ -172,25 +172,25 @@ int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_r
         case RK_CC_CLANG:
             rc = cc == RK_CC_HIPRTC ? rk_hiprtc_compile(src.p, src.len, target, extra, &co, &r->info, &log)
                                     : rk_clang_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == RK_OK && want_dis) {
+            if (rc == ROPEKV_OK && want_dis) {
                 rk_compile_info again = r->info;
-                if (rk_amd_inspect(&co, NULL, &again, &dis) == RK_OK)
+                if (rk_amd_inspect(&co, NULL, &again, &dis) == ROPEKV_OK)
                     r->bf16_cvt = dis.len && strstr(dis.p, "v_cvt_pk_bf16_f32") ? 1 : 0;
             }
             break;
         case RK_CC_NVRTC:
             rc = rk_nvrtc_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == RK_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == RK_OK) {
+            if (rc == ROPEKV_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == ROPEKV_OK) {
                 r->bf16_cvt = dis.len && strstr(dis.p, "cvt.rn.bf16x2.f32") ? 1 : 0;
                 r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
             }
-            if (rc == RK_OK && out && out->sass) cubin_sass(&co, out->sass);
+            if (rc == ROPEKV_OK && out && out->sass) cubin_sass(&co, out->sass);
             break;
         case RK_CC_HOST:
             rc = build_host(v, &src, r, out, &log);
             break;
         default:
-            rc = RK_ETARGET;
+            rc = ROPEKV_ERR_TARGET;
             rk_buf_printf(&log, "no compiler for target %s\n", target);
         }
     }
@@ -208,8 +208,8 @@ int rk_build_one(const rk_variant *v, rk_compiler cc, unsigned flags, rk_build_r
 }
 
 /* ---- retargeting ------------------------------------------------------------------------------ */
-int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_variant *out, int cap) {
-    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
+int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap) {
+    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
     if (!tmp) return -1;
     int n = 0;
     for (int s = 0; s < cat->n_specs; s++) {
@@ -222,7 +222,7 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_variant *
             }
             out[n] = tmp[i];
             out[n].arch = target;
-            rk_variant_finish(&out[n]);
+            rk_desc_finish(&out[n]);
             n++;
         }
     }
@@ -241,7 +241,7 @@ static void progress_line(FILE *progress, int k, int n, const rk_build_item *it,
     if (!progress) return;
     char line[512];
     int len;
-    if (r->rc == RK_OK)
+    if (r->rc == ROPEKV_OK)
         len = snprintf(line, sizeof line, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc),
                        r->info.ms);
     else
@@ -287,7 +287,7 @@ static void lost(const rk_build_item *items, int n, shared *sh, int i, const cha
     int pid = r->pid;
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
-    r->rc = RK_ECOMPILE;
+    r->rc = ROPEKV_ERR_COMPILE;
     r->cc = items[i].cc;
     r->bf16_cvt = r->pdl_gate = -1;
     r->pid = pid;
@@ -356,7 +356,7 @@ int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress,
         if (sh->res[i].state != 2)
             lost(items, n, sh, i, "not built: no build process was left to take it", progress);
         res[i] = sh->res[i];
-        failed += res[i].rc != RK_OK;
+        failed += res[i].rc != ROPEKV_OK;
     }
     free(pids);
     munmap(sh, bytes);
@@ -376,9 +376,9 @@ void rk_build_table_header(FILE *f) {
             "SCRATCH", "SPILLS", "CODE", "FP8", "BF16");
 }
 
-void rk_build_table_row(FILE *f, const rk_variant *v, const rk_build_result *r) {
+void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r) {
     char regs[32], scratch[16], spills[16], code[16], ms[32];
-    if (r->rc != RK_OK) {
+    if (r->rc != ROPEKV_OK) {
         fprintf(f, "%-66s %-8s %-13s %7s %s\n", v->key, v->arch->name,
                 r->info.compiler[0] ? r->info.compiler : rk_compiler_name(r->cc), "-", "FAILED");
         return;
@@ -397,9 +397,9 @@ void rk_build_table_row(FILE *f, const rk_variant *v, const rk_build_result *r) 
             r->cc == RK_CC_HOST ? "-" : yes_no(r->bf16_cvt));
 }
 
-int rk_build_strict_violation(const rk_variant *v, const rk_build_result *r, char *why, size_t cap) {
+int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap) {
     if (why && cap) why[0] = '\0';
-    if (r->rc != RK_OK || r->cc == RK_CC_HOST) return 0; /* failures are reported as such; host has no figures */
+    if (r->rc != ROPEKV_OK || r->cc == RK_CC_HOST) return 0; /* failures are reported as such; host has no figures */
     if (r->info.scratch != 0 || r->info.spills != 0) {
         if (r->info.scratch < 0 || r->info.spills < 0)
             snprintf(why, cap, "scratch/spills not known (are the llvm-22 tools installed?)");
@@ -443,7 +443,7 @@ void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result
         for (int j = 0; j < n; j++) {
             if (items[j].v.arch != it->v.arch || items[j].cc != it->cc) continue;
             const rk_build_result *r = &res[j];
-            if (r->rc != RK_OK) {
+            if (r->rc != ROPEKV_OK) {
                 failed++;
                 continue;
             }

@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "build.h"
-#include "host_backend.h"
+#include "host_compile.h"
 #include "rk.h"
+#include "check.h"
 
 #define MAX_VARIANTS (RK_MAX_SPECS * 64)
 
@@ -125,7 +126,7 @@ static char *read_file(const char *path, size_t *len) {
 
 static int load_catalog(const opts *o, rk_catalog *cat) {
     rk_err err = {0};
-    if (rk_catalog_load_embedded(cat, &err) != RK_OK) {
+    if (rk_catalog_load_embedded(cat, &err) != ROPEKV_OK) {
         fprintf(stderr, "ropekv-gen: %s\n", err.msg);
         return -1;
     }
@@ -138,7 +139,7 @@ static int load_catalog(const opts *o, rk_catalog *cat) {
         }
         int rc = rk_catalog_add(cat, o->extra_specs[i], text, len, &err);
         free(text);
-        if (rc != RK_OK) {
+        if (rc != ROPEKV_OK) {
             fprintf(stderr, "ropekv-gen: %s\n", err.msg);
             return -1;
         }
@@ -147,9 +148,9 @@ static int load_catalog(const opts *o, rk_catalog *cat) {
 }
 
 /* All variants of the catalog passing the filter; returns the count or -1. */
-static int all_variants(const opts *o, const rk_catalog *cat, rk_variant *out, int cap) {
+static int all_variants(const opts *o, const rk_catalog *cat, rk_desc *out, int cap) {
     int n = 0;
-    rk_variant *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
+    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
     if (!tmp) return -1;
     for (int s = 0; s < cat->n_specs; s++) {
         rk_err err = {0};
@@ -173,7 +174,7 @@ static int all_variants(const opts *o, const rk_catalog *cat, rk_variant *out, i
     return n;
 }
 
-static int cmd_list(const rk_variant *v, int n) {
+static int cmd_list(const rk_desc *v, int n) {
     for (int i = 0; i < n; i++) printf("%s %s\n", v[i].key, v[i].name);
     return 0;
 }
@@ -186,7 +187,7 @@ static int write_file(const char *path, const char *data, size_t len) {
     return ok ? 0 : -1;
 }
 
-static int cmd_emit(const opts *o, const rk_variant *v, int n) {
+static int cmd_emit(const opts *o, const rk_desc *v, int n) {
     if (!o->out) {
         fprintf(stderr, "ropekv-gen emit: --out DIR is required\n");
         return 2;
@@ -196,12 +197,12 @@ static int cmd_emit(const opts *o, const rk_variant *v, int n) {
         return 1;
     }
     rk_buf man = {0};
-    int rc = rk_buf_printf(&man, "{\n  \"generator\": \"ropekv %s\",\n  \"variants\": [", RK_VERSION_STRING);
+    int rc = rk_buf_printf(&man, "{\n  \"generator\": \"ropekv %s\",\n  \"variants\": [", ROPEKV_VERSION_STRING);
     for (int i = 0; i < n && rc == 0; i++) {
         rk_buf src = {0};
         rk_err err = {0};
         char path[4096], file[512];
-        if (rk_emit(&v[i], &src, &err) != RK_OK) {
+        if (rk_emit(&v[i], &src, &err) != ROPEKV_OK) {
             fprintf(stderr, "ropekv-gen emit: %s: %s\n", v[i].key, err.msg);
             rk_buf_free(&src);
             rc = 1;
@@ -214,7 +215,7 @@ static int cmd_emit(const opts *o, const rk_variant *v, int n) {
             rc = 1;
         }
         rk_buf_free(&src);
-        const rk_variant *x = &v[i];
+        const rk_desc *x = &v[i];
         rc |= rk_buf_printf(&man,
                             "%s\n    {\"key\": \"%s\", \"spec\": \"%s\", \"target\": \"%s\", \"kv\": \"%s\", \"q\": \"%s\", "
                             "\"positions\": \"%s\", \"slots\": \"%s\", \"kernel\": \"%s\", \"file\": \"%s\", "
@@ -239,7 +240,7 @@ static int cmd_emit(const opts *o, const rk_variant *v, int n) {
 }
 
 /* ---- selftest --------------------------------------------------------------------------------- */
-static int cmd_selftest(const opts *o, const rk_variant *v, int n) {
+static int cmd_selftest(const opts *o, const rk_desc *v, int n) {
     char dir[] = "/tmp/ropekv-selftest-XXXXXX";
     const char *tmpdir = getenv("TMPDIR");
     char dirbuf[4096];
@@ -297,7 +298,7 @@ static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const c
     return NULL;
 }
 
-static int cmd_build(const opts *o, const rk_catalog *cat, const rk_variant *v, int n) {
+static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int n) {
     const rk_arch *want[RK_MAX_ARCHS];
     for (int t = 0; t < o->n_targets; t++)
         if (!(want[t] = target_row("build", cat, o->targets[t]))) return 2;
@@ -358,7 +359,7 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_variant *v, 
     fflush(stdout);
     int violations = 0;
     for (int i = 0; i < m; i++) {
-        if (res[i].rc != RK_OK) {
+        if (res[i].rc != ROPEKV_OK) {
             fprintf(stderr, "\nFAILED %s (%s, error %d):\n%s\n", items[i].v.key, rk_compiler_name(res[i].cc),
                     res[i].rc, res[i].log);
             continue;
@@ -387,7 +388,7 @@ static void key_without_target(const char *key, char *out, size_t cap) {
 
 /* Match tiers for inspect: 0 the exact key or kernel name, 1 the key without its target, 2 part of
  * the key (with or without its target). */
-static int key_matches(const rk_variant *v, const char *key, int tier) {
+static int key_matches(const rk_desc *v, const char *key, int tier) {
     if (tier == 0) return !strcmp(v->key, key) || !strcmp(v->name, key);
     char bare[256];
     key_without_target(v->key, bare, sizeof bare);
@@ -395,10 +396,10 @@ static int key_matches(const rk_variant *v, const char *key, int tier) {
     return strstr(v->key, key) != NULL || strstr(bare, key) != NULL;
 }
 
-static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_variant *listed, int n_listed) {
-    const rk_variant *cand = listed;
+static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *listed, int n_listed) {
+    const rk_desc *cand = listed;
     int n = n_listed;
-    rk_variant *re = NULL;
+    rk_desc *re = NULL;
     char key[256];
     snprintf(key, sizeof key, "%s", o->key);
     if (o->n_targets) {
@@ -449,7 +450,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_variant *l
         free(re);
         return 2;
     }
-    rk_variant v = cand[pick];
+    rk_desc v = cand[pick];
     rk_compiler cc = rk_build_pick(v.arch);
     rk_build_result *r = malloc(sizeof *r);
     if (!r) {
@@ -467,7 +468,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_variant *l
     if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
-    if (rc == RK_OK) {
+    if (rc == ROPEKV_OK) {
         const char *what = v.arch->vendor == RK_VENDOR_AMD      ? "disassembly (llvm-objdump -d)"
                            : v.arch->vendor == RK_VENDOR_NVIDIA ? "PTX"
                                                                 : "disassembly (objdump -d)";
@@ -480,7 +481,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_variant *l
     rk_code_free(&code);
     free(r);
     free(re);
-    return rc == RK_OK ? 0 : 1;
+    return rc == ROPEKV_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -547,7 +548,7 @@ int main(int argc, char **argv) {
     }
     rk_catalog *cat = malloc(sizeof *cat);
 
-    rk_variant *v = malloc(sizeof *v * MAX_VARIANTS);
+    rk_desc *v = malloc(sizeof *v * MAX_VARIANTS);
     int rc = 1;
     if (!cat || !v) {
         fprintf(stderr, "ropekv-gen: out of memory\n");

@@ -1,0 +1,58 @@
+/* A variant built with the host compiler and checked against the CPU reference (`ropekv-gen selftest`,
+ * tests/test_host.c). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "host_compile.h"
+
+/* ---- checking a variant against the reference ------------------------------------------------- */
+typedef struct host_run {
+    const rk_host_kernel *k;
+    int wide;
+} host_run;
+
+static int run_host(void *ctx, const rk_desc *v, const rk_args *a) {
+    (void)v;
+    const host_run *h = ctx;
+    rk_host_launch(h->k, a, h->wide);
+    return 0;
+}
+
+int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t cap) {
+    static const int64_t TOKENS[] = {1, 3, 17, 300};
+    static const int64_t HEADS[] = {1, 16};
+    rk_buf src = {0};
+    rk_err err = {0};
+    rk_host_kernel k;
+    why[0] = '\0';
+    if (rk_emit(v, &src, &err) != ROPEKV_OK) {
+        snprintf(why, cap, "emit: %s", err.msg);
+        rk_buf_free(&src);
+        return 0;
+    }
+    int rc = rk_host_build(src.p, src.len, v->name, dir, &k, why, cap);
+    rk_buf_free(&src);
+    if (rc != ROPEKV_OK) return 0;
+    int ok = 1, n = 0;
+    for (size_t t = 0; ok && t < sizeof TOKENS / sizeof TOKENS[0]; t++)
+        for (size_t h = 0; ok && h < sizeof HEADS / sizeof HEADS[0]; h++)
+            for (int wide = 0; ok && wide < 2; wide++) {
+                rk_shape sh = {.tokens = TOKENS[t], .heads = HEADS[h], .pad = (n % 2) * 8, .max_pos = 64,
+                               .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+                host_run hr = {&k, wide};
+                if (rk_check(v, &sh, (uint64_t)++n, run_host, &hr, why, cap) != 0) {
+                    char shape[96];
+                    snprintf(shape, sizeof shape, " [T=%lld H=%lld pad=%lld %s]", (long long)sh.tokens,
+                             (long long)sh.heads, (long long)sh.pad, wide ? "i64" : "i32");
+                    strncat(why, shape, cap - strlen(why) - 1);
+                    ok = 0;
+                }
+            }
+    rk_host_unload(&k);
+    char so[4096];
+    snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
+    unlink(so);
+    return ok;
+}
