@@ -260,9 +260,9 @@ int main(int argc, char **argv) {
                     arch.chunks = chunks_l[c];
                     arch.nt_stores = nt_l[n % nn];
                     arch.pdl = pdl_l[n / nn] != 0;
-                    rk_desc v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
-                                    .pos = RK_IDX_I64, .slot = RK_IDX_I64};
-                    rk_desc_finish(&v);
+                    rk_desc v;
+                    rk_desc_make(sp, &arch, fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED,
+                                 ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, &v, NULL);
                     rk_buf src = {0};
                     rk_codeobj kco = {0};
                     rk_buf klog = {0};
@@ -306,15 +306,15 @@ int main(int argc, char **argv) {
                         rc.a = (rk_args){
                             .q_nope = (void *)q, .q_pe = (void *)(q + (size_t)L * 2), .q_out = (void *)qo,
                             .k_nope = (void *)k, .k_pe = (void *)(k + (size_t)L * 2), .kv_cache = (void *)cache,
-                            .positions = (void *)pos, .slots = (void *)slots, .cos = (void *)cs,
+                            .positions = (void *)pos, .slots = (void *)slots, .cos_sin = (void *)cs,
                             .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
                             .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
                             .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
                             .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
-                        rk_launch_plan(L, R, RK_Q_ABSORBED, arch.wave, arch.block, arch.chunks, arch.chunks_from, &rc.a,
-                                       &total, &rc.blocks);
+                        const rk_desc kd = {.arch = &arch, .q = ROPEKV_Q_ABSORBED, .L = L, .R = R};
+                        rk_launch_plan(&kd, &rc.a, &total, &rc.blocks);
                         rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                         float us = time_graph(launch_rope, &rc);
                         double bytes = (double)T * H * (L + R) * 2 * 2 + (double)T * W * 2 + (double)T * W * kv_elem +

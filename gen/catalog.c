@@ -1,4 +1,4 @@
-/* A loaded set of specs: the architecture table and the model specs. */
+/* A loaded set of specs (the architecture table and the model specs), and one built-in spec by name. */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,4 +41,20 @@ const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name) {
     for (int i = 0; i < c->n_specs; i++)
         if (strcmp(c->specs[i].name, name) == 0) return &c->specs[i];
     return NULL;
+}
+
+int rk_spec_builtin(const char *name, const rk_arch_table *archs, rk_spec *out, rk_err *err) {
+    char base[96], file[112];
+    size_t len;
+    if (strlen(name) >= sizeof base - 4 || strcmp(name, "archs") == 0)
+        return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in", name);
+    snprintf(base, sizeof base, "%s.lua", name);
+    const char *text = rk_embedded(base, &len);
+    if (!text) return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in or loaded", name);
+    snprintf(file, sizeof file, "specs/%s", base);
+    int rc = rk_spec_load(file, text, len, archs, out, err);
+    if (rc == ROPEKV_OK && strcmp(out->name, name) != 0)
+        rc = rk_fail(err, ROPEKV_ERR_SPEC_INVALID, "%s: name = '%s': a built-in spec's name must be its file's base name",
+                     file, out->name);
+    return rc;
 }

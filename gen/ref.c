@@ -159,8 +159,8 @@ uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt) {
 
 /* ---- the op ------------------------------------------------------------------------------------ */
 
-static int64_t load_idx(const void *p, int64_t t, rk_idx type) {
-    if (type == RK_IDX_I64) return ((const int64_t *)p)[t];
+static int64_t load_idx(const void *p, int64_t t, ropekv_index type) {
+    if (type == ROPEKV_INDEX_INT64) return ((const int64_t *)p)[t];
     return (int64_t)((const int32_t *)p)[t];
 }
 
@@ -172,18 +172,18 @@ static int64_t position_of(const rk_desc *v, const rk_args *a, int64_t t) {
 }
 
 static void cos_sin_at(const rk_desc *v, const rk_args *a, int64_t pos, int i, float *c, float *s) {
-    const int64_t R = v->spec->rope_dim, half = R / 2;
-    switch (v->spec->cos_sin) {
+    const int64_t R = v->R, half = R / 2;
+    switch (v->cos_sin) {
     case RK_CS_F32_CAT:
-        *c = ((const float *)a->cos)[pos * R + i];
-        *s = ((const float *)a->cos)[pos * R + half + i];
+        *c = ((const float *)a->cos_sin)[pos * R + i];
+        *s = ((const float *)a->cos_sin)[pos * R + half + i];
         break;
     case RK_CS_F32_SPLIT:
-        *c = ((const float *)a->cos)[pos * half + i];
+        *c = ((const float *)a->cos_sin)[pos * half + i];
         *s = ((const float *)a->sin)[pos * half + i];
         break;
     case RK_CS_BF16_SPLIT:
-        *c = rk_bf16_to_f32(((const uint16_t *)a->cos)[pos * half + i]);
+        *c = rk_bf16_to_f32(((const uint16_t *)a->cos_sin)[pos * half + i]);
         *s = rk_bf16_to_f32(((const uint16_t *)a->sin)[pos * half + i]);
         break;
     }
@@ -204,9 +204,9 @@ static void pair_index(rk_rope rope, int R, int i, int *j0, int *j1) {
  * the pair back into x (in-place rope); pairs never share elements. */
 static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, int i,
                       int *j0, int *j1, float *y0, float *y1) {
-    pair_index(v->spec->rope, v->spec->rope_dim, i, j0, j1);
+    pair_index(v->rope, v->R, i, j0, j1);
     float x0 = rk_bf16_to_f32(x[*j0]), x1 = rk_bf16_to_f32(x[*j1]);
-    if (v->spec->rope == RK_ROPE_NONE) {
+    if (v->rope == RK_ROPE_NONE) {
         *y0 = x0;
         *y1 = x1;
         return;
@@ -221,7 +221,7 @@ static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uin
 /* dst[0, R) = bf16(rope(x)); dst may equal x. */
 static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x,
                           uint16_t *dst) {
-    for (int i = 0; i < v->spec->rope_dim / 2; i++) {
+    for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
         rope_pair(v, a, pos, x, i, &j0, &j1, &y0, &y1);
@@ -231,26 +231,26 @@ static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const
 }
 
 static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos) {
-    const int L = v->spec->kv_lora_rank;
+    const int L = v->L;
     for (int64_t h = 0; h < a->heads; h++) {
         const uint16_t *q_pe = (const uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
         switch (v->q) {
-        case RK_Q_ABSORBED: {
+        case ROPEKV_Q_ABSORBED: {
             const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
             uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
             memcpy(out, q_nope, (size_t)L * sizeof *out);
             rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
         }
-        case RK_Q_ZERO_COPY: {
+        case ROPEKV_Q_ZERO_COPY: {
             uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
             rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
         }
-        case RK_Q_INPLACE:
+        case ROPEKV_Q_INPLACE:
             rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe);
             break;
-        case RK_Q_NONE:
+        case ROPEKV_Q_NONE:
             break;
         }
     }
@@ -264,7 +264,7 @@ static float sanitize_bf16(float x) {
 
 /* One fp8 cache element from the f32 value x: scale, sanitize, clamp, convert. */
 static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
-    switch (v->spec->fp8_scale) {
+    switch (v->scale) {
     case RK_SCALE_MUL_RECIP: {
         float r = 1.0f / *a->k_scale;
         x = x * r;
@@ -274,7 +274,7 @@ static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
     case RK_SCALE_MUL: x = x * *a->k_scale; break;
     case RK_SCALE_NONE: break;
     }
-    if (v->spec->sanitize) {
+    if (v->sanitize) {
         if (isnan(x)) x = 0.0f;
         else if (isinf(x)) x = x > 0 ? v->sat : -v->sat;
     }
@@ -287,24 +287,24 @@ static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
 static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope,
                           uint16_t raw) {
-    if (v->kv == RK_KV_BF16) {
+    if (v->kv == ROPEKV_KV_BF16) {
         uint16_t *r = row;
-        if (v->spec->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
+        if (v->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
         else r[j] = rope ? rk_f32_to_bf16(x) : raw;
         return;
     }
-    if (rope && v->spec->fp8_rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    if (rope && v->rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
     ((uint8_t *)row)[j] = fp8_elem(v, a, x);
 }
 
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
-    const int L = v->spec->kv_lora_rank;
-    void *row = v->kv == RK_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
+    const int L = v->L;
+    void *row = v->kv == ROPEKV_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
                                     : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
     for (int j = 0; j < L; j++) store_kv_elem(v, a, row, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
-    for (int i = 0; i < v->spec->rope_dim / 2; i++) {
+    for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
         rope_pair(v, a, pos, k_pe, i, &j0, &j1, &y0, &y1);
@@ -317,7 +317,7 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
     for (int64_t t = 0; t < a->tokens; t++) {
         const int64_t slot = load_idx(a->slots, t, v->slot);
         const int64_t pos = position_of(v, a, t);
-        if (!(slot < 0 && v->spec->negative_slot == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
+        if (!(slot < 0 && v->neg == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
         if (slot >= 0 && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
     }
 }

@@ -24,41 +24,67 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #endif
     ;
 
-/* ---- enumerations (each has a canonical lower-case spelling, see rk_*_name) ---------------- */
-typedef enum { RK_VENDOR_AMD, RK_VENDOR_NVIDIA, RK_VENDOR_HOST } rk_vendor;
-typedef enum { RK_CC_HIPRTC, RK_CC_CLANG, RK_CC_NVRTC, RK_CC_HOST } rk_compiler;
-typedef enum { RK_FP8_OCP, RK_FP8_FNUZ } rk_fp8_fmt;
-typedef enum { RK_ROPE_GPTJ, RK_ROPE_NEOX, RK_ROPE_NONE } rk_rope;
-typedef enum { RK_CS_F32_CAT, RK_CS_F32_SPLIT, RK_CS_BF16_SPLIT } rk_cos_sin;
-typedef enum { RK_IDX_I32, RK_IDX_I64 } rk_idx;
-typedef enum { RK_KV_BF16, RK_KV_FP8 } rk_kv;
-typedef enum { RK_SCALE_NONE, RK_SCALE_MUL_RECIP, RK_SCALE_DIV, RK_SCALE_MUL } rk_scale;
-typedef enum { RK_NEG_SKIP_KV, RK_NEG_SKIP_ALL } rk_neg;
-typedef enum { RK_Q_ABSORBED, RK_Q_ZERO_COPY, RK_Q_INPLACE, RK_Q_NONE } rk_qform;
+/* ---- enumerations: one spelling table per enum ---------------------------------------------------
+ * One row per value: X(enumerator, spelling, token). The spelling is what spec files, variant keys and
+ * ropekv_kernel_info use, and the name of the kernel's C++ enumerator (templates/prelude.hip: a binding
+ * reads `constexpr Rope ROPE = Rope::gptj;`); the token is the value's part of a kernel name (no '_':
+ * that separates a name's fields). Nothing depends on an enumerator's integer value. */
+#define RK_VENDOR_LIST(X) X(RK_VENDOR_AMD, amd, amd) X(RK_VENDOR_NVIDIA, nvidia, nvidia) X(RK_VENDOR_HOST, host, host)
+#define RK_COMPILER_LIST(X) \
+    X(RK_CC_HIPRTC, hiprtc, hiprtc) X(RK_CC_CLANG, clang, clang) X(RK_CC_NVRTC, nvrtc, nvrtc) X(RK_CC_HOST, host, host)
+#define RK_FP8_LIST(X) X(RK_FP8_OCP, ocp, ocp) X(RK_FP8_FNUZ, fnuz, fnuz)
+#define RK_ROPE_LIST(X) X(RK_ROPE_GPTJ, gptj, gptj) X(RK_ROPE_NEOX, neox, neox) X(RK_ROPE_NONE, none, nope)
+#define RK_COS_SIN_LIST(X) \
+    X(RK_CS_F32_CAT, f32_cat, f32cat) X(RK_CS_F32_SPLIT, f32_split, f32split) X(RK_CS_BF16_SPLIT, bf16_split, bf16split)
+#define RK_SCALE_LIST(X) \
+    X(RK_SCALE_NONE, none, none) X(RK_SCALE_MUL_RECIP, mul_recip, mulrecip) X(RK_SCALE_DIV, div, div) \
+    X(RK_SCALE_MUL, mul, mul)
+#define RK_NEG_LIST(X) X(RK_NEG_SKIP_KV, skip_kv, skipkv) X(RK_NEG_SKIP_ALL, skip_all, skipall)
+/* The public enums of include/ropekv.h: a caller's choice reaches the description unchanged. */
+#define RK_KV_LIST(X) X(ROPEKV_KV_BF16, bf16, bf16) X(ROPEKV_KV_FP8_E4M3, fp8_e4m3, fp8)
+#define RK_QFORM_LIST(X) \
+    X(ROPEKV_Q_ABSORBED, absorbed, absorbed) X(ROPEKV_Q_ZERO_COPY, zero_copy, zerocopy) \
+    X(ROPEKV_Q_INPLACE, inplace, inplace) X(ROPEKV_Q_NONE, none, qnone)
+#define RK_INDEX_LIST(X) X(ROPEKV_INDEX_INT64, int64, 64) X(ROPEKV_INDEX_INT32, int32, 32)
 
-/* Spellings used in spec files, keys and names; NULL for an out-of-range value. */
-const char *rk_vendor_name(rk_vendor v);   /* "amd" "nvidia" "host" */
-const char *rk_compiler_name(rk_compiler c); /* "hiprtc" "clang" "nvrtc" "host" */
-const char *rk_fp8_name(rk_fp8_fmt f);     /* "ocp" "fnuz" */
-const char *rk_rope_name(rk_rope r);       /* "gptj" "neox" "none" */
-const char *rk_cos_sin_name(rk_cos_sin c); /* "f32_cat" "f32_split" "bf16_split" */
-const char *rk_idx_name(rk_idx i);         /* "int32" "int64" */
-const char *rk_kv_name(rk_kv k);           /* "bf16" "fp8_e4m3" */
-const char *rk_scale_name(rk_scale s);     /* "none" "mul_recip" "div" "mul" */
-const char *rk_neg_name(rk_neg n);         /* "skip_kv" "skip_all" */
-const char *rk_qform_name(rk_qform q);     /* "absorbed" "zero_copy" "inplace" "none" */
+#define RK_ENUMERATOR_(e, spelling, token) e,
+typedef enum { RK_VENDOR_LIST(RK_ENUMERATOR_) } rk_vendor;
+typedef enum { RK_COMPILER_LIST(RK_ENUMERATOR_) } rk_compiler;
+typedef enum { RK_FP8_LIST(RK_ENUMERATOR_) } rk_fp8_fmt;
+typedef enum { RK_ROPE_LIST(RK_ENUMERATOR_) } rk_rope;
+typedef enum { RK_COS_SIN_LIST(RK_ENUMERATOR_) } rk_cos_sin;
+typedef enum { RK_SCALE_LIST(RK_ENUMERATOR_) } rk_scale;
+typedef enum { RK_NEG_LIST(RK_ENUMERATOR_) } rk_neg;
+#undef RK_ENUMERATOR_
 
-/* ---- name parsing: the inverse of rk_*_name; 0 on success, -1 for an unknown spelling -------- */
-int rk_parse_vendor(const char *s, rk_vendor *out);
-int rk_parse_compiler(const char *s, rk_compiler *out);
-int rk_parse_fp8(const char *s, rk_fp8_fmt *out);
-int rk_parse_rope(const char *s, rk_rope *out);
-int rk_parse_cos_sin(const char *s, rk_cos_sin *out);
-int rk_parse_idx(const char *s, rk_idx *out);
-int rk_parse_kv(const char *s, rk_kv *out);
-int rk_parse_scale(const char *s, rk_scale *out);
-int rk_parse_neg(const char *s, rk_neg *out);
-int rk_parse_qform(const char *s, rk_qform *out);
+/* An enum's table, built from its list (gen/util.c). */
+typedef struct rk_spelling {
+    int value;
+    const char *name;  /* spelling */
+    const char *token; /* kernel-name token */
+} rk_spelling;
+typedef struct rk_enum {
+    int n;
+    const rk_spelling *v;
+} rk_enum;
+extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
+    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum;
+
+/* The spelling / token of a value; NULL for a value not in the table. */
+const char *rk_enum_name(const rk_enum *e, int value);
+const char *rk_enum_token(const rk_enum *e, int value);
+
+/* Typed shorthands for rk_enum_name. */
+const char *rk_vendor_name(rk_vendor v);
+const char *rk_compiler_name(rk_compiler c);
+const char *rk_fp8_name(rk_fp8_fmt f);
+const char *rk_rope_name(rk_rope r);
+const char *rk_cos_sin_name(rk_cos_sin c);
+const char *rk_scale_name(rk_scale s);
+const char *rk_neg_name(rk_neg n);
+const char *rk_kv_name(ropekv_kv_dtype k);
+const char *rk_qform_name(ropekv_q_form q);
+const char *rk_idx_name(ropekv_index i);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -100,15 +126,15 @@ typedef struct rk_spec {
     int rope_dim;             /* R (qk_rope_head_dim) */
     rk_rope rope;
     rk_cos_sin cos_sin;
-    int n_pos;   rk_idx pos[2];   /* position index types to build */
-    int n_slot;  rk_idx slot[2];  /* slot index types to build */
-    int n_kv;    rk_kv kv[2];
+    int n_pos;   ropekv_index pos[2];   /* position index types to build */
+    int n_slot;  ropekv_index slot[2];  /* slot index types to build */
+    int n_kv;    ropekv_kv_dtype kv[2];
     rk_scale fp8_scale;
     float fp8_sat_ocp;        /* saturation bound used with OCP bytes (<= 448) */
     float fp8_sat_fnuz;       /* saturation bound used with FNUZ bytes (<= 240) */
     int fp8_rope_bf16;        /* 1: round the KV rope part to bf16 before the fp8 conversion */
     rk_neg negative_slot;
-    int n_q;     rk_qform q[4];
+    int n_q;     ropekv_q_form q[4];
     int sanitize;             /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
     int n_targets; char targets[RK_MAX_TARGETS][RK_NAME_MAX];
 } rk_spec;
@@ -119,60 +145,65 @@ int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table 
 int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs,
                  rk_spec *out, rk_err *err);
 
-/* ---- variants ------------------------------------------------------------------------------ */
-/* One kernel to generate: a spec on a target with one choice per enumerated dimension. */
+/* ---- kernel ABI: templates/args.h, shared with the kernel ------------------------------------------ */
+typedef int64_t rk_i64;
+#include "args.h"
+
+/* ---- the kernel description -----------------------------------------------------------------------
+ * One kernel: a spec on a target with one choice per enumerated dimension, and every code parameter that
+ * follows from them. It is the only source of the variant key, the kernel name (formatted for people and
+ * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan)
+ * and the argument rules (runtime/args.c); ropekv_kernel_info reports it. */
 typedef struct rk_desc {
-    const rk_spec *spec;
-    const rk_arch *arch;
-    rk_kv kv;
-    rk_qform q;
-    rk_idx pos;
-    rk_idx slot;
-    rk_fp8_fmt fp8;           /* arch->fp8 */
-    float sat;                /* saturation bound for fp8 (spec's bound for fp8) */
-    char key[192];            /* canonical key: spec/target/kv/q/pos/slot */
-    char name[192];           /* extern "C" kernel name, encodes every code parameter */
+    const rk_spec *spec;      /* the model spec (its file and description head the emitted source) */
+    const rk_arch *arch;      /* the target's row: wave, block, chunks, pdl, hardware conversions */
+    /* the choices */
+    ropekv_kv_dtype kv;
+    ropekv_q_form q;
+    ropekv_index pos;
+    ropekv_index slot;
+    /* the code parameters; options that cannot change a bf16 kernel's code are canonical there (scale
+       none, sat 0, rope_bf16 0), so identical kernels get identical names */
+    int L, R;                 /* kv_lora_rank, qk_rope_head_dim */
+    rk_rope rope;
+    rk_cos_sin cos_sin;
+    rk_fp8_fmt fp8;           /* the target's fp8 byte format (arch->fp8) */
+    rk_scale scale;           /* fp8 scale convention */
+    float sat;                /* fp8 saturation bound for that format */
+    int rope_bf16;            /* round the KV rope part to bf16 before fp8 */
+    rk_neg neg;
+    int sanitize;
+    char key[192];            /* spec/target/kv/q/pos=.../slot=... */
+    char name[192];           /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
-/* ---- kernel ABI -------------------------------------------------------------------------------
- * The argument block every generated kernel takes by value. Field order and types are part of the
- * ABI: templates/kernel.hip declares the same struct. All strides are in elements of the tensor's
- * own dtype (bytes for an fp8 cache). Only the last dimension of each tensor is contiguous.
- *   q_nope [T,H,L] bf16   q_pe [T,H,R] bf16   q_out [T,H,L+R] bf16 (zero_copy: only [...,L:] written)
- *   k_nope [T,L] bf16     k_pe [T,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes)
- *   positions [T], slots [T] (int32 or int64 per variant), cos/sin tables (see rk_cos_sin):
- *     f32_cat: cos = table [max_pos, R] f32 (cos | sin halves), sin unused;
- *     f32_split / bf16_split: cos [max_pos, R/2], sin [max_pos, R/2].
- *   k_scale: one float32 on the device (fp8 with a scale), else unused. */
-typedef struct rk_args {
-    const void *q_nope, *q_pe;
-    void *q_out;
-    const void *k_nope, *k_pe;
-    void *kv_cache;
-    const void *positions, *slots;
-    const void *cos, *sin;
-    const float *k_scale;
-    int64_t tokens, heads, max_pos;
-    int64_t q_nope_st, q_nope_sh;   /* token / head strides */
-    int64_t q_pe_st, q_pe_sh;
-    int64_t q_out_st, q_out_sh;
-    int64_t k_nope_st, k_pe_st;
-    int64_t kv_st;                  /* row stride of the cache */
-    int64_t kv_rows;                /* rows in the cache: a slot >= kv_rows is not written */
-    int64_t chunks;                 /* chunks per thread of this launch; rk_launch_plan fills it, and
-                                       early_release, lanes, lanes_mul and lanes_shift */
-    int64_t early_release;          /* rows with pdl: 1 lets the next grid launch as soon as this one has
-                                       started, 0 when its blocks exit. rk_launch_plan releases early when
-                                       threads take one chunk each (chunks == 1): in a launch of
-                                       multi-chunk threads that fits the GPU at once, an early release
-                                       packs the next grid's blocks unevenly beside it (H200, 512 x 16:
-                                       5.5 us instead of 4.3) */
-    int64_t prefetch;               /* rows with pdl: 1 reads positions, slots and cos/sin before waiting
-                                       for the previous grid (ropekv_options.pdl_prefetch) */
-    int64_t lanes;                  /* lanes (16-byte chunks) per token (templates/kernel.hip, chunk) */
-    int64_t lanes_mul, lanes_shift; /* g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31:
-                                       the 32-bit entry divides without a divide (rk_div_magic) */
-} rk_args;
+/* The description of (spec, arch, choices), whether or not the spec lists them (the build matrix
+ * builds any spec for any row). ROPEKV_OK, or ROPEKV_ERR_ARG for a choice outside its enum,
+ * ROPEKV_ERR_SPEC_TARGET for a target that cannot be spelled in a kernel name. */
+int rk_desc_make(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
+                 ropekv_index slot, rk_desc *out, rk_err *err);
+
+/* The same for a variant a caller asks for: ROPEKV_ERR_UNSUPPORTED (naming what the spec lists) unless
+ * the spec lists the target and every choice. */
+int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q,
+                   ropekv_index pos, ropekv_index slot, rk_desc *out, rk_err *err);
+
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2)
+
+/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, positions, slots as listed
+ * in the spec): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
+ * set (unknown target). The library never enumerates: it describes the one variant asked for. */
+int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
+
+/* How one launch is cut, from the description and a->tokens, a->heads: fills the plan fields of a
+ * (templates/args.h; prefetch is the launcher's), *total = tokens * lanes chunks and
+ * *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
+void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
+
+/* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
+ * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside
+ * that range mul = shift = 0 (the 64-bit entry, which divides, is used then). */
+void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift);
 
 /* ---- CPU reference (gen/ref.c): the oracle ----------------------------------------------------
  * Computes exactly what a variant's kernel must write, on host pointers. */
@@ -197,53 +228,6 @@ int rk_buf_printf(rk_buf *b, const char *fmt, ...)
     ;
 void rk_buf_free(rk_buf *b);
 
-/* ---- variant enumeration, keys and kernel names (gen/variant.c) --------------------------------- */
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2)
-
-/* Every variant of a spec, in a fixed order (targets, kv dtypes, q forms, positions, slots as listed
- * in the spec). Returns the count, or -1 with err set (unknown target). */
-int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
-
-/* Fills key, name, fp8 and sat from the other fields. */
-void rk_desc_finish(rk_desc *v);
-
-/* The code parameters a kernel name encodes; rk_name_parse is the inverse of the name format:
- *   rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<bf16|fp8ocp|fp8fnuz>_<scale>_sat<N>_rr<0|1>
- *     _<qform>_<skipkv|skipall>_san<0|1>_<target>
- * (spellings without underscores: f32cat, mulrecip, zerocopy ...). */
-typedef struct rk_name_parts {
-    int L, R;
-    rk_rope rope;
-    rk_cos_sin cos_sin;
-    rk_idx pos, slot;
-    int kv_fp8;
-    rk_fp8_fmt fp8;
-    rk_scale scale;
-    float sat;
-    int rope_bf16;
-    rk_qform q;
-    rk_neg neg;
-    int sanitize;
-    char target[RK_NAME_MAX];
-} rk_name_parts;
-int rk_name_format(const rk_name_parts *p, char *out, size_t cap);  /* ROPEKV_OK or ROPEKV_ERR_RENDER */
-int rk_name_parse(const char *name, rk_name_parts *out, rk_err *err);
-void rk_variant_parts(const rk_desc *v, rk_name_parts *out);
-
-/* How one launch is cut, from a->tokens and a->heads and the arch row's knobs (wave, block, chunks,
- * chunks_from). Fills a->lanes (lanes per token, templates/kernel.hip chunk(): the rotating 16-byte
- * chunks of the query rows and KV row padded to whole waves, then the copied ones), a->lanes_mul and
- * a->lanes_shift (rk_div_magic of lanes), a->chunks (chunks per thread: chunks when total >= chunks_from,
- * else 1) and a->early_release (1 when threads take one chunk each; see rk_args). *total = tokens *
- * lanes, *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
-void rk_launch_plan(int L, int R, rk_qform q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
-                    int64_t *total, int64_t *blocks);
-
-/* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
- * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside
- * that range mul = shift = 0 (the 64-bit entry, which divides, is used then). */
-void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift);
-
 /* ---- templates (gen/render.c) -------------------------------------------------------------------- */
 typedef struct rk_binding {
     const char *name;
@@ -254,9 +238,10 @@ typedef struct rk_binding {
  * uses, or a "${" without a closing "}" is ROPEKV_ERR_RENDER naming the placeholder and line. */
 int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *out, rk_err *err);
 
-/* The full source of a variant: the generated-file header, then templates/params.hip, prelude.hip
- * and kernel.hip rendered with the variant's values. Deterministic. */
-int rk_emit(const rk_desc *v, rk_buf *out, rk_err *err);
+/* The full source of a kernel: the generated-file header, then templates/params.hip, prelude.hip,
+ * args.h and kernel.hip rendered with the description's values. Deterministic. */
+int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err);
+
 
 /* The concatenated template text the kernels are rendered from (for hashing into cache keys). */
 int rk_template_text(rk_buf *out, rk_err *err);
@@ -278,5 +263,9 @@ int rk_catalog_load_embedded(rk_catalog *c, rk_err *err);
 /* One more spec (text of a file); a spec with the same name replaces the old one. */
 int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len, rk_err *err);
 const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name);
+
+/* Reads an embedded spec by its name ("<name>.lua" under specs/): ROPEKV_OK, ROPEKV_ERR_NO_SPEC when
+ * none is built in, or the spec's load error. A spec file's name must equal its base name. */
+int rk_spec_builtin(const char *name, const rk_arch_table *archs, rk_spec *out, rk_err *err);
 
 #endif

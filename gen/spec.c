@@ -564,22 +564,9 @@ static int get_ident(const scope *s, const char *key, const char *extra, char *o
     }
 }
 
-/* ---- enumerations: the spellings come from rk_*_name --------------------------------------------- */
-typedef const char *(*name_fn)(int);
-
-static const char *vendor_nm(int v) { return rk_vendor_name((rk_vendor)v); }
-static const char *compiler_nm(int v) { return rk_compiler_name((rk_compiler)v); }
-static const char *fp8_nm(int v) { return rk_fp8_name((rk_fp8_fmt)v); }
-static const char *rope_nm(int v) { return rk_rope_name((rk_rope)v); }
-static const char *cos_sin_nm(int v) { return rk_cos_sin_name((rk_cos_sin)v); }
-static const char *idx_nm(int v) { return rk_idx_name((rk_idx)v); }
-static const char *kv_nm(int v) { return rk_kv_name((rk_kv)v); }
-static const char *scale_nm(int v) { return rk_scale_name((rk_scale)v); }
-static const char *neg_nm(int v) { return rk_neg_name((rk_neg)v); }
-static const char *qform_nm(int v) { return rk_qform_name((rk_qform)v); }
-
-/* Matches the string on top against name(0), name(1), ... ; reports key when none matches. */
-static int parse_top(const scope *s, const char *key, name_fn name, int *out)
+/* ---- enumerations: the spellings come from the tables of rk.h ------------------------------------- */
+/* Matches the string on top against the spellings of e; reports key when none matches. */
+static int parse_top(const scope *s, const char *key, const rk_enum *e, int *out)
 {
     lua_State *L = s->L;
     if (lua_type(L, -1) != LUA_TSTRING)
@@ -589,19 +576,20 @@ static int parse_top(const scope *s, const char *key, name_fn name, int *out)
     char known[256];
     size_t n = 0;
     known[0] = '\0';
-    for (int i = 0; name(i) != NULL; i++) {
-        if (strlen(name(i)) == len && memcmp(name(i), v, len) == 0) {
-            *out = i;
+    for (int i = 0; i < e->n; i++) {
+        const char *name = e->v[i].name;
+        if (strlen(name) == len && memcmp(name, v, len) == 0) {
+            *out = e->v[i].value;
             return ROPEKV_OK;
         }
         if (n < sizeof known)
-            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name(i));
+            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name);
     }
     return bad(s, key, "unknown value '%.60s' (one of: %s)", v, known);
 }
 
 /* One spelling of an enum; def < 0: required. */
-static int get_enum(const scope *s, const char *key, name_fn name, int def, int *out)
+static int get_enum(const scope *s, const char *key, const rk_enum *e, int def, int *out)
 {
     int t = push_field(s, key);
     if (t == LUA_TNIL && def >= 0) {
@@ -609,7 +597,7 @@ static int get_enum(const scope *s, const char *key, name_fn name, int def, int 
     } else if (t == LUA_TNIL) {
         return bad(s, key, "required (a string)");
     } else {
-        TRY(parse_top(s, key, name, out));
+        TRY(parse_top(s, key, e, out));
     }
     lua_pop(s->L, 1);
     return ROPEKV_OK;
@@ -662,7 +650,7 @@ static void push_elem(lua_State *L, int lv, int i)
 }
 
 /* A list of distinct spellings of an enum; absent: defs[0..ndef). */
-static int get_enum_list(const scope *s, const char *key, name_fn name, const int *defs, int ndef,
+static int get_enum_list(const scope *s, const char *key, const rk_enum *e, const int *defs, int ndef,
                          int max, int *out, int *n)
 {
     lua_State *L = s->L;
@@ -678,11 +666,11 @@ static int get_enum_list(const scope *s, const char *key, name_fn name, const in
         char elem[64];
         snprintf(elem, sizeof elem, "%s[%d]", key, i + 1);
         push_elem(L, lv, i + 1);
-        TRY(parse_top(s, elem, name, &out[i]));
+        TRY(parse_top(s, elem, e, &out[i]));
         lua_pop(L, 1);
         for (int j = 0; j < i; j++)
             if (out[j] == out[i])
-                return bad(s, elem, "duplicate '%s' (also %s[%d])", name(out[i]), key, j + 1);
+                return bad(s, elem, "duplicate '%s' (also %s[%d])", rk_enum_name(e, out[i]), key, j + 1);
     }
     lua_pop(L, 1);
     return ROPEKV_OK;
@@ -745,9 +733,9 @@ static int read_arch(const scope *s, rk_arch *a)
     int v, c, f, def_vec = 16, def_block = 256, def_chunks = 1, def_nt = 0, def_pdl = 0, def_from = 1 << 20, from;
     TRY(check_keys(s, arch_keys));
     TRY(get_ident(s, "name", "_:+-", a->name, sizeof a->name));
-    TRY(get_enum(s, "vendor", vendor_nm, -1, &v));
-    TRY(get_enum(s, "compiler", compiler_nm, -1, &c));
-    TRY(get_enum(s, "fp8", fp8_nm, -1, &f));
+    TRY(get_enum(s, "vendor", &rk_vendor_enum, -1, &v));
+    TRY(get_enum(s, "compiler", &rk_compiler_enum, -1, &c));
+    TRY(get_enum(s, "fp8", &rk_fp8_enum, -1, &f));
     a->vendor = (rk_vendor)v;
     a->compiler = (rk_compiler)c;
     a->fp8 = (rk_fp8_fmt)f;
@@ -835,8 +823,8 @@ static int read_dims(const scope *s, rk_spec *o)
 static int read_rope(const scope *s, rk_spec *o)
 {
     int r, c;
-    TRY(get_enum(s, "rope", rope_nm, RK_ROPE_GPTJ, &r));
-    TRY(get_enum(s, "cos_sin", cos_sin_nm, RK_CS_F32_CAT, &c));
+    TRY(get_enum(s, "rope", &rk_rope_enum, RK_ROPE_GPTJ, &r));
+    TRY(get_enum(s, "cos_sin", &rk_cos_sin_enum, RK_CS_F32_CAT, &c));
     o->rope = (rk_rope)r;
     o->cos_sin = (rk_cos_sin)c;
     if (o->rope == RK_ROPE_NEOX && o->rope_dim % 16 != 0)
@@ -850,26 +838,26 @@ static int read_rope(const scope *s, rk_spec *o)
 /* The enumerated dimensions: index types, cache dtypes, q forms. */
 static int read_lists(const scope *s, rk_spec *o)
 {
-    static const int def_idx[] = {RK_IDX_I64}, def_kv[] = {RK_KV_BF16, RK_KV_FP8},
-                     def_q[] = {RK_Q_ABSORBED};
+    static const int def_idx[] = {ROPEKV_INDEX_INT64}, def_kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3},
+                     def_q[] = {ROPEKV_Q_ABSORBED};
     int v[4], n;
-    TRY(get_enum_list(s, "positions", idx_nm, def_idx, 1, 2, v, &n));
+    TRY(get_enum_list(s, "positions", &rk_index_enum, def_idx, 1, 2, v, &n));
     o->n_pos = n;
     for (int i = 0; i < n; i++)
-        o->pos[i] = (rk_idx)v[i];
-    TRY(get_enum_list(s, "slots", idx_nm, def_idx, 1, 2, v, &n));
+        o->pos[i] = (ropekv_index)v[i];
+    TRY(get_enum_list(s, "slots", &rk_index_enum, def_idx, 1, 2, v, &n));
     o->n_slot = n;
     for (int i = 0; i < n; i++)
-        o->slot[i] = (rk_idx)v[i];
-    TRY(get_enum_list(s, "kv_dtypes", kv_nm, def_kv, 2, 2, v, &n));
+        o->slot[i] = (ropekv_index)v[i];
+    TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 2, v, &n));
     o->n_kv = n;
     for (int i = 0; i < n; i++)
-        o->kv[i] = (rk_kv)v[i];
-    TRY(get_enum_list(s, "q_forms", qform_nm, def_q, 1, 4, v, &n));
+        o->kv[i] = (ropekv_kv_dtype)v[i];
+    TRY(get_enum_list(s, "q_forms", &rk_qform_enum, def_q, 1, 4, v, &n));
     o->n_q = n;
     for (int i = 0; i < n; i++) {
-        o->q[i] = (rk_qform)v[i];
-        if (o->q[i] == RK_Q_INPLACE && o->rope == RK_ROPE_NONE)
+        o->q[i] = (ropekv_q_form)v[i];
+        if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
     }
     return ROPEKV_OK;
@@ -881,7 +869,7 @@ static int read_fp8(const scope *s, rk_spec *o)
     int scale, no = 0;
     TRY(open_table(s, "fp8", &f));
     TRY(check_keys(&f, fp8_keys));
-    TRY(get_enum(&f, "scale", scale_nm, RK_SCALE_MUL_RECIP, &scale));
+    TRY(get_enum(&f, "scale", &rk_scale_enum, RK_SCALE_MUL_RECIP, &scale));
     o->fp8_scale = (rk_scale)scale;
     TRY(get_bool(&f, "rope_bf16_round", &no, &o->fp8_rope_bf16));
     TRY(open_table(&f, "saturate", &sat));
@@ -940,7 +928,7 @@ static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o)
     TRY(read_rope(s, o));
     TRY(read_lists(s, o));
     TRY(read_fp8(s, o));
-    TRY(get_enum(s, "negative_slot", neg_nm, RK_NEG_SKIP_KV, &v));
+    TRY(get_enum(s, "negative_slot", &rk_neg_enum, RK_NEG_SKIP_KV, &v));
     o->negative_slot = (rk_neg)v;
     TRY(get_bool(s, "sanitize", &no, &o->sanitize));
     return read_targets(s, archs, o);

@@ -17,58 +17,52 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
     return (int)code;
 }
 
-/* ---- spellings: one table per enum, indexed by the enum value ---------------------------------- */
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* ---- spellings: one table per enum, built from its list in rk.h ---------------------------------- */
+#define RK_ROW_(e, spelling, token) {e, #spelling, #token},
+#define RK_TABLE_(what, LIST)                                                                        \
+    static const rk_spelling what##_rows[] = {LIST(RK_ROW_)};                                        \
+    const rk_enum rk_##what##_enum = {(int)(sizeof what##_rows / sizeof what##_rows[0]), what##_rows};
+RK_TABLE_(vendor, RK_VENDOR_LIST)
+RK_TABLE_(compiler, RK_COMPILER_LIST)
+RK_TABLE_(fp8, RK_FP8_LIST)
+RK_TABLE_(rope, RK_ROPE_LIST)
+RK_TABLE_(cos_sin, RK_COS_SIN_LIST)
+RK_TABLE_(scale, RK_SCALE_LIST)
+RK_TABLE_(neg, RK_NEG_LIST)
+RK_TABLE_(kv, RK_KV_LIST)
+RK_TABLE_(qform, RK_QFORM_LIST)
+RK_TABLE_(index, RK_INDEX_LIST)
 
-static const char *const vendor_names[] = {"amd", "nvidia", "host"};
-static const char *const compiler_names[] = {"hiprtc", "clang", "nvrtc", "host"};
-static const char *const fp8_names[] = {"ocp", "fnuz"};
-static const char *const rope_names[] = {"gptj", "neox", "none"};
-static const char *const cos_sin_names[] = {"f32_cat", "f32_split", "bf16_split"};
-static const char *const idx_names[] = {"int32", "int64"};
-static const char *const kv_names[] = {"bf16", "fp8_e4m3"};
-static const char *const scale_names[] = {"none", "mul_recip", "div", "mul"};
-static const char *const neg_names[] = {"skip_kv", "skip_all"};
-static const char *const qform_names[] = {"absorbed", "zero_copy", "inplace", "none"};
-
-static const char *name_at(const char *const *names, int n, int v)
+static const rk_spelling *row_of(const rk_enum *e, int value)
 {
-    return v >= 0 && v < n ? names[v] : NULL;
+    for (int i = 0; i < e->n; i++)
+        if (e->v[i].value == value)
+            return &e->v[i];
+    return NULL;
 }
 
-/* Index of s in names, or -1. */
-static int name_find(const char *const *names, int n, const char *s)
+const char *rk_enum_name(const rk_enum *e, int value)
 {
-    if (s == NULL)
-        return -1;
-    for (int i = 0; i < n; i++)
-        if (strcmp(names[i], s) == 0)
-            return i;
-    return -1;
+    const rk_spelling *r = row_of(e, value);
+    return r ? r->name : NULL;
 }
 
-/* rk_<what>_name and rk_parse_<what> for one enum. */
-#define RK_NAMES(what, type, table)                                                                \
-    const char *rk_##what##_name(type v) { return name_at(table, COUNT(table), (int)v); }          \
-    int rk_parse_##what(const char *s, type *out)                                                  \
-    {                                                                                              \
-        int i = name_find(table, COUNT(table), s);                                                 \
-        if (i < 0)                                                                                 \
-            return -1;                                                                             \
-        *out = (type)i;                                                                            \
-        return 0;                                                                                  \
-    }
+const char *rk_enum_token(const rk_enum *e, int value)
+{
+    const rk_spelling *r = row_of(e, value);
+    return r ? r->token : NULL;
+}
 
-RK_NAMES(vendor, rk_vendor, vendor_names)
-RK_NAMES(compiler, rk_compiler, compiler_names)
-RK_NAMES(fp8, rk_fp8_fmt, fp8_names)
-RK_NAMES(rope, rk_rope, rope_names)
-RK_NAMES(cos_sin, rk_cos_sin, cos_sin_names)
-RK_NAMES(idx, rk_idx, idx_names)
-RK_NAMES(kv, rk_kv, kv_names)
-RK_NAMES(scale, rk_scale, scale_names)
-RK_NAMES(neg, rk_neg, neg_names)
-RK_NAMES(qform, rk_qform, qform_names)
+const char *rk_vendor_name(rk_vendor v) { return rk_enum_name(&rk_vendor_enum, (int)v); }
+const char *rk_compiler_name(rk_compiler c) { return rk_enum_name(&rk_compiler_enum, (int)c); }
+const char *rk_fp8_name(rk_fp8_fmt f) { return rk_enum_name(&rk_fp8_enum, (int)f); }
+const char *rk_rope_name(rk_rope r) { return rk_enum_name(&rk_rope_enum, (int)r); }
+const char *rk_cos_sin_name(rk_cos_sin c) { return rk_enum_name(&rk_cos_sin_enum, (int)c); }
+const char *rk_scale_name(rk_scale s) { return rk_enum_name(&rk_scale_enum, (int)s); }
+const char *rk_neg_name(rk_neg n) { return rk_enum_name(&rk_neg_enum, (int)n); }
+const char *rk_kv_name(ropekv_kv_dtype k) { return rk_enum_name(&rk_kv_enum, (int)k); }
+const char *rk_qform_name(ropekv_q_form q) { return rk_enum_name(&rk_qform_enum, (int)q); }
+const char *rk_idx_name(ropekv_index i) { return rk_enum_name(&rk_index_enum, (int)i); }
 
 /* ---- architecture table ------------------------------------------------------------------------ */
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name)

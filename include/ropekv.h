@@ -182,8 +182,34 @@ ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropek
 ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
 void ropekv_kernel_release(ropekv_kernel *k);
 
-/* The extern "C" kernel name, which encodes every parameter of the code. */
+/* The extern "C" kernel name, which spells every parameter of the code (for logs and cache listings;
+ * read the parameters with ropekv_kernel_info, not from the name). */
 const char *ropekv_kernel_name(const ropekv_kernel *k);
+
+/* What a kernel is: its variant and every parameter of its code and launch. Strings are the spellings
+ * of the spec files and stay valid while the context lives. */
+typedef struct ropekv_kernel_params {
+    const char *name;          /* the kernel name (ropekv_kernel_name) */
+    const char *key;           /* "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64" */
+    const char *spec;          /* spec name */
+    const char *target;        /* the row of specs/archs.lua the code is built for */
+    int kv_lora_rank;          /* L */
+    int rope_dim;              /* R (qk_rope_head_dim); rows are L + R wide */
+    ropekv_kv_dtype kv;
+    ropekv_q_form q;
+    ropekv_index positions, slots;
+    const char *rope;          /* "gptj", "neox" or "none" */
+    const char *cos_sin;       /* "f32_cat", "f32_split" or "bf16_split" */
+    const char *fp8_format;    /* fp8 cache: "ocp" or "fnuz" (the target's bytes); bf16 cache: "" */
+    const char *fp8_scale;     /* "none", "mul_recip", "div" or "mul" ("none" for a bf16 cache) */
+    float fp8_saturate;        /* fp8 saturation bound (0 for a bf16 cache) */
+    int fp8_rope_bf16_round;   /* 1: the KV rope part is rounded to bf16 before the fp8 conversion */
+    const char *negative_slot; /* "skip_kv" or "skip_all" */
+    int sanitize;              /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
+    int block;                 /* threads per block of a launch */
+    int pdl;                   /* 1: launches use programmatic dependent launch on this context */
+} ropekv_kernel_params;
+ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs

@@ -1,13 +1,13 @@
 #!/bin/sh
 # Builds the libFuzzer targets of tests/fuzz in build-fuzz/ (clang, ASan, UBSan) and runs them.
 #   usage: scripts/fuzz.sh TARGET|all [SECONDS] [extra libFuzzer arguments...]
-#   TARGET: spec | name | render | cache; SECONDS per target (default 15).
+#   TARGET: spec | render | cache; SECONDS per target (default 15).
 # Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
 # finds goes to build-fuzz/corpus/<t>, crashes to build-fuzz/artifacts/<t>/, its log to
 # build-fuzz/logs/<t>.log (with -jobs=N also build-fuzz/run/<t>/fuzz-<job>.log, one per job).
 # Ends with one line per target: seconds, executions (all jobs), exec/s, coverage.
 # Examples: scripts/fuzz.sh all 15; scripts/fuzz.sh spec 600 -jobs=2 -workers=2; scripts/fuzz.sh
-# name 300 -runs=10000000 (stops at whichever limit comes first).
+# render 300 -runs=10000000 (stops at whichever limit comes first).
 # Exit status 0 only when no target found a crash, a leak or a timeout.
 # A crash is kept as a regression: copy the artifact to tests/fuzz/regressions/<t>/ (the fuzz_replay_<t>
 # CTest test replays it), reproduce with build-fuzz/tests/fuzz/fuzz_<t> ARTIFACT.
@@ -28,8 +28,8 @@ if [ $# -ge 1 ]; then
     shift
 fi
 case $what in
-all) targets="spec name render cache" ;;
-spec | name | render | cache) targets=$what ;;
+all) targets="spec render cache" ;;
+spec | render | cache) targets=$what ;;
 *) usage ;;
 esac
 case $secs in
@@ -55,12 +55,11 @@ for t in $targets; do tnames="$tnames fuzz_$t"; done
 # shellcheck disable=SC2086
 cmake --build "$bdir" -j"$(nproc)" --target $tnames >/dev/null
 
-# Input size limits: specs and templates are small text files; names fit in 256 bytes; the corpus's
+# Input size limits: specs and templates are small text files; the corpus's
 # cache entries are at most a few hundred bytes (the format's limits are tested on headers).
 max_len() {
     case $1 in
     spec) echo 8192 ;;
-    name) echo 512 ;;
     render) echo 4096 ;;
     cache) echo 2048 ;;
     esac

@@ -6,27 +6,7 @@
 namespace rk {
 using namespace rkp;
 
-struct args {  // mirrors rk_args in gen/rk.h (the kernel ABI)
-    const void *q_nope, *q_pe;
-    void *q_out;
-    const void *k_nope, *k_pe;
-    void *kv_cache;
-    const void *positions, *slots;
-    const void *cos, *sin;
-    const float *k_scale;
-    rk_i64 tokens, heads, max_pos;
-    rk_i64 q_nope_st, q_nope_sh;
-    rk_i64 q_pe_st, q_pe_sh;
-    rk_i64 q_out_st, q_out_sh;
-    rk_i64 k_nope_st, k_pe_st;
-    rk_i64 kv_st, kv_rows;
-    rk_i64 chunks;  // chunks per thread of this launch (1 .. RK_CHUNKS)
-    rk_i64 early_release;  // RK_PDL: 1 lets the next grid launch once this one has started, 0 at exit
-    rk_i64 prefetch;       // RK_PDL: 1 reads positions, slots and cos/sin before waiting for the grid
-                           // before (which must not write them), 0 waits before any access
-    rk_i64 lanes;          // lanes per token: rope_lanes(heads) + heads * QN + L_CH
-    rk_i64 lanes_mul, lanes_shift;  // g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31
-};
+using args = ::rk_args;  // templates/args.h
 
 // RK_PDL: the wait for the previous grid in the stream, and with a.early_release the release of
 // the next one. Without a.prefetch a lane waits in enter(), once it knows its chunk and before its
@@ -69,7 +49,7 @@ RK_DEVICE rk_i64 load_index(const void *p, rk_i64 t, bool wide) {
 
 // Four cos (or sin) values starting at column i of table row pos; f32 or bf16 table of width w.
 RK_DEVICE void load4(const void *table, rk_i64 pos, int w, int i, float *out) {
-    if (COS_SIN == 2) {
+    if (COS_SIN == CosSin::bf16_split) {
         rk_v8 p = *(const rk_v8 *)((const rk_u16 *)table + pos * w + i);
         out[0] = rk_bf16_lo(p.x); out[1] = rk_bf16_hi(p.x);
         out[2] = rk_bf16_lo(p.y); out[3] = rk_bf16_hi(p.y);
@@ -83,18 +63,18 @@ RK_DEVICE void load4(const void *table, rk_i64 pos, int w, int i, float *out) {
 // cos and sin for pair indices i .. i+n-1 (n = 4 or 8) at position pos.
 RK_DEVICE void load_cos_sin(const args &a, rk_i64 pos, int i, int n, float *c, float *s) {
     for (int k = 0; k < n; k += 4) {
-        if (COS_SIN == 0) {
-            load4(a.cos, pos, R, i + k, c + k);
-            load4(a.cos, pos, R, H2 + i + k, s + k);
+        if (COS_SIN == CosSin::f32_cat) {
+            load4(a.cos_sin, pos, R, i + k, c + k);
+            load4(a.cos_sin, pos, R, H2 + i + k, s + k);
         } else {
-            load4(a.cos, pos, H2, i + k, c + k);
+            load4(a.cos_sin, pos, H2, i + k, c + k);
             load4(a.sin, pos, H2, i + k, s + k);
         }
     }
 }
 
 RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
-    rk_i64 p = load_index(a.positions, t, POS_I64);
+    rk_i64 p = load_index(a.positions, t, POS == Index::int64);
     return p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p;
 }
 
@@ -102,13 +82,13 @@ RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
 // chunk's partner half is rotated too and returned in *partner (the in-place form writes both).
 RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
     f8 y;
-    if (ROPE == 2) {
+    if (ROPE == Rope::none) {
         gate(a);
         return unpack_bf16(rk_load16(x + j));
     }
     const rk_i64 pos = position(a, t);
     float c[V], s[V];
-    if (ROPE == 0) {  // gptj: pairs (2i, 2i+1) inside the chunk
+    if (ROPE == Rope::gptj) {  // gptj: pairs (2i, 2i+1) inside the chunk
         load_cos_sin(a, pos, j / 2, 4, c, s);
         gate(a);
         f8 x8 = unpack_bf16(rk_load16(x + j));
@@ -138,9 +118,9 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
 // the chunk's own (a slot read first would add a memory round trip to the chain).
 template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
-    const bool skip = SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0;
+    const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;
     const rk_u16 *q_pe = (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
-    if (QFORM == 0 && c < L_CH) {
+    if (QFORM == QForm::absorbed && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
         rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
         gate(a);
@@ -148,15 +128,15 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         if (!skip) rk_store16_out(dst + c * V, x);
         return;
     }
-    const int j = (QFORM == 0 ? c - L_CH : c) * V;
-    if (QFORM == 2) {
+    const int j = (QFORM == QForm::absorbed ? c - L_CH : c) * V;
+    if (QFORM == QForm::inplace) {
         // In place, a neox pair spans two chunks: the first-half lane rotates and writes both, so no
         // lane reads a value another lane has already overwritten.
-        if (ROPE == 1 && j >= H2) return;
+        if (ROPE == Rope::neox && j >= H2) return;
         f8 partner;
         rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &partner));
         if (skip) return;
-        if (ROPE == 1) rk_store16((rk_u16 *)q_pe + j + H2, pack_bf16(partner));
+        if (ROPE == Rope::neox) rk_store16((rk_u16 *)q_pe + j + H2, pack_bf16(partner));
         rk_store16((rk_u16 *)q_pe + j, out);
         return;
     }
@@ -167,9 +147,9 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
 
 // KV element on its way to an fp8 cache: scale, sanitize, clamp to the bound (NaN passes).
 RK_DEVICE float fp8_prep(float x, float k) {
-    if (SCALE == 1) x = x * k;       // k holds 1/k_scale
-    else if (SCALE == 2) x = x / k;
-    else if (SCALE == 3) x = x * k;
+    if (SCALE == Scale::mul_recip) x = x * k;  // k holds 1/k_scale
+    else if (SCALE == Scale::div) x = x / k;
+    else if (SCALE == Scale::mul) x = x * k;
     if (SANITIZE) x = rk_isnan(x) ? 0.0f : x;
     return x > SAT ? SAT : x < -SAT ? -SAT : x;
 }
@@ -185,8 +165,8 @@ RK_DEVICE float bf16_prep(float x) {
 // read after the rotation it would add a memory round trip to the chain.
 template <class I>
 RK_DEVICE void kv_chunk(const args &a, I t, int c) {
-    const rk_i64 slot = load_index(a.slots, t, SLOT_I64);
-    const bool scaled = KV_FP8 && SCALE != 0;
+    const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
+    const bool scaled = KV == Kv::fp8_e4m3 && SCALE != Scale::none;
     float k_scale = scaled && !a.prefetch ? *a.k_scale : 1.0f;
     const bool nope = c < L_CH;
     f8 y;
@@ -201,9 +181,9 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < 0 || slot >= a.kv_rows) return;
-    if (KV_FP8) {
+    if (KV == Kv::fp8_e4m3) {
         float k = k_scale;
-        if (SCALE == 1) k = 1.0f / k;
+        if (SCALE == Scale::mul_recip) k = 1.0f / k;
         if (ROPE_BF16 && !nope)
             for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
         for (int i = 0; i < V; i++) y.v[i] = fp8_prep(y.v[i], k);
@@ -222,9 +202,9 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
 // after the other, and a mixed wave would wait for both chains in turn.
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
-// (rk_launch_plan in gen/variant.c counts the same: a.lanes.)
-constexpr int QR = QFORM == 3 ? 0 : R_CH;  // query rope chunks per head
-constexpr int QN = QFORM == 0 ? L_CH : 0;  // query chunks copied from q_nope per head
+// (rk_launch_plan in gen/desc.c counts the same: a.lanes.)
+constexpr int QR = QFORM == QForm::none ? 0 : R_CH;  // query rope chunks per head
+constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
 
@@ -249,7 +229,7 @@ RK_DEVICE void chunk(const args &a, I g) {
         q_lane = r < heads * QR;
         if (q_lane) {
             h = r / R_CH;
-            c = (QFORM == 0 ? L_CH : 0) + (int)(r - h * R_CH);
+            c = (QFORM == QForm::absorbed ? L_CH : 0) + (int)(r - h * R_CH);
         } else if (r < heads * QR + R_CH) {
             c = L_CH + (int)(r - heads * QR);
         } else {
@@ -271,7 +251,7 @@ RK_DEVICE void chunk(const args &a, I g) {
 }
 
 // This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = tokens * a.lanes (rk_launch_plan in gen/variant.c).
+// total = tokens * a.lanes (rk_launch_plan in gen/desc.c).
 template <class I>
 RK_DEVICE void launch(const args &a) {
     const rk_i64 total = a.tokens * a.lanes;

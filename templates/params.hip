@@ -4,22 +4,31 @@
 #define RK_CHUNKS ${chunks}        // at most this many 16-byte output chunks per thread
 #define RK_NT_STORES ${nt_stores}  // streaming stores for q_out and cache rows
 #define RK_PDL ${pdl}              // programmatic dependent launch (griddepcontrol, NVIDIA sm_90+)
-#define RK_HW_BF16 ${hw_bf16}
-#define RK_HW_FP8 ${hw_fp8}
-#define RK_FP8_FNUZ ${fp8_fnuz}
+#define RK_HW_BF16 ${hw_bf16}      // hardware f32 -> bf16 conversion
+#define RK_HW_FP8 ${hw_fp8}        // hardware f32 -> fp8 conversion
+#define RK_FP8_FNUZ ${fp8_fnuz}    // the target's fp8 bytes are FNUZ (else OCP)
 namespace rkp {
-constexpr int L = ${kv_lora_rank};          // kv_lora_rank
-constexpr int R = ${rope_dim};              // qk_rope_head_dim
-constexpr int ROPE = ${rope};               // 0 gptj, 1 neox, 2 none
-constexpr int COS_SIN = ${cos_sin};         // 0 f32_cat, 1 f32_split, 2 bf16_split
-constexpr bool POS_I64 = ${pos_i64};
-constexpr bool SLOT_I64 = ${slot_i64};
-constexpr bool KV_FP8 = ${kv_fp8};
-constexpr int SCALE = ${scale};             // 0 none, 1 mul_recip, 2 div, 3 mul
-constexpr float SAT = ${sat};               // fp8 saturation bound
-constexpr bool ROPE_BF16 = ${rope_bf16};    // round the KV rope part to bf16 before fp8
-constexpr bool SKIP_ALL = ${skip_all};      // a negative slot also skips the token's q rows
-constexpr int QFORM = ${qform};             // 0 absorbed, 1 zero_copy, 2 inplace, 3 none
-constexpr bool SANITIZE = ${sanitize};
-}  // namespace rkp
+// The enumerators are the spellings of the spec files (gen/rk.h, one table per enum); a binding names
+// one, so a value the kernel does not know fails to compile.
+enum class Rope { gptj, neox, none };
+enum class CosSin { f32_cat, f32_split, bf16_split };
+enum class Index { int32, int64 };
+enum class Kv { bf16, fp8_e4m3 };
+enum class Scale { none, mul_recip, div, mul };
+enum class Neg { skip_kv, skip_all };
+enum class QForm { absorbed, zero_copy, inplace, none };
 
+constexpr int L = ${kv_lora_rank};                // kv_lora_rank
+constexpr int R = ${rope_dim};                    // qk_rope_head_dim
+constexpr Rope ROPE = Rope::${rope};
+constexpr CosSin COS_SIN = CosSin::${cos_sin};    // layout of the cos/sin tables
+constexpr Index POS = Index::${positions};        // dtype of positions[]
+constexpr Index SLOT = Index::${slots};           // dtype of slots[]
+constexpr Kv KV = Kv::${kv};                      // cache dtype
+constexpr Scale SCALE = Scale::${scale};          // fp8 scale convention (none for a bf16 cache)
+constexpr float SAT = ${sat};                     // fp8 saturation bound
+constexpr bool ROPE_BF16 = ${rope_bf16};          // round the KV rope part to bf16 before fp8
+constexpr Neg NEG = Neg::${negative_slot};        // what a negative slot skips
+constexpr QForm QFORM = QForm::${q};
+constexpr bool SANITIZE = ${sanitize};            // NaN -> 0, +-inf -> +-max finite in the KV row
+}  // namespace rkp

@@ -403,7 +403,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     uint64_t p[11] = {
         rebase(a->q_nope, b, dev), rebase(a->q_pe, b, dev), rebase(a->q_out, b, dev), rebase(a->k_nope, b, dev),
         rebase(a->k_pe, b, dev), rebase(a->kv_cache, b, dev), rebase(a->positions, b, dev), rebase(a->slots, b, dev),
-        rebase(a->cos, b, dev), rebase(a->sin, b, dev), rebase(a->k_scale, b, dev),
+        rebase(a->cos_sin, b, dev), rebase(a->sin, b, dev), rebase(a->k_scale, b, dev),
     };
     for (int i = 0; i < 11; i++)
         if (p[i] == UINT64_MAX) {
@@ -419,16 +419,14 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.kv_cache = (void *)(uintptr_t)p[5];
     d.positions = (const void *)(uintptr_t)p[6];
     d.slots = (const void *)(uintptr_t)p[7];
-    d.cos = (const void *)(uintptr_t)p[8];
+    d.cos_sin = (const void *)(uintptr_t)p[8];
     d.sin = (const void *)(uintptr_t)p[9];
     d.k_scale = (const float *)(uintptr_t)p[10];
 
     /* launch geometry as the runtime computes it */
-    const rk_spec *sp = v->spec;
     const int block = v->arch->block;
     int64_t total, blocks;
-    rk_launch_plan(sp->kv_lora_rank, sp->rope_dim, v->q, v->arch->wave, block, v->arch->chunks, v->arch->chunks_from,
-                   &d, &total, &blocks);
+    rk_launch_plan(v, &d, &total, &blocks);
     d.prefetch = v->arch->pdl && r->prefetch;
     /* the 64-bit entry is needed once a chunk index or an element offset can pass 2^31 - 1 (bytes
      * bound elements from above) */

@@ -95,14 +95,18 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
     s->arch.vec_bytes = 16;
     s->arch.block = 256;
     s->arch.compiler = RK_CC_HOST;
-    s->v.spec = &s->spec;
-    s->v.arch = &s->arch;
-    s->v.kv = RK_KV_BF16;
-    s->v.q = RK_Q_ABSORBED;
-    s->v.pos = RK_IDX_I64;
-    s->v.slot = RK_IDX_I64;
-    s->v.fp8 = RK_FP8_OCP;
-    s->v.sat = 448.0f;
+    s->v.kv = ROPEKV_KV_BF16;
+    s->v.q = ROPEKV_Q_ABSORBED;
+    s->v.pos = ROPEKV_INDEX_INT64;
+    s->v.slot = ROPEKV_INDEX_INT64;
+}
+
+/* The reference run on the description of the setup's spec, row and choices (set them first). */
+static void ref_run(setup *s, const rk_args *a) {
+    rk_err err = {0};
+    if (rk_desc_make(&s->spec, &s->arch, s->v.kv, s->v.q, s->v.pos, s->v.slot, &s->v, &err) != ROPEKV_OK)
+        fail_msg("rk_desc_make: %s", err.msg);
+    rk_ref_run(&s->v, a);
 }
 
 /* ---- bf16 -------------------------------------------------------------------------------------- */
@@ -449,13 +453,13 @@ static void test_op_gptj_absorbed(void **state) {
 
     rk_args a = {
         .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos = table, .sin = NULL, .k_scale = NULL,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = table, .sin = NULL, .k_scale = NULL,
         .tokens = T, .heads = H, .max_pos = 4,
         .q_nope_st = qn_st, .q_nope_sh = qn_sh, .q_pe_st = qp_st, .q_pe_sh = qp_sh,
         .q_out_st = qo_st, .q_out_sh = qo_sh, .k_nope_st = kn_st, .k_pe_st = kp_st,
         .kv_st = kv_st, .kv_rows = 4,
     };
-    rk_ref_run(&s.v, &a);
+    ref_run(&s, &a);
 
     fill16(want_q, 160, SENT16);
     const uint16_t *tail[T][H] = {{XA_GPTJ_P1, XB_GPTJ_P1}, {XC_GPTJ_P3, XD_GPTJ_P3},
@@ -489,9 +493,9 @@ static void test_op_neox_zero_copy_skip_all(void **state) {
     setup s;
     setup_init(&s, RK_ROPE_NEOX, RK_CS_F32_SPLIT);
     s.spec.negative_slot = RK_NEG_SKIP_ALL;
-    s.v.q = RK_Q_ZERO_COPY;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I32;
+    s.v.q = ROPEKV_Q_ZERO_COPY;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT32;
     enum { T = 3, H = 2, L = 8, R = 8, W = 16 };
     uint16_t q_pe[T * H * R], q_out[T * H * W], k_nope[T * L], k_pe[T * R], kv[4 * W];
     uint16_t want_q[T * H * W], want_kv[4 * W];
@@ -512,12 +516,12 @@ static void test_op_neox_zero_copy_skip_all(void **state) {
 
     rk_args a = {
         .q_nope = NULL, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos = cos_t, .sin = sin_t,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = cos_t, .sin = sin_t,
         .tokens = T, .heads = H, .max_pos = 4,
         .q_pe_st = H * R, .q_pe_sh = R, .q_out_st = H * W, .q_out_sh = W,
         .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 4,
     };
-    rk_ref_run(&s.v, &a);
+    ref_run(&s, &a);
 
     fill16(want_q, T * H * W, SENT16);
     put_h(want_q + (1 * H + 0) * W + L, XA_BITS, R); /* token 1: pos -1 -> 0, identity */
@@ -542,9 +546,9 @@ static void test_op_inplace_bf16_tables(void **state) {
     (void)state;
     setup s;
     setup_init(&s, RK_ROPE_GPTJ, RK_CS_BF16_SPLIT);
-    s.v.q = RK_Q_INPLACE;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I64;
+    s.v.q = ROPEKV_Q_INPLACE;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT64;
     enum { T = 2, H = 2, L = 8, R = 8, W = 16, D = 12 };
     uint16_t q[T * H * D], want_q[T * H * D], k_nope[T * L], k_pe[T * R], kv[2 * W], want_kv[2 * W];
     uint16_t cos_t[16], sin_t[16];
@@ -571,11 +575,11 @@ static void test_op_inplace_bf16_tables(void **state) {
 
     rk_args a = {
         .q_nope = NULL, .q_pe = q + 4, .q_out = NULL, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos = cos_t, .sin = sin_t,
+        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = cos_t, .sin = sin_t,
         .tokens = T, .heads = H, .max_pos = 4,
         .q_pe_st = H * D, .q_pe_sh = D, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
     };
-    rk_ref_run(&s.v, &a);
+    ref_run(&s, &a);
 
     const uint16_t *rot[T][H] = {{XC_GPTJ_P3, XD_GPTJ_P3}, {XA_GPTJ_P1, XB_GPTJ_P1}};
     for (int t = 0; t < T; t++)
@@ -608,7 +612,7 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
         setup s;
         setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
         s.spec.sanitize = san;
-        s.v.q = RK_Q_NONE;
+        s.v.q = ROPEKV_Q_NONE;
         uint16_t k_nope[L], k_pe[R], kv[W], q_pe[R], q_out[W], q_nope[L];
         put_h(k_nope, nope, L);
         put_h(k_pe, pe, R);
@@ -619,12 +623,12 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
         int64_t pos = 7, slot = 0;
         rk_args a = {
             .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-            .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = NULL, .sin = NULL,
+            .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = NULL, .sin = NULL,
             .tokens = 1, .heads = 1, .max_pos = 1,
             .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
             .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
         };
-        rk_ref_run(&s.v, &a);
+        ref_run(&s, &a);
         check16(kv, san ? want_san : want_raw, W, san ? "kv (sanitize)" : "kv (raw)");
         uint16_t untouched[W];
         fill16(untouched, W, SENT16);
@@ -655,16 +659,16 @@ static void test_op_fused_rounding(void **state) {
     put_f(q_pe, x, R);
     put_f(k_pe, x, R);
     int32_t pos = 0, slot = 0;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I32;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT32;
     rk_args a = {
         .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = table,
+        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = table,
         .tokens = 1, .heads = 1, .max_pos = 1,
         .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
         .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
     };
-    rk_ref_run(&s.v, &a);
+    ref_run(&s, &a);
     static const uint16_t tail[R] = {0x3d01, 0x4002, 0x4002, 0x3d01, 0x40a0, 0x40c0, 0x40e0, 0x4100};
     check16(q_out + L, tail, R, "q_out rope");
     check16(kv + L, tail, R, "kv rope");
@@ -686,12 +690,12 @@ static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_sc
     float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
     rk_args a = {
         .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = cs, .k_scale = &k_scale,
+        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = cs, .k_scale = &k_scale,
         .tokens = 1, .heads = 1, .max_pos = 1,
         .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
         .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
     };
-    rk_ref_run(&s->v, &a);
+    ref_run(s, &a);
     for (int i = W; i < W + 4; i++) assert_int_equal(kv[i], SENT8);
     memcpy(row, kv, W);
 }
@@ -700,10 +704,9 @@ static void setup_fp8(setup *s, rk_fp8_fmt fmt, float sat, rk_scale scale) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.fp8_scale = scale;
     s->arch.fp8 = fmt;
-    s->v.kv = RK_KV_FP8;
-    s->v.q = RK_Q_NONE;
-    s->v.fp8 = fmt;
-    s->v.sat = sat;
+    s->spec.fp8_sat_ocp = s->spec.fp8_sat_fnuz = sat;
+    s->v.kv = ROPEKV_KV_FP8_E4M3;
+    s->v.q = ROPEKV_Q_NONE;
 }
 
 /* k_scale = 2 under each convention, OCP bytes. */
@@ -831,8 +834,8 @@ static void test_op_fp8_rope_bf16(void **state) {
         setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
         s.spec.fp8_rope_bf16 = rr;
         s.spec.fp8_scale = RK_SCALE_MUL;
-        s.v.kv = RK_KV_FP8;
-        s.v.q = RK_Q_NONE;
+        s.v.kv = ROPEKV_KV_FP8_E4M3;
+        s.v.q = ROPEKV_Q_NONE;
         uint16_t k_nope[L], k_pe[R];
         uint8_t kv[W];
         fill16(k_nope, L, 0x3f80);
@@ -841,10 +844,10 @@ static void test_op_fp8_rope_bf16(void **state) {
         float k_scale = 1.0f;
         rk_args a = {
             .k_nope = k_nope, .k_pe = k_pe, .kv_cache = kv, .positions = &pos, .slots = &slot,
-            .cos = table, .k_scale = &k_scale, .tokens = 1, .heads = 1, .max_pos = 1,
+            .cos_sin = table, .k_scale = &k_scale, .tokens = 1, .heads = 1, .max_pos = 1,
             .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
         };
-        rk_ref_run(&s.v, &a);
+        ref_run(&s, &a);
         const uint8_t want[W] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38,
                                  rr ? 0x38 : 0x39, rr ? 0x40 : 0x41, 0x38, 0x38, 0x44, 0x30, 0xb8, 0x38};
         check8(kv, want, W, rr ? "rope_bf16 on" : "rope_bf16 off");
@@ -899,29 +902,29 @@ static void test_op_layout_consistency(void **state) {
         rk_cos_sin layout = (rk_cos_sin)(run % 3);
         int neox = run >= 4;
         setup_init(&s, neox ? RK_ROPE_NEOX : RK_ROPE_GPTJ, layout);
-        s.v.pos = (run & 1) ? RK_IDX_I32 : RK_IDX_I64;
-        s.v.slot = (run & 2) ? RK_IDX_I32 : RK_IDX_I64;
-        s.v.q = (rk_qform)((run + run / 3) % 3); /* absorbed, zero_copy, inplace */
+        s.v.pos = (run & 1) ? ROPEKV_INDEX_INT32 : ROPEKV_INDEX_INT64;
+        s.v.slot = (run & 2) ? ROPEKV_INDEX_INT32 : ROPEKV_INDEX_INT64;
+        s.v.q = (ropekv_q_form)((run + run / 3) % 3); /* absorbed, zero_copy, inplace */
         uint16_t q_out[T * H * W], kv[T * W], q_pe_run[T * H * R];
         fill16(q_out, T * H * W, 0);
         fill16(kv, T * W, 0);
         memcpy(q_pe_run, neox ? q_pe_nx : q_pe, sizeof q_pe_run);
-        if (s.v.q != RK_Q_ABSORBED)
+        if (s.v.q != ROPEKV_Q_ABSORBED)
             for (int i = 0; i < T * H; i++) memcpy(q_out + i * W, q_nope + i * L, L * sizeof(uint16_t));
         rk_args a = {
             .q_nope = q_nope, .q_pe = q_pe_run, .q_out = q_out, .k_nope = k_nope,
             .k_pe = neox ? k_pe_nx : k_pe, .kv_cache = kv,
-            .positions = s.v.pos == RK_IDX_I32 ? (const void *)pos32 : (const void *)pos64,
-            .slots = s.v.slot == RK_IDX_I32 ? (const void *)slot32 : (const void *)slot64,
-            .cos = layout == RK_CS_F32_CAT ? (const void *)cat
+            .positions = s.v.pos == ROPEKV_INDEX_INT32 ? (const void *)pos32 : (const void *)pos64,
+            .slots = s.v.slot == ROPEKV_INDEX_INT32 ? (const void *)slot32 : (const void *)slot64,
+            .cos_sin = layout == RK_CS_F32_CAT ? (const void *)cat
                  : layout == RK_CS_F32_SPLIT ? (const void *)cs : (const void *)cs16,
             .sin = layout == RK_CS_F32_SPLIT ? (const void *)sn : (const void *)sn16,
             .tokens = T, .heads = H, .max_pos = P,
             .q_nope_st = H * L, .q_nope_sh = L, .q_pe_st = H * R, .q_pe_sh = R,
             .q_out_st = H * W, .q_out_sh = W, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = T,
         };
-        rk_ref_run(&s.v, &a);
-        if (s.v.q == RK_Q_INPLACE)
+        ref_run(&s, &a);
+        if (s.v.q == ROPEKV_Q_INPLACE)
             for (int i = 0; i < T * H; i++) memcpy(q_out + i * W + L, q_pe_run + i * R, R * sizeof(uint16_t));
         if (neox) { /* regroup back to the GPT-J order */
             uint16_t tmp[R];

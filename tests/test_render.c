@@ -135,43 +135,75 @@ static void test_golden_header(void **state) {
     rk_buf_free(&src);
 }
 
-static void test_names_parse_back(void **state) {
+/* Keys and names of the built-in variants are unique; a name is made of identifier characters and
+ * spells what it is (the sm_90 DeepSeek-V3 fp8 kernel's name is fixed: it is the PTX entry's). */
+static void test_names_unique(void **state) {
     fixture *f = *state;
     for (int i = 0; i < f->n; i++) {
-        rk_name_parts p, q;
-        rk_err err = {0};
-        assert_int_equal(rk_name_parse(f->v[i].name, &p, &err), ROPEKV_OK);
-        rk_variant_parts(&f->v[i], &q);
-        assert_memory_equal(&p, &q, sizeof p);
-        for (int j = 0; j < i; j++) assert_string_not_equal(f->v[i].key, f->v[j].key);
+        for (const char *c = f->v[i].name; *c; c++)
+            assert_true((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || (*c >= 'A' && *c <= 'Z'));
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(f->v[i].key, f->v[j].key);
+            assert_string_not_equal(f->v[i].name, f->v[j].name);
+        }
+        if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64"))
+            assert_string_equal(f->v[i].name,
+                                "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90");
     }
 }
 
-static void test_bad_names_are_refused(void **state) {
-    (void)state;
-    const char *good = "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90";
-    rk_name_parts p;
+/* The rendered source binds enumerations by name, from the description. */
+static void test_bindings_are_named(void **state) {
+    fixture *f = *state;
+    const rk_spec *s = rk_catalog_find(&f->cat, "deepseek_v3");
+    const rk_arch *a = rk_arch_find(&f->cat.archs, "gfx942");
+    assert_non_null(s);
+    assert_non_null(a);
+    rk_desc d;
     rk_err err = {0};
-    assert_int_equal(rk_name_parse(good, &p, &err), ROPEKV_OK);
-    assert_int_equal(p.L, 512);
-    assert_string_equal(p.target, "sm_90");
-    const char *bad[] = {
-        "", "rk_", "xx_L512", "rk_L512_R64",
-        "rk_L512_R64_gptx_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90",
-        "rk_L0512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90",
-        "rk_L512_R64_gptj_f32cat_p16_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90",
-        "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat999_rr0_absorbed_skipkv_san0_sm_90",
-        "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr2_absorbed_skipkv_san0_sm_90",
-        "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_",
-        "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_SM90",
-        "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm-90",
-        "rk_L-8_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90",
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        memset(&err, 0, sizeof err);
-        assert_int_equal(rk_name_parse(bad[i], &p, &err), ROPEKV_ERR_RENDER);
-        assert_non_null(strstr(err.msg, "kernel name"));
-    }
+    assert_int_equal(rk_desc_make(s, a, ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64, &d,
+                                  &err),
+                     ROPEKV_OK);
+    rk_buf src = {0};
+    assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
+    const char *want[] = {"constexpr Kv KV = Kv::fp8_e4m3;", "constexpr QForm QFORM = QForm::zero_copy;",
+                          "constexpr Index POS = Index::int32;", "constexpr Index SLOT = Index::int64;",
+                          "constexpr Rope ROPE = Rope::gptj;", "constexpr Scale SCALE = Scale::mul_recip;",
+                          "#define RK_FP8_FNUZ 1"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(src.p, want[i])) fail_msg("source of %s lacks '%s'", d.key, want[i]);
+    rk_buf_free(&src);
+}
+
+/* A variant the spec does not list is refused with what the spec lists; a choice outside its enum is an
+ * argument error. */
+static void test_desc_listed(void **state) {
+    fixture *f = *state;
+    const rk_spec *s = rk_catalog_find(&f->cat, "deepseek_v3");
+    rk_desc d;
+    rk_err err = {0};
+    const rk_arch *sm90 = rk_arch_find(&f->cat.archs, "sm_90");
+    assert_int_equal(rk_desc_listed(s, sm90, ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                                    &d, &err),
+                     ROPEKV_OK);
+    assert_string_equal(d.key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64");
+    assert_int_equal(rk_desc_listed(s, sm90, ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64,
+                                    &d, &err),
+                     ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
+    rk_spec narrow = *s;
+    narrow.n_targets = 1;
+    snprintf(narrow.targets[0], sizeof narrow.targets[0], "gfx942");
+    assert_int_equal(rk_desc_listed(&narrow, sm90, ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                    ROPEKV_INDEX_INT64, &d, &err),
+                     ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "does not list target sm_90"));
+    assert_int_equal(rk_desc_make(s, sm90, (ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                                  &d, &err),
+                     ROPEKV_ERR_ARG);
+    assert_int_equal(rk_desc_make(s, sm90, ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                                  &d, &err),
+                     ROPEKV_ERR_ARG);
 }
 
 /* n / d as the 32-bit kernel entry computes it from rk_div_magic's numbers. */
@@ -224,9 +256,12 @@ static void test_div_magic(void **state) {
  * rope section 16 * 8 + 8 = 136 -> 160, copy section 16 * 64 + 64. */
 static void test_launch_plan(void **state) {
     (void)state;
+    rk_arch nv = {.wave = 32, .block = 128, .chunks = 4, .chunks_from = 1 << 20};
+    rk_arch amd = {.wave = 64, .block = 256, .chunks = 1, .chunks_from = 0};
+    rk_desc d = {.arch = &nv, .q = ROPEKV_Q_ABSORBED, .L = 512, .R = 64};
     rk_args a = {.tokens = 3, .heads = 16};
     int64_t total, blocks;
-    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    rk_launch_plan(&d, &a, &total, &blocks);
     assert_int_equal(a.lanes, 160 + 16 * 64 + 64);
     assert_int_equal(total, 3 * a.lanes);
     assert_int_equal(a.chunks, 1);
@@ -234,12 +269,13 @@ static void test_launch_plan(void **state) {
     assert_int_equal(blocks, (total + 127) / 128);
     assert_int_equal(magic_div(total - 1, a.lanes_mul, a.lanes_shift), 2);
     a = (rk_args){.tokens = 4096, .heads = 16};
-    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    rk_launch_plan(&d, &a, &total, &blocks);
     assert_int_equal(a.chunks, 4);
     assert_int_equal(a.early_release, 0);
     assert_int_equal(blocks, (total + 511) / 512);
     a = (rk_args){.tokens = 1, .heads = 1};
-    rk_launch_plan(512, 64, RK_Q_NONE, 64, 256, 1, 0, &a, &total, &blocks);
+    d = (rk_desc){.arch = &amd, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
+    rk_launch_plan(&d, &a, &total, &blocks);
     assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
 }
 
@@ -251,12 +287,13 @@ int main(void) {
         cmocka_unit_test(test_render_unknown_placeholder),
         cmocka_unit_test(test_render_unused_binding),
         cmocka_unit_test(test_render_unbalanced),
-        cmocka_unit_test(test_bad_names_are_refused),
     };
     const struct CMUnitTest specs[] = {
         cmocka_unit_test(test_emit_is_deterministic),
         cmocka_unit_test(test_golden_header),
-        cmocka_unit_test(test_names_parse_back),
+        cmocka_unit_test(test_names_unique),
+        cmocka_unit_test(test_bindings_are_named),
+        cmocka_unit_test(test_desc_listed),
     };
     int failed = cmocka_run_group_tests_name("render", plain, NULL, NULL);
     failed += cmocka_run_group_tests_name("render_specs", specs, setup, teardown);

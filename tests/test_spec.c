@@ -171,47 +171,67 @@ static void test_fail(void **state)
     assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
 }
 
-/* Every spelling parses back to its value; out-of-range values have no name. */
-#define ROUNDTRIP(what, type, count)                                                               \
-    do {                                                                                           \
-        type v_ = (type)99;                                                                        \
-        for (int i_ = 0; i_ < (count); i_++) {                                                     \
-            const char *n_ = rk_##what##_name((type)i_);                                           \
-            assert_non_null(n_);                                                                   \
-            assert_int_equal(rk_parse_##what(n_, &v_), 0);                                         \
-            assert_int_equal((int)v_, i_);                                                         \
-        }                                                                                          \
-        assert_null(rk_##what##_name((type)(count)));                                              \
-        assert_null(rk_##what##_name((type)-1));                                                   \
-        v_ = (type)0;                                                                              \
-        assert_int_equal(rk_parse_##what("bogus", &v_), -1);                                       \
-        assert_int_equal(rk_parse_##what(NULL, &v_), -1);                                          \
-        assert_int_equal((int)v_, 0);                                                              \
-    } while (0)
+/* Every enum table: values, spellings and name tokens unique; tokens free of '_' (it separates a kernel
+ * name's fields); a value outside the table has no spelling. */
+static void check_table(const rk_enum *e)
+{
+    assert_true(e->n >= 2);
+    for (int i = 0; i < e->n; i++) {
+        assert_non_null(e->v[i].name);
+        assert_non_null(e->v[i].token);
+        assert_null(strchr(e->v[i].token, '_'));
+        assert_string_equal(rk_enum_name(e, e->v[i].value), e->v[i].name);
+        assert_string_equal(rk_enum_token(e, e->v[i].value), e->v[i].token);
+        for (int j = 0; j < i; j++) {
+            assert_int_not_equal(e->v[i].value, e->v[j].value);
+            assert_string_not_equal(e->v[i].name, e->v[j].name);
+            assert_string_not_equal(e->v[i].token, e->v[j].token);
+        }
+    }
+    assert_null(rk_enum_name(e, -1));
+    assert_null(rk_enum_name(e, 1000));
+}
+
+/* The kernel's C++ enumerators (templates/params.hip, `enum class T { a, b };`) are the table's
+ * spellings, in any order: a binding names one, so the two must agree. */
+static void check_kernel_enum(const char *type, const rk_enum *e)
+{
+    size_t len;
+    const char *t = rk_embedded("params.hip", &len);
+    assert_non_null(t);
+    char head[64], body[256];
+    snprintf(head, sizeof head, "enum class %s {", type);
+    const char *at = strstr(t, head);
+    assert_non_null(at);
+    at += strlen(head);
+    const char *end = strchr(at, '}');
+    assert_non_null(end);
+    snprintf(body, sizeof body, "%.*s", (int)(end - at), at);
+    int n = 0;
+    for (char *tok = strtok(body, " ,"); tok; tok = strtok(NULL, " ,"), n++) {
+        int found = 0;
+        for (int i = 0; i < e->n; i++) found |= strcmp(e->v[i].name, tok) == 0;
+        if (!found) fail_msg("enum class %s has '%s', which no spelling of its table names", type, tok);
+    }
+    assert_int_equal(n, e->n);
+}
 
 static void test_names(void **state)
 {
     (void)state;
-    ROUNDTRIP(vendor, rk_vendor, 3);
-    ROUNDTRIP(compiler, rk_compiler, 4);
-    ROUNDTRIP(fp8, rk_fp8_fmt, 2);
-    ROUNDTRIP(rope, rk_rope, 3);
-    ROUNDTRIP(cos_sin, rk_cos_sin, 3);
-    ROUNDTRIP(idx, rk_idx, 2);
-    ROUNDTRIP(kv, rk_kv, 2);
-    ROUNDTRIP(scale, rk_scale, 4);
-    ROUNDTRIP(neg, rk_neg, 2);
-    ROUNDTRIP(qform, rk_qform, 4);
-    assert_string_equal(rk_vendor_name(RK_VENDOR_NVIDIA), "nvidia");
-    assert_string_equal(rk_compiler_name(RK_CC_HIPRTC), "hiprtc");
-    assert_string_equal(rk_fp8_name(RK_FP8_FNUZ), "fnuz");
-    assert_string_equal(rk_rope_name(RK_ROPE_NEOX), "neox");
-    assert_string_equal(rk_cos_sin_name(RK_CS_BF16_SPLIT), "bf16_split");
-    assert_string_equal(rk_idx_name(RK_IDX_I32), "int32");
-    assert_string_equal(rk_kv_name(RK_KV_FP8), "fp8_e4m3");
-    assert_string_equal(rk_scale_name(RK_SCALE_MUL_RECIP), "mul_recip");
-    assert_string_equal(rk_neg_name(RK_NEG_SKIP_ALL), "skip_all");
-    assert_string_equal(rk_qform_name(RK_Q_ZERO_COPY), "zero_copy");
+    const rk_enum *all[] = {&rk_vendor_enum, &rk_compiler_enum, &rk_fp8_enum, &rk_rope_enum, &rk_cos_sin_enum,
+                            &rk_scale_enum, &rk_neg_enum, &rk_kv_enum, &rk_qform_enum, &rk_index_enum};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) check_table(all[i]);
+    check_kernel_enum("Rope", &rk_rope_enum);
+    check_kernel_enum("CosSin", &rk_cos_sin_enum);
+    check_kernel_enum("Index", &rk_index_enum);
+    check_kernel_enum("Kv", &rk_kv_enum);
+    check_kernel_enum("Scale", &rk_scale_enum);
+    check_kernel_enum("Neg", &rk_neg_enum);
+    check_kernel_enum("QForm", &rk_qform_enum);
+    assert_string_equal(rk_kv_name(ROPEKV_KV_FP8_E4M3), "fp8_e4m3");
+    assert_string_equal(rk_idx_name(ROPEKV_INDEX_INT32), "int32");
+    assert_string_equal(rk_qform_name(ROPEKV_Q_ZERO_COPY), "zero_copy");
 }
 
 static void test_arch_find(void **state)
@@ -325,17 +345,17 @@ static void test_spec_values(void **state)
     rk_spec s = load_file(state, "deepseek_v3.lua");
     assert_string_equal(s.name, "deepseek_v3");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.rope == RK_ROPE_GPTJ);
-    assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 1 && s.pos[0] == RK_IDX_I64);
-    assert_true(s.n_slot == 2 && s.slot[0] == RK_IDX_I64 && s.slot[1] == RK_IDX_I32);
+    assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_slot == 2 && s.slot[0] == ROPEKV_INDEX_INT64 && s.slot[1] == ROPEKV_INDEX_INT32);
     assert_true(s.n_kv == 2 && s.fp8_scale == RK_SCALE_MUL_RECIP);
-    assert_true(s.n_q == 3 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_NONE);
+    assert_true(s.n_q == 3 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_NONE);
     assert_true(s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f && !s.fp8_rope_bf16);
     assert_true(s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize && s.n_targets == 9);
 
     s = load_file(state, "kimi_k2.lua");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64);
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
-    assert_true(s.n_q == 2 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_INPLACE);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT32 && s.n_slot == 1 && s.slot[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_INPLACE);
     assert_true(s.fp8_scale == RK_SCALE_DIV && s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.n_targets == 4);
 
@@ -346,7 +366,7 @@ static void test_spec_values(void **state)
     s = load_file(state, "minicpm3_4b.lua");
     assert_true(s.kv_lora_rank == 256 && s.rope_dim == 32 && s.rope == RK_ROPE_NEOX);
     assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8_scale == RK_SCALE_NONE && s.fp8_rope_bf16);
-    assert_true(s.n_q == 3 && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_INPLACE && s.n_targets == 4);
+    assert_true(s.n_q == 3 && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_INPLACE && s.n_targets == 4);
     assert_string_equal(s.targets[0], "gfx1250");
 }
 
@@ -362,11 +382,11 @@ static void test_defaults(void **state)
     assert_string_equal(s.description, "");
     assert_string_equal(s.file, "specs/m.lua");
     assert_true(s.rope == RK_ROPE_GPTJ && s.cos_sin == RK_CS_F32_CAT);
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I64 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
-    assert_true(s.n_kv == 2 && s.kv[0] == RK_KV_BF16 && s.kv[1] == RK_KV_FP8);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT64 && s.n_slot == 1 && s.slot[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_BF16 && s.kv[1] == ROPEKV_KV_FP8_E4M3);
     assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f);
     assert_true(!s.fp8_rope_bf16 && s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize);
-    assert_true(s.n_q == 1 && s.q[0] == RK_Q_ABSORBED);
+    assert_true(s.n_q == 1 && s.q[0] == ROPEKV_Q_ABSORBED);
     assert_true(s.n_targets == 1 && strcmp(s.targets[0], "host") == 0);
 }
 
@@ -380,7 +400,7 @@ static void test_accepts(void **state)
     s = load_ok(state, "s.kv_lora_rank = 8  s.qk_rope_head_dim = 8");
     assert_true(s.kv_lora_rank == 8 && s.rope_dim == 8);
     s = load_ok(state, "s.positions = 'int32'  s.targets = 'host'");
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_targets == 1);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT32 && s.n_targets == 1);
     s = load_ok(state, "s.fp8.saturate.fnuz = 224  s.fp8.saturate.ocp = 240");
     assert_true(s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 240.0f);
     s = load_ok(state, "s.fp8.saturate.ocp = 2^-9  s.fp8.saturate = { ocp = 2^-9 }");
@@ -603,7 +623,7 @@ static void test_lists(void **state)
         {"s.positions = { 'int32', 'int32' }", ROPEKV_ERR_SPEC_INVALID,
          "positions[2]: duplicate 'int32' (also positions[1])"},
         {"s.positions = { 'int16' }", ROPEKV_ERR_SPEC_INVALID,
-         "positions[1]: unknown value 'int16' (one of: int32, int64)"},
+         "positions[1]: unknown value 'int16' (one of: int64, int32)"},
         {"s.positions = { 'int32', x = 'int64' }", ROPEKV_ERR_SPEC_INVALID,
          "positions: must be a list (a sequence without holes), found key 'x'"},
         {"s.positions = { [1] = 'int32', [3] = 'int64' }", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list"},

@@ -1,0 +1,117 @@
+/* The argument rules of a kernel, all read from its description: required pointers, strides that keep
+ * rows apart, the alignment the 16-byte vector path needs, and the launch plan with the index width. */
+#include <stdint.h>
+#include <string.h>
+
+#include "args_check.h"
+
+void rk_args_from_api(const ropekv_args *a, rk_args *r) {
+    memset(r, 0, sizeof *r);
+#define COPY_(type, name) r->name = a->name;
+    RK_ARGS_CALLER(COPY_)
+#undef COPY_
+}
+
+#define CHECK(cond, status, ...)                                     \
+    do {                                                             \
+        if (!(cond)) return (ropekv_status)rk_fail(err, status, __VA_ARGS__); \
+    } while (0)
+
+static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+/* Rows of width w at strides (st, sh) over T x H must not overlap (either nesting order). */
+static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
+    if (st < 0 || sh < 0) return 0;
+    int ok_th = (H == 1 || sh >= w) && (T == 1 || st >= (H - 1) * sh + w);
+    int ok_ht = (T == 1 || st >= w) && (H == 1 || sh >= (T - 1) * st + w);
+    return ok_th || ok_ht;
+}
+
+/* Largest element offset touched through (st, sh) plus one row. */
+static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
+    return (T - 1) * st + (H - 1) * sh + w;
+}
+
+ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
+    const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
+    const int absorbed = p->q == ROPEKV_Q_ABSORBED, zc = p->q == ROPEKV_Q_ZERO_COPY;
+    const int has_q = p->q != ROPEKV_Q_NONE, fp8 = p->kv != ROPEKV_KV_BF16;
+    CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
+    CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
+    CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
+    CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
+    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
+    /* required pointers */
+    CHECK(!absorbed || a->q_nope, ROPEKV_ERR_NULL, "q_nope is NULL (q form absorbed)");
+    CHECK(!has_q || a->q_pe, ROPEKV_ERR_NULL, "q_pe is NULL");
+    CHECK(!(absorbed || zc) || a->q_out, ROPEKV_ERR_NULL, "q_out is NULL");
+    CHECK(a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
+    CHECK(a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
+    CHECK(a->kv_cache, ROPEKV_ERR_NULL, "kv_cache is NULL");
+    CHECK(a->positions, ROPEKV_ERR_NULL, "positions is NULL");
+    CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
+    CHECK(p->rope == RK_ROPE_NONE || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
+    CHECK(p->rope == RK_ROPE_NONE || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
+          "sin is NULL (the spec's cos/sin tables are split)");
+    CHECK(!fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL, "k_scale is NULL (fp8 cache with a scale)");
+    /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
+    CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
+          "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st, (long long)a->q_nope_sh,
+          (long long)L);
+    CHECK(!has_q || rows_disjoint(T, H, a->q_pe_st, a->q_pe_sh, R), ROPEKV_ERR_STRIDE,
+          "q_pe strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_pe_st, (long long)a->q_pe_sh,
+          (long long)R);
+    CHECK(!(absorbed || zc) || rows_disjoint(T, H, a->q_out_st, a->q_out_sh, W), ROPEKV_ERR_STRIDE,
+          "q_out strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_out_st, (long long)a->q_out_sh,
+          (long long)W);
+    CHECK(rows_disjoint(T, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
+          (long long)a->k_nope_st, (long long)L);
+    CHECK(rows_disjoint(T, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
+          (long long)a->k_pe_st, (long long)R);
+    CHECK(a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld", (long long)a->kv_st,
+          (long long)W);
+    /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows) */
+    const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16;
+    CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
+          "q_nope must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
+          "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(!(absorbed || zc) || (aligned(a->q_out, 16) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
+          ROPEKV_ERR_ALIGN, "q_out must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0, ROPEKV_ERR_ALIGN,
+          "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
+    CHECK(aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0, ROPEKV_ERR_ALIGN,
+          "k_pe must be 16-byte aligned with a token stride a multiple of 8 elements");
+    CHECK(aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0, ROPEKV_ERR_ALIGN,
+          "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
+          (long long)kv_align);
+    CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) && aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
+          ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
+    const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
+    CHECK(p->rope == RK_ROPE_NONE || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))),
+          ROPEKV_ERR_ALIGN, "cos/sin tables must be %zu-byte aligned", cs_align);
+    CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
+
+    /* launch size and index width */
+    rk_args_from_api(a, &pl->args);
+    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
+    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
+          (long long)H);
+    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
+    if (T > 0) {
+        int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+        int64_t spans[] = {
+            absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
+            has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
+            (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
+            span(T, 1, a->k_nope_st, 0, L),
+            span(T, 1, a->k_pe_st, 0, R),
+            a->kv_rows * a->kv_st + W,
+            a->max_pos * cs_w,
+        };
+        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+            if (spans[i] > reach) reach = spans[i];
+    }
+    pl->wide = reach >= INT32_MAX;
+    return ROPEKV_OK;
+}

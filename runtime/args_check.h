@@ -1,0 +1,25 @@
+/* The launch checks of runtime/args_check.c. */
+#ifndef RK_ARGS_CHECK_H
+#define RK_ARGS_CHECK_H
+
+#include "rk.h"
+#include "ropekv.h"
+
+/* A checked launch: the kernel's arguments (the caller's, with rk_launch_plan's fields), its size and
+ * whether offsets can reach 2^31 elements (then the 64-bit entry runs). */
+typedef struct rk_plan {
+    int wide;
+    int64_t total;   /* chunks */
+    int64_t blocks;
+    rk_args args;
+} rk_plan;
+
+/* The caller's fields of rk_args from ropekv_args, copied by name (templates/args.h); the plan fields
+ * are zero. */
+void rk_args_from_api(const ropekv_args *a, rk_args *r);
+
+/* Checks a against the rules of d and plans the launch. ROPEKV_OK, or ROPEKV_ERR_NULL / SHAPE / STRIDE /
+ * ALIGN with the field named in err. Pure: reads nothing but its arguments. */
+ropekv_status rk_args_check(const rk_desc *d, const ropekv_args *a, rk_plan *pl, rk_err *err);
+
+#endif

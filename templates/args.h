@@ -1,0 +1,66 @@
+// The argument block every kernel takes by value: one field list for both sides. gen/rk.h includes
+// this file (C: the launchers fill rk_args), and the generator puts it into every kernel source (C++:
+// the kernel reads it), so the two layouts cannot drift; the checks below hold it to the ABI on each
+// compiler (every field 8 bytes, in list order).
+//
+// Tensors (all strides in elements of the tensor's own dtype, bytes for an fp8 cache; only the last
+// dimension of each tensor is contiguous):
+//   q_nope [T,H,L] bf16   q_pe [T,H,R] bf16   q_out [T,H,L+R] bf16 (zero_copy: only [...,L:] written)
+//   k_nope [T,L] bf16     k_pe [T,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes)
+//   positions [T], slots [T] (int32 or int64 per variant); cos_sin / sin tables per the spec's layout:
+//     f32_cat: cos_sin = [max_pos, R] f32 (cos | sin halves), sin unused;
+//     f32_split / bf16_split: cos_sin = cos [max_pos, R/2], sin [max_pos, R/2].
+//   k_scale: one float32 on the device (fp8 cache with a scale), else unused.
+// The caller's fields carry the names of the public ropekv_args fields, which are copied by name.
+#ifndef RK_ARGS_H
+#define RK_ARGS_H
+
+#define RK_ARGS_CALLER(F)                                                                            \
+    F(const void *, q_nope) F(const void *, q_pe) F(void *, q_out) F(const void *, k_nope)           \
+    F(const void *, k_pe) F(void *, kv_cache) F(const void *, positions) F(const void *, slots)       \
+    F(const void *, cos_sin) F(const void *, sin) F(const float *, k_scale)                          \
+    F(rk_i64, tokens) F(rk_i64, heads) F(rk_i64, max_pos)                                            \
+    F(rk_i64, q_nope_st) F(rk_i64, q_nope_sh) F(rk_i64, q_pe_st) F(rk_i64, q_pe_sh)                  \
+    F(rk_i64, q_out_st) F(rk_i64, q_out_sh) F(rk_i64, k_nope_st) F(rk_i64, k_pe_st)                  \
+    F(rk_i64, kv_st) F(rk_i64, kv_rows)
+
+// Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
+//   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)
+//   early_release  pdl rows: 1 lets the next grid launch once this one has started, 0 when its blocks
+//                  exit (early only when threads take one chunk each: a multi-chunk launch that fits
+//                  the GPU at once would have the next grid's blocks packed unevenly beside it)
+//   prefetch       pdl rows: 1 reads positions, slots and cos/sin before waiting for the previous
+//                  grid (ropekv_options.pdl_prefetch), 0 waits before any access
+//   lanes          lanes (16-byte chunks) per token (templates/kernel.hip, chunk())
+//   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
+//                  32-bit entry divides without a divide (rk_div_magic)
+#define RK_ARGS_PLAN(F)                                                                              \
+    F(rk_i64, chunks) F(rk_i64, early_release) F(rk_i64, prefetch) F(rk_i64, lanes)                  \
+    F(rk_i64, lanes_mul) F(rk_i64, lanes_shift)
+
+#define RK_ARGS(F) RK_ARGS_CALLER(F) RK_ARGS_PLAN(F)
+
+#define RK_ARG_FIELD_(type, name) type name;
+typedef struct rk_args {
+    RK_ARGS(RK_ARG_FIELD_)
+} rk_args;
+#undef RK_ARG_FIELD_
+
+// The ABI: field i at byte 8 * i, 8 * (number of fields) bytes in all.
+#define RK_ARG_INDEX_(type, name) RK_ARG_AT_##name,
+enum rk_arg_index { RK_ARGS(RK_ARG_INDEX_) RK_ARG_COUNT };
+#undef RK_ARG_INDEX_
+#ifdef __cplusplus
+#define RK_LAYOUT_CHECK_ static_assert
+#else
+#define RK_LAYOUT_CHECK_ _Static_assert
+#endif
+#define RK_ARG_CHECK_(type, name)                                                                    \
+    RK_LAYOUT_CHECK_(sizeof(type) == 8 && __builtin_offsetof(rk_args, name) == 8 * RK_ARG_AT_##name,  \
+                     "rk_args layout: " #name);
+RK_ARGS(RK_ARG_CHECK_)
+RK_LAYOUT_CHECK_(sizeof(rk_args) == 8 * RK_ARG_COUNT, "rk_args layout: size");
+#undef RK_ARG_CHECK_
+#undef RK_LAYOUT_CHECK_
+
+#endif
