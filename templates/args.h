@@ -46,7 +46,9 @@ typedef struct rk_args {
 } rk_args;
 #undef RK_ARG_FIELD_
 
-// The ABI: field i at byte 8 * i, 8 * (number of fields) bytes in all.
+// The ABI: field i at byte 8 * i, 8 * (number of fields) bytes in all. Every field being 8 bytes and
+// the whole being 8 bytes a field already fixes the offsets (members are laid out in declaration order);
+// where the compiler has __builtin_offsetof (not nvrtc) the offsets are checked one by one as well.
 #define RK_ARG_INDEX_(type, name) RK_ARG_AT_##name,
 enum rk_arg_index { RK_ARGS(RK_ARG_INDEX_) RK_ARG_COUNT };
 #undef RK_ARG_INDEX_
@@ -55,9 +57,13 @@ enum rk_arg_index { RK_ARGS(RK_ARG_INDEX_) RK_ARG_COUNT };
 #else
 #define RK_LAYOUT_CHECK_ _Static_assert
 #endif
+#if defined(__CUDACC_RTC__)
+#define RK_ARG_CHECK_(type, name) RK_LAYOUT_CHECK_(sizeof(type) == 8, "rk_args layout: " #name);
+#else
 #define RK_ARG_CHECK_(type, name)                                                                    \
     RK_LAYOUT_CHECK_(sizeof(type) == 8 && __builtin_offsetof(rk_args, name) == 8 * RK_ARG_AT_##name,  \
                      "rk_args layout: " #name);
+#endif
 RK_ARGS(RK_ARG_CHECK_)
 RK_LAYOUT_CHECK_(sizeof(rk_args) == 8 * RK_ARG_COUNT, "rk_args layout: size");
 #undef RK_ARG_CHECK_
