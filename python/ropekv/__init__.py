@@ -13,14 +13,14 @@ imported only where tensors are passed.
 Errors the library reports raise RopekvError (status name + the context's last error text); argument
 errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
 from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, Q_FORMS, STATUS, candidate_paths, library, library_path
-from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
-from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, parse_kernel_name, raw_args, version
+from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_stats, ropekv_variant
+from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
 from ._core import version_number
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel", "KernelInfo",
-    "RopekvError", "candidate_paths", "library", "library_path", "parse_kernel_name", "raw_args", "ropekv_args",
+    "RopekvError", "candidate_paths", "library", "library_path", "raw_args", "ropekv_args", "ropekv_kernel_params",
     "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
 ]

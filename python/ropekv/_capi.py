@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from collections.abc import Mapping
 
 # ---- enums (values as in ropekv.h) ------------------------------------------------------------------
 BACKENDS = {"auto": 0, "hip": 1, "cuda": 2, "host": 3}
@@ -13,32 +14,35 @@ KV_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
 Q_FORMS = {"absorbed": 0, "zero_copy": 1, "inplace": 2, "none": 3}
 INDEX_TYPES = {"int64": 0, "int32": 1}
 
-# ropekv_status: name -> value (ROPEKV_STATUS_LIST)
-STATUS = {
-    "ROPEKV_OK": 0,
-    "ROPEKV_ERR_SPEC_SYNTAX": 100,
-    "ROPEKV_ERR_SPEC_RUNTIME": 101,
-    "ROPEKV_ERR_SPEC_LIMIT": 102,
-    "ROPEKV_ERR_SPEC_INVALID": 103,
-    "ROPEKV_ERR_SPEC_TARGET": 104,
-    "ROPEKV_ERR_NO_SPEC": 110,
-    "ROPEKV_ERR_UNSUPPORTED": 120,
-    "ROPEKV_ERR_RENDER": 200,
-    "ROPEKV_ERR_COMPILE": 300,
-    "ROPEKV_ERR_TARGET": 301,
-    "ROPEKV_ERR_CACHE": 400,
-    "ROPEKV_ERR_BACKEND": 500,
-    "ROPEKV_ERR_DEVICE": 501,
-    "ROPEKV_ERR_LAUNCH": 502,
-    "ROPEKV_ERR_NULL": 600,
-    "ROPEKV_ERR_SHAPE": 601,
-    "ROPEKV_ERR_STRIDE": 602,
-    "ROPEKV_ERR_ALIGN": 603,
-    "ROPEKV_ERR_ARG": 604,
-    "ROPEKV_ERR_NOMEM": 900,
-    "ROPEKV_ERR_IO": 901,
-}
-STATUS_NAMES = {v: k for k, v in STATUS.items()}
+class _Statuses(Mapping):
+    """ropekv_status name -> value, read from the library on first use (ropekv_status_name over the code
+    range), so the list is the header's and nothing here repeats it."""
+
+    def __init__(self):
+        self._map = None
+
+    def _load(self):
+        if self._map is None:
+            lib = library()
+            found = {}
+            for code in range(1000):
+                name = lib.ropekv_status_name(code).decode()
+                if name != "ROPEKV_UNKNOWN":
+                    found[name] = code
+            self._map = found
+        return self._map
+
+    def __getitem__(self, name):
+        return self._load()[name]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self):
+        return len(self._load())
+
+
+STATUS = _Statuses()
 
 
 # ---- structs ---------------------------------------------------------------------------------------------
@@ -103,6 +107,31 @@ class ropekv_args(ctypes.Structure):
     ]
 
 
+class ropekv_kernel_params(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("key", ctypes.c_char_p),
+        ("spec", ctypes.c_char_p),
+        ("target", ctypes.c_char_p),
+        ("kv_lora_rank", ctypes.c_int),
+        ("rope_dim", ctypes.c_int),
+        ("kv", ctypes.c_int),
+        ("q", ctypes.c_int),
+        ("positions", ctypes.c_int),
+        ("slots", ctypes.c_int),
+        ("rope", ctypes.c_char_p),
+        ("cos_sin", ctypes.c_char_p),
+        ("fp8_format", ctypes.c_char_p),
+        ("fp8_scale", ctypes.c_char_p),
+        ("fp8_saturate", ctypes.c_float),
+        ("fp8_rope_bf16_round", ctypes.c_int),
+        ("negative_slot", ctypes.c_char_p),
+        ("sanitize", ctypes.c_int),
+        ("block", ctypes.c_int),
+        ("pdl", ctypes.c_int),
+    ]
+
+
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
                  "k_scale")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
@@ -130,6 +159,7 @@ _PROTOTYPES = {
     "ropekv_kernel_get": (_status, [_ctx_p, ctypes.POINTER(ropekv_variant), ctypes.POINTER(_kernel_p)]),
     "ropekv_kernel_release": (None, [_kernel_p]),
     "ropekv_kernel_name": (ctypes.c_char_p, [_kernel_p]),
+    "ropekv_kernel_info": (_status, [_kernel_p, ctypes.POINTER(ropekv_kernel_params)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
 }
 
@@ -192,7 +222,7 @@ def library_path():
 
 def status_name(code):
     name = library().ropekv_status_name(code)
-    return name.decode() if name else STATUS_NAMES.get(code, "ROPEKV_UNKNOWN")
+    return name.decode() if name else "ROPEKV_UNKNOWN"
 
 
 def status_message(code):

@@ -1,6 +1,5 @@
 """Context, Kernel and errors over the C API (no torch needed here; see _torch.py for tensors)."""
 import ctypes
-import re
 import sys
 import threading
 
@@ -21,60 +20,42 @@ class RopekvError(RuntimeError):
         return "%s: %s" % (self.status, self.message) if self.message else self.status
 
 
-# ---- kernel names ------------------------------------------------------------------------------------------
-_NAME_RE = re.compile(
-    r"^rk_L(?P<L>\d+)_R(?P<R>\d+)_(?P<rope>gptj|neox|nope)_(?P<cs>f32cat|f32split|bf16split)"
-    r"_p(?P<p>32|64)_s(?P<s>32|64)_(?P<kv>bf16|fp8ocp|fp8fnuz)_(?P<scale>none|mulrecip|div|mul)"
-    r"_sat(?P<sat>[^_]+)_rr(?P<rr>[01])_(?P<q>absorbed|zerocopy|inplace|qnone)_(?P<neg>skipkv|skipall)"
-    r"_san(?P<san>[01])_(?P<target>[a-z0-9_]+)$")
-
-_ROPE = {"gptj": "gptj", "neox": "neox", "nope": "none"}
-_COS_SIN = {"f32cat": "f32_cat", "f32split": "f32_split", "bf16split": "bf16_split"}
-_SCALE = {"none": "none", "mulrecip": "mul_recip", "div": "div", "mul": "mul"}
-_QFORM = {"absorbed": "absorbed", "zerocopy": "zero_copy", "inplace": "inplace", "qnone": "none"}
-_NEG = {"skipkv": "skip_kv", "skipall": "skip_all"}
+# ---- what a kernel is --------------------------------------------------------------------------------------
+_BY_VALUE = {
+    "kv": {v: k for k, v in _capi.KV_DTYPES.items()},
+    "q": {v: k for k, v in _capi.Q_FORMS.items()},
+    "index": {v: k for k, v in _capi.INDEX_TYPES.items()},
+}
 
 
 class KernelInfo:
-    """The code parameters a kernel name encodes (rk_L512_R64_gptj_f32cat_..._sm_90), in the spec's
-    spellings: L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv ("bf16"/"fp8_e4m3"),
-    fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, q, negative_slot, sanitize,
-    target."""
+    """A kernel's parameters as the library describes them (ropekv_kernel_info), in the spec's spellings:
+    name, key, spec, target, L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv
+    ("bf16"/"fp8_e4m3"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, q,
+    negative_slot, sanitize, block, pdl."""
 
-    __slots__ = ("name", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv", "fp8_format", "scale",
-                 "sat", "rope_bf16_round", "q", "negative_slot", "sanitize", "target")
+    __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
+                 "fp8_format", "scale", "sat", "rope_bf16_round", "q", "negative_slot", "sanitize", "block", "pdl")
 
-    def __init__(self, name):
-        m = _NAME_RE.match(name)
-        if not m:
-            raise ValueError("not a ropekv kernel name: %r" % name)
-        g = m.groupdict()
-        self.name = name
-        self.L, self.R = int(g["L"]), int(g["R"])
+    def __init__(self, p):
+        self.name, self.key, self.spec, self.target = (x.decode() for x in (p.name, p.key, p.spec, p.target))
+        self.L, self.R = p.kv_lora_rank, p.rope_dim
         self.W = self.L + self.R
-        self.rope = _ROPE[g["rope"]]
-        self.cos_sin = _COS_SIN[g["cs"]]
-        self.positions = "int64" if g["p"] == "64" else "int32"
-        self.slots = "int64" if g["s"] == "64" else "int32"
-        self.kv = "bf16" if g["kv"] == "bf16" else "fp8_e4m3"
-        self.fp8_format = None if g["kv"] == "bf16" else g["kv"][3:]
-        self.scale = _SCALE[g["scale"]]
-        self.sat = float(g["sat"].replace("p", "."))
-        self.rope_bf16_round = g["rr"] == "1"
-        self.q = _QFORM[g["q"]]
-        self.negative_slot = _NEG[g["neg"]]
-        self.sanitize = g["san"] == "1"
-        self.target = g["target"]
+        self.rope, self.cos_sin = p.rope.decode(), p.cos_sin.decode()
+        self.positions, self.slots = _BY_VALUE["index"][p.positions], _BY_VALUE["index"][p.slots]
+        self.kv, self.q = _BY_VALUE["kv"][p.kv], _BY_VALUE["q"][p.q]
+        self.fp8_format = p.fp8_format.decode() or None
+        self.scale, self.sat = p.fp8_scale.decode(), float(p.fp8_saturate)
+        self.rope_bf16_round = bool(p.fp8_rope_bf16_round)
+        self.negative_slot = p.negative_slot.decode()
+        self.sanitize = bool(p.sanitize)
+        self.block, self.pdl = p.block, bool(p.pdl)
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __repr__(self):
-        return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__[1:])
-
-
-def parse_kernel_name(name):
-    return KernelInfo(name)
+        return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
 
 
 def _enum(table, value, what):
@@ -340,14 +321,18 @@ def _stream_handle(stream):
 
 class Kernel:
     """One compiled variant. Call it with torch tensors (see __call__), or with raw pointers (launch_raw).
-    name is the kernel's extern "C" name; info (KernelInfo) the parameters it encodes."""
+    name is the kernel's extern "C" name; info (KernelInfo) its parameters, as the library describes them."""
 
     def __init__(self, ctx, handle, key):
         self.ctx = ctx
         self._h = handle
         self.spec, self.kv, self.q, self.positions, self.slots = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
-        self.info = KernelInfo(self.name)
+        params = _capi.ropekv_kernel_params()
+        code = ctx._lib.ropekv_kernel_info(handle, ctypes.byref(params))
+        if code != 0:
+            raise RopekvError(_capi.status_name(code), "ropekv_kernel_info failed", code)
+        self.info = KernelInfo(params)
 
     def _release(self):
         h, self._h = self._h, None

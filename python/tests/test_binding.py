@@ -210,11 +210,12 @@ def test_import_without_torch():
 
 def test_struct_layout_matches_header():
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    header = os.path.join(ROOT, "runtime", "ropekv.h")
+    header = os.path.join(ROOT, "include", "ropekv.h")
     if cc is None or not os.path.exists(header):
-        skip("no C compiler or no runtime/ropekv.h")
+        skip("no C compiler or no include/ropekv.h")
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
-    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args]
+    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args,
+               ropekv._capi.ropekv_kernel_params]
     for st in structs:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (st.__name__, st.__name__))
         for f, _ in st._fields_:
@@ -241,21 +242,19 @@ def test_struct_layout_matches_header():
             assert want[(st.__name__, f)] == getattr(st, f).offset, "%s.%s" % (st.__name__, f)
 
 
-def test_kernel_name_parse():
-    info = ropekv.parse_kernel_name("rk_L512_R64_gptj_f32cat_p64_s32_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90")
-    assert (info.L, info.R, info.W, info.rope, info.cos_sin) == (512, 64, 576, "gptj", "f32_cat")
-    assert (info.positions, info.slots, info.kv, info.fp8_format, info.scale, info.sat) == (
-        "int64", "int32", "fp8_e4m3", "ocp", "mul_recip", 448.0)
-    assert (info.q, info.negative_slot, info.sanitize, info.target) == ("absorbed", "skip_kv", False, "sm_90")
-    info = ropekv.parse_kernel_name("rk_L256_R32_neox_f32split_p32_s64_fp8fnuz_div_sat224p5_rr1_zerocopy_skipall_san1_gfx942")
-    assert (info.rope, info.cos_sin, info.fp8_format, info.sat, info.rope_bf16_round, info.q) == (
-        "neox", "f32_split", "fnuz", 224.5, True, "zero_copy")
-    try:
-        ropekv.parse_kernel_name("not_a_kernel")
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("a bad name parsed")
+def test_kernel_info():
+    """A kernel's parameters come from the library (ropekv_kernel_info), never from its name."""
+    c = context("host")
+    k = c.kernel("deepseek_v3", kv="fp8_e4m3", slots="int32")
+    i = k.info
+    assert (i.L, i.R, i.W, i.rope, i.cos_sin) == (512, 64, 576, "gptj", "f32_cat")
+    assert (i.positions, i.slots, i.kv, i.fp8_format, i.scale, i.sat) == ("int64", "int32", "fp8_e4m3", "ocp",
+                                                                          "mul_recip", 448.0)
+    assert (i.q, i.negative_slot, i.sanitize, i.target, i.spec) == ("absorbed", "skip_kv", False, "host", "deepseek_v3")
+    assert i.name == k.name and i.key == "deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int32"
+    b = c.kernel("deepseek_v3").info
+    assert (b.kv, b.fp8_format, b.scale, b.sat, b.rope_bf16_round) == ("bf16", None, "none", 0.0, False)
+    assert ropekv.STATUS["ROPEKV_ERR_ALIGN"] == 603 and "ROPEKV_OK" in ropekv.STATUS
 
 
 def test_context_host_basics():
