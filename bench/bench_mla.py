@@ -26,7 +26,7 @@ Methods (all measured in this one process, see bench/README.md):
            q_out and the KV row, the fp8 cast, index_copy_ into the cache (negative slots masked to a
            scratch row)
 Before it is timed every method is checked against one reference computed here in PyTorch, per shape, that
-does ropekv's arithmetic exactly (README "Numerics": x1*s rounded to float32, then one fma, emulated in
+does ropekv's arithmetic exactly (docs/numerics.md: x1*s rounded to float32, then one fma, emulated in
 float64): the q_nope / k_nope parts must be bit-identical, and each rope element bit-identical or within
 one bf16 (fp8) step of max(|expected|, |x0*c| + |x1*s|) - the error bound of the peers' two-rounding
 x0*c - x1*s, which can be many steps of a result that cancels. A method that fails is reported WRONG and
@@ -38,8 +38,8 @@ capture fails: back-to-back launches timed with CUDA events, marked *). Each rep
 ~0.5 ms of GPU spinning (torch.cuda._sleep), so the start event is taken when the GPU reaches it rather
 than while the host is still submitting the replay. Floors in the same run: an empty
 kernel, a kernel that reads 16 B and writes 16 B, and the device copy bandwidth (a 2 GiB copy, bytes read +
-written / time). limit = max(round-trip floor, bytes moved / copy bandwidth), bytes as shared/PERF.md
-counts them (q_nope + q_pe read, q_out written, k_nope + k_pe read, KV row written, positions + slots +
+written / time). limit = max(round-trip floor, bytes moved / copy bandwidth), the bytes the op moves
+being (q_nope + q_pe read, q_out written, k_nope + k_pe read, KV row written, positions + slots +
 cos/sin rows read). Per shape, "copy us" is a device copy of half those bytes (so the same bytes read +
 written) timed the same way: what this device achieves moving this much data in one call, the fairer
 bar at mid sizes where launch ramp-up and tail are a visible part of a call."""
@@ -378,7 +378,7 @@ def _decode(torch, t):
 
 
 class Reference:
-    """What ropekv computes (README "Numerics", gen/ref.c), in PyTorch, once per shape: the rope rows
+    """What ropekv computes (docs/numerics.md, gen/ref.c), in PyTorch, once per shape: the rope rows
     y0 = fmaf(x0, c, -(x1*s)), y1 = fmaf(x1, c, x0*s) with x1*s, x0*s float32 products, rounded to bf16 (q_out
     and a bf16 KV row) or scaled by float32(1 / k_scale), clamped to +-448 and rounded to fp8 (an fp8 KV row;
     codes kept as uint8). Besides the expected codes it keeps, per rope element, the tolerance for methods that

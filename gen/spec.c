@@ -9,7 +9,8 @@
  * C library code is not interrupted by the hook, so the string functions that can run long on small
  * input (find, match, gmatch, gsub: backtracking patterns) are left out; string.rep and table.concat
  * are bounded by the memory cap, string.rep through a wrapper (sb_rep): Lua's own loops n times even
- * when the result is empty, so string.rep('', 1 << 50) never returned and no cap could stop it. The memory cap bounds what is live, not what is done: a few
+ * when the result is empty, so a call such as string.rep('', 1 << 50) would never return, and no cap
+ * could stop it. The memory cap bounds what is live, not what is done: a few
  * instructions can call string.rep, table.concat or table.sort on megabytes again and again (minutes
  * of CPU within the instruction cap). So the hook also runs on every call and stops the chunk once it
  * has used SB_TIME_CAP of CPU time; one C call can overrun it by its own length (well under a second
@@ -34,7 +35,7 @@
 #define SB_MEM_CAP ((size_t)16 << 20) /* bytes per state */
 #define SB_INSN_CAP 1000000L          /* VM instructions per chunk */
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-#define SB_TIME_CAP 1.0               /* seconds of CPU time per chunk (real specs take well under 1 ms) */
+#define SB_TIME_CAP 1.0               /* seconds of CPU time per chunk (real specs need a tiny fraction of it) */
 #define SB_TIME_CAP_TEXT "1 s"
 #else
 #define SB_TIME_CAP 0.05              /* fuzzing builds: the same code paths, slow inputs 20x cheaper */

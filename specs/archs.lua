@@ -12,7 +12,7 @@
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
 --              before its first memory access, so its launch overlaps that grid's tail.
---   NVIDIA rows are tuned on an H200 with bench_kernel (bench/README.md); AMD rows keep the defaults.
+--   NVIDIA rows are tuned with bench_kernel (bench/README.md, results in docs/results.md); AMD rows keep the defaults.
 return {
   archs = {
     -- MI200 (CDNA2): no fp8 instructions; fp8 caches hold OCP bytes made in software.

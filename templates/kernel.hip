@@ -266,7 +266,7 @@ RK_DEVICE void launch(const args &a) {
 
 // Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
 // RK_ENTRIES picks the ones compiled: 1 the first, 2 the second, 3 (unset) both. The runtime builds
-// the 64-bit entry only for the first launch that needs it, which halves the cold compile.
+// the 64-bit entry only for the first launch that needs it, which keeps its compile off ropekv_kernel_get's path.
 #ifndef RK_ENTRIES
 #define RK_ENTRIES 3
 #endif

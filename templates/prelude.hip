@@ -166,8 +166,8 @@ RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
 
 // Inputs the kernel never writes (q_nope, k_nope, k_pe, the tables). Through the read-only path only
 // without RK_PDL: ld.global.nc promises the data does not change while the kernel runs, and ptxas
-// does move such loads above griddepcontrol.wait (seen in sm_90 SASS: LDG.E.128.CONSTANT before
-// ACQBULK), which would read inputs the grid before is still writing.
+// may move such loads above griddepcontrol.wait (test_matrix rejects ld.global.nc in PDL kernels),
+// which would read inputs the grid before is still writing.
 RK_DEVICE rk_v16 rk_load16_ro(const void *p) {
 #if defined(RK_NV) && !RK_PDL
     uint4 v = __ldg((const uint4 *)p);  // read-only path: inputs are never written by the kernel

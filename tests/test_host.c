@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "compilers.h"
 #include "host_compile.h"
 #include "rk.h"
 #include "check.h"
@@ -24,6 +25,75 @@ static int make_dir(void **state) {
 static int remove_dir(void **state) {
     (void)state;
     return rmdir(dir);
+}
+
+/* The argument block is one field list (templates/args.h) for the launcher (C) and the kernel (C++); its
+ * layout checks hold it to the ABI on both sides. A kernel source whose list disagrees (one field made
+ * 4 bytes) fails to compile on the kernel side, and the same header fails as C. */
+static void test_args_layout_checked_on_both_sides(void **state) {
+    (void)state;
+    static rk_catalog cat;
+    rk_err err = {0};
+    assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
+    rk_desc d;
+    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"), ROPEKV_KV_BF16,
+                                  ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, &d, &err),
+                     ROPEKV_OK);
+    rk_buf src = {0};
+    assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
+    const char *field = "F(rk_i64, kv_rows)";
+    char *at = strstr(src.p, field);
+    assert_non_null(at);
+    rk_buf bad = {0};
+    rk_buf_put(&bad, src.p, (size_t)(at - src.p));
+    rk_buf_printf(&bad, "F(int, kv_rows)");
+    rk_buf_put(&bad, at + strlen(field), src.len - (size_t)(at - src.p) - strlen(field));
+    rk_host_kernel k;
+    char log[8192];
+    assert_int_equal(rk_host_build(src.p, src.len, d.name, dir, &k, log, sizeof log), ROPEKV_OK);
+    rk_host_unload(&k);
+    assert_int_equal(rk_host_build(bad.p, bad.len, d.name, dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
+    if (!strstr(log, "rk_args layout: kv_rows")) fail_msg("compiler log without the layout check:\n%s", log);
+
+    /* the C side: the same header, with and without the disagreeing field */
+    size_t n;
+    const char *hdr = rk_embedded("args.h", &n);
+    assert_non_null(hdr);
+    char tmp[4096];
+    assert_int_equal(rk_mktmpdir(tmp, sizeof tmp), ROPEKV_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/args.c", tmp);
+    const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    for (int broken = 0; broken < 2; broken++) {
+        rk_buf c = {0};
+        rk_buf_printf(&c, "#include <stdint.h>\ntypedef int64_t rk_i64;\n");
+        const char *f = broken ? strstr(hdr, field) : NULL;
+        if (f) {
+            rk_buf_put(&c, hdr, (size_t)(f - hdr));
+            rk_buf_printf(&c, "F(int, kv_rows)");
+            rk_buf_put(&c, f + strlen(field), n - (size_t)(f - hdr) - strlen(field));
+        } else {
+            rk_buf_put(&c, hdr, n);
+        }
+        assert_true(!broken || f);
+        assert_int_equal(rk_write_file(path, c.p, c.len), ROPEKV_OK);
+        const char *argv[] = {cc, "-std=c11", "-fsyntax-only", path, NULL};
+        rk_buf out = {0};
+        int status = -1;
+        assert_int_equal(rk_run(argv, &out, &status), ROPEKV_OK);
+        if (broken) {
+            assert_int_not_equal(status, 0);
+            assert_non_null(out.p);
+            assert_non_null(strstr(out.p, "rk_args layout: kv_rows"));
+        } else if (status != 0) {
+            fail_msg("args.h as C: %s", out.p ? out.p : "");
+        }
+        rk_buf_free(&out);
+        rk_buf_free(&c);
+    }
+    rk_rmtmpdir(tmp);
+    rk_buf_free(&src);
+    rk_buf_free(&bad);
 }
 
 static void test_every_variant_matches_reference(void **state) {
@@ -162,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_compiler_error_is_reported),
         cmocka_unit_test(test_missing_entry_is_reported),
         cmocka_unit_test(test_check_catches_a_wrong_kernel),
+        cmocka_unit_test(test_args_layout_checked_on_both_sides),
         cmocka_unit_test(test_every_variant_matches_reference),
     };
     return cmocka_run_group_tests_name("host_backend", tests, make_dir, remove_dir);

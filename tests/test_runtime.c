@@ -243,6 +243,60 @@ static void test_query(void **state) {
     v.kv = (ropekv_kv_dtype)7;
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_ARG);
     assert_int_equal(ropekv_query(c, NULL, NULL, why, sizeof why), ROPEKV_ERR_NULL);
+    v = DS_FP8;
+    v.positions = ROPEKV_INDEX_INT32; /* deepseek_v3.lua lists int64 positions only: the reason says so */
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "lists positions {int64}, not int32"));
+    ropekv_destroy(c);
+}
+
+/* What a kernel is, from the library: every field of ropekv_kernel_info is its description's. */
+static void test_kernel_info(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.name, ropekv_kernel_name(k));
+    assert_string_equal(p.key, "deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int64");
+    assert_string_equal(p.spec, "deepseek_v3");
+    assert_string_equal(p.target, "host");
+    assert_int_equal(p.kv_lora_rank, 512);
+    assert_int_equal(p.rope_dim, 64);
+    assert_int_equal(p.kv, ROPEKV_KV_FP8_E4M3);
+    assert_int_equal(p.q, ROPEKV_Q_ABSORBED);
+    assert_int_equal(p.positions, ROPEKV_INDEX_INT64);
+    assert_int_equal(p.slots, ROPEKV_INDEX_INT64);
+    assert_string_equal(p.rope, "gptj");
+    assert_string_equal(p.cos_sin, "f32_cat");
+    assert_string_equal(p.fp8_format, "ocp");
+    assert_string_equal(p.fp8_scale, "mul_recip");
+    assert_true(p.fp8_saturate == 448.0f);
+    assert_int_equal(p.fp8_rope_bf16_round, 0);
+    assert_string_equal(p.negative_slot, "skip_kv");
+    assert_int_equal(p.sanitize, 0);
+    assert_true(p.block > 0);
+    assert_int_equal(p.pdl, 0);
+    assert_int_equal(ropekv_kernel_info(NULL, &p), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_info(k, NULL), ROPEKV_ERR_NULL);
+    ropekv_kernel_release(k);
+    ropekv_variant b = DS_FP8;
+    b.kv = ROPEKV_KV_BF16;
+    assert_int_equal(ropekv_kernel_get(c, &b, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.fp8_format, "");
+    assert_string_equal(p.fp8_scale, "none");
+    assert_true(p.fp8_saturate == 0.0f);
+    ropekv_kernel_release(k);
+    /* a spec loaded at run time under a built-in's name replaces it: its kernels are described anew */
+    const char mine[] = "return { name = 'deepseek_v3', kv_lora_rank = 256, qk_rope_head_dim = 32, targets = {'host'} }";
+    assert_int_equal(ropekv_load_spec_text(c, "mine.lua", mine, sizeof mine - 1), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &b, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_int_equal(p.kv_lora_rank, 256);
+    assert_int_equal(p.rope_dim, 32);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
 }
 
@@ -486,6 +540,7 @@ int main(void) {
         cmocka_unit_test(test_unsafe_cache_dir),
         cmocka_unit_test(test_threads_share_one_compile),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_kernel_info),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_runtime_spec),

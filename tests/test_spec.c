@@ -216,6 +216,36 @@ static void check_kernel_enum(const char *type, const rk_enum *e)
     assert_int_equal(n, e->n);
 }
 
+/* The library reads a built-in spec by its name: every embedded spec file's name is its base name. */
+static void test_builtin_specs_by_name(void **state)
+{
+    (void)state;
+    static rk_arch_table archs;
+    static rk_spec spec;
+    rk_err err = {0};
+    size_t len;
+    const char *text = rk_embedded("archs.lua", &len);
+    assert_non_null(text);
+    assert_int_equal(rk_archs_load("specs/archs.lua", text, len, &archs, &err), ROPEKV_OK);
+    int n = 0;
+    for (size_t i = 0; rk_embedded_at(i, NULL); i++) {
+        const char *file = rk_embedded_at(i, NULL);
+        size_t fl = strlen(file);
+        if (fl < 5 || strcmp(file + fl - 4, ".lua") != 0 || strcmp(file, "archs.lua") == 0)
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(fl - 4), file);
+        if (rk_spec_builtin(name, &archs, &spec, &err) != ROPEKV_OK)
+            fail_msg("%s: %s", name, err.msg);
+        assert_string_equal(spec.name, name);
+        n++;
+    }
+    assert_true(n >= 4);
+    assert_int_equal(rk_spec_builtin("archs", &archs, &spec, &err), ROPEKV_ERR_NO_SPEC);
+    assert_int_equal(rk_spec_builtin("no_such_model", &archs, &spec, &err), ROPEKV_ERR_NO_SPEC);
+    assert_non_null(strstr(err.msg, "no_such_model"));
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -253,7 +283,7 @@ static void test_archs_file(void **state)
     assert_int_equal(t->n, (int)N(names));
     for (size_t i = 0; i < N(names); i++) {
         assert_string_equal(t->a[i].name, names[i]);
-        const int nvidia = t->a[i].vendor == RK_VENDOR_NVIDIA; /* the rows tuned on an H200 */
+        const int nvidia = t->a[i].vendor == RK_VENDOR_NVIDIA; /* the rows tuned with bench_kernel */
         assert_int_equal(t->a[i].vec_bytes, 16);
         assert_int_equal(t->a[i].block, nvidia ? 128 : 256);
         assert_int_equal(t->a[i].chunks, nvidia ? 4 : 1);
@@ -816,6 +846,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_builtin_specs_by_name),
         cmocka_unit_test(test_arch_find),
         cmocka_unit_test(test_archs_file),
         cmocka_unit_test(test_spec_files),

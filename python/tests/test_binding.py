@@ -484,7 +484,7 @@ def _rope_fma(torch, x, c, sn, style):
 
 
 def reference(torch, spec, q, kv, x):
-    """The op in PyTorch, doing ropekv's arithmetic (README "Numerics", gen/ref.c): the rope as _rope_fma (one
+    """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as _rope_fma (one
     rounded product, one fused multiply-add, emulated exactly), bf16 by round to nearest even (torch's
     .to(bfloat16)), fp8 by scale (mul_recip: x * float32(1/k); div: x / k; mul: x * k; none), sanitize
     (NaN -> 0, +-inf -> +-bound), clamp to the bound (NaN passes through), then torch's float8_e4m3fn cast
