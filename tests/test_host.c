@@ -196,14 +196,14 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p",
          "p < 0 ? 0 : p", 1},
         /* padding tokens written (to rows 0/1, so the wrong kernel stays inside the buffer) */
-        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "const rk_i64 slot = load_index(a.slots, t, SLOT_I64);",
-         "rk_i64 slot = load_index(a.slots, t, SLOT_I64) & 1;", 1},
+        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);",
+         "rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64) & 1;", 1},
         /* skip_all: query rows of padding tokens written anyway */
         {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64",
-         "const bool skip = SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0;", "const bool skip = false;", 1},
+         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;", "const bool skip = false;", 1},
         /* a line that cannot matter for a skip_kv spec: the check must not flag it */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64",
-         "const bool skip = SKIP_ALL && load_index(a.slots, t, SLOT_I64) < 0;", "const bool skip = false;", 0},
+         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;", "const bool skip = false;", 0},
     };
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
         const rk_desc *v = variant(mutations[m].key);
