@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compilers.h"
+#include "inspect.h"
 #include "rk.h"
 #include "ropekv.h"
 
@@ -41,11 +41,9 @@ static int source_for(const rk_catalog *cat, const char *target, rk_buf *src) {
     return -1;
 }
 
-typedef int (*compile_fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_compile_info *, rk_buf *);
-
 /* entries: as the runtime compiles (templates/kernel.hip RK_ENTRIES): 1, the 32-bit entry that
  * ropekv_kernel_get builds; 2, the 64-bit entry the first launch that needs it builds. */
-static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, compile_fn f, int reps,
+static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, rk_compiler cc, int reps,
                  int entries) {
     rk_buf src = {0};
     double t[16];
@@ -54,7 +52,7 @@ static void cold(const rk_catalog *cat, const char *label, const char *row, cons
         rk_codeobj co = {0};
         rk_buf log = {0};
         double t0 = now_s();
-        ok = f(src.p, src.len, target, NULL, &co, NULL, &log) == ROPEKV_OK;
+        ok = rk_compile_inspect(cc, src.p, src.len, target, NULL, &co, NULL, NULL, &log) == ROPEKV_OK;
         t[i] = now_s() - t0;
         rk_code_free(&co);
         rk_buf_free(&log);
@@ -76,9 +74,9 @@ int main(int argc, char **argv) {
     }
     printf("| what | median of %d | goal |\n|---|---|---|\n", reps);
     for (int entries = 1; entries <= 2; entries++) {
-        cold(&cat, "nvrtc sm_90", "sm_90", "sm_90", rk_nvrtc_compile, reps, entries);
-        cold(&cat, "clang-22 gfx942", "gfx942", "gfx942", rk_clang_compile, reps, entries);
-        cold(&cat, "hiprtc gfx90a", "gfx90a", "gfx90a", rk_hiprtc_compile, reps, entries);
+        cold(&cat, "nvrtc sm_90", "sm_90", "sm_90", RK_CC_NVRTC, reps, entries);
+        cold(&cat, "clang-22 gfx942", "gfx942", "gfx942", RK_CC_CLANG, reps, entries);
+        cold(&cat, "hiprtc gfx90a", "gfx90a", "gfx90a", RK_CC_HIPRTC, reps, entries);
     }
 
     /* Through the public API, for the host backend and (where present) the cuda and hip backends:

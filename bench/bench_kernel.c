@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     /* floors */
     rk_codeobj co = {0};
     rk_buf flog = {0};
-    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, &co, NULL, &flog) != ROPEKV_OK) {
+    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, 0, &co, NULL, &flog) != ROPEKV_OK) {
         fprintf(stderr, "%s\n", flog.p);
         return 1;
     }

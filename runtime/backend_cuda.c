@@ -148,7 +148,7 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
 static int cuda_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
                         rk_buf *log) {
     (void)name;
-    return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, NULL, log);
+    return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);
 }
 
 static int cuda_load(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {

@@ -137,7 +137,7 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
 static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
                        rk_buf *log) {
     (void)name;
-    return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, NULL, log);
+    return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);
 }
 
 /* Runs with the context's device current, then restores the caller's. */

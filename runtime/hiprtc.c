@@ -241,16 +241,14 @@ static int names_arch(const char *opt) {
 }
 
 int rk_hiprtc_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                      rk_compile_info *info, rk_buf *log) {
+                      rk_buf *log) {
     out->data = NULL;
     out->len = 0;
-    rk_info_reset(info);
     const hiprtc_api *a = hip();
     if (!a) {
         if (log) rk_buf_printf(log, "%s\n", g_hip.why);
         return ROPEKV_ERR_IO;
     }
-    if (info) snprintf(info->compiler, sizeof info->compiler, "hiprtc %d.%d", a->major, a->minor);
     char why[512];
     if (!rk_hiprtc_supports(a->major, a->minor, target, why, sizeof why)) {
         if (log) rk_buf_printf(log, "%s\n", why);
@@ -291,7 +289,6 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
 
     int serial = a->major < 6;
     if (serial) pthread_mutex_lock(&g_hip_serial);
-    double t0 = rk_now_ms();
     hiprtc_program prog = NULL;
     hiprtc_result r = a->create(&prog, text, "ropekv.hip", 0, NULL, NULL);
     if (r != HIPRTC_OK) {
@@ -326,14 +323,8 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
         }
         a->destroy(&prog);
     }
-    double ms = rk_now_ms() - t0;
     if (serial) pthread_mutex_unlock(&g_hip_serial);
     free(text);
     free(store);
-    if (info) {
-        info->ms = ms;
-        /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
-        if (rc == ROPEKV_OK) rk_amd_inspect(out, NULL, info, NULL);
-    }
     return rc;
 }

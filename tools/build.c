@@ -42,28 +42,10 @@ static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
     memcpy(dst + keep, cut, sizeof cut);
 }
 
-static int read_all(const char *path, rk_codeobj *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ROPEKV_ERR_IO;
-    rk_buf b = {0};
-    char chunk[65536];
-    size_t k;
-    int rc = ROPEKV_OK;
-    while (rc == ROPEKV_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) rc = rk_buf_put(&b, chunk, k);
-    fclose(f);
-    if (rc != ROPEKV_OK) {
-        rk_buf_free(&b);
-        return rc;
-    }
-    out->data = (unsigned char *)b.p;
-    out->len = b.len;
-    return ROPEKV_OK;
-}
-
 /* SASS of a CUBIN with cuobjdump or nvdisasm (PATH, then /usr/local/cuda/bin); a note when neither runs. */
 static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
     char dir[4096], file[4200];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         rk_buf_printf(sass, "(cannot create a temporary directory)\n");
         return;
     }
@@ -96,7 +78,7 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
 static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, const rk_build_outputs *out,
                       rk_buf *log) {
     char dir[4096], so[4400];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         rk_buf_printf(log, "host: cannot create a temporary directory\n");
         return ROPEKV_ERR_IO;
     }
@@ -116,7 +98,7 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
         rk_host_unload(&k);
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
         rk_codeobj co = {0};
-        if (read_all(so, &co) == ROPEKV_OK) {
+        if (rk_read_file(so, &co) == ROPEKV_OK) {
             r->info.code_size = rk_elf_text_size(co.data, co.len);
             if (out && out->code) *out->code = co;
             else rk_code_free(&co);
@@ -170,21 +152,15 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
         switch (cc) {
         case RK_CC_HIPRTC:
         case RK_CC_CLANG:
-            rc = cc == RK_CC_HIPRTC ? rk_hiprtc_compile(src.p, src.len, target, extra, &co, &r->info, &log)
-                                    : rk_clang_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == ROPEKV_OK && want_dis) {
-                rk_compile_info again = r->info;
-                if (rk_amd_inspect(&co, NULL, &again, &dis) == ROPEKV_OK)
-                    r->bf16_cvt = dis.len && strstr(dis.p, "v_cvt_pk_bf16_f32") ? 1 : 0;
-            }
-            break;
         case RK_CC_NVRTC:
-            rc = rk_nvrtc_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == ROPEKV_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == ROPEKV_OK) {
-                r->bf16_cvt = dis.len && strstr(dis.p, "cvt.rn.bf16x2.f32") ? 1 : 0;
-                r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
+            rc = rk_compile_inspect(cc, src.p, src.len, target, extra, &co, &r->info, want_dis ? &dis : NULL, &log);
+            /* fp8_cvt is known exactly when the code was read: then dis is the code */
+            if (rc == ROPEKV_OK && want_dis && r->info.fp8_cvt >= 0) {
+                int nv = cc == RK_CC_NVRTC;
+                r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
+                if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
             }
-            if (rc == ROPEKV_OK && out && out->sass) cubin_sass(&co, out->sass);
+            if (rc == ROPEKV_OK && cc == RK_CC_NVRTC && out && out->sass) cubin_sass(&co, out->sass);
             break;
         case RK_CC_HOST:
             rc = build_host(v, &src, r, out, &log);

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "compilers.h"
+#include "inspect.h"
 #include "rk.h"
 
 /* Bytes of compiler log kept per result (the start of the log; a longer log ends in "..."). */
