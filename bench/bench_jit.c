@@ -5,18 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "inspect.h"
 #include "rk.h"
 #include "ropekv.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -51,14 +44,14 @@ static void cold(const rk_catalog *cat, const char *label, const char *row, cons
     for (int i = 0; ok && i < reps; i++) {
         rk_codeobj co = {0};
         rk_buf log = {0};
-        double t0 = now_s();
+        double t0 = rk_now_ms();
         ok = rk_compile_inspect(cc, src.p, src.len, target, NULL, &co, NULL, NULL, &log) == ROPEKV_OK;
-        t[i] = now_s() - t0;
+        t[i] = rk_now_ms() - t0;
         rk_code_free(&co);
         rk_buf_free(&log);
     }
     const char *what = entries == 1 ? "kernel_get" : "1st wide launch";
-    if (ok) printf("| cold compile, %-16s %-15s | %8.1f ms | <= 500 ms |\n", label, what, median(t, reps) * 1e3);
+    if (ok) printf("| cold compile, %-16s %-15s | %8.1f ms | <= 500 ms |\n", label, what, median(t, reps));
     else printf("| cold compile, %-16s %-15s | %11s | <= 500 ms |\n", label, what, "n/a");
     rk_buf_free(&src);
 }
@@ -102,26 +95,26 @@ int main(int argc, char **argv) {
         for (int i = 0; ok && i < reps; i++) {
             ok = ropekv_create(&c, &o) == ROPEKV_OK;
             ropekv_cache_clear(c);
-            double t0 = now_s();
+            double t0 = rk_now_ms();
             ok = ok && ropekv_kernel_get(c, &v, &k) == ROPEKV_OK;
-            cold_t[i] = now_s() - t0;
+            cold_t[i] = rk_now_ms() - t0;
             if (!ok) fprintf(stderr, "%s\n", ropekv_last_error(c));
             ropekv_destroy(c);
             ok = ok && ropekv_create(&c, &o) == ROPEKV_OK;
-            t0 = now_s();
+            t0 = rk_now_ms();
             ok = ok && ropekv_kernel_get(c, &v, &k) == ROPEKV_OK;
-            disk_t[i] = now_s() - t0;
+            disk_t[i] = rk_now_ms() - t0;
             ropekv_stats st;
             ropekv_get_stats(c, &st);
             ok = ok && st.disk_hits == 1 && st.compiles == 0;
             if (ok && i + 1 == reps) {
                 enum { N = 1000000 };
-                double t1 = now_s();
+                double t1 = rk_now_ms();
                 for (int j = 0; j < N; j++) {
                     ropekv_kernel_get(c, &v, &k);
                     ropekv_kernel_release(k);
                 }
-                per = (now_s() - t1) / N;
+                per = (rk_now_ms() - t1) / N;
                 ropekv_cache_clear(c);
             }
             ropekv_destroy(c);
@@ -131,10 +124,10 @@ int main(int argc, char **argv) {
             continue;
         }
         printf("| %-4s %-8s cold get (compile+load)  | %8.1f ms | <= 500 ms |\n", backends[b].name, target,
-               median(cold_t, reps) * 1e3);
+               median(cold_t, reps));
         printf("| %-4s %-8s disk-cache hit (get)     | %8.3f ms | <= 2 ms |\n", backends[b].name, target,
-               median(disk_t, reps) * 1e3);
-        printf("| %-4s %-8s in-process hit          | %8.1f ns | <= 100 ns |\n", backends[b].name, target, per * 1e9);
+               median(disk_t, reps));
+        printf("| %-4s %-8s in-process hit          | %8.1f ns | <= 100 ns |\n", backends[b].name, target, per * 1e6);
     }
     rmdir(dir);
     return 0;

@@ -37,44 +37,32 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
     return ROPEKV_OK;
 }
 
-/* ROPEKV_OK, ROPEKV_ERR_IO, or ROPEKV_ERR_NOMEM (the code object does not fit in memory). */
-static int read_whole(const char *path, rk_codeobj *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ROPEKV_ERR_IO;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0) {
-        fclose(f);
-        return ROPEKV_ERR_IO;
-    }
-    if (!(out->data = malloc((size_t)st.st_size))) {
-        fclose(f);
-        return ROPEKV_ERR_NOMEM;
-    }
-    out->len = fread(out->data, 1, (size_t)st.st_size, f);
-    fclose(f);
-    return out->len == (size_t)st.st_size ? ROPEKV_OK : ROPEKV_ERR_IO;
-}
-
 static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
                         rk_buf *log) {
     (void)d;
     (void)arch;
     char dir[4096], msg[8192], so[4400];
-    snprintf(dir, sizeof dir, "%s/ropekv-host-XXXXXX", tmp_root());
     memset(out, 0, sizeof *out);
-    if (!mkdtemp(dir)) {
+    if (rk_mktmpdir(dir, sizeof dir, "ropekv-host") != ROPEKV_OK) {
         rk_buf_printf(log, "cannot create a directory under %s: %s", tmp_root(), strerror(errno));
         return ROPEKV_ERR_IO;
     }
     rk_host_kernel k;
     int rc = rk_host_build(src, len, name, dir, &k, msg, sizeof msg);
-    if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
-    else rk_host_unload(&k);
-    snprintf(so, sizeof so, "%s/%s.so", dir, name);
-    if (rc == ROPEKV_OK && (rc = read_whole(so, out)) != ROPEKV_OK)
-        rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
-    unlink(so);
-    rmdir(dir);
+    if (rc != ROPEKV_OK) {
+        rk_buf_printf(log, "%s", msg);
+    } else {
+        rk_host_unload(&k);
+        snprintf(so, sizeof so, "%s/%s.so", dir, name);
+        rc = rk_read_file(so, out);
+        if (rc == ROPEKV_OK && out->len == 0) {
+            rk_code_free(out);
+            rc = ROPEKV_ERR_IO;
+        }
+        if (rc != ROPEKV_OK)
+            rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
+    }
+    rk_rmtmpdir(dir);
     return rc;
 }
 

@@ -1,6 +1,8 @@
 /* Host backend: system C++ compiler -> shared object -> dlopen -> the kernel's grid as a loop. */
 #include "host_compile.h"
 
+#include "proc.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,25 +22,16 @@ const char *rk_host_compiler(void) {
     return cxx && *cxx ? cxx : "c++";
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
+/* The start of the file at path as a string in log (empty when it cannot be read). */
 static void read_log(const char *path, char *log, size_t cap) {
     if (!log || !cap) return;
-    log[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(log, 1, cap - 1, f);
-    log[n] = '\0';
-    fclose(f);
+    rk_codeobj f;
+    if (rk_read_file(path, &f) != ROPEKV_OK) {
+        log[0] = '\0';
+        return;
+    }
+    snprintf(log, cap, "%s", (const char *)f.data);
+    rk_code_free(&f);
 }
 
 /* Seconds a compiler run may take: $ROPEKV_COMPILE_TIMEOUT (a positive integer; 0 means no limit),
@@ -53,16 +46,10 @@ int rk_host_compile_timeout(void) {
     return (int)t;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Waits up to `seconds` (< 0: no limit) for the child to change state: poll on a pidfd where the
  * kernel has them, else short sleeps. Returns waitpid's result (0 when the time is up). */
 static pid_t wait_child(pid_t pid, int *status, double seconds) {
-    double deadline = now_s() + seconds;
+    double deadline = rk_now_ms() + seconds * 1e3;
 #ifdef SYS_pidfd_open
     int pfd = seconds >= 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 #else
@@ -75,7 +62,7 @@ static pid_t wait_child(pid_t pid, int *status, double seconds) {
             return r;
         }
         if (r < 0) continue;
-        double left = deadline - now_s();
+        double left = (deadline - rk_now_ms()) / 1e3;
         if (left <= 0) {
             if (pfd >= 0) close(pfd);
             return 0;
@@ -176,14 +163,11 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
     snprintf(so, sizeof so, "%s/%s.so", dir, name);
     if (log && log_cap) log[0] = '\0';
 
-    int fd = open(cpp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || write_all(fd, src, len) != 0) {
+    if (rk_write_file(cpp, src, len) != ROPEKV_OK) {
         snprintf(log, log_cap, "cannot write %s: %s", cpp, strerror(errno));
-        if (fd >= 0) close(fd);
         unlink(cpp);
         return ROPEKV_ERR_IO;
     }
-    close(fd);
     char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                     "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
     int timeout = rk_host_compile_timeout();

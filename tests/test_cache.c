@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "cache.h"
+#include "proc.h"
 
 #define PATH 4400
 
@@ -158,19 +159,6 @@ static int write_file(const char *path, const void *p, size_t n) {
     return close(fd) == 0 && ok ? 0 : -1;
 }
 
-static unsigned char *read_whole(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    rewind(fp);
-    unsigned char *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(b, 1, (size_t)sz, fp);
-    fclose(fp);
-    return b;
-}
-
 typedef struct census {
     int entries, locks, temps, other;
 } census;
@@ -207,12 +195,6 @@ static int hex_to_digest(const char *hex, unsigned char d[32]) {
         d[i] = (unsigned char)v;
     }
     return 0;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static void sleep_ms(int ms) {
@@ -362,17 +344,17 @@ static void test_round_trip(void **state) {
 
     /* the file is exactly the documented layout, private to the user */
     entry_file(f, d, ".rkco", path);
-    unsigned char *want = make_entry(d, p, n, &en), *got;
-    size_t gn;
-    assert_non_null(got = read_whole(path, &gn));
-    assert_int_equal(gn, en);
-    assert_memory_equal(got, want, en);
+    unsigned char *want = make_entry(d, p, n, &en);
+    rk_codeobj got;
+    assert_int_equal(rk_read_file(path, &got), ROPEKV_OK);
+    assert_int_equal(got.len, en);
+    assert_memory_equal(got.data, want, en);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 07777, 0600);
     assert_int_equal(stat(f->dir, &st), 0);
     assert_int_equal(st.st_mode & 07777, 0700);
-    free(got);
+    rk_code_free(&got);
     free(want);
 
     /* overwrite, empty payload, and no leftovers */
@@ -487,12 +469,11 @@ static void test_corrupt_entries(void **state) {
         assert_int_equal(unlink(path), 0);
     }
     /* the symlink's target was not touched */
-    size_t on;
-    unsigned char *o = read_whole(outside, &on);
-    assert_non_null(o);
-    assert_int_equal(on, en);
-    assert_memory_equal(o, good, en);
-    free(o);
+    rk_codeobj o;
+    assert_int_equal(rk_read_file(outside, &o), ROPEKV_OK);
+    assert_int_equal(o.len, en);
+    assert_memory_equal(o.data, good, en);
+    rk_code_free(&o);
     census c = count_files(f->dir);
     assert_int_equal(c.entries + c.temps + c.locks + c.other, 0);
     free(p);
@@ -763,7 +744,7 @@ static void run_many(fixture *f, int locked) {
     atomic_init(&sh->puts, 0);
     atomic_init(&sh->failures, 0);
     atomic_init(&sh->hits, 0);
-    double t0 = now_s();
+    double t0 = rk_now_ms();
     pid_t pids[PROCS];
     for (int i = 0; i < PROCS; i++) {
         pids[i] = fork_flushed();
@@ -784,7 +765,7 @@ static void run_many(fixture *f, int locked) {
     for (int i = 0; i < PROCS; i++)
         assert_int_equal(wait_child(pids[i]), 0);
     print_message("%s: %d puts, %d hits, %.2f s\n", locked ? "locked" : "unlocked", atomic_load(&sh->puts),
-                  atomic_load(&sh->hits), now_s() - t0);
+                  atomic_load(&sh->hits), (rk_now_ms() - t0) / 1e3);
     assert_int_equal(atomic_load(&sh->failures), 0);
     if (locked)
         assert_int_equal(atomic_load(&sh->puts), DIGESTS); /* the lock let exactly one build each */
@@ -811,8 +792,8 @@ static void test_concurrent_unlocked(void **state) { run_many(*state, 0); }
 
 /* Polls until the directory holds at least `entries` entries and `temps` temp files; 0 on success. */
 static int wait_for_files(const char *dir, int entries, int temps, double timeout) {
-    double t0 = now_s();
-    while (now_s() - t0 < timeout) {
+    double t0 = rk_now_ms();
+    while (rk_now_ms() - t0 < timeout * 1e3) {
         census k = count_files(dir);
         if (k.entries >= entries && k.temps >= temps)
             return 0;
@@ -923,11 +904,11 @@ static void test_lock_dies_with_holder(void **state) {
     assert_int_equal(waitpid(waiter, &st, WNOHANG), 0);
 
     /* ...and gets the lock once the holder is killed */
-    double t0 = now_s();
+    double t0 = rk_now_ms();
     kill(holder, SIGKILL);
     assert_int_equal(wait_child(holder), 128 + SIGKILL);
     pid_t done = 0;
-    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && now_s() - t0 < 1.0)
+    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && rk_now_ms() - t0 < 1e3)
         sleep_ms(1);
     if (done == 0) {
         kill(waiter, SIGKILL);
@@ -936,10 +917,10 @@ static void test_lock_dies_with_holder(void **state) {
     assert_int_equal(done, waiter);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 
-    t0 = now_s();
+    t0 = rk_now_ms();
     int l = rk_cache_lock(&f->c, d);
     assert_true(l >= 0);
-    assert_true(now_s() - t0 < 1.0);
+    assert_true(rk_now_ms() - t0 < 1e3);
     rk_cache_unlock(l);
     rk_cache_unlock(-1);
     close(pfd[0]);

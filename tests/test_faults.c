@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "host_compile.h"
+#include "proc.h"
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
@@ -235,19 +236,6 @@ static void only_entry(const char *dir, char *out) {
     assert_int_equal(n, 1);
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    unsigned char *b = malloc(*n ? *n : 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 static void write_file(const char *path, const void *b, size_t n, mode_t mode) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
     assert_true(fd >= 0);
@@ -290,12 +278,6 @@ static int wait_child(pid_t pid) {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* ---- checking kernels against the reference ------------------------------------------------------ */
@@ -447,10 +429,9 @@ static void test_disk_full(void **state) {
         _exit(0);
     }
     int rc = wait_child(pid);
-    size_t n;
-    char *text = (char *)read_file(log, &n);
-    text = realloc(text, n + 1);
-    text[n] = '\0';
+    rk_codeobj out;
+    assert_int_equal(rk_read_file(log, &out), ROPEKV_OK);
+    char *text = (char *)out.data;
     print_message("%s", text);
     if (rc == 77) {
         print_message("neither a tmpfs nor a file size limit could be set up: skipped\n");
@@ -517,8 +498,8 @@ static void test_cache_dir_replaced(void **state) {
     get_and_check(other, &DS_FP8_NONE);
     ropekv_destroy(other);
     only_entry(swapped, other_entry);
-    size_t n0, n1;
-    unsigned char *before = read_file(other_entry, &n0);
+    rk_codeobj before, after;
+    assert_int_equal(rk_read_file(other_entry, &before), ROPEKV_OK);
     begin_capture();
     get_and_check(c, &DS_FP8_NONE);
     text = end_capture();
@@ -527,12 +508,12 @@ static void test_cache_dir_replaced(void **state) {
     assert_true(s.compiles == 2 && s.disk_hits == 0);
     assert_int_equal(ropekv_cache_clear(c), ROPEKV_ERR_CACHE);
     ropekv_destroy(c);
-    unsigned char *after = read_file(other_entry, &n1);
-    assert_true(n0 == n1 && memcmp(before, after, n0) == 0);
+    assert_int_equal(rk_read_file(other_entry, &after), ROPEKV_OK);
+    assert_true(before.len == after.len && memcmp(before.data, after.data, before.len) == 0);
     assert_int_equal(count_files(swapped).entries, 1);
     assert_int_equal(count_files(old).entries, 1);
-    free(before);
-    free(after);
+    rk_code_free(&before);
+    rk_code_free(&after);
 }
 
 /* ---- another ropekv version shares the directory ------------------------------------------------- */
@@ -550,8 +531,10 @@ static void test_other_version_entries(void **state) {
     get_and_check(c, &DS_FP8);
     ropekv_destroy(c);
     only_entry(dir, ours);
-    size_t n;
-    unsigned char *entry = read_file(ours, &n);
+    rk_codeobj ours_co;
+    assert_int_equal(rk_read_file(ours, &ours_co), ROPEKV_OK);
+    unsigned char *entry = ours_co.data;
+    size_t n = ours_co.len;
     assert_true(n > 88);
 
     /* their entry: the same code object under their digest (name and header agree) */
@@ -567,10 +550,10 @@ static void test_other_version_entries(void **state) {
     ropekv_stats s = stats(c);
     assert_true(s.compiles == 1 && s.disk_hits == 0 && s.cache_rejects == 0);
     ropekv_destroy(c);
-    size_t m;
-    unsigned char *still = read_file(theirs, &m);
-    assert_true(m == n && memcmp(still, their, n) == 0); /* theirs: neither used nor touched */
-    free(still);
+    rk_codeobj still;
+    assert_int_equal(rk_read_file(theirs, &still), ROPEKV_OK);
+    assert_true(still.len == n && memcmp(still.data, their, n) == 0); /* theirs: neither used nor touched */
+    rk_code_free(&still);
 
     /* their entry under our name: a foreign entry, removed and rebuilt */
     write_file(ours, their, n, 0600);
@@ -584,10 +567,11 @@ static void test_other_version_entries(void **state) {
     ropekv_destroy(c);
 
     /* an entry of another cache format under our name */
-    unsigned char *fmt2 = read_file(ours, &m);
-    assert_true(m > 88 && memcmp(fmt2 + 16, entry + 16, 32) == 0); /* rebuilt under our digest */
-    fmt2[8] = 2;
-    write_file(ours, fmt2, m, 0600);
+    rk_codeobj fmt2;
+    assert_int_equal(rk_read_file(ours, &fmt2), ROPEKV_OK);
+    assert_true(fmt2.len > 88 && memcmp(fmt2.data + 16, entry + 16, 32) == 0); /* rebuilt under our digest */
+    fmt2.data[8] = 2;
+    write_file(ours, fmt2.data, fmt2.len, 0600);
     c = open_ctx(dir);
     begin_capture();
     get_and_check(c, &DS_FP8);
@@ -597,7 +581,7 @@ static void test_other_version_entries(void **state) {
     assert_true(s.compiles == 1 && s.cache_rejects == 1);
     ropekv_destroy(c);
     assert_int_equal(count_files(dir).entries, 2); /* ours, rebuilt, and theirs */
-    free(fmt2);
+    rk_code_free(&fmt2);
     free(their);
     free(entry);
 }
@@ -821,12 +805,12 @@ static void test_compiler_fails_or_hangs(void **state) {
     snprintf(script, sizeof script, "#!/bin/sh\necho $$ > '%s'\nsleep 1000 &\necho $! >> '%s'\nwait\n", pids, pids);
     write_text(cxx, script, 0700);
     setenv("ROPEKV_COMPILE_TIMEOUT", "1", 1);
-    double t0 = now_s();
+    double t0 = rk_now_ms();
     c = open_ctx(NULL); /* `$CXX --version` hangs too: the identity falls back to the command */
     for (int i = 0; i < 100 && !all_gone(pids); i++) usleep(20000);
     assert_true(all_gone(pids));
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
-    double took = now_s() - t0;
+    double took = (rk_now_ms() - t0) / 1e3;
     print_message("%s (%.1f s in all)\n", ropekv_last_error(c), took);
     assert_non_null(strstr(ropekv_last_error(c), "timed out after 1 s"));
     assert_true(took < 10);
@@ -1002,10 +986,10 @@ static void test_oom_create_get(void **state) {
     get_and_check(c, &DS_FP8);
     ropekv_destroy(c);
     only_entry(dir, entry);
-    size_t n;
-    unsigned char *e = read_file(entry, &n);
-    write_file(so, e + 88, n - 88, 0600);
-    free(e);
+    rk_codeobj e;
+    assert_int_equal(rk_read_file(entry, &e), ROPEKV_OK);
+    write_file(so, e.data + 88, e.len - 88, 0600);
+    rk_code_free(&e);
     snprintf(script, sizeof script,
              "#!/bin/sh\n[ \"$1\" = --version ] && { echo copy-prebuilt 1.0; exit 0; }\n"
              "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && exec cp '%s' \"$2\"; shift; done\nexit 1\n",
