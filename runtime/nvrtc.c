@@ -1,5 +1,4 @@
 /* nvrtc, opened with dlopen: kernel source -> CUBIN (and, on request, PTX) for one sm_XY. */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,89 +6,72 @@
 #include <string.h>
 
 #include "compilers.h"
+#include "dl.h"
 
 /* The few nvrtc entry points used, declared here so the build needs no CUDA headers. */
 typedef int nvrtc_result; /* nvrtcResult: 0 is NVRTC_SUCCESS */
 typedef struct nvrtc_prog *nvrtc_program;
 enum { NVRTC_OK = 0, NVRTC_OUT_OF_MEMORY = 1, NVRTC_INVALID_OPTION = 5, NVRTC_COMPILATION = 6 };
 
+#define NVRTC_API(X)                                                                                          \
+    X(version, "nvrtcVersion", 1, nvrtc_result, (int *, int *))                                               \
+    X(error_string, "nvrtcGetErrorString", 1, const char *, (nvrtc_result))                                   \
+    X(create, "nvrtcCreateProgram", 1, nvrtc_result,                                                          \
+      (nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *))           \
+    X(compile, "nvrtcCompileProgram", 1, nvrtc_result, (nvrtc_program, int, const char *const *))             \
+    X(destroy, "nvrtcDestroyProgram", 1, nvrtc_result, (nvrtc_program *))                                     \
+    X(log_size, "nvrtcGetProgramLogSize", 1, nvrtc_result, (nvrtc_program, size_t *))                         \
+    X(log, "nvrtcGetProgramLog", 1, nvrtc_result, (nvrtc_program, char *))                                    \
+    X(cubin_size, "nvrtcGetCUBINSize", 1, nvrtc_result, (nvrtc_program, size_t *))                            \
+    X(cubin, "nvrtcGetCUBIN", 1, nvrtc_result, (nvrtc_program, char *))                                       \
+    X(ptx_size, "nvrtcGetPTXSize", 1, nvrtc_result, (nvrtc_program, size_t *))                                \
+    X(ptx, "nvrtcGetPTX", 1, nvrtc_result, (nvrtc_program, char *))
+
 typedef struct nvrtc_api {
-    void *lib;
-    char path[512];
+    int loaded;
     int major, minor;
     char why[512];
-    nvrtc_result (*version)(int *, int *);
-    const char *(*error_string)(nvrtc_result);
-    nvrtc_result (*create)(nvrtc_program *, const char *, const char *, int, const char *const *,
-                           const char *const *);
-    nvrtc_result (*compile)(nvrtc_program, int, const char *const *);
-    nvrtc_result (*destroy)(nvrtc_program *);
-    nvrtc_result (*log_size)(nvrtc_program, size_t *);
-    nvrtc_result (*log)(nvrtc_program, char *);
-    nvrtc_result (*cubin_size)(nvrtc_program, size_t *);
-    nvrtc_result (*cubin)(nvrtc_program, char *);
-    nvrtc_result (*ptx_size)(nvrtc_program, size_t *);
-    nvrtc_result (*ptx)(nvrtc_program, char *);
+    NVRTC_API(RK_DL_FIELD)
 } nvrtc_api;
+
+#define RK_DL_TABLE nvrtc_api
+static const rk_dl_sym nv_syms[] = {NVRTC_API(RK_DL_SYM)};
+#undef RK_DL_TABLE
 
 static nvrtc_api g_nv;
 static pthread_once_t g_nv_once = PTHREAD_ONCE_INIT;
 
-static void *sym(void *lib, const char *name, int *missing) {
-    void *p = dlsym(lib, name);
-    if (!p) *missing = 1;
-    return p;
-}
-
 static void nv_load(void) {
     const char *env = getenv("ROPEKV_NVRTC");
     const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"};
+    rk_dl dl;
     if (env && *env) {
-        g_nv.lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        snprintf(g_nv.path, sizeof g_nv.path, "%s", env);
-        if (!g_nv.lib) {
-            const char *e = dlerror();
-            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%s): %s", env, e ? e : "?");
+        if (rk_dl_open(&dl, &env, 1, NULL) != ROPEKV_OK) {
+            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%.200s): %.260s", env, dl.error);
             return;
         }
-    } else {
-        for (size_t i = 0; i < sizeof names / sizeof names[0] && !g_nv.lib; i++) {
-            g_nv.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-            snprintf(g_nv.path, sizeof g_nv.path, "%s", names[i]);
-        }
-        if (!g_nv.lib) {
-            snprintf(g_nv.why, sizeof g_nv.why,
-                     "nvrtc: not found (tried libnvrtc.so, .so.13, .so.12, /usr/local/cuda/lib64; "
-                     "set ROPEKV_NVRTC to its path)");
-            return;
-        }
+    } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why,
+                 "nvrtc: not found (tried libnvrtc.so, .so.13, .so.12, /usr/local/cuda/lib64; "
+                 "set ROPEKV_NVRTC to its path)");
+        return;
     }
-    int missing = 0;
-    void *l = g_nv.lib;
-    /* Casting through void* keeps -Wpedantic quiet about object-to-function pointer casts. */
-#define LOAD(field, name) *(void **)(&g_nv.field) = sym(l, name, &missing)
-    LOAD(version, "nvrtcVersion");
-    LOAD(error_string, "nvrtcGetErrorString");
-    LOAD(create, "nvrtcCreateProgram");
-    LOAD(compile, "nvrtcCompileProgram");
-    LOAD(destroy, "nvrtcDestroyProgram");
-    LOAD(log_size, "nvrtcGetProgramLogSize");
-    LOAD(log, "nvrtcGetProgramLog");
-    LOAD(cubin_size, "nvrtcGetCUBINSize");
-    LOAD(cubin, "nvrtcGetCUBIN");
-    LOAD(ptx_size, "nvrtcGetPTXSize");
-    LOAD(ptx, "nvrtcGetPTX");
-#undef LOAD
-    if (missing || g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
-        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks the nvrtc entry points (CUDA < 11.1?)", g_nv.path);
-        dlclose(g_nv.lib);
-        g_nv.lib = NULL;
+    if (rk_dl_resolve(&dl, nv_syms, sizeof nv_syms / sizeof nv_syms[0], &g_nv, 1) != ROPEKV_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks %s (CUDA < 11.1?)", dl.path, dl.missing);
+        rk_dl_close(&dl);
+        return;
     }
+    if (g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s: nvrtcVersion failed", dl.path);
+        rk_dl_close(&dl);
+        return;
+    }
+    g_nv.loaded = 1; /* the library stays open for the life of the process */
 }
 
 static const nvrtc_api *nv(void) {
     pthread_once(&g_nv_once, nv_load);
-    return g_nv.lib ? &g_nv : NULL;
+    return g_nv.loaded ? &g_nv : NULL;
 }
 
 int rk_nvrtc_available(int *major, int *minor, char *why, size_t cap) {
