@@ -5,11 +5,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "host_compile.h"
+#include "pool.h"
 
 /* ---- choosing the compiler -------------------------------------------------------------------- */
 rk_compiler rk_build_pick(const rk_arch *a) {
@@ -207,14 +206,36 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
 }
 
 /* ---- the matrix ------------------------------------------------------------------------------- */
-typedef struct shared {
-    int next;   /* the next item to claim */
-    int done;   /* items finished */
-    rk_build_result res[];
-} shared;
+typedef struct matrix {
+    const rk_build_item *items;
+    FILE *progress;
+} matrix;
 
-static void progress_line(FILE *progress, int k, int n, const rk_build_item *it, const rk_build_result *r) {
-    if (!progress) return;
+static int matrix_run(void *ctx, int i, void *result) {
+    const matrix *m = ctx;
+    rk_build_one(&m->items[i].v, m->items[i].cc, m->items[i].flags, result, NULL);
+    return 0;
+}
+
+/* Item i failed because its build process went away (or none was left to take it). */
+static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why) {
+    const matrix *m = ctx;
+    rk_build_result *r = result;
+    rk_info_reset(&r->info);
+    r->rc = ROPEKV_ERR_COMPILE;
+    r->cc = m->items[i].cc;
+    r->bf16_cvt = r->pdl_gate = -1;
+    r->pid = pid;
+    snprintf(r->log, sizeof r->log, "%s\n", why);
+    r->state = 2;
+}
+
+/* "[k/n] key compiler ms" or "[k/n] key compiler FAILED", one write per line. */
+static void matrix_done(void *ctx, int k, int n, int i, const void *result) {
+    const matrix *m = ctx;
+    const rk_build_result *r = result;
+    if (!m->progress) return;
+    const rk_build_item *it = &m->items[i];
     char line[512];
     int len;
     if (r->rc == ROPEKV_OK)
@@ -224,118 +245,18 @@ static void progress_line(FILE *progress, int k, int n, const rk_build_item *it,
         len = snprintf(line, sizeof line, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
     if (len <= 0) return;
     if ((size_t)len >= sizeof line) len = (int)sizeof line - 1;
-    /* One write per line: the workers share the descriptor. */
-    ssize_t w = write(fileno(progress), line, (size_t)len);
+    fflush(m->progress);
+    ssize_t w = write(fileno(m->progress), line, (size_t)len);
     (void)w;
 }
 
-static void worker(const rk_build_item *items, int n, shared *sh, FILE *progress) {
-    rk_build_result *r = malloc(sizeof *r);
-    if (!r) _exit(3);
-    for (;;) {
-        int i = __atomic_fetch_add(&sh->next, 1, __ATOMIC_SEQ_CST);
-        if (i >= n) break;
-        sh->res[i].pid = (int)getpid();
-        __atomic_store_n(&sh->res[i].state, 1, __ATOMIC_SEQ_CST);
-        rk_build_one(&items[i].v, items[i].cc, items[i].flags, r, NULL);
-        r->state = 1;
-        memcpy(&sh->res[i], r, sizeof *r);
-        __atomic_store_n(&sh->res[i].state, 2, __ATOMIC_SEQ_CST);
-        int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
-        progress_line(progress, k, n, &items[i], &sh->res[i]);
-    }
-    free(r);
-    _exit(0);
-}
-
-static pid_t spawn(const rk_build_item *items, int n, shared *sh, FILE *progress) {
-    fflush(stdout);
-    fflush(stderr);
-    if (progress) fflush(progress);
-    pid_t pid = fork();
-    if (pid == 0) worker(items, n, sh, progress);
-    return pid;
-}
-
-/* Marks item i failed because its worker went away. */
-static void lost(const rk_build_item *items, int n, shared *sh, int i, const char *why, FILE *progress) {
-    rk_build_result *r = &sh->res[i];
-    int pid = r->pid;
-    memset(r, 0, sizeof *r);
-    rk_info_reset(&r->info);
-    r->rc = ROPEKV_ERR_COMPILE;
-    r->cc = items[i].cc;
-    r->bf16_cvt = r->pdl_gate = -1;
-    r->pid = pid;
-    snprintf(r->log, sizeof r->log, "%s\n", why);
-    r->state = 2;
-    int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
-    progress_line(progress, k, n, &items[i], r);
-}
-
 int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res) {
-    if (n <= 0) return 0;
-    if (jobs < 1) jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (jobs < 1) jobs = 1;
-    if (jobs > n) jobs = n;
-    size_t bytes = sizeof(shared) + sizeof(rk_build_result) * (size_t)n;
-    shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) return -1;
-    memset(sh, 0, sizeof *sh); /* the results start zeroed (anonymous mapping): state 0 */
-    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-    if (!pids) {
-        munmap(sh, bytes);
-        return -1;
-    }
-    int started = 0;
-    for (int j = 0; j < jobs; j++) {
-        pids[j] = spawn(items, n, sh, progress);
-        if (pids[j] < 0) pids[j] = 0;
-        else started++;
-    }
-    if (!started) {
-        int e = errno;
-        free(pids);
-        munmap(sh, bytes);
-        errno = e;
-        return -1;
-    }
-    /* Waits for each worker in turn. A worker ends normally once no item is left to claim; one that
-     * dies fails the item it held, and a replacement takes the rest. */
-    for (int any = 1; any;) {
-        any = 0;
-        for (int j = 0; j < jobs; j++) {
-            if (pids[j] <= 0) continue;
-            any = 1;
-            int st = 0;
-            pid_t p;
-            while ((p = waitpid(pids[j], &st, 0)) < 0 && errno == EINTR) {}
-            pids[j] = 0;
-            if (p < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
-            char why[256];
-            if (WIFSIGNALED(st))
-                snprintf(why, sizeof why, "the build process (pid %d) was killed by signal %d (%s) while compiling this",
-                         (int)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
-            else
-                snprintf(why, sizeof why, "the build process (pid %d) exited with status %d while compiling this",
-                         (int)p, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-            for (int i = 0; i < n; i++)
-                if (sh->res[i].state == 1 && sh->res[i].pid == (int)p) lost(items, n, sh, i, why, progress);
-            if (__atomic_load_n(&sh->next, __ATOMIC_SEQ_CST) < n) {
-                pid_t q = spawn(items, n, sh, progress);
-                if (q > 0) pids[j] = q;
-            }
-        }
-    }
+    matrix m = {items, progress};
+    rk_pool p = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "build process",
+                 .task = "compiling this", .ctx = &m, .run = matrix_run, .lost = matrix_lost, .done = matrix_done};
+    if (rk_pool_run(&p, res) != 0) return -1;
     int failed = 0;
-    for (int i = 0; i < n; i++) {
-        if (sh->res[i].state != 2)
-            lost(items, n, sh, i, "not built: no build process was left to take it", progress);
-        res[i] = sh->res[i];
-        failed += res[i].rc != ROPEKV_OK;
-    }
-    free(pids);
-    munmap(sh, bytes);
+    for (int i = 0; i < n; i++) failed += res[i].rc != ROPEKV_OK;
     return failed;
 }
 
