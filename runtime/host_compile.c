@@ -1,4 +1,4 @@
-/* Host backend: system C++ compiler -> shared object -> dlopen -> the kernel's grid as a loop. */
+/* The host C++ compiler driver: emitted source -> $CXX -> shared object -> dlopen'd entry points. */
 #include "host_compile.h"
 
 #include "proc.h"
@@ -197,8 +197,4 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
 void rk_host_unload(rk_host_kernel *k) {
     if (k->so) dlclose(k->so);
     memset(k, 0, sizeof *k);
-}
-
-void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide) {
-    (wide ? k->entry64 : k->entry32)(*a);
 }
