@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "inspect.h"
 #include "rk.h"
@@ -74,8 +73,8 @@ int main(int argc, char **argv) {
 
     /* Through the public API, for the host backend and (where present) the cuda and hip backends:
      * cold (empty cache), disk hit (a new context), memory hit (the same context). */
-    char dir[] = "/tmp/ropekv-bench-XXXXXX";
-    if (!mkdtemp(dir)) return 1;
+    char dir[4096];
+    if (rk_mktmpdir(dir, sizeof dir, "ropekv-bench") != ROPEKV_OK) return 1;
     static const struct { ropekv_backend b; const char *name; } backends[] = {
         {ROPEKV_BACKEND_HOST, "host"}, {ROPEKV_BACKEND_CUDA, "cuda"}, {ROPEKV_BACKEND_HIP, "hip"}};
     for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
@@ -129,6 +128,6 @@ int main(int argc, char **argv) {
                median(disk_t, reps));
         printf("| %-4s %-8s in-process hit          | %8.1f ns | <= 100 ns |\n", backends[b].name, target, per * 1e6);
     }
-    rmdir(dir);
+    rk_rmtmpdir(dir);
     return 0;
 }

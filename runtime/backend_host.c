@@ -1,4 +1,6 @@
-/* The host backend behind the backend table: the code object is the shared object's bytes. */
+/* The host backend behind the backend table: compiles with the host C++ compiler driver
+ * (host_compile.c); the code object is the shared object's bytes; a launch calls the entry point
+ * once, and the kernel runs its whole grid as a loop on the calling thread. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>

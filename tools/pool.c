@@ -72,6 +72,13 @@ static void report(const pool_run *r, char *reported, int *k) {
     }
 }
 
+/* Item i gets no result of its own: the pool's lost callback makes it a failure. */
+static void lose(const pool_run *r, int i, int pid, const char *why) {
+    memset(result_at(r, i), 0, r->p->result_size);
+    r->p->lost(r->p->ctx, i, result_at(r, i), pid, why);
+    __atomic_store_n(&r->sh->item[i].state, DONE, __ATOMIC_SEQ_CST);
+}
+
 /* Fails the items the worker pid held when it ended with wait status st. */
 static void fail_held(const pool_run *r, pid_t pid, int st) {
     const rk_pool *p = r->p;
@@ -83,11 +90,8 @@ static void fail_held(const pool_run *r, pid_t pid, int st) {
         snprintf(why, sizeof why, "the %s (pid %d) exited with status %d while %s", p->worker, (int)pid,
                  WIFEXITED(st) ? WEXITSTATUS(st) : -1, p->task);
     for (int i = 0; i < p->n; i++) {
-        item_state *s = &r->sh->item[i];
-        if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != RUNNING || s->pid != (int)pid) continue;
-        memset(result_at(r, i), 0, p->result_size);
-        p->lost(p->ctx, i, result_at(r, i), (int)pid, why);
-        __atomic_store_n(&s->state, DONE, __ATOMIC_SEQ_CST);
+        const item_state *s = &r->sh->item[i];
+        if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == RUNNING && s->pid == (int)pid) lose(r, i, (int)pid, why);
     }
 }
 
@@ -156,12 +160,8 @@ int rk_pool_run(const rk_pool *p, void *results) {
     }
     char why[256];
     snprintf(why, sizeof why, "not run: no %s was left to take it", p->worker);
-    for (int i = 0; i < p->n; i++) {
-        if (r.sh->item[i].state == DONE) continue;
-        memset(result_at(&r, i), 0, p->result_size);
-        p->lost(p->ctx, i, result_at(&r, i), 0, why);
-        r.sh->item[i].state = DONE;
-    }
+    for (int i = 0; i < p->n; i++)
+        if (r.sh->item[i].state != DONE) lose(&r, i, 0, why);
     report(&r, reported, &k);
     memcpy(results, r.results, p->result_size * (size_t)p->n);
     close(r.wake[0]);
