@@ -18,13 +18,14 @@ static const char *tmp_root(void) {
 }
 
 /* First line of `$CXX --version`: the compiler's identity for cache keys. A compiler that does not
- * answer in time (rk_host_compiler_version) is named by its command alone. */
-static void compiler_identity(char *out, size_t cap) {
+ * answer in time (rk_host_compiler_version) is named by its command alone. ROPEKV_OK or
+ * ROPEKV_ERR_NOMEM. */
+static int compiler_identity(char *out, size_t cap) {
     char line[160];
-    if (rk_host_compiler_version(line, sizeof line) == 0)
-        snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
-    else
-        snprintf(out, cap, "host %s", rk_host_compiler());
+    int rc = rk_host_compiler_version(line, sizeof line);
+    if (rc == ROPEKV_OK) snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
+    else snprintf(out, cap, "host %s", rk_host_compiler());
+    return rc == ROPEKV_ERR_NOMEM ? rc : ROPEKV_OK;
 }
 
 static int host_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
@@ -34,7 +35,7 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
         return ROPEKV_ERR_TARGET;
     }
     snprintf(d->target, sizeof d->target, "host");
-    compiler_identity(d->compiler_id, sizeof d->compiler_id);
+    if (compiler_identity(d->compiler_id, sizeof d->compiler_id) != ROPEKV_OK) return ROPEKV_ERR_NOMEM;
     snprintf(d->options, sizeof d->options, "-std=c++17 -O2 -fPIC -shared -ffp-contract=off -fno-math-errno");
     return ROPEKV_OK;
 }

@@ -23,8 +23,9 @@ const char *rk_host_compiler(void);
 #define RK_COMPILE_TIMEOUT_DEFAULT 120
 int rk_host_compile_timeout(void);
 
-/* The first line of `$CXX --version` (run like a compile, with at most 10 s): 0, or -1 with line
- * empty or partial when the compiler cannot be run, fails or hangs. */
+/* The first line of `$CXX --version` (run like a compile, with at most 10 s; its stderr is not
+ * read): ROPEKV_OK; ROPEKV_ERR_NOMEM; ROPEKV_ERR_COMPILE, with line empty, when the compiler cannot be
+ * run, fails or hangs. */
 int rk_host_compiler_version(char *line, size_t cap);
 
 /* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.

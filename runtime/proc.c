@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
@@ -33,7 +34,7 @@ double rk_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-int rk_run(const char *const argv[], rk_buf *out, int *status) {
+int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status) {
     *status = -1;
     int fd[2];
     if (pipe2(fd, O_CLOEXEC) != 0) {
@@ -48,14 +49,22 @@ int rk_run(const char *const argv[], rk_buf *out, int *status) {
      * dup2 onto 1 and 2 clears that flag on the copies. */
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+    if (flags & RK_RUN_NO_STDERR) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    else posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
     sigset_t none, dfl;
     sigemptyset(&none);
     sigemptyset(&dfl);
     sigaddset(&dfl, SIGPIPE);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    short spawn_flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    if (timeout_s > 0) {
+        /* Its own process group, so a kill reaches what it started too (a compiler driver's
+         * compiler, assembler and linker). */
+        posix_spawnattr_setpgroup(&at, 0);
+        spawn_flags |= POSIX_SPAWN_SETPGROUP;
+    }
+    posix_spawnattr_setflags(&at, spawn_flags);
     pid_t pid;
     int e = posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -66,9 +75,23 @@ int rk_run(const char *const argv[], rk_buf *out, int *status) {
         if (out) rk_buf_printf(out, "%s: cannot run: %s\n", argv[0], strerror(e));
         return ROPEKV_ERR_IO;
     }
+    double deadline = rk_now_ms() + timeout_s * 1e3;
+    int timed_out = 0;
     char chunk[8192];
     int rc = ROPEKV_OK;
     for (;;) {
+        if (timeout_s > 0) {
+            double left = deadline - rk_now_ms();
+            struct pollfd p = {.fd = fd[0], .events = POLLIN};
+            int k = left > 0 ? poll(&p, 1, left > 1e9 ? 1000000000 : (int)left + 1) : 0;
+            if (k < 0 && errno == EINTR) continue;
+            if (k == 0) {
+                timed_out = 1;
+                kill(-pid, SIGKILL);
+                kill(pid, SIGKILL);
+                break;
+            }
+        }
         ssize_t n = read(fd[0], chunk, sizeof chunk);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
@@ -82,7 +105,8 @@ int rk_run(const char *const argv[], rk_buf *out, int *status) {
             return ROPEKV_ERR_IO;
         }
     }
-    if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
+    if (timed_out) *status = RK_RUN_TIMED_OUT;
+    else if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
     else if (WIFSIGNALED(ws)) *status = 128 + WTERMSIG(ws);
     return rc;
 }

@@ -25,10 +25,19 @@ void rk_code_free(rk_codeobj *c);
 /* Monotonic clock in milliseconds. */
 double rk_now_ms(void);
 
+/* rk_run flags */
+enum {
+    RK_RUN_NO_STDERR = 1, /* the program's stderr goes to /dev/null, not to out */
+};
+#define RK_RUN_TIMED_OUT (-2)
 /* Runs argv[0] (searched in PATH when it has no '/') with argv, no shell, stdin from /dev/null,
- * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in *status:
- * the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in out). */
-int rk_run(const char *const argv[], rk_buf *out, int *status);
+ * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in
+ * *status: the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in
+ * out); ROPEKV_ERR_NOMEM when out could not hold its output (it still ran to its end).
+ * timeout_s > 0: the program runs in its own process group, and when it has not finished after
+ * timeout_s seconds the whole group (what it started too) is killed and *status is
+ * RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
+int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status);
 
 /* Creates a private (0700) temporary directory under $TMPDIR (else /tmp, also when $TMPDIR is
  * unusable) named <prefix>-XXXXXX (prefix NULL: "ropekv"). ROPEKV_OK or ROPEKV_ERR_IO (errno set). */

@@ -89,7 +89,7 @@ static int llvm_tools_here(void) {
     const char *argv[] = {tool, "--version", NULL};
     int st = -1;
     rk_buf out = {0};
-    int ok = rk_run(argv, &out, &st) == ROPEKV_OK && st == 0;
+    int ok = rk_run(argv, 0, 0, &out, &st) == ROPEKV_OK && st == 0;
     rk_buf_free(&out);
     if (!ok) print_message("%s not available, skipping inspection\n", tool);
     return ok;
@@ -101,14 +101,26 @@ static void test_helpers(void **state) {
     rk_buf out = {0};
     int st = -1;
     const char *no[] = {"ropekv-no-such-program-here", NULL};
-    assert_int_equal(rk_run(no, &out, &st), ROPEKV_ERR_IO);
+    assert_int_equal(rk_run(no, 0, 0, &out, &st), ROPEKV_ERR_IO);
     assert_true(has(&out, "cannot run"));
     rk_buf_free(&out);
 
     const char *sh[] = {"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3", NULL};
-    assert_int_equal(rk_run(sh, &out, &st), ROPEKV_OK);
+    assert_int_equal(rk_run(sh, 0, 0, &out, &st), ROPEKV_OK);
     assert_int_equal(st, 3);
     assert_true(has(&out, "to-stdout") && has(&out, "to-stderr"));
+    rk_buf_free(&out);
+    assert_int_equal(rk_run(sh, 5, RK_RUN_NO_STDERR, &out, &st), ROPEKV_OK);
+    assert_int_equal(st, 3);
+    assert_true(has(&out, "to-stdout") && !has(&out, "to-stderr"));
+    rk_buf_free(&out);
+    /* past the limit the program and what it started are killed */
+    const char *hang[] = {"/bin/sh", "-c", "echo started; sleep 30 & wait", NULL};
+    double t0 = rk_now_ms();
+    assert_int_equal(rk_run(hang, 1, 0, &out, &st), ROPEKV_OK);
+    assert_int_equal(st, RK_RUN_TIMED_OUT);
+    assert_true(rk_now_ms() - t0 < 10e3);
+    assert_true(has(&out, "started"));
     rk_buf_free(&out);
 
     const char *argv[8] = {"cc"};

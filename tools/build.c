@@ -63,7 +63,7 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
         const char *argv[] = {tools[t][0], tools[t][1], file, NULL};
         rk_buf out = {0};
         int st = -1;
-        if (rk_run(argv, &out, &st) == ROPEKV_OK && st != 127) {
+        if (rk_run(argv, 0, 0, &out, &st) == ROPEKV_OK && st != 127) {
             rk_buf_printf(sass, "$ %s %s kernel.cubin%s\n", argv[0], argv[1], st ? " (failed)" : "");
             if (out.len) rk_buf_put(sass, out.p, out.len);
             done = 1;
@@ -105,7 +105,7 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
         if (out && out->disasm) {
             const char *argv[] = {"objdump", "-d", "--no-show-raw-insn", so, NULL};
             int st = -1;
-            if (rk_run(argv, out->disasm, &st) != ROPEKV_OK || st != 0)
+            if (rk_run(argv, 0, 0, out->disasm, &st) != ROPEKV_OK || st != 0)
                 rk_buf_printf(out->disasm, "(objdump -d failed, status %d)\n", st);
         }
     }
@@ -230,24 +230,17 @@ static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why
     r->state = 2;
 }
 
-/* "[k/n] key compiler ms" or "[k/n] key compiler FAILED", one write per line. */
+/* "[k/n] key compiler ms" or "[k/n] key compiler FAILED". */
 static void matrix_done(void *ctx, int k, int n, int i, const void *result) {
     const matrix *m = ctx;
     const rk_build_result *r = result;
     if (!m->progress) return;
     const rk_build_item *it = &m->items[i];
-    char line[512];
-    int len;
     if (r->rc == ROPEKV_OK)
-        len = snprintf(line, sizeof line, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc),
-                       r->info.ms);
+        fprintf(m->progress, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc), r->info.ms);
     else
-        len = snprintf(line, sizeof line, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
-    if (len <= 0) return;
-    if ((size_t)len >= sizeof line) len = (int)sizeof line - 1;
+        fprintf(m->progress, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
     fflush(m->progress);
-    ssize_t w = write(fileno(m->progress), line, (size_t)len);
-    (void)w;
 }
 
 int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res) {

@@ -51,7 +51,7 @@ static void ask_version(void) {
     const char *argv[] = {rk_clang_path(), "--version", NULL};
     rk_buf out = {0};
     int st = -1;
-    int rc = rk_run(argv, &out, &st);
+    int rc = rk_run(argv, 0, 0, &out, &st);
     if (rc != ROPEKV_OK || st != 0 || !out.len) {
         size_t n = out.len;
         while (n > 0 && (out.p[n - 1] == '\n' || out.p[n - 1] == '\r')) n--;
@@ -140,7 +140,7 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
     if (rc == ROPEKV_OK) {
         rk_buf out_log = {0};
         int st = -1;
-        rc = rk_run(argv, &out_log, &st);
+        rc = rk_run(argv, 0, 0, &out_log, &st);
         if (log && out_log.len) rk_buf_put(log, out_log.p, out_log.len);
         if (rc == ROPEKV_OK && st != 0) {
             const char *t = out_log.len ? out_log.p : "";

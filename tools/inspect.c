@@ -216,14 +216,14 @@ int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *in
 
     int st = -1;
     const char *argv1[] = {readelf, "--wide", "--notes", "-S", "-s", file, NULL};
-    rc = rk_run(argv1, &notes, &st);
+    rc = rk_run(argv1, 0, 0, &notes, &st);
     if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     if (rc != ROPEKV_OK) {
         if (disasm && notes.len) rk_buf_put(disasm, notes.p, notes.len);
         goto done;
     }
     const char *argv2[] = {objdump, "-d", file, NULL};
-    rc = rk_run(argv2, &dis, &st);
+    rc = rk_run(argv2, 0, 0, &dis, &st);
     if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     if (disasm && dis.len) rk_buf_put(disasm, dis.p, dis.len);
     if (rc != ROPEKV_OK) goto done;
