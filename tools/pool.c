@@ -110,24 +110,22 @@ int rk_pool_run(const rk_pool *p, void *results) {
     pid_t *pids = calloc((size_t)jobs, sizeof *pids);
     char *reported = calloc((size_t)p->n, 1);
     /* Close-on-exec: the compilers a worker runs do not inherit the pipe. */
-    if (!pids || !reported || pipe2(r.wake, O_CLOEXEC) != 0) {
-        int e = errno;
-        free(pids);
-        free(reported);
-        munmap(r.sh, bytes);
-        errno = e;
-        return -1;
-    }
-    int running = 0;
-    for (int j = 0; j < jobs; j++) {
-        pids[j] = spawn(&r);
-        if (pids[j] > 0) running++;
-        else pids[j] = 0;
+    int running = 0, e = ENOMEM;
+    if (pids && reported && pipe2(r.wake, O_CLOEXEC) == 0) {
+        for (int j = 0; j < jobs; j++) {
+            pids[j] = spawn(&r);
+            if (pids[j] > 0) running++;
+            else pids[j] = 0;
+        }
+        e = errno;
+        if (!running) {
+            close(r.wake[0]);
+            close(r.wake[1]);
+        }
+    } else if (pids && reported) {
+        e = errno;
     }
     if (!running) {
-        int e = errno;
-        close(r.wake[0]);
-        close(r.wake[1]);
         free(pids);
         free(reported);
         munmap(r.sh, bytes);
