@@ -120,7 +120,7 @@ static void shape_text(int i, int wide, char *out, size_t cap) {
              wide ? "i64" : "i32", chained);
 }
 
-/* ---- the CUDA driver calls for memory (the backend table has none) ------------------------------- */
+/* ---- the CUDA driver calls for memory: the runtime's driver table (the backend ops have none) ---- */
 static const rk_cuda_api *cu; /* the runtime's driver table, with the programs' entry points */
 static CUdevice cu_dev;
 
