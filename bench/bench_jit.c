@@ -5,18 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "compilers.h"
+#include "inspect.h"
 #include "rk.h"
 #include "ropekv.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -41,11 +33,9 @@ static int source_for(const rk_catalog *cat, const char *target, rk_buf *src) {
     return -1;
 }
 
-typedef int (*compile_fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_compile_info *, rk_buf *);
-
 /* entries: as the runtime compiles (templates/kernel.hip RK_ENTRIES): 1, the 32-bit entry that
  * ropekv_kernel_get builds; 2, the 64-bit entry the first launch that needs it builds. */
-static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, compile_fn f, int reps,
+static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, rk_compiler cc, int reps,
                  int entries) {
     rk_buf src = {0};
     double t[16];
@@ -53,14 +43,14 @@ static void cold(const rk_catalog *cat, const char *label, const char *row, cons
     for (int i = 0; ok && i < reps; i++) {
         rk_codeobj co = {0};
         rk_buf log = {0};
-        double t0 = now_s();
-        ok = f(src.p, src.len, target, NULL, &co, NULL, &log) == ROPEKV_OK;
-        t[i] = now_s() - t0;
+        double t0 = rk_now_ms();
+        ok = rk_compile_inspect(cc, src.p, src.len, target, NULL, &co, NULL, NULL, &log) == ROPEKV_OK;
+        t[i] = rk_now_ms() - t0;
         rk_code_free(&co);
         rk_buf_free(&log);
     }
     const char *what = entries == 1 ? "kernel_get" : "1st wide launch";
-    if (ok) printf("| cold compile, %-16s %-15s | %8.1f ms | <= 500 ms |\n", label, what, median(t, reps) * 1e3);
+    if (ok) printf("| cold compile, %-16s %-15s | %8.1f ms | <= 500 ms |\n", label, what, median(t, reps));
     else printf("| cold compile, %-16s %-15s | %11s | <= 500 ms |\n", label, what, "n/a");
     rk_buf_free(&src);
 }
@@ -76,15 +66,15 @@ int main(int argc, char **argv) {
     }
     printf("| what | median of %d | goal |\n|---|---|---|\n", reps);
     for (int entries = 1; entries <= 2; entries++) {
-        cold(&cat, "nvrtc sm_90", "sm_90", "sm_90", rk_nvrtc_compile, reps, entries);
-        cold(&cat, "clang-22 gfx942", "gfx942", "gfx942", rk_clang_compile, reps, entries);
-        cold(&cat, "hiprtc gfx90a", "gfx90a", "gfx90a", rk_hiprtc_compile, reps, entries);
+        cold(&cat, "nvrtc sm_90", "sm_90", "sm_90", RK_CC_NVRTC, reps, entries);
+        cold(&cat, "clang-22 gfx942", "gfx942", "gfx942", RK_CC_CLANG, reps, entries);
+        cold(&cat, "hiprtc gfx90a", "gfx90a", "gfx90a", RK_CC_HIPRTC, reps, entries);
     }
 
     /* Through the public API, for the host backend and (where present) the cuda and hip backends:
      * cold (empty cache), disk hit (a new context), memory hit (the same context). */
-    char dir[] = "/tmp/ropekv-bench-XXXXXX";
-    if (!mkdtemp(dir)) return 1;
+    char dir[4096];
+    if (rk_mktmpdir(dir, sizeof dir, "ropekv-bench") != ROPEKV_OK) return 1;
     static const struct { ropekv_backend b; const char *name; } backends[] = {
         {ROPEKV_BACKEND_HOST, "host"}, {ROPEKV_BACKEND_CUDA, "cuda"}, {ROPEKV_BACKEND_HIP, "hip"}};
     for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
@@ -104,26 +94,26 @@ int main(int argc, char **argv) {
         for (int i = 0; ok && i < reps; i++) {
             ok = ropekv_create(&c, &o) == ROPEKV_OK;
             ropekv_cache_clear(c);
-            double t0 = now_s();
+            double t0 = rk_now_ms();
             ok = ok && ropekv_kernel_get(c, &v, &k) == ROPEKV_OK;
-            cold_t[i] = now_s() - t0;
+            cold_t[i] = rk_now_ms() - t0;
             if (!ok) fprintf(stderr, "%s\n", ropekv_last_error(c));
             ropekv_destroy(c);
             ok = ok && ropekv_create(&c, &o) == ROPEKV_OK;
-            t0 = now_s();
+            t0 = rk_now_ms();
             ok = ok && ropekv_kernel_get(c, &v, &k) == ROPEKV_OK;
-            disk_t[i] = now_s() - t0;
+            disk_t[i] = rk_now_ms() - t0;
             ropekv_stats st;
             ropekv_get_stats(c, &st);
             ok = ok && st.disk_hits == 1 && st.compiles == 0;
             if (ok && i + 1 == reps) {
                 enum { N = 1000000 };
-                double t1 = now_s();
+                double t1 = rk_now_ms();
                 for (int j = 0; j < N; j++) {
                     ropekv_kernel_get(c, &v, &k);
                     ropekv_kernel_release(k);
                 }
-                per = (now_s() - t1) / N;
+                per = (rk_now_ms() - t1) / N;
                 ropekv_cache_clear(c);
             }
             ropekv_destroy(c);
@@ -133,11 +123,11 @@ int main(int argc, char **argv) {
             continue;
         }
         printf("| %-4s %-8s cold get (compile+load)  | %8.1f ms | <= 500 ms |\n", backends[b].name, target,
-               median(cold_t, reps) * 1e3);
+               median(cold_t, reps));
         printf("| %-4s %-8s disk-cache hit (get)     | %8.3f ms | <= 2 ms |\n", backends[b].name, target,
-               median(disk_t, reps) * 1e3);
-        printf("| %-4s %-8s in-process hit          | %8.1f ns | <= 100 ns |\n", backends[b].name, target, per * 1e9);
+               median(disk_t, reps));
+        printf("| %-4s %-8s in-process hit          | %8.1f ns | <= 100 ns |\n", backends[b].name, target, per * 1e6);
     }
-    rmdir(dir);
+    rk_rmtmpdir(dir);
     return 0;
 }

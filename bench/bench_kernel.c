@@ -10,47 +10,16 @@
  * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
  * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit;
  * 3 and 4: 1 and 2 with the static inputs read before the wait (ropekv_options.pdl_prefetch). */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cuda_api.h"
 #include "rk.h"
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef struct CUgraph_st *CUgraph;
-typedef struct CUgraphExec_st *CUgraphExec;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-
-static struct {
-    CUresult (*retain)(CUcontext *, int);
-    CUresult (*set_current)(CUcontext);
-    CUresult (*alloc)(CUdeviceptr *, size_t);
-    CUresult (*free)(CUdeviceptr);
-    CUresult (*memset)(CUdeviceptr, unsigned char, size_t);
-    CUresult (*htod)(CUdeviceptr, const void *, size_t);
-    CUresult (*stream_create)(CUstream *, unsigned);
-    CUresult (*begin)(CUstream, int);
-    CUresult (*end)(CUstream, CUgraph *);
-    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
-    CUresult (*launch_graph)(CUgraphExec, CUstream);
-    CUresult (*event_create)(CUevent *, unsigned);
-    CUresult (*record)(CUevent, CUstream);
-    CUresult (*event_sync)(CUevent);
-    CUresult (*elapsed)(float *, CUevent, CUevent);
-    CUresult (*sync)(void);
-    CUresult (*module_load)(CUmodule *, const void *);
-    CUresult (*get_function)(CUfunction *, CUmodule, const char *);
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                       void **, void **);
-} cu;
+static const rk_cuda_api *cu; /* the runtime's driver table, with the programs' entry points */
 
 #define CK(call)                                                               \
     do {                                                                       \
@@ -60,30 +29,6 @@ static struct {
             exit(1);                                                           \
         }                                                                      \
     } while (0)
-
-static void load_cuda(void) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!lib) {
-        printf("bench_kernel: SKIPPED: no libcuda.so.1\n");
-        exit(77);
-    }
-    struct { void **p; const char *n; } syms[] = {
-        {(void **)&cu.retain, "cuDevicePrimaryCtxRetain"}, {(void **)&cu.set_current, "cuCtxSetCurrent"},
-        {(void **)&cu.alloc, "cuMemAlloc_v2"}, {(void **)&cu.free, "cuMemFree_v2"}, {(void **)&cu.memset, "cuMemsetD8_v2"},
-        {(void **)&cu.htod, "cuMemcpyHtoD_v2"}, {(void **)&cu.stream_create, "cuStreamCreate"},
-        {(void **)&cu.begin, "cuStreamBeginCapture_v2"}, {(void **)&cu.end, "cuStreamEndCapture"},
-        {(void **)&cu.instantiate, "cuGraphInstantiateWithFlags"}, {(void **)&cu.launch_graph, "cuGraphLaunch"},
-        {(void **)&cu.event_create, "cuEventCreate"}, {(void **)&cu.record, "cuEventRecord"},
-        {(void **)&cu.event_sync, "cuEventSynchronize"}, {(void **)&cu.elapsed, "cuEventElapsedTime"},
-        {(void **)&cu.sync, "cuCtxSynchronize"}, {(void **)&cu.module_load, "cuModuleLoadData"},
-        {(void **)&cu.get_function, "cuModuleGetFunction"}, {(void **)&cu.launch, "cuLaunchKernel"},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-        if (!(*syms[i].p = dlsym(lib, syms[i].n))) {
-            fprintf(stderr, "libcuda lacks %s\n", syms[i].n);
-            exit(1);
-        }
-}
 
 static CUstream g_stream;
 
@@ -100,7 +45,7 @@ static CUfunction g_spin;
 static void spin(void) {
     long long cycles = 1000000; /* ~0.5 ms, well over the time to submit one graph */
     void *params[] = {&cycles};
-    CK(cu.launch(g_spin, 1, 1, 1, 1, 1, 1, 0, g_stream, params, NULL));
+    CK(cu->cuLaunchKernel(g_spin, 1, 1, 1, 1, 1, 1, 0, g_stream, params, NULL));
 }
 
 static float time_graph(launch_fn launch, void *ctx) {
@@ -109,22 +54,22 @@ static float time_graph(launch_fn launch, void *ctx) {
     CUgraphExec ge;
     CUevent e0, e1;
     launch(ctx); /* warm up outside the graph */
-    CK(cu.sync());
-    CK(cu.begin(g_stream, 2 /* relaxed */));
+    CK(cu->cuCtxSynchronize());
+    CK(cu->cuStreamBeginCapture(g_stream, 2 /* relaxed */));
     for (int i = 0; i < CALLS; i++) launch(ctx);
-    CK(cu.end(g_stream, &g));
-    CK(cu.instantiate(&ge, g, 0));
-    CK(cu.event_create(&e0, 0));
-    CK(cu.event_create(&e1, 0));
-    CK(cu.launch_graph(ge, g_stream));
+    CK(cu->cuStreamEndCapture(g_stream, &g));
+    CK(cu->cuGraphInstantiateWithFlags(&ge, g, 0));
+    CK(cu->cuEventCreate(&e0, 0));
+    CK(cu->cuEventCreate(&e1, 0));
+    CK(cu->cuGraphLaunch(ge, g_stream));
     float t[REPLAYS];
     for (int r = 0; r < REPLAYS; r++) {
         spin();
-        CK(cu.record(e0, g_stream));
-        CK(cu.launch_graph(ge, g_stream));
-        CK(cu.record(e1, g_stream));
-        CK(cu.event_sync(e1));
-        CK(cu.elapsed(&t[r], e0, e1));
+        CK(cu->cuEventRecord(e0, g_stream));
+        CK(cu->cuGraphLaunch(ge, g_stream));
+        CK(cu->cuEventRecord(e1, g_stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(&t[r], e0, e1));
     }
     qsort(t, REPLAYS, sizeof t[0], cmp_float);
     return t[REPLAYS / 2] * 1000.0f / CALLS;
@@ -150,7 +95,7 @@ typedef struct kernel_call {
 
 static void launch_call(void *p) {
     kernel_call *k = p;
-    CK(cu.launch(k->f, k->blocks, 1, 1, k->threads, 1, 1, 0, g_stream, k->params, NULL));
+    CK(cu->cuLaunchKernel(k->f, k->blocks, 1, 1, k->threads, 1, 1, 0, g_stream, k->params, NULL));
 }
 
 
@@ -197,37 +142,41 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
     }
-    load_cuda();
     rk_device dev = {.ops = &rk_backend_cuda};
     rk_buf log = {0};
     if (dev.ops->open(&dev, 0, NULL, &log) != ROPEKV_OK) {
         printf("bench_kernel: SKIPPED: %s\n", log.p);
         return 77;
     }
+    char why[256];
+    if (!(cu = rk_cuda_driver(RK_CUDA_ALL, why, sizeof why))) {
+        fprintf(stderr, "bench_kernel: %s\n", why);
+        return 1;
+    }
     CUcontext ctx;
-    CK(cu.retain(&ctx, 0));
-    CK(cu.set_current(ctx));
-    CK(cu.stream_create(&g_stream, 1 /* non-blocking */));
+    CK(cu->cuDevicePrimaryCtxRetain(&ctx, 0));
+    CK(cu->cuCtxSetCurrent(ctx));
+    CK(cu->cuStreamCreate(&g_stream, 1 /* non-blocking */));
 
     /* floors */
     rk_codeobj co = {0};
     rk_buf flog = {0};
-    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, &co, NULL, &flog) != ROPEKV_OK) {
+    if (rk_nvrtc_compile(FLOORS, sizeof FLOORS - 1, dev.target, NULL, 0, &co, NULL, &flog) != ROPEKV_OK) {
         fprintf(stderr, "%s\n", flog.p);
         return 1;
     }
     CUmodule fm;
     CUfunction fe, fr, fc;
-    CK(cu.module_load(&fm, co.data));
-    CK(cu.get_function(&fe, fm, "empty"));
-    CK(cu.get_function(&fr, fm, "round_trip"));
-    CK(cu.get_function(&fc, fm, "copy"));
-    CK(cu.get_function(&g_spin, fm, "spin"));
+    CK(cu->cuModuleLoadData(&fm, co.data));
+    CK(cu->cuModuleGetFunction(&fe, fm, "empty"));
+    CK(cu->cuModuleGetFunction(&fr, fm, "round_trip"));
+    CK(cu->cuModuleGetFunction(&fc, fm, "copy"));
+    CK(cu->cuModuleGetFunction(&g_spin, fm, "spin"));
     CUdeviceptr big_a, big_b;
     const size_t big = (size_t)2 << 30;
-    CK(cu.alloc(&big_a, big));
-    CK(cu.alloc(&big_b, big));
-    CK(cu.memset(big_a, 1, big));
+    CK(cu->cuMemAlloc(&big_a, big));
+    CK(cu->cuMemAlloc(&big_b, big));
+    CK(cu->cuMemsetD8(big_a, 1, big));
     void *rp[] = {&big_a, &big_b};
     kernel_call empty = {fe, 1, 32, NULL}, rt = {fr, 1, 1, rp};
     unsigned long long n16 = big / 16;
@@ -277,16 +226,16 @@ int main(int argc, char **argv) {
                         int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
                         size_t kv_elem = fp8 ? 1 : 2;
                         CUdeviceptr q, qo, k, cache, pos, slots, cs, scale;
-                        CK(cu.alloc(&q, (size_t)(T * H * W * 2)));
-                        CK(cu.alloc(&qo, (size_t)(T * H * W * 2)));
-                        CK(cu.alloc(&k, (size_t)(T * W * 2)));
-                        CK(cu.alloc(&cache, (size_t)(T + 1) * W * kv_elem));
-                        CK(cu.alloc(&pos, (size_t)T * 8));
-                        CK(cu.alloc(&slots, (size_t)T * 8));
-                        CK(cu.alloc(&cs, (size_t)4096 * R * 4));
-                        CK(cu.alloc(&scale, 4));
-                        CK(cu.memset(q, 0x3f, (size_t)(T * H * W * 2)));
-                        CK(cu.memset(k, 0x3f, (size_t)(T * W * 2)));
+                        CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
+                        CK(cu->cuMemAlloc(&cache, (size_t)(T + 1) * W * kv_elem));
+                        CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
+                        CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
+                        CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
+                        CK(cu->cuMemAlloc(&scale, 4));
+                        CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
                         /* positions spread over the table, slots a shuffled permutation of the rows */
                         int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
                         for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
@@ -295,12 +244,12 @@ int main(int argc, char **argv) {
                             hs[t] = hs[j];
                             hs[j] = x;
                         }
-                        CK(cu.htod(pos, hp, (size_t)T * 8));
-                        CK(cu.htod(slots, hs, (size_t)T * 8));
+                        CK(cu->cuMemcpyHtoD(pos, hp, (size_t)T * 8));
+                        CK(cu->cuMemcpyHtoD(slots, hs, (size_t)T * 8));
                         free(hp);
                         free(hs);
-                        CK(cu.memset(cs, 0x3f, (size_t)4096 * R * 4));
-                        CK(cu.memset(scale, 0x3f, 4));
+                        CK(cu->cuMemsetD8(cs, 0x3f, (size_t)4096 * R * 4));
+                        CK(cu->cuMemsetD8(scale, 0x3f, 4));
                         rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
                         const int pdl_mode = pdl_l[n / nn];
                         rc.a = (rk_args){
@@ -326,7 +275,7 @@ int main(int argc, char **argv) {
                                limit, 100 * limit / us);
                         fflush(stdout);
                         CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
-                        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu.free(all[i]));
+                        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
                         s = strchr(s, ',');
                         if (s) s++;
                     }

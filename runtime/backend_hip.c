@@ -3,71 +3,71 @@
  * The device's full target id (gcnArchName, e.g. "gfx942:sramecc+:xnack-") is what hiprtc compiles
  * for and what cache keys hold. A target the local hiprtc cannot compile is refused before the
  * compiler is called (ROCm 5.2's hiprtc aborts the process on gfx942 and newer). */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "dl.h"
 
 typedef int hipError_t;
 typedef struct ihipModule_t *hipModule_t;
 typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef struct ihipStream_t *hipStream_t;
 
-static struct {
-    void *lib;
-    hipError_t (*init)(unsigned);
-    hipError_t (*device_count)(int *);
-    hipError_t (*get_device)(int *);
-    hipError_t (*set_device)(int);
-    hipError_t (*properties)(void *, int);
-    hipError_t (*module_load)(hipModule_t *, const void *);
-    hipError_t (*module_unload)(hipModule_t);
-    hipError_t (*get_function)(hipFunction_t *, hipModule_t, const char *);
-    hipError_t (*launch)(hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         hipStream_t, void **, void **);
-    const char *(*error_string)(hipError_t);
-    char why[256];
-} hip;
+/* The HIP entry points used. ROCm 6 renamed the properties call (its struct changed); both hold
+ * gcnArchName, so either will do. */
+#define HIP_API(X)                                                                                             \
+    X(init, "hipInit", 1, hipError_t, (unsigned))                                                             \
+    X(device_count, "hipGetDeviceCount", 1, hipError_t, (int *))                                              \
+    X(get_device, "hipGetDevice", 1, hipError_t, (int *))                                                     \
+    X(set_device, "hipSetDevice", 1, hipError_t, (int))                                                       \
+    X(module_load, "hipModuleLoadData", 1, hipError_t, (hipModule_t *, const void *))                         \
+    X(module_unload, "hipModuleUnload", 1, hipError_t, (hipModule_t))                                         \
+    X(get_function, "hipModuleGetFunction", 1, hipError_t, (hipFunction_t *, hipModule_t, const char *))      \
+    X(launch, "hipModuleLaunchKernel", 1, hipError_t,                                                          \
+      (hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, hipStream_t, void **, \
+       void **))                                                                                               \
+    X(error_string, "hipGetErrorString", 1, const char *, (hipError_t))                                       \
+    X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                          \
+    X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))
 
+typedef struct hip_api {
+    HIP_API(RK_DL_FIELD)
+    hipError_t (*properties)(void *, int); /* the one of the two the library has */
+} hip_api;
+
+#define RK_DL_TABLE hip_api
+static const rk_dl_sym hip_syms[] = {HIP_API(RK_DL_SYM)};
+#undef RK_DL_TABLE
+
+static hip_api hip;
+static int hip_loaded;
+static char hip_why[256];
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 
 static void hip_load(void) {
     const char *env = getenv("ROPEKV_LIBHIP");
     const char *names[] = {env && *env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
                            "libamdhip64.so.5"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !hip.lib; i++) hip.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!hip.lib) {
-        snprintf(hip.why, sizeof hip.why, "libamdhip64 not found");
+    rk_dl dl;
+    if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
+        snprintf(hip_why, sizeof hip_why, "libamdhip64 not found");
         return;
     }
-#define SYM(field, name)                                                               \
-    if (!(*(void **)&hip.field = dlsym(hip.lib, name))) {                              \
-        snprintf(hip.why, sizeof hip.why, "libamdhip64 lacks %s", name);               \
-        dlclose(hip.lib);                                                              \
-        hip.lib = NULL;                                                                \
-        return;                                                                        \
+    if (rk_dl_resolve(&dl, hip_syms, sizeof hip_syms / sizeof hip_syms[0], &hip, 1) != ROPEKV_OK) {
+        snprintf(hip_why, sizeof hip_why, "libamdhip64 lacks %s", dl.missing);
+        rk_dl_close(&dl);
+        return;
     }
-    SYM(init, "hipInit")
-    SYM(device_count, "hipGetDeviceCount")
-    SYM(get_device, "hipGetDevice")
-    SYM(set_device, "hipSetDevice")
-    SYM(module_load, "hipModuleLoadData")
-    SYM(module_unload, "hipModuleUnload")
-    SYM(get_function, "hipModuleGetFunction")
-    SYM(launch, "hipModuleLaunchKernel")
-    SYM(error_string, "hipGetErrorString")
-#undef SYM
-    /* ROCm 6 renamed the properties call (its struct changed); both hold gcnArchName. */
-    *(void **)&hip.properties = dlsym(hip.lib, "hipGetDevicePropertiesR0600");
-    if (!hip.properties) *(void **)&hip.properties = dlsym(hip.lib, "hipGetDeviceProperties");
+    hip.properties = hip.properties_r0600 ? hip.properties_r0600 : hip.properties_old;
     if (!hip.properties) {
-        snprintf(hip.why, sizeof hip.why, "libamdhip64 lacks hipGetDeviceProperties");
-        dlclose(hip.lib);
-        hip.lib = NULL;
+        snprintf(hip_why, sizeof hip_why, "libamdhip64 lacks hipGetDeviceProperties");
+        rk_dl_close(&dl);
+        return;
     }
+    hip_loaded = 1; /* the library stays open for the life of the process */
 }
 
 /* gcnArchName from a hipDeviceProp_t of any ROCm version: the NUL-terminated "gfx..." string in it
@@ -94,8 +94,8 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     int major = 0, minor = 0, n = 0;
     char why[512];
     pthread_once(&hip_once, hip_load);
-    if (!hip.lib) {
-        rk_buf_printf(log, "hip: %s", hip.why);
+    if (!hip_loaded) {
+        rk_buf_printf(log, "hip: %s", hip_why);
         return ROPEKV_ERR_BACKEND;
     }
     hip.init(0);
@@ -137,7 +137,7 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
 static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
                        rk_buf *log) {
     (void)name;
-    return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, NULL, log);
+    return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);
 }
 
 /* Runs with the context's device current, then restores the caller's. */

@@ -1,4 +1,6 @@
-/* The host backend behind the backend table: the code object is the shared object's bytes. */
+/* The host backend behind the backend table: compiles with the host C++ compiler driver
+ * (host_compile.c); the code object is the shared object's bytes; a launch calls the entry point
+ * once, and the kernel runs its whole grid as a loop on the calling thread. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -16,13 +18,14 @@ static const char *tmp_root(void) {
 }
 
 /* First line of `$CXX --version`: the compiler's identity for cache keys. A compiler that does not
- * answer in time (rk_host_compiler_version) is named by its command alone. */
-static void compiler_identity(char *out, size_t cap) {
+ * answer in time (rk_host_compiler_version) is named by its command alone. ROPEKV_OK or
+ * ROPEKV_ERR_NOMEM. */
+static int compiler_identity(char *out, size_t cap) {
     char line[160];
-    if (rk_host_compiler_version(line, sizeof line) == 0)
-        snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
-    else
-        snprintf(out, cap, "host %s", rk_host_compiler());
+    int rc = rk_host_compiler_version(line, sizeof line);
+    if (rc == ROPEKV_OK) snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
+    else snprintf(out, cap, "host %s", rk_host_compiler());
+    return rc == ROPEKV_ERR_NOMEM ? rc : ROPEKV_OK;
 }
 
 static int host_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
@@ -32,27 +35,9 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
         return ROPEKV_ERR_TARGET;
     }
     snprintf(d->target, sizeof d->target, "host");
-    compiler_identity(d->compiler_id, sizeof d->compiler_id);
+    if (compiler_identity(d->compiler_id, sizeof d->compiler_id) != ROPEKV_OK) return ROPEKV_ERR_NOMEM;
     snprintf(d->options, sizeof d->options, "-std=c++17 -O2 -fPIC -shared -ffp-contract=off -fno-math-errno");
     return ROPEKV_OK;
-}
-
-/* ROPEKV_OK, ROPEKV_ERR_IO, or ROPEKV_ERR_NOMEM (the code object does not fit in memory). */
-static int read_whole(const char *path, rk_codeobj *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ROPEKV_ERR_IO;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size <= 0) {
-        fclose(f);
-        return ROPEKV_ERR_IO;
-    }
-    if (!(out->data = malloc((size_t)st.st_size))) {
-        fclose(f);
-        return ROPEKV_ERR_NOMEM;
-    }
-    out->len = fread(out->data, 1, (size_t)st.st_size, f);
-    fclose(f);
-    return out->len == (size_t)st.st_size ? ROPEKV_OK : ROPEKV_ERR_IO;
 }
 
 static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
@@ -60,21 +45,27 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
     (void)d;
     (void)arch;
     char dir[4096], msg[8192], so[4400];
-    snprintf(dir, sizeof dir, "%s/ropekv-host-XXXXXX", tmp_root());
     memset(out, 0, sizeof *out);
-    if (!mkdtemp(dir)) {
+    if (rk_mktmpdir(dir, sizeof dir, "ropekv-host") != ROPEKV_OK) {
         rk_buf_printf(log, "cannot create a directory under %s: %s", tmp_root(), strerror(errno));
         return ROPEKV_ERR_IO;
     }
     rk_host_kernel k;
     int rc = rk_host_build(src, len, name, dir, &k, msg, sizeof msg);
-    if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
-    else rk_host_unload(&k);
-    snprintf(so, sizeof so, "%s/%s.so", dir, name);
-    if (rc == ROPEKV_OK && (rc = read_whole(so, out)) != ROPEKV_OK)
-        rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
-    unlink(so);
-    rmdir(dir);
+    if (rc != ROPEKV_OK) {
+        rk_buf_printf(log, "%s", msg);
+    } else {
+        rk_host_unload(&k);
+        snprintf(so, sizeof so, "%s/%s.so", dir, name);
+        rc = rk_read_file(so, out);
+        if (rc == ROPEKV_OK && out->len == 0) {
+            rk_code_free(out);
+            rc = ROPEKV_ERR_IO;
+        }
+        if (rc != ROPEKV_OK)
+            rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
+    }
+    rk_rmtmpdir(dir);
     return rc;
 }
 

@@ -13,27 +13,36 @@
 #include <string.h>
 
 #include "compilers.h"
+#include "dl.h"
 
 /* The hiprtc entry points used, declared here so the build needs no ROCm headers. */
 typedef int hiprtc_result; /* hiprtcResult: 0 is HIPRTC_SUCCESS */
 typedef struct hiprtc_prog *hiprtc_program;
 enum { HIPRTC_OK = 0, HIPRTC_OUT_OF_MEMORY = 1 };
 
+#define HIPRTC_API(X)                                                                                         \
+    X(version, "hiprtcVersion", 1, hiprtc_result, (int *, int *))                                             \
+    X(error_string, "hiprtcGetErrorString", 1, const char *, (hiprtc_result))                                 \
+    X(create, "hiprtcCreateProgram", 1, hiprtc_result,                                                        \
+      (hiprtc_program *, const char *, const char *, int, const char **, const char **))                      \
+    X(compile, "hiprtcCompileProgram", 1, hiprtc_result, (hiprtc_program, int, const char **))                \
+    X(destroy, "hiprtcDestroyProgram", 1, hiprtc_result, (hiprtc_program *))                                  \
+    X(log_size, "hiprtcGetProgramLogSize", 1, hiprtc_result, (hiprtc_program, size_t *))                      \
+    X(log, "hiprtcGetProgramLog", 1, hiprtc_result, (hiprtc_program, char *))                                 \
+    X(code_size, "hiprtcGetCodeSize", 1, hiprtc_result, (hiprtc_program, size_t *))                           \
+    X(code, "hiprtcGetCode", 1, hiprtc_result, (hiprtc_program, char *))
+
 typedef struct hiprtc_api {
-    void *lib;
-    char path[PATH_MAX];
+    int loaded;
+    char path[PATH_MAX];   /* the library, resolved (its name carries the ROCm release) */
     int major, minor;      /* ROCm release of the library (see rk_hiprtc_available) */
     char why[768];
-    hiprtc_result (*version)(int *, int *);
-    const char *(*error_string)(hiprtc_result);
-    hiprtc_result (*create)(hiprtc_program *, const char *, const char *, int, const char **, const char **);
-    hiprtc_result (*compile)(hiprtc_program, int, const char **);
-    hiprtc_result (*destroy)(hiprtc_program *);
-    hiprtc_result (*log_size)(hiprtc_program, size_t *);
-    hiprtc_result (*log)(hiprtc_program, char *);
-    hiprtc_result (*code_size)(hiprtc_program, size_t *);
-    hiprtc_result (*code)(hiprtc_program, char *);
+    HIPRTC_API(RK_DL_FIELD)
 } hiprtc_api;
+
+#define RK_DL_TABLE hiprtc_api
+static const rk_dl_sym hip_syms[] = {HIPRTC_API(RK_DL_SYM)};
+#undef RK_DL_TABLE
 
 static hiprtc_api g_hip;
 static pthread_once_t g_hip_once = PTHREAD_ONCE_INIT;
@@ -54,63 +63,34 @@ static int version_from_name(const char *path, int *major, int *minor) {
     return 1;
 }
 
-static int try_open(const char *name) {
-    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return 0;
-    void *create = dlsym(lib, "hiprtcCreateProgram");
-    if (!create) { /* e.g. a ROCm >= 6 libamdhip64, which no longer carries hiprtc */
-        dlclose(lib);
-        return 0;
-    }
-    g_hip.lib = lib;
-    Dl_info di;
-    char real[PATH_MAX];
-    const char *where = name;
-    if (dladdr(create, &di) && di.dli_fname) where = di.dli_fname;
-    snprintf(g_hip.path, sizeof g_hip.path, "%s", realpath(where, real) ? real : where);
-    return 1;
-}
-
 static void hip_load(void) {
     const char *env = getenv("ROPEKV_HIPRTC");
     const char *names[] = {"libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libamdhip64.so", "libamdhip64.so.5",
                            "/opt/rocm/lib/libhiprtc.so", "/opt/rocm/lib/libamdhip64.so"};
+    /* A library counts only when it carries hiprtc: a ROCm >= 6 libamdhip64 no longer does. */
+    rk_dl dl;
     if (env && *env) {
-        if (!try_open(env)) {
+        if (rk_dl_open(&dl, &env, 1, "hiprtcCreateProgram") != ROPEKV_OK) {
             snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: $ROPEKV_HIPRTC (%s) cannot be opened or has no hiprtc",
                      env);
             return;
         }
-    } else {
-        for (size_t i = 0; i < sizeof names / sizeof names[0] && !g_hip.lib; i++) try_open(names[i]);
-        if (!g_hip.lib) {
-            snprintf(g_hip.why, sizeof g_hip.why,
-                     "hiprtc: not found (tried libhiprtc.so, .so.7, .so.6, libamdhip64.so, .so.5, /opt/rocm/lib; "
-                     "set ROPEKV_HIPRTC to its path)");
-            return;
-        }
+    } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], "hiprtcCreateProgram") != ROPEKV_OK) {
+        snprintf(g_hip.why, sizeof g_hip.why,
+                 "hiprtc: not found (tried libhiprtc.so, .so.7, .so.6, libamdhip64.so, .so.5, /opt/rocm/lib; "
+                 "set ROPEKV_HIPRTC to its path)");
+        return;
     }
-    int missing = 0;
-    void *l = g_hip.lib;
-#define LOAD(field, name)                                                                                     \
-    do {                                                                                                      \
-        *(void **)(&g_hip.field) = dlsym(l, name);                                                            \
-        if (!g_hip.field) missing = 1;                                                                        \
-    } while (0)
-    LOAD(version, "hiprtcVersion");
-    LOAD(error_string, "hiprtcGetErrorString");
-    LOAD(create, "hiprtcCreateProgram");
-    LOAD(compile, "hiprtcCompileProgram");
-    LOAD(destroy, "hiprtcDestroyProgram");
-    LOAD(log_size, "hiprtcGetProgramLogSize");
-    LOAD(log, "hiprtcGetProgramLog");
-    LOAD(code_size, "hiprtcGetCodeSize");
-    LOAD(code, "hiprtcGetCode");
-#undef LOAD
-    if (missing) {
-        snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: %.600s lacks hiprtc entry points", g_hip.path);
-        dlclose(g_hip.lib);
-        g_hip.lib = NULL;
+    int rc = rk_dl_resolve(&dl, hip_syms, sizeof hip_syms / sizeof hip_syms[0], &g_hip, 1);
+    /* The file the symbols came from, with links resolved: a plain soname has no release in it. */
+    Dl_info di;
+    char real[PATH_MAX];
+    const char *where = dl.path;
+    if (g_hip.create && dladdr(*(void **)&g_hip.create, &di) && di.dli_fname) where = di.dli_fname;
+    snprintf(g_hip.path, sizeof g_hip.path, "%s", realpath(where, real) ? real : where);
+    if (rc != ROPEKV_OK) {
+        snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: %.600s lacks %s", g_hip.path, dl.missing);
+        rk_dl_close(&dl);
         return;
     }
     /* hiprtcVersion() answers 9.0 on every ROCm release, so the release comes from the library's
@@ -122,11 +102,12 @@ static void hip_load(void) {
             g_hip.minor = 0;
         }
     }
+    g_hip.loaded = 1; /* the library stays open for the life of the process */
 }
 
 static const hiprtc_api *hip(void) {
     pthread_once(&g_hip_once, hip_load);
-    return g_hip.lib ? &g_hip : NULL;
+    return g_hip.loaded ? &g_hip : NULL;
 }
 
 int rk_hiprtc_available(int *major, int *minor, char *why, size_t cap) {
@@ -241,16 +222,14 @@ static int names_arch(const char *opt) {
 }
 
 int rk_hiprtc_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                      rk_compile_info *info, rk_buf *log) {
+                      rk_buf *log) {
     out->data = NULL;
     out->len = 0;
-    rk_info_reset(info);
     const hiprtc_api *a = hip();
     if (!a) {
         if (log) rk_buf_printf(log, "%s\n", g_hip.why);
         return ROPEKV_ERR_IO;
     }
-    if (info) snprintf(info->compiler, sizeof info->compiler, "hiprtc %d.%d", a->major, a->minor);
     char why[512];
     if (!rk_hiprtc_supports(a->major, a->minor, target, why, sizeof why)) {
         if (log) rk_buf_printf(log, "%s\n", why);
@@ -291,7 +270,6 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
 
     int serial = a->major < 6;
     if (serial) pthread_mutex_lock(&g_hip_serial);
-    double t0 = rk_now_ms();
     hiprtc_program prog = NULL;
     hiprtc_result r = a->create(&prog, text, "ropekv.hip", 0, NULL, NULL);
     if (r != HIPRTC_OK) {
@@ -326,14 +304,8 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
         }
         a->destroy(&prog);
     }
-    double ms = rk_now_ms() - t0;
     if (serial) pthread_mutex_unlock(&g_hip_serial);
     free(text);
     free(store);
-    if (info) {
-        info->ms = ms;
-        /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
-        if (rc == ROPEKV_OK) rk_amd_inspect(out, NULL, info, NULL);
-    }
     return rc;
 }

@@ -1,44 +1,18 @@
-/* Host backend: system C++ compiler -> shared object -> dlopen -> the kernel's grid as a loop. */
+/* The host C++ compiler driver: emitted source -> $CXX -> shared object -> dlopen'd entry points. */
 #include "host_compile.h"
+
+#include "proc.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 const char *rk_host_compiler(void) {
     const char *cxx = getenv("CXX");
     return cxx && *cxx ? cxx : "c++";
-}
-
-static int write_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static void read_log(const char *path, char *log, size_t cap) {
-    if (!log || !cap) return;
-    log[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(log, 1, cap - 1, f);
-    log[n] = '\0';
-    fclose(f);
 }
 
 /* Seconds a compiler run may take: $ROPEKV_COMPILE_TIMEOUT (a positive integer; 0 means no limit),
@@ -53,97 +27,19 @@ int rk_host_compile_timeout(void) {
     return (int)t;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-/* Waits up to `seconds` (< 0: no limit) for the child to change state: poll on a pidfd where the
- * kernel has them, else short sleeps. Returns waitpid's result (0 when the time is up). */
-static pid_t wait_child(pid_t pid, int *status, double seconds) {
-    double deadline = now_s() + seconds;
-#ifdef SYS_pidfd_open
-    int pfd = seconds >= 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-#else
-    int pfd = -1;
-#endif
-    for (long nap_us = 1000;;) {
-        pid_t r = waitpid(pid, status, seconds < 0 ? 0 : WNOHANG);
-        if (r != 0 && !(r < 0 && errno == EINTR)) {
-            if (pfd >= 0) close(pfd);
-            return r;
-        }
-        if (r < 0) continue;
-        double left = deadline - now_s();
-        if (left <= 0) {
-            if (pfd >= 0) close(pfd);
-            return 0;
-        }
-        if (pfd >= 0) {
-            struct pollfd p = {.fd = pfd, .events = POLLIN};
-            (void)poll(&p, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
-        } else {
-            struct timespec ts = {0, nap_us * 1000};
-            nanosleep(&ts, NULL);
-            if (nap_us < 50000) nap_us *= 2;
-        }
-    }
-}
-
-/* Runs argv with stderr and stdout sent to log_path, in its own process group; returns the exit
- * status, -1 when it could not be run or died from a signal, or RUN_TIMED_OUT when it ran longer
- * than timeout_s seconds (0: no limit): then the whole group (the driver and the compiler, assembler
- * and linker it started) is killed. */
-#define RUN_TIMED_OUT (-2)
-static int run_compiler(char *const argv[], const char *log_path, int with_stderr, int timeout_s) {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (!with_stderr && (fd = open("/dev/null", O_WRONLY)) >= 0) {
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here: the group must exist before a kill can name it */
-    int status;
-    pid_t r = wait_child(pid, &status, timeout_s > 0 ? (double)timeout_s : -1.0);
-    if (r == 0) {
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-        return RUN_TIMED_OUT;
-    }
-    if (r < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 int rk_host_compiler_version(char *line, size_t cap) {
-    const char *t = getenv("TMPDIR");
-    char path[4096];
     int timeout = rk_host_compile_timeout();
-    if (!line || !cap) return -1;
+    if (!line || !cap) return ROPEKV_ERR_COMPILE;
     line[0] = '\0';
-    snprintf(path, sizeof path, "%s/ropekv-cxx-XXXXXX", t && *t ? t : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) return -1;
-    close(fd);
-    char *argv[] = {(char *)rk_host_compiler(), "--version", NULL};
-    int status = run_compiler(argv, path, 0, timeout > 0 && timeout < 10 ? timeout : 10);
-    read_log(path, line, cap);
-    unlink(path);
-    line[strcspn(line, "\n")] = '\0';
-    return status == 0 && line[0] ? 0 : -1;
+    const char *argv[] = {rk_host_compiler(), "--version", NULL};
+    rk_buf out = {0};
+    int status = -1;
+    int rc = rk_run(argv, timeout > 0 && timeout < 10 ? timeout : 10, RK_RUN_NO_STDERR, &out, &status);
+    if (rc == ROPEKV_OK && status == 0 && out.len)
+        snprintf(line, cap, "%.*s", (int)strcspn(out.p, "\n"), out.p);
+    rk_buf_free(&out);
+    if (rc == ROPEKV_ERR_NOMEM) return rc;
+    return status == 0 && line[0] ? ROPEKV_OK : ROPEKV_ERR_COMPILE;
 }
 
 int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap) {
@@ -168,32 +64,31 @@ int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, cha
 
 int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
                   char *log, size_t log_cap) {
-    char cpp[4096], so[4096], tmp[4096], logp[4096];
+    char cpp[4096], so[4096], tmp[4096];
     int pid = (int)getpid();
     snprintf(cpp, sizeof cpp, "%s/%s.%d.cpp", dir, name, pid);
     snprintf(tmp, sizeof tmp, "%s/%s.%d.so.tmp", dir, name, pid);
-    snprintf(logp, sizeof logp, "%s/%s.%d.log", dir, name, pid);
     snprintf(so, sizeof so, "%s/%s.so", dir, name);
     if (log && log_cap) log[0] = '\0';
 
-    int fd = open(cpp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || write_all(fd, src, len) != 0) {
+    if (rk_write_file(cpp, src, len) != ROPEKV_OK) {
         snprintf(log, log_cap, "cannot write %s: %s", cpp, strerror(errno));
-        if (fd >= 0) close(fd);
         unlink(cpp);
         return ROPEKV_ERR_IO;
     }
-    close(fd);
-    char *argv[] = {(char *)rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
-                    "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
+    const char *argv[] = {rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
+                          "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
     int timeout = rk_host_compile_timeout();
-    int status = run_compiler(argv, logp, 1, timeout);
-    int rc = ROPEKV_OK;
-    if (status == RUN_TIMED_OUT) {
+    rk_buf out_log = {0};
+    int status = -1;
+    int rc = rk_run(argv, timeout, 0, &out_log, &status);
+    if (rc == ROPEKV_ERR_NOMEM) {
+        snprintf(log, log_cap, "out of memory reading the output of %s", argv[0]);
+    } else if (status == RK_RUN_TIMED_OUT) {
         snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", argv[0], timeout);
         rc = ROPEKV_ERR_COMPILE;
-    } else if (status != 0) {
-        read_log(logp, log, log_cap);
+    } else if (rc != ROPEKV_OK || status != 0) { /* could not be started, or failed: its words say why */
+        snprintf(log, log_cap, "%s", out_log.len ? out_log.p : "");
         rc = ROPEKV_ERR_COMPILE;
     } else if (rename(tmp, so) != 0) {
         if (errno == ENOENT) {
@@ -204,8 +99,8 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
             rc = ROPEKV_ERR_IO;
         }
     }
+    rk_buf_free(&out_log);
     unlink(cpp);
-    unlink(logp);
     unlink(tmp);
     return rc == ROPEKV_OK ? rk_host_load(so, name, out, log, log_cap) : rc;
 }
@@ -213,8 +108,4 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
 void rk_host_unload(rk_host_kernel *k) {
     if (k->so) dlclose(k->so);
     memset(k, 0, sizeof *k);
-}
-
-void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide) {
-    (wide ? k->entry64 : k->entry32)(*a);
 }

@@ -1,5 +1,7 @@
-/* The host backend: compiles an emitted kernel source with the system C++ compiler into a shared
- * object, loads it, and runs the kernel's grid as a plain loop on the CPU. */
+/* The host C++ compiler driver, the host backend's compiler as nvrtc is the cuda backend's: an
+ * emitted kernel source -> a shared object built with $CXX (killed past a time limit) -> its entry
+ * points, loaded with dlopen. The backend table entry that uses it is backend_host.c; the kernel
+ * runs its whole grid as a loop when an entry point is called. */
 #ifndef RK_HOST_COMPILE_H
 #define RK_HOST_COMPILE_H
 
@@ -21,8 +23,9 @@ const char *rk_host_compiler(void);
 #define RK_COMPILE_TIMEOUT_DEFAULT 120
 int rk_host_compile_timeout(void);
 
-/* The first line of `$CXX --version` (run like a compile, with at most 10 s): 0, or -1 with line
- * empty or partial when the compiler cannot be run, fails or hangs. */
+/* The first line of `$CXX --version` (run like a compile, with at most 10 s; its stderr is not
+ * read): ROPEKV_OK; ROPEKV_ERR_NOMEM; ROPEKV_ERR_COMPILE, with line empty, when the compiler cannot be
+ * run, fails or hangs. */
 int rk_host_compiler_version(char *line, size_t cap);
 
 /* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
@@ -36,8 +39,5 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
 int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap);
 
 void rk_host_unload(rk_host_kernel *k);
-
-/* Runs the kernel over its whole grid (entry32 when wide == 0). */
-void rk_host_launch(const rk_host_kernel *k, const rk_args *a, int wide);
 
 #endif

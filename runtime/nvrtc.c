@@ -1,5 +1,4 @@
-/* nvrtc, opened with dlopen: kernel source -> CUBIN for one sm_XY, with ptxas's report. */
-#include <dlfcn.h>
+/* nvrtc, opened with dlopen: kernel source -> CUBIN (and, on request, PTX) for one sm_XY. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,89 +6,72 @@
 #include <string.h>
 
 #include "compilers.h"
+#include "dl.h"
 
 /* The few nvrtc entry points used, declared here so the build needs no CUDA headers. */
 typedef int nvrtc_result; /* nvrtcResult: 0 is NVRTC_SUCCESS */
 typedef struct nvrtc_prog *nvrtc_program;
 enum { NVRTC_OK = 0, NVRTC_OUT_OF_MEMORY = 1, NVRTC_INVALID_OPTION = 5, NVRTC_COMPILATION = 6 };
 
+#define NVRTC_API(X)                                                                                          \
+    X(version, "nvrtcVersion", 1, nvrtc_result, (int *, int *))                                               \
+    X(error_string, "nvrtcGetErrorString", 1, const char *, (nvrtc_result))                                   \
+    X(create, "nvrtcCreateProgram", 1, nvrtc_result,                                                          \
+      (nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *))           \
+    X(compile, "nvrtcCompileProgram", 1, nvrtc_result, (nvrtc_program, int, const char *const *))             \
+    X(destroy, "nvrtcDestroyProgram", 1, nvrtc_result, (nvrtc_program *))                                     \
+    X(log_size, "nvrtcGetProgramLogSize", 1, nvrtc_result, (nvrtc_program, size_t *))                         \
+    X(log, "nvrtcGetProgramLog", 1, nvrtc_result, (nvrtc_program, char *))                                    \
+    X(cubin_size, "nvrtcGetCUBINSize", 1, nvrtc_result, (nvrtc_program, size_t *))                            \
+    X(cubin, "nvrtcGetCUBIN", 1, nvrtc_result, (nvrtc_program, char *))                                       \
+    X(ptx_size, "nvrtcGetPTXSize", 1, nvrtc_result, (nvrtc_program, size_t *))                                \
+    X(ptx, "nvrtcGetPTX", 1, nvrtc_result, (nvrtc_program, char *))
+
 typedef struct nvrtc_api {
-    void *lib;
-    char path[512];
+    int loaded;
     int major, minor;
     char why[512];
-    nvrtc_result (*version)(int *, int *);
-    const char *(*error_string)(nvrtc_result);
-    nvrtc_result (*create)(nvrtc_program *, const char *, const char *, int, const char *const *,
-                           const char *const *);
-    nvrtc_result (*compile)(nvrtc_program, int, const char *const *);
-    nvrtc_result (*destroy)(nvrtc_program *);
-    nvrtc_result (*log_size)(nvrtc_program, size_t *);
-    nvrtc_result (*log)(nvrtc_program, char *);
-    nvrtc_result (*cubin_size)(nvrtc_program, size_t *);
-    nvrtc_result (*cubin)(nvrtc_program, char *);
-    nvrtc_result (*ptx_size)(nvrtc_program, size_t *);
-    nvrtc_result (*ptx)(nvrtc_program, char *);
+    NVRTC_API(RK_DL_FIELD)
 } nvrtc_api;
+
+#define RK_DL_TABLE nvrtc_api
+static const rk_dl_sym nv_syms[] = {NVRTC_API(RK_DL_SYM)};
+#undef RK_DL_TABLE
 
 static nvrtc_api g_nv;
 static pthread_once_t g_nv_once = PTHREAD_ONCE_INIT;
 
-static void *sym(void *lib, const char *name, int *missing) {
-    void *p = dlsym(lib, name);
-    if (!p) *missing = 1;
-    return p;
-}
-
 static void nv_load(void) {
     const char *env = getenv("ROPEKV_NVRTC");
     const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"};
+    rk_dl dl;
     if (env && *env) {
-        g_nv.lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        snprintf(g_nv.path, sizeof g_nv.path, "%s", env);
-        if (!g_nv.lib) {
-            const char *e = dlerror();
-            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%s): %s", env, e ? e : "?");
+        if (rk_dl_open(&dl, &env, 1, NULL) != ROPEKV_OK) {
+            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%.200s): %.260s", env, dl.error);
             return;
         }
-    } else {
-        for (size_t i = 0; i < sizeof names / sizeof names[0] && !g_nv.lib; i++) {
-            g_nv.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-            snprintf(g_nv.path, sizeof g_nv.path, "%s", names[i]);
-        }
-        if (!g_nv.lib) {
-            snprintf(g_nv.why, sizeof g_nv.why,
-                     "nvrtc: not found (tried libnvrtc.so, .so.13, .so.12, /usr/local/cuda/lib64; "
-                     "set ROPEKV_NVRTC to its path)");
-            return;
-        }
+    } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why,
+                 "nvrtc: not found (tried libnvrtc.so, .so.13, .so.12, /usr/local/cuda/lib64; "
+                 "set ROPEKV_NVRTC to its path)");
+        return;
     }
-    int missing = 0;
-    void *l = g_nv.lib;
-    /* Casting through void* keeps -Wpedantic quiet about object-to-function pointer casts. */
-#define LOAD(field, name) *(void **)(&g_nv.field) = sym(l, name, &missing)
-    LOAD(version, "nvrtcVersion");
-    LOAD(error_string, "nvrtcGetErrorString");
-    LOAD(create, "nvrtcCreateProgram");
-    LOAD(compile, "nvrtcCompileProgram");
-    LOAD(destroy, "nvrtcDestroyProgram");
-    LOAD(log_size, "nvrtcGetProgramLogSize");
-    LOAD(log, "nvrtcGetProgramLog");
-    LOAD(cubin_size, "nvrtcGetCUBINSize");
-    LOAD(cubin, "nvrtcGetCUBIN");
-    LOAD(ptx_size, "nvrtcGetPTXSize");
-    LOAD(ptx, "nvrtcGetPTX");
-#undef LOAD
-    if (missing || g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
-        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks the nvrtc entry points (CUDA < 11.1?)", g_nv.path);
-        dlclose(g_nv.lib);
-        g_nv.lib = NULL;
+    if (rk_dl_resolve(&dl, nv_syms, sizeof nv_syms / sizeof nv_syms[0], &g_nv, 1) != ROPEKV_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks %s (CUDA < 11.1?)", dl.path, dl.missing);
+        rk_dl_close(&dl);
+        return;
     }
+    if (g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s: nvrtcVersion failed", dl.path);
+        rk_dl_close(&dl);
+        return;
+    }
+    g_nv.loaded = 1; /* the library stays open for the life of the process */
 }
 
 static const nvrtc_api *nv(void) {
     pthread_once(&g_nv_once, nv_load);
-    return g_nv.lib ? &g_nv : NULL;
+    return g_nv.loaded ? &g_nv : NULL;
 }
 
 int rk_nvrtc_available(int *major, int *minor, char *why, size_t cap) {
@@ -111,43 +93,6 @@ static int arch_ok(const char *arch) {
     while (*p >= '0' && *p <= '9') p++;
     if (*p == 'a' || *p == 'f') p++;
     return *p == '\0' && p - arch < 16;
-}
-
-/* ---- ptxas -v report ------------------------------------------------------------------------ */
-/* The number just before `what` in s (e.g. "12 bytes stack frame"), else -1. */
-static int number_before(const char *s, const char *what) {
-    const char *w = strstr(s, what);
-    if (!w) return -1;
-    const char *e = w;
-    while (e > s && e[-1] == ' ') e--;
-    const char *b = e;
-    while (b > s && b[-1] >= '0' && b[-1] <= '9') b--;
-    if (b == e) return -1;
-    return atoi(b);
-}
-
-static int max_of(int a, int b) { return a > b ? a : b; }
-
-/* Folds every function's "Used N registers", "N bytes stack frame, N bytes spill stores" and
- * "N bytes smem" into info: the largest of each over all functions. */
-static void parse_ptxas(const char *log, rk_compile_info *info) {
-    char line[1024];
-    for (const char *p = log; p && *p;) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n >= sizeof line) n = sizeof line - 1;
-        memcpy(line, p, n);
-        line[n] = '\0';
-        p = e ? e + 1 : NULL;
-        if (strncmp(line, "ptxas", 5) != 0) continue;
-        int v;
-        if ((v = number_before(line, "registers")) >= 0 && strstr(line, "Used ")) info->regs = max_of(info->regs, v);
-        if ((v = number_before(line, "bytes stack frame")) >= 0) info->scratch = max_of(info->scratch, v);
-        if ((v = number_before(line, "bytes spill stores")) >= 0) info->spills = max_of(info->spills, v);
-        if ((v = number_before(line, "bytes smem")) >= 0) info->lds = max_of(info->lds, v);
-    }
-    /* ptxas prints smem only when a kernel uses it. */
-    if (info->regs >= 0 && info->lds < 0) info->lds = 0;
 }
 
 /* ---- compile -------------------------------------------------------------------------------- */
@@ -178,11 +123,12 @@ static int get_output(nvrtc_result (*size_fn)(nvrtc_program, size_t *), nvrtc_re
     return ROPEKV_OK;
 }
 
-enum { WANT_CUBIN = 1, WANT_PTX = 2 };
-
-/* One nvrtc compile; fills the outputs asked for. */
-static int nv_build(const char *src, size_t len, const char *arch, const char *extra, int want, int verbose,
-                    rk_codeobj *cubin, rk_buf *ptx, rk_buf *ptxas_log, rk_buf *log) {
+int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *extra, unsigned flags,
+                     rk_codeobj *cubin, rk_buf *ptx, rk_buf *log) {
+    if (cubin) {
+        cubin->data = NULL;
+        cubin->len = 0;
+    }
     const nvrtc_api *a = nv();
     if (!a) {
         if (log) rk_buf_printf(log, "%s\n", g_nv.why);
@@ -207,7 +153,7 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
     opts[n++] = archopt;
     opts[n++] = "--std=c++17";
     opts[n++] = "--fmad=false";
-    if (verbose) opts[n++] = "--ptxas-options=-v";
+    if (flags & RK_NVRTC_PTXAS_VERBOSE) opts[n++] = "--ptxas-options=-v";
     char *store = NULL;
     int rc = rk_split_options(extra, opts, n, CAP, &store, &n);
     if (rc != ROPEKV_OK) {
@@ -226,21 +172,20 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
         return r == NVRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
     }
     r = a->compile(prog, n, opts);
-    rk_buf tmp = {0};
-    rk_buf *plog = ptxas_log ? ptxas_log : &tmp;
-    put_log(a, prog, plog);
-    if (log && plog->len) rk_buf_put(log, plog->p, plog->len);
+    rk_buf plog = {0};
+    put_log(a, prog, &plog);
+    if (log && plog.len) rk_buf_put(log, plog.p, plog.len);
     if (r != NVRTC_OK) {
         /* An architecture this nvrtc does not build for is an invalid option value. */
-        int bad_arch = r == NVRTC_INVALID_OPTION && plog->len && strstr(plog->p, "gpu-architecture");
+        int bad_arch = r == NVRTC_INVALID_OPTION && plog.len && strstr(plog.p, "gpu-architecture");
         if (log) rk_buf_printf(log, "nvrtc %d.%d: %s (-arch=%s)\n", a->major, a->minor, a->error_string(r), arch);
         rc = bad_arch ? ROPEKV_ERR_TARGET : r == NVRTC_OUT_OF_MEMORY ? ROPEKV_ERR_NOMEM : ROPEKV_ERR_COMPILE;
     }
-    if (rc == ROPEKV_OK && (want & WANT_CUBIN)) {
+    if (rc == ROPEKV_OK && cubin) {
         rc = get_output(a->cubin_size, a->cubin, prog, &cubin->data, &cubin->len);
         if (rc == ROPEKV_ERR_COMPILE && log) rk_buf_printf(log, "nvrtc: no CUBIN for -arch=%s\n", arch);
     }
-    if (rc == ROPEKV_OK && (want & WANT_PTX)) {
+    if (rc == ROPEKV_OK && ptx) {
         unsigned char *d;
         size_t dn;
         rc = get_output(a->ptx_size, a->ptx, prog, &d, &dn);
@@ -253,36 +198,8 @@ static int nv_build(const char *src, size_t len, const char *arch, const char *e
     }
     if (rc != ROPEKV_OK && cubin) rk_code_free(cubin);
     a->destroy(&prog);
-    rk_buf_free(&tmp);
+    rk_buf_free(&plog);
     free(store);
     free(text);
     return rc;
-}
-
-int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *extra, rk_codeobj *out,
-                     rk_compile_info *info, rk_buf *log) {
-    out->data = NULL;
-    out->len = 0;
-    rk_info_reset(info);
-    double t0 = rk_now_ms();
-    rk_buf ptx = {0}, ptxas = {0};
-    int rc = nv_build(src, len, arch, extra, info ? WANT_CUBIN | WANT_PTX : WANT_CUBIN, info != NULL, out, &ptx,
-                      &ptxas, log);
-    if (info) {
-        info->ms = rk_now_ms() - t0;
-        if (g_nv.lib) snprintf(info->compiler, sizeof info->compiler, "nvrtc %d.%d", g_nv.major, g_nv.minor);
-        if (rc == ROPEKV_OK) {
-            if (ptxas.len) parse_ptxas(ptxas.p, info);
-            /* The machine code proper, not the whole CUBIN (which adds symbols, constants, notes). */
-            info->code_size = rk_elf_text_size(out->data, out->len);
-            info->fp8_cvt = ptx.len && strstr(ptx.p, "cvt.rn.satfinite.e4m3x2.f32") ? 1 : 0;
-        }
-    }
-    rk_buf_free(&ptx);
-    rk_buf_free(&ptxas);
-    return rc;
-}
-
-int rk_nvrtc_ptx(const char *src, size_t len, const char *arch, const char *extra, rk_buf *ptx, rk_buf *log) {
-    return nv_build(src, len, arch, extra, WANT_PTX, 0, NULL, ptx, NULL, log);
 }

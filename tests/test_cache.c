@@ -26,6 +26,8 @@
 #include <cmocka.h>
 
 #include "cache.h"
+#include "proc.h"
+#include "testutil.h"
 
 #define PATH 4400
 
@@ -37,37 +39,12 @@ typedef struct fixture {
 
 /* ---- helpers ------------------------------------------------------------------------------------ */
 
-/* rm -rf without following symlinks; makes directories writable first (some tests chmod them). */
-static void remove_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (!S_ISDIR(st.st_mode)) {
-        unlink(path);
-        return;
-    }
-    chmod(path, 0700);
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char sub[PATH];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            remove_tree(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     if (!f)
         return -1;
     snprintf(f->root, sizeof f->root, "/tmp/ropekv-test-cache-XXXXXX");
-    if (!mkdtemp(f->root)) {
+    if (rk_test_setup(f->root, NULL) != 0) {
         free(f);
         return -1;
     }
@@ -75,7 +52,7 @@ static int setup(void **state) {
     rk_cache_open(&f->c, f->dir);
     if (!f->c.usable) {
         fprintf(stderr, "%s\n", f->c.why);
-        remove_tree(f->root);
+        rk_test_remove_tree(f->root);
         free(f);
         return -1;
     }
@@ -85,7 +62,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture *f = *state;
-    remove_tree(f->root);
+    rk_test_remove_tree(f->root);
     free(f);
     return 0;
 }
@@ -150,55 +127,6 @@ static void entry_file(const fixture *f, const unsigned char d[32], const char *
     snprintf(out, PATH, "%s/%s%s", f->dir, hex, suffix);
 }
 
-static int write_file(const char *path, const void *p, size_t n) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0)
-        return -1;
-    int ok = n == 0 || write(fd, p, n) == (ssize_t)n;
-    return close(fd) == 0 && ok ? 0 : -1;
-}
-
-static unsigned char *read_whole(const char *path, size_t *n) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    rewind(fp);
-    unsigned char *b = malloc(sz > 0 ? (size_t)sz : 1);
-    *n = fread(b, 1, (size_t)sz, fp);
-    fclose(fp);
-    return b;
-}
-
-typedef struct census {
-    int entries, locks, temps, other;
-} census;
-
-static census count_files(const char *dir) {
-    census k = {0, 0, 0, 0};
-    DIR *d = opendir(dir);
-    if (!d)
-        return k;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        const char *n = e->d_name;
-        size_t l = strlen(n);
-        if (!strcmp(n, ".") || !strcmp(n, ".."))
-            continue;
-        if (strstr(n, ".rkco.tmp."))
-            k.temps++;
-        else if (l > 5 && !strcmp(n + l - 5, ".rkco"))
-            k.entries++;
-        else if (l > 5 && !strcmp(n + l - 5, ".lock"))
-            k.locks++;
-        else
-            k.other++;
-    }
-    closedir(d);
-    return k;
-}
-
 static int hex_to_digest(const char *hex, unsigned char d[32]) {
     for (int i = 0; i < 32; i++) {
         unsigned v;
@@ -209,30 +137,10 @@ static int hex_to_digest(const char *hex, unsigned char d[32]) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&t, &t) != 0 && errno == EINTR)
         ;
-}
-
-static pid_t fork_flushed(void) {
-    fflush(stdout);
-    fflush(stderr);
-    return fork();
-}
-
-/* Waits for a child and returns its exit status (128 + signal when killed). */
-static int wait_child(pid_t pid) {
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static void expect_get(const rk_cache *c, const unsigned char d[32], const unsigned char *want, size_t want_len) {
@@ -362,17 +270,17 @@ static void test_round_trip(void **state) {
 
     /* the file is exactly the documented layout, private to the user */
     entry_file(f, d, ".rkco", path);
-    unsigned char *want = make_entry(d, p, n, &en), *got;
-    size_t gn;
-    assert_non_null(got = read_whole(path, &gn));
-    assert_int_equal(gn, en);
-    assert_memory_equal(got, want, en);
+    unsigned char *want = make_entry(d, p, n, &en);
+    rk_codeobj got;
+    assert_int_equal(rk_read_file(path, &got), ROPEKV_OK);
+    assert_int_equal(got.len, en);
+    assert_memory_equal(got.data, want, en);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 07777, 0600);
     assert_int_equal(stat(f->dir, &st), 0);
     assert_int_equal(st.st_mode & 07777, 0700);
-    free(got);
+    rk_code_free(&got);
     free(want);
 
     /* overwrite, empty payload, and no leftovers */
@@ -381,7 +289,7 @@ static void test_round_trip(void **state) {
     expect_get(&f->c, d, q, 777);
     assert_int_equal(rk_cache_put(&f->c, other, NULL, 0, why, sizeof why), RK_CACHE_OK);
     expect_get(&f->c, other, NULL, 0);
-    census k = count_files(f->dir);
+    rk_test_census k = rk_test_count_files(f->dir);
     assert_int_equal(k.entries, 2);
     assert_int_equal(k.temps + k.locks + k.other, 0);
 
@@ -433,7 +341,7 @@ static void test_corrupt_entries(void **state) {
     char path[PATH], outside[PATH], why[2048];
     entry_file(f, d, ".rkco", path);
     snprintf(outside, sizeof outside, "%s/outside.rkco", f->root);
-    assert_int_equal(write_file(outside, good, en), 0);
+    assert_int_equal(rk_write_file(outside, good, en), 0);
 
     for (int k = 0; k < C_COUNT; k++) {
         unsigned char *b = malloc(en + 16);
@@ -461,7 +369,7 @@ static void test_corrupt_entries(void **state) {
         case C_COUNT: break;
         }
         if (k < C_DIRECTORY)
-            r = write_file(path, b, bn);
+            r = rk_write_file(path, b, bn);
         assert_int_equal(r, 0);
         free(b);
 
@@ -487,13 +395,12 @@ static void test_corrupt_entries(void **state) {
         assert_int_equal(unlink(path), 0);
     }
     /* the symlink's target was not touched */
-    size_t on;
-    unsigned char *o = read_whole(outside, &on);
-    assert_non_null(o);
-    assert_int_equal(on, en);
-    assert_memory_equal(o, good, en);
-    free(o);
-    census c = count_files(f->dir);
+    rk_codeobj o;
+    assert_int_equal(rk_read_file(outside, &o), ROPEKV_OK);
+    assert_int_equal(o.len, en);
+    assert_memory_equal(o.data, good, en);
+    rk_code_free(&o);
+    rk_test_census c = rk_test_count_files(f->dir);
     assert_int_equal(c.entries + c.temps + c.locks + c.other, 0);
     free(p);
     free(pa);
@@ -510,7 +417,7 @@ static void test_half_written_temp_is_ignored(void **state) {
     unsigned char *p = make_payload(d, n), *e = make_entry(d, p, n, &en);
     char tmp[PATH], why[1024];
     entry_file(f, d, ".rkco.tmp.99999.0", tmp);
-    assert_int_equal(write_file(tmp, e, en / 2), 0);
+    assert_int_equal(rk_write_file(tmp, e, en / 2), 0);
     unsigned char *data = NULL;
     size_t len;
     assert_int_equal(rk_cache_get(&f->c, d, &data, &len, why, sizeof why), RK_CACHE_MISS);
@@ -568,7 +475,7 @@ static void test_unusable_directories(void **state) {
 
     /* a path below a regular file cannot be created; a regular file is no directory */
     snprintf(p, sizeof p, "%s/file", f->root);
-    assert_int_equal(write_file(p, "x", 1), 0);
+    assert_int_equal(rk_write_file(p, "x", 1), 0);
     expect_unusable(p, "is not a directory");
     snprintf(q, sizeof q, "%s/file/sub", f->root);
     expect_unusable(q, "cannot create cache directory");
@@ -608,14 +515,14 @@ static void test_unusable_directories(void **state) {
         assert_int_equal(mkdir(p, 0700), 0);
         assert_int_equal(chown(p, 65534, 65534), 0);
         assert_int_equal(chmod(f->root, 0711), 0);
-        pid_t pid = fork_flushed();
+        pid_t pid = rk_test_fork();
         assert_true(pid >= 0);
         if (pid == 0) {
             if (setgid(65534) != 0 || setuid(65534) != 0)
                 _exit(77);
             _exit(check_unwritable_as_user(p));
         }
-        int rc = wait_child(pid);
+        int rc = rk_test_wait(pid);
         if (rc == 77)
             print_message("cannot drop privileges; unwritable-directory check as a user skipped\n");
         else
@@ -658,7 +565,7 @@ static void test_write_failure_cleans_up(void **state) {
     char why[1024], path[PATH];
     entry_file(f, d, ".rkco", path);
     assert_int_equal(rk_cache_put(&f->c, d, small, 100, why, sizeof why), RK_CACHE_OK);
-    pid_t pid = fork_flushed();
+    pid_t pid = rk_test_fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         struct rlimit rl = {65536, 65536};
@@ -672,12 +579,12 @@ static void test_write_failure_cleans_up(void **state) {
         fflush(stdout);
         if (!strstr(why, path) || !strstr(why, "File too large"))
             _exit(12);
-        census k = count_files(f->dir);
+        rk_test_census k = rk_test_count_files(f->dir);
         if (k.temps != 0 || k.entries != 1)
             _exit(13);
         _exit(0);
     }
-    assert_int_equal(wait_child(pid), 0);
+    assert_int_equal(rk_test_wait(pid), 0);
     expect_get(&f->c, d, small, 100);
 
     /* an entry over the size limit is refused before its bytes are read */
@@ -763,10 +670,10 @@ static void run_many(fixture *f, int locked) {
     atomic_init(&sh->puts, 0);
     atomic_init(&sh->failures, 0);
     atomic_init(&sh->hits, 0);
-    double t0 = now_s();
+    double t0 = rk_now_ms();
     pid_t pids[PROCS];
     for (int i = 0; i < PROCS; i++) {
-        pids[i] = fork_flushed();
+        pids[i] = rk_test_fork();
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             pthread_t th[THREADS];
@@ -782,15 +689,15 @@ static void run_many(fixture *f, int locked) {
         }
     }
     for (int i = 0; i < PROCS; i++)
-        assert_int_equal(wait_child(pids[i]), 0);
+        assert_int_equal(rk_test_wait(pids[i]), 0);
     print_message("%s: %d puts, %d hits, %.2f s\n", locked ? "locked" : "unlocked", atomic_load(&sh->puts),
-                  atomic_load(&sh->hits), now_s() - t0);
+                  atomic_load(&sh->hits), (rk_now_ms() - t0) / 1e3);
     assert_int_equal(atomic_load(&sh->failures), 0);
     if (locked)
         assert_int_equal(atomic_load(&sh->puts), DIGESTS); /* the lock let exactly one build each */
     assert_true(atomic_load(&sh->hits) >= PROCS * THREADS * DIGESTS);
 
-    census k = count_files(f->dir);
+    rk_test_census k = rk_test_count_files(f->dir);
     assert_int_equal(k.entries, DIGESTS);
     assert_int_equal(k.temps, 0);
     assert_int_equal(k.locks, locked ? DIGESTS : 0);
@@ -811,9 +718,9 @@ static void test_concurrent_unlocked(void **state) { run_many(*state, 0); }
 
 /* Polls until the directory holds at least `entries` entries and `temps` temp files; 0 on success. */
 static int wait_for_files(const char *dir, int entries, int temps, double timeout) {
-    double t0 = now_s();
-    while (now_s() - t0 < timeout) {
-        census k = count_files(dir);
+    double t0 = rk_now_ms();
+    while (rk_now_ms() - t0 < timeout * 1e3) {
+        rk_test_census k = rk_test_count_files(dir);
         if (k.entries >= entries && k.temps >= temps)
             return 0;
         sleep_ms(1);
@@ -829,8 +736,8 @@ static void test_killed_writer(void **state) {
     } plan[] = {{0, 2}, {1, 5}};
     int seen_temps = 0, seen_entries = 0;
     for (size_t round = 0; round < sizeof plan / sizeof plan[0]; round++) {
-        census base = count_files(f->dir);
-        pid_t pid = fork_flushed();
+        rk_test_census base = rk_test_count_files(f->dir);
+        pid_t pid = rk_test_fork();
         assert_true(pid >= 0);
         if (pid == 0) {
             unsigned char d[32];
@@ -847,7 +754,7 @@ static void test_killed_writer(void **state) {
         int waited = wait_for_files(f->dir, base.entries + plan[round].entries, base.temps + 1, 15.0);
         sleep_ms(plan[round].delay_ms);
         kill(pid, SIGKILL);
-        assert_int_equal(wait_child(pid), 128 + SIGKILL);
+        assert_int_equal(rk_test_wait(pid), 128 + SIGKILL);
         assert_int_equal(waited, 0);
 
         /* every published entry is whole; temp files are invisible to readers */
@@ -881,9 +788,9 @@ static void test_killed_writer(void **state) {
     print_message("%d entries and %d temp files left by killed writers\n", seen_entries, seen_temps);
     assert_true(seen_temps > 0);
     assert_true(seen_entries > 0);
-    census before = count_files(f->dir);
+    rk_test_census before = rk_test_count_files(f->dir);
     assert_int_equal(rk_cache_clear(&f->c), before.entries + before.temps);
-    census after = count_files(f->dir);
+    rk_test_census after = rk_test_count_files(f->dir);
     assert_int_equal(after.entries + after.temps + after.locks + after.other, 0);
 }
 
@@ -903,7 +810,7 @@ static void test_lock_dies_with_holder(void **state) {
     make_digest(40, d);
     int pfd[2];
     assert_int_equal(pipe(pfd), 0);
-    pid_t holder = fork_flushed();
+    pid_t holder = rk_test_fork();
     assert_true(holder >= 0);
     if (holder == 0)
         hold_lock(&f->c, d, pfd[1]);
@@ -912,7 +819,7 @@ static void test_lock_dies_with_holder(void **state) {
     assert_int_equal(ok, 'y');
 
     /* a waiter blocks while the holder lives... */
-    pid_t waiter = fork_flushed();
+    pid_t waiter = rk_test_fork();
     assert_true(waiter >= 0);
     if (waiter == 0) {
         int l = rk_cache_lock(&f->c, d);
@@ -923,23 +830,23 @@ static void test_lock_dies_with_holder(void **state) {
     assert_int_equal(waitpid(waiter, &st, WNOHANG), 0);
 
     /* ...and gets the lock once the holder is killed */
-    double t0 = now_s();
+    double t0 = rk_now_ms();
     kill(holder, SIGKILL);
-    assert_int_equal(wait_child(holder), 128 + SIGKILL);
+    assert_int_equal(rk_test_wait(holder), 128 + SIGKILL);
     pid_t done = 0;
-    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && now_s() - t0 < 1.0)
+    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && rk_now_ms() - t0 < 1e3)
         sleep_ms(1);
     if (done == 0) {
         kill(waiter, SIGKILL);
-        wait_child(waiter);
+        rk_test_wait(waiter);
     }
     assert_int_equal(done, waiter);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 
-    t0 = now_s();
+    t0 = rk_now_ms();
     int l = rk_cache_lock(&f->c, d);
     assert_true(l >= 0);
-    assert_true(now_s() - t0 < 1.0);
+    assert_true(rk_now_ms() - t0 < 1e3);
     rk_cache_unlock(l);
     rk_cache_unlock(-1);
     close(pfd[0]);
@@ -960,10 +867,10 @@ static void test_clear(void **state) {
     }
     make_digest(60, d);
     entry_file(f, d, ".rkco.tmp.12345.7", p);
-    assert_int_equal(write_file(p, "half", 4), 0);
+    assert_int_equal(rk_write_file(p, "half", 4), 0);
     /* a symlink named like an entry goes, its target stays */
     snprintf(outside, sizeof outside, "%s/target", f->root);
-    assert_int_equal(write_file(outside, "keep", 4), 0);
+    assert_int_equal(rk_write_file(outside, "keep", 4), 0);
     make_digest(61, d);
     entry_file(f, d, ".rkco", p);
     assert_int_equal(symlink(outside, p), 0);
@@ -972,17 +879,17 @@ static void test_clear(void **state) {
                                        "E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855.rkco"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", f->dir, keep[i]);
-        assert_int_equal(write_file(p, "mine", 4), 0);
+        assert_int_equal(rk_write_file(p, "mine", 4), 0);
     }
     make_digest(62, d);
     entry_file(f, d, ".rkco", p);
     assert_int_equal(mkdir(p, 0700), 0);
     char inner[PATH + 16];
     snprintf(inner, sizeof inner, "%s/inner.rkco", p);
-    assert_int_equal(write_file(inner, "deep", 4), 0);
+    assert_int_equal(rk_write_file(inner, "deep", 4), 0);
 
     assert_int_equal(rk_cache_clear(&f->c), 3 + 2 + 1 + 1);
-    census k = count_files(f->dir); /* left: short.rkco, the uppercase name, the directory, x.lock, notes.txt */
+    rk_test_census k = rk_test_count_files(f->dir); /* left: short.rkco, the uppercase name, the directory, x.lock, notes.txt */
     assert_int_equal(k.temps, 0);
     assert_int_equal(k.entries, 3);
     assert_int_equal(k.locks, 1);

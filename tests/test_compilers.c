@@ -1,4 +1,5 @@
-/* The compiler drivers: nvrtc, hiprtc (and its allow-list guard), clang, and code-object inspection.
+/* The compiler drivers: nvrtc, hiprtc (and its allow-list guard), clang, and the tools' figures of
+ * their compiles (code-object inspection, ptxas report).
  * A compiler that is not installed skips its tests with a message. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clang.h"
 #include "compilers.h"
+#include "inspect.h"
 
 /* One header-free kernel text for nvrtc, hiprtc and clang -nogpuinc: f32 pairs -> fp8 e4m3 pairs,
  * with the hardware conversion where the target has one (AMD: the builtin where __has_builtin says
@@ -86,7 +89,7 @@ static int llvm_tools_here(void) {
     const char *argv[] = {tool, "--version", NULL};
     int st = -1;
     rk_buf out = {0};
-    int ok = rk_run(argv, &out, &st) == ROPEKV_OK && st == 0;
+    int ok = rk_run(argv, 0, 0, &out, &st) == ROPEKV_OK && st == 0;
     rk_buf_free(&out);
     if (!ok) print_message("%s not available, skipping inspection\n", tool);
     return ok;
@@ -98,14 +101,26 @@ static void test_helpers(void **state) {
     rk_buf out = {0};
     int st = -1;
     const char *no[] = {"ropekv-no-such-program-here", NULL};
-    assert_int_equal(rk_run(no, &out, &st), ROPEKV_ERR_IO);
+    assert_int_equal(rk_run(no, 0, 0, &out, &st), ROPEKV_ERR_IO);
     assert_true(has(&out, "cannot run"));
     rk_buf_free(&out);
 
     const char *sh[] = {"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3", NULL};
-    assert_int_equal(rk_run(sh, &out, &st), ROPEKV_OK);
+    assert_int_equal(rk_run(sh, 0, 0, &out, &st), ROPEKV_OK);
     assert_int_equal(st, 3);
     assert_true(has(&out, "to-stdout") && has(&out, "to-stderr"));
+    rk_buf_free(&out);
+    assert_int_equal(rk_run(sh, 5, RK_RUN_NO_STDERR, &out, &st), ROPEKV_OK);
+    assert_int_equal(st, 3);
+    assert_true(has(&out, "to-stdout") && !has(&out, "to-stderr"));
+    rk_buf_free(&out);
+    /* past the limit the program and what it started are killed */
+    const char *hang[] = {"/bin/sh", "-c", "echo started; sleep 30 & wait", NULL};
+    double t0 = rk_now_ms();
+    assert_int_equal(rk_run(hang, 1, 0, &out, &st), ROPEKV_OK);
+    assert_int_equal(st, RK_RUN_TIMED_OUT);
+    assert_true(rk_now_ms() - t0 < 10e3);
+    assert_true(has(&out, "started"));
     rk_buf_free(&out);
 
     const char *argv[8] = {"cc"};
@@ -124,7 +139,7 @@ static void test_helpers(void **state) {
     assert_null(store);
 
     char dir[4096];
-    assert_int_equal(rk_mktmpdir(dir, sizeof dir), ROPEKV_OK);
+    assert_int_equal(rk_mktmpdir(dir, sizeof dir, NULL), ROPEKV_OK);
     char f[4200];
     snprintf(f, sizeof f, "%s/x", dir);
     assert_int_equal(rk_write_file(f, "abc", 3), ROPEKV_OK);
@@ -232,7 +247,7 @@ static void test_hiprtc_guard(void **state) {
     if (!hiprtc_here(&maj, &min)) {
         rk_codeobj co;
         rk_buf log = {0};
-        assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", NULL, &co, NULL, &log), ROPEKV_ERR_IO);
+        assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", NULL, &co, &log), ROPEKV_ERR_IO);
         rk_buf_free(&log);
         skip();
     }
@@ -242,7 +257,7 @@ static void test_hiprtc_guard(void **state) {
         rk_codeobj co = {(unsigned char *)"x", 1};
         rk_compile_info info;
         rk_buf log = {0};
-        int rc = rk_hiprtc_compile(k_src, strlen(k_src), refused[i], NULL, &co, &info, &log);
+        int rc = rk_compile_inspect(RK_CC_HIPRTC, k_src, strlen(k_src), refused[i], NULL, &co, &info, NULL, &log);
         if (rc != ROPEKV_ERR_TARGET) fail_msg("%s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", refused[i], rc, log.p ? log.p : "");
         assert_null(co.data);
         assert_int_equal(co.len, 0);
@@ -254,11 +269,11 @@ static void test_hiprtc_guard(void **state) {
     /* An extra option may not pick the architecture behind the guard's back. */
     rk_codeobj co;
     rk_buf log = {0};
-    assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "-DX=1 --offload-arch=gfx942", &co, NULL, &log),
+    assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "-DX=1 --offload-arch=gfx942", &co, &log),
                      ROPEKV_ERR_TARGET);
     assert_true(has(&log, "--offload-arch=gfx942"));
     rk_buf_free(&log);
-    assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "--gpu-architecture=gfx1100", &co, NULL, &log),
+    assert_int_equal(rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", "--gpu-architecture=gfx1100", &co, &log),
                      ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
 }
@@ -275,7 +290,7 @@ static void test_hiprtc_compile(void **state) {
         rk_codeobj co;
         rk_compile_info info;
         rk_buf log = {0};
-        int rc = rk_hiprtc_compile(k_src, strlen(k_src), targets[i], NULL, &co, &info, &log);
+        int rc = rk_compile_inspect(RK_CC_HIPRTC, k_src, strlen(k_src), targets[i], NULL, &co, &info, NULL, &log);
         if (rc != ROPEKV_OK) fail_msg("hiprtc %s: rc %d; log: %s", targets[i], rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         char id[64];
@@ -304,7 +319,7 @@ static void test_hiprtc_compile(void **state) {
     /* A syntax error is a compile error with the compiler's message. */
     rk_codeobj co;
     rk_buf log = {0};
-    assert_int_equal(rk_hiprtc_compile(k_bad, strlen(k_bad), "gfx90a", NULL, &co, NULL, &log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_hiprtc_compile(k_bad, strlen(k_bad), "gfx90a", NULL, &co, &log), ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     rk_buf_free(&log);
@@ -322,7 +337,7 @@ static void test_nvrtc_compile(void **state) {
         rk_codeobj co;
         rk_compile_info info;
         rk_buf log = {0};
-        int rc = rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, NULL, &co, &info, &log);
+        int rc = rk_compile_inspect(RK_CC_NVRTC, k_src, strlen(k_src), cases[i].arch, NULL, &co, &info, NULL, &log);
         if (rc != ROPEKV_OK) fail_msg("nvrtc %s: rc %d; log: %s", cases[i].arch, rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         assert_int_equal(strncmp(info.compiler, "nvrtc ", 6), 0);
@@ -340,13 +355,13 @@ static void test_nvrtc_compile(void **state) {
         rk_code_free(&co);
         rk_buf_free(&log);
 
-        /* Without info: no ptxas report requested, same CUBIN size class. */
-        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", &co, NULL, NULL), ROPEKV_OK);
+        /* The library's compile: no ptxas report requested. */
+        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", 0, &co, NULL, NULL), ROPEKV_OK);
         assert_true(is_elf(&co));
         rk_code_free(&co);
 
         rk_buf ptx = {0};
-        assert_int_equal(rk_nvrtc_ptx(k_src, strlen(k_src), cases[i].arch, NULL, &ptx, NULL), ROPEKV_OK);
+        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, NULL, 0, NULL, &ptx, NULL), ROPEKV_OK);
         assert_true(has(&ptx, ".entry to_fp8("));
         assert_true(has(&ptx, ".entry to_fp8_i64("));
         assert_int_equal(has(&ptx, "cvt.rn.satfinite.e4m3x2.f32"), cases[i].fp8);
@@ -360,7 +375,8 @@ static void test_nvrtc_errors(void **state) {
     rk_codeobj co = {(unsigned char *)"x", 1};
     rk_compile_info info;
     rk_buf log = {0};
-    assert_int_equal(rk_nvrtc_compile(k_bad, strlen(k_bad), "sm_90", NULL, &co, &info, &log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_compile_inspect(RK_CC_NVRTC, k_bad, strlen(k_bad), "sm_90", NULL, &co, &info, NULL, &log),
+                     ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     assert_int_equal(info.regs, -1);
@@ -368,12 +384,12 @@ static void test_nvrtc_errors(void **state) {
     /* Malformed (refused here) and unknown to nvrtc (refused by it). */
     const char *bad_arch[] = {"compute_90", "sm_", "sm_90x", "gfx942", "sm_99"};
     for (size_t i = 0; i < sizeof bad_arch / sizeof bad_arch[0]; i++) {
-        int rc = rk_nvrtc_compile(k_src, strlen(k_src), bad_arch[i], NULL, &co, NULL, &log);
+        int rc = rk_nvrtc_compile(k_src, strlen(k_src), bad_arch[i], NULL, 0, &co, NULL, &log);
         if (rc != ROPEKV_ERR_TARGET) fail_msg("nvrtc %s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", bad_arch[i], rc, log.p ? log.p : "");
         rk_buf_free(&log);
     }
     /* An option nvrtc does not take (it rejects -O3) is a compile error, not a crash. */
-    assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), "sm_90", "-O3", &co, NULL, &log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), "sm_90", "-O3", 0, &co, NULL, &log), ROPEKV_ERR_COMPILE);
     rk_buf_free(&log);
 }
 
@@ -390,7 +406,7 @@ static void test_clang_compile(void **state) {
         rk_codeobj co;
         rk_compile_info info;
         rk_buf log = {0};
-        int rc = rk_clang_compile(k_src, strlen(k_src), cases[i].target, NULL, &co, &info, &log);
+        int rc = rk_compile_inspect(RK_CC_CLANG, k_src, strlen(k_src), cases[i].target, NULL, &co, &info, NULL, &log);
         if (rc != ROPEKV_OK) fail_msg("clang %s: rc %d; log: %s", cases[i].target, rc, log.p ? log.p : "");
         assert_true(is_elf(&co));
         assert_int_equal(strncmp(info.compiler, "clang ", 6), 0);
@@ -441,13 +457,13 @@ static void test_clang_errors(void **state) {
     if (!clang_here()) skip();
     rk_codeobj co = {(unsigned char *)"x", 1};
     rk_buf log = {0};
-    assert_int_equal(rk_clang_compile(k_bad, strlen(k_bad), "gfx942", NULL, &co, NULL, &log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_clang_compile(k_bad, strlen(k_bad), "gfx942", NULL, &co, &log), ROPEKV_ERR_COMPILE);
     assert_null(co.data);
     assert_true(has(&log, "error"));
     rk_buf_free(&log);
-    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx9999", NULL, &co, NULL, &log), ROPEKV_ERR_TARGET);
+    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx9999", NULL, &co, &log), ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
-    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx1030:xnack-", NULL, &co, NULL, &log), ROPEKV_ERR_TARGET);
+    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx1030:xnack-", NULL, &co, &log), ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
     /* Not a code object: inspection fails cleanly. */
     rk_codeobj junk = {(unsigned char *)"not an elf file at all", 22};
@@ -468,9 +484,9 @@ static void *run_job(void *p) {
     job *j = p;
     rk_codeobj co;
     rk_compile_info info;
-    if (j->which == 0) j->rc = rk_nvrtc_compile(k_src, strlen(k_src), "sm_90", NULL, &co, &info, NULL);
-    else if (j->which == 1) j->rc = rk_clang_compile(k_src, strlen(k_src), "gfx942", NULL, &co, &info, NULL);
-    else j->rc = rk_hiprtc_compile(k_src, strlen(k_src), "gfx90a", NULL, &co, &info, NULL);
+    static const rk_compiler cc[] = {RK_CC_NVRTC, RK_CC_CLANG, RK_CC_HIPRTC};
+    static const char *const target[] = {"sm_90", "gfx942", "gfx90a"};
+    j->rc = rk_compile_inspect(cc[j->which], k_src, strlen(k_src), target[j->which], NULL, &co, &info, NULL, NULL);
     j->regs = info.regs;
     rk_code_free(&co);
     return NULL;

@@ -39,10 +39,11 @@
 #include <cmocka.h>
 
 #include "host_compile.h"
+#include "proc.h"
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
-#include "api_launch.h"
+#include "testutil.h"
 
 #define PATH 4400
 
@@ -146,78 +147,22 @@ static long disarm(void) {
 /* ---- helpers ------------------------------------------------------------------------------------ */
 static int setup(void **state) {
     (void)state;
-    rk_err err = {0};
-    if (!mkdtemp(root)) return -1;
-    chmod(root, 0700);
-    setenv("ROPEKV_BACKEND", "host", 1);
-    unsetenv("ROPEKV_DISABLE_CACHE");
-    unsetenv("ROPEKV_COMPILE_TIMEOUT");
-    unsetenv("CXX");
-    return rk_catalog_load_embedded(&cat, &err) == ROPEKV_OK ? 0 : -1;
-}
-
-/* rm -rf without following symlinks */
-static void remove_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (!S_ISDIR(st.st_mode)) {
-        unlink(path);
-        return;
-    }
-    chmod(path, 0700);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char sub[PATH];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        remove_tree(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
+    unsetenv("CXX"); /* the tests that change the compiler set it themselves */
+    return rk_test_setup(root, &cat);
 }
 
 static int teardown(void **state) {
     (void)state;
-    remove_tree(root);
+    rk_test_remove_tree(root);
     return 0;
 }
 
 static void sub(char *out, const char *name) { snprintf(out, PATH, "%s/%s", root, name); }
 
-static ropekv_ctx *open_ctx(const char *dir) {
-    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = dir ? 1 : -1};
-    ropekv_ctx *c = NULL;
-    ropekv_status s = ropekv_create(&c, &o);
-    if (s != ROPEKV_OK) fail_msg("ropekv_create: %s", ropekv_status_name(s));
-    return c;
-}
-
 static ropekv_stats stats(const ropekv_ctx *c) {
     ropekv_stats st;
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     return st;
-}
-
-/* What ropekv made in a directory. */
-typedef struct census {
-    int entries, temps, locks, other;
-} census;
-
-static census count_files(const char *dir) {
-    census k = {0, 0, 0, 0};
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        size_t n = strlen(e->d_name);
-        if (strstr(e->d_name, ".rkco.tmp.")) k.temps++;
-        else if (n > 5 && !strcmp(e->d_name + n - 5, ".rkco")) k.entries++;
-        else if (n > 5 && !strcmp(e->d_name + n - 5, ".lock")) k.locks++;
-        else k.other++;
-    }
-    if (d) closedir(d);
-    return k;
 }
 
 /* The path of the only entry in dir. */
@@ -235,28 +180,9 @@ static void only_entry(const char *dir, char *out) {
     assert_int_equal(n, 1);
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    unsigned char *b = malloc(*n ? *n : 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
+static void write_text(const char *path, const char *text, mode_t mode) {
+    assert_int_equal(rk_test_write_file(path, text, strlen(text), mode), ROPEKV_OK);
 }
-
-static void write_file(const char *path, const void *b, size_t n, mode_t mode) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, b, n), (ssize_t)n);
-    close(fd);
-    chmod(path, mode);
-}
-
-static void write_text(const char *path, const char *text, mode_t mode) { write_file(path, text, strlen(text), mode); }
 
 /* stderr goes to a file while capturing; end_capture returns what was written (static buffer). */
 static int saved_err = -1;
@@ -277,25 +203,13 @@ static const char *end_capture(void) {
     fflush(stderr);
     dup2(saved_err, 2);
     close(saved_err);
-    FILE *f = fopen(capture_path, "rb");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[n] = '\0';
-    if (f) fclose(f);
+    rk_codeobj f;
+    text[0] = '\0';
+    if (rk_read_file(capture_path, &f) == ROPEKV_OK) snprintf(text, sizeof text, "%s", (const char *)f.data);
+    rk_code_free(&f);
     unlink(capture_path);
     fputs(text, stderr); /* still shown */
     return text;
-}
-
-static int wait_child(pid_t pid) {
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* ---- checking kernels against the reference ------------------------------------------------------ */
@@ -304,37 +218,10 @@ static const ropekv_variant DS_BF16 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF
 static const ropekv_variant DS_BF16_ZC = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ZERO_COPY};
 static const ropekv_variant DS_FP8_NONE = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE};
 
-static const rk_desc *ref_variant(const rk_catalog *c, const char *spec, const ropekv_variant *pv) {
-    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
-    static const char *const kv[] = {"bf16", "fp8_e4m3"}, *const q[] = {"absorbed", "zero_copy", "inplace", "none"},
-                             *const idx[] = {"int64", "int32"};
-    char key[192];
-    rk_err err = {0};
-    const rk_spec *s = rk_catalog_find(c, spec);
-    assert_non_null(s);
-    snprintf(key, sizeof key, "%s/host/%s/%s/pos=%s/slot=%s", spec, kv[pv->kv], q[pv->q], idx[pv->positions],
-             idx[pv->slots]);
-    int n = rk_variants(s, &c->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v[i].key, key)) return &v[i];
-    fail_msg("no variant %s", key);
-    return NULL;
-}
-
-/* 0 when kernel k computes what the reference computes for rv (two shapes). */
-static int kernel_matches(ropekv_kernel *k, const rk_desc *rv, char *why, size_t cap) {
-    static const int64_t T[] = {1, 17}, H[] = {1, 16};
-    for (int i = 0; i < 2; i++) {
-        rk_shape sh = {.tokens = T[i], .heads = H[i], .pad = 8 * i, .max_pos = 64, .neg_every = 3, .specials = 1,
-                       .k_scale = 0.37f};
-        if (rk_check(rv, &sh, (uint64_t)i + 1, rk_test_launch, k, why, cap) != 0) return 1;
-    }
-    return 0;
-}
-
 static void check_kernel(ropekv_kernel *k, const rk_desc *rv) {
     char why[4096] = "";
-    if (kernel_matches(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
+    assert_non_null(rv);
+    if (rk_test_check_kernel(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
 }
 
 /* Gets v from c and checks it against the reference. */
@@ -342,7 +229,7 @@ static void get_and_check(ropekv_ctx *c, const ropekv_variant *v) {
     ropekv_kernel *k = NULL;
     ropekv_status s = ropekv_kernel_get(c, v, &k);
     if (s != ROPEKV_OK) fail_msg("kernel_get: %s: %s", ropekv_status_name(s), ropekv_last_error(c));
-    check_kernel(k, ref_variant(&cat, v->spec, v));
+    check_kernel(k, rk_test_ref_variant(&cat, v->spec, v));
     ropekv_kernel_release(k);
 }
 
@@ -398,7 +285,7 @@ static void test_disk_full(void **state) {
     sub(wrapper, "cxx-unlimited.sh");
     sub(log, "full-child.txt");
     /* the size of the entry this variant makes, for the file size limit */
-    ropekv_ctx *c = open_ctx(probe);
+    ropekv_ctx *c = rk_test_host_ctx(probe);
     get_and_check(c, &DS_FP8);
     ropekv_destroy(c);
     only_entry(probe, entry);
@@ -409,7 +296,7 @@ static void test_disk_full(void **state) {
 
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = fork();
+    pid_t pid = rk_test_fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -428,13 +315,13 @@ static void test_disk_full(void **state) {
             _exit(12);
         }
         char why[4096] = "";
-        if (kernel_matches(k, ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why)) {
+        if (rk_test_check_kernel(k, rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why)) {
             fprintf(stderr, "%s\n", why);
             _exit(13);
         }
         ropekv_stats s;
         ropekv_get_stats(cc, &s);
-        census n = count_files(dir);
+        rk_test_census n = rk_test_count_files(dir);
         fprintf(stderr, "compiles %llu, entries %d, temps %d, other %d\n", (unsigned long long)s.compiles, n.entries,
                 n.temps, n.other);
         if (s.compiles != 1 || n.entries != 0 || n.temps != 0 || n.other != 0) _exit(14);
@@ -446,11 +333,10 @@ static void test_disk_full(void **state) {
         ropekv_destroy(cc);
         _exit(0);
     }
-    int rc = wait_child(pid);
-    size_t n;
-    char *text = (char *)read_file(log, &n);
-    text = realloc(text, n + 1);
-    text[n] = '\0';
+    int rc = rk_test_wait(pid);
+    rk_codeobj out;
+    assert_int_equal(rk_read_file(log, &out), ROPEKV_OK);
+    char *text = (char *)out.data;
     print_message("%s", text);
     if (rc == 77) {
         print_message("neither a tmpfs nor a file size limit could be set up: skipped\n");
@@ -465,13 +351,13 @@ static void test_disk_full(void **state) {
     assert_true(strstr(text, "No space left on device") || strstr(text, "File too large"));
     free(text);
     /* nothing was left on the real directory either, and a later context writes a proper entry */
-    census k = count_files(dir);
+    rk_test_census k = rk_test_count_files(dir);
     assert_int_equal(k.entries + k.temps + k.other, 0);
-    c = open_ctx(dir);
+    c = rk_test_host_ctx(dir);
     get_and_check(c, &DS_FP8);
     assert_int_equal(stats(c).compiles, 1);
     ropekv_destroy(c);
-    assert_int_equal(count_files(dir).entries, 1);
+    assert_int_equal(rk_test_count_files(dir).entries, 1);
 }
 
 /* ---- the cache directory is removed or replaced while in use ---------------------------------------- */
@@ -480,12 +366,12 @@ static void test_cache_dir_replaced(void **state) {
     char dir[PATH], elsewhere[PATH], swapped[PATH], old[PATH], other_entry[PATH];
     sub(dir, "vanishing");
     sub(elsewhere, "elsewhere");
-    ropekv_ctx *c = open_ctx(dir);
+    ropekv_ctx *c = rk_test_host_ctx(dir);
     get_and_check(c, &DS_FP8);
-    assert_int_equal(count_files(dir).entries, 1);
+    assert_int_equal(rk_test_count_files(dir).entries, 1);
 
     /* removed: a new kernel still works (one warning from the write), an old one comes from memory */
-    remove_tree(dir);
+    rk_test_remove_tree(dir);
     begin_capture();
     get_and_check(c, &DS_BF16);
     const char *text = end_capture();
@@ -501,7 +387,7 @@ static void test_cache_dir_replaced(void **state) {
     get_and_check(c, &DS_BF16_ZC);
     text = end_capture();
     assert_non_null(strstr(text, "was replaced by a symbolic link"));
-    census k = count_files(elsewhere);
+    rk_test_census k = rk_test_count_files(elsewhere);
     assert_int_equal(k.entries + k.temps + k.locks + k.other, 0);
     assert_int_equal(ropekv_cache_clear(c), ROPEKV_ERR_CACHE);
     ropekv_destroy(c);
@@ -510,15 +396,15 @@ static void test_cache_dir_replaced(void **state) {
      * another context put an entry: that entry is neither read nor touched, nothing is written */
     sub(swapped, "swapped");
     sub(old, "swapped.old");
-    c = open_ctx(swapped);
+    c = rk_test_host_ctx(swapped);
     get_and_check(c, &DS_FP8);
     assert_int_equal(rename(swapped, old), 0);
-    ropekv_ctx *other = open_ctx(swapped);
+    ropekv_ctx *other = rk_test_host_ctx(swapped);
     get_and_check(other, &DS_FP8_NONE);
     ropekv_destroy(other);
     only_entry(swapped, other_entry);
-    size_t n0, n1;
-    unsigned char *before = read_file(other_entry, &n0);
+    rk_codeobj before, after;
+    assert_int_equal(rk_read_file(other_entry, &before), ROPEKV_OK);
     begin_capture();
     get_and_check(c, &DS_FP8_NONE);
     text = end_capture();
@@ -527,12 +413,12 @@ static void test_cache_dir_replaced(void **state) {
     assert_true(s.compiles == 2 && s.disk_hits == 0);
     assert_int_equal(ropekv_cache_clear(c), ROPEKV_ERR_CACHE);
     ropekv_destroy(c);
-    unsigned char *after = read_file(other_entry, &n1);
-    assert_true(n0 == n1 && memcmp(before, after, n0) == 0);
-    assert_int_equal(count_files(swapped).entries, 1);
-    assert_int_equal(count_files(old).entries, 1);
-    free(before);
-    free(after);
+    assert_int_equal(rk_read_file(other_entry, &after), ROPEKV_OK);
+    assert_true(before.len == after.len && memcmp(before.data, after.data, before.len) == 0);
+    assert_int_equal(rk_test_count_files(swapped).entries, 1);
+    assert_int_equal(rk_test_count_files(old).entries, 1);
+    rk_code_free(&before);
+    rk_code_free(&after);
 }
 
 /* ---- another ropekv version shares the directory ------------------------------------------------- */
@@ -546,12 +432,14 @@ static void test_other_version_entries(void **state) {
     (void)state;
     char dir[PATH], ours[PATH], theirs[PATH];
     sub(dir, "shared");
-    ropekv_ctx *c = open_ctx(dir);
+    ropekv_ctx *c = rk_test_host_ctx(dir);
     get_and_check(c, &DS_FP8);
     ropekv_destroy(c);
     only_entry(dir, ours);
-    size_t n;
-    unsigned char *entry = read_file(ours, &n);
+    rk_codeobj ours_co;
+    assert_int_equal(rk_read_file(ours, &ours_co), ROPEKV_OK);
+    unsigned char *entry = ours_co.data;
+    size_t n = ours_co.len;
     assert_true(n > 88);
 
     /* their entry: the same code object under their digest (name and header agree) */
@@ -561,20 +449,20 @@ static void test_other_version_entries(void **state) {
     memcpy(their, entry, n);
     their[16] ^= 0x10; /* first hex digit of the name is the high nibble of byte 16 */
     assert_int_equal(rename(ours, theirs), 0);
-    write_file(theirs, their, n, 0600);
-    c = open_ctx(dir);
+    assert_int_equal(rk_test_write_file(theirs, their, n, 0600), ROPEKV_OK);
+    c = rk_test_host_ctx(dir);
     get_and_check(c, &DS_FP8);
     ropekv_stats s = stats(c);
     assert_true(s.compiles == 1 && s.disk_hits == 0 && s.cache_rejects == 0);
     ropekv_destroy(c);
-    size_t m;
-    unsigned char *still = read_file(theirs, &m);
-    assert_true(m == n && memcmp(still, their, n) == 0); /* theirs: neither used nor touched */
-    free(still);
+    rk_codeobj still;
+    assert_int_equal(rk_read_file(theirs, &still), ROPEKV_OK);
+    assert_true(still.len == n && memcmp(still.data, their, n) == 0); /* theirs: neither used nor touched */
+    rk_code_free(&still);
 
     /* their entry under our name: a foreign entry, removed and rebuilt */
-    write_file(ours, their, n, 0600);
-    c = open_ctx(dir);
+    assert_int_equal(rk_test_write_file(ours, their, n, 0600), ROPEKV_OK);
+    c = rk_test_host_ctx(dir);
     begin_capture();
     get_and_check(c, &DS_FP8);
     const char *text = end_capture();
@@ -584,11 +472,12 @@ static void test_other_version_entries(void **state) {
     ropekv_destroy(c);
 
     /* an entry of another cache format under our name */
-    unsigned char *fmt2 = read_file(ours, &m);
-    assert_true(m > 88 && memcmp(fmt2 + 16, entry + 16, 32) == 0); /* rebuilt under our digest */
-    fmt2[8] = 2;
-    write_file(ours, fmt2, m, 0600);
-    c = open_ctx(dir);
+    rk_codeobj fmt2;
+    assert_int_equal(rk_read_file(ours, &fmt2), ROPEKV_OK);
+    assert_true(fmt2.len > 88 && memcmp(fmt2.data + 16, entry + 16, 32) == 0); /* rebuilt under our digest */
+    fmt2.data[8] = 2;
+    assert_int_equal(rk_test_write_file(ours, fmt2.data, fmt2.len, 0600), ROPEKV_OK);
+    c = rk_test_host_ctx(dir);
     begin_capture();
     get_and_check(c, &DS_FP8);
     text = end_capture();
@@ -596,8 +485,8 @@ static void test_other_version_entries(void **state) {
     s = stats(c);
     assert_true(s.compiles == 1 && s.cache_rejects == 1);
     ropekv_destroy(c);
-    assert_int_equal(count_files(dir).entries, 2); /* ours, rebuilt, and theirs */
-    free(fmt2);
+    assert_int_equal(rk_test_count_files(dir).entries, 2); /* ours, rebuilt, and theirs */
+    rk_code_free(&fmt2);
     free(their);
     free(entry);
 }
@@ -619,7 +508,7 @@ static void load_get_check(ropekv_ctx *c, const char *path, const char *rope) {
     ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
-    const rk_desc *rv = ref_variant(mine, "my_model", &v);
+    const rk_desc *rv = rk_test_ref_variant(mine, "my_model", &v);
     assert_string_equal(ropekv_kernel_name(k), rv->name);
     assert_non_null(strstr(rv->name, rope));
     check_kernel(k, rv);
@@ -639,17 +528,17 @@ static void test_spec_file_changes(void **state) {
     sub(dir, "specs-cache");
     sub(path, "my_model.lua");
     write_spec(path, "gptj");
-    ropekv_ctx *c1 = open_ctx(dir);
+    ropekv_ctx *c1 = rk_test_host_ctx(dir);
     load_get_check(c1, path, "gptj");
     assert_int_equal(stats(c1).compiles, 1);
 
     /* the file changes; a new process (context) loads it: the new content, compiled, not the old entry */
     write_spec(path, "neox");
-    ropekv_ctx *c2 = open_ctx(dir);
+    ropekv_ctx *c2 = rk_test_host_ctx(dir);
     load_get_check(c2, path, "neox");
     ropekv_stats s = stats(c2);
     assert_true(s.compiles == 1 && s.disk_hits == 0);
-    assert_int_equal(count_files(dir).entries, 2);
+    assert_int_equal(rk_test_count_files(dir).entries, 2);
 
     /* the first context reloads the file: the new content again, now from the disk */
     load_get_check(c1, path, "neox");
@@ -658,7 +547,7 @@ static void test_spec_file_changes(void **state) {
 
     /* back to the old content in a third context: its own entry, no compile */
     write_spec(path, "gptj");
-    ropekv_ctx *c3 = open_ctx(dir);
+    ropekv_ctx *c3 = rk_test_host_ctx(dir);
     load_get_check(c3, path, "gptj");
     s = stats(c3);
     assert_true(s.compiles == 0 && s.disk_hits == 1);
@@ -679,7 +568,7 @@ static void test_spec_file_name_stays_a_comment(void **state) {
     (void)state;
     char text[512];
     snprintf(text, sizeof text, MY_SPEC, "gptj");
-    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
     const char *name = "/specs/evil\n#error the file name became code\n.lua\\";
     assert_int_equal(ropekv_load_spec_text(c, name, text, strlen(text)), ROPEKV_OK);
     ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16};
@@ -785,48 +674,48 @@ static void test_compiler_fails_or_hangs(void **state) {
     write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
                     "echo 'kernel.cpp:1: error: simulated failure' >&2\nexit 1\n", 0700);
     setenv("CXX", cxx, 1);
-    ropekv_ctx *c = open_ctx(dir);
+    ropekv_ctx *c = rk_test_host_ctx(dir);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "simulated failure"));
-    assert_int_equal(count_files(dir).entries, 0);
+    assert_int_equal(rk_test_count_files(dir).entries, 0);
     ropekv_destroy(c);
 
     /* exits 0 but writes nothing, or garbage: an error, no crash, no kernel */
     write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo lazy 1.0; exit 0; }\nexit 0\n", 0700);
-    c = open_ctx(NULL);
+    c = rk_test_host_ctx(NULL);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "exited 0 without writing"));
     ropekv_destroy(c);
     write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo garbage 1.0; exit 0; }\n"
                     "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && echo 'not an ELF file' > \"$2\"; shift; done\nexit 0\n",
                0700);
-    c = open_ctx(dir); /* with a disk cache: an object that does not load is not kept */
+    c = rk_test_host_ctx(dir); /* with a disk cache: an object that does not load is not kept */
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "file too short"));
-    assert_int_equal(count_files(dir).entries, 0);
+    assert_int_equal(rk_test_count_files(dir).entries, 0);
     ropekv_destroy(c);
     /* a real shared object without the kernel's entry points: loading fails, nothing is cached */
     write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo hollow 1.0; exit 0; }\n"
                     "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
                     "echo 'int rk_unrelated;' | exec cc -shared -fPIC -x c -o \"$out\" -\n",
                0700);
-    c = open_ctx(dir);
+    c = rk_test_host_ctx(dir);
     assert_int_not_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
     print_message("%s\n", ropekv_last_error(c));
     assert_non_null(strstr(ropekv_last_error(c), "not found"));
-    assert_int_equal(count_files(dir).entries, 0);
+    assert_int_equal(rk_test_count_files(dir).entries, 0);
     ropekv_destroy(c);
 
     /* hangs (and leaves a child behind): killed with its process group after the time limit */
     snprintf(script, sizeof script, "#!/bin/sh\necho $$ > '%s'\nsleep 1000 &\necho $! >> '%s'\nwait\n", pids, pids);
     write_text(cxx, script, 0700);
     setenv("ROPEKV_COMPILE_TIMEOUT", "1", 1);
-    double t0 = now_s();
-    c = open_ctx(NULL); /* `$CXX --version` hangs too: the identity falls back to the command */
+    double t0 = rk_now_ms();
+    c = rk_test_host_ctx(NULL); /* `$CXX --version` hangs too: the identity falls back to the command */
     for (int i = 0; i < 100 && !all_gone(pids); i++) usleep(20000);
     assert_true(all_gone(pids));
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
-    double took = now_s() - t0;
+    double took = (rk_now_ms() - t0) / 1e3;
     print_message("%s (%.1f s in all)\n", ropekv_last_error(c), took);
     assert_non_null(strstr(ropekv_last_error(c), "timed out after 1 s"));
     assert_true(took < 10);
@@ -949,7 +838,7 @@ static int op_emit(void *p) {
 
 static void test_oom_emit(void **state) {
     (void)state;
-    emit_op o = {ref_variant(&cat, "deepseek_v3", &DS_FP8), {0}};
+    emit_op o = {rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8), {0}};
     rk_err err = {0};
     assert_int_equal(rk_emit(o.v, &o.want, &err), ROPEKV_OK);
     assert_true(every_site_fails("rk_emit", op_emit, &o) > 3);
@@ -984,7 +873,7 @@ static int op_create_get(void *p) {
     }
     char why[4096] = "";
     armed = 0;
-    int bad = kernel_matches(k, ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why);
+    int bad = rk_test_check_kernel(k, rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8), why, sizeof why);
     armed = 1;
     if (bad) fail_msg("the kernel is wrong: %s", why);
     ropekv_kernel_release(k);
@@ -998,14 +887,14 @@ static void test_oom_create_get(void **state) {
     sub(dir, "oom-prebuilt");
     sub(so, "prebuilt.so");
     sub(cxx, "copy-prebuilt.sh");
-    ropekv_ctx *c = open_ctx(dir);
+    ropekv_ctx *c = rk_test_host_ctx(dir);
     get_and_check(c, &DS_FP8);
     ropekv_destroy(c);
     only_entry(dir, entry);
-    size_t n;
-    unsigned char *e = read_file(entry, &n);
-    write_file(so, e + 88, n - 88, 0600);
-    free(e);
+    rk_codeobj e;
+    assert_int_equal(rk_read_file(entry, &e), ROPEKV_OK);
+    assert_int_equal(rk_test_write_file(so, e.data + 88, e.len - 88, 0600), ROPEKV_OK);
+    rk_code_free(&e);
     snprintf(script, sizeof script,
              "#!/bin/sh\n[ \"$1\" = --version ] && { echo copy-prebuilt 1.0; exit 0; }\n"
              "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && exec cp '%s' \"$2\"; shift; done\nexit 1\n",

@@ -14,6 +14,7 @@
 #include "host_compile.h"
 #include "rk.h"
 #include "check.h"
+#include "testutil.h"
 
 static char dir[] = "/tmp/ropekv-test-host-XXXXXX";
 
@@ -60,7 +61,7 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     const char *hdr = rk_embedded("args.h", &n);
     assert_non_null(hdr);
     char tmp[4096];
-    assert_int_equal(rk_mktmpdir(tmp, sizeof tmp), ROPEKV_OK);
+    assert_int_equal(rk_mktmpdir(tmp, sizeof tmp, "ropekv-args"), ROPEKV_OK);
     char path[4200];
     snprintf(path, sizeof path, "%s/args.c", tmp);
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
@@ -80,7 +81,7 @@ static void test_args_layout_checked_on_both_sides(void **state) {
         const char *argv[] = {cc, "-std=c11", "-fsyntax-only", path, NULL};
         rk_buf out = {0};
         int status = -1;
-        assert_int_equal(rk_run(argv, &out, &status), ROPEKV_OK);
+        assert_int_equal(rk_run(argv, 60, 0, &out, &status), ROPEKV_OK);
         if (broken) {
             assert_int_not_equal(status, 0);
             assert_non_null(out.p);
@@ -141,16 +142,6 @@ static void test_missing_entry_is_reported(void **state) {
     unlink(so);
 }
 
-typedef struct host_run {
-    rk_host_kernel *k;
-} host_run;
-
-static int run_host(void *ctx, const rk_desc *v, const rk_args *a) {
-    (void)v;
-    rk_host_launch(((host_run *)ctx)->k, a, 0);
-    return 0;
-}
-
 /* Replaces the first occurrence of from by to in src (in place, src has room). */
 static void replace(rk_buf *src, const char *from, const char *to) {
     char *at = strstr(src->p, from);
@@ -162,21 +153,18 @@ static void replace(rk_buf *src, const char *from, const char *to) {
     src->len = strlen(src->p);
 }
 
-/* Finds a built-in variant by key. */
+/* A built-in variant by key. */
 static const rk_desc *variant(const char *key) {
     static rk_catalog cat;
-    static rk_desc v[RK_MAX_SPECS * 64];
-    static int n = -1;
+    static int loaded;
     rk_err err = {0};
-    if (n < 0) {
+    if (!loaded) {
         assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
-        n = 0;
-        for (int s = 0; s < cat.n_specs; s++) n += rk_variants(&cat.specs[s], &cat.archs, v + n, RK_MAX_SPECS * 64 - n, &err);
+        loaded = 1;
     }
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v[i].key, key)) return &v[i];
-    fail_msg("no variant %s", key);
-    return NULL;
+    const rk_desc *v = rk_test_variant(&cat, key);
+    if (!v) fail_msg("no variant %s", key);
+    return v;
 }
 
 /* The comparison can fail: a kernel with one deliberate change is caught. */
@@ -215,9 +203,9 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         char why[4096] = "";
         assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), ROPEKV_OK);
         rk_buf_free(&src);
-        host_run hr = {&k};
+        rk_host_run hr = {&k, 0};
         rk_shape sh = {.tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
-        int rc = rk_check(v, &sh, 7, run_host, &hr, why, sizeof why);
+        int rc = rk_check(v, &sh, 7, rk_host_run_kernel, &hr, why, sizeof why);
         rk_host_unload(&k);
         char so[4200];
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);

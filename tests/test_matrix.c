@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "build.h"
+#include "clang.h"
 
 typedef struct target {
     const char *name;

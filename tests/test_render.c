@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "proc.h"
 #include "rk.h"
 
 static int render(const char *tpl, const rk_binding *b, int n, rk_buf *out, rk_err *err) {
@@ -106,16 +107,6 @@ static void test_emit_is_deterministic(void **state) {
     }
 }
 
-static char *read_all(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    static char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    buf[n] = '\0';
-    fclose(fp);
-    return buf;
-}
-
 static void test_golden_header(void **state) {
     fixture *f = *state;
     const char *key = "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64";
@@ -126,12 +117,14 @@ static void test_golden_header(void **state) {
     rk_buf src = {0};
     rk_err err = {0};
     assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
-    const char *golden = read_all(RK_SOURCE_DIR "/tests/golden/header_deepseek_v3_sm_90_fp8.txt");
-    assert_non_null(golden);
+    rk_codeobj file;
+    assert_int_equal(rk_read_file(RK_SOURCE_DIR "/tests/golden/header_deepseek_v3_sm_90_fp8.txt", &file), ROPEKV_OK);
+    const char *golden = (const char *)file.data;
     size_t n = strlen(golden);
     assert_true(src.len > n);
     if (memcmp(src.p, golden, n) != 0) fprintf(stderr, "emitted header:\n%.*s\n", (int)n, src.p);
     assert_memory_equal(src.p, golden, n);
+    rk_code_free(&file);
     rk_buf_free(&src);
 }
 

@@ -17,74 +17,36 @@
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
-#include "api_launch.h"
+#include "testutil.h"
 
 static char cache[] = "/tmp/ropekv-test-runtime-XXXXXX";
 static rk_catalog cat;
 
 static int setup(void **state) {
     (void)state;
-    rk_err err = {0};
-    if (!mkdtemp(cache)) return -1;
-    chmod(cache, 0700);
-    setenv("ROPEKV_BACKEND", "host", 1);
-    unsetenv("ROPEKV_DISABLE_CACHE");
-    return rk_catalog_load_embedded(&cat, &err) == ROPEKV_OK ? 0 : -1;
+    return rk_test_setup(cache, &cat);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
-    return system(cmd) == 0 ? 0 : -1;
+    rk_test_remove_tree(cache);
+    return 0;
 }
 
+/* A host context with its disk cache in dir (NULL: none). */
 static ropekv_ctx *open_ctx(const char *dir) {
-    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = dir ? 1 : -1};
-    ropekv_ctx *c = NULL;
-    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    ropekv_ctx *c = rk_test_host_ctx(dir);
     assert_non_null(c);
     assert_string_equal(ropekv_backend_name(c), "host");
     assert_string_equal(ropekv_target(c), "host");
     return c;
 }
 
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strlen(e->d_name) > 5 && !strcmp(e->d_name + strlen(e->d_name) - 5, ".rkco");
-    if (d) closedir(d);
-    return n;
-}
-
-/* The reference's view of a variant on the host target. */
-static const rk_desc *ref_variant(const rk_catalog *c, const char *spec, const char *rest) {
-    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
-    char key[192];
-    rk_err err = {0};
-    const rk_spec *s = rk_catalog_find(c, spec);
-    assert_non_null(s);
-    snprintf(key, sizeof key, "%s/host/%s", spec, rest);
-    int n = rk_variants(s, &c->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v[i].key, key)) return &v[i];
-    fail_msg("no variant %s", key);
-    return NULL;
-}
-
 /* Checks kernel k against the reference over a few shapes. */
 static void check_kernel(ropekv_kernel *k, const rk_desc *rv) {
-    static const int64_t T[] = {1, 17}, H[] = {1, 16};
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
-            rk_shape sh = {.tokens = T[i], .heads = H[j], .pad = 8 * j, .max_pos = 64, .neg_every = 3,
-                           .specials = 1, .k_scale = 0.37f};
-            char why[4096] = "";
-            int rc = rk_check(rv, &sh, (uint64_t)(i * 2 + j + 1), rk_test_launch, k, why, sizeof why);
-            if (rc) fail_msg("%s: %s", rv->key, why);
-        }
+    char why[4096] = "";
+    assert_non_null(rv);
+    if (rk_test_check_kernel(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
 }
 
 static const ropekv_variant DS_FP8 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_ABSORBED};
@@ -113,13 +75,13 @@ static void test_status_names(void **state) {
 /* Cold cache -> compile; same context -> memory; new context -> disk (with no compiler at all). */
 static void test_jit_cold_warm_disk(void **state) {
     (void)state;
-    const rk_desc *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    const rk_desc *rv = rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8);
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL, *k2 = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
     assert_string_equal(ropekv_kernel_name(k), rv->name);
     check_kernel(k, rv);
-    assert_int_equal(count_entries(cache), 1);
+    assert_int_equal(rk_test_count_files(cache).entries, 1);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK);
     assert_ptr_equal(k, k2); /* memory hit */
     ropekv_kernel_release(k2);
@@ -151,7 +113,7 @@ static void test_jit_cold_warm_disk(void **state) {
 /* A corrupt entry is detected, removed and rebuilt once. */
 static void test_corrupt_entry_rebuilt(void **state) {
     (void)state;
-    const rk_desc *rv = ref_variant(&cat, "deepseek_v3", "fp8_e4m3/absorbed/pos=int64/slot=int64");
+    const rk_desc *rv = rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8);
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
@@ -177,7 +139,7 @@ static void test_corrupt_entry_rebuilt(void **state) {
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.cache_rejects == 1 && st.compiles == 1 && st.disk_hits == 0);
     ropekv_destroy(c);
-    assert_int_equal(count_entries(cache), 1);
+    assert_int_equal(rk_test_count_files(cache).entries, 1);
 }
 
 /* An unsafe cache directory: one warning, memory-only caching, everything still works. */
@@ -191,7 +153,7 @@ static void test_unsafe_cache_dir(void **state) {
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
     ropekv_destroy(c);
-    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(rk_test_count_files(dir).entries, 0);
     rmdir(dir);
 }
 
@@ -353,7 +315,7 @@ static void test_wide_entry_on_first_need(void **state) {
     memcpy(kv_narrow, kv, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 1);
-    assert_int_equal(count_entries(dir), 1);
+    assert_int_equal(rk_test_count_files(dir).entries, 1);
 
     /* its build fails: the launch says why and writes nothing */
     setenv("CXX", "/nonexistent/c++", 1);
@@ -365,7 +327,7 @@ static void test_wide_entry_on_first_need(void **state) {
     unsetenv("CXX");
     for (size_t i = 0; i < sizeof qo / sizeof qo[0]; i++) assert_int_equal(qo[i], 0);
     for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kv[i], 0);
-    assert_int_equal(count_entries(dir), 1);
+    assert_int_equal(rk_test_count_files(dir).entries, 1);
 
     /* the next wide launch builds it, and it agrees with the 32-bit entry */
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
@@ -374,7 +336,7 @@ static void test_wide_entry_on_first_need(void **state) {
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 3); /* the 32-bit entry, the failed build, the 64-bit entry */
-    assert_int_equal(count_entries(dir), 2);
+    assert_int_equal(rk_test_count_files(dir).entries, 2);
     ropekv_kernel_release(k);
     ropekv_destroy(c);
 
@@ -480,8 +442,7 @@ static void test_runtime_spec(void **state) {
             ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16, .q = qf ? ROPEKV_Q_INPLACE : ROPEKV_Q_ABSORBED};
             ropekv_kernel *k;
             assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
-            const rk_desc *rv = ref_variant(mine, "my_model", qf ? "bf16/inplace/pos=int64/slot=int64"
-                                                                  : "bf16/absorbed/pos=int64/slot=int64");
+            const rk_desc *rv = rk_test_ref_variant(mine, "my_model", &v);
             assert_string_equal(ropekv_kernel_name(k), rv->name); /* the new content wins */
             assert_non_null(strstr(rv->name, rope));
             check_kernel(k, rv);

@@ -14,6 +14,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "proc.h"
 #include "rk.h"
 
 #ifndef RK_SOURCE_DIR
@@ -23,41 +24,21 @@
 #define TFILE "specs/t.lua"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p != NULL && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p != NULL) {
-        p[n] = '\0';
-        *len = (size_t)n;
-    }
-    return p;
-}
-
 /* Group state: the architecture table from specs/archs.lua. */
 static int group_setup(void **state)
 {
-    size_t len;
+    rk_codeobj text;
     rk_err err = {0};
-    char *text = slurp(RK_SOURCE_DIR "/specs/archs.lua", &len);
+    int rc = rk_read_file(RK_SOURCE_DIR "/specs/archs.lua", &text);
     rk_arch_table *t = malloc(sizeof *t);
-    if (text == NULL || t == NULL || rk_archs_load("specs/archs.lua", text, len, t, &err) != ROPEKV_OK) {
+    if (rc != ROPEKV_OK || t == NULL ||
+        rk_archs_load("specs/archs.lua", (const char *)text.data, text.len, t, &err) != ROPEKV_OK) {
         fprintf(stderr, "cannot load specs/archs.lua: %s\n", err.msg);
-        free(text);
+        rk_code_free(&text);
         free(t);
         return -1;
     }
-    free(text);
+    rk_code_free(&text);
     *state = t;
     return 0;
 }
@@ -331,15 +312,14 @@ static void test_spec_files(void **state)
         if (l < 5 || strcmp(e->d_name + l - 4, ".lua") != 0 || strcmp(e->d_name, "archs.lua") == 0)
             continue;
         char path[1024], file[512];
-        size_t len;
         snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, e->d_name);
         snprintf(file, sizeof file, "specs/%s", e->d_name);
-        char *text = slurp(path, &len);
-        assert_non_null(text);
+        rk_codeobj text;
+        assert_int_equal(rk_read_file(path, &text), ROPEKV_OK);
         rk_err err = {0};
         rk_spec s;
-        int rc = rk_spec_load(file, text, len, *state, &s, &err);
-        free(text);
+        int rc = rk_spec_load(file, (const char *)text.data, text.len, *state, &s, &err);
+        rk_code_free(&text);
         if (rc != ROPEKV_OK)
             fprintf(stderr, "%s\n", err.msg);
         assert_int_equal(rc, ROPEKV_OK);
@@ -355,15 +335,14 @@ static void test_spec_files(void **state)
 static rk_spec load_file(void **state, const char *base)
 {
     char path[1024], file[256];
-    size_t len;
     snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, base);
     snprintf(file, sizeof file, "specs/%s", base);
-    char *text = slurp(path, &len);
-    assert_non_null(text);
+    rk_codeobj text;
+    assert_int_equal(rk_read_file(path, &text), ROPEKV_OK);
     rk_err err = {0};
     rk_spec s;
-    int rc = rk_spec_load(file, text, len, *state, &s, &err);
-    free(text);
+    int rc = rk_spec_load(file, (const char *)text.data, text.len, *state, &s, &err);
+    rk_code_free(&text);
     if (rc != ROPEKV_OK)
         fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(rc, ROPEKV_OK);

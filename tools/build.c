@@ -5,11 +5,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "host_compile.h"
+#include "pool.h"
 
 /* ---- choosing the compiler -------------------------------------------------------------------- */
 rk_compiler rk_build_pick(const rk_arch *a) {
@@ -42,28 +41,10 @@ static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
     memcpy(dst + keep, cut, sizeof cut);
 }
 
-static int read_all(const char *path, rk_codeobj *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ROPEKV_ERR_IO;
-    rk_buf b = {0};
-    char chunk[65536];
-    size_t k;
-    int rc = ROPEKV_OK;
-    while (rc == ROPEKV_OK && (k = fread(chunk, 1, sizeof chunk, f)) > 0) rc = rk_buf_put(&b, chunk, k);
-    fclose(f);
-    if (rc != ROPEKV_OK) {
-        rk_buf_free(&b);
-        return rc;
-    }
-    out->data = (unsigned char *)b.p;
-    out->len = b.len;
-    return ROPEKV_OK;
-}
-
 /* SASS of a CUBIN with cuobjdump or nvdisasm (PATH, then /usr/local/cuda/bin); a note when neither runs. */
 static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
     char dir[4096], file[4200];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         rk_buf_printf(sass, "(cannot create a temporary directory)\n");
         return;
     }
@@ -82,7 +63,7 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
         const char *argv[] = {tools[t][0], tools[t][1], file, NULL};
         rk_buf out = {0};
         int st = -1;
-        if (rk_run(argv, &out, &st) == ROPEKV_OK && st != 127) {
+        if (rk_run(argv, 0, 0, &out, &st) == ROPEKV_OK && st != 127) {
             rk_buf_printf(sass, "$ %s %s kernel.cubin%s\n", argv[0], argv[1], st ? " (failed)" : "");
             if (out.len) rk_buf_put(sass, out.p, out.len);
             done = 1;
@@ -96,7 +77,7 @@ static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
 static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, const rk_build_outputs *out,
                       rk_buf *log) {
     char dir[4096], so[4400];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         rk_buf_printf(log, "host: cannot create a temporary directory\n");
         return ROPEKV_ERR_IO;
     }
@@ -116,7 +97,7 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
         rk_host_unload(&k);
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
         rk_codeobj co = {0};
-        if (read_all(so, &co) == ROPEKV_OK) {
+        if (rk_read_file(so, &co) == ROPEKV_OK) {
             r->info.code_size = rk_elf_text_size(co.data, co.len);
             if (out && out->code) *out->code = co;
             else rk_code_free(&co);
@@ -124,7 +105,7 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
         if (out && out->disasm) {
             const char *argv[] = {"objdump", "-d", "--no-show-raw-insn", so, NULL};
             int st = -1;
-            if (rk_run(argv, out->disasm, &st) != ROPEKV_OK || st != 0)
+            if (rk_run(argv, 0, 0, out->disasm, &st) != ROPEKV_OK || st != 0)
                 rk_buf_printf(out->disasm, "(objdump -d failed, status %d)\n", st);
         }
     }
@@ -170,21 +151,15 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
         switch (cc) {
         case RK_CC_HIPRTC:
         case RK_CC_CLANG:
-            rc = cc == RK_CC_HIPRTC ? rk_hiprtc_compile(src.p, src.len, target, extra, &co, &r->info, &log)
-                                    : rk_clang_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == ROPEKV_OK && want_dis) {
-                rk_compile_info again = r->info;
-                if (rk_amd_inspect(&co, NULL, &again, &dis) == ROPEKV_OK)
-                    r->bf16_cvt = dis.len && strstr(dis.p, "v_cvt_pk_bf16_f32") ? 1 : 0;
-            }
-            break;
         case RK_CC_NVRTC:
-            rc = rk_nvrtc_compile(src.p, src.len, target, extra, &co, &r->info, &log);
-            if (rc == ROPEKV_OK && want_dis && rk_nvrtc_ptx(src.p, src.len, target, extra, &dis, NULL) == ROPEKV_OK) {
-                r->bf16_cvt = dis.len && strstr(dis.p, "cvt.rn.bf16x2.f32") ? 1 : 0;
-                r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
+            rc = rk_compile_inspect(cc, src.p, src.len, target, extra, &co, &r->info, want_dis ? &dis : NULL, &log);
+            /* fp8_cvt is known exactly when the code was read: then dis is the code */
+            if (rc == ROPEKV_OK && want_dis && r->info.fp8_cvt >= 0) {
+                int nv = cc == RK_CC_NVRTC;
+                r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
+                if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
             }
-            if (rc == ROPEKV_OK && out && out->sass) cubin_sass(&co, out->sass);
+            if (rc == ROPEKV_OK && cc == RK_CC_NVRTC && out && out->sass) cubin_sass(&co, out->sass);
             break;
         case RK_CC_HOST:
             rc = build_host(v, &src, r, out, &log);
@@ -233,135 +208,50 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
 }
 
 /* ---- the matrix ------------------------------------------------------------------------------- */
-typedef struct shared {
-    int next;   /* the next item to claim */
-    int done;   /* items finished */
-    rk_build_result res[];
-} shared;
+typedef struct matrix {
+    const rk_build_item *items;
+    FILE *progress;
+} matrix;
 
-static void progress_line(FILE *progress, int k, int n, const rk_build_item *it, const rk_build_result *r) {
-    if (!progress) return;
-    char line[512];
-    int len;
-    if (r->rc == ROPEKV_OK)
-        len = snprintf(line, sizeof line, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc),
-                       r->info.ms);
-    else
-        len = snprintf(line, sizeof line, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
-    if (len <= 0) return;
-    if ((size_t)len >= sizeof line) len = (int)sizeof line - 1;
-    /* One write per line: the workers share the descriptor. */
-    ssize_t w = write(fileno(progress), line, (size_t)len);
-    (void)w;
+static int matrix_run(void *ctx, int i, void *result) {
+    const matrix *m = ctx;
+    rk_build_one(&m->items[i].v, m->items[i].cc, m->items[i].flags, result, NULL);
+    return 0;
 }
 
-static void worker(const rk_build_item *items, int n, shared *sh, FILE *progress) {
-    rk_build_result *r = malloc(sizeof *r);
-    if (!r) _exit(3);
-    for (;;) {
-        int i = __atomic_fetch_add(&sh->next, 1, __ATOMIC_SEQ_CST);
-        if (i >= n) break;
-        sh->res[i].pid = (int)getpid();
-        __atomic_store_n(&sh->res[i].state, 1, __ATOMIC_SEQ_CST);
-        rk_build_one(&items[i].v, items[i].cc, items[i].flags, r, NULL);
-        r->state = 1;
-        memcpy(&sh->res[i], r, sizeof *r);
-        __atomic_store_n(&sh->res[i].state, 2, __ATOMIC_SEQ_CST);
-        int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
-        progress_line(progress, k, n, &items[i], &sh->res[i]);
-    }
-    free(r);
-    _exit(0);
-}
-
-static pid_t spawn(const rk_build_item *items, int n, shared *sh, FILE *progress) {
-    fflush(stdout);
-    fflush(stderr);
-    if (progress) fflush(progress);
-    pid_t pid = fork();
-    if (pid == 0) worker(items, n, sh, progress);
-    return pid;
-}
-
-/* Marks item i failed because its worker went away. */
-static void lost(const rk_build_item *items, int n, shared *sh, int i, const char *why, FILE *progress) {
-    rk_build_result *r = &sh->res[i];
-    int pid = r->pid;
-    memset(r, 0, sizeof *r);
+/* Item i failed because its build process went away (or none was left to take it). */
+static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why) {
+    const matrix *m = ctx;
+    rk_build_result *r = result;
     rk_info_reset(&r->info);
     r->rc = ROPEKV_ERR_COMPILE;
-    r->cc = items[i].cc;
+    r->cc = m->items[i].cc;
     r->bf16_cvt = r->pdl_gate = -1;
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
     r->state = 2;
-    int k = __atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
-    progress_line(progress, k, n, &items[i], r);
+}
+
+/* "[k/n] key compiler ms" or "[k/n] key compiler FAILED". */
+static void matrix_done(void *ctx, int k, int n, int i, const void *result) {
+    const matrix *m = ctx;
+    const rk_build_result *r = result;
+    if (!m->progress) return;
+    const rk_build_item *it = &m->items[i];
+    if (r->rc == ROPEKV_OK)
+        fprintf(m->progress, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc), r->info.ms);
+    else
+        fprintf(m->progress, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
+    fflush(m->progress);
 }
 
 int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res) {
-    if (n <= 0) return 0;
-    if (jobs < 1) jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (jobs < 1) jobs = 1;
-    if (jobs > n) jobs = n;
-    size_t bytes = sizeof(shared) + sizeof(rk_build_result) * (size_t)n;
-    shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) return -1;
-    memset(sh, 0, sizeof *sh); /* the results start zeroed (anonymous mapping): state 0 */
-    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-    if (!pids) {
-        munmap(sh, bytes);
-        return -1;
-    }
-    int started = 0;
-    for (int j = 0; j < jobs; j++) {
-        pids[j] = spawn(items, n, sh, progress);
-        if (pids[j] < 0) pids[j] = 0;
-        else started++;
-    }
-    if (!started) {
-        int e = errno;
-        free(pids);
-        munmap(sh, bytes);
-        errno = e;
-        return -1;
-    }
-    /* Waits for each worker in turn. A worker ends normally once no item is left to claim; one that
-     * dies fails the item it held, and a replacement takes the rest. */
-    for (int any = 1; any;) {
-        any = 0;
-        for (int j = 0; j < jobs; j++) {
-            if (pids[j] <= 0) continue;
-            any = 1;
-            int st = 0;
-            pid_t p;
-            while ((p = waitpid(pids[j], &st, 0)) < 0 && errno == EINTR) {}
-            pids[j] = 0;
-            if (p < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
-            char why[256];
-            if (WIFSIGNALED(st))
-                snprintf(why, sizeof why, "the build process (pid %d) was killed by signal %d (%s) while compiling this",
-                         (int)p, WTERMSIG(st), strsignal(WTERMSIG(st)));
-            else
-                snprintf(why, sizeof why, "the build process (pid %d) exited with status %d while compiling this",
-                         (int)p, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-            for (int i = 0; i < n; i++)
-                if (sh->res[i].state == 1 && sh->res[i].pid == (int)p) lost(items, n, sh, i, why, progress);
-            if (__atomic_load_n(&sh->next, __ATOMIC_SEQ_CST) < n) {
-                pid_t q = spawn(items, n, sh, progress);
-                if (q > 0) pids[j] = q;
-            }
-        }
-    }
+    matrix m = {items, progress};
+    rk_pool p = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "build process",
+                 .task = "compiling this", .ctx = &m, .run = matrix_run, .lost = matrix_lost, .done = matrix_done};
+    if (rk_pool_run(&p, res) != 0) return -1;
     int failed = 0;
-    for (int i = 0; i < n; i++) {
-        if (sh->res[i].state != 2)
-            lost(items, n, sh, i, "not built: no build process was left to take it", progress);
-        res[i] = sh->res[i];
-        failed += res[i].rc != ROPEKV_OK;
-    }
-    free(pids);
-    munmap(sh, bytes);
+    for (int i = 0; i < n; i++) failed += res[i].rc != ROPEKV_OK;
     return failed;
 }
 

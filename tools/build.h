@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "compilers.h"
+#include "inspect.h"
 #include "rk.h"
 
 /* Bytes of compiler log kept per result (the start of the log; a longer log ends in "..."). */
@@ -65,11 +65,12 @@ typedef struct rk_build_item {
  * rk_variants order. Returns the count, or -1 when cap is too small. */
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
-/* Builds every item with `jobs` worker processes (forked; < 1: the number of online CPUs), each
- * taking the next unbuilt item. A worker that dies (e.g. a compiler aborting the process) fails the
- * item it was on and is replaced. progress (may be NULL) gets one line per finished item:
- * "[k/n] key compiler ms" or "[k/n] key FAILED". res receives one result per item, in order.
- * Returns the number of failed items, or -1 when the workers could not be started (errno). */
+/* Builds every item in a pool of `jobs` worker processes (tools/pool.h; < 1: the number of online
+ * CPUs), each taking the next unbuilt item. A worker that dies (e.g. a compiler aborting the
+ * process) fails the item it was on and is replaced. progress (may be NULL) gets one line per
+ * finished item: "[k/n] key compiler ms" or "[k/n] key compiler FAILED". res receives one result per
+ * item, in order. Returns the number of failed items, or -1 when the workers could not be started
+ * (errno). */
 int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res);
 
 /* The table: a header, then one row per result; rows are

@@ -1,16 +1,14 @@
 /* clang++ (offline, as a subprocess): kernel source -> AMDGPU code object for any AMD target,
  * independent of the installed ROCm. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "compilers.h"
+#include "clang.h"
 
 static char g_clang[PATH_MAX];
 static pthread_once_t g_path_once = PTHREAD_ONCE_INIT;
@@ -53,7 +51,7 @@ static void ask_version(void) {
     const char *argv[] = {rk_clang_path(), "--version", NULL};
     rk_buf out = {0};
     int st = -1;
-    int rc = rk_run(argv, &out, &st);
+    int rc = rk_run(argv, 0, 0, &out, &st);
     if (rc != ROPEKV_OK || st != 0 || !out.len) {
         size_t n = out.len;
         while (n > 0 && (out.p[n - 1] == '\n' || out.p[n - 1] == '\r')) n--;
@@ -85,52 +83,25 @@ int rk_clang_available(char *version, size_t cap) {
     return 0;
 }
 
-static int read_file(const char *path, rk_codeobj *out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ROPEKV_ERR_IO;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-        close(fd);
-        return ROPEKV_ERR_IO;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    unsigned char *d = malloc(n);
-    if (!d) {
-        close(fd);
-        return ROPEKV_ERR_NOMEM;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, d + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got != n) {
-        free(d);
-        return ROPEKV_ERR_IO;
-    }
-    out->data = d;
-    out->len = n;
-    return ROPEKV_OK;
+const char *rk_clang_id(void) {
+    pthread_once(&g_ver_once, ask_version);
+    return g_ver_ok ? g_ver_id : "";
 }
 
 int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                     rk_compile_info *info, rk_buf *log) {
+                     rk_buf *log) {
     out->data = NULL;
     out->len = 0;
-    rk_info_reset(info);
     if (rk_clang_available(NULL, 0) != 0) {
         if (log) rk_buf_printf(log, "%s\n", g_ver_why);
         return ROPEKV_ERR_IO;
     }
-    if (info) snprintf(info->compiler, sizeof info->compiler, "%s", g_ver_id);
     if (!target || !*target) {
         if (log) rk_buf_printf(log, "clang: no target\n");
         return ROPEKV_ERR_TARGET;
     }
     char dir[4096], in[4200], co[4200], arch[160];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         if (log) rk_buf_printf(log, "clang: cannot create a temporary directory: %s\n", strerror(errno));
         return ROPEKV_ERR_IO;
     }
@@ -166,13 +137,10 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
             rc = ROPEKV_ERR_IO;
         }
     }
-    double ms = -1;
     if (rc == ROPEKV_OK) {
         rk_buf out_log = {0};
         int st = -1;
-        double t0 = rk_now_ms();
-        rc = rk_run(argv, &out_log, &st);
-        ms = rk_now_ms() - t0;
+        rc = rk_run(argv, 0, 0, &out_log, &st);
         if (log && out_log.len) rk_buf_put(log, out_log.p, out_log.len);
         if (rc == ROPEKV_OK && st != 0) {
             const char *t = out_log.len ? out_log.p : "";
@@ -183,16 +151,15 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
         }
         rk_buf_free(&out_log);
         if (rc == ROPEKV_OK) {
-            rc = read_file(co, out);
+            rc = rk_read_file(co, out);
+            if (rc == ROPEKV_OK && out->len == 0) {
+                rk_code_free(out);
+                rc = ROPEKV_ERR_IO;
+            }
             if (rc == ROPEKV_ERR_IO && log) rk_buf_printf(log, "clang: no code object at %s\n", co);
         }
     }
     free(store);
     rk_rmtmpdir(dir);
-    if (info) {
-        info->ms = ms;
-        /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
-        if (rc == ROPEKV_OK) rk_amd_inspect(out, NULL, info, NULL);
-    }
     return rc;
 }

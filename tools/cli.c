@@ -4,13 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "build.h"
 #include "host_compile.h"
+#include "pool.h"
 #include "rk.h"
 #include "check.h"
 
@@ -103,27 +102,6 @@ static const char *const HELP_INSPECT =
     "leave the target out (spec/kv/q/pos=.../slot=...) or name another target.\n"
     "Exit status 0 when the variant compiled.\n";
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            char *p = realloc(buf, cap);
-            if (!p) break;
-            buf = p;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 static int load_catalog(const opts *o, rk_catalog *cat) {
     rk_err err = {0};
     if (rk_catalog_load_embedded(cat, &err) != ROPEKV_OK) {
@@ -131,14 +109,13 @@ static int load_catalog(const opts *o, rk_catalog *cat) {
         return -1;
     }
     for (int i = 0; i < o->n_extra; i++) {
-        size_t len;
-        char *text = read_file(o->extra_specs[i], &len);
-        if (!text) {
+        rk_codeobj text;
+        if (rk_read_file(o->extra_specs[i], &text) != ROPEKV_OK) {
             fprintf(stderr, "ropekv-gen: cannot read %s: %s\n", o->extra_specs[i], strerror(errno));
             return -1;
         }
-        int rc = rk_catalog_add(cat, o->extra_specs[i], text, len, &err);
-        free(text);
+        int rc = rk_catalog_add(cat, o->extra_specs[i], (const char *)text.data, text.len, &err);
+        rk_code_free(&text);
         if (rc != ROPEKV_OK) {
             fprintf(stderr, "ropekv-gen: %s\n", err.msg);
             return -1;
@@ -240,49 +217,70 @@ static int cmd_emit(const opts *o, const rk_desc *v, int n) {
 }
 
 /* ---- selftest --------------------------------------------------------------------------------- */
+typedef struct selftest {
+    const rk_desc *v;
+    const char *dir;
+} selftest;
+
+typedef struct selftest_result {
+    int ok;
+    char why[4096];
+} selftest_result;
+
+static int selftest_run(void *ctx, int i, void *result) {
+    const selftest *t = ctx;
+    selftest_result *r = result;
+    r->ok = rk_host_check_variant(&t->v[i], t->dir, r->why, sizeof r->why);
+    return 0;
+}
+
+static void selftest_lost(void *ctx, int i, void *result, int pid, const char *why) {
+    (void)ctx, (void)i, (void)pid;
+    selftest_result *r = result;
+    r->ok = 0;
+    snprintf(r->why, sizeof r->why, "%s", why);
+}
+
+static void selftest_done(void *ctx, int k, int n, int i, const void *result) {
+    (void)k, (void)n;
+    const selftest *t = ctx;
+    const selftest_result *r = result;
+    if (r->ok) printf("pass %s\n", t->v[i].key);
+    else printf("FAIL %s: %s\n", t->v[i].key, r->why);
+    fflush(stdout);
+}
+
 static int cmd_selftest(const opts *o, const rk_desc *v, int n) {
-    char dir[] = "/tmp/ropekv-selftest-XXXXXX";
-    const char *tmpdir = getenv("TMPDIR");
-    char dirbuf[4096];
-    snprintf(dirbuf, sizeof dirbuf, "%s/ropekv-selftest-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    char *d = mkdtemp(strlen(dirbuf) < sizeof dirbuf - 1 ? dirbuf : dir);
-    if (!d) {
+    char d[4096];
+    if (rk_mktmpdir(d, sizeof d, "ropekv-selftest") != ROPEKV_OK) {
         fprintf(stderr, "ropekv-gen selftest: cannot create a work directory: %s\n", strerror(errno));
         return 1;
     }
-    /* Results shared with the worker processes: 0 not run, 1 passed, 2 failed. */
-    char *res = mmap(NULL, (size_t)n + 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (res == MAP_FAILED) return 1;
-    memset(res, 0, (size_t)n + 1);
+    selftest_result *res = malloc(sizeof *res * (size_t)(n > 0 ? n : 1));
+    if (!res) {
+        rk_rmtmpdir(d);
+        return 1;
+    }
     int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (jobs < 1) jobs = 1;
     printf("selftest: %d variants on the host backend (%s), %d jobs\n", n, rk_host_compiler(), jobs);
     fflush(stdout);
-    for (int j = 0; j < jobs; j++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            jobs = j;
-            break;
-        }
-        if (pid > 0) continue;
-        for (int i = j; i < n; i += jobs) {
-            char why[4096];
-            int ok = rk_host_check_variant(&v[i], d, why, sizeof why);
-            res[i] = ok ? 1 : 2;
-            if (ok) printf("pass %s\n", v[i].key);
-            else printf("FAIL %s: %s\n", v[i].key, why);
-            fflush(stdout);
-        }
-        _exit(0);
-    }
-    while (wait(NULL) > 0) {}
+    selftest t = {v, d};
+    rk_pool p = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "selftest process",
+                 .task = "checking this", .ctx = &t, .run = selftest_run, .lost = selftest_lost,
+                 .done = selftest_done};
     int passed = 0, failed = 0;
-    for (int i = 0; i < n; i++) {
-        passed += res[i] == 1;
-        failed += res[i] != 1;
+    if (rk_pool_run(&p, res) != 0) {
+        fprintf(stderr, "ropekv-gen selftest: cannot start worker processes: %s\n", strerror(errno));
+        failed = n;
+    } else {
+        for (int i = 0; i < n; i++) {
+            passed += res[i].ok;
+            failed += !res[i].ok;
+        }
     }
-    munmap(res, (size_t)n + 1);
-    rmdir(d);
+    free(res);
+    rk_rmtmpdir(d);
     printf("%d passed, %d failed\n", passed, failed);
     return failed || n == 0 ? 1 : 0;
 }

@@ -59,4 +59,13 @@ void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CH
  * both entry points. Returns 1 when every output byte matched; else 0 with the reason in why. */
 int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t cap);
 
+/* rk_check's run callback for a kernel built with the host compiler (rk_host_build): ctx is an
+ * rk_host_run naming the kernel and its entry point (<name> or <name>_i64), called once over the grid. */
+struct rk_host_kernel;
+typedef struct rk_host_run {
+    const struct rk_host_kernel *k;
+    int wide;
+} rk_host_run;
+int rk_host_run_kernel(void *ctx, const rk_desc *v, const rk_args *a);
+
 #endif

@@ -8,15 +8,10 @@
 #include "host_compile.h"
 
 /* ---- checking a variant against the reference ------------------------------------------------- */
-typedef struct host_run {
-    const rk_host_kernel *k;
-    int wide;
-} host_run;
-
-static int run_host(void *ctx, const rk_desc *v, const rk_args *a) {
+int rk_host_run_kernel(void *ctx, const rk_desc *v, const rk_args *a) {
     (void)v;
-    const host_run *h = ctx;
-    rk_host_launch(h->k, a, h->wide);
+    const rk_host_run *h = ctx;
+    (h->wide ? h->k->entry64 : h->k->entry32)(*a);
     return 0;
 }
 
@@ -41,8 +36,8 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
             for (int wide = 0; ok && wide < 2; wide++) {
                 rk_shape sh = {.tokens = TOKENS[t], .heads = HEADS[h], .pad = (n % 2) * 8, .max_pos = 64,
                                .neg_every = 3, .specials = 1, .k_scale = 0.37f};
-                host_run hr = {&k, wide};
-                if (rk_check(v, &sh, (uint64_t)++n, run_host, &hr, why, cap) != 0) {
+                rk_host_run hr = {&k, wide};
+                if (rk_check(v, &sh, (uint64_t)++n, rk_host_run_kernel, &hr, why, cap) != 0) {
                     char shape[96];
                     snprintf(shape, sizeof shape, " [T=%lld H=%lld pad=%lld %s]", (long long)sh.tokens,
                              (long long)sh.heads, (long long)sh.pad, wide ? "i64" : "i32");

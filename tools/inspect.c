@@ -1,31 +1,14 @@
-/* AMDGPU code-object inspection with the llvm tools, and the helpers the compiler drivers share:
- * running a program without a shell, private temporary directories, option splitting. */
-#define _GNU_SOURCE 1 /* pipe2 */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
+/* The figures of a compile: AMDGPU code objects read with the llvm tools (metadata notes, symbol
+ * sizes, disassembly), ptxas's verbose report, ELF machine-code sections; and the compile that
+ * gathers them for the tools (rk_compile_inspect). */
+#include "inspect.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "compilers.h"
-
-extern char **environ;
-
-/* ---- shared helpers --------------------------------------------------------------------------- */
-void rk_code_free(rk_codeobj *c) {
-    if (!c) return;
-    free(c->data);
-    c->data = NULL;
-    c->len = 0;
-}
+#include "clang.h"
 
 void rk_info_reset(rk_compile_info *info) {
     if (!info) return;
@@ -35,130 +18,7 @@ void rk_info_reset(rk_compile_info *info) {
     info->compiler[0] = '\0';
 }
 
-double rk_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-int rk_run(const char *const argv[], rk_buf *out, int *status) {
-    *status = -1;
-    int fd[2];
-    if (pipe2(fd, O_CLOEXEC) != 0) {
-        if (out) rk_buf_printf(out, "%s: pipe: %s\n", argv[0], strerror(errno));
-        return ROPEKV_ERR_IO;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    /* Only the three standard descriptors reach the child: both pipe ends are close-on-exec, and
-     * dup2 onto 1 and 2 clears that flag on the copies. */
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    sigaddset(&dfl, SIGPIPE);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &dfl);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    int e = posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    close(fd[1]);
-    if (e != 0) {
-        close(fd[0]);
-        if (out) rk_buf_printf(out, "%s: cannot run: %s\n", argv[0], strerror(e));
-        return ROPEKV_ERR_IO;
-    }
-    char chunk[8192];
-    int rc = ROPEKV_OK;
-    for (;;) {
-        ssize_t n = read(fd[0], chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        if (out && rc == ROPEKV_OK) rc = rk_buf_put(out, chunk, (size_t)n); /* keep draining */
-    }
-    close(fd[0]);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0) {
-        if (errno != EINTR) {
-            if (out) rk_buf_printf(out, "%s: waitpid: %s\n", argv[0], strerror(errno));
-            return ROPEKV_ERR_IO;
-        }
-    }
-    if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
-    else if (WIFSIGNALED(ws)) *status = 128 + WTERMSIG(ws);
-    return rc;
-}
-
-int rk_mktmpdir(char *path, size_t cap) {
-    const char *base = getenv("TMPDIR");
-    if (!base || !*base) base = "/tmp";
-    int n = snprintf(path, cap, "%s/ropekv-XXXXXX", base);
-    if (n < 0 || (size_t)n >= cap) return ROPEKV_ERR_IO;
-    if (!mkdtemp(path)) {
-        /* An unusable $TMPDIR: fall back to /tmp once. */
-        if (strcmp(base, "/tmp") == 0) return ROPEKV_ERR_IO;
-        n = snprintf(path, cap, "/tmp/ropekv-XXXXXX");
-        if (n < 0 || (size_t)n >= cap || !mkdtemp(path)) return ROPEKV_ERR_IO;
-    }
-    return ROPEKV_OK;
-}
-
-void rk_rmtmpdir(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char p[4096];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            int n = snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            if (n > 0 && (size_t)n < sizeof p) unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
-int rk_write_file(const char *path, const void *p, size_t n) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return ROPEKV_ERR_IO;
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            close(fd);
-            return ROPEKV_ERR_IO;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return close(fd) == 0 ? ROPEKV_OK : ROPEKV_ERR_IO;
-}
-
-int rk_split_options(const char *extra, const char **argv, int n, int cap, char **store, int *count) {
-    *store = NULL;
-    if (extra && *extra) {
-        *store = strdup(extra);
-        if (!*store) return ROPEKV_ERR_NOMEM;
-        char *save = NULL;
-        for (char *t = strtok_r(*store, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
-            if (n + 1 >= cap) return ROPEKV_ERR_COMPILE;
-            argv[n++] = t;
-        }
-    }
-    if (n >= cap) return ROPEKV_ERR_COMPILE;
-    argv[n] = NULL;
-    *count = n;
-    return ROPEKV_OK;
-}
-
-/* ---- inspection -------------------------------------------------------------------------------- */
+/* ---- AMDGPU code objects ------------------------------------------------------------------------ */
 static void llvm_tool(char *out, size_t cap, const char *tool) {
     const char *suffix = getenv("ROPEKV_LLVM_SUFFIX");
     if (!suffix) suffix = "-22";
@@ -340,7 +200,7 @@ static int parse_fp8(const char *text, const char *kernel) {
 int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm) {
     if (!co || !co->data || co->len == 0 || !info) return ROPEKV_ERR_IO;
     char dir[4096], file[4200], readelf[64], objdump[64];
-    if (rk_mktmpdir(dir, sizeof dir) != ROPEKV_OK) {
+    if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         if (disasm) rk_buf_printf(disasm, "inspect: cannot create a temporary directory\n");
         return ROPEKV_ERR_IO;
     }
@@ -356,14 +216,14 @@ int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *in
 
     int st = -1;
     const char *argv1[] = {readelf, "--wide", "--notes", "-S", "-s", file, NULL};
-    rc = rk_run(argv1, &notes, &st);
+    rc = rk_run(argv1, 0, 0, &notes, &st);
     if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     if (rc != ROPEKV_OK) {
         if (disasm && notes.len) rk_buf_put(disasm, notes.p, notes.len);
         goto done;
     }
     const char *argv2[] = {objdump, "-d", file, NULL};
-    rc = rk_run(argv2, &dis, &st);
+    rc = rk_run(argv2, 0, 0, &dis, &st);
     if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     if (disasm && dis.len) rk_buf_put(disasm, dis.p, dis.len);
     if (rc != ROPEKV_OK) goto done;
@@ -413,4 +273,85 @@ int rk_elf_text_size(const unsigned char *p, size_t n) {
         if (strcmp(s, ".text") == 0 || strncmp(s, ".text.", 6) == 0) total += size;
     }
     return total > INT32_MAX ? -1 : (int)total;
+}
+
+/* ---- ptxas -v report ---------------------------------------------------------------------------- */
+/* The number just before `what` in s (e.g. "12 bytes stack frame"), else -1. */
+static int number_before(const char *s, const char *what) {
+    const char *w = strstr(s, what);
+    if (!w) return -1;
+    const char *e = w;
+    while (e > s && e[-1] == ' ') e--;
+    const char *b = e;
+    while (b > s && b[-1] >= '0' && b[-1] <= '9') b--;
+    if (b == e) return -1;
+    return atoi(b);
+}
+
+void rk_ptxas_report(const char *log, rk_compile_info *info) {
+    char line[1024];
+    for (const char *p = log; p && *p;) {
+        p = next_line(p, line, sizeof line);
+        if (strncmp(line, "ptxas", 5) != 0) continue;
+        int v;
+        if ((v = number_before(line, "registers")) >= 0 && strstr(line, "Used ")) info->regs = max_of(info->regs, v);
+        if ((v = number_before(line, "bytes stack frame")) >= 0) info->scratch = max_of(info->scratch, v);
+        if ((v = number_before(line, "bytes spill stores")) >= 0) info->spills = max_of(info->spills, v);
+        if ((v = number_before(line, "bytes smem")) >= 0) info->lds = max_of(info->lds, v);
+    }
+    /* ptxas prints smem only when a kernel uses it. */
+    if (info->regs >= 0 && info->lds < 0) info->lds = 0;
+}
+
+/* ---- a compile with its figures ------------------------------------------------------------------ */
+int rk_compile_inspect(rk_compiler cc, const char *src, size_t len, const char *target, const char *extra,
+                       rk_codeobj *out, rk_compile_info *info, rk_buf *text, rk_buf *log) {
+    out->data = NULL;
+    out->len = 0;
+    rk_compile_info got;
+    rk_info_reset(&got);
+    rk_buf own = {0}, ptx = {0};
+    rk_buf *clog = log ? log : &own;
+    size_t log_at = clog->len;
+    int rc = ROPEKV_ERR_TARGET, major, minor;
+    double t0 = rk_now_ms();
+    switch (cc) {
+    case RK_CC_NVRTC:
+        if (rk_nvrtc_available(&major, &minor, NULL, 0) == 0)
+            snprintf(got.compiler, sizeof got.compiler, "nvrtc %d.%d", major, minor);
+        if (!info) {
+            rc = rk_nvrtc_compile(src, len, target, extra, 0, out, text, log);
+            break;
+        }
+        rc = rk_nvrtc_compile(src, len, target, extra, RK_NVRTC_PTXAS_VERBOSE, out, &ptx, clog);
+        got.ms = rk_now_ms() - t0;
+        if (rc != ROPEKV_OK) break;
+        rk_ptxas_report(clog->p + log_at, &got);
+        /* The machine code proper, not the whole CUBIN (which adds symbols, constants, notes). */
+        got.code_size = rk_elf_text_size(out->data, out->len);
+        got.fp8_cvt = ptx.len && strstr(ptx.p, "cvt.rn.satfinite.e4m3x2.f32") ? 1 : 0;
+        if (text && ptx.len) rk_buf_put(text, ptx.p, ptx.len);
+        break;
+    case RK_CC_HIPRTC:
+    case RK_CC_CLANG:
+        if (cc == RK_CC_HIPRTC) {
+            if (rk_hiprtc_available(&major, &minor, NULL, 0) == 0)
+                snprintf(got.compiler, sizeof got.compiler, "hiprtc %d.%d", major, minor);
+            rc = rk_hiprtc_compile(src, len, target, extra, out, log);
+        } else {
+            snprintf(got.compiler, sizeof got.compiler, "%s", rk_clang_id());
+            rc = rk_clang_compile(src, len, target, extra, out, log);
+        }
+        got.ms = rk_now_ms() - t0;
+        /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
+        if (rc == ROPEKV_OK && (info || text)) rk_amd_inspect(out, NULL, &got, text);
+        break;
+    default:
+        if (log) rk_buf_printf(log, "rk_compile_inspect: %s is not a device compiler\n", rk_compiler_name(cc));
+    }
+    if (got.ms < 0) got.ms = rk_now_ms() - t0;
+    if (info) *info = got;
+    rk_buf_free(&own);
+    rk_buf_free(&ptx);
+    return rc;
 }

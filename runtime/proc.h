@@ -1,0 +1,61 @@
+/* The process and file helpers the library needs (the compiler drivers and the host backend), also
+ * used by tools/, tests/ and bench/ so the tree has one of each: running a program without a shell,
+ * private temporary directories, writing and reading whole files, the monotonic clock, option
+ * splitting, and the byte block a compiler hands back.
+ *
+ * Every function is thread-safe and keeps no state. */
+#ifndef RK_PROC_H
+#define RK_PROC_H
+
+#include <stddef.h>
+
+#include "rk.h"
+
+/* A compiled code object (CUBIN, AMDGPU ELF, host shared object) or any other malloc'd byte block.
+ * Named rk_codeobj: ropekv_status is the error-code enum of rk.h, and C shares one tag namespace
+ * between enums and structs. */
+typedef struct rk_codeobj {
+    unsigned char *data;   /* malloc'd */
+    size_t len;
+} rk_codeobj;
+
+/* Frees c->data and empties c (NULL is fine). */
+void rk_code_free(rk_codeobj *c);
+
+/* Monotonic clock in milliseconds. */
+double rk_now_ms(void);
+
+/* rk_run flags */
+enum {
+    RK_RUN_NO_STDERR = 1, /* the program's stderr goes to /dev/null, not to out */
+};
+#define RK_RUN_TIMED_OUT (-2)
+/* Runs argv[0] (searched in PATH when it has no '/') with argv, no shell, stdin from /dev/null,
+ * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in
+ * *status: the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in
+ * out); ROPEKV_ERR_NOMEM when out could not hold its output (it still ran to its end).
+ * timeout_s > 0: the program runs in its own process group, and when it has not finished after
+ * timeout_s seconds the whole group (what it started too) is killed and *status is
+ * RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
+int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status);
+
+/* Creates a private (0700) temporary directory under $TMPDIR (else /tmp, also when $TMPDIR is
+ * unusable) named <prefix>-XXXXXX (prefix NULL: "ropekv"). ROPEKV_OK or ROPEKV_ERR_IO (errno set). */
+int rk_mktmpdir(char *path, size_t cap, const char *prefix);
+/* Removes the files directly inside path, then path itself. */
+void rk_rmtmpdir(const char *path);
+
+/* Writes n bytes to path (created 0600, truncated); ROPEKV_OK or ROPEKV_ERR_IO (errno set). */
+int rk_write_file(const char *path, const void *p, size_t n);
+
+/* Reads the whole file at path into out->data (malloc'd, followed by a NUL byte that out->len does
+ * not count, so a text file reads as a string). ROPEKV_OK (an empty file gives len 0),
+ * ROPEKV_ERR_IO (cannot open or read: errno set) or ROPEKV_ERR_NOMEM. out is empty on failure. */
+int rk_read_file(const char *path, rk_codeobj *out);
+
+/* Splits extra at spaces into a NULL-terminated array appended after the n entries already in
+ * argv (capacity cap, including the NULL); the strings live in *store (free it). ROPEKV_OK, ROPEKV_ERR_NOMEM,
+ * or ROPEKV_ERR_COMPILE when there are too many options. */
+int rk_split_options(const char *extra, const char **argv, int n, int cap, char **store, int *count);
+
+#endif

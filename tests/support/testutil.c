@@ -1,0 +1,100 @@
+/* Helpers shared by the test programs (testutil.h). */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+int rk_test_setup(char *dir, rk_catalog *cat) {
+    rk_err err = {0};
+    if (!mkdtemp(dir)) return -1;
+    chmod(dir, 0700);
+    setenv("ROPEKV_BACKEND", "host", 1);
+    unsetenv("ROPEKV_DISABLE_CACHE");
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+    if (cat && rk_catalog_load_embedded(cat, &err) != ROPEKV_OK) {
+        fprintf(stderr, "catalog: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void rk_test_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) {
+        unlink(path);
+        return;
+    }
+    chmod(path, 0700);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char sub[4400];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        rk_test_remove_tree(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+}
+
+int rk_test_write_file(const char *path, const void *p, size_t n, mode_t mode) {
+    if (rk_write_file(path, p, n) != ROPEKV_OK) return ROPEKV_ERR_IO;
+    return chmod(path, mode) == 0 ? ROPEKV_OK : ROPEKV_ERR_IO;
+}
+
+pid_t rk_test_fork(void) {
+    fflush(stdout);
+    fflush(stderr);
+    return fork();
+}
+
+int rk_test_wait(pid_t pid) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+rk_test_census rk_test_count_files(const char *dir) {
+    rk_test_census k = {0, 0, 0, 0};
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        size_t n = strlen(e->d_name);
+        if (strstr(e->d_name, ".rkco.tmp.")) k.temps++;
+        else if (n > 5 && !strcmp(e->d_name + n - 5, ".rkco")) k.entries++;
+        else if (n > 5 && !strcmp(e->d_name + n - 5, ".lock")) k.locks++;
+        else k.other++;
+    }
+    if (d) closedir(d);
+    return k;
+}
+
+const rk_desc *rk_test_variant(const rk_catalog *cat, const char *key) {
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
+    for (int s = 0; s < cat->n_specs; s++) {
+        rk_err err = {0};
+        int n = rk_variants(&cat->specs[s], &cat->archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(v[i].key, key)) return &v[i];
+    }
+    return NULL;
+}
+
+const rk_desc *rk_test_ref_variant(const rk_catalog *cat, const char *spec, const ropekv_variant *pv) {
+    static const char *const kv[] = {"bf16", "fp8_e4m3"}, *const q[] = {"absorbed", "zero_copy", "inplace", "none"},
+                             *const idx[] = {"int64", "int32"};
+    char key[192];
+    snprintf(key, sizeof key, "%s/host/%s/%s/pos=%s/slot=%s", spec, kv[pv->kv], q[pv->q], idx[pv->positions],
+             idx[pv->slots]);
+    return rk_test_variant(cat, key);
+}
