@@ -24,15 +24,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ROPEKV_VERSION_MAJOR/MINOR/PATCH/STRING/NUMBER: generated from the version in CMakeLists.txt and
+ * installed beside this header. */
+#include "ropekv_version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define ROPEKV_VERSION_MAJOR 0
-#define ROPEKV_VERSION_MINOR 1
-#define ROPEKV_VERSION_PATCH 0
-#define ROPEKV_VERSION_STRING "0.1.0"
-#define ROPEKV_VERSION_NUMBER (ROPEKV_VERSION_MAJOR * 10000 + ROPEKV_VERSION_MINOR * 100 + ROPEKV_VERSION_PATCH)
 
 /* ROPEKV_API marks the functions libropekv exports; the rest of the library is hidden. The library's
  * own build defines ROPEKV_BUILDING; for users (shared or static library) the macro is empty. */
