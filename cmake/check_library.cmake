@@ -1,12 +1,14 @@
 # Checks the shared library LIB (cmake -DCHECK=... -DLIB=... -P check_library.cmake):
-#   CHECK=exports  it exports (defines in its dynamic symbol table) only ropekv_* symbols: the API of
-#                  include/ropekv.h and nothing of gen/, runtime/ or Lua. NM: the nm to use.
+#   CHECK=exports  it exports (defines as external in its dynamic symbol table) only ropekv_* symbols:
+#                  the API of include/ropekv.h and nothing of gen/, runtime/ or Lua. Local entries of the
+#                  table (e.g. the linker's section bounds for sanitizer coverage) are not exports.
+#                  NM: the nm to use.
 #   CHECK=size     its text segment (code and read-only data: .text, .rodata, ...; the "text" column of
 #                  `size`) is at most MAX_BYTES. SIZE: the size to use.
 if(CHECK STREQUAL "exports")
-  execute_process(COMMAND ${NM} -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  execute_process(COMMAND ${NM} -D -g --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${rc})")
+    message(FATAL_ERROR "${NM} -D -g --defined-only ${LIB} failed (${rc})")
   endif()
   string(REPLACE "\n" ";" lines "${out}")
   set(api 0)
