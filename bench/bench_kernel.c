@@ -260,8 +260,8 @@ int main(int argc, char **argv) {
                     arch.chunks = chunks_l[c];
                     arch.nt_stores = nt_l[n % nn];
                     arch.pdl = pdl_l[n / nn] != 0;
-                    rk_desc v = {.spec = sp, .arch = &arch, .kv = fp8 ? RK_KV_FP8 : RK_KV_BF16, .q = RK_Q_ABSORBED,
-                                    .pos = RK_IDX_I64, .slot = RK_IDX_I64};
+                    rk_desc v = {.spec = sp, .arch = &arch, .kv = fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED,
+                                    .pos = ROPEKV_INDEX_INT64, .slot = ROPEKV_INDEX_INT64};
                     rk_desc_finish(&v);
                     rk_buf src = {0};
                     rk_codeobj kco = {0};
@@ -313,7 +313,7 @@ int main(int argc, char **argv) {
                             .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
-                        rk_launch_plan(L, R, RK_Q_ABSORBED, arch.wave, arch.block, arch.chunks, arch.chunks_from, &rc.a,
+                        rk_launch_plan(L, R, ROPEKV_Q_ABSORBED, arch.wave, arch.block, arch.chunks, arch.chunks_from, &rc.a,
                                        &total, &rc.blocks);
                         rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                         float us = time_graph(launch_rope, &rc);

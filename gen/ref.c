@@ -159,8 +159,8 @@ uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt) {
 
 /* ---- the op ------------------------------------------------------------------------------------ */
 
-static int64_t load_idx(const void *p, int64_t t, rk_idx type) {
-    if (type == RK_IDX_I64) return ((const int64_t *)p)[t];
+static int64_t load_idx(const void *p, int64_t t, ropekv_index type) {
+    if (type == ROPEKV_INDEX_INT64) return ((const int64_t *)p)[t];
     return (int64_t)((const int32_t *)p)[t];
 }
 
@@ -235,22 +235,22 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     for (int64_t h = 0; h < a->heads; h++) {
         const uint16_t *q_pe = (const uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
         switch (v->q) {
-        case RK_Q_ABSORBED: {
+        case ROPEKV_Q_ABSORBED: {
             const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
             uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
             memcpy(out, q_nope, (size_t)L * sizeof *out);
             rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
         }
-        case RK_Q_ZERO_COPY: {
+        case ROPEKV_Q_ZERO_COPY: {
             uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
             rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
         }
-        case RK_Q_INPLACE:
+        case ROPEKV_Q_INPLACE:
             rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe);
             break;
-        case RK_Q_NONE:
+        case ROPEKV_Q_NONE:
             break;
         }
     }
@@ -287,7 +287,7 @@ static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
 static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope,
                           uint16_t raw) {
-    if (v->kv == RK_KV_BF16) {
+    if (v->kv == ROPEKV_KV_BF16) {
         uint16_t *r = row;
         if (v->spec->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
         else r[j] = rope ? rk_f32_to_bf16(x) : raw;
@@ -299,7 +299,7 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
 
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->spec->kv_lora_rank;
-    void *row = v->kv == RK_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
+    void *row = v->kv == ROPEKV_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
                                     : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;

@@ -132,7 +132,7 @@ static int header(const rk_desc *v, rk_buf *o) {
                         rk_idx_name(v->pos), rk_idx_name(v->slot));
     rc |= rk_buf_printf(o, "//          kv=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(v->kv), rk_qform_name(v->q),
                         rk_neg_name(s->negative_slot), s->sanitize ? "true" : "false");
-    if (v->kv == RK_KV_FP8)
+    if (v->kv == ROPEKV_KV_FP8_E4M3)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(v->fp8),
                             rk_scale_name(s->fp8_scale), (double)v->sat, s->fp8_rope_bf16 ? "true" : "false");
     rc |= rk_buf_printf(o, "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
@@ -159,9 +159,9 @@ int rk_emit(const rk_desc *v, rk_buf *out, rk_err *err) {
     snprintf(R, sizeof R, "%d", s->rope_dim);
     snprintf(rope, sizeof rope, "%d", (int)s->rope);
     snprintf(cs, sizeof cs, "%d", (int)s->cos_sin);
-    snprintf(scale, sizeof scale, "%d", v->kv == RK_KV_FP8 ? (int)s->fp8_scale : 0);
+    snprintf(scale, sizeof scale, "%d", v->kv == ROPEKV_KV_FP8_E4M3 ? (int)s->fp8_scale : 0);
     snprintf(q, sizeof q, "%d", (int)v->q);
-    float_literal(v->kv == RK_KV_FP8 ? v->sat : 0.0f, sat, sizeof sat);
+    float_literal(v->kv == ROPEKV_KV_FP8_E4M3 ? v->sat : 0.0f, sat, sizeof sat);
 #define B(x) ((x) ? "true" : "false")
     const rk_binding bind[] = {
         {"block", block},
@@ -176,12 +176,12 @@ int rk_emit(const rk_desc *v, rk_buf *out, rk_err *err) {
         {"rope_dim", R},
         {"rope", rope},
         {"cos_sin", cs},
-        {"pos_i64", B(v->pos == RK_IDX_I64)},
-        {"slot_i64", B(v->slot == RK_IDX_I64)},
-        {"kv_fp8", B(v->kv == RK_KV_FP8)},
+        {"pos_i64", B(v->pos == ROPEKV_INDEX_INT64)},
+        {"slot_i64", B(v->slot == ROPEKV_INDEX_INT64)},
+        {"kv_fp8", B(v->kv == ROPEKV_KV_FP8_E4M3)},
         {"scale", scale},
         {"sat", sat},
-        {"rope_bf16", B(v->kv == RK_KV_FP8 && s->fp8_rope_bf16)},
+        {"rope_bf16", B(v->kv == ROPEKV_KV_FP8_E4M3 && s->fp8_rope_bf16)},
         {"skip_all", B(s->negative_slot == RK_NEG_SKIP_ALL)},
         {"qform", q},
         {"sanitize", B(s->sanitize)},

@@ -30,11 +30,11 @@ typedef enum { RK_CC_HIPRTC, RK_CC_CLANG, RK_CC_NVRTC, RK_CC_HOST } rk_compiler;
 typedef enum { RK_FP8_OCP, RK_FP8_FNUZ } rk_fp8_fmt;
 typedef enum { RK_ROPE_GPTJ, RK_ROPE_NEOX, RK_ROPE_NONE } rk_rope;
 typedef enum { RK_CS_F32_CAT, RK_CS_F32_SPLIT, RK_CS_BF16_SPLIT } rk_cos_sin;
-typedef enum { RK_IDX_I32, RK_IDX_I64 } rk_idx;
-typedef enum { RK_KV_BF16, RK_KV_FP8 } rk_kv;
+typedef enum { ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64 } ropekv_index;
+typedef enum { ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3 } ropekv_kv_dtype;
 typedef enum { RK_SCALE_NONE, RK_SCALE_MUL_RECIP, RK_SCALE_DIV, RK_SCALE_MUL } rk_scale;
 typedef enum { RK_NEG_SKIP_KV, RK_NEG_SKIP_ALL } rk_neg;
-typedef enum { RK_Q_ABSORBED, RK_Q_ZERO_COPY, RK_Q_INPLACE, RK_Q_NONE } rk_qform;
+typedef enum { ROPEKV_Q_ABSORBED, ROPEKV_Q_ZERO_COPY, ROPEKV_Q_INPLACE, ROPEKV_Q_NONE } ropekv_q_form;
 
 /* Spellings used in spec files, keys and names; NULL for an out-of-range value. */
 const char *rk_vendor_name(rk_vendor v);   /* "amd" "nvidia" "host" */
@@ -42,11 +42,11 @@ const char *rk_compiler_name(rk_compiler c); /* "hiprtc" "clang" "nvrtc" "host" 
 const char *rk_fp8_name(rk_fp8_fmt f);     /* "ocp" "fnuz" */
 const char *rk_rope_name(rk_rope r);       /* "gptj" "neox" "none" */
 const char *rk_cos_sin_name(rk_cos_sin c); /* "f32_cat" "f32_split" "bf16_split" */
-const char *rk_idx_name(rk_idx i);         /* "int32" "int64" */
-const char *rk_kv_name(rk_kv k);           /* "bf16" "fp8_e4m3" */
+const char *rk_idx_name(ropekv_index i);         /* "int32" "int64" */
+const char *rk_kv_name(ropekv_kv_dtype k);           /* "bf16" "fp8_e4m3" */
 const char *rk_scale_name(rk_scale s);     /* "none" "mul_recip" "div" "mul" */
 const char *rk_neg_name(rk_neg n);         /* "skip_kv" "skip_all" */
-const char *rk_qform_name(rk_qform q);     /* "absorbed" "zero_copy" "inplace" "none" */
+const char *rk_qform_name(ropekv_q_form q);     /* "absorbed" "zero_copy" "inplace" "none" */
 
 /* ---- name parsing: the inverse of rk_*_name; 0 on success, -1 for an unknown spelling -------- */
 int rk_parse_vendor(const char *s, rk_vendor *out);
@@ -54,11 +54,11 @@ int rk_parse_compiler(const char *s, rk_compiler *out);
 int rk_parse_fp8(const char *s, rk_fp8_fmt *out);
 int rk_parse_rope(const char *s, rk_rope *out);
 int rk_parse_cos_sin(const char *s, rk_cos_sin *out);
-int rk_parse_idx(const char *s, rk_idx *out);
-int rk_parse_kv(const char *s, rk_kv *out);
+int rk_parse_idx(const char *s, ropekv_index *out);
+int rk_parse_kv(const char *s, ropekv_kv_dtype *out);
 int rk_parse_scale(const char *s, rk_scale *out);
 int rk_parse_neg(const char *s, rk_neg *out);
-int rk_parse_qform(const char *s, rk_qform *out);
+int rk_parse_qform(const char *s, ropekv_q_form *out);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -100,15 +100,15 @@ typedef struct rk_spec {
     int rope_dim;             /* R (qk_rope_head_dim) */
     rk_rope rope;
     rk_cos_sin cos_sin;
-    int n_pos;   rk_idx pos[2];   /* position index types to build */
-    int n_slot;  rk_idx slot[2];  /* slot index types to build */
-    int n_kv;    rk_kv kv[2];
+    int n_pos;   ropekv_index pos[2];   /* position index types to build */
+    int n_slot;  ropekv_index slot[2];  /* slot index types to build */
+    int n_kv;    ropekv_kv_dtype kv[2];
     rk_scale fp8_scale;
     float fp8_sat_ocp;        /* saturation bound used with OCP bytes (<= 448) */
     float fp8_sat_fnuz;       /* saturation bound used with FNUZ bytes (<= 240) */
     int fp8_rope_bf16;        /* 1: round the KV rope part to bf16 before the fp8 conversion */
     rk_neg negative_slot;
-    int n_q;     rk_qform q[4];
+    int n_q;     ropekv_q_form q[4];
     int sanitize;             /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
     int n_targets; char targets[RK_MAX_TARGETS][RK_NAME_MAX];
 } rk_spec;
@@ -124,10 +124,10 @@ int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_t
 typedef struct rk_desc {
     const rk_spec *spec;
     const rk_arch *arch;
-    rk_kv kv;
-    rk_qform q;
-    rk_idx pos;
-    rk_idx slot;
+    ropekv_kv_dtype kv;
+    ropekv_q_form q;
+    ropekv_index pos;
+    ropekv_index slot;
     rk_fp8_fmt fp8;           /* arch->fp8 */
     float sat;                /* saturation bound for fp8 (spec's bound for fp8) */
     char key[192];            /* canonical key: spec/target/kv/q/pos/slot */
@@ -215,13 +215,13 @@ typedef struct rk_name_parts {
     int L, R;
     rk_rope rope;
     rk_cos_sin cos_sin;
-    rk_idx pos, slot;
+    ropekv_index pos, slot;
     int kv_fp8;
     rk_fp8_fmt fp8;
     rk_scale scale;
     float sat;
     int rope_bf16;
-    rk_qform q;
+    ropekv_q_form q;
     rk_neg neg;
     int sanitize;
     char target[RK_NAME_MAX];
@@ -236,7 +236,7 @@ void rk_variant_parts(const rk_desc *v, rk_name_parts *out);
  * a->lanes_shift (rk_div_magic of lanes), a->chunks (chunks per thread: chunks when total >= chunks_from,
  * else 1) and a->early_release (1 when threads take one chunk each; see rk_args). *total = tokens *
  * lanes, *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
-void rk_launch_plan(int L, int R, rk_qform q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
+void rk_launch_plan(int L, int R, ropekv_q_form q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
                     int64_t *total, int64_t *blocks);
 
 /* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift

@@ -572,11 +572,11 @@ static const char *compiler_nm(int v) { return rk_compiler_name((rk_compiler)v);
 static const char *fp8_nm(int v) { return rk_fp8_name((rk_fp8_fmt)v); }
 static const char *rope_nm(int v) { return rk_rope_name((rk_rope)v); }
 static const char *cos_sin_nm(int v) { return rk_cos_sin_name((rk_cos_sin)v); }
-static const char *idx_nm(int v) { return rk_idx_name((rk_idx)v); }
-static const char *kv_nm(int v) { return rk_kv_name((rk_kv)v); }
+static const char *idx_nm(int v) { return rk_idx_name((ropekv_index)v); }
+static const char *kv_nm(int v) { return rk_kv_name((ropekv_kv_dtype)v); }
 static const char *scale_nm(int v) { return rk_scale_name((rk_scale)v); }
 static const char *neg_nm(int v) { return rk_neg_name((rk_neg)v); }
-static const char *qform_nm(int v) { return rk_qform_name((rk_qform)v); }
+static const char *qform_nm(int v) { return rk_qform_name((ropekv_q_form)v); }
 
 /* Matches the string on top against name(0), name(1), ... ; reports key when none matches. */
 static int parse_top(const scope *s, const char *key, name_fn name, int *out)
@@ -850,26 +850,26 @@ static int read_rope(const scope *s, rk_spec *o)
 /* The enumerated dimensions: index types, cache dtypes, q forms. */
 static int read_lists(const scope *s, rk_spec *o)
 {
-    static const int def_idx[] = {RK_IDX_I64}, def_kv[] = {RK_KV_BF16, RK_KV_FP8},
-                     def_q[] = {RK_Q_ABSORBED};
+    static const int def_idx[] = {ROPEKV_INDEX_INT64}, def_kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3},
+                     def_q[] = {ROPEKV_Q_ABSORBED};
     int v[4], n;
     TRY(get_enum_list(s, "positions", idx_nm, def_idx, 1, 2, v, &n));
     o->n_pos = n;
     for (int i = 0; i < n; i++)
-        o->pos[i] = (rk_idx)v[i];
+        o->pos[i] = (ropekv_index)v[i];
     TRY(get_enum_list(s, "slots", idx_nm, def_idx, 1, 2, v, &n));
     o->n_slot = n;
     for (int i = 0; i < n; i++)
-        o->slot[i] = (rk_idx)v[i];
+        o->slot[i] = (ropekv_index)v[i];
     TRY(get_enum_list(s, "kv_dtypes", kv_nm, def_kv, 2, 2, v, &n));
     o->n_kv = n;
     for (int i = 0; i < n; i++)
-        o->kv[i] = (rk_kv)v[i];
+        o->kv[i] = (ropekv_kv_dtype)v[i];
     TRY(get_enum_list(s, "q_forms", qform_nm, def_q, 1, 4, v, &n));
     o->n_q = n;
     for (int i = 0; i < n; i++) {
-        o->q[i] = (rk_qform)v[i];
-        if (o->q[i] == RK_Q_INPLACE && o->rope == RK_ROPE_NONE)
+        o->q[i] = (ropekv_q_form)v[i];
+        if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
     }
     return ROPEKV_OK;

@@ -21,7 +21,7 @@ void rk_variant_parts(const rk_desc *v, rk_name_parts *p) {
     p->cos_sin = s->cos_sin;
     p->pos = v->pos;
     p->slot = v->slot;
-    p->kv_fp8 = v->kv == RK_KV_FP8;
+    p->kv_fp8 = v->kv == ROPEKV_KV_FP8_E4M3;
     p->q = v->q;
     p->neg = s->negative_slot;
     p->sanitize = s->sanitize;
@@ -62,8 +62,8 @@ int rk_name_format(const rk_name_parts *p, char *out, size_t cap) {
         return ROPEKV_ERR_RENDER;
     sat_token(p->sat, sat, sizeof sat);
     int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%d_s%d_%s_%s_sat%s_rr%d_%s_%s_san%d_%s", p->L, p->R,
-                     ROPE_TOK[p->rope], CS_TOK[p->cos_sin], p->pos == RK_IDX_I64 ? 64 : 32,
-                     p->slot == RK_IDX_I64 ? 64 : 32,
+                     ROPE_TOK[p->rope], CS_TOK[p->cos_sin], p->pos == ROPEKV_INDEX_INT64 ? 64 : 32,
+                     p->slot == ROPEKV_INDEX_INT64 ? 64 : 32,
                      !p->kv_fp8 ? "bf16" : p->fp8 == RK_FP8_FNUZ ? "fp8fnuz" : "fp8ocp", SCALE_TOK[p->scale], sat,
                      p->rope_bf16 ? 1 : 0, Q_TOK[p->q], NEG_TOK[p->neg], p->sanitize ? 1 : 0, p->target);
     return n > 0 && (size_t)n < cap ? ROPEKV_OK : ROPEKV_ERR_RENDER;
@@ -125,9 +125,9 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
     *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
 }
 
-void rk_launch_plan(int L, int R, rk_qform q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
+void rk_launch_plan(int L, int R, ropekv_q_form q, int wave, int block, int chunks, int64_t chunks_from, rk_args *a,
                     int64_t *total, int64_t *blocks) {
-    const int64_t qr = q == RK_Q_NONE ? 0 : R / 8, qn = q == RK_Q_ABSORBED ? L / 8 : 0;
+    const int64_t qr = q == ROPEKV_Q_NONE ? 0 : R / 8, qn = q == ROPEKV_Q_ABSORBED ? L / 8 : 0;
     const int64_t rope = (a->heads * qr + R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
     a->lanes = rope + a->heads * qn + L / 8;
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
@@ -185,9 +185,9 @@ int rk_name_parse(const char *name, rk_name_parts *p, rk_err *err) {
     if ((i = tok_index(tok[3], CS_TOK, 3)) < 0) BAD("cos_sin");
     p->cos_sin = (rk_cos_sin)i;
     if (strcmp(tok[4], "p32") && strcmp(tok[4], "p64")) BAD("positions");
-    p->pos = tok[4][1] == '6' ? RK_IDX_I64 : RK_IDX_I32;
+    p->pos = tok[4][1] == '6' ? ROPEKV_INDEX_INT64 : ROPEKV_INDEX_INT32;
     if (strcmp(tok[5], "s32") && strcmp(tok[5], "s64")) BAD("slots");
-    p->slot = tok[5][1] == '6' ? RK_IDX_I64 : RK_IDX_I32;
+    p->slot = tok[5][1] == '6' ? ROPEKV_INDEX_INT64 : ROPEKV_INDEX_INT32;
     if (!strcmp(tok[6], "bf16")) p->kv_fp8 = 0;
     else if (!strcmp(tok[6], "fp8ocp")) p->kv_fp8 = 1, p->fp8 = RK_FP8_OCP;
     else if (!strcmp(tok[6], "fp8fnuz")) p->kv_fp8 = 1, p->fp8 = RK_FP8_FNUZ;
@@ -209,7 +209,7 @@ int rk_name_parse(const char *name, rk_name_parts *p, rk_err *err) {
     if (strcmp(tok[9], "rr0") && strcmp(tok[9], "rr1")) BAD("rr");
     p->rope_bf16 = tok[9][2] == '1';
     if ((i = tok_index(tok[10], Q_TOK, 4)) < 0) BAD("q form");
-    p->q = (rk_qform)i;
+    p->q = (ropekv_q_form)i;
     if ((i = tok_index(tok[11], NEG_TOK, 2)) < 0) BAD("negative slot");
     p->neg = (rk_neg)i;
     if (strcmp(tok[12], "san0") && strcmp(tok[12], "san1")) BAD("sanitize");

@@ -357,9 +357,9 @@ ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
 }
 
 /* ---- resolving a variant to its source ---------------------------------------------------------- */
-static const rk_kv KV[] = {RK_KV_BF16, RK_KV_FP8};
-static const rk_qform QF[] = {RK_Q_ABSORBED, RK_Q_ZERO_COPY, RK_Q_INPLACE, RK_Q_NONE};
-static const rk_idx IDX[] = {RK_IDX_I64, RK_IDX_I32};
+static const ropekv_kv_dtype KV[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3};
+static const ropekv_q_form QF[] = {ROPEKV_Q_ABSORBED, ROPEKV_Q_ZERO_COPY, ROPEKV_Q_INPLACE, ROPEKV_Q_NONE};
+static const ropekv_index IDX[] = {ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT32};
 
 /* A resolved variant: its code description and where its source comes from. */
 typedef struct resolved {
@@ -678,8 +678,8 @@ static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
 static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args *a, plan *pl) {
     const rk_name_parts *p = &d->p;
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
-    const int absorbed = p->q == RK_Q_ABSORBED, zc = p->q == RK_Q_ZERO_COPY, inplace = p->q == RK_Q_INPLACE;
-    const int has_q = p->q != RK_Q_NONE, fp8 = p->kv_fp8;
+    const int absorbed = p->q == ROPEKV_Q_ABSORBED, zc = p->q == ROPEKV_Q_ZERO_COPY, inplace = p->q == ROPEKV_Q_INPLACE;
+    const int has_q = p->q != ROPEKV_Q_NONE, fp8 = p->kv_fp8;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
@@ -729,7 +729,7 @@ static ropekv_status check_args(ropekv_ctx *c, const kdesc *d, const ropekv_args
     CHECK(aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0, ROPEKV_ERR_ALIGN,
           "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
           (long long)kv_align);
-    CHECK(aligned(a->positions, p->pos == RK_IDX_I64 ? 8 : 4) && aligned(a->slots, p->slot == RK_IDX_I64 ? 8 : 4),
+    CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) && aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
           ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
     const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
     CHECK(p->rope == RK_ROPE_NONE || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))),

@@ -67,7 +67,7 @@ static void probe_compilers(void) {
 
 /* The disassembly is scanned for v_cvt_pk_bf16_f32 where the test looks for it. */
 static int wants_bf16_hw(const rk_desc *v) {
-    return v->arch->vendor == RK_VENDOR_AMD && v->arch->bf16_hw && v->kv == RK_KV_BF16 && v->spec->rope != RK_ROPE_NONE;
+    return v->arch->vendor == RK_VENDOR_AMD && v->arch->bf16_hw && v->kv == ROPEKV_KV_BF16 && v->spec->rope != RK_ROPE_NONE;
 }
 
 static int setup(void **state) {
@@ -148,10 +148,10 @@ static int check_built(rk_compiler cc, int *checked) {
         if (in->regs <= 0) WHY(" registers not reported (%d);", in->regs);
         if (a->vendor == RK_VENDOR_AMD && in->sgprs <= 0) WHY(" sgprs not reported (%d);", in->sgprs);
         if (in->code_size <= 0) WHY(" code size not reported (%d);", in->code_size);
-        if (v->kv == RK_KV_FP8 && a->fp8_hw && in->fp8_cvt != 1)
+        if (v->kv == ROPEKV_KV_FP8_E4M3 && a->fp8_hw && in->fp8_cvt != 1)
             WHY(" fp8 on %s without the hardware conversion (%s);", a->name,
                 a->vendor == RK_VENDOR_AMD ? "v_cvt_pk_fp8_f32" : "cvt.rn.satfinite.e4m3x2.f32 in the PTX");
-        if (v->kv == RK_KV_FP8 && !a->fp8_hw && in->fp8_cvt != 0)
+        if (v->kv == ROPEKV_KV_FP8_E4M3 && !a->fp8_hw && in->fp8_cvt != 0)
             WHY(" fp8 on %s (no fp8_hw) reports a hardware conversion (%d);", a->name, in->fp8_cvt);
         if (a->vendor == RK_VENDOR_NVIDIA && r->pdl_gate != (a->pdl ? 1 : 0))
             WHY(" row %s has pdl = %s but the PTX's gate is %d (1: every entry waits before its first "

@@ -97,10 +97,10 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
     s->arch.compiler = RK_CC_HOST;
     s->v.spec = &s->spec;
     s->v.arch = &s->arch;
-    s->v.kv = RK_KV_BF16;
-    s->v.q = RK_Q_ABSORBED;
-    s->v.pos = RK_IDX_I64;
-    s->v.slot = RK_IDX_I64;
+    s->v.kv = ROPEKV_KV_BF16;
+    s->v.q = ROPEKV_Q_ABSORBED;
+    s->v.pos = ROPEKV_INDEX_INT64;
+    s->v.slot = ROPEKV_INDEX_INT64;
     s->v.fp8 = RK_FP8_OCP;
     s->v.sat = 448.0f;
 }
@@ -489,9 +489,9 @@ static void test_op_neox_zero_copy_skip_all(void **state) {
     setup s;
     setup_init(&s, RK_ROPE_NEOX, RK_CS_F32_SPLIT);
     s.spec.negative_slot = RK_NEG_SKIP_ALL;
-    s.v.q = RK_Q_ZERO_COPY;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I32;
+    s.v.q = ROPEKV_Q_ZERO_COPY;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT32;
     enum { T = 3, H = 2, L = 8, R = 8, W = 16 };
     uint16_t q_pe[T * H * R], q_out[T * H * W], k_nope[T * L], k_pe[T * R], kv[4 * W];
     uint16_t want_q[T * H * W], want_kv[4 * W];
@@ -542,9 +542,9 @@ static void test_op_inplace_bf16_tables(void **state) {
     (void)state;
     setup s;
     setup_init(&s, RK_ROPE_GPTJ, RK_CS_BF16_SPLIT);
-    s.v.q = RK_Q_INPLACE;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I64;
+    s.v.q = ROPEKV_Q_INPLACE;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT64;
     enum { T = 2, H = 2, L = 8, R = 8, W = 16, D = 12 };
     uint16_t q[T * H * D], want_q[T * H * D], k_nope[T * L], k_pe[T * R], kv[2 * W], want_kv[2 * W];
     uint16_t cos_t[16], sin_t[16];
@@ -608,7 +608,7 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
         setup s;
         setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
         s.spec.sanitize = san;
-        s.v.q = RK_Q_NONE;
+        s.v.q = ROPEKV_Q_NONE;
         uint16_t k_nope[L], k_pe[R], kv[W], q_pe[R], q_out[W], q_nope[L];
         put_h(k_nope, nope, L);
         put_h(k_pe, pe, R);
@@ -655,8 +655,8 @@ static void test_op_fused_rounding(void **state) {
     put_f(q_pe, x, R);
     put_f(k_pe, x, R);
     int32_t pos = 0, slot = 0;
-    s.v.pos = RK_IDX_I32;
-    s.v.slot = RK_IDX_I32;
+    s.v.pos = ROPEKV_INDEX_INT32;
+    s.v.slot = ROPEKV_INDEX_INT32;
     rk_args a = {
         .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
         .kv_cache = kv, .positions = &pos, .slots = &slot, .cos = table,
@@ -700,8 +700,8 @@ static void setup_fp8(setup *s, rk_fp8_fmt fmt, float sat, rk_scale scale) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.fp8_scale = scale;
     s->arch.fp8 = fmt;
-    s->v.kv = RK_KV_FP8;
-    s->v.q = RK_Q_NONE;
+    s->v.kv = ROPEKV_KV_FP8_E4M3;
+    s->v.q = ROPEKV_Q_NONE;
     s->v.fp8 = fmt;
     s->v.sat = sat;
 }
@@ -831,8 +831,8 @@ static void test_op_fp8_rope_bf16(void **state) {
         setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
         s.spec.fp8_rope_bf16 = rr;
         s.spec.fp8_scale = RK_SCALE_MUL;
-        s.v.kv = RK_KV_FP8;
-        s.v.q = RK_Q_NONE;
+        s.v.kv = ROPEKV_KV_FP8_E4M3;
+        s.v.q = ROPEKV_Q_NONE;
         uint16_t k_nope[L], k_pe[R];
         uint8_t kv[W];
         fill16(k_nope, L, 0x3f80);
@@ -899,20 +899,20 @@ static void test_op_layout_consistency(void **state) {
         rk_cos_sin layout = (rk_cos_sin)(run % 3);
         int neox = run >= 4;
         setup_init(&s, neox ? RK_ROPE_NEOX : RK_ROPE_GPTJ, layout);
-        s.v.pos = (run & 1) ? RK_IDX_I32 : RK_IDX_I64;
-        s.v.slot = (run & 2) ? RK_IDX_I32 : RK_IDX_I64;
-        s.v.q = (rk_qform)((run + run / 3) % 3); /* absorbed, zero_copy, inplace */
+        s.v.pos = (run & 1) ? ROPEKV_INDEX_INT32 : ROPEKV_INDEX_INT64;
+        s.v.slot = (run & 2) ? ROPEKV_INDEX_INT32 : ROPEKV_INDEX_INT64;
+        s.v.q = (ropekv_q_form)((run + run / 3) % 3); /* absorbed, zero_copy, inplace */
         uint16_t q_out[T * H * W], kv[T * W], q_pe_run[T * H * R];
         fill16(q_out, T * H * W, 0);
         fill16(kv, T * W, 0);
         memcpy(q_pe_run, neox ? q_pe_nx : q_pe, sizeof q_pe_run);
-        if (s.v.q != RK_Q_ABSORBED)
+        if (s.v.q != ROPEKV_Q_ABSORBED)
             for (int i = 0; i < T * H; i++) memcpy(q_out + i * W, q_nope + i * L, L * sizeof(uint16_t));
         rk_args a = {
             .q_nope = q_nope, .q_pe = q_pe_run, .q_out = q_out, .k_nope = k_nope,
             .k_pe = neox ? k_pe_nx : k_pe, .kv_cache = kv,
-            .positions = s.v.pos == RK_IDX_I32 ? (const void *)pos32 : (const void *)pos64,
-            .slots = s.v.slot == RK_IDX_I32 ? (const void *)slot32 : (const void *)slot64,
+            .positions = s.v.pos == ROPEKV_INDEX_INT32 ? (const void *)pos32 : (const void *)pos64,
+            .slots = s.v.slot == ROPEKV_INDEX_INT32 ? (const void *)slot32 : (const void *)slot64,
             .cos = layout == RK_CS_F32_CAT ? (const void *)cat
                  : layout == RK_CS_F32_SPLIT ? (const void *)cs : (const void *)cs16,
             .sin = layout == RK_CS_F32_SPLIT ? (const void *)sn : (const void *)sn16,
@@ -921,7 +921,7 @@ static void test_op_layout_consistency(void **state) {
             .q_out_st = H * W, .q_out_sh = W, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = T,
         };
         rk_ref_run(&s.v, &a);
-        if (s.v.q == RK_Q_INPLACE)
+        if (s.v.q == ROPEKV_Q_INPLACE)
             for (int i = 0; i < T * H; i++) memcpy(q_out + i * W + L, q_pe_run + i * R, R * sizeof(uint16_t));
         if (neox) { /* regroup back to the GPT-J order */
             uint16_t tmp[R];

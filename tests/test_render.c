@@ -235,7 +235,7 @@ static void test_launch_plan(void **state) {
     (void)state;
     rk_args a = {.tokens = 3, .heads = 16};
     int64_t total, blocks;
-    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    rk_launch_plan(512, 64, ROPEKV_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
     assert_int_equal(a.lanes, 160 + 16 * 64 + 64);
     assert_int_equal(total, 3 * a.lanes);
     assert_int_equal(a.chunks, 1);
@@ -243,12 +243,12 @@ static void test_launch_plan(void **state) {
     assert_int_equal(blocks, (total + 127) / 128);
     assert_int_equal(magic_div(total - 1, a.lanes_mul, a.lanes_shift), 2);
     a = (rk_args){.tokens = 4096, .heads = 16};
-    rk_launch_plan(512, 64, RK_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
+    rk_launch_plan(512, 64, ROPEKV_Q_ABSORBED, 32, 128, 4, 1 << 20, &a, &total, &blocks);
     assert_int_equal(a.chunks, 4);
     assert_int_equal(a.early_release, 0);
     assert_int_equal(blocks, (total + 511) / 512);
     a = (rk_args){.tokens = 1, .heads = 1};
-    rk_launch_plan(512, 64, RK_Q_NONE, 64, 256, 1, 0, &a, &total, &blocks);
+    rk_launch_plan(512, 64, ROPEKV_Q_NONE, 64, 256, 1, 0, &a, &total, &blocks);
     assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
 }
 

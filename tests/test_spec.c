@@ -197,21 +197,21 @@ static void test_names(void **state)
     ROUNDTRIP(fp8, rk_fp8_fmt, 2);
     ROUNDTRIP(rope, rk_rope, 3);
     ROUNDTRIP(cos_sin, rk_cos_sin, 3);
-    ROUNDTRIP(idx, rk_idx, 2);
-    ROUNDTRIP(kv, rk_kv, 2);
+    ROUNDTRIP(idx, ropekv_index, 2);
+    ROUNDTRIP(kv, ropekv_kv_dtype, 2);
     ROUNDTRIP(scale, rk_scale, 4);
     ROUNDTRIP(neg, rk_neg, 2);
-    ROUNDTRIP(qform, rk_qform, 4);
+    ROUNDTRIP(qform, ropekv_q_form, 4);
     assert_string_equal(rk_vendor_name(RK_VENDOR_NVIDIA), "nvidia");
     assert_string_equal(rk_compiler_name(RK_CC_HIPRTC), "hiprtc");
     assert_string_equal(rk_fp8_name(RK_FP8_FNUZ), "fnuz");
     assert_string_equal(rk_rope_name(RK_ROPE_NEOX), "neox");
     assert_string_equal(rk_cos_sin_name(RK_CS_BF16_SPLIT), "bf16_split");
-    assert_string_equal(rk_idx_name(RK_IDX_I32), "int32");
-    assert_string_equal(rk_kv_name(RK_KV_FP8), "fp8_e4m3");
+    assert_string_equal(rk_idx_name(ROPEKV_INDEX_INT32), "int32");
+    assert_string_equal(rk_kv_name(ROPEKV_KV_FP8_E4M3), "fp8_e4m3");
     assert_string_equal(rk_scale_name(RK_SCALE_MUL_RECIP), "mul_recip");
     assert_string_equal(rk_neg_name(RK_NEG_SKIP_ALL), "skip_all");
-    assert_string_equal(rk_qform_name(RK_Q_ZERO_COPY), "zero_copy");
+    assert_string_equal(rk_qform_name(ROPEKV_Q_ZERO_COPY), "zero_copy");
 }
 
 static void test_arch_find(void **state)
@@ -325,17 +325,17 @@ static void test_spec_values(void **state)
     rk_spec s = load_file(state, "deepseek_v3.lua");
     assert_string_equal(s.name, "deepseek_v3");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.rope == RK_ROPE_GPTJ);
-    assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 1 && s.pos[0] == RK_IDX_I64);
-    assert_true(s.n_slot == 2 && s.slot[0] == RK_IDX_I64 && s.slot[1] == RK_IDX_I32);
+    assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_slot == 2 && s.slot[0] == ROPEKV_INDEX_INT64 && s.slot[1] == ROPEKV_INDEX_INT32);
     assert_true(s.n_kv == 2 && s.fp8_scale == RK_SCALE_MUL_RECIP);
-    assert_true(s.n_q == 3 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_NONE);
+    assert_true(s.n_q == 3 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_NONE);
     assert_true(s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f && !s.fp8_rope_bf16);
     assert_true(s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize && s.n_targets == 9);
 
     s = load_file(state, "kimi_k2.lua");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64);
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
-    assert_true(s.n_q == 2 && s.q[0] == RK_Q_ABSORBED && s.q[1] == RK_Q_INPLACE);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT32 && s.n_slot == 1 && s.slot[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_INPLACE);
     assert_true(s.fp8_scale == RK_SCALE_DIV && s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.n_targets == 4);
 
@@ -346,7 +346,7 @@ static void test_spec_values(void **state)
     s = load_file(state, "minicpm3_4b.lua");
     assert_true(s.kv_lora_rank == 256 && s.rope_dim == 32 && s.rope == RK_ROPE_NEOX);
     assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8_scale == RK_SCALE_NONE && s.fp8_rope_bf16);
-    assert_true(s.n_q == 3 && s.q[1] == RK_Q_ZERO_COPY && s.q[2] == RK_Q_INPLACE && s.n_targets == 4);
+    assert_true(s.n_q == 3 && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_INPLACE && s.n_targets == 4);
     assert_string_equal(s.targets[0], "gfx1250");
 }
 
@@ -362,11 +362,11 @@ static void test_defaults(void **state)
     assert_string_equal(s.description, "");
     assert_string_equal(s.file, "specs/m.lua");
     assert_true(s.rope == RK_ROPE_GPTJ && s.cos_sin == RK_CS_F32_CAT);
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I64 && s.n_slot == 1 && s.slot[0] == RK_IDX_I64);
-    assert_true(s.n_kv == 2 && s.kv[0] == RK_KV_BF16 && s.kv[1] == RK_KV_FP8);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT64 && s.n_slot == 1 && s.slot[0] == ROPEKV_INDEX_INT64);
+    assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_BF16 && s.kv[1] == ROPEKV_KV_FP8_E4M3);
     assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f);
     assert_true(!s.fp8_rope_bf16 && s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize);
-    assert_true(s.n_q == 1 && s.q[0] == RK_Q_ABSORBED);
+    assert_true(s.n_q == 1 && s.q[0] == ROPEKV_Q_ABSORBED);
     assert_true(s.n_targets == 1 && strcmp(s.targets[0], "host") == 0);
 }
 
@@ -380,7 +380,7 @@ static void test_accepts(void **state)
     s = load_ok(state, "s.kv_lora_rank = 8  s.qk_rope_head_dim = 8");
     assert_true(s.kv_lora_rank == 8 && s.rope_dim == 8);
     s = load_ok(state, "s.positions = 'int32'  s.targets = 'host'");
-    assert_true(s.n_pos == 1 && s.pos[0] == RK_IDX_I32 && s.n_targets == 1);
+    assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT32 && s.n_targets == 1);
     s = load_ok(state, "s.fp8.saturate.fnuz = 224  s.fp8.saturate.ocp = 240");
     assert_true(s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 240.0f);
     s = load_ok(state, "s.fp8.saturate.ocp = 2^-9  s.fp8.saturate = { ocp = 2^-9 }");

@@ -391,7 +391,7 @@ void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r) {
     fig(code, sizeof code, r->info.code_size);
     if (r->info.ms < 0) snprintf(ms, sizeof ms, "-");
     else snprintf(ms, sizeof ms, "%.0f", r->info.ms);
-    const char *fp8 = v->kv != RK_KV_FP8 || r->cc == RK_CC_HOST ? "-" : yes_no(r->info.fp8_cvt);
+    const char *fp8 = v->kv != ROPEKV_KV_FP8_E4M3 || r->cc == RK_CC_HOST ? "-" : yes_no(r->info.fp8_cvt);
     fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", v->key, v->arch->name,
             r->info.compiler[0] ? r->info.compiler : rk_compiler_name(r->cc), ms, regs, scratch, spills, code, fp8,
             r->cc == RK_CC_HOST ? "-" : yes_no(r->bf16_cvt));
@@ -407,7 +407,7 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
             snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
         return 1;
     }
-    if (v->kv == RK_KV_FP8 && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
+    if (v->kv == ROPEKV_KV_FP8_E4M3 && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
         snprintf(why, cap, "fp8 cache on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
         return 1;
     }

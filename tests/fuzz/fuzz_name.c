@@ -53,11 +53,11 @@ static void check_spellings(const char *s) {
     SPELLING(fp8, rk_fp8_fmt);
     SPELLING(rope, rk_rope);
     SPELLING(cos_sin, rk_cos_sin);
-    SPELLING(idx, rk_idx);
-    SPELLING(kv, rk_kv);
+    SPELLING(idx, ropekv_index);
+    SPELLING(kv, ropekv_kv_dtype);
     SPELLING(scale, rk_scale);
     SPELLING(neg, rk_neg);
-    SPELLING(qform, rk_qform);
+    SPELLING(qform, ropekv_q_form);
 }
 
 typedef struct reader {
@@ -80,8 +80,8 @@ static uint32_t take(reader *r, int bytes) {
  * format treats as booleans, canonicalized. */
 static rk_name_parts canonical(const rk_name_parts *p) {
     rk_name_parts c = *p;
-    c.pos = p->pos == RK_IDX_I64 ? RK_IDX_I64 : RK_IDX_I32;
-    c.slot = p->slot == RK_IDX_I64 ? RK_IDX_I64 : RK_IDX_I32;
+    c.pos = p->pos == ROPEKV_INDEX_INT64 ? ROPEKV_INDEX_INT64 : ROPEKV_INDEX_INT32;
+    c.slot = p->slot == ROPEKV_INDEX_INT64 ? ROPEKV_INDEX_INT64 : ROPEKV_INDEX_INT32;
     c.kv_fp8 = p->kv_fp8 != 0;
     c.fp8 = c.kv_fp8 && p->fp8 == RK_FP8_FNUZ ? RK_FP8_FNUZ : RK_FP8_OCP;
     c.rope_bf16 = p->rope_bf16 != 0;
@@ -98,15 +98,15 @@ static void check_format(const uint8_t *data, size_t size) {
     p.R = mode & 2 ? (int)take(&r, 4) : (int)take(&r, 2);
     p.rope = (rk_rope)(take(&r, 1) % 5);
     p.cos_sin = (rk_cos_sin)(take(&r, 1) % 5);
-    p.pos = (rk_idx)(take(&r, 1) % 3);
-    p.slot = (rk_idx)(take(&r, 1) % 3);
+    p.pos = (ropekv_index)(take(&r, 1) % 3);
+    p.slot = (ropekv_index)(take(&r, 1) % 3);
     p.kv_fp8 = (int)(take(&r, 1) % 3);
     p.fp8 = (rk_fp8_fmt)(take(&r, 1) % 3);
     p.scale = (rk_scale)(take(&r, 1) % 6);
     uint32_t bits = mode & 4 ? take(&r, 4) : 0x43e00000u + take(&r, 1); /* any float, or near 448 */
     memcpy(&p.sat, &bits, sizeof bits);
     p.rope_bf16 = (int)(take(&r, 1) % 3);
-    p.q = (rk_qform)(take(&r, 1) % 6);
+    p.q = (ropekv_q_form)(take(&r, 1) % 6);
     p.neg = (rk_neg)(take(&r, 1) % 3);
     p.sanitize = (int)(take(&r, 1) % 3);
     size_t tl = take(&r, 1) % RK_NAME_MAX;

@@ -113,7 +113,7 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                "list sizes");
     for (int i = 0; i < s->n_q; i++) {
         FUZZ_CHECK(rk_qform_name(s->q[i]), "q form");
-        FUZZ_CHECK(!(s->q[i] == RK_Q_INPLACE && s->rope == RK_ROPE_NONE), "inplace without rope");
+        FUZZ_CHECK(!(s->q[i] == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE), "inplace without rope");
         for (int j = 0; j < i; j++) FUZZ_CHECK(s->q[i] != s->q[j], "duplicate q form");
     }
     FUZZ_CHECK(s->fp8_sat_ocp > 0 && s->fp8_sat_ocp <= 448 && s->fp8_sat_fnuz > 0 && s->fp8_sat_fnuz <= 240,

@@ -126,10 +126,10 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
 static sizes sizes_for(const rk_desc *v, int64_t T, int64_t H, int64_t pad, int64_t max_pos) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
-    const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
+    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2;
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
-    const int64_t idx_pos = v->pos == RK_IDX_I64 ? 8 : 4, idx_slot = v->slot == RK_IDX_I64 ? 8 : 4;
+    const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     sizes z = {
         .q = (T * (H * row_elems + pad)) * 2,
         .k = T * row_elems * 2,
@@ -183,7 +183,7 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
     const uint16_t x[4] = {rk_f32_to_bf16(1.03125f), rk_f32_to_bf16(1.0f), rk_f32_to_bf16(1.0f),
                            rk_f32_to_bf16(1.03125f)};
     for (int64_t t = 0; t < sh->tokens; t++) {
-        int64_t p = v->pos == RK_IDX_I64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
+        int64_t p = v->pos == ROPEKV_INDEX_INT64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
         if (p > 0) continue; /* positions <= 0 read table row 0 */
         for (int k = 0; k < 4; k++) {
             s->k[t * row_elems + L + e[k]] = x[k];
@@ -197,10 +197,10 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
     const int64_t row_elems = W + sh->pad;
-    const int64_t kv_elem = v->kv == RK_KV_FP8 ? 1 : 2;
+    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2;
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
-    const int64_t idx_pos = v->pos == RK_IDX_I64 ? 8 : 4, idx_slot = v->slot == RK_IDX_I64 ? 8 : 4;
+    const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     const sizes z = sizes_for(v, T, H, sh->pad, sh->max_pos);
     rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
