@@ -24,19 +24,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ROPEKV_VERSION_MAJOR/MINOR/PATCH/STRING/NUMBER: generated from the version in CMakeLists.txt and
+ * installed beside this header. */
+#include "ropekv_version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define ROPEKV_VERSION_MAJOR 0
-#define ROPEKV_VERSION_MINOR 1
-#define ROPEKV_VERSION_PATCH 0
-#define ROPEKV_VERSION_STRING "0.1.0"
-#define ROPEKV_VERSION_NUMBER (ROPEKV_VERSION_MAJOR * 10000 + ROPEKV_VERSION_MINOR * 100 + ROPEKV_VERSION_PATCH)
+/* ROPEKV_API marks the functions libropekv exports; the rest of the library is hidden. The library's
+ * own build defines ROPEKV_BUILDING; for users (shared or static library) the macro is empty. */
+#if defined(ROPEKV_BUILDING) && defined(__GNUC__)
+#define ROPEKV_API __attribute__((visibility("default")))
+#else
+#define ROPEKV_API
+#endif
 
 /* The library's version at run time (compare with the macros to detect a header/library mismatch). */
-int ropekv_version_number(void);
-const char *ropekv_version_string(void);
+ROPEKV_API int ropekv_version_number(void);
+ROPEKV_API const char *ropekv_version_string(void);
 
 /* ---- status codes: gapped by area ---------------------------------------------------------------- */
 #define ROPEKV_STATUS_LIST(X)                                                                       \
@@ -70,8 +76,8 @@ typedef enum ropekv_status {
 } ropekv_status;
 
 /* "ROPEKV_ERR_ALIGN" and a one-line description; "ROPEKV_UNKNOWN" for other values. Thread-safe. */
-const char *ropekv_status_name(ropekv_status s);
-const char *ropekv_status_message(ropekv_status s);
+ROPEKV_API const char *ropekv_status_name(ropekv_status s);
+ROPEKV_API const char *ropekv_status_message(ropekv_status s);
 
 /* ---- context --------------------------------------------------------------------------------------- */
 typedef struct ropekv_ctx ropekv_ctx;
@@ -104,21 +110,21 @@ typedef struct ropekv_options {
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
  * failed create go to stderr only when logging is on. */
-ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
-void ropekv_destroy(ropekv_ctx *ctx);
+ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
+ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);
 
 /* Details of the most recent failure on ctx: compiler log, path, Lua traceback. Never NULL. */
-const char *ropekv_last_error(const ropekv_ctx *ctx);
+ROPEKV_API const char *ropekv_last_error(const ropekv_ctx *ctx);
 
 /* "hip", "cuda" or "host", and the target kernels are built for. */
-const char *ropekv_backend_name(const ropekv_ctx *ctx);
-const char *ropekv_target(const ropekv_ctx *ctx);
+ROPEKV_API const char *ropekv_backend_name(const ropekv_ctx *ctx);
+ROPEKV_API const char *ropekv_target(const ropekv_ctx *ctx);
 
 /* Loads one more model spec at run time (a spec of the same name replaces the built-in one; its
  * kernels are rebuilt on next use). The file runs in the Lua sandbox once, here, never on launch. */
-ropekv_status ropekv_load_spec(ropekv_ctx *ctx, const char *path);
+ROPEKV_API ropekv_status ropekv_load_spec(ropekv_ctx *ctx, const char *path);
 /* The same from text in memory; file names the text in messages. */
-ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file, const char *text, size_t len);
+ROPEKV_API ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file, const char *text, size_t len);
 
 /* Counters of a context since its creation (monitoring, and tests of the cache). Thread-safe. */
 typedef struct ropekv_stats {
@@ -127,10 +133,10 @@ typedef struct ropekv_stats {
     uint64_t compiles;         /* compiler runs */
     uint64_t cache_rejects;    /* invalid disk entries removed (corrupt, truncated, foreign, not loadable) */
 } ropekv_stats;
-ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
+ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
 
 /* Removes every entry ropekv made in the context's cache directory (memory entries stay). */
-ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
+ROPEKV_API ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
 
 /* ---- kernels -------------------------------------------------------------------------------------- */
 typedef enum ropekv_kv_dtype { ROPEKV_KV_BF16 = 0, ROPEKV_KV_FP8_E4M3 } ropekv_kv_dtype;
@@ -172,19 +178,19 @@ typedef struct ropekv_args {
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
  * ropekv_kernel_get / ropekv_launch would return, with the reason in why (may be NULL). args may
  * be NULL to ask about the variant alone; with args, every launch check runs too. */
-ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropekv_args *args, char *why,
-                           size_t why_cap);
+ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropekv_args *args,
+                                      char *why, size_t why_cap);
 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
  * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
  * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets reach
  * 2^31 elements, is built (cache, then compiler) by the first such launch. */
-ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
-void ropekv_kernel_release(ropekv_kernel *k);
+ROPEKV_API ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
+ROPEKV_API void ropekv_kernel_release(ropekv_kernel *k);
 
 /* The extern "C" kernel name, which spells every parameter of the code (for logs and cache listings;
  * read the parameters with ropekv_kernel_info, not from the name). */
-const char *ropekv_kernel_name(const ropekv_kernel *k);
+ROPEKV_API const char *ropekv_kernel_name(const ropekv_kernel *k);
 
 /* What a kernel is: its variant and every parameter of its code and launch. Strings are the spellings
  * of the spec files and stay valid while the context lives. */
@@ -209,7 +215,7 @@ typedef struct ropekv_kernel_params {
     int block;                 /* threads per block of a launch */
     int pdl;                   /* 1: launches use programmatic dependent launch on this context */
 } ropekv_kernel_params;
-ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
+ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
@@ -217,7 +223,7 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
  * elements builds the kernel's 64-bit entry first (see ropekv_kernel_get); if that build fails it
  * returns its status (e.g. ROPEKV_ERR_COMPILE, with the compiler's log) and the next such launch
  * tries again. */
-ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);
+ROPEKV_API ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);
 
 #ifdef __cplusplus
 }

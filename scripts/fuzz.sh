@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds the libFuzzer targets of tests/fuzz in build-fuzz/ (clang, ASan, UBSan) and runs them.
+# Builds the libFuzzer targets of tests/fuzz (the fuzz preset: build-fuzz/, clang, ASan, UBSan), runs them.
 #   usage: scripts/fuzz.sh TARGET|all [SECONDS] [extra libFuzzer arguments...]
 #   TARGET: spec | render | cache; SECONDS per target (default 15).
 # Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
@@ -11,7 +11,7 @@
 # Exit status 0 only when no target found a crash, a leak or a timeout.
 # A crash is kept as a regression: copy the artifact to tests/fuzz/regressions/<t>/ (the fuzz_replay_<t>
 # CTest test replays it), reproduce with build-fuzz/tests/fuzz/fuzz_<t> ARTIFACT.
-# Environment: FUZZ_CC (default clang-22), FUZZ_BUILD (default build-fuzz).
+# Environment: FUZZ_CC (default clang-22, the preset's), FUZZ_BUILD (default build-fuzz, the preset's).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -44,8 +44,7 @@ command -v "$cc" >/dev/null || {
     exit 2
 }
 
-cmake -S . -B "$bdir" -DRK_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    >"$bdir.configure.log" 2>&1 || {
+cmake --preset fuzz -B "$bdir" -DCMAKE_C_COMPILER="$cc" >"$bdir.configure.log" 2>&1 || {
     cat "$bdir.configure.log" >&2
     exit 1
 }

@@ -5,13 +5,14 @@
 #   tests:           cmocka; valgrind (CI runs the CLI under memcheck)
 #   AMD backends:    hiprtc (ROCm 5.2.3 in libamdhip64) and clang-22/llvm-22 for offline AMD builds and ISA
 #   fuzzing:         libclang-rt-22-dev (libFuzzer and the sanitizer runtimes for clang-22, scripts/fuzz.sh)
+#   formatting:      clang-format (version 14, scripts/format.sh)
 # CUDA (nvrtc) is optional: it is used when /usr/local/cuda or libnvrtc is present.
 set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PKGS="cmake make g++ pkg-config lua5.4 liblua5.4-dev libcmocka-dev
       hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr-dev
-      clang-22 llvm-22 lld-22 libclang-rt-22-dev valgrind"
+      clang-22 llvm-22 lld-22 libclang-rt-22-dev valgrind clang-format"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -596,8 +596,8 @@ static void test_spec_cpu_time_cap(void **state) {
     static const char *const burners[] = {
         "for i = 1, 200000 do local s = string.rep('x', 1 << 20) end return {}",
         "for i = 1, 200000 do pcall(string.rep, 'x', 1 << 20) end return {}",
-        "local t = {} for i = 1, 100000 do t[i] = i end\n"
-        "for i = 1, 200000 do table.sort(t) pcall(table.sort, t) end return {}",
+        ("local t = {} for i = 1, 100000 do t[i] = i end\n"
+         "for i = 1, 200000 do table.sort(t) pcall(table.sort, t) end return {}"),
     };
     for (size_t i = 0; i < sizeof burners / sizeof burners[0]; i++) {
         rk_spec s;

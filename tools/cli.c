@@ -44,6 +44,7 @@ static const char USAGE[] =
     "  --spec FILE        also load this model spec (a spec with the same name replaces the built-in)\n"
     "  --filter TEXT      only variants whose key contains TEXT\n"
     "  --help             this text; `ropekv-gen COMMAND --help` describes one command\n"
+    "  --version          the version of ropekv\n"
     "\n"
     "The architecture table and model specs under specs/ are built in.\n";
 
@@ -488,6 +489,9 @@ int main(int argc, char **argv) {
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("ropekv-gen %s\n", ROPEKV_VERSION_STRING);
             return 0;
         } else if (!strcmp(argv[i], "--spec") && i + 1 < argc) {
             if (o.n_extra == 16) {

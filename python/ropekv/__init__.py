@@ -17,7 +17,14 @@ from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_sta
 from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
 from ._core import version_number
 
-__version__ = "0.1.0"
+
+def __getattr__(name):
+    # __version__ is the loaded library's (ropekv_version_string), read on first use so that importing
+    # the package still needs no library.
+    if name == "__version__":
+        return version()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
 
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel", "KernelInfo",
