@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "args_check.h"
 #include "cache.h"
+#include "proc.h"
 #include "rk.h"
 #include "ropekv.h"
 
@@ -382,11 +383,6 @@ static void key_digest(const ropekv_ctx *c, const rk_desc *d, const char *src, s
     rk_sha256_final(&h, out);
 }
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 /* Source -> digest -> disk cache or compiler -> loaded module holding one entry (templates/kernel.hip,
  * RK_ENTRIES): the 32-bit one (wide = 0) or the 64-bit one (wide = 1), stored in k->module[wide] and
@@ -424,7 +420,7 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!from_disk) {
-            double t0 = now_ms();
+            double t0 = rk_now_ms();
             count(c, &c->stats.compiles);
             rc = c->dev.ops->compile(&c->dev, text, len, d->name, c->arch, &co, &log);
             if (rc != ROPEKV_OK) {
@@ -432,7 +428,7 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
                          c->dev.compiler_id, log.p ? log.p : "");
                 break;
             }
-            logf_(c, "compiled %s for %s in %.1f ms (%zu bytes)", d->name, c->dev.target, now_ms() - t0, co.len);
+            logf_(c, "compiled %s for %s in %.1f ms (%zu bytes)", d->name, c->dev.target, rk_now_ms() - t0, co.len);
         } else {
             logf_(c, "disk cache hit %s (%s)", d->name, hex);
             count(c, &c->stats.disk_hits);
