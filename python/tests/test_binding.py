@@ -213,6 +213,10 @@ def test_struct_layout_matches_header():
     header = os.path.join(ROOT, "include", "ropekv.h")
     if cc is None or not os.path.exists(header):
         skip("no C compiler or no include/ropekv.h")
+    # ropekv.h includes the generated ropekv_version.h: beside the library's build (build/include)
+    version_dirs = [os.path.join(os.path.dirname(ropekv.library_path()), "include"), os.path.join(ROOT, "build", "include")]
+    version_dir = next((d for d in version_dirs if os.path.exists(os.path.join(d, "ropekv_version.h"))), None)
+    assert version_dir, "ropekv_version.h not found in %s" % ", ".join(version_dirs)
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
     structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args,
                ropekv._capi.ropekv_kernel_params]
@@ -226,7 +230,8 @@ def test_struct_layout_matches_header():
         src, exe = os.path.join(d, "layout.c"), os.path.join(d, "layout")
         with open(src, "w") as fh:
             fh.write("\n".join(lines) + "\n")
-        r = subprocess.run([cc, "-I", os.path.dirname(header), src, "-o", exe], capture_output=True, text=True)
+        r = subprocess.run([cc, "-I", os.path.dirname(header), "-I", version_dir, src, "-o", exe], capture_output=True,
+                           text=True)
         assert r.returncode == 0, r.stderr
         out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout.split("\n")
     finally:
