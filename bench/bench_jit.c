@@ -35,11 +35,12 @@ static int source_for(const rk_catalog *cat, const char *target, rk_buf *src) {
 
 /* entries: as the runtime compiles (templates/kernel.hip RK_ENTRIES): 1, the 32-bit entry that
  * ropekv_kernel_get builds; 2, the 64-bit entry the first launch that needs it builds. */
-static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, rk_compiler cc, int reps,
-                 int entries) {
+static void cold(const rk_catalog *cat, const char *label, const char *row, const char *target, rk_compiler cc,
+                 int reps, int entries) {
     rk_buf src = {0};
     double t[16];
-    int ok = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", entries) == ROPEKV_OK && source_for(cat, row, &src) == ROPEKV_OK;
+    int ok = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", entries) == ROPEKV_OK &&
+             source_for(cat, row, &src) == ROPEKV_OK;
     for (int i = 0; ok && i < reps; i++) {
         rk_codeobj co = {0};
         rk_buf log = {0};
@@ -75,8 +76,10 @@ int main(int argc, char **argv) {
      * cold (empty cache), disk hit (a new context), memory hit (the same context). */
     char dir[4096];
     if (rk_mktmpdir(dir, sizeof dir, "ropekv-bench") != ROPEKV_OK) return 1;
-    static const struct { ropekv_backend b; const char *name; } backends[] = {
-        {ROPEKV_BACKEND_HOST, "host"}, {ROPEKV_BACKEND_CUDA, "cuda"}, {ROPEKV_BACKEND_HIP, "hip"}};
+    static const struct {
+        ropekv_backend b;
+        const char *name;
+    } backends[] = {{ROPEKV_BACKEND_HOST, "host"}, {ROPEKV_BACKEND_CUDA, "cuda"}, {ROPEKV_BACKEND_HIP, "hip"}};
     for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
         ropekv_options o = {.backend = backends[b].b, .cache_dir = dir, .disk_cache = 1};
         ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};

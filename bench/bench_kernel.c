@@ -253,12 +253,29 @@ int main(int argc, char **argv) {
                         rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
                         const int pdl_mode = pdl_l[n / nn];
                         rc.a = (rk_args){
-                            .q_nope = (void *)q, .q_pe = (void *)(q + (size_t)L * 2), .q_out = (void *)qo,
-                            .k_nope = (void *)k, .k_pe = (void *)(k + (size_t)L * 2), .kv_cache = (void *)cache,
-                            .positions = (void *)pos, .slots = (void *)slots, .cos_sin = (void *)cs,
-                            .k_scale = (const float *)scale, .tokens = T, .heads = H, .max_pos = 4096,
-                            .q_nope_st = H * W, .q_nope_sh = W, .q_pe_st = H * W, .q_pe_sh = W, .q_out_st = H * W,
-                            .q_out_sh = W, .k_nope_st = W, .k_pe_st = W, .kv_st = W, .kv_rows = T + 1,
+                            .q_nope = (void *)q,
+                            .q_pe = (void *)(q + (size_t)L * 2),
+                            .q_out = (void *)qo,
+                            .k_nope = (void *)k,
+                            .k_pe = (void *)(k + (size_t)L * 2),
+                            .kv_cache = (void *)cache,
+                            .positions = (void *)pos,
+                            .slots = (void *)slots,
+                            .cos_sin = (void *)cs,
+                            .k_scale = (const float *)scale,
+                            .tokens = T,
+                            .heads = H,
+                            .max_pos = 4096,
+                            .q_nope_st = H * W,
+                            .q_nope_sh = W,
+                            .q_pe_st = H * W,
+                            .q_pe_sh = W,
+                            .q_out_st = H * W,
+                            .q_out_sh = W,
+                            .k_nope_st = W,
+                            .k_pe_st = W,
+                            .kv_st = W,
+                            .kv_rows = T + 1,
                             .prefetch = pdl_mode >= 3,
                         };
                         int64_t total;
@@ -271,8 +288,8 @@ int main(int argc, char **argv) {
                         double limit = bytes / bw * 1e6;
                         if (limit < t_rt) limit = t_rt;
                         printf("| %lld | %lld | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T,
-                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
-                               limit, 100 * limit / us);
+                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, pdl_mode,
+                               us, limit, 100 * limit / us);
                         fflush(stdout);
                         CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
                         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));

@@ -36,10 +36,11 @@ int main(void) {
     float *cos_sin = aligned_alloc(16, sizeof(float) * MAX_POS * R);
     int64_t positions[T] = {7, 8, 9, 10}, slots[T] = {3, -1, 5, 6}; /* -1: padding */
     float k_scale = 0.5f;
-    for (int i = 0; i < T * H * W; i++) q[i] = 0x3f80;   /* 1.0 in bf16 */
-    for (int i = 0; i < T * W; i++) kv_a[i] = 0x4000;    /* 2.0 */
+    for (int i = 0; i < T * H * W; i++) q[i] = 0x3f80; /* 1.0 in bf16 */
+    for (int i = 0; i < T * W; i++) kv_a[i] = 0x4000;  /* 2.0 */
     for (int i = 0; i < MAX_POS * R; i++) cos_sin[i] = i % R < R / 2 ? 1.0f : 0.0f;
 
+    /* clang-format off */
     ropekv_args a = {
         .tokens = T, .heads = H,
         .q_nope = q, .q_nope_st = H * W, .q_nope_sh = W,
@@ -52,6 +53,7 @@ int main(void) {
         .cos_sin = cos_sin, .max_pos = MAX_POS,
         .k_scale = &k_scale,
     };
+    /* clang-format on */
     s = ropekv_launch(k, &a, NULL /* stream */);
     if (s != ROPEKV_OK) {
         fprintf(stderr, "launch: %s\n", ropekv_last_error(ctx));

@@ -32,7 +32,8 @@ int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len
             c->specs[i] = s;
             return ROPEKV_OK;
         }
-    if (c->n_specs == RK_MAX_SPECS) return rk_fail(err, ROPEKV_ERR_SPEC_INVALID, "%s: more than %d specs", file, RK_MAX_SPECS);
+    if (c->n_specs == RK_MAX_SPECS)
+        return rk_fail(err, ROPEKV_ERR_SPEC_INVALID, "%s: more than %d specs", file, RK_MAX_SPECS);
     c->specs[c->n_specs++] = s;
     return ROPEKV_OK;
 }
@@ -54,7 +55,7 @@ int rk_spec_builtin(const char *name, const rk_arch_table *archs, rk_spec *out, 
     snprintf(file, sizeof file, "specs/%s", base);
     int rc = rk_spec_load(file, text, len, archs, out, err);
     if (rc == ROPEKV_OK && strcmp(out->name, name) != 0)
-        rc = rk_fail(err, ROPEKV_ERR_SPEC_INVALID, "%s: name = '%s': a built-in spec's name must be its file's base name",
-                     file, out->name);
+        rc = rk_fail(err, ROPEKV_ERR_SPEC_INVALID,
+                     "%s: name = '%s': a built-in spec's name must be its file's base name", file, out->name);
     return rc;
 }

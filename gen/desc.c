@@ -159,4 +159,3 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     const int64_t per_block = (int64_t)block * a->chunks;
     *blocks = (*total + per_block - 1) / per_block;
 }
-

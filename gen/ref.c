@@ -134,8 +134,8 @@ static uint8_t fp8_round_magnitude(uint32_t a, int bias) {
     int e = ef - 127;
     if (e < emin) e = emin;
     uint32_t sig = (a & 0x7fffffu) | 0x800000u; /* value = sig * 2^(ef - 150) */
-    int shift = (e - 3) - (ef - 150);            /* >= 20 */
-    if (shift > 25) return 0;                    /* below a quarter quantum */
+    int shift = (e - 3) - (ef - 150);           /* >= 20 */
+    if (shift > 25) return 0;                   /* below a quarter quantum */
     uint32_t q = sig >> shift;
     uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
     if (rest > half || (rest == half && (q & 1u))) q++;
@@ -149,10 +149,8 @@ uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt) {
     uint8_t sign = (u >> 31) ? 0x80 : 0x00;
     if (a > 0x7f800000u) return fi.nan;
     uint8_t code;
-    if (bits_f32(a) > fp8_magnitude(fi.max_code, fi.bias))
-        code = fi.max_code; /* satfinite, inf included */
-    else
-        code = fp8_round_magnitude(a, fi.bias);
+    if (bits_f32(a) > fp8_magnitude(fi.max_code, fi.bias)) code = fi.max_code; /* satfinite, inf included */
+    else code = fp8_round_magnitude(a, fi.bias);
     if (code == 0 && fmt == RK_FP8_FNUZ) return 0x00;
     return (uint8_t)(code | sign);
 }
@@ -202,8 +200,8 @@ static void pair_index(rk_rope rope, int R, int i, int *j0, int *j1) {
 
 /* Pair i of rope(x): y0 at j0, y1 at j1. Reads x before anything is written, so a caller may store
  * the pair back into x (in-place rope); pairs never share elements. */
-static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, int i,
-                      int *j0, int *j1, float *y0, float *y1) {
+static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, int i, int *j0, int *j1,
+                      float *y0, float *y1) {
     pair_index(v->rope, v->R, i, j0, j1);
     float x0 = rk_bf16_to_f32(x[*j0]), x1 = rk_bf16_to_f32(x[*j1]);
     if (v->rope == RK_ROPE_NONE) {
@@ -219,8 +217,7 @@ static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uin
 }
 
 /* dst[0, R) = bf16(rope(x)); dst may equal x. */
-static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x,
-                          uint16_t *dst) {
+static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, uint16_t *dst) {
     for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
@@ -247,11 +244,8 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
             rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
         }
-        case ROPEKV_Q_INPLACE:
-            rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe);
-            break;
-        case ROPEKV_Q_NONE:
-            break;
+        case ROPEKV_Q_INPLACE: rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe); break;
+        case ROPEKV_Q_NONE: break;
         }
     }
 }
@@ -285,8 +279,7 @@ static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
 
 /* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
-static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope,
-                          uint16_t raw) {
+static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope, uint16_t raw) {
     if (v->kv == ROPEKV_KV_BF16) {
         uint16_t *r = row;
         if (v->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
@@ -300,7 +293,7 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
     void *row = v->kv == ROPEKV_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
-                                    : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
+                                        : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
     for (int j = 0; j < L; j++) store_kv_elem(v, a, row, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);

@@ -78,7 +78,8 @@ int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *o
             return rk_fail(err, ROPEKV_ERR_RENDER, "template line %d: unknown placeholder '${%.*s}'", line_of(tpl, c),
                            (int)nl, name);
         used[k] = 1;
-        if (rk_buf_put(out, b[k].value, strlen(b[k].value))) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
+        if (rk_buf_put(out, b[k].value, strlen(b[k].value)))
+            return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
         c = lit = close + 1;
     }
     if (rk_buf_put(out, lit, (size_t)(end - lit))) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
@@ -106,8 +107,7 @@ int rk_template_text(rk_buf *out, rk_err *err) {
 static const char *base_name(const char *path, char *out, size_t cap) {
     const char *s = strrchr(path, '/');
     size_t n = 0;
-    for (s = s ? s + 1 : path; *s && n + 1 < cap; s++, n++)
-        out[n] = *s >= 0x20 && *s < 0x7f && *s != '\\' ? *s : '?';
+    for (s = s ? s + 1 : path; *s && n + 1 < cap; s++, n++) out[n] = *s >= 0x20 && *s < 0x7f && *s != '\\' ? *s : '?';
     out[n] = '\0';
     return out;
 }
@@ -129,16 +129,17 @@ static int header(const rk_desc *d, rk_buf *o) {
     rc |= rk_buf_printf(o, "// Values:  kv_lora_rank=%d qk_rope_head_dim=%d rope=%s cos_sin=%s positions=%s slots=%s\n",
                         d->L, d->R, rk_rope_name(d->rope), rk_cos_sin_name(d->cos_sin), rk_idx_name(d->pos),
                         rk_idx_name(d->slot));
-    rc |= rk_buf_printf(o, "//          kv=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv), rk_qform_name(d->q),
-                        rk_neg_name(d->neg), d->sanitize ? "true" : "false");
+    rc |= rk_buf_printf(o, "//          kv=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv),
+                        rk_qform_name(d->q), rk_neg_name(d->neg), d->sanitize ? "true" : "false");
     if (d->kv != ROPEKV_KV_BF16)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(d->fp8),
                             rk_scale_name(d->scale), (double)d->sat, d->rope_bf16 ? "true" : "false");
-    rc |= rk_buf_printf(o, "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
-                        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->chunks, a->nt_stores, a->pdl, a->fp8_hw,
-                        a->bf16_hw, rk_compiler_name(a->compiler));
-    rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file,
-                        d->key);
+    rc |= rk_buf_printf(
+        o,
+        "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
+        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->chunks, a->nt_stores, a->pdl, a->fp8_hw, a->bf16_hw,
+        rk_compiler_name(a->compiler));
+    rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file, d->key);
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
 }
 

@@ -26,26 +26,51 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 
 /* ---- enumerations: one spelling table per enum ---------------------------------------------------
  * One row per value: X(enumerator, spelling, token). The spelling is what spec files, variant keys and
- * ropekv_kernel_info use, and the name of the kernel's C++ enumerator (templates/prelude.hip: a binding
+ * ropekv_kernel_info use, and the name of the kernel's C++ enumerator (templates/params.hip: a binding
  * reads `constexpr Rope ROPE = Rope::gptj;`); the token is the value's part of a kernel name (no '_':
  * that separates a name's fields). Nothing depends on an enumerator's integer value. */
-#define RK_VENDOR_LIST(X) X(RK_VENDOR_AMD, amd, amd) X(RK_VENDOR_NVIDIA, nvidia, nvidia) X(RK_VENDOR_HOST, host, host)
-#define RK_COMPILER_LIST(X) \
-    X(RK_CC_HIPRTC, hiprtc, hiprtc) X(RK_CC_CLANG, clang, clang) X(RK_CC_NVRTC, nvrtc, nvrtc) X(RK_CC_HOST, host, host)
-#define RK_FP8_LIST(X) X(RK_FP8_OCP, ocp, ocp) X(RK_FP8_FNUZ, fnuz, fnuz)
-#define RK_ROPE_LIST(X) X(RK_ROPE_GPTJ, gptj, gptj) X(RK_ROPE_NEOX, neox, neox) X(RK_ROPE_NONE, none, nope)
-#define RK_COS_SIN_LIST(X) \
-    X(RK_CS_F32_CAT, f32_cat, f32cat) X(RK_CS_F32_SPLIT, f32_split, f32split) X(RK_CS_BF16_SPLIT, bf16_split, bf16split)
-#define RK_SCALE_LIST(X) \
-    X(RK_SCALE_NONE, none, none) X(RK_SCALE_MUL_RECIP, mul_recip, mulrecip) X(RK_SCALE_DIV, div, div) \
+/* clang-format off */
+#define RK_VENDOR_LIST(X)               \
+    X(RK_VENDOR_AMD, amd, amd)          \
+    X(RK_VENDOR_NVIDIA, nvidia, nvidia) \
+    X(RK_VENDOR_HOST, host, host)
+#define RK_COMPILER_LIST(X)         \
+    X(RK_CC_HIPRTC, hiprtc, hiprtc) \
+    X(RK_CC_CLANG, clang, clang)    \
+    X(RK_CC_NVRTC, nvrtc, nvrtc)    \
+    X(RK_CC_HOST, host, host)
+#define RK_FP8_LIST(X)         \
+    X(RK_FP8_OCP, ocp, ocp)    \
+    X(RK_FP8_FNUZ, fnuz, fnuz)
+#define RK_ROPE_LIST(X)         \
+    X(RK_ROPE_GPTJ, gptj, gptj) \
+    X(RK_ROPE_NEOX, neox, neox) \
+    X(RK_ROPE_NONE, none, nope)
+#define RK_COS_SIN_LIST(X)                     \
+    X(RK_CS_F32_CAT, f32_cat, f32cat)          \
+    X(RK_CS_F32_SPLIT, f32_split, f32split)    \
+    X(RK_CS_BF16_SPLIT, bf16_split, bf16split)
+#define RK_SCALE_LIST(X)                       \
+    X(RK_SCALE_NONE, none, none)               \
+    X(RK_SCALE_MUL_RECIP, mul_recip, mulrecip) \
+    X(RK_SCALE_DIV, div, div)                  \
     X(RK_SCALE_MUL, mul, mul)
-#define RK_NEG_LIST(X) X(RK_NEG_SKIP_KV, skip_kv, skipkv) X(RK_NEG_SKIP_ALL, skip_all, skipall)
+#define RK_NEG_LIST(X)                    \
+    X(RK_NEG_SKIP_KV, skip_kv, skipkv)    \
+    X(RK_NEG_SKIP_ALL, skip_all, skipall)
 /* The public enums of include/ropekv.h: a caller's choice reaches the description unchanged. */
-#define RK_KV_LIST(X) X(ROPEKV_KV_BF16, bf16, bf16) X(ROPEKV_KV_FP8_E4M3, fp8_e4m3, fp8)
-#define RK_QFORM_LIST(X) \
-    X(ROPEKV_Q_ABSORBED, absorbed, absorbed) X(ROPEKV_Q_ZERO_COPY, zero_copy, zerocopy) \
-    X(ROPEKV_Q_INPLACE, inplace, inplace) X(ROPEKV_Q_NONE, none, qnone)
-#define RK_INDEX_LIST(X) X(ROPEKV_INDEX_INT64, int64, 64) X(ROPEKV_INDEX_INT32, int32, 32)
+#define RK_KV_LIST(X)                    \
+    X(ROPEKV_KV_BF16, bf16, bf16)        \
+    X(ROPEKV_KV_FP8_E4M3, fp8_e4m3, fp8)
+#define RK_QFORM_LIST(X)                       \
+    X(ROPEKV_Q_ABSORBED, absorbed, absorbed)   \
+    X(ROPEKV_Q_ZERO_COPY, zero_copy, zerocopy) \
+    X(ROPEKV_Q_INPLACE, inplace, inplace)      \
+    X(ROPEKV_Q_NONE, none, qnone)
+#define RK_INDEX_LIST(X)             \
+    X(ROPEKV_INDEX_INT64, int64, 64) \
+    X(ROPEKV_INDEX_INT32, int32, 32)
+/* clang-format on */
 
 #define RK_ENUMERATOR_(e, spelling, token) e,
 typedef enum { RK_VENDOR_LIST(RK_ENUMERATOR_) } rk_vendor;
@@ -92,22 +117,22 @@ const char *rk_idx_name(ropekv_index i);
 #define RK_MAX_TARGETS 16
 
 typedef struct rk_arch {
-    char name[RK_NAME_MAX];   /* "gfx942", "sm_90", "host" */
+    char name[RK_NAME_MAX]; /* "gfx942", "sm_90", "host" */
     rk_vendor vendor;
-    int wave;                 /* 32 or 64 */
-    rk_fp8_fmt fp8;           /* the format the target's fp8 cache bytes use */
-    int fp8_hw;               /* 1: hardware f32->fp8 conversion */
-    int bf16_hw;              /* 1: hardware f32->bf16 conversion */
-    int vec_bytes;            /* bytes per lane per global access (16) */
-    int block;                /* threads per block */
-    int chunks;               /* 16-byte output chunks per thread in large launches (1..8) */
-    int64_t chunks_from;      /* launches of at least this many chunks use `chunks`; smaller ones 1 */
-    int nt_stores;            /* 1: non-temporal (streaming) stores for q_out and cache rows */
-    int pdl;                  /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
+    int wave;             /* 32 or 64 */
+    rk_fp8_fmt fp8;       /* the format the target's fp8 cache bytes use */
+    int fp8_hw;           /* 1: hardware f32->fp8 conversion */
+    int bf16_hw;          /* 1: hardware f32->bf16 conversion */
+    int vec_bytes;        /* bytes per lane per global access (16) */
+    int block;            /* threads per block */
+    int chunks;           /* 16-byte output chunks per thread in large launches (1..8) */
+    int64_t chunks_from;  /* launches of at least this many chunks use `chunks`; smaller ones 1 */
+    int nt_stores;        /* 1: non-temporal (streaming) stores for q_out and cache rows */
+    int pdl;              /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
                                  the previous grid before its first memory access, so its launch can
                                  overlap that grid's tail */
-    rk_compiler compiler;     /* preferred compiler family */
-    char options[256];        /* default compiler options, space separated */
+    rk_compiler compiler; /* preferred compiler family */
+    char options[256];    /* default compiler options, space separated */
 } rk_arch;
 
 typedef struct rk_arch_table {
@@ -119,31 +144,35 @@ const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
 
 /* ---- model spec (specs/<model>.lua) ---------------------------------------------------------- */
 typedef struct rk_spec {
-    char name[64];            /* spec name, [a-z0-9_]+ */
-    char file[256];           /* file it came from (for messages and headers) */
+    char name[64];  /* spec name, [a-z0-9_]+ */
+    char file[256]; /* file it came from (for messages and headers) */
     char description[256];
-    int kv_lora_rank;         /* L */
-    int rope_dim;             /* R (qk_rope_head_dim) */
+    int kv_lora_rank; /* L */
+    int rope_dim;     /* R (qk_rope_head_dim) */
     rk_rope rope;
     rk_cos_sin cos_sin;
-    int n_pos;   ropekv_index pos[2];   /* position index types to build */
-    int n_slot;  ropekv_index slot[2];  /* slot index types to build */
-    int n_kv;    ropekv_kv_dtype kv[2];
+    int n_pos;
+    ropekv_index pos[2]; /* position index types to build */
+    int n_slot;
+    ropekv_index slot[2]; /* slot index types to build */
+    int n_kv;
+    ropekv_kv_dtype kv[2];
     rk_scale fp8_scale;
-    float fp8_sat_ocp;        /* saturation bound used with OCP bytes (<= 448) */
-    float fp8_sat_fnuz;       /* saturation bound used with FNUZ bytes (<= 240) */
-    int fp8_rope_bf16;        /* 1: round the KV rope part to bf16 before the fp8 conversion */
+    float fp8_sat_ocp;  /* saturation bound used with OCP bytes (<= 448) */
+    float fp8_sat_fnuz; /* saturation bound used with FNUZ bytes (<= 240) */
+    int fp8_rope_bf16;  /* 1: round the KV rope part to bf16 before the fp8 conversion */
     rk_neg negative_slot;
-    int n_q;     ropekv_q_form q[4];
-    int sanitize;             /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
-    int n_targets; char targets[RK_MAX_TARGETS][RK_NAME_MAX];
+    int n_q;
+    ropekv_q_form q[4];
+    int sanitize; /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
+    int n_targets;
+    char targets[RK_MAX_TARGETS][RK_NAME_MAX];
 } rk_spec;
 
 /* Load a spec file's text in the Lua sandbox and validate it.
  * file is used in messages only. Binary chunks are refused. */
 int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err);
-int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs,
-                 rk_spec *out, rk_err *err);
+int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out, rk_err *err);
 
 /* ---- kernel ABI: templates/args.h, shared with the kernel ------------------------------------------ */
 typedef int64_t rk_i64;
@@ -155,8 +184,8 @@ typedef int64_t rk_i64;
  * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan)
  * and the argument rules (runtime/args.c); ropekv_kernel_info reports it. */
 typedef struct rk_desc {
-    const rk_spec *spec;      /* the model spec (its file and description head the emitted source) */
-    const rk_arch *arch;      /* the target's row: wave, block, chunks, pdl, hardware conversions */
+    const rk_spec *spec; /* the model spec (its file and description head the emitted source) */
+    const rk_arch *arch; /* the target's row: wave, block, chunks, pdl, hardware conversions */
     /* the choices */
     ropekv_kv_dtype kv;
     ropekv_q_form q;
@@ -164,17 +193,17 @@ typedef struct rk_desc {
     ropekv_index slot;
     /* the code parameters; options that cannot change a bf16 kernel's code are canonical there (scale
        none, sat 0, rope_bf16 0), so identical kernels get identical names */
-    int L, R;                 /* kv_lora_rank, qk_rope_head_dim */
+    int L, R; /* kv_lora_rank, qk_rope_head_dim */
     rk_rope rope;
     rk_cos_sin cos_sin;
-    rk_fp8_fmt fp8;           /* the target's fp8 byte format (arch->fp8) */
-    rk_scale scale;           /* fp8 scale convention */
-    float sat;                /* fp8 saturation bound for that format */
-    int rope_bf16;            /* round the KV rope part to bf16 before fp8 */
+    rk_fp8_fmt fp8; /* the target's fp8 byte format (arch->fp8) */
+    rk_scale scale; /* fp8 scale convention */
+    float sat;      /* fp8 saturation bound for that format */
+    int rope_bf16;  /* round the KV rope part to bf16 before fp8 */
     rk_neg neg;
     int sanitize;
-    char key[192];            /* spec/target/kv/q/pos=.../slot=... */
-    char name[192];           /* extern "C" kernel name: every code parameter, readable */
+    char key[192];  /* spec/target/kv/q/pos=.../slot=... */
+    char name[192]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
 /* The description of (spec, arch, choices), whether or not the spec lists them (the build matrix
@@ -185,8 +214,8 @@ int rk_desc_make(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, r
 
 /* The same for a variant a caller asks for: ROPEKV_ERR_UNSUPPORTED (naming what the spec lists) unless
  * the spec lists the target and every choice. */
-int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q,
-                   ropekv_index pos, ropekv_index slot, rk_desc *out, rk_err *err);
+int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
+                   ropekv_index slot, rk_desc *out, rk_err *err);
 
 #define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2)
 
@@ -211,16 +240,16 @@ void rk_ref_run(const rk_desc *v, const rk_args *a);
 
 /* Scalar conversions used by the reference (exact semantics documented in gen/ref.c). */
 float rk_bf16_to_f32(uint16_t b);
-uint16_t rk_f32_to_bf16(float f);             /* RNE; any NaN -> 0x7fff */
+uint16_t rk_f32_to_bf16(float f); /* RNE; any NaN -> 0x7fff */
 float rk_fp8_to_f32(uint8_t b, rk_fp8_fmt fmt);
 uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt); /* RNE, saturating to the format's max finite */
 
 /* ---- growable text buffer ---------------------------------------------------------------------- */
 typedef struct rk_buf {
-    char *p;      /* NUL-terminated when len > 0 */
+    char *p; /* NUL-terminated when len > 0 */
     size_t len, cap;
 } rk_buf;
-int rk_buf_put(rk_buf *b, const char *s, size_t n);   /* ROPEKV_OK or ROPEKV_ERR_NOMEM */
+int rk_buf_put(rk_buf *b, const char *s, size_t n); /* ROPEKV_OK or ROPEKV_ERR_NOMEM */
 int rk_buf_printf(rk_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -248,7 +277,7 @@ int rk_template_text(rk_buf *out, rk_err *err);
 
 /* Files embedded at build time (templates/ and specs/ by base name); NULL if absent. */
 const char *rk_embedded(const char *name, size_t *len);
-const char *rk_embedded_at(size_t i, size_t *len);  /* name of the i-th file, NULL past the end */
+const char *rk_embedded_at(size_t i, size_t *len); /* name of the i-th file, NULL past the end */
 
 /* ---- a loaded set of specs (gen/catalog.c) --------------------------------------------------------- */
 #define RK_MAX_SPECS 64

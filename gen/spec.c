@@ -35,19 +35,18 @@
 #define SB_MEM_CAP ((size_t)16 << 20) /* bytes per state */
 #define SB_INSN_CAP 1000000L          /* VM instructions per chunk */
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-#define SB_TIME_CAP 1.0               /* seconds of CPU time per chunk (real specs need a tiny fraction of it) */
+#define SB_TIME_CAP 1.0 /* seconds of CPU time per chunk (real specs need a tiny fraction of it) */
 #define SB_TIME_CAP_TEXT "1 s"
 #else
-#define SB_TIME_CAP 0.05              /* fuzzing builds: the same code paths, slow inputs 20x cheaper */
+#define SB_TIME_CAP 0.05 /* fuzzing builds: the same code paths, slow inputs 20x cheaper */
 #define SB_TIME_CAP_TEXT "50 ms"
 #endif
-#define SB_HOOK_STEP 1000             /* the hook runs every SB_HOOK_STEP instructions and on every call */
+#define SB_HOOK_STEP 1000 /* the hook runs every SB_HOOK_STEP instructions and on every call */
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ != ROPEKV_OK)                                                                          \
-            return rc_;                                                                            \
+#define TRY(call)                         \
+    do {                                  \
+        int rc_ = (call);                 \
+        if (rc_ != ROPEKV_OK) return rc_; \
     } while (0)
 
 /* ---- the sandbox --------------------------------------------------------------------------------- */
@@ -61,8 +60,7 @@ typedef struct sandbox {
     double t0;       /* CPU time when the chunk started */
 } sandbox;
 
-static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
+static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     sandbox *sb = ud;
     size_t old = ptr != NULL ? osize : 0; /* for a new block osize is a type tag, not a size */
     if (nsize == 0) {
@@ -75,67 +73,53 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         return NULL;
     }
     void *p = realloc(ptr, nsize);
-    if (p == NULL && nsize <= old)
-        p = ptr; /* Lua requires that shrinking never fails: the old block is big enough */
-    if (p != NULL)
-        sb->used = sb->used - old + nsize;
-    else
-        sb->sys_oom = 1;
+    if (p == NULL && nsize <= old) p = ptr; /* Lua requires that shrinking never fails: the old block is big enough */
+    if (p != NULL) sb->used = sb->used - old + nsize;
+    else sb->sys_oom = 1;
     return p;
 }
 
 /* CPU time of this thread in seconds (0 where the clock is missing: then only the instruction cap). */
-static double cpu_seconds(void)
-{
+static double cpu_seconds(void) {
     struct timespec t;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0)
-        return 0;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static void sb_hook(lua_State *L, lua_Debug *ar)
-{
+static void sb_hook(lua_State *L, lua_Debug *ar) {
     void *ud;
     lua_getallocf(L, &ud);
     sandbox *sb = ud;
-    if (ar->event == LUA_HOOKCOUNT)
-        sb->insns += SB_HOOK_STEP;
+    if (ar->event == LUA_HOOKCOUNT) sb->insns += SB_HOOK_STEP;
     if (!sb->insn_hit) {
         int over_time = cpu_seconds() - sb->t0 > SB_TIME_CAP;
-        if (sb->insns <= SB_INSN_CAP && !over_time)
-            return;
+        if (sb->insns <= SB_INSN_CAP && !over_time) return;
         /* From now on every instruction raises, so a pcall around an endless loop cannot go on. */
         sb->insn_hit = 1;
         sb->time_hit = sb->insns <= SB_INSN_CAP;
         lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
     }
     luaL_where(L, 0); /* in a hook, level 0 is the Lua function being run */
-    if (sb->time_hit)
-        lua_pushliteral(L, "time limit exceeded (" SB_TIME_CAP_TEXT " of CPU time)");
-    else
-        lua_pushfstring(L, "instruction limit exceeded (%d instructions)", (int)SB_INSN_CAP);
+    if (sb->time_hit) lua_pushliteral(L, "time limit exceeded (" SB_TIME_CAP_TEXT " of CPU time)");
+    else lua_pushfstring(L, "instruction limit exceeded (%d instructions)", (int)SB_INSN_CAP);
     lua_concat(L, 2);
     lua_error(L);
 }
 
 /* Message handler: the error text plus a traceback. Runs no Lua code (no __tostring). */
-static int sb_msgh(lua_State *L)
-{
+static int sb_msgh(lua_State *L) {
     const char *msg = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
-    if (msg == NULL)
-        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    if (msg == NULL) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     luaL_traceback(L, L, msg, 1);
     return 1;
 }
 
 /* Lua runs finalizers with hooks off, so a __gc that loops could never be stopped: metatables with a
  * __gc field (any value: it could be replaced by a function later) are refused. */
-static int sb_setmetatable(lua_State *L)
-{
+static int sb_setmetatable(lua_State *L) {
     if (lua_type(L, 2) == LUA_TTABLE) {
         lua_pushliteral(L, "__gc");
-        if (lua_rawget(L, 2) != LUA_TNIL)
-            return luaL_error(L, "__gc metamethods are not allowed in spec files");
+        if (lua_rawget(L, 2) != LUA_TNIL) return luaL_error(L, "__gc metamethods are not allowed in spec files");
         lua_pop(L, 1);
     }
     lua_pushvalue(L, lua_upvalueindex(1)); /* the real setmetatable */
@@ -146,20 +130,17 @@ static int sb_setmetatable(lua_State *L)
 
 /* The message handler xpcall gets: an error raised by the instruction hook runs handlers with hooks
  * off, so once the cap is hit the spec's handler is skipped and the message passes through. */
-static int sb_xpcall_handler(lua_State *L)
-{
+static int sb_xpcall_handler(lua_State *L) {
     void *ud;
     lua_getallocf(L, &ud);
-    if (((sandbox *)ud)->insn_hit)
-        return 1;
+    if (((sandbox *)ud)->insn_hit) return 1;
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, 1);
     return 1;
 }
 
-static int sb_xpcall(lua_State *L)
-{
+static int sb_xpcall(lua_State *L) {
     luaL_checktype(L, 2, LUA_TFUNCTION);
     lua_pushvalue(L, 2);
     lua_pushcclosure(L, sb_xpcall_handler, 1);
@@ -172,9 +153,8 @@ static int sb_xpcall(lua_State *L)
 
 /* Base functions a spec may use (setmetatable and xpcall in their wrapped form). */
 static const char *const base_allowed[] = {
-    "assert",   "error",    "ipairs",   "next",   "pairs",  "pcall",        "select",
-    "tonumber", "tostring", "type",     "xpcall", "rawequal", "rawget",     "rawlen",
-    "rawset",   "setmetatable", "getmetatable", "_VERSION", NULL,
+    "assert", "error",    "ipairs", "next",   "pairs",  "pcall",        "select",       "tonumber", "tostring", "type",
+    "xpcall", "rawequal", "rawget", "rawlen", "rawset", "setmetatable", "getmetatable", "_VERSION", NULL,
 };
 /* No dump (bytecode), and no pattern matching: the instruction hook cannot interrupt C code, and a
  * pathological pattern would run for hours. Specs are data; they need no patterns. */
@@ -182,17 +162,14 @@ static const char *const string_denied[] = {"dump", "find", "match", "gmatch", "
 static const char *const math_denied[] = {"random", "randomseed", NULL}; /* specs are deterministic */
 static const char *const none_denied[] = {NULL};
 
-static int in_list(const char *const *list, const char *s, size_t len)
-{
+static int in_list(const char *const *list, const char *s, size_t len) {
     for (; *list != NULL; list++)
-        if (strlen(*list) == len && memcmp(*list, s, len) == 0)
-            return 1;
+        if (strlen(*list) == len && memcmp(*list, s, len) == 0) return 1;
     return 0;
 }
 
 /* Pushes a new table with every field of the table at src except those in deny. */
-static void copy_lib(lua_State *L, int src, const char *const *deny)
-{
+static void copy_lib(lua_State *L, int src, const char *const *deny) {
     lua_newtable(L);
     lua_pushnil(L);
     while (lua_next(L, src) != 0) {
@@ -212,8 +189,7 @@ static void copy_lib(lua_State *L, int src, const char *const *deny)
  * copies n pieces, even empty ones, inside one C call the hooks cannot interrupt); any other result
  * is allocated whole before the copying starts, so the memory cap refuses a large one up front.
  * Upvalue 1 is Lua's string.rep. */
-static int sb_rep(lua_State *L)
-{
+static int sb_rep(lua_State *L) {
     size_t l, lsep;
     luaL_checklstring(L, 1, &l);
     lua_Integer n = luaL_checkinteger(L, 2);
@@ -229,8 +205,7 @@ static int sb_rep(lua_State *L)
 }
 
 /* Protected: opens the allowed libraries and returns the sandbox _ENV. */
-static int sb_open(lua_State *L)
-{
+static int sb_open(lua_State *L) {
     luaL_requiref(L, LUA_GNAME, luaopen_base, 0);
     int g = lua_gettop(L);
     luaL_requiref(L, LUA_STRLIBNAME, luaopen_string, 0);
@@ -278,47 +253,36 @@ static int sb_open(lua_State *L)
 }
 
 /* The error text on top of the stack, without converting anything. */
-static const char *top_msg(lua_State *L)
-{
+static const char *top_msg(lua_State *L) {
     return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(no error message)";
 }
 
 /* "<file>: <msg>", unless Lua already put the file name first ("<file>:3: ..."). */
-static int lua_fail(rk_err *err, ropekv_status code, const char *file, const char *msg)
-{
+static int lua_fail(rk_err *err, ropekv_status code, const char *file, const char *msg) {
     size_t n = strlen(file);
-    if (strncmp(msg, file, n) == 0 && msg[n] == ':')
-        return rk_fail(err, code, "%s", msg);
+    if (strncmp(msg, file, n) == 0 && msg[n] == ':') return rk_fail(err, code, "%s", msg);
     return rk_fail(err, code, "%s: %s", file, msg);
 }
 
-static int mem_fail(rk_err *err, const char *file, const char *msg)
-{
-    return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: memory limit exceeded (%d MiB): %s", file,
-                   (int)(SB_MEM_CAP >> 20), msg);
+static int mem_fail(rk_err *err, const char *file, const char *msg) {
+    return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: memory limit exceeded (%d MiB): %s", file, (int)(SB_MEM_CAP >> 20),
+                   msg);
 }
 
 /* Classifies a failed lua_pcall (or load). Running out of memory is the spec's fault when the cap
  * refused an allocation (ROPEKV_ERR_SPEC_LIMIT), the machine's when the system allocator failed (ROPEKV_ERR_NOMEM). */
-static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err)
-{
+static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err) {
     const char *msg = top_msg(L);
     int oom = status == LUA_ERRMEM || status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0;
-    if (sb->insn_hit)
-        return lua_fail(err, ROPEKV_ERR_SPEC_LIMIT, file, msg);
-    if (oom && sb->mem_refused)
-        return mem_fail(err, file, msg);
-    if (oom && sb->sys_oom)
-        return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory: %s", file, msg);
-    if (status == LUA_ERRMEM)
-        return mem_fail(err, file, msg);
+    if (sb->insn_hit) return lua_fail(err, ROPEKV_ERR_SPEC_LIMIT, file, msg);
+    if (oom && sb->mem_refused) return mem_fail(err, file, msg);
+    if (oom && sb->sys_oom) return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory: %s", file, msg);
+    if (status == LUA_ERRMEM) return mem_fail(err, file, msg);
     return lua_fail(err, ROPEKV_ERR_SPEC_RUNTIME, file, msg);
 }
 
 /* Loads and runs the chunk with the sandbox _ENV at index env; leaves its one result on the stack. */
-static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const char *text,
-                     size_t len, rk_err *err)
-{
+static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const char *text, size_t len, rk_err *err) {
     char chunkname[300];
     if (len > 0 && text[0] == LUA_SIGNATURE[0])
         return rk_fail(err, ROPEKV_ERR_SPEC_SYNTAX, "%s: binary chunks are not allowed (spec files are Lua text)",
@@ -327,17 +291,14 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
     lua_pushcfunction(L, sb_msgh);
     int h = lua_gettop(L);
     int st = luaL_loadbufferx(L, text, len, chunkname, "t");
-    if (st == LUA_ERRMEM)
-        return run_fail(L, sb, st, file, err);
-    if (st != LUA_OK)
-        return lua_fail(err, ROPEKV_ERR_SPEC_SYNTAX, file, top_msg(L));
+    if (st == LUA_ERRMEM) return run_fail(L, sb, st, file, err);
+    if (st != LUA_OK) return lua_fail(err, ROPEKV_ERR_SPEC_SYNTAX, file, top_msg(L));
     lua_pushvalue(L, env);
     lua_setupvalue(L, -2, 1); /* a main chunk's only upvalue is _ENV */
     sb->t0 = cpu_seconds();
     lua_sethook(L, sb_hook, LUA_MASKCOUNT | LUA_MASKCALL, SB_HOOK_STEP);
     st = lua_pcall(L, 0, 1, h);
-    if (st != LUA_OK)
-        return run_fail(L, sb, st, file, err);
+    if (st != LUA_OK) return run_fail(L, sb, st, file, err);
     if (sb->time_hit) /* the chunk caught the error and returned */
         return rk_fail(err, ROPEKV_ERR_SPEC_LIMIT, "%s: time limit exceeded (" SB_TIME_CAP_TEXT " of CPU time)", file);
     if (sb->insn_hit)
@@ -351,20 +312,17 @@ typedef struct scope {
     lua_State *L;
     const char *file;
     rk_err *err;
-    int idx;        /* absolute stack index of the table */
-    char path[96];  /* prefix of its keys in messages: "" or "fp8." or "archs[3]." */
+    int idx;       /* absolute stack index of the table */
+    char path[96]; /* prefix of its keys in messages: "" or "fp8." or "archs[3]." */
 } scope;
 
-static int vfail_at(const scope *s, ropekv_status code, const char *key, const char *fmt, va_list ap)
-{
+static int vfail_at(const scope *s, ropekv_status code, const char *key, const char *fmt, va_list ap) {
     char reason[1024], where[192];
     vsnprintf(reason, sizeof reason, fmt, ap);
     snprintf(where, sizeof where, "%s%s", s->path, key != NULL ? key : "");
     size_t n = strlen(where);
-    if (n > 0 && where[n - 1] == '.')
-        where[n - 1] = '\0';
-    if (where[0] == '\0')
-        return rk_fail(s->err, code, "%s: %s", s->file, reason);
+    if (n > 0 && where[n - 1] == '.') where[n - 1] = '\0';
+    if (where[0] == '\0') return rk_fail(s->err, code, "%s: %s", s->file, reason);
     return rk_fail(s->err, code, "%s: %s: %s", s->file, where, reason);
 }
 
@@ -375,8 +333,7 @@ static int vfail_at(const scope *s, ropekv_status code, const char *key, const c
 #endif
 
 /* "<file>: <path><key>: <reason>" as ROPEKV_ERR_SPEC_INVALID; key NULL names the table itself. */
-static int RK_PRINTF(3, 4) bad(const scope *s, const char *key, const char *fmt, ...)
-{
+static int RK_PRINTF(3, 4) bad(const scope *s, const char *key, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int rc = vfail_at(s, ROPEKV_ERR_SPEC_INVALID, key, fmt, ap);
@@ -384,8 +341,7 @@ static int RK_PRINTF(3, 4) bad(const scope *s, const char *key, const char *fmt,
     return rc;
 }
 
-static int RK_PRINTF(3, 4) bad_target(const scope *s, const char *key, const char *fmt, ...)
-{
+static int RK_PRINTF(3, 4) bad_target(const scope *s, const char *key, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int rc = vfail_at(s, ROPEKV_ERR_SPEC_TARGET, key, fmt, ap);
@@ -394,45 +350,32 @@ static int RK_PRINTF(3, 4) bad_target(const scope *s, const char *key, const cha
 }
 
 /* Pushes s[key] (raw: metatables are ignored) and returns its type. */
-static int push_field(const scope *s, const char *key)
-{
+static int push_field(const scope *s, const char *key) {
     lua_pushstring(s->L, key);
     return lua_rawget(s->L, s->idx);
 }
 
-static void copy_str(char *dst, size_t cap, const char *src)
-{
+static void copy_str(char *dst, size_t cap, const char *src) {
     size_t n = strlen(src);
-    if (n >= cap)
-        n = cap - 1;
+    if (n >= cap) n = cap - 1;
     memcpy(dst, src, n);
     dst[n] = '\0';
 }
 
 /* Readable form of the key at idx for "unknown key" messages. */
-static void describe_key(lua_State *L, int idx, char *buf, size_t cap)
-{
+static void describe_key(lua_State *L, int idx, char *buf, size_t cap) {
     switch (lua_type(L, idx)) {
-    case LUA_TSTRING:
-        snprintf(buf, cap, "'%.60s'", lua_tostring(L, idx));
-        break;
+    case LUA_TSTRING: snprintf(buf, cap, "'%.60s'", lua_tostring(L, idx)); break;
     case LUA_TNUMBER:
-        if (lua_isinteger(L, idx))
-            snprintf(buf, cap, "[%lld]", (long long)lua_tointeger(L, idx));
-        else
-            snprintf(buf, cap, "[%.14g]", (double)lua_tonumber(L, idx));
+        if (lua_isinteger(L, idx)) snprintf(buf, cap, "[%lld]", (long long)lua_tointeger(L, idx));
+        else snprintf(buf, cap, "[%.14g]", (double)lua_tonumber(L, idx));
         break;
-    case LUA_TBOOLEAN:
-        snprintf(buf, cap, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
-        break;
-    default:
-        snprintf(buf, cap, "of type %s", luaL_typename(L, idx));
-        break;
+    case LUA_TBOOLEAN: snprintf(buf, cap, "[%s]", lua_toboolean(L, idx) ? "true" : "false"); break;
+    default: snprintf(buf, cap, "of type %s", luaL_typename(L, idx)); break;
     }
 }
 
-static void join(char *buf, size_t cap, const char *const *names)
-{
+static void join(char *buf, size_t cap, const char *const *names) {
     size_t n = 0;
     buf[0] = '\0';
     for (; *names != NULL && n < cap; names++)
@@ -440,8 +383,7 @@ static void join(char *buf, size_t cap, const char *const *names)
 }
 
 /* Every key of the table must be a string in allowed. */
-static int check_keys(const scope *s, const char *const *allowed)
-{
+static int check_keys(const scope *s, const char *const *allowed) {
     lua_State *L = s->L;
     lua_pushnil(L);
     while (lua_next(L, s->idx) != 0) {
@@ -459,8 +401,7 @@ static int check_keys(const scope *s, const char *const *allowed)
 }
 
 /* Pushes the sub-table s[key] (a new empty one when absent, so defaults apply) and opens it as sub. */
-static int open_table(const scope *s, const char *key, scope *sub)
-{
+static int open_table(const scope *s, const char *key, scope *sub) {
     int t = push_field(s, key);
     if (t == LUA_TNIL) {
         lua_pop(s->L, 1);
@@ -476,8 +417,7 @@ static int open_table(const scope *s, const char *key, scope *sub)
 }
 
 /* An integer in lo..hi (a float with an integral value counts); def NULL: required. */
-static int get_int(const scope *s, const char *key, const int *def, int lo, int hi, int *out)
-{
+static int get_int(const scope *s, const char *key, const int *def, int lo, int hi, int *out) {
     lua_State *L = s->L;
     int t = push_field(s, key), isint = 0;
     if (t == LUA_TNIL && def != NULL) {
@@ -488,10 +428,8 @@ static int get_int(const scope *s, const char *key, const int *def, int lo, int 
         return bad(s, key, "must be an integer, got %s", lua_typename(L, t));
     } else {
         lua_Integer v = lua_tointegerx(L, -1, &isint);
-        if (!isint)
-            return bad(s, key, "must be an integer, got %.14g", (double)lua_tonumber(L, -1));
-        if (v < lo || v > hi)
-            return bad(s, key, "must be in %d..%d, got %lld", lo, hi, (long long)v);
+        if (!isint) return bad(s, key, "must be an integer, got %.14g", (double)lua_tonumber(L, -1));
+        if (v < lo || v > hi) return bad(s, key, "must be in %d..%d, got %lld", lo, hi, (long long)v);
         *out = (int)v;
     }
     lua_pop(L, 1);
@@ -499,40 +437,29 @@ static int get_int(const scope *s, const char *key, const int *def, int lo, int 
 }
 
 /* A number (integer or float); def NULL: required. */
-static int get_number(const scope *s, const char *key, const double *def, double *out)
-{
+static int get_number(const scope *s, const char *key, const double *def, double *out) {
     int t = push_field(s, key);
-    if (t == LUA_TNIL && def != NULL)
-        *out = *def;
-    else if (t == LUA_TNIL)
-        return bad(s, key, "required (a number)");
-    else if (t != LUA_TNUMBER)
-        return bad(s, key, "must be a number, got %s", lua_typename(s->L, t));
-    else
-        *out = (double)lua_tonumber(s->L, -1);
+    if (t == LUA_TNIL && def != NULL) *out = *def;
+    else if (t == LUA_TNIL) return bad(s, key, "required (a number)");
+    else if (t != LUA_TNUMBER) return bad(s, key, "must be a number, got %s", lua_typename(s->L, t));
+    else *out = (double)lua_tonumber(s->L, -1);
     lua_pop(s->L, 1);
     return ROPEKV_OK;
 }
 
 /* true or false; def NULL: required. */
-static int get_bool(const scope *s, const char *key, const int *def, int *out)
-{
+static int get_bool(const scope *s, const char *key, const int *def, int *out) {
     int t = push_field(s, key);
-    if (t == LUA_TNIL && def != NULL)
-        *out = *def;
-    else if (t == LUA_TNIL)
-        return bad(s, key, "required (true or false)");
-    else if (t != LUA_TBOOLEAN)
-        return bad(s, key, "must be a boolean (true or false), got %s", lua_typename(s->L, t));
-    else
-        *out = lua_toboolean(s->L, -1);
+    if (t == LUA_TNIL && def != NULL) *out = *def;
+    else if (t == LUA_TNIL) return bad(s, key, "required (true or false)");
+    else if (t != LUA_TBOOLEAN) return bad(s, key, "must be a boolean (true or false), got %s", lua_typename(s->L, t));
+    else *out = lua_toboolean(s->L, -1);
     lua_pop(s->L, 1);
     return ROPEKV_OK;
 }
 
 /* A string of at most cap - 1 bytes; def NULL: required. */
-static int get_string(const scope *s, const char *key, const char *def, char *out, size_t cap)
-{
+static int get_string(const scope *s, const char *key, const char *def, char *out, size_t cap) {
     size_t len;
     int t = push_field(s, key);
     if (t == LUA_TNIL && def != NULL) {
@@ -543,10 +470,8 @@ static int get_string(const scope *s, const char *key, const char *def, char *ou
         return bad(s, key, "must be a string, got %s", lua_typename(s->L, t));
     } else {
         const char *v = lua_tolstring(s->L, -1, &len);
-        if (len >= cap)
-            return bad(s, key, "too long (at most %zu characters, got %zu)", cap - 1, len);
-        if (strlen(v) != len)
-            return bad(s, key, "must not contain NUL bytes");
+        if (len >= cap) return bad(s, key, "too long (at most %zu characters, got %zu)", cap - 1, len);
+        if (strlen(v) != len) return bad(s, key, "must not contain NUL bytes");
         memcpy(out, v, len + 1);
     }
     lua_pop(s->L, 1);
@@ -554,12 +479,10 @@ static int get_string(const scope *s, const char *key, const char *def, char *ou
 }
 
 /* A string of the characters in charset ([a-z0-9] plus extra), non-empty. */
-static int get_ident(const scope *s, const char *key, const char *extra, char *out, size_t cap)
-{
+static int get_ident(const scope *s, const char *key, const char *extra, char *out, size_t cap) {
     TRY(get_string(s, key, NULL, out, cap));
     for (const char *c = out;; c++) {
-        if (*c == '\0' && c > out)
-            return ROPEKV_OK;
+        if (*c == '\0' && c > out) return ROPEKV_OK;
         if (*c == '\0' || !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr(extra, *c)))
             return bad(s, key, "must match [a-z0-9%s]+, got '%s'", extra, out);
     }
@@ -567,11 +490,9 @@ static int get_ident(const scope *s, const char *key, const char *extra, char *o
 
 /* ---- enumerations: the spellings come from the tables of rk.h ------------------------------------- */
 /* Matches the string on top against the spellings of e; reports key when none matches. */
-static int parse_top(const scope *s, const char *key, const rk_enum *e, int *out)
-{
+static int parse_top(const scope *s, const char *key, const rk_enum *e, int *out) {
     lua_State *L = s->L;
-    if (lua_type(L, -1) != LUA_TSTRING)
-        return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
+    if (lua_type(L, -1) != LUA_TSTRING) return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
     size_t len;
     const char *v = lua_tolstring(L, -1, &len);
     char known[256];
@@ -583,15 +504,13 @@ static int parse_top(const scope *s, const char *key, const rk_enum *e, int *out
             *out = e->v[i].value;
             return ROPEKV_OK;
         }
-        if (n < sizeof known)
-            n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name);
+        if (n < sizeof known) n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name);
     }
     return bad(s, key, "unknown value '%.60s' (one of: %s)", v, known);
 }
 
 /* One spelling of an enum; def < 0: required. */
-static int get_enum(const scope *s, const char *key, const rk_enum *e, int def, int *out)
-{
+static int get_enum(const scope *s, const char *key, const rk_enum *e, int def, int *out) {
     int t = push_field(s, key);
     if (t == LUA_TNIL && def >= 0) {
         *out = def;
@@ -606,19 +525,16 @@ static int get_enum(const scope *s, const char *key, const rk_enum *e, int def, 
 
 /* Pushes s[key] and checks that it is a list: a sequence 1..n and nothing else, or a single string
  * (a list of one). Sets *n (0 when absent). Read elements with push_elem. */
-static int open_list(const scope *s, const char *key, int max, int *n)
-{
+static int open_list(const scope *s, const char *key, int max, int *n) {
     lua_State *L = s->L;
     int t = push_field(s, key), lv = lua_gettop(L);
     *n = 0;
-    if (t == LUA_TNIL)
-        return ROPEKV_OK;
+    if (t == LUA_TNIL) return ROPEKV_OK;
     if (t == LUA_TSTRING) {
         *n = 1;
         return ROPEKV_OK;
     }
-    if (t != LUA_TTABLE)
-        return bad(s, key, "must be a list of strings (or one string), got %s", lua_typename(L, t));
+    if (t != LUA_TTABLE) return bad(s, key, "must be a list of strings (or one string), got %s", lua_typename(L, t));
     lua_Integer len = (lua_Integer)lua_rawlen(L, lv), count = 0;
     lua_pushnil(L);
     while (lua_next(L, lv) != 0) {
@@ -631,29 +547,22 @@ static int open_list(const scope *s, const char *key, int max, int *n)
         }
         count++;
     }
-    if (count != len)
-        return bad(s, key, "must be a list (a sequence without holes)");
-    if (len == 0)
-        return bad(s, key, "must not be empty");
-    if (len > max)
-        return bad(s, key, "at most %d entries, got %lld", max, (long long)len);
+    if (count != len) return bad(s, key, "must be a list (a sequence without holes)");
+    if (len == 0) return bad(s, key, "must not be empty");
+    if (len > max) return bad(s, key, "at most %d entries, got %lld", max, (long long)len);
     *n = (int)len;
     return ROPEKV_OK;
 }
 
 /* Pushes element i (1-based) of the list at lv. */
-static void push_elem(lua_State *L, int lv, int i)
-{
-    if (lua_type(L, lv) == LUA_TSTRING)
-        lua_pushvalue(L, lv);
-    else
-        lua_rawgeti(L, lv, i);
+static void push_elem(lua_State *L, int lv, int i) {
+    if (lua_type(L, lv) == LUA_TSTRING) lua_pushvalue(L, lv);
+    else lua_rawgeti(L, lv, i);
 }
 
 /* A list of distinct spellings of an enum; absent: defs[0..ndef). */
-static int get_enum_list(const scope *s, const char *key, const rk_enum *e, const int *defs, int ndef,
-                         int max, int *out, int *n)
-{
+static int get_enum_list(const scope *s, const char *key, const rk_enum *e, const int *defs, int ndef, int max,
+                         int *out, int *n) {
     lua_State *L = s->L;
     TRY(open_list(s, key, max, n));
     int lv = lua_gettop(L);
@@ -679,34 +588,27 @@ static int get_enum_list(const scope *s, const char *key, const rk_enum *e, cons
 
 /* ---- fp8 saturation bounds ------------------------------------------------------------------------ */
 /* The value of the positive e4m3 code c (1..0x7f). OCP: bias 7, 0x7f is NaN; FNUZ: bias 8. */
-static double e4m3_value(int c, rk_fp8_fmt fmt)
-{
+static double e4m3_value(int c, rk_fp8_fmt fmt) {
     int bias = fmt == RK_FP8_FNUZ ? 8 : 7, e = c >> 3, m = c & 7;
     return e == 0 ? ldexp(m, 1 - bias - 3) : ldexp(8 + m, e - bias - 3);
 }
 
 /* A saturation bound: finite, positive, at most the format's max and exactly an e4m3 value. */
-static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out)
-{
+static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) {
     const char *fname = fmt == RK_FP8_FNUZ ? "FNUZ" : "OCP";
     int top = fmt == RK_FP8_FNUZ ? 0x7f : 0x7e;
     double max = e4m3_value(top, fmt), v = 0, below = 0;
     TRY(get_number(s, key, &max, &v));
-    if (!isfinite(v))
-        return bad(s, key, "must be finite, got %g", v);
-    if (v <= 0)
-        return bad(s, key, "must be positive, got %.14g", v);
-    if (v > max)
-        return bad(s, key, "must be at most %g (the e4m3 %s maximum), got %.14g", max, fname, v);
+    if (!isfinite(v)) return bad(s, key, "must be finite, got %g", v);
+    if (v <= 0) return bad(s, key, "must be positive, got %.14g", v);
+    if (v > max) return bad(s, key, "must be at most %g (the e4m3 %s maximum), got %.14g", max, fname, v);
     for (int c = 1; c <= top; c++) {
         double x = e4m3_value(c, fmt);
         if (x == v) {
             *out = (float)v;
             return ROPEKV_OK;
         }
-        if (x > v)
-            return bad(s, key, "%.14g is not an e4m3 %s value (nearest: %.14g and %.14g)", v, fname,
-                       below, x);
+        if (x > v) return bad(s, key, "%.14g is not an e4m3 %s value (nearest: %.14g and %.14g)", v, fname, below, x);
         below = x;
     }
     return bad(s, key, "%.14g is not an e4m3 %s value", v, fname); /* not reached: v <= max */
@@ -714,12 +616,11 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out)
 
 /* ---- architecture table ----------------------------------------------------------------------------- */
 static const char *const archs_keys[] = {"archs", NULL};
-static const char *const arch_keys[] = {"name",    "vendor",    "wave",  "fp8",      "fp8_hw",
-                                        "bf16_hw", "vec_bytes", "block", "compiler", "options",
-                                        "chunks",  "chunks_from", "nt_stores", "pdl", NULL};
+static const char *const arch_keys[] = {"name",    "vendor",      "wave",      "fp8",      "fp8_hw",
+                                        "bf16_hw", "vec_bytes",   "block",     "compiler", "options",
+                                        "chunks",  "chunks_from", "nt_stores", "pdl",      NULL};
 
-static int compiler_fits(rk_compiler c, rk_vendor v)
-{
+static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
     case RK_CC_HIPRTC: return v == RK_VENDOR_AMD;
     case RK_CC_NVRTC: return v == RK_VENDOR_NVIDIA;
@@ -729,8 +630,7 @@ static int compiler_fits(rk_compiler c, rk_vendor v)
     return 0;
 }
 
-static int read_arch(const scope *s, rk_arch *a)
-{
+static int read_arch(const scope *s, rk_arch *a) {
     int v, c, f, def_vec = 16, def_block = 256, def_chunks = 1, def_nt = 0, def_pdl = 0, def_from = 1 << 20, from;
     TRY(check_keys(s, arch_keys));
     TRY(get_ident(s, "name", "_:+-", a->name, sizeof a->name));
@@ -744,16 +644,13 @@ static int read_arch(const scope *s, rk_arch *a)
         return bad(s, "compiler", "'%s' does not build for vendor '%s'", rk_compiler_name(a->compiler),
                    rk_vendor_name(a->vendor));
     TRY(get_int(s, "wave", NULL, 1, 1024, &a->wave));
-    if (a->wave != 32 && a->wave != 64)
-        return bad(s, "wave", "must be 32 or 64, got %d", a->wave);
+    if (a->wave != 32 && a->wave != 64) return bad(s, "wave", "must be 32 or 64, got %d", a->wave);
     TRY(get_bool(s, "fp8_hw", NULL, &a->fp8_hw));
     TRY(get_bool(s, "bf16_hw", NULL, &a->bf16_hw));
     TRY(get_int(s, "vec_bytes", &def_vec, 1, 1024, &a->vec_bytes));
-    if (a->vec_bytes != 8 && a->vec_bytes != 16)
-        return bad(s, "vec_bytes", "must be 8 or 16, got %d", a->vec_bytes);
+    if (a->vec_bytes != 8 && a->vec_bytes != 16) return bad(s, "vec_bytes", "must be 8 or 16, got %d", a->vec_bytes);
     TRY(get_int(s, "block", &def_block, 32, 1024, &a->block));
-    if (a->block % a->wave != 0)
-        return bad(s, "block", "must be a multiple of wave (%d), got %d", a->wave, a->block);
+    if (a->block % a->wave != 0) return bad(s, "block", "must be a multiple of wave (%d), got %d", a->wave, a->block);
     TRY(get_int(s, "chunks", &def_chunks, 1, 8, &a->chunks));
     TRY(get_int(s, "chunks_from", &def_from, 0, 1 << 30, &from));
     a->chunks_from = from;
@@ -764,16 +661,13 @@ static int read_arch(const scope *s, rk_arch *a)
     return get_string(s, "options", "", a->options, sizeof a->options);
 }
 
-static int read_archs(const scope *s, rk_arch_table *t)
-{
+static int read_archs(const scope *s, rk_arch_table *t) {
     lua_State *L = s->L;
     int n;
     TRY(check_keys(s, archs_keys));
     int type = push_field(s, "archs");
-    if (type == LUA_TNIL)
-        return bad(s, "archs", "required (a list of tables)");
-    if (type != LUA_TTABLE)
-        return bad(s, "archs", "must be a list of tables, got %s", lua_typename(L, type));
+    if (type == LUA_TNIL) return bad(s, "archs", "required (a list of tables)");
+    if (type != LUA_TTABLE) return bad(s, "archs", "must be a list of tables, got %s", lua_typename(L, type));
     lua_pop(L, 1);
     TRY(open_list(s, "archs", RK_MAX_ARCHS, &n));
     int lv = lua_gettop(L);
@@ -799,30 +693,24 @@ static int read_archs(const scope *s, rk_arch_table *t)
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
-    "name",      "description", "kv_lora_rank", "qk_rope_head_dim", "rope",     "cos_sin",
-    "positions", "slots",       "kv_dtypes",    "fp8",              "negative_slot", "q_forms",
-    "sanitize",  "targets",     NULL,
+    "name",      "description", "kv_lora_rank",  "qk_rope_head_dim", "rope",     "cos_sin", "positions", "slots",
+    "kv_dtypes", "fp8",         "negative_slot", "q_forms",          "sanitize", "targets", NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
 
-static int read_dims(const scope *s, rk_spec *o)
-{
+static int read_dims(const scope *s, rk_spec *o) {
     TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
     if (o->kv_lora_rank % 8 != 0)
-        return bad(s, "kv_lora_rank", "must be a multiple of 8 (16-byte vectors of bf16), got %d",
-                   o->kv_lora_rank);
+        return bad(s, "kv_lora_rank", "must be a multiple of 8 (16-byte vectors of bf16), got %d", o->kv_lora_rank);
     TRY(get_int(s, "qk_rope_head_dim", NULL, 8, 1024, &o->rope_dim));
-    if (o->rope_dim % 2 != 0)
-        return bad(s, "qk_rope_head_dim", "must be even, got %d", o->rope_dim);
+    if (o->rope_dim % 2 != 0) return bad(s, "qk_rope_head_dim", "must be even, got %d", o->rope_dim);
     if (o->rope_dim % 8 != 0)
-        return bad(s, "qk_rope_head_dim", "must be a multiple of 8 (one 16-byte vector of bf16), got %d",
-                   o->rope_dim);
+        return bad(s, "qk_rope_head_dim", "must be a multiple of 8 (one 16-byte vector of bf16), got %d", o->rope_dim);
     return ROPEKV_OK;
 }
 
-static int read_rope(const scope *s, rk_spec *o)
-{
+static int read_rope(const scope *s, rk_spec *o) {
     int r, c;
     TRY(get_enum(s, "rope", &rk_rope_enum, RK_ROPE_GPTJ, &r));
     TRY(get_enum(s, "cos_sin", &rk_cos_sin_enum, RK_CS_F32_CAT, &c));
@@ -837,23 +725,19 @@ static int read_rope(const scope *s, rk_spec *o)
 }
 
 /* The enumerated dimensions: index types, cache dtypes, q forms. */
-static int read_lists(const scope *s, rk_spec *o)
-{
+static int read_lists(const scope *s, rk_spec *o) {
     static const int def_idx[] = {ROPEKV_INDEX_INT64}, def_kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3},
                      def_q[] = {ROPEKV_Q_ABSORBED};
     int v[4], n;
     TRY(get_enum_list(s, "positions", &rk_index_enum, def_idx, 1, 2, v, &n));
     o->n_pos = n;
-    for (int i = 0; i < n; i++)
-        o->pos[i] = (ropekv_index)v[i];
+    for (int i = 0; i < n; i++) o->pos[i] = (ropekv_index)v[i];
     TRY(get_enum_list(s, "slots", &rk_index_enum, def_idx, 1, 2, v, &n));
     o->n_slot = n;
-    for (int i = 0; i < n; i++)
-        o->slot[i] = (ropekv_index)v[i];
+    for (int i = 0; i < n; i++) o->slot[i] = (ropekv_index)v[i];
     TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 2, v, &n));
     o->n_kv = n;
-    for (int i = 0; i < n; i++)
-        o->kv[i] = (ropekv_kv_dtype)v[i];
+    for (int i = 0; i < n; i++) o->kv[i] = (ropekv_kv_dtype)v[i];
     TRY(get_enum_list(s, "q_forms", &rk_qform_enum, def_q, 1, 4, v, &n));
     o->n_q = n;
     for (int i = 0; i < n; i++) {
@@ -864,8 +748,7 @@ static int read_lists(const scope *s, rk_spec *o)
     return ROPEKV_OK;
 }
 
-static int read_fp8(const scope *s, rk_spec *o)
-{
+static int read_fp8(const scope *s, rk_spec *o) {
     scope f, sat;
     int scale, no = 0;
     TRY(open_table(s, "fp8", &f));
@@ -881,12 +764,10 @@ static int read_fp8(const scope *s, rk_spec *o)
     return ROPEKV_OK;
 }
 
-static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
-{
+static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     lua_State *L = s->L;
     int n;
-    if (push_field(s, "targets") == LUA_TNIL)
-        return bad(s, "targets", "required (a list of architecture names)");
+    if (push_field(s, "targets") == LUA_TNIL) return bad(s, "targets", "required (a list of architecture names)");
     lua_pop(L, 1);
     TRY(open_list(s, "targets", RK_MAX_TARGETS, &n));
     int lv = lua_gettop(L);
@@ -894,8 +775,7 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
         char key[32];
         snprintf(key, sizeof key, "targets[%d]", i + 1);
         push_elem(L, lv, i + 1);
-        if (lua_type(L, -1) != LUA_TSTRING)
-            return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
+        if (lua_type(L, -1) != LUA_TSTRING) return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
         size_t len;
         const char *name = lua_tolstring(L, -1, &len);
         if (rk_arch_find(archs, name) == NULL || strlen(name) != len) {
@@ -903,10 +783,8 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
             size_t k = 0;
             known[0] = '\0';
             for (int a = 0; archs != NULL && a < archs->n; a++)
-                k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", a ? ", " : "",
-                                      archs->a[a].name);
-            return bad_target(s, key, "unknown target '%.60s' (known: %s)", name,
-                              k > 0 ? known : "none");
+                k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", a ? ", " : "", archs->a[a].name);
+            return bad_target(s, key, "unknown target '%.60s' (known: %s)", name, k > 0 ? known : "none");
         }
         copy_str(o->targets[i], sizeof o->targets[i], name);
         lua_pop(L, 1);
@@ -919,8 +797,7 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o)
     return ROPEKV_OK;
 }
 
-static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o)
-{
+static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     int v, no = 0;
     TRY(check_keys(s, spec_keys));
     TRY(get_ident(s, "name", "_", o->name, sizeof o->name));
@@ -946,36 +823,28 @@ typedef struct job {
 } job;
 
 /* Protected: (job, result) -> converts the result into the job's output. */
-static int convert(lua_State *L)
-{
+static int convert(lua_State *L) {
     job *j = lua_touserdata(L, 1);
     luaL_checkstack(L, 32, "spec conversion");
     scope s = {L, j->file, j->err, 2, ""};
     if (lua_type(L, 2) != LUA_TTABLE)
         j->rc = rk_fail(j->err, ROPEKV_ERR_SPEC_INVALID, "%s: the chunk must return a table, got %s", j->file,
                         luaL_typename(L, 2));
-    else if (j->archs_out != NULL)
-        j->rc = read_archs(&s, j->archs_out);
-    else
-        j->rc = read_spec(&s, j->archs, j->spec_out);
+    else if (j->archs_out != NULL) j->rc = read_archs(&s, j->archs_out);
+    else j->rc = read_spec(&s, j->archs, j->spec_out);
     return 0;
 }
 
-static int run_job(const char *text, size_t len, job *j)
-{
+static int run_job(const char *text, size_t len, job *j) {
     sandbox sb = {0};
-    if (text == NULL)
-        return rk_fail(j->err, ROPEKV_ERR_IO, "%s: no text", j->file);
+    if (text == NULL) return rk_fail(j->err, ROPEKV_ERR_IO, "%s: no text", j->file);
     lua_State *L = lua_newstate(sb_alloc, &sb);
-    if (L == NULL)
-        return rk_fail(j->err, ROPEKV_ERR_NOMEM, "%s: cannot create a Lua state", j->file);
+    if (L == NULL) return rk_fail(j->err, ROPEKV_ERR_NOMEM, "%s: cannot create a Lua state", j->file);
     int rc = ROPEKV_OK;
     lua_pushcfunction(L, sb_open);
     int st = lua_pcall(L, 0, 1, 0);
-    if (st != LUA_OK)
-        rc = run_fail(L, &sb, st, j->file, j->err);
-    if (rc == ROPEKV_OK)
-        rc = run_chunk(L, &sb, lua_gettop(L), j->file, text, len, j->err);
+    if (st != LUA_OK) rc = run_fail(L, &sb, st, j->file, j->err);
+    if (rc == ROPEKV_OK) rc = run_chunk(L, &sb, lua_gettop(L), j->file, text, len, j->err);
     if (rc == ROPEKV_OK) {
         int result = lua_gettop(L);
         lua_pushcfunction(L, convert);
@@ -989,32 +858,25 @@ static int run_job(const char *text, size_t len, job *j)
     return rc;
 }
 
-int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err)
-{
+int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err) {
     rk_arch_table *t = calloc(1, sizeof *t);
-    if (file == NULL)
-        file = "(archs)";
-    if (t == NULL)
-        return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
+    if (file == NULL) file = "(archs)";
+    if (t == NULL) return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
     job j = {file, err, NULL, t, NULL, ROPEKV_OK};
     int rc = run_job(text, len, &j);
-    if (rc == ROPEKV_OK && out != NULL)
-        *out = *t;
+    if (rc == ROPEKV_OK && out != NULL) *out = *t;
     free(t);
     return rc;
 }
 
-int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs,
-                 rk_spec *out, rk_err *err)
-{
+int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out,
+                 rk_err *err) {
     rk_spec s;
-    if (file == NULL)
-        file = "(spec)";
+    if (file == NULL) file = "(spec)";
     memset(&s, 0, sizeof s);
     copy_str(s.file, sizeof s.file, file);
     job j = {file, err, archs, NULL, &s, ROPEKV_OK};
     int rc = run_job(text, len, &j);
-    if (rc == ROPEKV_OK && out != NULL)
-        *out = s;
+    if (rc == ROPEKV_OK && out != NULL) *out = s;
     return rc;
 }

@@ -5,8 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
-{
+int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...) {
     if (err != NULL) {
         va_list ap;
         err->code = code;
@@ -19,8 +18,8 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 
 /* ---- spellings: one table per enum, built from its list in rk.h ---------------------------------- */
 #define RK_ROW_(e, spelling, token) {e, #spelling, #token},
-#define RK_TABLE_(what, LIST)                                                                        \
-    static const rk_spelling what##_rows[] = {LIST(RK_ROW_)};                                        \
+#define RK_TABLE_(what, LIST)                                 \
+    static const rk_spelling what##_rows[] = {LIST(RK_ROW_)}; \
     const rk_enum rk_##what##_enum = {(int)(sizeof what##_rows / sizeof what##_rows[0]), what##_rows};
 RK_TABLE_(vendor, RK_VENDOR_LIST)
 RK_TABLE_(compiler, RK_COMPILER_LIST)
@@ -33,22 +32,18 @@ RK_TABLE_(kv, RK_KV_LIST)
 RK_TABLE_(qform, RK_QFORM_LIST)
 RK_TABLE_(index, RK_INDEX_LIST)
 
-static const rk_spelling *row_of(const rk_enum *e, int value)
-{
+static const rk_spelling *row_of(const rk_enum *e, int value) {
     for (int i = 0; i < e->n; i++)
-        if (e->v[i].value == value)
-            return &e->v[i];
+        if (e->v[i].value == value) return &e->v[i];
     return NULL;
 }
 
-const char *rk_enum_name(const rk_enum *e, int value)
-{
+const char *rk_enum_name(const rk_enum *e, int value) {
     const rk_spelling *r = row_of(e, value);
     return r ? r->name : NULL;
 }
 
-const char *rk_enum_token(const rk_enum *e, int value)
-{
+const char *rk_enum_token(const rk_enum *e, int value) {
     const rk_spelling *r = row_of(e, value);
     return r ? r->token : NULL;
 }
@@ -65,12 +60,9 @@ const char *rk_qform_name(ropekv_q_form q) { return rk_enum_name(&rk_qform_enum,
 const char *rk_idx_name(ropekv_index i) { return rk_enum_name(&rk_index_enum, (int)i); }
 
 /* ---- architecture table ------------------------------------------------------------------------ */
-const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name)
-{
-    if (t == NULL || name == NULL)
-        return NULL;
+const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name) {
+    if (t == NULL || name == NULL) return NULL;
     for (int i = 0; i < t->n && i < RK_MAX_ARCHS; i++)
-        if (strcmp(t->a[i].name, name) == 0)
-            return &t->a[i];
+        if (strcmp(t->a[i].name, name) == 0) return &t->a[i];
     return NULL;
 }

@@ -47,26 +47,26 @@ ROPEKV_API const char *ropekv_version_string(void);
 /* ---- status codes: gapped by area ---------------------------------------------------------------- */
 #define ROPEKV_STATUS_LIST(X)                                                                       \
     X(ROPEKV_OK, 0, "success")                                                                      \
-    X(ROPEKV_ERR_SPEC_SYNTAX, 100, "the spec file does not parse (or is a binary chunk)")          \
-    X(ROPEKV_ERR_SPEC_RUNTIME, 101, "the spec file raised an error while running")                 \
+    X(ROPEKV_ERR_SPEC_SYNTAX, 100, "the spec file does not parse (or is a binary chunk)")           \
+    X(ROPEKV_ERR_SPEC_RUNTIME, 101, "the spec file raised an error while running")                  \
     X(ROPEKV_ERR_SPEC_LIMIT, 102, "the spec file exceeded the sandbox's memory or instruction cap") \
-    X(ROPEKV_ERR_SPEC_INVALID, 103, "the spec file failed validation")                             \
-    X(ROPEKV_ERR_SPEC_TARGET, 104, "the spec names an unknown target")                             \
-    X(ROPEKV_ERR_NO_SPEC, 110, "no spec of this name is loaded")                                   \
-    X(ROPEKV_ERR_UNSUPPORTED, 120, "the spec does not provide this configuration")                 \
-    X(ROPEKV_ERR_RENDER, 200, "the kernel template failed to render")                              \
-    X(ROPEKV_ERR_COMPILE, 300, "the device compiler failed")                                       \
-    X(ROPEKV_ERR_TARGET, 301, "the compiler cannot build for this target")                         \
-    X(ROPEKV_ERR_CACHE, 400, "the code-object cache failed")                                       \
-    X(ROPEKV_ERR_BACKEND, 500, "the backend is not available on this machine")                     \
-    X(ROPEKV_ERR_DEVICE, 501, "a driver call failed")                                              \
-    X(ROPEKV_ERR_LAUNCH, 502, "the kernel launch failed")                                          \
-    X(ROPEKV_ERR_NULL, 600, "a required pointer is NULL")                                          \
-    X(ROPEKV_ERR_SHAPE, 601, "tokens, heads, max_pos or kv_rows out of range")                     \
-    X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                         \
-    X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")     \
-    X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                  \
-    X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                      \
+    X(ROPEKV_ERR_SPEC_INVALID, 103, "the spec file failed validation")                              \
+    X(ROPEKV_ERR_SPEC_TARGET, 104, "the spec names an unknown target")                              \
+    X(ROPEKV_ERR_NO_SPEC, 110, "no spec of this name is loaded")                                    \
+    X(ROPEKV_ERR_UNSUPPORTED, 120, "the spec does not provide this configuration")                  \
+    X(ROPEKV_ERR_RENDER, 200, "the kernel template failed to render")                               \
+    X(ROPEKV_ERR_COMPILE, 300, "the device compiler failed")                                        \
+    X(ROPEKV_ERR_TARGET, 301, "the compiler cannot build for this target")                          \
+    X(ROPEKV_ERR_CACHE, 400, "the code-object cache failed")                                        \
+    X(ROPEKV_ERR_BACKEND, 500, "the backend is not available on this machine")                      \
+    X(ROPEKV_ERR_DEVICE, 501, "a driver call failed")                                               \
+    X(ROPEKV_ERR_LAUNCH, 502, "the kernel launch failed")                                           \
+    X(ROPEKV_ERR_NULL, 600, "a required pointer is NULL")                                           \
+    X(ROPEKV_ERR_SHAPE, 601, "tokens, heads, max_pos or kv_rows out of range")                      \
+    X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                          \
+    X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")      \
+    X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                   \
+    X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                       \
     X(ROPEKV_ERR_IO, 901, "an I/O error")
 
 typedef enum ropekv_status {
@@ -84,24 +84,24 @@ typedef struct ropekv_ctx ropekv_ctx;
 typedef struct ropekv_kernel ropekv_kernel;
 
 typedef enum ropekv_backend {
-    ROPEKV_BACKEND_AUTO = 0,   /* $ROPEKV_BACKEND if set, else an AMD device, else NVIDIA, else host */
-    ROPEKV_BACKEND_HIP,        /* hiprtc + HIP module API (libamdhip64, loaded at run time) */
-    ROPEKV_BACKEND_CUDA,       /* nvrtc + CUDA driver API (libnvrtc, libcuda, loaded at run time) */
-    ROPEKV_BACKEND_HOST,       /* the system C++ compiler; runs on the CPU (pointers are host memory) */
+    ROPEKV_BACKEND_AUTO = 0, /* $ROPEKV_BACKEND if set, else an AMD device, else NVIDIA, else host */
+    ROPEKV_BACKEND_HIP,      /* hiprtc + HIP module API (libamdhip64, loaded at run time) */
+    ROPEKV_BACKEND_CUDA,     /* nvrtc + CUDA driver API (libnvrtc, libcuda, loaded at run time) */
+    ROPEKV_BACKEND_HOST,     /* the system C++ compiler; runs on the CPU (pointers are host memory) */
 } ropekv_backend;
 
 typedef struct ropekv_options {
     ropekv_backend backend;
-    int device;                /* device ordinal for hip/cuda */
-    const char *target;        /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
-    const char *cache_dir;     /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv */
-    int disk_cache;            /* 0: default (on unless $ROPEKV_DISABLE_CACHE=1); 1 on; -1 off */
-    int log;                   /* 0: default ($ROPEKV_LOG=1 logs to stderr); 1 on; -1 off */
-    int pdl;                   /* programmatic dependent launch where the target's row enables it (sm_90):
+    int device;            /* device ordinal for hip/cuda */
+    const char *target;    /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
+    const char *cache_dir; /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv */
+    int disk_cache;        /* 0: default (on unless $ROPEKV_DISABLE_CACHE=1); 1 on; -1 off */
+    int log;               /* 0: default ($ROPEKV_LOG=1 logs to stderr); 1 on; -1 off */
+    int pdl;               /* programmatic dependent launch where the target's row enables it (sm_90):
                                   a launch overlaps the tail of the kernel before it in the stream, which
                                   it waits for before touching memory. 0: default (on unless
                                   $ROPEKV_PDL=0); 1 on; -1 off */
-    int pdl_prefetch;          /* with pdl: read positions, slots and the cos/sin tables before waiting for
+    int pdl_prefetch;      /* with pdl: read positions, slots and the cos/sin tables before waiting for
                                   the kernel before in the stream (hides one dependent memory round trip
                                   per call). Only correct when that kernel does not write them: engines
                                   write positions and slots once per step and never touch the tables.
@@ -128,10 +128,10 @@ ROPEKV_API ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file
 
 /* Counters of a context since its creation (monitoring, and tests of the cache). Thread-safe. */
 typedef struct ropekv_stats {
-    uint64_t memory_hits;      /* ropekv_kernel_get answered from the context */
-    uint64_t disk_hits;        /* code objects loaded from the disk cache */
-    uint64_t compiles;         /* compiler runs */
-    uint64_t cache_rejects;    /* invalid disk entries removed (corrupt, truncated, foreign, not loadable) */
+    uint64_t memory_hits;   /* ropekv_kernel_get answered from the context */
+    uint64_t disk_hits;     /* code objects loaded from the disk cache */
+    uint64_t compiles;      /* compiler runs */
+    uint64_t cache_rejects; /* invalid disk entries removed (corrupt, truncated, foreign, not loadable) */
 } ropekv_stats;
 ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
 
@@ -141,45 +141,51 @@ ROPEKV_API ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
 /* ---- kernels -------------------------------------------------------------------------------------- */
 typedef enum ropekv_kv_dtype { ROPEKV_KV_BF16 = 0, ROPEKV_KV_FP8_E4M3 } ropekv_kv_dtype;
 typedef enum ropekv_q_form {
-    ROPEKV_Q_ABSORBED = 0,     /* q_out = cat(q_nope, rope(q_pe)) */
-    ROPEKV_Q_ZERO_COPY,        /* q_nope already sits in q_out[..., :L]; only the rope tail is written */
-    ROPEKV_Q_INPLACE,          /* rope(q_pe) written back into q_pe */
-    ROPEKV_Q_NONE,             /* KV row only */
+    ROPEKV_Q_ABSORBED = 0, /* q_out = cat(q_nope, rope(q_pe)) */
+    ROPEKV_Q_ZERO_COPY,    /* q_nope already sits in q_out[..., :L]; only the rope tail is written */
+    ROPEKV_Q_INPLACE,      /* rope(q_pe) written back into q_pe */
+    ROPEKV_Q_NONE,         /* KV row only */
 } ropekv_q_form;
 typedef enum ropekv_index { ROPEKV_INDEX_INT64 = 0, ROPEKV_INDEX_INT32 } ropekv_index;
 
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
-    const char *spec;          /* spec name, e.g. "deepseek_v3" (required) */
-    ropekv_kv_dtype kv;        /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
+    const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
+    ropekv_kv_dtype kv; /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
     ropekv_q_form q;
-    ropekv_index positions;    /* dtype of positions[] */
-    ropekv_index slots;        /* dtype of slots[] */
+    ropekv_index positions; /* dtype of positions[] */
+    ropekv_index slots;     /* dtype of slots[] */
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
  * Strides are in elements of the tensor's dtype (bytes for an fp8 cache); the last dimension is
  * contiguous. L = kv_lora_rank, R = qk_rope_head_dim of the spec, W = L + R. */
 typedef struct ropekv_args {
-    int64_t tokens, heads;                       /* T >= 0, 1 <= H <= 65536 */
-    const void *q_nope; int64_t q_nope_st, q_nope_sh;   /* [T, H, L] bf16 (absorbed) */
-    void *q_pe;         int64_t q_pe_st, q_pe_sh;       /* [T, H, R] bf16 (written by inplace) */
-    void *q_out;        int64_t q_out_st, q_out_sh;     /* [T, H, W] bf16 (absorbed, zero_copy) */
-    const void *k_nope; int64_t k_nope_st;              /* [T, L] bf16 */
-    const void *k_pe;   int64_t k_pe_st;                /* [T, R] bf16 */
-    void *kv_cache;     int64_t kv_st, kv_rows;         /* rows of W; a slot >= kv_rows is skipped */
-    const void *positions, *slots;                      /* [T], int64 or int32 per the variant */
-    const void *cos_sin;   /* f32_cat: [max_pos, R] f32, cos | sin; split layouts: cos [max_pos, R/2] */
-    const void *sin;       /* split layouts: sin [max_pos, R/2] (f32 or bf16 per the spec); else NULL */
-    int64_t max_pos;       /* rows of the tables; positions are clamped to [0, max_pos) */
-    const float *k_scale;  /* fp8 cache with a scale convention: one float32 on the device */
+    int64_t tokens, heads; /* T >= 0, 1 <= H <= 65536 */
+    const void *q_nope;
+    int64_t q_nope_st, q_nope_sh; /* [T, H, L] bf16 (absorbed) */
+    void *q_pe;
+    int64_t q_pe_st, q_pe_sh; /* [T, H, R] bf16 (written by inplace) */
+    void *q_out;
+    int64_t q_out_st, q_out_sh; /* [T, H, W] bf16 (absorbed, zero_copy) */
+    const void *k_nope;
+    int64_t k_nope_st; /* [T, L] bf16 */
+    const void *k_pe;
+    int64_t k_pe_st; /* [T, R] bf16 */
+    void *kv_cache;
+    int64_t kv_st, kv_rows;        /* rows of W; a slot >= kv_rows is skipped */
+    const void *positions, *slots; /* [T], int64 or int32 per the variant */
+    const void *cos_sin;           /* f32_cat: [max_pos, R] f32, cos | sin; split layouts: cos [max_pos, R/2] */
+    const void *sin;               /* split layouts: sin [max_pos, R/2] (f32 or bf16 per the spec); else NULL */
+    int64_t max_pos;               /* rows of the tables; positions are clamped to [0, max_pos) */
+    const float *k_scale;          /* fp8 cache with a scale convention: one float32 on the device */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
  * ropekv_kernel_get / ropekv_launch would return, with the reason in why (may be NULL). args may
  * be NULL to ask about the variant alone; with args, every launch check runs too. */
-ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropekv_args *args,
-                                      char *why, size_t why_cap);
+ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, const ropekv_args *args, char *why,
+                                      size_t why_cap);
 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
  * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
@@ -195,12 +201,12 @@ ROPEKV_API const char *ropekv_kernel_name(const ropekv_kernel *k);
 /* What a kernel is: its variant and every parameter of its code and launch. Strings are the spellings
  * of the spec files and stay valid while the context lives. */
 typedef struct ropekv_kernel_params {
-    const char *name;          /* the kernel name (ropekv_kernel_name) */
-    const char *key;           /* "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64" */
-    const char *spec;          /* spec name */
-    const char *target;        /* the row of specs/archs.lua the code is built for */
-    int kv_lora_rank;          /* L */
-    int rope_dim;              /* R (qk_rope_head_dim); rows are L + R wide */
+    const char *name;   /* the kernel name (ropekv_kernel_name) */
+    const char *key;    /* "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64" */
+    const char *spec;   /* spec name */
+    const char *target; /* the row of specs/archs.lua the code is built for */
+    int kv_lora_rank;   /* L */
+    int rope_dim;       /* R (qk_rope_head_dim); rows are L + R wide */
     ropekv_kv_dtype kv;
     ropekv_q_form q;
     ropekv_index positions, slots;

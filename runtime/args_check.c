@@ -12,8 +12,8 @@ void rk_args_from_api(const ropekv_args *a, rk_args *r) {
 #undef COPY_
 }
 
-#define CHECK(cond, status, ...)                                     \
-    do {                                                             \
+#define CHECK(cond, status, ...)                                              \
+    do {                                                                      \
         if (!(cond)) return (ropekv_status)rk_fail(err, status, __VA_ARGS__); \
     } while (0)
 
@@ -28,9 +28,7 @@ static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w
 }
 
 /* Largest element offset touched through (st, sh) plus one row. */
-static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
-    return (T - 1) * st + (H - 1) * sh + w;
-}
+static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) { return (T - 1) * st + (H - 1) * sh + w; }
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
@@ -56,8 +54,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL, "k_scale is NULL (fp8 cache with a scale)");
     /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
     CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
-          "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st, (long long)a->q_nope_sh,
-          (long long)L);
+          "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st,
+          (long long)a->q_nope_sh, (long long)L);
     CHECK(!has_q || rows_disjoint(T, H, a->q_pe_st, a->q_pe_sh, R), ROPEKV_ERR_STRIDE,
           "q_pe strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_pe_st, (long long)a->q_pe_sh,
           (long long)R);
@@ -85,7 +83,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0, ROPEKV_ERR_ALIGN,
           "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
           (long long)kv_align);
-    CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) && aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
+    CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) &&
+              aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
           ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
     const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
     CHECK(p->rope == RK_ROPE_NONE || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))),

@@ -9,7 +9,7 @@
  * whether offsets can reach 2^31 elements (then the 64-bit entry runs). */
 typedef struct rk_plan {
     int wide;
-    int64_t total;   /* chunks */
+    int64_t total; /* chunks */
     int64_t blocks;
     rk_args args;
 } rk_plan;

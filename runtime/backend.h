@@ -8,11 +8,11 @@
 
 typedef struct rk_device {
     const struct rk_backend_ops *ops;
-    char target[96];        /* full target id: "sm_90", "gfx942:sramecc+:xnack-", "host" */
-    char compiler_id[192];  /* identity and version of the compiler used (part of cache keys) */
-    char options[256];      /* compile options beyond the arch row's (part of cache keys) */
-    char refused[512];      /* non-empty: the compiler cannot build for this target, and why */
-    void *state;            /* backend-private */
+    char target[96];       /* full target id: "sm_90", "gfx942:sramecc+:xnack-", "host" */
+    char compiler_id[192]; /* identity and version of the compiler used (part of cache keys) */
+    char options[256];     /* compile options beyond the arch row's (part of cache keys) */
+    char refused[512];     /* non-empty: the compiler cannot build for this target, and why */
+    void *state;           /* backend-private */
 } rk_device;
 
 typedef struct rk_backend_ops {

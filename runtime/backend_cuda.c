@@ -97,8 +97,8 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
     return ROPEKV_OK;
 }
 
-static int cuda_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
-                        rk_buf *log) {
+static int cuda_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
+                        rk_codeobj *out, rk_buf *log) {
     (void)name;
     return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);
 }
@@ -145,8 +145,8 @@ static int cuda_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks,
             CUlaunchConfig cfg = {(unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream, &attr, 1};
             r = cu->cuLaunchKernelEx(&cfg, (CUfunction)fn, params, NULL);
         } else {
-            r = cu->cuLaunchKernel((CUfunction)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream, params,
-                          NULL);
+            r = cu->cuLaunchKernel((CUfunction)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (CUstream)stream,
+                                   params, NULL);
         }
         cu->cuCtxPopCurrent(&prev);
     }

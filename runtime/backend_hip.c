@@ -18,19 +18,19 @@ typedef struct ihipStream_t *hipStream_t;
 
 /* The HIP entry points used. ROCm 6 renamed the properties call (its struct changed); both hold
  * gcnArchName, so either will do. */
-#define HIP_API(X)                                                                                             \
-    X(init, "hipInit", 1, hipError_t, (unsigned))                                                             \
-    X(device_count, "hipGetDeviceCount", 1, hipError_t, (int *))                                              \
-    X(get_device, "hipGetDevice", 1, hipError_t, (int *))                                                     \
-    X(set_device, "hipSetDevice", 1, hipError_t, (int))                                                       \
-    X(module_load, "hipModuleLoadData", 1, hipError_t, (hipModule_t *, const void *))                         \
-    X(module_unload, "hipModuleUnload", 1, hipError_t, (hipModule_t))                                         \
-    X(get_function, "hipModuleGetFunction", 1, hipError_t, (hipFunction_t *, hipModule_t, const char *))      \
-    X(launch, "hipModuleLaunchKernel", 1, hipError_t,                                                          \
+#define HIP_API(X)                                                                                                \
+    X(init, "hipInit", 1, hipError_t, (unsigned))                                                                 \
+    X(device_count, "hipGetDeviceCount", 1, hipError_t, (int *))                                                  \
+    X(get_device, "hipGetDevice", 1, hipError_t, (int *))                                                         \
+    X(set_device, "hipSetDevice", 1, hipError_t, (int))                                                           \
+    X(module_load, "hipModuleLoadData", 1, hipError_t, (hipModule_t *, const void *))                             \
+    X(module_unload, "hipModuleUnload", 1, hipError_t, (hipModule_t))                                             \
+    X(get_function, "hipModuleGetFunction", 1, hipError_t, (hipFunction_t *, hipModule_t, const char *))          \
+    X(launch, "hipModuleLaunchKernel", 1, hipError_t,                                                             \
       (hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, hipStream_t, void **, \
-       void **))                                                                                               \
-    X(error_string, "hipGetErrorString", 1, const char *, (hipError_t))                                       \
-    X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                          \
+       void **))                                                                                                  \
+    X(error_string, "hipGetErrorString", 1, const char *, (hipError_t))                                           \
+    X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                              \
     X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))
 
 typedef struct hip_api {
@@ -120,7 +120,8 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         int found = e == 0 ? arch_name(prop, sizeof prop, d->target, sizeof d->target) : -1;
         pthread_mutex_unlock(&mu);
         if (found != 0) {
-            rk_buf_printf(log, "hip: cannot read device %d's target (%s)", ordinal, e ? hip.error_string(e) : "no gfx name");
+            rk_buf_printf(log, "hip: cannot read device %d's target (%s)", ordinal,
+                          e ? hip.error_string(e) : "no gfx name");
             return ROPEKV_ERR_DEVICE;
         }
     }
@@ -134,23 +135,24 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     return ROPEKV_OK;
 }
 
-static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
-                       rk_buf *log) {
+static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
+                       rk_codeobj *out, rk_buf *log) {
     (void)name;
     return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);
 }
 
 /* Runs with the context's device current, then restores the caller's. */
-#define ON_DEVICE(s, body)                          \
-    do {                                            \
-        int prev_ = -1;                             \
-        hip.get_device(&prev_);                     \
-        if (prev_ != (s)->ordinal) hip.set_device((s)->ordinal); \
-        body;                                       \
+#define ON_DEVICE(s, body)                                              \
+    do {                                                                \
+        int prev_ = -1;                                                 \
+        hip.get_device(&prev_);                                         \
+        if (prev_ != (s)->ordinal) hip.set_device((s)->ordinal);        \
+        body;                                                           \
         if (prev_ >= 0 && prev_ != (s)->ordinal) hip.set_device(prev_); \
     } while (0)
 
-static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {
+static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2],
+                           rk_buf *log) {
     hip_state *s = d->state;
     char wide[256];
     snprintf(wide, sizeof wide, "%s_i64", name);
@@ -177,7 +179,7 @@ static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name,
 }
 
 static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
-                          rk_buf *log) {
+                      rk_buf *log) {
     (void)pdl; /* no programmatic dependent launch here */
     hip_state *s = d->state;
     rk_args copy = *a;

@@ -40,8 +40,8 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
     return ROPEKV_OK;
 }
 
-static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
-                        rk_buf *log) {
+static int host_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
+                        rk_codeobj *out, rk_buf *log) {
     (void)d;
     (void)arch;
     char dir[4096], msg[8192], so[4400];
@@ -103,7 +103,7 @@ static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void 
 }
 
 static int host_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, int block, int pdl, void *stream,
-                           rk_buf *log) {
+                       rk_buf *log) {
     (void)pdl; /* no programmatic dependent launch here */
     (void)d;
     (void)blocks;

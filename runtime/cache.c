@@ -33,8 +33,7 @@ static const unsigned char MAGIC[8] = {'R', 'K', 'C', 'A', 'C', 'H', 'E', '\0'};
 static atomic_uint tmp_counter;
 
 __attribute__((format(printf, 3, 4))) static void say(char *why, size_t cap, const char *fmt, ...) {
-    if (!why || cap == 0)
-        return;
+    if (!why || cap == 0) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, cap, fmt, ap);
@@ -47,29 +46,24 @@ typedef struct errtext {
 } errtext;
 static errtext errstr(int e) {
     errtext t;
-    if (strerror_r(e, t.s, sizeof t.s) != 0)
-        snprintf(t.s, sizeof t.s, "error %d", e);
+    if (strerror_r(e, t.s, sizeof t.s) != 0) snprintf(t.s, sizeof t.s, "error %d", e);
     return t;
 }
 
 static void put_le32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static void put_le64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static uint32_t get_le32(const unsigned char *p) {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
     return v;
 }
 static uint64_t get_le64(const unsigned char *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
     return v;
 }
 
@@ -89,13 +83,10 @@ static void entry_path(const rk_cache *c, const char *name, char *out) {
 
 /* mkdir -p: the last component gets `leaf`, missing parents 0755. Returns 0 or -1 with errno. */
 static int make_dirs(char *path, mode_t leaf) {
-    if (mkdir(path, leaf) == 0 || errno == EEXIST)
-        return 0;
-    if (errno != ENOENT)
-        return -1;
+    if (mkdir(path, leaf) == 0 || errno == EEXIST) return 0;
+    if (errno != ENOENT) return -1;
     for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
+        if (*p != '/') continue;
         *p = '\0';
         int r = mkdir(path, 0755);
         int e = errno;
@@ -105,14 +96,12 @@ static int make_dirs(char *path, mode_t leaf) {
             return -1;
         }
     }
-    if (mkdir(path, leaf) == 0 || errno == EEXIST)
-        return 0;
+    if (mkdir(path, leaf) == 0 || errno == EEXIST) return 0;
     return -1;
 }
 
 void rk_cache_open(rk_cache *c, const char *dir) {
-    if (!c)
-        return;
+    if (!c) return;
     memset(c, 0, sizeof *c);
     if (!dir || !*dir) {
         say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
@@ -151,8 +140,8 @@ void rk_cache_open(rk_cache *c, const char *dir) {
         return;
     }
     if (st.st_uid != geteuid()) {
-        say(c->why, sizeof c->why, "cache directory %s is owned by uid %lu, not by this user (uid %lu)" MEMORY_ONLY,
-            d, (unsigned long)st.st_uid, (unsigned long)geteuid());
+        say(c->why, sizeof c->why, "cache directory %s is owned by uid %lu, not by this user (uid %lu)" MEMORY_ONLY, d,
+            (unsigned long)st.st_uid, (unsigned long)geteuid());
         return;
     }
     if (st.st_mode & 022) {
@@ -205,15 +194,11 @@ static int open_dir(const rk_cache *c, char *why, size_t cap) {
 
 rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned char digest[32],
                            const unsigned char **payload, size_t *payload_len, char *why, size_t why_cap) {
-    if (payload)
-        *payload = NULL;
-    if (payload_len)
-        *payload_len = 0;
+    if (payload) *payload = NULL;
+    if (payload_len) *payload_len = 0;
     if (!buf || n < HDR) {
-        if (n == 0)
-            say(why, why_cap, "empty file");
-        else
-            say(why, why_cap, "truncated: %zu bytes, shorter than the %d-byte header", n, HDR);
+        if (n == 0) say(why, why_cap, "empty file");
+        else say(why, why_cap, "truncated: %zu bytes, shorter than the %d-byte header", n, HDR);
         return RK_CACHE_MISS;
     }
     if (memcmp(buf, MAGIC, sizeof MAGIC) != 0) {
@@ -252,10 +237,8 @@ rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned ch
         say(why, why_cap, "checksum mismatch");
         return RK_CACHE_MISS;
     }
-    if (payload)
-        *payload = buf + HDR;
-    if (payload_len)
-        *payload_len = rest;
+    if (payload) *payload = buf + HDR;
+    if (payload_len) *payload_len = rest;
     say(why, why_cap, "%s", "");
     return RK_CACHE_OK;
 }
@@ -266,16 +249,15 @@ typedef enum load_rc { LOAD_OK, LOAD_MISSING, LOAD_INVALID, LOAD_ERROR } load_rc
  * following a symlink or blocking on a FIFO. On LOAD_OK *buf (malloc'd) holds *n bytes; on
  * LOAD_INVALID `what` says why the file cannot be an entry. In both cases *st describes the file
  * (st_mode is 0 when nothing could be inspected). */
-static load_rc load_file(int dfd, const char *name, const char *path, unsigned char **buf, size_t *n,
-                         struct stat *st, char *what, size_t what_cap) {
+static load_rc load_file(int dfd, const char *name, const char *path, unsigned char **buf, size_t *n, struct stat *st,
+                         char *what, size_t what_cap) {
     *buf = NULL;
     *n = 0;
     memset(st, 0, sizeof *st);
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
-        if (e == ENOENT)
-            return LOAD_MISSING;
+        if (e == ENOENT) return LOAD_MISSING;
         if (e == ELOOP && fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st->st_mode)) {
             say(what, what_cap, "a symbolic link, not a file");
             return LOAD_INVALID;
@@ -296,12 +278,10 @@ static load_rc load_file(int dfd, const char *name, const char *path, unsigned c
         return LOAD_INVALID;
     }
     if (st->st_size < HDR || (uint64_t)st->st_size > RK_CACHE_MAX_FILE) {
-        if (st->st_size == 0)
-            say(what, what_cap, "empty file");
+        if (st->st_size == 0) say(what, what_cap, "empty file");
         else if (st->st_size < HDR)
             say(what, what_cap, "truncated: %lld bytes, shorter than the %d-byte header", (long long)st->st_size, HDR);
-        else
-            say(what, what_cap, "implausible size (%lld bytes)", (long long)st->st_size);
+        else say(what, what_cap, "implausible size (%lld bytes)", (long long)st->st_size);
         close(fd);
         return LOAD_INVALID;
     }
@@ -314,8 +294,7 @@ static load_rc load_file(int dfd, const char *name, const char *path, unsigned c
     }
     while (got < want) {
         ssize_t r = read(fd, b + got, want - got);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             errtext t = errstr(errno);
             say(what, what_cap, "cannot read cache entry %s: %s", path, t.s);
@@ -355,23 +334,18 @@ static void remove_invalid(int dfd, const char *name, const struct stat *st, cha
     }
     if (why && cap) {
         size_t used = strlen(why);
-        if (used < cap)
-            snprintf(why + used, cap - used, "%s%s", outcome, t.s);
+        if (used < cap) snprintf(why + used, cap - used, "%s%s", outcome, t.s);
     }
 }
 
 rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsigned char **data, size_t *len,
                          char *why, size_t why_cap) {
-    if (data)
-        *data = NULL;
-    if (len)
-        *len = 0;
+    if (data) *data = NULL;
+    if (len) *len = 0;
     say(why, why_cap, "%s", "");
-    if (!c || !c->usable || !digest || !data || !len)
-        return RK_CACHE_MISS;
+    if (!c || !c->usable || !digest || !data || !len) return RK_CACHE_MISS;
     int dfd = open_dir(c, NULL, 0); /* a directory gone or replaced holds no entries (put reports it) */
-    if (dfd < 0)
-        return RK_CACHE_MISS;
+    if (dfd < 0) return RK_CACHE_MISS;
     char name[NAME_CAP], path[PATH_CAP], what[256];
     entry_name(digest, ".rkco", name);
     entry_path(c, name, path);
@@ -408,10 +382,8 @@ static int write_all(int fd, const void *p, size_t n) {
     while (n > 0) {
         size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
         ssize_t w = write(fd, b, chunk);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
         if (w == 0) {
             errno = EIO;
             return -1;
@@ -453,8 +425,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     rk_sha256_final(&s, hdr + 56);
 
     int dfd = open_dir(c, why, why_cap);
-    if (dfd < 0)
-        return RK_CACHE_ERROR;
+    if (dfd < 0) return RK_CACHE_ERROR;
     int fd = -1;
     for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
         char suffix[64];
@@ -462,8 +433,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
         entry_name(digest, suffix, tmpname);
         entry_path(c, tmpname, tmp);
         fd = openat(dfd, tmpname, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0 && errno != EEXIST)
-            break;
+        if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
         errtext t = errstr(errno);
@@ -474,17 +444,14 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
 
     const char *step = NULL;
     int e = 0;
-    if (write_all(fd, hdr, sizeof hdr) != 0 || write_all(fd, data, len) != 0)
-        step = "cannot write cache entry";
+    if (write_all(fd, hdr, sizeof hdr) != 0 || write_all(fd, data, len) != 0) step = "cannot write cache entry";
     else {
         int r;
         while ((r = fsync(fd)) != 0 && errno == EINTR)
             ;
-        if (r != 0)
-            step = "cannot flush cache entry";
+        if (r != 0) step = "cannot flush cache entry";
     }
-    if (step)
-        e = errno;
+    if (step) e = errno;
     /* close reports deferred write errors (NFS, quota); EINTR still closes the descriptor on Linux */
     if (close(fd) != 0 && errno != EINTR && !step) {
         step = "cannot close cache entry";
@@ -535,19 +502,16 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
 /* ---- locks ------------------------------------------------------------------------------------------ */
 
 int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
-    if (!c || !c->usable || !digest)
-        return -1;
+    if (!c || !c->usable || !digest) return -1;
     int dfd = open_dir(c, NULL, 0);
-    if (dfd < 0)
-        return -1;
+    if (dfd < 0) return -1;
     char name[NAME_CAP];
     entry_name(digest, ".lock", name);
     /* rk_cache_clear may unlink the lock file between our open and flock; then the lock we hold is on
      * an orphan, so take it again on the file that is there now. */
     for (int attempt = 0; attempt < 8; attempt++) {
         int fd = openat(dfd, name, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-        if (fd < 0)
-            break;
+        if (fd < 0) break;
         struct stat st, now;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
@@ -560,8 +524,7 @@ int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
             close(fd);
             break;
         }
-        if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev &&
-            now.st_ino == st.st_ino) {
+        if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) {
             close(dfd);
             return fd;
         }
@@ -572,8 +535,7 @@ int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
 }
 
 void rk_cache_unlock(int fd) {
-    if (fd < 0)
-        return;
+    if (fd < 0) return;
     (void)flock(fd, LOCK_UN);
     close(fd);
 }
@@ -584,19 +546,16 @@ void rk_cache_unlock(int fd) {
 static int is_ours(const char *name) {
     for (int i = 0; i < 64; i++) {
         char ch = name[i];
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
-            return 0;
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return 0;
     }
     const char *rest = name + 64;
     return strcmp(rest, ".rkco") == 0 || strcmp(rest, ".lock") == 0 || strncmp(rest, ".rkco.tmp.", 10) == 0;
 }
 
 int rk_cache_clear(const rk_cache *c) {
-    if (!c || !c->usable)
-        return -1;
+    if (!c || !c->usable) return -1;
     int dfd = open_dir(c, NULL, 0);
-    if (dfd < 0)
-        return -1;
+    if (dfd < 0) return -1;
     DIR *d = fdopendir(dfd);
     if (!d) {
         close(dfd);
@@ -605,8 +564,7 @@ int rk_cache_clear(const rk_cache *c) {
     int removed = 0;
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
-        if (is_ours(ent->d_name) && unlinkat(dfd, ent->d_name, 0) == 0)
-            removed++;
+        if (is_ours(ent->d_name) && unlinkat(dfd, ent->d_name, 0) == 0) removed++;
     }
     closedir(d);
     return removed;

@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #define RK_CACHE_FORMAT 1u
-#define RK_CACHE_HEADER_SIZE 88                  /* bytes before the payload */
-#define RK_CACHE_MAX_FILE ((size_t)1 << 30)      /* larger entry files are refused (and removed) */
+#define RK_CACHE_HEADER_SIZE 88             /* bytes before the payload */
+#define RK_CACHE_MAX_FILE ((size_t)1 << 30) /* larger entry files are refused (and removed) */
 
 /* ---- SHA-256 -------------------------------------------------------------------------------- */
 typedef struct rk_sha256 {
@@ -45,15 +45,15 @@ void rk_sha256_hex(const unsigned char d[32], char out[65]);
  * (usable == 0) misses every get, fails every put with RK_CACHE_ERROR, and lock and clear return -1. */
 typedef enum rk_cache_rc {
     RK_CACHE_OK = 0,
-    RK_CACHE_MISS = 1,       /* no entry, or an invalid one that was removed */
-    RK_CACHE_ERROR = -1,     /* I/O error; message says */
+    RK_CACHE_MISS = 1,   /* no entry, or an invalid one that was removed */
+    RK_CACHE_ERROR = -1, /* I/O error; message says */
 } rk_cache_rc;
 
 typedef struct rk_cache {
     char dir[4096];
-    int usable;              /* 0: memory-only (directory unusable; reason in why) */
+    int usable; /* 0: memory-only (directory unusable; reason in why) */
     char why[512];
-    uint64_t dev, ino;       /* the directory rk_cache_open checked: every later operation insists on it */
+    uint64_t dev, ino; /* the directory rk_cache_open checked: every later operation insists on it */
 } rk_cache;
 
 /* Opens (creating with mode 0700 if needed, missing parents 0755) the cache directory; trailing

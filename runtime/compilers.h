@@ -54,7 +54,6 @@ int rk_hiprtc_supports(int major, int minor, const char *target, char *why, size
  * object. The compiler's log is appended to log (may be NULL).
  * Refuses (ROPEKV_ERR_TARGET, reason in log) a target rk_hiprtc_supports rejects before calling the
  * compiler. Else ROPEKV_OK, ROPEKV_ERR_COMPILE (log says why), ROPEKV_ERR_IO (hiprtc missing) or ROPEKV_ERR_NOMEM. */
-int rk_hiprtc_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                      rk_buf *log);
+int rk_hiprtc_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out, rk_buf *log);
 
 #endif

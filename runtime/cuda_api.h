@@ -50,42 +50,42 @@ _Static_assert(sizeof(void *) != 8 || (offsetof(CUlaunchConfig, stream) == 32 &&
 enum { RK_CUDA_BACKEND = 1, RK_CUDA_PROGRAMS = 2 };
 #define RK_CUDA_ALL (RK_CUDA_BACKEND | RK_CUDA_PROGRAMS)
 
-#define RK_CUDA_API(X)                                                                                               \
-    X(cuInit, "cuInit", RK_CUDA_ALL, CUresult, (unsigned))                                                          \
-    X(cuDeviceGetCount, "cuDeviceGetCount", RK_CUDA_ALL, CUresult, (int *))                                         \
-    X(cuDeviceGet, "cuDeviceGet", RK_CUDA_ALL, CUresult, (CUdevice *, int))                                         \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", RK_CUDA_ALL, CUresult, (int *, int, CUdevice))                  \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", RK_CUDA_ALL, CUresult, (CUcontext *, CUdevice))         \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", RK_CUDA_ALL, CUresult, (CUdevice))                 \
-    X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", RK_CUDA_ALL, CUresult, (CUcontext))                                  \
-    X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", RK_CUDA_ALL, CUresult, (CUcontext *))                                  \
-    X(cuModuleLoadData, "cuModuleLoadData", RK_CUDA_ALL, CUresult, (CUmodule *, const void *))                      \
-    X(cuModuleUnload, "cuModuleUnload", RK_CUDA_ALL, CUresult, (CUmodule))                                          \
-    X(cuModuleGetFunction, "cuModuleGetFunction", RK_CUDA_ALL, CUresult, (CUfunction *, CUmodule, const char *))    \
-    X(cuLaunchKernel, "cuLaunchKernel", RK_CUDA_ALL, CUresult,                                                      \
+#define RK_CUDA_API(X)                                                                                                \
+    X(cuInit, "cuInit", RK_CUDA_ALL, CUresult, (unsigned))                                                            \
+    X(cuDeviceGetCount, "cuDeviceGetCount", RK_CUDA_ALL, CUresult, (int *))                                           \
+    X(cuDeviceGet, "cuDeviceGet", RK_CUDA_ALL, CUresult, (CUdevice *, int))                                           \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", RK_CUDA_ALL, CUresult, (int *, int, CUdevice))                    \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", RK_CUDA_ALL, CUresult, (CUcontext *, CUdevice))           \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", RK_CUDA_ALL, CUresult, (CUdevice))                   \
+    X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", RK_CUDA_ALL, CUresult, (CUcontext))                                    \
+    X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", RK_CUDA_ALL, CUresult, (CUcontext *))                                    \
+    X(cuModuleLoadData, "cuModuleLoadData", RK_CUDA_ALL, CUresult, (CUmodule *, const void *))                        \
+    X(cuModuleUnload, "cuModuleUnload", RK_CUDA_ALL, CUresult, (CUmodule))                                            \
+    X(cuModuleGetFunction, "cuModuleGetFunction", RK_CUDA_ALL, CUresult, (CUfunction *, CUmodule, const char *))      \
+    X(cuLaunchKernel, "cuLaunchKernel", RK_CUDA_ALL, CUresult,                                                        \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-    X(cuGetErrorString, "cuGetErrorString", RK_CUDA_ALL, CUresult, (CUresult, const char **))                       \
-    X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **))    \
-    X(cuGetErrorName, "cuGetErrorName", RK_CUDA_PROGRAMS, CUresult, (CUresult, const char **))                      \
-    X(cuDriverGetVersion, "cuDriverGetVersion", RK_CUDA_PROGRAMS, CUresult, (int *))                                \
-    X(cuDeviceGetName, "cuDeviceGetName", RK_CUDA_PROGRAMS, CUresult, (char *, int, CUdevice))                      \
-    X(cuDeviceTotalMem, "cuDeviceTotalMem_v2", RK_CUDA_PROGRAMS, CUresult, (size_t *, CUdevice))                    \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent", RK_CUDA_PROGRAMS, CUresult, (CUcontext))                                  \
-    X(cuCtxSynchronize, "cuCtxSynchronize", RK_CUDA_PROGRAMS, CUresult, (void))                                     \
-    X(cuMemAlloc, "cuMemAlloc_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr *, size_t))                             \
-    X(cuMemFree, "cuMemFree_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr))                                         \
-    X(cuMemsetD8, "cuMemsetD8_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr, unsigned char, size_t))                \
-    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr, const void *, size_t))             \
-    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", RK_CUDA_PROGRAMS, CUresult, (void *, CUdeviceptr, size_t))                   \
-    X(cuStreamCreate, "cuStreamCreate", RK_CUDA_PROGRAMS, CUresult, (CUstream *, unsigned))                         \
-    X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", RK_CUDA_PROGRAMS, CUresult, (CUstream, int))                 \
-    X(cuStreamEndCapture, "cuStreamEndCapture", RK_CUDA_PROGRAMS, CUresult, (CUstream, CUgraph *))                  \
-    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", RK_CUDA_PROGRAMS, CUresult,                       \
-      (CUgraphExec *, CUgraph, unsigned long long))                                                                 \
-    X(cuGraphLaunch, "cuGraphLaunch", RK_CUDA_PROGRAMS, CUresult, (CUgraphExec, CUstream))                          \
-    X(cuEventCreate, "cuEventCreate", RK_CUDA_PROGRAMS, CUresult, (CUevent *, unsigned))                            \
-    X(cuEventRecord, "cuEventRecord", RK_CUDA_PROGRAMS, CUresult, (CUevent, CUstream))                              \
-    X(cuEventSynchronize, "cuEventSynchronize", RK_CUDA_PROGRAMS, CUresult, (CUevent))                              \
+    X(cuGetErrorString, "cuGetErrorString", RK_CUDA_ALL, CUresult, (CUresult, const char **))                         \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **))      \
+    X(cuGetErrorName, "cuGetErrorName", RK_CUDA_PROGRAMS, CUresult, (CUresult, const char **))                        \
+    X(cuDriverGetVersion, "cuDriverGetVersion", RK_CUDA_PROGRAMS, CUresult, (int *))                                  \
+    X(cuDeviceGetName, "cuDeviceGetName", RK_CUDA_PROGRAMS, CUresult, (char *, int, CUdevice))                        \
+    X(cuDeviceTotalMem, "cuDeviceTotalMem_v2", RK_CUDA_PROGRAMS, CUresult, (size_t *, CUdevice))                      \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", RK_CUDA_PROGRAMS, CUresult, (CUcontext))                                    \
+    X(cuCtxSynchronize, "cuCtxSynchronize", RK_CUDA_PROGRAMS, CUresult, (void))                                       \
+    X(cuMemAlloc, "cuMemAlloc_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr *, size_t))                               \
+    X(cuMemFree, "cuMemFree_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr))                                           \
+    X(cuMemsetD8, "cuMemsetD8_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr, unsigned char, size_t))                  \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", RK_CUDA_PROGRAMS, CUresult, (CUdeviceptr, const void *, size_t))               \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", RK_CUDA_PROGRAMS, CUresult, (void *, CUdeviceptr, size_t))                     \
+    X(cuStreamCreate, "cuStreamCreate", RK_CUDA_PROGRAMS, CUresult, (CUstream *, unsigned))                           \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", RK_CUDA_PROGRAMS, CUresult, (CUstream, int))                   \
+    X(cuStreamEndCapture, "cuStreamEndCapture", RK_CUDA_PROGRAMS, CUresult, (CUstream, CUgraph *))                    \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", RK_CUDA_PROGRAMS, CUresult,                         \
+      (CUgraphExec *, CUgraph, unsigned long long))                                                                   \
+    X(cuGraphLaunch, "cuGraphLaunch", RK_CUDA_PROGRAMS, CUresult, (CUgraphExec, CUstream))                            \
+    X(cuEventCreate, "cuEventCreate", RK_CUDA_PROGRAMS, CUresult, (CUevent *, unsigned))                              \
+    X(cuEventRecord, "cuEventRecord", RK_CUDA_PROGRAMS, CUresult, (CUevent, CUstream))                                \
+    X(cuEventSynchronize, "cuEventSynchronize", RK_CUDA_PROGRAMS, CUresult, (CUevent))                                \
     X(cuEventElapsedTime, "cuEventElapsedTime", RK_CUDA_PROGRAMS, CUresult, (float *, CUevent, CUevent))
 
 typedef struct rk_cuda_api {

@@ -21,9 +21,9 @@
 #define RK_DL_SYM(field, sym, need, ret, params) {sym, offsetof(RK_DL_TABLE, field), need},
 
 typedef struct rk_dl_sym {
-    const char *name;   /* the symbol */
-    size_t offset;      /* where its pointer goes in the table */
-    unsigned need;      /* who needs it (bit mask; 0: nobody, it may be missing) */
+    const char *name; /* the symbol */
+    size_t offset;    /* where its pointer goes in the table */
+    unsigned need;    /* who needs it (bit mask; 0: nobody, it may be missing) */
 } rk_dl_sym;
 
 typedef struct rk_dl {

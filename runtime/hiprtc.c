@@ -20,22 +20,22 @@ typedef int hiprtc_result; /* hiprtcResult: 0 is HIPRTC_SUCCESS */
 typedef struct hiprtc_prog *hiprtc_program;
 enum { HIPRTC_OK = 0, HIPRTC_OUT_OF_MEMORY = 1 };
 
-#define HIPRTC_API(X)                                                                                         \
-    X(version, "hiprtcVersion", 1, hiprtc_result, (int *, int *))                                             \
-    X(error_string, "hiprtcGetErrorString", 1, const char *, (hiprtc_result))                                 \
-    X(create, "hiprtcCreateProgram", 1, hiprtc_result,                                                        \
-      (hiprtc_program *, const char *, const char *, int, const char **, const char **))                      \
-    X(compile, "hiprtcCompileProgram", 1, hiprtc_result, (hiprtc_program, int, const char **))                \
-    X(destroy, "hiprtcDestroyProgram", 1, hiprtc_result, (hiprtc_program *))                                  \
-    X(log_size, "hiprtcGetProgramLogSize", 1, hiprtc_result, (hiprtc_program, size_t *))                      \
-    X(log, "hiprtcGetProgramLog", 1, hiprtc_result, (hiprtc_program, char *))                                 \
-    X(code_size, "hiprtcGetCodeSize", 1, hiprtc_result, (hiprtc_program, size_t *))                           \
+#define HIPRTC_API(X)                                                                          \
+    X(version, "hiprtcVersion", 1, hiprtc_result, (int *, int *))                              \
+    X(error_string, "hiprtcGetErrorString", 1, const char *, (hiprtc_result))                  \
+    X(create, "hiprtcCreateProgram", 1, hiprtc_result,                                         \
+      (hiprtc_program *, const char *, const char *, int, const char **, const char **))       \
+    X(compile, "hiprtcCompileProgram", 1, hiprtc_result, (hiprtc_program, int, const char **)) \
+    X(destroy, "hiprtcDestroyProgram", 1, hiprtc_result, (hiprtc_program *))                   \
+    X(log_size, "hiprtcGetProgramLogSize", 1, hiprtc_result, (hiprtc_program, size_t *))       \
+    X(log, "hiprtcGetProgramLog", 1, hiprtc_result, (hiprtc_program, char *))                  \
+    X(code_size, "hiprtcGetCodeSize", 1, hiprtc_result, (hiprtc_program, size_t *))            \
     X(code, "hiprtcGetCode", 1, hiprtc_result, (hiprtc_program, char *))
 
 typedef struct hiprtc_api {
     int loaded;
-    char path[PATH_MAX];   /* the library, resolved (its name carries the ROCm release) */
-    int major, minor;      /* ROCm release of the library (see rk_hiprtc_available) */
+    char path[PATH_MAX]; /* the library, resolved (its name carries the ROCm release) */
+    int major, minor;    /* ROCm release of the library (see rk_hiprtc_available) */
     char why[768];
     HIPRTC_API(RK_DL_FIELD)
 } hiprtc_api;
@@ -65,14 +65,18 @@ static int version_from_name(const char *path, int *major, int *minor) {
 
 static void hip_load(void) {
     const char *env = getenv("ROPEKV_HIPRTC");
-    const char *names[] = {"libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libamdhip64.so", "libamdhip64.so.5",
-                           "/opt/rocm/lib/libhiprtc.so", "/opt/rocm/lib/libamdhip64.so"};
+    const char *names[] = {"libhiprtc.so",
+                           "libhiprtc.so.7",
+                           "libhiprtc.so.6",
+                           "libamdhip64.so",
+                           "libamdhip64.so.5",
+                           "/opt/rocm/lib/libhiprtc.so",
+                           "/opt/rocm/lib/libamdhip64.so"};
     /* A library counts only when it carries hiprtc: a ROCm >= 6 libamdhip64 no longer does. */
     rk_dl dl;
     if (env && *env) {
         if (rk_dl_open(&dl, &env, 1, "hiprtcCreateProgram") != ROPEKV_OK) {
-            snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: $ROPEKV_HIPRTC (%s) cannot be opened or has no hiprtc",
-                     env);
+            snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: $ROPEKV_HIPRTC (%s) cannot be opened or has no hiprtc", env);
             return;
         }
     } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], "hiprtcCreateProgram") != ROPEKV_OK) {
@@ -126,32 +130,60 @@ enum { F_XNACK = 1, F_SRAMECC = 2 };
 
 typedef struct amd_proc {
     const char *name;
-    int features;              /* target-id features the processor has (LLVM AMDGPUUsage) */
-    int major, minor;          /* first ROCm release whose hiprtc builds it */
-    int last;                  /* last ROCm major release that builds it (0: no limit) */
+    int features;     /* target-id features the processor has (LLVM AMDGPUUsage) */
+    int major, minor; /* first ROCm release whose hiprtc builds it */
+    int last;         /* last ROCm major release that builds it (0: no limit) */
 } amd_proc;
 
 /* Every ROCm 5 entry, bare and with each valid feature suffix, was compiled with ROCm 5.2.3's hiprtc;
  * the feature sets agree with clang 22's target-id checks. */
 static const amd_proc k_procs[] = {
-    {"gfx600", 0, 0, 0, 0},  {"gfx601", 0, 0, 0, 0},  {"gfx602", 0, 0, 0, 0},
-    {"gfx700", 0, 0, 0, 0},  {"gfx701", 0, 0, 0, 0},  {"gfx702", 0, 0, 0, 0},  {"gfx703", 0, 0, 0, 0},
-    {"gfx704", 0, 0, 0, 0},  {"gfx705", 0, 0, 0, 0},
-    {"gfx801", F_XNACK, 0, 0, 0}, {"gfx802", 0, 0, 0, 0}, {"gfx803", 0, 0, 0, 0}, {"gfx805", 0, 0, 0, 0},
+    {"gfx600", 0, 0, 0, 0},
+    {"gfx601", 0, 0, 0, 0},
+    {"gfx602", 0, 0, 0, 0},
+    {"gfx700", 0, 0, 0, 0},
+    {"gfx701", 0, 0, 0, 0},
+    {"gfx702", 0, 0, 0, 0},
+    {"gfx703", 0, 0, 0, 0},
+    {"gfx704", 0, 0, 0, 0},
+    {"gfx705", 0, 0, 0, 0},
+    {"gfx801", F_XNACK, 0, 0, 0},
+    {"gfx802", 0, 0, 0, 0},
+    {"gfx803", 0, 0, 0, 0},
+    {"gfx805", 0, 0, 0, 0},
     {"gfx810", F_XNACK, 0, 0, 0},
-    {"gfx900", F_XNACK, 0, 0, 0}, {"gfx902", F_XNACK, 0, 0, 0}, {"gfx904", F_XNACK, 0, 0, 0},
-    {"gfx906", F_XNACK | F_SRAMECC, 0, 0, 0}, {"gfx908", F_XNACK | F_SRAMECC, 0, 0, 0},
-    {"gfx909", F_XNACK, 0, 0, 0}, {"gfx90a", F_XNACK | F_SRAMECC, 0, 0, 0}, {"gfx90c", F_XNACK, 0, 0, 0},
-    {"gfx1010", F_XNACK, 0, 0, 0}, {"gfx1011", F_XNACK, 0, 0, 0}, {"gfx1012", F_XNACK, 0, 0, 0},
+    {"gfx900", F_XNACK, 0, 0, 0},
+    {"gfx902", F_XNACK, 0, 0, 0},
+    {"gfx904", F_XNACK, 0, 0, 0},
+    {"gfx906", F_XNACK | F_SRAMECC, 0, 0, 0},
+    {"gfx908", F_XNACK | F_SRAMECC, 0, 0, 0},
+    {"gfx909", F_XNACK, 0, 0, 0},
+    {"gfx90a", F_XNACK | F_SRAMECC, 0, 0, 0},
+    {"gfx90c", F_XNACK, 0, 0, 0},
+    {"gfx1010", F_XNACK, 0, 0, 0},
+    {"gfx1011", F_XNACK, 0, 0, 0},
+    {"gfx1012", F_XNACK, 0, 0, 0},
     {"gfx1013", F_XNACK, 0, 0, 0},
-    {"gfx1030", 0, 0, 0, 0}, {"gfx1031", 0, 0, 0, 0}, {"gfx1032", 0, 0, 0, 0}, {"gfx1033", 0, 0, 0, 0},
-    {"gfx1034", 0, 0, 0, 0}, {"gfx1035", 0, 0, 0, 0}, {"gfx1036", 0, 0, 0, 0},
+    {"gfx1030", 0, 0, 0, 0},
+    {"gfx1031", 0, 0, 0, 0},
+    {"gfx1032", 0, 0, 0, 0},
+    {"gfx1033", 0, 0, 0, 0},
+    {"gfx1034", 0, 0, 0, 0},
+    {"gfx1035", 0, 0, 0, 0},
+    {"gfx1036", 0, 0, 0, 0},
     /* ROCm 6 (LLVM 20, in ROCm 7, dropped gfx940 and gfx941) */
-    {"gfx940", F_XNACK | F_SRAMECC, 6, 0, 6}, {"gfx941", F_XNACK | F_SRAMECC, 6, 0, 6},
-    {"gfx942", F_XNACK | F_SRAMECC, 6, 0, 0}, {"gfx950", F_XNACK | F_SRAMECC, 6, 2, 0},
-    {"gfx1100", 0, 6, 0, 0}, {"gfx1101", 0, 6, 0, 0}, {"gfx1102", 0, 6, 0, 0}, {"gfx1103", 0, 6, 0, 0},
-    {"gfx1150", 0, 6, 0, 0}, {"gfx1151", 0, 6, 0, 0},
-    {"gfx1200", 0, 6, 0, 0}, {"gfx1201", 0, 6, 0, 0},
+    {"gfx940", F_XNACK | F_SRAMECC, 6, 0, 6},
+    {"gfx941", F_XNACK | F_SRAMECC, 6, 0, 6},
+    {"gfx942", F_XNACK | F_SRAMECC, 6, 0, 0},
+    {"gfx950", F_XNACK | F_SRAMECC, 6, 2, 0},
+    {"gfx1100", 0, 6, 0, 0},
+    {"gfx1101", 0, 6, 0, 0},
+    {"gfx1102", 0, 6, 0, 0},
+    {"gfx1103", 0, 6, 0, 0},
+    {"gfx1150", 0, 6, 0, 0},
+    {"gfx1151", 0, 6, 0, 0},
+    {"gfx1200", 0, 6, 0, 0},
+    {"gfx1201", 0, 6, 0, 0},
     /* ROCm 7 */
     {"gfx1250", 0, 7, 0, 0},
 };
@@ -212,8 +244,8 @@ int rk_hiprtc_supports(int major, int minor, const char *target, char *why, size
 /* ---- compile ---------------------------------------------------------------------------------- */
 /* An extra option that would choose the architecture behind the allow-list's back. */
 static int names_arch(const char *opt) {
-    const char *bad[] = {"--offload-arch", "--gpu-architecture", "--cuda-gpu-arch", "-arch", "-mcpu", "--amdgpu-target",
-                         "-march"};
+    const char *bad[] = {"--offload-arch", "--gpu-architecture", "--cuda-gpu-arch", "-arch",
+                         "-mcpu",          "--amdgpu-target",    "-march"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t n = strlen(bad[i]);
         if (strncmp(opt, bad[i], n) == 0 && (opt[n] == '\0' || opt[n] == '=')) return 1;
@@ -254,8 +286,9 @@ int rk_hiprtc_compile(const char *src, size_t len, const char *target, const cha
     }
     for (int i = 4; i < n; i++) {
         if (names_arch(opts[i])) {
-            if (log) rk_buf_printf(log, "hiprtc: extra option '%s' chooses the architecture; pass the target instead\n",
-                                   opts[i]);
+            if (log)
+                rk_buf_printf(log, "hiprtc: extra option '%s' chooses the architecture; pass the target instead\n",
+                              opts[i]);
             free(store);
             return ROPEKV_ERR_TARGET;
         }

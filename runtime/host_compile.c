@@ -35,8 +35,7 @@ int rk_host_compiler_version(char *line, size_t cap) {
     rk_buf out = {0};
     int status = -1;
     int rc = rk_run(argv, timeout > 0 && timeout < 10 ? timeout : 10, RK_RUN_NO_STDERR, &out, &status);
-    if (rc == ROPEKV_OK && status == 0 && out.len)
-        snprintf(line, cap, "%.*s", (int)strcspn(out.p, "\n"), out.p);
+    if (rc == ROPEKV_OK && status == 0 && out.len) snprintf(line, cap, "%.*s", (int)strcspn(out.p, "\n"), out.p);
     rk_buf_free(&out);
     if (rc == ROPEKV_ERR_NOMEM) return rc;
     return status == 0 && line[0] ? ROPEKV_OK : ROPEKV_ERR_COMPILE;
@@ -62,8 +61,8 @@ int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, cha
     return ROPEKV_OK;
 }
 
-int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
-                  char *log, size_t log_cap) {
+int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out, char *log,
+                  size_t log_cap) {
     char cpp[4096], so[4096], tmp[4096];
     int pid = (int)getpid();
     snprintf(cpp, sizeof cpp, "%s/%s.%d.cpp", dir, name, pid);
@@ -76,8 +75,20 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
         unlink(cpp);
         return ROPEKV_ERR_IO;
     }
-    const char *argv[] = {rk_host_compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
-                          "-fno-math-errno", "-w", "-x", "c++", "-o", tmp, cpp, NULL};
+    const char *argv[] = {rk_host_compiler(),
+                          "-std=c++17",
+                          "-O2",
+                          "-fPIC",
+                          "-shared",
+                          "-ffp-contract=off",
+                          "-fno-math-errno",
+                          "-w",
+                          "-x",
+                          "c++",
+                          "-o",
+                          tmp,
+                          cpp,
+                          NULL};
     int timeout = rk_host_compile_timeout();
     rk_buf out_log = {0};
     int status = -1;

@@ -10,9 +10,9 @@
 #include "rk.h"
 
 typedef struct rk_host_kernel {
-    void *so;                    /* dlopen handle */
-    void (*entry32)(rk_args);    /* <name>: 32-bit index math (NULL when built without it) */
-    void (*entry64)(rk_args);    /* <name>_i64 (NULL when built without it) */
+    void *so;                 /* dlopen handle */
+    void (*entry32)(rk_args); /* <name>: 32-bit index math (NULL when built without it) */
+    void (*entry64)(rk_args); /* <name>_i64 (NULL when built without it) */
 } rk_host_kernel;
 
 /* The compiler command: $CXX if set, else "c++". */
@@ -32,8 +32,8 @@ int rk_host_compiler_version(char *line, size_t cap);
  * On failure returns ROPEKV_ERR_IO (cannot write), or ROPEKV_ERR_COMPILE with the compiler's log in log (a compiler
  * that runs past the time limit is killed, with its whole process group, and the log says
  * "<compiler> timed out after N s"). */
-int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out,
-                  char *log, size_t log_cap);
+int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out, char *log,
+                  size_t log_cap);
 
 /* Loads an already-built shared object. */
 int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap);

@@ -13,18 +13,18 @@ typedef int nvrtc_result; /* nvrtcResult: 0 is NVRTC_SUCCESS */
 typedef struct nvrtc_prog *nvrtc_program;
 enum { NVRTC_OK = 0, NVRTC_OUT_OF_MEMORY = 1, NVRTC_INVALID_OPTION = 5, NVRTC_COMPILATION = 6 };
 
-#define NVRTC_API(X)                                                                                          \
-    X(version, "nvrtcVersion", 1, nvrtc_result, (int *, int *))                                               \
-    X(error_string, "nvrtcGetErrorString", 1, const char *, (nvrtc_result))                                   \
-    X(create, "nvrtcCreateProgram", 1, nvrtc_result,                                                          \
-      (nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *))           \
-    X(compile, "nvrtcCompileProgram", 1, nvrtc_result, (nvrtc_program, int, const char *const *))             \
-    X(destroy, "nvrtcDestroyProgram", 1, nvrtc_result, (nvrtc_program *))                                     \
-    X(log_size, "nvrtcGetProgramLogSize", 1, nvrtc_result, (nvrtc_program, size_t *))                         \
-    X(log, "nvrtcGetProgramLog", 1, nvrtc_result, (nvrtc_program, char *))                                    \
-    X(cubin_size, "nvrtcGetCUBINSize", 1, nvrtc_result, (nvrtc_program, size_t *))                            \
-    X(cubin, "nvrtcGetCUBIN", 1, nvrtc_result, (nvrtc_program, char *))                                       \
-    X(ptx_size, "nvrtcGetPTXSize", 1, nvrtc_result, (nvrtc_program, size_t *))                                \
+#define NVRTC_API(X)                                                                                \
+    X(version, "nvrtcVersion", 1, nvrtc_result, (int *, int *))                                     \
+    X(error_string, "nvrtcGetErrorString", 1, const char *, (nvrtc_result))                         \
+    X(create, "nvrtcCreateProgram", 1, nvrtc_result,                                                \
+      (nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *)) \
+    X(compile, "nvrtcCompileProgram", 1, nvrtc_result, (nvrtc_program, int, const char *const *))   \
+    X(destroy, "nvrtcDestroyProgram", 1, nvrtc_result, (nvrtc_program *))                           \
+    X(log_size, "nvrtcGetProgramLogSize", 1, nvrtc_result, (nvrtc_program, size_t *))               \
+    X(log, "nvrtcGetProgramLog", 1, nvrtc_result, (nvrtc_program, char *))                          \
+    X(cubin_size, "nvrtcGetCUBINSize", 1, nvrtc_result, (nvrtc_program, size_t *))                  \
+    X(cubin, "nvrtcGetCUBIN", 1, nvrtc_result, (nvrtc_program, char *))                             \
+    X(ptx_size, "nvrtcGetPTXSize", 1, nvrtc_result, (nvrtc_program, size_t *))                      \
     X(ptx, "nvrtcGetPTX", 1, nvrtc_result, (nvrtc_program, char *))
 
 typedef struct nvrtc_api {

@@ -15,7 +15,7 @@
  * Named rk_codeobj: ropekv_status is the error-code enum of rk.h, and C shares one tag namespace
  * between enums and structs. */
 typedef struct rk_codeobj {
-    unsigned char *data;   /* malloc'd */
+    unsigned char *data; /* malloc'd */
     size_t len;
 } rk_codeobj;
 

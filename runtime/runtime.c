@@ -21,7 +21,8 @@ const char *ropekv_version_string(void) { return ROPEKV_VERSION_STRING; }
 
 const char *ropekv_status_name(ropekv_status s) {
     switch (s) {
-#define NAME_(name, value, msg) case name: return #name;
+#define NAME_(name, value, msg) \
+    case name: return #name;
         ROPEKV_STATUS_LIST(NAME_)
 #undef NAME_
     }
@@ -30,7 +31,8 @@ const char *ropekv_status_name(ropekv_status s) {
 
 const char *ropekv_status_message(ropekv_status s) {
     switch (s) {
-#define MSG_(name, value, msg) case name: return msg;
+#define MSG_(name, value, msg) \
+    case name: return msg;
         ROPEKV_STATUS_LIST(MSG_)
 #undef MSG_
     }
@@ -43,21 +45,21 @@ struct ropekv_kernel {
     /* lookup key: the spec's name and generation, and the caller's choices */
     unsigned generation;
     char spec_name[64];
-    ropekv_variant v;         /* v.spec points at spec_name */
+    ropekv_variant v; /* v.spec points at spec_name */
     /* state: 0 building, 1 ready, 2 failed (waiters copy status and message) */
     int state;
     int refs;
     ropekv_status status;
     char *error;
-    rk_spec spec;             /* the spec it was described from (d.spec points here) */
-    rk_desc d;                /* the description: name, key, code parameters, launch and argument rules */
-    void *module[2];          /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
-    void *fn[2];              /* fn[1] is set (atomically) once built */
-    int wide_building;        /* under ctx->mu */
+    rk_spec spec;      /* the spec it was described from (d.spec points here) */
+    rk_desc d;         /* the description: name, key, code parameters, launch and argument rules */
+    void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
+    void *fn[2];       /* fn[1] is set (atomically) once built */
+    int wide_building; /* under ctx->mu */
     struct ropekv_kernel *next;
 };
 
-typedef struct ctx_spec {     /* a spec in use: built in (generation 0) or loaded at run time */
+typedef struct ctx_spec { /* a spec in use: built in (generation 0) or loaded at run time */
     rk_spec spec;
     unsigned generation;
 } ctx_spec;
@@ -67,17 +69,17 @@ struct ropekv_ctx {
     pthread_cond_t built;
     rk_device dev;
     rk_arch_table archs;
-    const rk_arch *arch;        /* the arch row the device maps to */
+    const rk_arch *arch; /* the arch row the device maps to */
     rk_cache cache;
     int log;
-    int pdl;                    /* launch kernels whose row has `pdl` with programmatic serialization */
-    int pdl_prefetch;           /* ... reading the static inputs before the wait */
+    int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
+    int pdl_prefetch; /* ... reading the static inputs before the wait */
     unsigned char template_hash[32];
-    ctx_spec *specs;            /* built-in specs read on first use, and specs loaded at run time */
+    ctx_spec *specs; /* built-in specs read on first use, and specs loaded at run time */
     int n_specs;
     unsigned generation;
     ropekv_kernel *kernels;
-    ropekv_stats stats;         /* under mu */
+    ropekv_stats stats; /* under mu */
     char error[8192];
 };
 
@@ -190,8 +192,10 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     ropekv_backend want = o ? o->backend : ROPEKV_BACKEND_AUTO;
     const char *eb = env("ROPEKV_BACKEND");
     if (want == ROPEKV_BACKEND_AUTO && eb) {
-        want = !strcmp(eb, "hip") ? ROPEKV_BACKEND_HIP : !strcmp(eb, "cuda") ? ROPEKV_BACKEND_CUDA
-             : !strcmp(eb, "host") ? ROPEKV_BACKEND_HOST : (ropekv_backend)-1;
+        want = !strcmp(eb, "hip")    ? ROPEKV_BACKEND_HIP
+               : !strcmp(eb, "cuda") ? ROPEKV_BACKEND_CUDA
+               : !strcmp(eb, "host") ? ROPEKV_BACKEND_HOST
+                                     : (ropekv_backend)-1;
         if (want == (ropekv_backend)-1) {
             logf_(c, "ROPEKV_BACKEND=%s: expected hip, cuda or host", eb);
             ropekv_destroy(c);
@@ -287,7 +291,8 @@ static int put_spec(ropekv_ctx *c, const rk_spec *s, unsigned gen, int replace) 
     return ROPEKV_OK;
 }
 ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char *text, size_t len) {
-    if (!c || !file || !text) return c ? fail(c, ROPEKV_ERR_NULL, "load_spec_text: NULL file or text") : ROPEKV_ERR_NULL;
+    if (!c || !file || !text)
+        return c ? fail(c, ROPEKV_ERR_NULL, "load_spec_text: NULL file or text") : ROPEKV_ERR_NULL;
     rk_spec s;
     rk_err err = {0};
     int rc = rk_spec_load(file, text, len, &c->archs, &s, &err);
@@ -315,9 +320,9 @@ ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     int bad = ferror(f);
     fclose(f);
     ropekv_status s = rc == ROPEKV_ERR_SPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
-                    : rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
-                    : bad ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
-                    : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
+                      : rc != ROPEKV_OK           ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
+                      : bad                       ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
+                                                  : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
     rk_buf_free(&b);
     return s;
 }
@@ -396,7 +401,8 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
     if (rc == ROPEKV_OK) rc = rk_emit(d, &src, &err);
     if (rc != ROPEKV_OK) {
         rk_buf_free(&src);
-        return err.msg[0] ? fail(c, (ropekv_status)rc, "%s", err.msg) : fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", d->name);
+        return err.msg[0] ? fail(c, (ropekv_status)rc, "%s", err.msg)
+                          : fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", d->name);
     }
     const char *text = src.p;
     size_t len = src.len;

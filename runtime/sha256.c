@@ -30,8 +30,7 @@ static void compress(uint32_t h[8], const unsigned char *blk, size_t blocks) {
         for (int i = 0; i < 16; i++)
             w[i] = (uint32_t)blk[4 * i] << 24 | (uint32_t)blk[4 * i + 1] << 16 | (uint32_t)blk[4 * i + 2] << 8 |
                    (uint32_t)blk[4 * i + 3];
-        for (int i = 16; i < 64; i++)
-            w[i] = w[i - 16] + SSIG0(w[i - 15]) + w[i - 7] + SSIG1(w[i - 2]);
+        for (int i = 16; i < 64; i++) w[i] = w[i - 16] + SSIG0(w[i - 15]) + w[i - 7] + SSIG1(w[i - 2]);
         uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
         for (int i = 0; i < 64; i++) {
             uint32_t t1 = k + BSIG1(e) + CH(e, f, g) + K[i] + w[i];
@@ -66,8 +65,7 @@ void rk_sha256_init(rk_sha256 *s) {
 
 void rk_sha256_update(rk_sha256 *s, const void *p, size_t n) {
     const unsigned char *in = p;
-    if (n == 0)
-        return;
+    if (n == 0) return;
     s->n += n;
     if (s->fill) {
         size_t take = 64 - s->fill < n ? 64 - s->fill : n;
@@ -75,8 +73,7 @@ void rk_sha256_update(rk_sha256 *s, const void *p, size_t n) {
         s->fill += take;
         in += take;
         n -= take;
-        if (s->fill < 64)
-            return;
+        if (s->fill < 64) return;
         compress(s->h, s->buf, 1);
         s->fill = 0;
     }
@@ -100,8 +97,7 @@ void rk_sha256_final(rk_sha256 *s, unsigned char out[32]) {
         s->fill = 0;
     }
     memset(s->buf + s->fill, 0, 56 - s->fill);
-    for (int i = 0; i < 8; i++)
-        s->buf[56 + i] = (unsigned char)(bits >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++) s->buf[56 + i] = (unsigned char)(bits >> (56 - 8 * i));
     compress(s->h, s->buf, 1);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (unsigned char)(s->h[i] >> 24);
@@ -115,8 +111,7 @@ void rk_sha256_final(rk_sha256 *s, unsigned char out[32]) {
 void rk_sha256_field(rk_sha256 *s, const void *p, size_t n) {
     unsigned char len[8];
     uint64_t v = n;
-    for (int i = 0; i < 8; i++)
-        len[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(v >> (8 * i));
     rk_sha256_update(s, len, sizeof len);
     rk_sha256_update(s, p, n);
 }

@@ -26,10 +26,10 @@ command -v "$cf" >/dev/null || {
     echo "format.sh: $cf not found (scripts/setup.sh installs clang-format)" >&2
     exit 2
 }
-files=$(git ls-files '*.c' '*.h') || {
-    echo "format.sh: not a git checkout (the files to format are the ones git tracks)" >&2
-    exit 2
-}
+# The files git tracks; outside a git checkout (a source archive), the same folders' .c and .h files.
+if ! files=$(git ls-files '*.c' '*.h' 2>/dev/null) || [ -z "$files" ]; then
+    files=$(find include gen templates runtime tools tests bench examples -name '*.[ch]' -type f | sort)
+fi
 
 if [ "$check" -eq 0 ]; then
     printf '%s\n' "$files" | while IFS= read -r f; do "$cf" -i --style=file "$f"; done

@@ -15,14 +15,32 @@
 #ifndef RK_ARGS_H
 #define RK_ARGS_H
 
-#define RK_ARGS_CALLER(F)                                                                            \
-    F(const void *, q_nope) F(const void *, q_pe) F(void *, q_out) F(const void *, k_nope)           \
-    F(const void *, k_pe) F(void *, kv_cache) F(const void *, positions) F(const void *, slots)       \
-    F(const void *, cos_sin) F(const void *, sin) F(const float *, k_scale)                          \
-    F(rk_i64, tokens) F(rk_i64, heads) F(rk_i64, max_pos)                                            \
-    F(rk_i64, q_nope_st) F(rk_i64, q_nope_sh) F(rk_i64, q_pe_st) F(rk_i64, q_pe_sh)                  \
-    F(rk_i64, q_out_st) F(rk_i64, q_out_sh) F(rk_i64, k_nope_st) F(rk_i64, k_pe_st)                  \
-    F(rk_i64, kv_st) F(rk_i64, kv_rows)
+// clang-format off
+#define RK_ARGS_CALLER(F)      \
+    F(const void *, q_nope)    \
+    F(const void *, q_pe)      \
+    F(void *, q_out)           \
+    F(const void *, k_nope)    \
+    F(const void *, k_pe)      \
+    F(void *, kv_cache)        \
+    F(const void *, positions) \
+    F(const void *, slots)     \
+    F(const void *, cos_sin)   \
+    F(const void *, sin)       \
+    F(const float *, k_scale)  \
+    F(rk_i64, tokens)          \
+    F(rk_i64, heads)           \
+    F(rk_i64, max_pos)         \
+    F(rk_i64, q_nope_st)       \
+    F(rk_i64, q_nope_sh)       \
+    F(rk_i64, q_pe_st)         \
+    F(rk_i64, q_pe_sh)         \
+    F(rk_i64, q_out_st)        \
+    F(rk_i64, q_out_sh)        \
+    F(rk_i64, k_nope_st)       \
+    F(rk_i64, k_pe_st)         \
+    F(rk_i64, kv_st)           \
+    F(rk_i64, kv_rows)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)
@@ -34,9 +52,14 @@
 //   lanes          lanes (16-byte chunks) per token (templates/kernel.hip, chunk())
 //   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
 //                  32-bit entry divides without a divide (rk_div_magic)
-#define RK_ARGS_PLAN(F)                                                                              \
-    F(rk_i64, chunks) F(rk_i64, early_release) F(rk_i64, prefetch) F(rk_i64, lanes)                  \
-    F(rk_i64, lanes_mul) F(rk_i64, lanes_shift)
+#define RK_ARGS_PLAN(F)      \
+    F(rk_i64, chunks)        \
+    F(rk_i64, early_release) \
+    F(rk_i64, prefetch)      \
+    F(rk_i64, lanes)         \
+    F(rk_i64, lanes_mul)     \
+    F(rk_i64, lanes_shift)
+// clang-format on
 
 #define RK_ARGS(F) RK_ARGS_CALLER(F) RK_ARGS_PLAN(F)
 
@@ -61,7 +84,7 @@ enum rk_arg_index { RK_ARGS(RK_ARG_INDEX_) RK_ARG_COUNT };
 #define RK_ARG_CHECK_(type, name) RK_LAYOUT_CHECK_(sizeof(type) == 8, "rk_args layout: " #name);
 #else
 #define RK_ARG_CHECK_(type, name)                                                                    \
-    RK_LAYOUT_CHECK_(sizeof(type) == 8 && __builtin_offsetof(rk_args, name) == 8 * RK_ARG_AT_##name,  \
+    RK_LAYOUT_CHECK_(sizeof(type) == 8 && __builtin_offsetof(rk_args, name) == 8 * RK_ARG_AT_##name, \
                      "rk_args layout: " #name);
 #endif
 RK_ARGS(RK_ARG_CHECK_)

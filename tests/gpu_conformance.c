@@ -46,18 +46,18 @@
 #include "pool.h"
 
 #define SKIP_STATUS 77
-#define GUARD 256          /* guard bytes before and after every device buffer (keeps 256-byte alignment) */
+#define GUARD 256 /* guard bytes before and after every device buffer (keeps 256-byte alignment) */
 #define GUARD_BYTE 0xcd
-#define MAX_POS 4096       /* rows of the cos/sin tables */
+#define MAX_POS 4096 /* rows of the cos/sin tables */
 #define WHY_CAP 2048
 
 /* ---- shapes -------------------------------------------------------------------------------------- */
 typedef struct shape {
     int64_t tokens, heads;
-    int wide;   /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
-    int runs;   /* launches back to back on the same buffers (0: one) */
+    int wide;     /* 1: run the 64-bit entry (fn[1]) even though the 32-bit one would do */
+    int runs;     /* launches back to back on the same buffers (0: one) */
     int prefetch; /* rows with pdl: read the static inputs before the wait (ropekv_options.pdl_prefetch) */
-    int late;   /* a kernel before it in the stream writes its buffers late (see late_copy) */
+    int late;     /* a kernel before it in the stream writes its buffers late (see late_copy) */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -82,8 +82,8 @@ static void make_shapes(int quick) {
             if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0, 0};
     /* smallest first, so a failure is reported on the smallest shape that shows it */
     for (int i = 1; i < g_n_shapes; i++)
-        for (int j = i; j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads;
-             j--) {
+        for (int j = i;
+             j > 0 && g_shapes[j].tokens * g_shapes[j].heads < g_shapes[j - 1].tokens * g_shapes[j - 1].heads; j--) {
             shape x = g_shapes[j];
             g_shapes[j] = g_shapes[j - 1];
             g_shapes[j - 1] = x;
@@ -105,17 +105,22 @@ static void make_shapes(int quick) {
 }
 
 static rk_shape rk_shape_of(int i) {
-    return (rk_shape){.tokens = g_shapes[i].tokens, .heads = g_shapes[i].heads, .pad = (i % 2) * 8,
-                      .max_pos = MAX_POS, .neg_every = 3, .specials = 1, .k_scale = 0.37f,
+    return (rk_shape){.tokens = g_shapes[i].tokens,
+                      .heads = g_shapes[i].heads,
+                      .pad = (i % 2) * 8,
+                      .max_pos = MAX_POS,
+                      .neg_every = 3,
+                      .specials = 1,
+                      .k_scale = 0.37f,
                       .runs = g_shapes[i].runs};
 }
 
 static void shape_text(int i, int wide, char *out, size_t cap) {
     rk_shape s = rk_shape_of(i);
     char chained[48] = "";
-    if (s.runs > 1) snprintf(chained, sizeof chained, " x%d chained%s", s.runs, g_shapes[i].prefetch ? ", prefetch" : "");
-    if (g_shapes[i].late)
-        snprintf(chained, sizeof chained, " late inputs%s", g_shapes[i].prefetch ? ", prefetch" : "");
+    if (s.runs > 1)
+        snprintf(chained, sizeof chained, " x%d chained%s", s.runs, g_shapes[i].prefetch ? ", prefetch" : "");
+    if (g_shapes[i].late) snprintf(chained, sizeof chained, " late inputs%s", g_shapes[i].prefetch ? ", prefetch" : "");
     snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
              wide ? "i64" : "i32", chained);
 }
@@ -184,7 +189,9 @@ static int cuda_dtoh(void *dst, uint64_t src, size_t n, char *why, size_t cap) {
     snprintf(what, sizeof what, "cuMemcpyDtoH(%zu bytes)", n);
     return cu_check(cu->cuMemcpyDtoH(dst, (CUdeviceptr)src, n), what, why, cap);
 }
-static int cuda_sync(char *why, size_t cap) { return cu_check(cu->cuCtxSynchronize(), "cuCtxSynchronize after the launch", why, cap); }
+static int cuda_sync(char *why, size_t cap) {
+    return cu_check(cu->cuCtxSynchronize(), "cuCtxSynchronize after the launch", why, cap);
+}
 static const mem_ops CUDA_MEM = {cuda_alloc, cuda_release, cuda_htod, cuda_dtoh, cuda_sync};
 
 static int host_alloc(uint64_t *p, size_t n, char *why, size_t cap) {
@@ -218,15 +225,15 @@ typedef struct runner {
     rk_device *dev;
     const mem_ops *mem;
     void *fn[2];
-    int force_wide;     /* the shape asks for the 64-bit entry */
-    int runs;           /* launches back to back (the shape's runs, at least 1) */
-    int prefetch;       /* the shape's prefetch */
-    int pdl;            /* launch as the runtime does for rows with `pdl` */
-    int late;           /* the shape's late */
-    void *late_fn;      /* late_copy, loaded (CUDA only) */
-    int used_wide;      /* out: the entry that ran */
-    int device_lost;    /* out: a driver call failed; the context may be unusable */
-    char *why;          /* rk_check's message buffer */
+    int force_wide;  /* the shape asks for the 64-bit entry */
+    int runs;        /* launches back to back (the shape's runs, at least 1) */
+    int prefetch;    /* the shape's prefetch */
+    int pdl;         /* launch as the runtime does for rows with `pdl` */
+    int late;        /* the shape's late */
+    void *late_fn;   /* late_copy, loaded (CUDA only) */
+    int used_wide;   /* out: the entry that ran */
+    int device_lost; /* out: a driver call failed; the context may be unusable */
+    char *why;       /* rk_check's message buffer */
     size_t why_cap;
 } runner;
 
@@ -270,7 +277,10 @@ typedef struct late_args {
  * whose contract is that they are not written there) and the outputs. */
 static int late_buffer(int i, int prefetch) {
     switch (i) {
-    case RK_CHECK_POS: case RK_CHECK_SLOTS: case RK_CHECK_COS: case RK_CHECK_SIN: return !prefetch;
+    case RK_CHECK_POS:
+    case RK_CHECK_SLOTS:
+    case RK_CHECK_COS:
+    case RK_CHECK_SIN: return !prefetch;
     default: return 1;
     }
 }
@@ -337,16 +347,18 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
         free(stale);
         void *params[] = {&la};
-        if (cu_check(cu->cuLaunchKernel(r->late_fn, 528, 1, 1, 256, 1, 1, 0, NULL, params, NULL), "launching late_copy", why, cap)) {
+        if (cu_check(cu->cuLaunchKernel(r->late_fn, 528, 1, 1, 256, 1, 1, 0, NULL, params, NULL), "launching late_copy",
+                     why, cap)) {
             r->device_lost = 1;
             goto out;
         }
     }
     rk_args d = *a;
     uint64_t p[11] = {
-        rebase(a->q_nope, b, dev), rebase(a->q_pe, b, dev), rebase(a->q_out, b, dev), rebase(a->k_nope, b, dev),
-        rebase(a->k_pe, b, dev), rebase(a->kv_cache, b, dev), rebase(a->positions, b, dev), rebase(a->slots, b, dev),
-        rebase(a->cos_sin, b, dev), rebase(a->sin, b, dev), rebase(a->k_scale, b, dev),
+        rebase(a->q_nope, b, dev),    rebase(a->q_pe, b, dev),    rebase(a->q_out, b, dev),
+        rebase(a->k_nope, b, dev),    rebase(a->k_pe, b, dev),    rebase(a->kv_cache, b, dev),
+        rebase(a->positions, b, dev), rebase(a->slots, b, dev),   rebase(a->cos_sin, b, dev),
+        rebase(a->sin, b, dev),       rebase(a->k_scale, b, dev),
     };
     for (int i = 0; i < 11; i++)
         if (p[i] == UINT64_MAX) {
@@ -412,8 +424,8 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
             }
             for (int k = 0; k < GUARD; k++)
                 if (back[k] != GUARD_BYTE) {
-                    snprintf(why, cap, "the kernel wrote %s %s: byte %d of the guard is 0x%02x", side ? "past the end of" : "before",
-                             b[i].name, side ? k : k - GUARD, back[k]);
+                    snprintf(why, cap, "the kernel wrote %s %s: byte %d of the guard is 0x%02x",
+                             side ? "past the end of" : "before", b[i].name, side ? k : k - GUARD, back[k]);
                     rc = 1;
                     goto out;
                 }
@@ -495,7 +507,7 @@ oom:
 /* ---- results shared between the workers and the parent --------------------------------------------- */
 typedef struct result {
     int ok;
-    int shapes;         /* shapes that passed */
+    int shapes; /* shapes that passed */
     double ms;
     char why[WHY_CAP];
 } result;
@@ -509,8 +521,8 @@ typedef struct probe_info {
     char why[1024];
 } probe_info;
 
-static int g_host;          /* --host */
-static int g_no_wait;       /* --no-wait */
+static int g_host;    /* --host */
+static int g_no_wait; /* --no-wait */
 static uint64_t g_seed = 1;
 
 /* Opens the backend for this process: ROPEKV_OK, ROPEKV_ERR_BACKEND (skip) or another error, why set. */
@@ -691,7 +703,8 @@ static void probe(probe_info *sh) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host] [--no-wait]\n");
+    fprintf(f,
+            "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--host] [--no-wait]\n");
 }
 
 int main(int argc, char **argv) {
@@ -744,7 +757,8 @@ int main(int argc, char **argv) {
     char rows[128] = "";
     for (int a = 0; a < g_cat.archs.n; a++)
         if (g_cat.archs.a[a].vendor == RK_VENDOR_NVIDIA)
-            snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s%s", rows[0] ? "/" : "", g_cat.archs.a[a].name);
+            snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s%s", rows[0] ? "/" : "",
+                     g_cat.archs.a[a].name);
     printf("variants: %d distinct kernels (from %d built-in variants on %s rows and %d variant shapes retargeted to "
            "them%s%s%s)\n",
            n, g_n_builtin, rows, g_n_retargeted, filter ? "; filter \"" : "", filter ? filter : "", filter ? "\"" : "");
@@ -753,8 +767,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < g_n_shapes; i++) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
                g_shapes[i].wide ? "(i64 entry)" : "");
-        if (g_shapes[i].runs > 1)
-            printf("(x%d chained%s)", g_shapes[i].runs, g_shapes[i].prefetch ? ", prefetch" : "");
+        if (g_shapes[i].runs > 1) printf("(x%d chained%s)", g_shapes[i].runs, g_shapes[i].prefetch ? ", prefetch" : "");
     }
     printf("\n");
     if (list) {
@@ -780,8 +793,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_conformance: out of memory\n");
         return 1;
     }
-    rk_pool pool = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "worker", .task = "checking this",
-                    .run = conf_run, .worker_end = conf_worker_end, .lost = conf_lost, .done = conf_done};
+    rk_pool pool = {.n = n,
+                    .result_size = sizeof *res,
+                    .jobs = jobs,
+                    .worker = "worker",
+                    .task = "checking this",
+                    .run = conf_run,
+                    .worker_end = conf_worker_end,
+                    .lost = conf_lost,
+                    .done = conf_done};
     if (rk_pool_run(&pool, res) != 0) {
         fprintf(stderr, "gpu_conformance: fork: %s\n", strerror(errno));
         return 1;

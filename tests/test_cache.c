@@ -41,8 +41,7 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
+    if (!f) return -1;
     snprintf(f->root, sizeof f->root, "/tmp/ropekv-test-cache-XXXXXX");
     if (rk_test_setup(f->root, NULL) != 0) {
         free(f);
@@ -87,21 +86,18 @@ static uint64_t xorshift(uint64_t *x) {
 static unsigned char *make_payload(const unsigned char d[32], size_t n) {
     unsigned char *p = malloc(n ? n : 1);
     uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < 8; i++)
-        x ^= (uint64_t)d[i] << (8 * i);
+    for (int i = 0; i < 8; i++) x ^= (uint64_t)d[i] << (8 * i);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t v = xorshift(&x);
         memcpy(p + i, &v, 8);
     }
-    for (; i < n; i++)
-        p[i] = (unsigned char)xorshift(&x);
+    for (; i < n; i++) p[i] = (unsigned char)xorshift(&x);
     return p;
 }
 
 static void le(unsigned char *p, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* An entry file built from the layout in cache.h, independently of the writer. */
@@ -116,8 +112,7 @@ static unsigned char *make_entry(const unsigned char d[32], const unsigned char 
     rk_sha256_init(&s);
     rk_sha256_update(&s, payload, len);
     rk_sha256_final(&s, e + 56);
-    if (len)
-        memcpy(e + 88, payload, len);
+    if (len) memcpy(e + 88, payload, len);
     return e;
 }
 
@@ -130,8 +125,7 @@ static void entry_file(const fixture *f, const unsigned char d[32], const char *
 static int hex_to_digest(const char *hex, unsigned char d[32]) {
     for (int i = 0; i < 32; i++) {
         unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return -1;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
         d[i] = (unsigned char)v;
     }
     return 0;
@@ -148,13 +142,11 @@ static void expect_get(const rk_cache *c, const unsigned char d[32], const unsig
     size_t len = 0;
     char why[1024];
     rk_cache_rc rc = rk_cache_get(c, d, &data, &len, why, sizeof why);
-    if (rc != RK_CACHE_OK)
-        print_error("get: %d %s\n", rc, why);
+    if (rc != RK_CACHE_OK) print_error("get: %d %s\n", rc, why);
     assert_int_equal(rc, RK_CACHE_OK);
     assert_non_null(data);
     assert_int_equal(len, want_len);
-    if (want_len)
-        assert_memory_equal(data, want, want_len);
+    if (want_len) assert_memory_equal(data, want, want_len);
     free(data);
 }
 
@@ -207,8 +199,7 @@ static void test_sha256_vectors(void **state) {
     free(a);
     /* padding boundaries: 55, 56, 63, 64 bytes, one-shot equals byte by byte */
     unsigned char buf[130];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (unsigned char)(i * 7 + 1);
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 7 + 1);
     for (size_t len = 50; len <= sizeof buf; len++) {
         char one[65], bytewise[65];
         hex_of(buf, len, 0, one);
@@ -305,9 +296,24 @@ static void test_round_trip(void **state) {
 /* ---- corrupt entries ------------------------------------------------------------------------------ */
 
 enum corruption {
-    C_EMPTY, C_SHORT_HEADER, C_HEADER_ONLY, C_HALF_PAYLOAD, C_PAYLOAD_BYTE, C_MAGIC_BYTE, C_VERSION_BYTE,
-    C_RESERVED_BYTE, C_DIGEST_BYTE, C_LENGTH_BYTE, C_SUM_BYTE, C_FOREIGN, C_TRAILING, C_DIRECTORY, C_SYMLINK,
-    C_DANGLING_SYMLINK, C_FIFO, C_COUNT
+    C_EMPTY,
+    C_SHORT_HEADER,
+    C_HEADER_ONLY,
+    C_HALF_PAYLOAD,
+    C_PAYLOAD_BYTE,
+    C_MAGIC_BYTE,
+    C_VERSION_BYTE,
+    C_RESERVED_BYTE,
+    C_DIGEST_BYTE,
+    C_LENGTH_BYTE,
+    C_SUM_BYTE,
+    C_FOREIGN,
+    C_TRAILING,
+    C_DIRECTORY,
+    C_SYMLINK,
+    C_DANGLING_SYMLINK,
+    C_FIFO,
+    C_COUNT
 };
 
 static const char *const expected_reason[C_COUNT] = {
@@ -360,16 +366,21 @@ static void test_corrupt_entries(void **state) {
         case C_DIGEST_BYTE: b[16 + 31] ^= 0x80; break;
         case C_LENGTH_BYTE: b[48] ^= 0x01; break;
         case C_SUM_BYTE: b[60] ^= 0x04; break;
-        case C_FOREIGN: memcpy(b, foreign, an); bn = an; break;
-        case C_TRAILING: memcpy(b + en, "garbage!", 8); bn = en + 8; break;
+        case C_FOREIGN:
+            memcpy(b, foreign, an);
+            bn = an;
+            break;
+        case C_TRAILING:
+            memcpy(b + en, "garbage!", 8);
+            bn = en + 8;
+            break;
         case C_DIRECTORY: r = mkdir(path, 0700); break;
         case C_SYMLINK: r = symlink(outside, path); break;
         case C_DANGLING_SYMLINK: r = symlink("/nonexistent/ropekv", path); break;
         case C_FIFO: r = mkfifo(path, 0600); break;
         case C_COUNT: break;
         }
-        if (k < C_DIRECTORY)
-            r = rk_write_file(path, b, bn);
+        if (k < C_DIRECTORY) r = rk_write_file(path, b, bn);
         assert_int_equal(r, 0);
         free(b);
 
@@ -457,15 +468,12 @@ static int check_unwritable_as_user(const char *base) {
     char ro[PATH], sub[PATH];
     snprintf(ro, sizeof ro, "%s/ro", base);
     snprintf(sub, sizeof sub, "%s/ro/new/cache", base);
-    if (mkdir(ro, 0700) != 0 || chmod(ro, 0500) != 0)
-        return 10;
+    if (mkdir(ro, 0700) != 0 || chmod(ro, 0500) != 0) return 10;
     rk_cache c;
     rk_cache_open(&c, ro);
-    if (c.usable || !strstr(c.why, "is not writable") || !strstr(c.why, ro))
-        return 11;
+    if (c.usable || !strstr(c.why, "is not writable") || !strstr(c.why, ro)) return 11;
     rk_cache_open(&c, sub);
-    if (c.usable || !strstr(c.why, "cannot create cache directory") || !strstr(c.why, "Permission denied"))
-        return 12;
+    if (c.usable || !strstr(c.why, "cannot create cache directory") || !strstr(c.why, "Permission denied")) return 12;
     return 0;
 }
 
@@ -518,15 +526,12 @@ static void test_unusable_directories(void **state) {
         pid_t pid = rk_test_fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-            if (setgid(65534) != 0 || setuid(65534) != 0)
-                _exit(77);
+            if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
             _exit(check_unwritable_as_user(p));
         }
         int rc = rk_test_wait(pid);
-        if (rc == 77)
-            print_message("cannot drop privileges; unwritable-directory check as a user skipped\n");
-        else
-            assert_int_equal(rc, 0);
+        if (rc == 77) print_message("cannot drop privileges; unwritable-directory check as a user skipped\n");
+        else assert_int_equal(rc, 0);
     } else {
         assert_int_equal(check_unwritable_as_user(f->root), 0);
     }
@@ -570,18 +575,14 @@ static void test_write_failure_cleans_up(void **state) {
     if (pid == 0) {
         struct rlimit rl = {65536, 65536};
         signal(SIGXFSZ, SIG_IGN);
-        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
-            _exit(10);
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(10);
         unsigned char *big = make_payload(d, 1 << 20);
-        if (rk_cache_put(&f->c, d, big, 1 << 20, why, sizeof why) != RK_CACHE_ERROR)
-            _exit(11);
+        if (rk_cache_put(&f->c, d, big, 1 << 20, why, sizeof why) != RK_CACHE_ERROR) _exit(11);
         printf("%s\n", why);
         fflush(stdout);
-        if (!strstr(why, path) || !strstr(why, "File too large"))
-            _exit(12);
+        if (!strstr(why, path) || !strstr(why, "File too large")) _exit(12);
         rk_test_census k = rk_test_count_files(f->dir);
-        if (k.temps != 0 || k.entries != 1)
-            _exit(13);
+        if (k.temps != 0 || k.entries != 1) _exit(13);
         _exit(0);
     }
     assert_int_equal(rk_test_wait(pid), 0);
@@ -624,10 +625,8 @@ static rk_cache_rc checked_get(worker *w, int k) {
     char why[1024];
     rk_cache_rc rc = rk_cache_get(w->c, w->digests[k], &data, &len, why, sizeof why);
     if (rc == RK_CACHE_OK) {
-        if (len != PAYLOAD || memcmp(data, w->payloads[k], PAYLOAD) != 0)
-            note_failure(w, "payload differs", rc, "");
-        else
-            atomic_fetch_add(&w->sh->hits, 1);
+        if (len != PAYLOAD || memcmp(data, w->payloads[k], PAYLOAD) != 0) note_failure(w, "payload differs", rc, "");
+        else atomic_fetch_add(&w->sh->hits, 1);
         free(data);
     } else if (rc != RK_CACHE_MISS || why[0]) {
         note_failure(w, "get", rc, why);
@@ -643,17 +642,14 @@ static void *work(void *arg) {
     for (int i = 0; i < DIGESTS; i++) {
         int k = (i + w->tid + w->proc) % DIGESTS;
         int fd = -1;
-        if (w->locked && (fd = rk_cache_lock(w->c, w->digests[k])) < 0)
-            note_failure(w, "lock", 0, "");
+        if (w->locked && (fd = rk_cache_lock(w->c, w->digests[k])) < 0) note_failure(w, "lock", 0, "");
         if (checked_get(w, k) == RK_CACHE_MISS || writer) {
             rk_cache_rc rc = rk_cache_put(w->c, w->digests[k], w->payloads[k], PAYLOAD, why, sizeof why);
-            if (rc != RK_CACHE_OK)
-                note_failure(w, "put", rc, why);
+            if (rc != RK_CACHE_OK) note_failure(w, "put", rc, why);
             atomic_fetch_add(&w->sh->puts, 1);
         }
         rk_cache_unlock(fd);
-        if (checked_get(w, k) != RK_CACHE_OK)
-            note_failure(w, "get after put", 0, "");
+        if (checked_get(w, k) != RK_CACHE_OK) note_failure(w, "get after put", 0, "");
     }
     return NULL;
 }
@@ -680,21 +676,17 @@ static void run_many(fixture *f, int locked) {
             worker w[THREADS];
             for (int t = 0; t < THREADS; t++) {
                 w[t] = (worker){&f->c, sh, digests, payloads, locked, t, i};
-                if (pthread_create(&th[t], NULL, work, &w[t]) != 0)
-                    _exit(2);
+                if (pthread_create(&th[t], NULL, work, &w[t]) != 0) _exit(2);
             }
-            for (int t = 0; t < THREADS; t++)
-                pthread_join(th[t], NULL);
+            for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
             _exit(0);
         }
     }
-    for (int i = 0; i < PROCS; i++)
-        assert_int_equal(rk_test_wait(pids[i]), 0);
+    for (int i = 0; i < PROCS; i++) assert_int_equal(rk_test_wait(pids[i]), 0);
     print_message("%s: %d puts, %d hits, %.2f s\n", locked ? "locked" : "unlocked", atomic_load(&sh->puts),
                   atomic_load(&sh->hits), (rk_now_ms() - t0) / 1e3);
     assert_int_equal(atomic_load(&sh->failures), 0);
-    if (locked)
-        assert_int_equal(atomic_load(&sh->puts), DIGESTS); /* the lock let exactly one build each */
+    if (locked) assert_int_equal(atomic_load(&sh->puts), DIGESTS); /* the lock let exactly one build each */
     assert_true(atomic_load(&sh->hits) >= PROCS * THREADS * DIGESTS);
 
     rk_test_census k = rk_test_count_files(f->dir);
@@ -721,8 +713,7 @@ static int wait_for_files(const char *dir, int entries, int temps, double timeou
     double t0 = rk_now_ms();
     while (rk_now_ms() - t0 < timeout * 1e3) {
         rk_test_census k = rk_test_count_files(dir);
-        if (k.entries >= entries && k.temps >= temps)
-            return 0;
+        if (k.entries >= entries && k.temps >= temps) return 0;
         sleep_ms(1);
     }
     return -1;
@@ -731,9 +722,7 @@ static int wait_for_files(const char *dir, int entries, int temps, double timeou
 static void test_killed_writer(void **state) {
     fixture *f = *state;
     /* kill during the first write; then after one complete entry, a few ms into the next write */
-    static const struct {
-        int entries, delay_ms;
-    } plan[] = {{0, 2}, {1, 5}};
+    static const struct { int entries, delay_ms; } plan[] = {{0, 2}, {1, 5}};
     int seen_temps = 0, seen_entries = 0;
     for (size_t round = 0; round < sizeof plan / sizeof plan[0]; round++) {
         rk_test_census base = rk_test_count_files(f->dir);
@@ -742,8 +731,7 @@ static void test_killed_writer(void **state) {
         if (pid == 0) {
             unsigned char d[32];
             unsigned char *p = malloc(BIG);
-            if (!p)
-                _exit(2);
+            if (!p) _exit(2);
             memset(p, 0x5a, BIG);
             for (int i = 0;; i++) {
                 make_digest(1000 + 100 * (int)round + i, d);
@@ -765,8 +753,7 @@ static void test_killed_writer(void **state) {
             unsigned char d[32], *data;
             size_t len, nl = strlen(e->d_name);
             char why[1024], path[PATH];
-            if (nl < 64 || hex_to_digest(e->d_name, d) != 0)
-                continue;
+            if (nl < 64 || hex_to_digest(e->d_name, d) != 0) continue;
             entry_file(f, d, ".rkco", path);
             int published = access(path, F_OK) == 0;
             rk_cache_rc rc = rk_cache_get(&f->c, d, &data, &len, why, sizeof why);
@@ -798,10 +785,8 @@ static void test_killed_writer(void **state) {
 static void hold_lock(const rk_cache *c, const unsigned char d[32], int fd) {
     int l = rk_cache_lock(c, d);
     char ok = l >= 0 ? 'y' : 'n';
-    if (write(fd, &ok, 1) != 1)
-        _exit(2);
-    for (;;)
-        pause();
+    if (write(fd, &ok, 1) != 1) _exit(2);
+    for (;;) pause();
 }
 
 static void test_lock_dies_with_holder(void **state) {
@@ -812,8 +797,7 @@ static void test_lock_dies_with_holder(void **state) {
     assert_int_equal(pipe(pfd), 0);
     pid_t holder = rk_test_fork();
     assert_true(holder >= 0);
-    if (holder == 0)
-        hold_lock(&f->c, d, pfd[1]);
+    if (holder == 0) hold_lock(&f->c, d, pfd[1]);
     char ok = 0;
     assert_int_equal(read(pfd[0], &ok, 1), 1);
     assert_int_equal(ok, 'y');
@@ -834,8 +818,7 @@ static void test_lock_dies_with_holder(void **state) {
     kill(holder, SIGKILL);
     assert_int_equal(rk_test_wait(holder), 128 + SIGKILL);
     pid_t done = 0;
-    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && rk_now_ms() - t0 < 1e3)
-        sleep_ms(1);
+    while ((done = waitpid(waiter, &st, WNOHANG)) == 0 && rk_now_ms() - t0 < 1e3) sleep_ms(1);
     if (done == 0) {
         kill(waiter, SIGKILL);
         rk_test_wait(waiter);
@@ -862,8 +845,7 @@ static void test_clear(void **state) {
     for (int i = 0; i < 3; i++) {
         make_digest(50 + i, d);
         assert_int_equal(rk_cache_put(&f->c, d, "payload", 7, why, sizeof why), RK_CACHE_OK);
-        if (i < 2)
-            rk_cache_unlock(rk_cache_lock(&f->c, d));
+        if (i < 2) rk_cache_unlock(rk_cache_lock(&f->c, d));
     }
     make_digest(60, d);
     entry_file(f, d, ".rkco.tmp.12345.7", p);
@@ -889,7 +871,8 @@ static void test_clear(void **state) {
     assert_int_equal(rk_write_file(inner, "deep", 4), 0);
 
     assert_int_equal(rk_cache_clear(&f->c), 3 + 2 + 1 + 1);
-    rk_test_census k = rk_test_count_files(f->dir); /* left: short.rkco, the uppercase name, the directory, x.lock, notes.txt */
+    rk_test_census k = rk_test_count_files(
+        f->dir); /* left: short.rkco, the uppercase name, the directory, x.lock, notes.txt */
     assert_int_equal(k.temps, 0);
     assert_int_equal(k.entries, 3);
     assert_int_equal(k.locks, 1);
@@ -930,14 +913,12 @@ static void test_parse_garbage(void **state) {
         case 1: /* a plausible header followed by garbage, with a random length field */
             n = (size_t)(xorshift(&x) % (it % 3 ? 400 : 4000));
             b = malloc(n ? n : 1);
-            for (size_t i = 0; i < n; i++)
-                b[i] = (unsigned char)xorshift(&x);
+            for (size_t i = 0; i < n; i++) b[i] = (unsigned char)xorshift(&x);
             if (it % 4 == 1 && n >= 88) {
                 memcpy(b, good, 48);
                 uint64_t v = xorshift(&x);
                 le(b + 48, it % 8 == 1 ? v : v % (n + 2), 8);
-                if (it % 16 == 5)
-                    le(b + 48, n - 88, 8); /* right length, wrong checksum */
+                if (it % 16 == 5) le(b + 48, n - 88, 8); /* right length, wrong checksum */
             }
             break;
         case 2: /* a valid entry with one byte changed */
@@ -948,19 +929,15 @@ static void test_parse_garbage(void **state) {
             break;
         default: /* a valid entry cut short or extended */
             n = (size_t)(xorshift(&x) % (en + 64));
-            if (n == en)
-                n++;
+            if (n == en) n++;
             b = malloc(n ? n : 1);
             memcpy(b, good, n < en ? n : en);
-            for (size_t i = en; i < n; i++)
-                b[i] = (unsigned char)xorshift(&x);
+            for (size_t i = en; i < n; i++) b[i] = (unsigned char)xorshift(&x);
             break;
         }
         rk_cache_rc rc = rk_cache_parse(b, n, d, &pl, &plen, why, sizeof why);
-        if (rc == RK_CACHE_OK)
-            ok++;
-        else if (rc != RK_CACHE_MISS || !why[0] || pl != NULL || plen != 0)
-            ok += 1000;
+        if (rc == RK_CACHE_OK) ok++;
+        else if (rc != RK_CACHE_MISS || !why[0] || pl != NULL || plen != 0) ok += 1000;
         free(b);
     }
     assert_int_equal(ok, 0);
@@ -985,7 +962,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_concurrent_unlocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup, teardown),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
 }

@@ -54,7 +54,13 @@ static const char k_src[] =
 
 static const char k_bad[] = "extern \"C\" __global__ void broken(int *p) { p[0] = ; }\n";
 
-static int is_elf(const rk_codeobj *c) { return c->data && c->len > 64 && memcmp(c->data, "\x7f" "ELF", 4) == 0; }
+static int is_elf(const rk_codeobj *c) {
+    return c->data && c->len > 64 &&
+           memcmp(c->data,
+                  "\x7f"
+                  "ELF",
+                  4) == 0;
+}
 
 static int has(const rk_buf *b, const char *s) { return b->len && strstr(b->p, s) != NULL; }
 
@@ -163,15 +169,15 @@ static void test_hiprtc_supports(void **state) {
         {5, 2, "gfx908:sramecc-", 1},
         {5, 2, "gfx906:xnack+", 1},
         {5, 2, "gfx900:xnack-", 1},
-        {5, 2, "gfx900:sramecc+", 0},   /* gfx900 has no sramecc */
+        {5, 2, "gfx900:sramecc+", 0}, /* gfx900 has no sramecc */
         {5, 2, "gfx803", 1},
-        {5, 2, "gfx803:xnack-", 0},     /* gfx803 has no xnack */
+        {5, 2, "gfx803:xnack-", 0}, /* gfx803 has no xnack */
         {5, 2, "gfx801:xnack+", 1},
         {5, 2, "gfx600", 1},
         {5, 2, "gfx1010:xnack-", 1},
         {5, 2, "gfx1030", 1},
         {5, 2, "gfx1036", 1},
-        {5, 2, "gfx1030:xnack-", 0},    /* aborts ROCm 5.2's comgr */
+        {5, 2, "gfx1030:xnack-", 0}, /* aborts ROCm 5.2's comgr */
         {5, 2, "gfx940", 0},
         {5, 2, "gfx942", 0},
         {5, 2, "gfx942:sramecc+:xnack-", 0},
@@ -258,7 +264,8 @@ static void test_hiprtc_guard(void **state) {
         rk_compile_info info;
         rk_buf log = {0};
         int rc = rk_compile_inspect(RK_CC_HIPRTC, k_src, strlen(k_src), refused[i], NULL, &co, &info, NULL, &log);
-        if (rc != ROPEKV_ERR_TARGET) fail_msg("%s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", refused[i], rc, log.p ? log.p : "");
+        if (rc != ROPEKV_ERR_TARGET)
+            fail_msg("%s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", refused[i], rc, log.p ? log.p : "");
         assert_null(co.data);
         assert_int_equal(co.len, 0);
         assert_true(has(&log, "cannot build"));
@@ -356,7 +363,8 @@ static void test_nvrtc_compile(void **state) {
         rk_buf_free(&log);
 
         /* The library's compile: no ptxas report requested. */
-        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", 0, &co, NULL, NULL), ROPEKV_OK);
+        assert_int_equal(rk_nvrtc_compile(k_src, strlen(k_src), cases[i].arch, "-DUNUSED=1", 0, &co, NULL, NULL),
+                         ROPEKV_OK);
         assert_true(is_elf(&co));
         rk_code_free(&co);
 
@@ -385,7 +393,8 @@ static void test_nvrtc_errors(void **state) {
     const char *bad_arch[] = {"compute_90", "sm_", "sm_90x", "gfx942", "sm_99"};
     for (size_t i = 0; i < sizeof bad_arch / sizeof bad_arch[0]; i++) {
         int rc = rk_nvrtc_compile(k_src, strlen(k_src), bad_arch[i], NULL, 0, &co, NULL, &log);
-        if (rc != ROPEKV_ERR_TARGET) fail_msg("nvrtc %s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", bad_arch[i], rc, log.p ? log.p : "");
+        if (rc != ROPEKV_ERR_TARGET)
+            fail_msg("nvrtc %s: rc %d, expected ROPEKV_ERR_TARGET; log: %s", bad_arch[i], rc, log.p ? log.p : "");
         rk_buf_free(&log);
     }
     /* An option nvrtc does not take (it rejects -O3) is a compile error, not a crash. */
@@ -426,7 +435,8 @@ static void test_clang_compile(void **state) {
             ki.ms = 12.5;
             rk_buf dis = {0};
             rc = rk_amd_inspect(&co, kernels[k], &ki, &dis);
-            if (rc != ROPEKV_OK) fail_msg("inspect %s %s: rc %d: %s", cases[i].target, kernels[k], rc, dis.p ? dis.p : "");
+            if (rc != ROPEKV_OK)
+                fail_msg("inspect %s %s: rc %d: %s", cases[i].target, kernels[k], rc, dis.p ? dis.p : "");
             assert_true(ki.regs > 0 && ki.regs <= info.regs);
             assert_true(ki.sgprs > 0);
             assert_int_equal(ki.scratch, 0);
@@ -519,14 +529,10 @@ static void test_threads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_helpers),
-        cmocka_unit_test(test_hiprtc_supports),
-        cmocka_unit_test(test_hiprtc_guard),
-        cmocka_unit_test(test_hiprtc_compile),
-        cmocka_unit_test(test_nvrtc_compile),
-        cmocka_unit_test(test_nvrtc_errors),
-        cmocka_unit_test(test_clang_compile),
-        cmocka_unit_test(test_clang_errors),
+        cmocka_unit_test(test_helpers),       cmocka_unit_test(test_hiprtc_supports),
+        cmocka_unit_test(test_hiprtc_guard),  cmocka_unit_test(test_hiprtc_compile),
+        cmocka_unit_test(test_nvrtc_compile), cmocka_unit_test(test_nvrtc_errors),
+        cmocka_unit_test(test_clang_compile), cmocka_unit_test(test_clang_errors),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

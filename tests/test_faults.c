@@ -56,8 +56,8 @@ void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t n);
 void __real_free(void *p);
 
-static long fail_at;   /* 0: no injection; else the allocation call (1-based, while armed) that fails */
-static long calls;     /* allocation calls seen while armed */
+static long fail_at; /* 0: no injection; else the allocation call (1-based, while armed) that fails */
+static long calls;   /* allocation calls seen while armed */
 static int armed;
 
 /* Blocks allocated while armed and not yet freed (open addressing, linear probing). */
@@ -492,9 +492,8 @@ static void test_other_version_entries(void **state) {
 }
 
 /* ---- a spec file changes between runs ----------------------------------------------------------------- */
-static const char *MY_SPEC =
-    "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
-    "         cos_sin = 'f32_split', targets = { 'host' } }\n";
+static const char *MY_SPEC = "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
+                             "         cos_sin = 'f32_split', targets = { 'host' } }\n";
 
 /* Loads the spec file into c, gets its bf16 kernel and checks it against the reference of `rope`. */
 static void load_get_check(ropekv_ctx *c, const char *path, const char *rope) {
@@ -621,8 +620,8 @@ static void test_spec_cpu_time_cap(void **state) {
     } reps[] = {
         {"local s = string.rep('', 8 << 48) return {}", ROPEKV_ERR_SPEC_INVALID},
         {"local s = (''):rep(1 << 62, '') return {}", ROPEKV_ERR_SPEC_INVALID},
-        {"local s = string.rep('x', 1 << 40) return {}", ROPEKV_ERR_SPEC_RUNTIME}, /* Lua's own size check */
-        {"local s = string.rep('', 1 << 30, ',') return {}", ROPEKV_ERR_SPEC_LIMIT},  /* 1 GiB of separators */
+        {"local s = string.rep('x', 1 << 40) return {}", ROPEKV_ERR_SPEC_RUNTIME},   /* Lua's own size check */
+        {"local s = string.rep('', 1 << 30, ',') return {}", ROPEKV_ERR_SPEC_LIMIT}, /* 1 GiB of separators */
         {"return { s = string.rep('ab', 3, '-') }", ROPEKV_ERR_SPEC_INVALID},
     };
     for (size_t i = 0; i < sizeof reps / sizeof reps[0]; i++) {
@@ -671,8 +670,10 @@ static void test_compiler_fails_or_hangs(void **state) {
     ropekv_kernel *k = NULL;
 
     /* fails with a message: the message reaches ropekv_last_error */
-    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
-                    "echo 'kernel.cpp:1: error: simulated failure' >&2\nexit 1\n", 0700);
+    write_text(cxx,
+               "#!/bin/sh\n[ \"$1\" = --version ] && { echo broken 1.0; exit 0; }\n"
+               "echo 'kernel.cpp:1: error: simulated failure' >&2\nexit 1\n",
+               0700);
     setenv("CXX", cxx, 1);
     ropekv_ctx *c = rk_test_host_ctx(dir);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
@@ -686,8 +687,9 @@ static void test_compiler_fails_or_hangs(void **state) {
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "exited 0 without writing"));
     ropekv_destroy(c);
-    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo garbage 1.0; exit 0; }\n"
-                    "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && echo 'not an ELF file' > \"$2\"; shift; done\nexit 0\n",
+    write_text(cxx,
+               "#!/bin/sh\n[ \"$1\" = --version ] && { echo garbage 1.0; exit 0; }\n"
+               "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && echo 'not an ELF file' > \"$2\"; shift; done\nexit 0\n",
                0700);
     c = rk_test_host_ctx(dir); /* with a disk cache: an object that does not load is not kept */
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_ERR_COMPILE);
@@ -695,9 +697,10 @@ static void test_compiler_fails_or_hangs(void **state) {
     assert_int_equal(rk_test_count_files(dir).entries, 0);
     ropekv_destroy(c);
     /* a real shared object without the kernel's entry points: loading fails, nothing is cached */
-    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && { echo hollow 1.0; exit 0; }\n"
-                    "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
-                    "echo 'int rk_unrelated;' | exec cc -shared -fPIC -x c -o \"$out\" -\n",
+    write_text(cxx,
+               "#!/bin/sh\n[ \"$1\" = --version ] && { echo hollow 1.0; exit 0; }\n"
+               "while [ $# -gt 1 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
+               "echo 'int rk_unrelated;' | exec cc -shared -fPIC -x c -o \"$out\" -\n",
                0700);
     c = rk_test_host_ctx(dir);
     assert_int_not_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
@@ -832,7 +835,8 @@ static int op_emit(void *p) {
         if (!same) fail_msg("rk_emit recovered with a different source");
         return 0;
     }
-    if (rc != ROPEKV_ERR_NOMEM || err.code != ROPEKV_ERR_NOMEM) fail_msg("rk_emit under a failed allocation: %d %s", rc, err.msg);
+    if (rc != ROPEKV_ERR_NOMEM || err.code != ROPEKV_ERR_NOMEM)
+        fail_msg("rk_emit under a failed allocation: %d %s", rc, err.msg);
     return 1;
 }
 

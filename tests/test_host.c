@@ -37,8 +37,8 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     rk_err err = {0};
     assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
     rk_desc d;
-    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"), ROPEKV_KV_BF16,
-                                  ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, &d, &err),
+    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"),
+                                  ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
@@ -184,14 +184,17 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p",
          "p < 0 ? 0 : p", 1},
         /* padding tokens written (to rows 0/1, so the wrong kernel stays inside the buffer) */
-        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32", "const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);",
+        {"deepseek_v3/host/bf16/none/pos=int64/slot=int32",
+         "const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);",
          "rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64) & 1;", 1},
         /* skip_all: query rows of padding tokens written anyway */
         {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64",
-         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;", "const bool skip = false;", 1},
+         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;",
+         "const bool skip = false;", 1},
         /* a line that cannot matter for a skip_kv spec: the check must not flag it */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64",
-         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;", "const bool skip = false;", 0},
+         "const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;",
+         "const bool skip = false;", 0},
     };
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
         const rk_desc *v = variant(mutations[m].key);
@@ -204,7 +207,8 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), ROPEKV_OK);
         rk_buf_free(&src);
         rk_host_run hr = {&k, 0};
-        rk_shape sh = {.tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+        rk_shape sh = {
+            .tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
         int rc = rk_check(v, &sh, 7, rk_host_run_kernel, &hr, why, sizeof why);
         rk_host_unload(&k);
         char so[4200];

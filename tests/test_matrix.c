@@ -37,11 +37,11 @@ static const target TARGETS[] = {
 static rk_catalog g_cat;
 static rk_build_item *g_items;
 static rk_build_result *g_res;
-static int g_n;              /* kernels built */
-static int g_shapes;         /* variant shapes over all specs */
-static int g_retargeted;     /* shapes x targets with an available compiler, before removing duplicates */
-static int g_have[4];        /* per rk_compiler: 1 when available */
-static char g_why[4][1024];  /* per rk_compiler: why not */
+static int g_n;             /* kernels built */
+static int g_shapes;        /* variant shapes over all specs */
+static int g_retargeted;    /* shapes x targets with an available compiler, before removing duplicates */
+static int g_have[4];       /* per rk_compiler: 1 when available */
+static char g_why[4][1024]; /* per rk_compiler: why not */
 static double g_wall_ms;
 static int g_jobs;
 
@@ -58,17 +58,16 @@ static void probe_compilers(void) {
     char version[512];
     if (rk_clang_available(version, sizeof version) != 0)
         snprintf(g_why[RK_CC_CLANG], sizeof g_why[0], "%s (%s)", version, rk_clang_path());
-    else
-        g_have[RK_CC_CLANG] = 1;
+    else g_have[RK_CC_CLANG] = 1;
     if (rk_nvrtc_available(&major, &minor, why, sizeof why) != 0)
         snprintf(g_why[RK_CC_NVRTC], sizeof g_why[0], "%s", why);
-    else
-        g_have[RK_CC_NVRTC] = 1;
+    else g_have[RK_CC_NVRTC] = 1;
 }
 
 /* The disassembly is scanned for v_cvt_pk_bf16_f32 where the test looks for it. */
 static int wants_bf16_hw(const rk_desc *v) {
-    return v->arch->vendor == RK_VENDOR_AMD && v->arch->bf16_hw && v->kv == ROPEKV_KV_BF16 && v->spec->rope != RK_ROPE_NONE;
+    return v->arch->vendor == RK_VENDOR_AMD && v->arch->bf16_hw && v->kv == ROPEKV_KV_BF16 &&
+           v->spec->rope != RK_ROPE_NONE;
 }
 
 static int setup(void **state) {
@@ -156,7 +155,8 @@ static int check_built(rk_compiler cc, int *checked) {
             WHY(" fp8 on %s (no fp8_hw) reports a hardware conversion (%d);", a->name, in->fp8_cvt);
         if (a->vendor == RK_VENDOR_NVIDIA && r->pdl_gate != (a->pdl ? 1 : 0))
             WHY(" row %s has pdl = %s but the PTX's gate is %d (1: every entry waits before its first "
-                "global store and reads no ld.global.nc; 0: no wait);", a->name, a->pdl ? "true" : "false", r->pdl_gate);
+                "global store and reads no ld.global.nc; 0: no wait);",
+                a->name, a->pdl ? "true" : "false", r->pdl_gate);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 with rope on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
 #undef WHY

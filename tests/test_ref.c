@@ -113,40 +113,40 @@ static void ref_run(setup *s, const rk_args *a) {
 
 static void test_bf16_to_f32_exact(void **state) {
     (void)state;
-    for (uint32_t b = 0; b < 0x10000u; b++)
-        assert_int_equal(fbits(rk_bf16_to_f32((uint16_t)b)), b << 16);
+    for (uint32_t b = 0; b < 0x10000u; b++) assert_int_equal(fbits(rk_bf16_to_f32((uint16_t)b)), b << 16);
     assert_true(rk_bf16_to_f32(0x3f80) == 1.0f);
     assert_true(rk_bf16_to_f32(0xc0a0) == -5.0f);
 }
 
 static void test_f32_to_bf16_rne(void **state) {
     (void)state;
-    static const struct { uint32_t f; uint16_t b; } cases[] = {
-        {0x3f800000u, 0x3f80}, /* 1.0 exact */
-        {0x3f808000u, 0x3f80}, /* tie, 0x3f80 even: down */
-        {0x3f818000u, 0x3f82}, /* tie, 0x3f81 odd: up */
-        {0x3f808001u, 0x3f81}, /* just above the tie */
-        {0x3f817fffu, 0x3f81}, /* just below the tie */
-        {0xbf808000u, 0xbf80}, /* negative tie: magnitude to even */
-        {0xbf818000u, 0xbf82},
-        {0x7fc00000u, 0x7fff}, /* quiet NaN */
-        {0xffc00000u, 0x7fff}, /* negative NaN: sign dropped */
-        {0x7f800001u, 0x7fff}, /* signalling NaN */
-        {0xff812345u, 0x7fff}, /* NaN with payload */
-        {0x7fff0000u, 0x7fff},
-        {0x7f800000u, 0x7f80}, /* +inf */
-        {0xff800000u, 0xff80}, /* -inf */
-        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds up to inf */
-        {0x7f7f8000u, 0x7f80}, /* tie at the top, 0x7f7f odd: inf */
-        {0x7f7f7fffu, 0x7f7f}, /* stays the largest finite */
-        {0xff7fffffu, 0xff80}, /* -FLT_MAX -> -inf */
-        {0x00010000u, 0x0001}, /* f32 subnormal kept */
-        {0x00008000u, 0x0000}, /* subnormal tie to even zero */
-        {0x00018000u, 0x0002}, /* subnormal tie up */
-        {0x00000001u, 0x0000}, /* smallest subnormal rounds to zero */
-        {0x80008001u, 0x8001}, /* negative subnormal above the tie */
-        {0x007f8000u, 0x0080}, /* largest subnormal region carries into the smallest normal */
-        {0x80000000u, 0x8000}, /* -0 */
+    static const struct {
+        uint32_t f;
+        uint16_t b;
+    } cases[] = {
+        {0x3f800000u, 0x3f80},                        /* 1.0 exact */
+        {0x3f808000u, 0x3f80},                        /* tie, 0x3f80 even: down */
+        {0x3f818000u, 0x3f82},                        /* tie, 0x3f81 odd: up */
+        {0x3f808001u, 0x3f81},                        /* just above the tie */
+        {0x3f817fffu, 0x3f81},                        /* just below the tie */
+        {0xbf808000u, 0xbf80},                        /* negative tie: magnitude to even */
+        {0xbf818000u, 0xbf82}, {0x7fc00000u, 0x7fff}, /* quiet NaN */
+        {0xffc00000u, 0x7fff},                        /* negative NaN: sign dropped */
+        {0x7f800001u, 0x7fff},                        /* signalling NaN */
+        {0xff812345u, 0x7fff},                        /* NaN with payload */
+        {0x7fff0000u, 0x7fff}, {0x7f800000u, 0x7f80}, /* +inf */
+        {0xff800000u, 0xff80},                        /* -inf */
+        {0x7f7fffffu, 0x7f80},                        /* FLT_MAX rounds up to inf */
+        {0x7f7f8000u, 0x7f80},                        /* tie at the top, 0x7f7f odd: inf */
+        {0x7f7f7fffu, 0x7f7f},                        /* stays the largest finite */
+        {0xff7fffffu, 0xff80},                        /* -FLT_MAX -> -inf */
+        {0x00010000u, 0x0001},                        /* f32 subnormal kept */
+        {0x00008000u, 0x0000},                        /* subnormal tie to even zero */
+        {0x00018000u, 0x0002},                        /* subnormal tie up */
+        {0x00000001u, 0x0000},                        /* smallest subnormal rounds to zero */
+        {0x80008001u, 0x8001},                        /* negative subnormal above the tie */
+        {0x007f8000u, 0x0080},                        /* largest subnormal region carries into the smallest normal */
+        {0x80000000u, 0x8000},                        /* -0 */
         {0x00000000u, 0x0000},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -166,9 +166,9 @@ static void test_f32_to_bf16_rne(void **state) {
 
 typedef struct fp8_table {
     int fnuz;
-    int max_code;   /* largest finite magnitude code */
+    int max_code; /* largest finite magnitude code */
     int nan[256];
-    double v[256];  /* decoded value (unused for NaN codes) */
+    double v[256]; /* decoded value (unused for NaN codes) */
 } fp8_table;
 
 /* value = (-1)^s * 2^(e - bias) * (1 + m/8) for e > 0, (-1)^s * 2^(1 - bias) * (m/8) for e = 0. */
@@ -261,8 +261,12 @@ static void check_encode_all(rk_fp8_fmt fmt, int fnuz) {
     for (int c = 0; c < t.max_code + 1; c++) {
         double hi = c < t.max_code ? t.v[c + 1] : 2.0 * t.v[c]; /* past the max: beyond saturation */
         float mid = (float)((t.v[c] + hi) / 2.0);
-        float pts[] = {(float)t.v[c], mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY),
-                       nextafterf((float)t.v[c], 0.0f), nextafterf((float)t.v[c], INFINITY)};
+        float pts[] = {(float)t.v[c],
+                       mid,
+                       nextafterf(mid, 0.0f),
+                       nextafterf(mid, INFINITY),
+                       nextafterf((float)t.v[c], 0.0f),
+                       nextafterf((float)t.v[c], INFINITY)};
         for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
             check_encode_one(&t, fmt, pts[i]);
             check_encode_one(&t, fmt, -pts[i]);
@@ -297,28 +301,41 @@ static void check_cases(rk_fp8_fmt fmt, const enc_case *c, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint8_t got = rk_f32_to_fp8(c[i].f, fmt);
         if (got != c[i].code)
-            fail_msg("%s fp8(%a): got 0x%02x, want 0x%02x", fmt == RK_FP8_FNUZ ? "fnuz" : "ocp",
-                     (double)c[i].f, (unsigned)got, (unsigned)c[i].code);
+            fail_msg("%s fp8(%a): got 0x%02x, want 0x%02x", fmt == RK_FP8_FNUZ ? "fnuz" : "ocp", (double)c[i].f,
+                     (unsigned)got, (unsigned)c[i].code);
     }
 }
 
 static void test_fp8_encode_boundaries_ocp(void **state) {
     (void)state;
     const enc_case c[] = {
-        {448.0f, 0x7e},   {-448.0f, 0xfe},  {464.0f, 0x7e}, /* midpoint to 480: saturates */
-        {480.0f, 0x7e},   {1e30f, 0x7e},    {INFINITY, 0x7e},  {-INFINITY, 0xfe},
-        {432.0f, 0x7e},   /* tie between 416 (m5) and 448 (m6): even */
-        {424.0f, 0x7d},   {416.0f, 0x7d},
-        {NAN, 0x7f},      {-NAN, 0x7f},
-        {1.0f, 0x38},     {1.0625f, 0x38}, /* tie to even mantissa 0 */
+        {448.0f, 0x7e},
+        {-448.0f, 0xfe},
+        {464.0f, 0x7e}, /* midpoint to 480: saturates */
+        {480.0f, 0x7e},
+        {1e30f, 0x7e},
+        {INFINITY, 0x7e},
+        {-INFINITY, 0xfe},
+        {432.0f, 0x7e}, /* tie between 416 (m5) and 448 (m6): even */
+        {424.0f, 0x7d},
+        {416.0f, 0x7d},
+        {NAN, 0x7f},
+        {-NAN, 0x7f},
+        {1.0f, 0x38},
+        {1.0625f, 0x38},  /* tie to even mantissa 0 */
         {1.1875f, 0x3a},  /* tie between m1 and m2: m2 */
         {0x1p-6f, 0x08},  /* smallest normal */
         {0x1p-9f, 0x01},  /* smallest subnormal */
         {0x1p-10f, 0x00}, /* half of it: tie to zero */
-        {0x1.000002p-10f, 0x01}, {0x1.8p-9f, 0x02}, /* 1.5 quanta: tie to 2 */
+        {0x1.000002p-10f, 0x01},
+        {0x1.8p-9f, 0x02}, /* 1.5 quanta: tie to 2 */
         {0x1.4p-8f, 0x02}, /* 2.5 quanta: tie to 2 */
         {0x1.ep-7f, 0x08}, /* 7.5 quanta: tie between 7 and 8 (smallest normal) */
-        {-0x1p-10f, 0x80}, {-0x1p-20f, 0x80}, {-0x1p-149f, 0x80}, {-0.0f, 0x80}, {0.0f, 0x00},
+        {-0x1p-10f, 0x80},
+        {-0x1p-20f, 0x80},
+        {-0x1p-149f, 0x80},
+        {-0.0f, 0x80},
+        {0.0f, 0x00},
         {0x1p-149f, 0x00},
     };
     check_cases(RK_FP8_OCP, c, sizeof c / sizeof c[0]);
@@ -327,17 +344,14 @@ static void test_fp8_encode_boundaries_ocp(void **state) {
 static void test_fp8_encode_boundaries_fnuz(void **state) {
     (void)state;
     const enc_case c[] = {
-        {240.0f, 0x7f},   {-240.0f, 0xff},  {248.0f, 0x7f}, {256.0f, 0x7f}, {1e30f, 0x7f},
-        {INFINITY, 0x7f}, {-INFINITY, 0xff},
-        {232.0f, 0x7e},   /* tie between 224 (m6) and 240 (m7): even */
-        {236.0f, 0x7f},   {224.0f, 0x7e},
-        {NAN, 0x80},      {-NAN, 0x80},
-        {1.0f, 0x40},     {0x1p-7f, 0x08}, /* smallest normal */
-        {0x1p-10f, 0x01}, /* smallest subnormal */
-        {0x1p-11f, 0x00}, /* half of it: tie to zero */
-        {0x1.8p-10f, 0x02},
-        {-0x1p-10f, 0x81}, {-0x1p-11f, 0x00}, /* -tiny: no -0 in FNUZ */
-        {-0x1p-20f, 0x00}, {-0.0f, 0x00},     {0.0f, 0x00},
+        {240.0f, 0x7f},     {-240.0f, 0xff},   {248.0f, 0x7f},    {256.0f, 0x7f}, {1e30f, 0x7f},
+        {INFINITY, 0x7f},   {-INFINITY, 0xff}, {232.0f, 0x7e}, /* tie between 224 (m6) and 240 (m7): even */
+        {236.0f, 0x7f},     {224.0f, 0x7e},    {NAN, 0x80},       {-NAN, 0x80},   {1.0f, 0x40},
+        {0x1p-7f, 0x08},                                          /* smallest normal */
+        {0x1p-10f, 0x01},                                         /* smallest subnormal */
+        {0x1p-11f, 0x00},                                         /* half of it: tie to zero */
+        {0x1.8p-10f, 0x02}, {-0x1p-10f, 0x81}, {-0x1p-11f, 0x00}, /* -tiny: no -0 in FNUZ */
+        {-0x1p-20f, 0x00},  {-0.0f, 0x00},     {0.0f, 0x00},
     };
     check_cases(RK_FP8_FNUZ, c, sizeof c / sizeof c[0]);
 }
@@ -452,18 +466,38 @@ static void test_op_gptj_absorbed(void **state) {
     memcpy(k_pe0, k_pe, sizeof k_pe);
 
     rk_args a = {
-        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = table, .sin = NULL, .k_scale = NULL,
-        .tokens = T, .heads = H, .max_pos = 4,
-        .q_nope_st = qn_st, .q_nope_sh = qn_sh, .q_pe_st = qp_st, .q_pe_sh = qp_sh,
-        .q_out_st = qo_st, .q_out_sh = qo_sh, .k_nope_st = kn_st, .k_pe_st = kp_st,
-        .kv_st = kv_st, .kv_rows = 4,
+        .q_nope = q_nope,
+        .q_pe = q_pe,
+        .q_out = q_out,
+        .k_nope = k_nope,
+        .k_pe = k_pe,
+        .kv_cache = kv,
+        .positions = pos,
+        .slots = slot,
+        .cos_sin = table,
+        .sin = NULL,
+        .k_scale = NULL,
+        .tokens = T,
+        .heads = H,
+        .max_pos = 4,
+        .q_nope_st = qn_st,
+        .q_nope_sh = qn_sh,
+        .q_pe_st = qp_st,
+        .q_pe_sh = qp_sh,
+        .q_out_st = qo_st,
+        .q_out_sh = qo_sh,
+        .k_nope_st = kn_st,
+        .k_pe_st = kp_st,
+        .kv_st = kv_st,
+        .kv_rows = 4,
     };
     ref_run(&s, &a);
 
     fill16(want_q, 160, SENT16);
-    const uint16_t *tail[T][H] = {{XA_GPTJ_P1, XB_GPTJ_P1}, {XC_GPTJ_P3, XD_GPTJ_P3},
-                                  {XE_BITS, XF_BITS}, {XE_BITS, XF_BITS}};
+    const uint16_t *tail[T][H] = {{XA_GPTJ_P1, XB_GPTJ_P1},
+                                  {XC_GPTJ_P3, XD_GPTJ_P3},
+                                  {XE_BITS, XF_BITS},
+                                  {XE_BITS, XF_BITS}};
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             uint16_t *row = want_q + t * qo_st + h * qo_sh;
@@ -515,11 +549,27 @@ static void test_op_neox_zero_copy_skip_all(void **state) {
     fill16(kv, 4 * W, SENT16);
 
     rk_args a = {
-        .q_nope = NULL, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = cos_t, .sin = sin_t,
-        .tokens = T, .heads = H, .max_pos = 4,
-        .q_pe_st = H * R, .q_pe_sh = R, .q_out_st = H * W, .q_out_sh = W,
-        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 4,
+        .q_nope = NULL,
+        .q_pe = q_pe,
+        .q_out = q_out,
+        .k_nope = k_nope,
+        .k_pe = k_pe,
+        .kv_cache = kv,
+        .positions = pos,
+        .slots = slot,
+        .cos_sin = cos_t,
+        .sin = sin_t,
+        .tokens = T,
+        .heads = H,
+        .max_pos = 4,
+        .q_pe_st = H * R,
+        .q_pe_sh = R,
+        .q_out_st = H * W,
+        .q_out_sh = W,
+        .k_nope_st = L,
+        .k_pe_st = R,
+        .kv_st = W,
+        .kv_rows = 4,
     };
     ref_run(&s, &a);
 
@@ -574,10 +624,25 @@ static void test_op_inplace_bf16_tables(void **state) {
     fill16(kv, 2 * W, SENT16);
 
     rk_args a = {
-        .q_nope = NULL, .q_pe = q + 4, .q_out = NULL, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = pos, .slots = slot, .cos_sin = cos_t, .sin = sin_t,
-        .tokens = T, .heads = H, .max_pos = 4,
-        .q_pe_st = H * D, .q_pe_sh = D, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+        .q_nope = NULL,
+        .q_pe = q + 4,
+        .q_out = NULL,
+        .k_nope = k_nope,
+        .k_pe = k_pe,
+        .kv_cache = kv,
+        .positions = pos,
+        .slots = slot,
+        .cos_sin = cos_t,
+        .sin = sin_t,
+        .tokens = T,
+        .heads = H,
+        .max_pos = 4,
+        .q_pe_st = H * D,
+        .q_pe_sh = D,
+        .k_nope_st = L,
+        .k_pe_st = R,
+        .kv_st = W,
+        .kv_rows = 1,
     };
     ref_run(&s, &a);
 
@@ -622,11 +687,29 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
         fill16(kv, W, SENT16);
         int64_t pos = 7, slot = 0;
         rk_args a = {
-            .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-            .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = NULL, .sin = NULL,
-            .tokens = 1, .heads = 1, .max_pos = 1,
-            .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
-            .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+            .q_nope = q_nope,
+            .q_pe = q_pe,
+            .q_out = q_out,
+            .k_nope = k_nope,
+            .k_pe = k_pe,
+            .kv_cache = kv,
+            .positions = &pos,
+            .slots = &slot,
+            .cos_sin = NULL,
+            .sin = NULL,
+            .tokens = 1,
+            .heads = 1,
+            .max_pos = 1,
+            .q_nope_st = L,
+            .q_nope_sh = L,
+            .q_pe_st = R,
+            .q_pe_sh = R,
+            .q_out_st = W,
+            .q_out_sh = W,
+            .k_nope_st = L,
+            .k_pe_st = R,
+            .kv_st = W,
+            .kv_rows = 1,
         };
         ref_run(&s, &a);
         check16(kv, san ? want_san : want_raw, W, san ? "kv (sanitize)" : "kv (raw)");
@@ -662,11 +745,28 @@ static void test_op_fused_rounding(void **state) {
     s.v.pos = ROPEKV_INDEX_INT32;
     s.v.slot = ROPEKV_INDEX_INT32;
     rk_args a = {
-        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = table,
-        .tokens = 1, .heads = 1, .max_pos = 1,
-        .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
-        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+        .q_nope = q_nope,
+        .q_pe = q_pe,
+        .q_out = q_out,
+        .k_nope = k_nope,
+        .k_pe = k_pe,
+        .kv_cache = kv,
+        .positions = &pos,
+        .slots = &slot,
+        .cos_sin = table,
+        .tokens = 1,
+        .heads = 1,
+        .max_pos = 1,
+        .q_nope_st = L,
+        .q_nope_sh = L,
+        .q_pe_st = R,
+        .q_pe_sh = R,
+        .q_out_st = W,
+        .q_out_sh = W,
+        .k_nope_st = L,
+        .k_pe_st = R,
+        .kv_st = W,
+        .kv_rows = 1,
     };
     ref_run(&s, &a);
     static const uint16_t tail[R] = {0x3d01, 0x4002, 0x4002, 0x3d01, 0x40a0, 0x40c0, 0x40e0, 0x4100};
@@ -689,11 +789,29 @@ static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_sc
     int64_t pos = 0, slot = 0;
     float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
     rk_args a = {
-        .q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-        .kv_cache = kv, .positions = &pos, .slots = &slot, .cos_sin = cs, .k_scale = &k_scale,
-        .tokens = 1, .heads = 1, .max_pos = 1,
-        .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R, .q_pe_sh = R, .q_out_st = W, .q_out_sh = W,
-        .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+        .q_nope = q_nope,
+        .q_pe = q_pe,
+        .q_out = q_out,
+        .k_nope = k_nope,
+        .k_pe = k_pe,
+        .kv_cache = kv,
+        .positions = &pos,
+        .slots = &slot,
+        .cos_sin = cs,
+        .k_scale = &k_scale,
+        .tokens = 1,
+        .heads = 1,
+        .max_pos = 1,
+        .q_nope_st = L,
+        .q_nope_sh = L,
+        .q_pe_st = R,
+        .q_pe_sh = R,
+        .q_out_st = W,
+        .q_out_sh = W,
+        .k_nope_st = L,
+        .k_pe_st = R,
+        .kv_st = W,
+        .kv_rows = 1,
     };
     ref_run(s, &a);
     for (int i = W; i < W + 4; i++) assert_int_equal(kv[i], SENT8);
@@ -714,21 +832,29 @@ static void test_op_fp8_scales(void **state) {
     (void)state;
     static const float nope[8] = {3, -3, 1, 0.5f, 448, 500, -1000, 0};
     static const float pe[8] = {0.75f, -0.75f, 2.5f, 17, 1, -1, 0.125f, 100};
-    static const struct { rk_scale scale; const char *label; uint8_t want[16]; } cases[] = {
+    static const struct {
+        rk_scale scale;
+        const char *label;
+        uint8_t want[16];
+    } cases[] = {
         /* x * (1/2): 1.5 -1.5 0.5 0.25 224 250->256 -500->-448 0 | 0.375 -0.375 1.25 8.5->8 (tie)
          * 0.5 -0.5 0.0625 50->48 (tie) */
-        {RK_SCALE_MUL_RECIP, "mul_recip", {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00,
-                              0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
-        {RK_SCALE_DIV, "div", {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00,
-                        0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        {RK_SCALE_MUL_RECIP,
+         "mul_recip",
+         {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00, 0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        {RK_SCALE_DIV,
+         "div",
+         {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00, 0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
         /* x * 2: 6 -6 2 1 896->448 1000->448 -2000->-448 0 | 1.5 -1.5 5 34->32 (tie) 2 -2 0.25
          * 200->192 (tie) */
-        {RK_SCALE_MUL, "mul", {0x4c, 0xcc, 0x40, 0x38, 0x7e, 0x7e, 0xfe, 0x00,
-                        0x3c, 0xbc, 0x4a, 0x60, 0x40, 0xc0, 0x28, 0x74}},
+        {RK_SCALE_MUL,
+         "mul",
+         {0x4c, 0xcc, 0x40, 0x38, 0x7e, 0x7e, 0xfe, 0x00, 0x3c, 0xbc, 0x4a, 0x60, 0x40, 0xc0, 0x28, 0x74}},
         /* unscaled: 3 -3 1 0.5 448 500->448 -1000->-448 0 | 0.75 -0.75 2.5 17->16 (tie) 1 -1 0.125
          * 100->96 (tie) */
-        {RK_SCALE_NONE, "none", {0x44, 0xc4, 0x38, 0x30, 0x7e, 0x7e, 0xfe, 0x00,
-                         0x34, 0xb4, 0x42, 0x58, 0x38, 0xb8, 0x20, 0x6c}},
+        {RK_SCALE_NONE,
+         "none",
+         {0x44, 0xc4, 0x38, 0x30, 0x7e, 0x7e, 0xfe, 0x00, 0x34, 0xb4, 0x42, 0x58, 0x38, 0xb8, 0x20, 0x6c}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setup s;
@@ -777,7 +903,11 @@ static void test_op_fp8_fnuz_bound(void **state) {
     /* pe: -0 -> 0x00, half the smallest subnormal ties to 0, 1.5 quanta ties to 2, -1 quantum,
      * 1 (bias 8), -0.5, 0, 15 = 1.875 * 8 */
     static const uint8_t pe_want[8] = {0x00, 0x00, 0x02, 0x81, 0x40, 0xb8, 0x00, 0x5f};
-    static const struct { float sat; int san; uint8_t nope_want[8]; } cases[] = {
+    static const struct {
+        float sat;
+        int san;
+        uint8_t nope_want[8];
+    } cases[] = {
         /* 236, 230, 1000, inf clamp to 224 (0x7e); NaN passes to the FNUZ NaN; -tiny -> 0x00 */
         {224.0f, 0, {0x7e, 0xfe, 0x7e, 0x7e, 0xfe, 0x7e, 0x80, 0x00}},
         {224.0f, 1, {0x7e, 0xfe, 0x7e, 0x7e, 0xfe, 0x7e, 0x00, 0x00}},
@@ -803,7 +933,11 @@ static void test_op_fp8_ocp_sanitize(void **state) {
     (void)state;
     const float nope[8] = {NAN, INFINITY, -INFINITY, -0x1p-12f, -0.0f, 300, -300, 0x1p-9f};
     const float pe[8] = {-NAN, 1, 1, 1, 1, 1, 1, 1};
-    static const struct { float sat; int san; uint8_t want[9]; } cases[] = {
+    static const struct {
+        float sat;
+        int san;
+        uint8_t want[9];
+    } cases[] = {
         {448.0f, 0, {0x7f, 0x7e, 0xfe, 0x80, 0x80, 0x79, 0xf9, 0x01, 0x7f}},
         {448.0f, 1, {0x00, 0x7e, 0xfe, 0x80, 0x80, 0x79, 0xf9, 0x01, 0x00}},
         /* 240 = 1.875 * 128 = 0x77 in OCP */
@@ -843,13 +977,24 @@ static void test_op_fp8_rope_bf16(void **state) {
         int64_t pos = 0, slot = 0;
         float k_scale = 1.0f;
         rk_args a = {
-            .k_nope = k_nope, .k_pe = k_pe, .kv_cache = kv, .positions = &pos, .slots = &slot,
-            .cos_sin = table, .k_scale = &k_scale, .tokens = 1, .heads = 1, .max_pos = 1,
-            .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = 1,
+            .k_nope = k_nope,
+            .k_pe = k_pe,
+            .kv_cache = kv,
+            .positions = &pos,
+            .slots = &slot,
+            .cos_sin = table,
+            .k_scale = &k_scale,
+            .tokens = 1,
+            .heads = 1,
+            .max_pos = 1,
+            .k_nope_st = L,
+            .k_pe_st = R,
+            .kv_st = W,
+            .kv_rows = 1,
         };
         ref_run(&s, &a);
-        const uint8_t want[W] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38,
-                                 rr ? 0x38 : 0x39, rr ? 0x40 : 0x41, 0x38, 0x38, 0x44, 0x30, 0xb8, 0x38};
+        const uint8_t want[W] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, rr ? 0x38 : 0x39, rr ? 0x40 : 0x41,
+                                 0x38, 0x38, 0x44, 0x30, 0xb8, 0x38};
         check8(kv, want, W, rr ? "rope_bf16 on" : "rope_bf16 off");
     }
 }
@@ -912,16 +1057,31 @@ static void test_op_layout_consistency(void **state) {
         if (s.v.q != ROPEKV_Q_ABSORBED)
             for (int i = 0; i < T * H; i++) memcpy(q_out + i * W, q_nope + i * L, L * sizeof(uint16_t));
         rk_args a = {
-            .q_nope = q_nope, .q_pe = q_pe_run, .q_out = q_out, .k_nope = k_nope,
-            .k_pe = neox ? k_pe_nx : k_pe, .kv_cache = kv,
+            .q_nope = q_nope,
+            .q_pe = q_pe_run,
+            .q_out = q_out,
+            .k_nope = k_nope,
+            .k_pe = neox ? k_pe_nx : k_pe,
+            .kv_cache = kv,
             .positions = s.v.pos == ROPEKV_INDEX_INT32 ? (const void *)pos32 : (const void *)pos64,
             .slots = s.v.slot == ROPEKV_INDEX_INT32 ? (const void *)slot32 : (const void *)slot64,
-            .cos_sin = layout == RK_CS_F32_CAT ? (const void *)cat
-                 : layout == RK_CS_F32_SPLIT ? (const void *)cs : (const void *)cs16,
+            .cos_sin = layout == RK_CS_F32_CAT     ? (const void *)cat
+                       : layout == RK_CS_F32_SPLIT ? (const void *)cs
+                                                   : (const void *)cs16,
             .sin = layout == RK_CS_F32_SPLIT ? (const void *)sn : (const void *)sn16,
-            .tokens = T, .heads = H, .max_pos = P,
-            .q_nope_st = H * L, .q_nope_sh = L, .q_pe_st = H * R, .q_pe_sh = R,
-            .q_out_st = H * W, .q_out_sh = W, .k_nope_st = L, .k_pe_st = R, .kv_st = W, .kv_rows = T,
+            .tokens = T,
+            .heads = H,
+            .max_pos = P,
+            .q_nope_st = H * L,
+            .q_nope_sh = L,
+            .q_pe_st = H * R,
+            .q_pe_sh = R,
+            .q_out_st = H * W,
+            .q_out_sh = W,
+            .k_nope_st = L,
+            .k_pe_st = R,
+            .kv_st = W,
+            .kv_rows = T,
         };
         ref_run(&s, &a);
         if (s.v.q == ROPEKV_Q_INPLACE)

@@ -149,8 +149,8 @@ static void test_names_unique(void **state) {
             assert_string_not_equal(f->v[i].name, f->v[j].name);
         }
         if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64"))
-            assert_string_equal(f->v[i].name,
-                                "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90");
+            assert_string_equal(
+                f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90");
     }
 }
 
@@ -163,14 +163,17 @@ static void test_bindings_are_named(void **state) {
     assert_non_null(a);
     rk_desc d;
     rk_err err = {0};
-    assert_int_equal(rk_desc_make(s, a, ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64, &d,
-                                  &err),
+    assert_int_equal(rk_desc_make(s, a, ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64,
+                                  &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
-    const char *want[] = {"constexpr Kv KV = Kv::fp8_e4m3;", "constexpr QForm QFORM = QForm::zero_copy;",
-                          "constexpr Index POS = Index::int32;", "constexpr Index SLOT = Index::int64;",
-                          "constexpr Rope ROPE = Rope::gptj;", "constexpr Scale SCALE = Scale::mul_recip;",
+    const char *want[] = {"constexpr Kv KV = Kv::fp8_e4m3;",
+                          "constexpr QForm QFORM = QForm::zero_copy;",
+                          "constexpr Index POS = Index::int32;",
+                          "constexpr Index SLOT = Index::int64;",
+                          "constexpr Rope ROPE = Rope::gptj;",
+                          "constexpr Scale SCALE = Scale::mul_recip;",
                           "#define RK_FP8_FNUZ 1"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(src.p, want[i])) fail_msg("source of %s lacks '%s'", d.key, want[i]);
@@ -200,8 +203,8 @@ static void test_desc_listed(void **state) {
                                     ROPEKV_INDEX_INT64, &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "does not list target sm_90"));
-    assert_int_equal(rk_desc_make(s, sm90, (ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
-                                  &d, &err),
+    assert_int_equal(rk_desc_make(s, sm90, (ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                  ROPEKV_INDEX_INT64, &d, &err),
                      ROPEKV_ERR_ARG);
     assert_int_equal(rk_desc_make(s, sm90, ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
                                   &d, &err),
@@ -209,7 +212,9 @@ static void test_desc_listed(void **state) {
 }
 
 /* n / d as the 32-bit kernel entry computes it from rk_div_magic's numbers. */
-static int64_t magic_div(int64_t n, int64_t mul, int64_t shift) { return (int64_t)(((uint64_t)n * (uint64_t)mul) >> shift); }
+static int64_t magic_div(int64_t n, int64_t mul, int64_t shift) {
+    return (int64_t)(((uint64_t)n * (uint64_t)mul) >> shift);
+}
 
 static void check_divisor(int64_t d) {
     int64_t mul, shift;
@@ -291,10 +296,8 @@ int main(void) {
         cmocka_unit_test(test_render_unbalanced),
     };
     const struct CMUnitTest specs[] = {
-        cmocka_unit_test(test_emit_is_deterministic),
-        cmocka_unit_test(test_golden_header),
-        cmocka_unit_test(test_names_unique),
-        cmocka_unit_test(test_bindings_are_named),
+        cmocka_unit_test(test_emit_is_deterministic), cmocka_unit_test(test_golden_header),
+        cmocka_unit_test(test_names_unique),          cmocka_unit_test(test_bindings_are_named),
         cmocka_unit_test(test_desc_listed),
     };
     int failed = cmocka_run_group_tests_name("render", plain, NULL, NULL);

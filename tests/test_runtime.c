@@ -271,19 +271,36 @@ static float cs[8 * R + 4], kscale[2] = {1.0f, 1.0f};
 
 static ropekv_args good_args(void) {
     return (ropekv_args){
-        .tokens = T, .heads = H,
-        .q_nope = q, .q_nope_st = H * W, .q_nope_sh = W,
-        .q_pe = q + L, .q_pe_st = H * W, .q_pe_sh = W,
-        .q_out = qo, .q_out_st = H * W, .q_out_sh = W,
-        .k_nope = kbuf, .k_nope_st = W, .k_pe = kbuf + L, .k_pe_st = W,
-        .kv_cache = kv, .kv_st = W, .kv_rows = T + 2,
-        .positions = pos, .slots = slots, .cos_sin = cs, .max_pos = 8, .k_scale = kscale,
+        .tokens = T,
+        .heads = H,
+        .q_nope = q,
+        .q_nope_st = H * W,
+        .q_nope_sh = W,
+        .q_pe = q + L,
+        .q_pe_st = H * W,
+        .q_pe_sh = W,
+        .q_out = qo,
+        .q_out_st = H * W,
+        .q_out_sh = W,
+        .k_nope = kbuf,
+        .k_nope_st = W,
+        .k_pe = kbuf + L,
+        .k_pe_st = W,
+        .kv_cache = kv,
+        .kv_st = W,
+        .kv_rows = T + 2,
+        .positions = pos,
+        .slots = slots,
+        .cos_sin = cs,
+        .max_pos = 8,
+        .k_scale = kscale,
     };
 }
 
 static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status want, const char *text) {
     ropekv_status s = ropekv_launch(k, &a, NULL);
-    if (s != want) fail_msg("want %s, got %s (%s)", ropekv_status_name(want), ropekv_status_name(s), ropekv_last_error(c));
+    if (s != want)
+        fail_msg("want %s, got %s (%s)", ropekv_status_name(want), ropekv_status_name(s), ropekv_last_error(c));
     if (text && !strstr(ropekv_last_error(c), text)) fail_msg("'%s' not in '%s'", text, ropekv_last_error(c));
 }
 
@@ -439,7 +456,9 @@ static void test_runtime_spec(void **state) {
         *mine = cat;
         assert_int_equal(rk_catalog_add(mine, path, text, strlen(text), &err), ROPEKV_OK);
         for (int qf = 0; qf < 2; qf++) {
-            ropekv_variant v = {.spec = "my_model", .kv = ROPEKV_KV_BF16, .q = qf ? ROPEKV_Q_INPLACE : ROPEKV_Q_ABSORBED};
+            ropekv_variant v = {.spec = "my_model",
+                                .kv = ROPEKV_KV_BF16,
+                                .q = qf ? ROPEKV_Q_INPLACE : ROPEKV_Q_ABSORBED};
             ropekv_kernel *k;
             assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
             const rk_desc *rv = rk_test_ref_variant(mine, "my_model", &v);

@@ -25,8 +25,7 @@
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 /* Group state: the architecture table from specs/archs.lua. */
-static int group_setup(void **state)
-{
+static int group_setup(void **state) {
     rk_codeobj text;
     rk_err err = {0};
     int rc = rk_read_file(RK_SOURCE_DIR "/specs/archs.lua", &text);
@@ -43,8 +42,7 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
-{
+static int group_teardown(void **state) {
     free(*state);
     return 0;
 }
@@ -87,33 +85,28 @@ typedef struct fail_case {
     const char *want;   /* expected substring of the message */
 } fail_case;
 
-static int load_spec_with(const rk_arch_table *archs, const char *change, rk_spec *out, rk_err *err)
-{
+static int load_spec_with(const rk_arch_table *archs, const char *change, rk_spec *out, rk_err *err) {
     static char text[16384];
     snprintf(text, sizeof text, BASE, change);
     return rk_spec_load(TFILE, text, strlen(text), archs, out, err);
 }
 
-static int load_archs_with(const char *change, rk_arch_table *out, rk_err *err)
-{
+static int load_archs_with(const char *change, rk_arch_table *out, rk_err *err) {
     static char text[16384];
     snprintf(text, sizeof text, ARCH_BASE, change);
     return rk_archs_load(TFILE, text, strlen(text), out, err);
 }
 
 /* rc and err must say code, and the message must start with the file name and contain want. */
-static void check_failure(const char *change, int rc, const rk_err *err, int code, const char *want)
-{
+static void check_failure(const char *change, int rc, const rk_err *err, int code, const char *want) {
     int ok = rc == code && (int)err->code == code && strstr(err->msg, want) != NULL &&
              strncmp(err->msg, TFILE, strlen(TFILE)) == 0;
     if (!ok)
-        fprintf(stderr, "case:  %s\nrc:    %d (want %d)\nmsg:   %s\nwant:  %s\n", change, rc, code,
-                err->msg, want);
+        fprintf(stderr, "case:  %s\nrc:    %d (want %d)\nmsg:   %s\nwant:  %s\n", change, rc, code, err->msg, want);
     assert_true(ok);
 }
 
-static void run_spec_cases(void **state, const fail_case *c, size_t n)
-{
+static void run_spec_cases(void **state, const fail_case *c, size_t n) {
     for (size_t i = 0; i < n; i++) {
         rk_err err = {0};
         rk_spec s;
@@ -122,14 +115,12 @@ static void run_spec_cases(void **state, const fail_case *c, size_t n)
     }
 }
 
-static rk_spec load_ok(void **state, const char *change)
-{
+static rk_spec load_ok(void **state, const char *change) {
     rk_err err = {0};
     rk_spec s;
     memset(&s, 0, sizeof s);
     int rc = load_spec_with(*state, change, &s, &err);
-    if (rc != ROPEKV_OK)
-        fprintf(stderr, "case: %s\nmsg:  %s\n", change, err.msg);
+    if (rc != ROPEKV_OK) fprintf(stderr, "case: %s\nmsg:  %s\n", change, err.msg);
     assert_int_equal(rc, ROPEKV_OK);
     return s;
 }
@@ -137,8 +128,7 @@ static rk_spec load_ok(void **state, const char *change)
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- util.c ------------------------------------------------------------------------------------ */
-static void test_fail(void **state)
-{
+static void test_fail(void **state) {
     (void)state;
     rk_err err = {0};
     char big[3000];
@@ -154,8 +144,7 @@ static void test_fail(void **state)
 
 /* Every enum table: values, spellings and name tokens unique; tokens free of '_' (it separates a kernel
  * name's fields); a value outside the table has no spelling. */
-static void check_table(const rk_enum *e)
-{
+static void check_table(const rk_enum *e) {
     assert_true(e->n >= 2);
     for (int i = 0; i < e->n; i++) {
         assert_non_null(e->v[i].name);
@@ -175,8 +164,7 @@ static void check_table(const rk_enum *e)
 
 /* The kernel's C++ enumerators (templates/params.hip, `enum class T { a, b };`) are the table's
  * spellings, in any order: a binding names one, so the two must agree. */
-static void check_kernel_enum(const char *type, const rk_enum *e)
-{
+static void check_kernel_enum(const char *type, const rk_enum *e) {
     size_t len;
     const char *t = rk_embedded("params.hip", &len);
     assert_non_null(t);
@@ -198,8 +186,7 @@ static void check_kernel_enum(const char *type, const rk_enum *e)
 }
 
 /* The library reads a built-in spec by its name: every embedded spec file's name is its base name. */
-static void test_builtin_specs_by_name(void **state)
-{
+static void test_builtin_specs_by_name(void **state) {
     (void)state;
     static rk_arch_table archs;
     static rk_spec spec;
@@ -212,12 +199,10 @@ static void test_builtin_specs_by_name(void **state)
     for (size_t i = 0; rk_embedded_at(i, NULL); i++) {
         const char *file = rk_embedded_at(i, NULL);
         size_t fl = strlen(file);
-        if (fl < 5 || strcmp(file + fl - 4, ".lua") != 0 || strcmp(file, "archs.lua") == 0)
-            continue;
+        if (fl < 5 || strcmp(file + fl - 4, ".lua") != 0 || strcmp(file, "archs.lua") == 0) continue;
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(fl - 4), file);
-        if (rk_spec_builtin(name, &archs, &spec, &err) != ROPEKV_OK)
-            fail_msg("%s: %s", name, err.msg);
+        if (rk_spec_builtin(name, &archs, &spec, &err) != ROPEKV_OK) fail_msg("%s: %s", name, err.msg);
         assert_string_equal(spec.name, name);
         n++;
     }
@@ -227,11 +212,10 @@ static void test_builtin_specs_by_name(void **state)
     assert_non_null(strstr(err.msg, "no_such_model"));
 }
 
-static void test_names(void **state)
-{
+static void test_names(void **state) {
     (void)state;
-    const rk_enum *all[] = {&rk_vendor_enum, &rk_compiler_enum, &rk_fp8_enum, &rk_rope_enum, &rk_cos_sin_enum,
-                            &rk_scale_enum, &rk_neg_enum, &rk_kv_enum, &rk_qform_enum, &rk_index_enum};
+    const rk_enum *all[] = {&rk_vendor_enum, &rk_compiler_enum, &rk_fp8_enum, &rk_rope_enum,  &rk_cos_sin_enum,
+                            &rk_scale_enum,  &rk_neg_enum,      &rk_kv_enum,  &rk_qform_enum, &rk_index_enum};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) check_table(all[i]);
     check_kernel_enum("Rope", &rk_rope_enum);
     check_kernel_enum("CosSin", &rk_cos_sin_enum);
@@ -245,8 +229,7 @@ static void test_names(void **state)
     assert_string_equal(rk_qform_name(ROPEKV_Q_ZERO_COPY), "zero_copy");
 }
 
-static void test_arch_find(void **state)
-{
+static void test_arch_find(void **state) {
     const rk_arch_table *t = *state;
     assert_non_null(rk_arch_find(t, "gfx942"));
     assert_string_equal(rk_arch_find(t, "sm_90")->name, "sm_90");
@@ -256,8 +239,7 @@ static void test_arch_find(void **state)
 }
 
 /* ---- specs/ ------------------------------------------------------------------------------------ */
-static void test_archs_file(void **state)
-{
+static void test_archs_file(void **state) {
     const rk_arch_table *t = *state;
     static const char *const names[] = {"gfx90a",  "gfx942", "gfx950", "gfx1100", "gfx1201",
                                         "gfx1250", "sm_80",  "sm_90",  "host"};
@@ -301,16 +283,14 @@ static void test_archs_file(void **state)
 }
 
 /* Every model spec in specs/ loads; together they stay a reasonable number of kernels. */
-static void test_spec_files(void **state)
-{
+static void test_spec_files(void **state) {
     DIR *d = opendir(RK_SOURCE_DIR "/specs");
     struct dirent *e;
     int n = 0, variants = 0;
     assert_non_null(d);
     while ((e = readdir(d)) != NULL) {
         size_t l = strlen(e->d_name);
-        if (l < 5 || strcmp(e->d_name + l - 4, ".lua") != 0 || strcmp(e->d_name, "archs.lua") == 0)
-            continue;
+        if (l < 5 || strcmp(e->d_name + l - 4, ".lua") != 0 || strcmp(e->d_name, "archs.lua") == 0) continue;
         char path[1024], file[512];
         snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, e->d_name);
         snprintf(file, sizeof file, "specs/%s", e->d_name);
@@ -320,8 +300,7 @@ static void test_spec_files(void **state)
         rk_spec s;
         int rc = rk_spec_load(file, (const char *)text.data, text.len, *state, &s, &err);
         rk_code_free(&text);
-        if (rc != ROPEKV_OK)
-            fprintf(stderr, "%s\n", err.msg);
+        if (rc != ROPEKV_OK) fprintf(stderr, "%s\n", err.msg);
         assert_int_equal(rc, ROPEKV_OK);
         assert_string_equal(s.file, file);
         variants += s.n_targets * s.n_kv * s.n_q * s.n_pos * s.n_slot;
@@ -332,8 +311,7 @@ static void test_spec_files(void **state)
     assert_true(variants <= 160);
 }
 
-static rk_spec load_file(void **state, const char *base)
-{
+static rk_spec load_file(void **state, const char *base) {
     char path[1024], file[256];
     snprintf(path, sizeof path, "%s/specs/%s", RK_SOURCE_DIR, base);
     snprintf(file, sizeof file, "specs/%s", base);
@@ -343,14 +321,12 @@ static rk_spec load_file(void **state, const char *base)
     rk_spec s;
     int rc = rk_spec_load(file, (const char *)text.data, text.len, *state, &s, &err);
     rk_code_free(&text);
-    if (rc != ROPEKV_OK)
-        fprintf(stderr, "%s\n", err.msg);
+    if (rc != ROPEKV_OK) fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(rc, ROPEKV_OK);
     return s;
 }
 
-static void test_spec_values(void **state)
-{
+static void test_spec_values(void **state) {
     rk_spec s = load_file(state, "deepseek_v3.lua");
     assert_string_equal(s.name, "deepseek_v3");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.rope == RK_ROPE_GPTJ);
@@ -380,8 +356,7 @@ static void test_spec_values(void **state)
 }
 
 /* ---- conversion: what loads ------------------------------------------------------------------- */
-static void test_defaults(void **state)
-{
+static void test_defaults(void **state) {
     static const char text[] = "return { name = 'm', kv_lora_rank = 64, qk_rope_head_dim = 16,"
                                " targets = { 'host' } }";
     rk_err err = {0};
@@ -399,8 +374,7 @@ static void test_defaults(void **state)
     assert_true(s.n_targets == 1 && strcmp(s.targets[0], "host") == 0);
 }
 
-static void test_accepts(void **state)
-{
+static void test_accepts(void **state) {
     rk_spec s = load_ok(state, "");
     assert_true(s.n_slot == 2 && s.n_targets == 2 && s.kv_lora_rank == 512);
 
@@ -442,8 +416,7 @@ static void test_accepts(void **state)
 }
 
 /* ---- the sandbox -------------------------------------------------------------------------------- */
-static void test_sandbox_escapes(void **state)
-{
+static void test_sandbox_escapes(void **state) {
     static const fail_case c[] = {
         {"os.execute('touch /tmp/rk_sandbox_escape')", ROPEKV_ERR_SPEC_RUNTIME, "global 'os'"},
         {"io.open('/etc/passwd')", ROPEKV_ERR_SPEC_RUNTIME, "global 'io'"},
@@ -476,8 +449,7 @@ static void test_sandbox_escapes(void **state)
         {"while true do end", ROPEKV_ERR_SPEC_LIMIT, "instruction limit exceeded"},
         {"while true do pcall(function() while true do end end) end", ROPEKV_ERR_SPEC_LIMIT,
          "instruction limit exceeded"},
-        {"do return pcall(function() while true do end end) end", ROPEKV_ERR_SPEC_LIMIT,
-         "instruction limit exceeded"},
+        {"do return pcall(function() while true do end end) end", ROPEKV_ERR_SPEC_LIMIT, "instruction limit exceeded"},
         {"string.rep('x', 1 << 30)", ROPEKV_ERR_SPEC_LIMIT, "memory limit exceeded"},
         {"local s1 = ('x'):rep(1 << 20) while true do s1 = s1 .. s1 end", ROPEKV_ERR_SPEC_LIMIT,
          "memory limit exceeded"},
@@ -489,20 +461,18 @@ static void test_sandbox_escapes(void **state)
 }
 
 /* The environment holds exactly the allowed names. */
-static void test_sandbox_env(void **state)
-{
-    rk_spec s = load_ok(
-        state,
-        "local allowed = { assert = 1, error = 1, ipairs = 1, next = 1, pairs = 1, pcall = 1,\n"
-        "  select = 1, tonumber = 1, tostring = 1, type = 1, xpcall = 1, rawequal = 1, rawget = 1,\n"
-        "  rawlen = 1, rawset = 1, setmetatable = 1, getmetatable = 1, _VERSION = 1, string = 1,\n"
-        "  table = 1, math = 1 }\n"
-        "local n = 0\n"
-        "for k in pairs(_ENV) do assert(allowed[k], 'unexpected global ' .. tostring(k)) n = n + 1 end\n"
-        "assert(n == 21, 'missing globals')\n"
-        "assert(string.dump == nil and getmetatable('').__index.dump == nil)\n"
-        "assert(math.random == nil and math.randomseed == nil and math.floor ~= nil)\n"
-        "assert(table.concat ~= nil and string.rep ~= nil)");
+static void test_sandbox_env(void **state) {
+    rk_spec s =
+        load_ok(state, "local allowed = { assert = 1, error = 1, ipairs = 1, next = 1, pairs = 1, pcall = 1,\n"
+                       "  select = 1, tonumber = 1, tostring = 1, type = 1, xpcall = 1, rawequal = 1, rawget = 1,\n"
+                       "  rawlen = 1, rawset = 1, setmetatable = 1, getmetatable = 1, _VERSION = 1, string = 1,\n"
+                       "  table = 1, math = 1 }\n"
+                       "local n = 0\n"
+                       "for k in pairs(_ENV) do assert(allowed[k], 'unexpected global ' .. tostring(k)) n = n + 1 end\n"
+                       "assert(n == 21, 'missing globals')\n"
+                       "assert(string.dump == nil and getmetatable('').__index.dump == nil)\n"
+                       "assert(math.random == nil and math.randomseed == nil and math.floor ~= nil)\n"
+                       "assert(table.concat ~= nil and string.rep ~= nil)");
     assert_string_equal(s.name, "t");
 }
 
@@ -511,19 +481,16 @@ typedef struct bytes {
     size_t n;
 } bytes;
 
-static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
-{
+static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud) {
     (void)L;
     bytes *b = ud;
-    if (sz > sizeof b->p - b->n)
-        return 1;
+    if (sz > sizeof b->p - b->n) return 1;
     memcpy(b->p + b->n, p, sz);
     b->n += sz;
     return 0;
 }
 
-static void test_binary_chunks(void **state)
-{
+static void test_binary_chunks(void **state) {
     /* a real binary chunk, made by an ordinary (unsandboxed) state */
     lua_State *L = luaL_newstate();
     assert_non_null(L);
@@ -544,8 +511,7 @@ static void test_binary_chunks(void **state)
     check_failure("(crafted archs)", rc, &err, ROPEKV_ERR_SPEC_SYNTAX, "binary chunks are not allowed");
 }
 
-static void test_lua_errors(void **state)
-{
+static void test_lua_errors(void **state) {
     static const fail_case c[] = {
         {"local x = {", ROPEKV_ERR_SPEC_SYNTAX, TFILE ":18: unexpected symbol near 'return'"},
         {"x = 'open", ROPEKV_ERR_SPEC_SYNTAX, TFILE ":17: unfinished string"},
@@ -570,8 +536,7 @@ static void test_lua_errors(void **state)
 }
 
 /* ---- conversion: what is refused ------------------------------------------------------------------ */
-static void test_unknown_keys(void **state)
-{
+static void test_unknown_keys(void **state) {
     static const fail_case c[] = {
         {"s.kv_lora_rnak = 512", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key 'kv_lora_rnak' (allowed: name,"},
         {"s[1] = 5", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key [1]"},
@@ -585,8 +550,7 @@ static void test_unknown_keys(void **state)
     run_spec_cases(state, c, N(c));
 }
 
-static void test_scalars(void **state)
-{
+static void test_scalars(void **state) {
     static const fail_case c[] = {
         {"s.name = nil", ROPEKV_ERR_SPEC_INVALID, TFILE ": name: required"},
         {"s.name = 'DeepSeek-V3'", ROPEKV_ERR_SPEC_INVALID, "name: must match [a-z0-9_]+, got 'DeepSeek-V3'"},
@@ -625,8 +589,7 @@ static void test_scalars(void **state)
     run_spec_cases(state, c, N(c));
 }
 
-static void test_lists(void **state)
-{
+static void test_lists(void **state) {
     static const fail_case c[] = {
         {"s.positions = {}", ROPEKV_ERR_SPEC_INVALID, "positions: must not be empty"},
         {"s.positions = { 'int32', 'int32' }", ROPEKV_ERR_SPEC_INVALID,
@@ -638,7 +601,8 @@ static void test_lists(void **state)
         {"s.positions = { [1] = 'int32', [3] = 'int64' }", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list"},
         {"s.positions = { [2] = 'int32' }", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list"},
         {"s.positions = { [1.5] = 'int32' }", ROPEKV_ERR_SPEC_INVALID, "found key [1.5]"},
-        {"s.positions = 64", ROPEKV_ERR_SPEC_INVALID, "positions: must be a list of strings (or one string), got number"},
+        {"s.positions = 64", ROPEKV_ERR_SPEC_INVALID,
+         "positions: must be a list of strings (or one string), got number"},
         {"s.positions = { 64 }", ROPEKV_ERR_SPEC_INVALID, "positions[1]: must be a string, got number"},
         {"s.slots = { 'int64', 'int32', 'int64' }", ROPEKV_ERR_SPEC_INVALID, "slots: at most 2 entries, got 3"},
         {"s.slots = { 'int64', 'int64' }", ROPEKV_ERR_SPEC_INVALID, "slots[2]: duplicate 'int64'"},
@@ -655,8 +619,7 @@ static void test_lists(void **state)
     run_spec_cases(state, c, N(c));
 }
 
-static void test_fp8(void **state)
-{
+static void test_fp8(void **state) {
     static const fail_case c[] = {
         {"s.fp8 = 'mul'", ROPEKV_ERR_SPEC_INVALID, "fp8: must be a table, got string"},
         {"s.fp8.scale = 'divide'", ROPEKV_ERR_SPEC_INVALID,
@@ -683,8 +646,7 @@ static void test_fp8(void **state)
     run_spec_cases(state, c, N(c));
 }
 
-static void test_targets(void **state)
-{
+static void test_targets(void **state) {
     static const fail_case c[] = {
         {"s.targets = nil", ROPEKV_ERR_SPEC_INVALID, "targets: required"},
         {"s.targets = {}", ROPEKV_ERR_SPEC_INVALID, "targets: must not be empty"},
@@ -708,8 +670,7 @@ static void test_targets(void **state)
 }
 
 /* ---- the architecture table ---------------------------------------------------------------------- */
-static void test_archs_invalid(void **state)
-{
+static void test_archs_invalid(void **state) {
     (void)state;
     static const fail_case c[] = {
         {"a.archs[1].wave = 48", ROPEKV_ERR_SPEC_INVALID, TFILE ": archs[1].wave: must be 32 or 64, got 48"},
@@ -761,8 +722,7 @@ static void test_archs_invalid(void **state)
     }
 }
 
-static void test_archs_ok(void **state)
-{
+static void test_archs_ok(void **state) {
     (void)state;
     rk_err err = {0};
     rk_arch_table *t = malloc(sizeof *t);
@@ -787,8 +747,7 @@ static void test_archs_ok(void **state)
 }
 
 /* ---- arguments ----------------------------------------------------------------------------------- */
-static void test_arguments(void **state)
-{
+static void test_arguments(void **state) {
     rk_err err = {0};
     rk_spec s;
     char text[4096];
@@ -820,8 +779,7 @@ static void test_arguments(void **state)
     assert_non_null(strstr(err.msg, "boom"));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail),
         cmocka_unit_test(test_names),

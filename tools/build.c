@@ -19,10 +19,8 @@ rk_compiler rk_build_pick(const rk_arch *a) {
             return RK_CC_HIPRTC;
         return RK_CC_CLANG;
     }
-    case RK_VENDOR_NVIDIA:
-        return RK_CC_NVRTC;
-    default:
-        return RK_CC_HOST;
+    case RK_VENDOR_NVIDIA: return RK_CC_NVRTC;
+    default: return RK_CC_HOST;
     }
 }
 
@@ -131,8 +129,7 @@ static int pdl_gate(const char *ptx) {
     return early ? 2 : waits && strstr(ptx, "ld.global.nc") ? 3 : waits ? 1 : 0;
 }
 
-int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r,
-                 const rk_build_outputs *out) {
+int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r, const rk_build_outputs *out) {
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
     r->cc = cc;
@@ -161,12 +158,8 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
             }
             if (rc == ROPEKV_OK && cc == RK_CC_NVRTC && out && out->sass) cubin_sass(&co, out->sass);
             break;
-        case RK_CC_HOST:
-            rc = build_host(v, &src, r, out, &log);
-            break;
-        default:
-            rc = ROPEKV_ERR_TARGET;
-            rk_buf_printf(&log, "no compiler for target %s\n", target);
+        case RK_CC_HOST: rc = build_host(v, &src, r, out, &log); break;
+        default: rc = ROPEKV_ERR_TARGET; rk_buf_printf(&log, "no compiler for target %s\n", target);
         }
     }
     r->rc = rc;
@@ -240,15 +233,21 @@ static void matrix_done(void *ctx, int k, int n, int i, const void *result) {
     const rk_build_item *it = &m->items[i];
     if (r->rc == ROPEKV_OK)
         fprintf(m->progress, "[%d/%d] %s %s %.0f ms\n", k, n, it->v.key, rk_compiler_name(r->cc), r->info.ms);
-    else
-        fprintf(m->progress, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
+    else fprintf(m->progress, "[%d/%d] %s %s FAILED\n", k, n, it->v.key, rk_compiler_name(r->cc));
     fflush(m->progress);
 }
 
 int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress, rk_build_result *res) {
     matrix m = {items, progress};
-    rk_pool p = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "build process",
-                 .task = "compiling this", .ctx = &m, .run = matrix_run, .lost = matrix_lost, .done = matrix_done};
+    rk_pool p = {.n = n,
+                 .result_size = sizeof *res,
+                 .jobs = jobs,
+                 .worker = "build process",
+                 .task = "compiling this",
+                 .ctx = &m,
+                 .run = matrix_run,
+                 .lost = matrix_lost,
+                 .done = matrix_done};
     if (rk_pool_run(&p, res) != 0) return -1;
     int failed = 0;
     for (int i = 0; i < n; i++) failed += res[i].rc != ROPEKV_OK;
@@ -264,8 +263,8 @@ static void fig(char *out, size_t cap, int v) {
 }
 
 void rk_build_table_header(FILE *f) {
-    fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", "KEY", "TARGET", "COMPILER", "MS", "REGS",
-            "SCRATCH", "SPILLS", "CODE", "FP8", "BF16");
+    fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", "KEY", "TARGET", "COMPILER", "MS", "REGS", "SCRATCH",
+            "SPILLS", "CODE", "FP8", "BF16");
 }
 
 void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r) {
@@ -295,8 +294,7 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
     if (r->info.scratch != 0 || r->info.spills != 0) {
         if (r->info.scratch < 0 || r->info.spills < 0)
             snprintf(why, cap, "scratch/spills not known (are the llvm-22 tools installed?)");
-        else
-            snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
+        else snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
         return 1;
     }
     if (v->kv == ROPEKV_KV_FP8_E4M3 && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
@@ -307,8 +305,8 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
 }
 
 void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n) {
-    fprintf(f, "%-8s %-13s %6s %6s %6s %6s %7s %6s %8s %8s\n", "TARGET", "COMPILER", "BUILT", "FAILED", "REGS",
-            "SGPRS", "SCRATCH", "SPILLS", "CODE", "MS");
+    fprintf(f, "%-8s %-13s %6s %6s %6s %6s %7s %6s %8s %8s\n", "TARGET", "COMPILER", "BUILT", "FAILED", "REGS", "SGPRS",
+            "SCRATCH", "SPILLS", "CODE", "MS");
     /* One row per (target, compiler), in the order of the architecture table (one catalog's rows
      * are one array, so their addresses are in table order). */
     int *first = malloc(sizeof *first * (size_t)(n > 0 ? n : 1));

@@ -21,37 +21,36 @@ rk_compiler rk_build_pick(const rk_arch *a);
 /* What one build produced. Figures that are not known are -1 (host builds report only ms and
  * code_size; AMD figures need the llvm-22 tools). */
 typedef struct rk_build_result {
-    int state;               /* 0 not started, 1 running, 2 done */
-    int rc;                  /* ROPEKV_OK, else the compile's error code (log says why) */
-    rk_compiler cc;          /* the compiler used */
+    int state;      /* 0 not started, 1 running, 2 done */
+    int rc;         /* ROPEKV_OK, else the compile's error code (log says why) */
+    rk_compiler cc; /* the compiler used */
     rk_compile_info info;
-    int bf16_cvt;            /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
+    int bf16_cvt;           /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
                               * v_cvt_pk_bf16_f32, NVIDIA cvt.rn.bf16x2.f32); -1: not scanned */
-    int pdl_gate;            /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
+    int pdl_gate;           /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
                               * its first global store; 2 an entry stores first (a defect for rows
                               * with pdl); 3 it waits but reads through ld.global.nc, which ptxas
                               * may move above the wait (a defect); -1: not scanned */
-    int pid;                 /* worker process that ran it */
-    char log[RK_BUILD_LOG];  /* the compiler's log (NUL-terminated, possibly cut) */
+    int pid;                /* worker process that ran it */
+    char log[RK_BUILD_LOG]; /* the compiler's log (NUL-terminated, possibly cut) */
 } rk_build_result;
 
 /* rk_build_one flags */
 enum {
-    RK_BUILD_SCAN = 1,       /* also scan the disassembly (AMD) or PTX (NVIDIA) for bf16_cvt, pdl_gate */
+    RK_BUILD_SCAN = 1, /* also scan the disassembly (AMD) or PTX (NVIDIA) for bf16_cvt, pdl_gate */
 };
 
 /* Optional outputs of rk_build_one, for inspection (each may be NULL). */
 typedef struct rk_build_outputs {
-    rk_codeobj *code;        /* the code object (AMD ELF, CUBIN, host shared object bytes) */
-    rk_buf *disasm;          /* AMD: llvm-objdump -d; NVIDIA: the PTX; host: objdump -d */
-    rk_buf *sass;            /* NVIDIA only: cuobjdump -sass (or nvdisasm) of the CUBIN, when on PATH */
-    rk_buf *log;             /* the whole compiler log (r->log keeps only its start) */
+    rk_codeobj *code; /* the code object (AMD ELF, CUBIN, host shared object bytes) */
+    rk_buf *disasm;   /* AMD: llvm-objdump -d; NVIDIA: the PTX; host: objdump -d */
+    rk_buf *sass;     /* NVIDIA only: cuobjdump -sass (or nvdisasm) of the CUBIN, when on PATH */
+    rk_buf *log;      /* the whole compiler log (r->log keeps only its start) */
 } rk_build_outputs;
 
 /* Emits v and compiles it with cc for v->arch, filling r (always: r->state is set to 2).
  * Returns r->rc. */
-int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r,
-                 const rk_build_outputs *out);
+int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r, const rk_build_outputs *out);
 
 /* One entry of a matrix. */
 typedef struct rk_build_item {

@@ -88,8 +88,7 @@ const char *rk_clang_id(void) {
     return g_ver_ok ? g_ver_id : "";
 }
 
-int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                     rk_buf *log) {
+int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out, rk_buf *log) {
     out->data = NULL;
     out->len = 0;
     if (rk_clang_available(NULL, 0) != 0) {

@@ -21,7 +21,6 @@ const char *rk_clang_id(void);
  * output is appended to log (may be NULL).
  * ROPEKV_OK, ROPEKV_ERR_COMPILE, ROPEKV_ERR_TARGET (clang does not know the target id), ROPEKV_ERR_IO (no clang, or
  * temporary files failed) or ROPEKV_ERR_NOMEM. */
-int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out,
-                     rk_buf *log);
+int rk_clang_compile(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out, rk_buf *log);
 
 #endif

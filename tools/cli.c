@@ -18,13 +18,13 @@
 typedef struct opts {
     const char *extra_specs[16];
     int n_extra;
-    const char *filter;   /* substring of the key */
-    const char *out;      /* emit */
-    int jobs;             /* selftest, build */
+    const char *filter;                /* substring of the key */
+    const char *out;                   /* emit */
+    int jobs;                          /* selftest, build */
     const char *targets[RK_MAX_ARCHS]; /* build, inspect */
     int n_targets;
-    int strict;           /* build */
-    const char *key;      /* inspect */
+    int strict;      /* build */
+    const char *key; /* inspect */
 } opts;
 
 static const char USAGE[] =
@@ -48,10 +48,9 @@ static const char USAGE[] =
     "\n"
     "The architecture table and model specs under specs/ are built in.\n";
 
-static const char *const HELP_LIST =
-    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] list\n"
-    "Prints every variant of the loaded specs, one per line: the canonical key\n"
-    "(spec/target/kv/q/pos=.../slot=...) then the extern \"C\" kernel name.\n";
+static const char *const HELP_LIST = "usage: ropekv-gen [--spec FILE]... [--filter TEXT] list\n"
+                                     "Prints every variant of the loaded specs, one per line: the canonical key\n"
+                                     "(spec/target/kv/q/pos=.../slot=...) then the extern \"C\" kernel name.\n";
 static const char *const HELP_EMIT =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] emit --out DIR\n"
     "Writes DIR/<spec>.<kernel>.hip for every variant and DIR/manifest.json describing them.\n"
@@ -194,14 +193,14 @@ static int cmd_emit(const opts *o, const rk_desc *v, int n) {
         }
         rk_buf_free(&src);
         const rk_desc *x = &v[i];
-        rc |= rk_buf_printf(&man,
-                            "%s\n    {\"key\": \"%s\", \"spec\": \"%s\", \"target\": \"%s\", \"kv\": \"%s\", \"q\": \"%s\", "
-                            "\"positions\": \"%s\", \"slots\": \"%s\", \"kernel\": \"%s\", \"file\": \"%s\", "
-                            "\"compiler\": \"%s\", \"block\": %d, \"chunks\": %d, \"chunks_from\": %lld, \"pdl\": %d}",
-                            i ? "," : "", x->key, x->spec->name, x->arch->name, rk_kv_name(x->kv), rk_qform_name(x->q),
-                            rk_idx_name(x->pos), rk_idx_name(x->slot), x->name, file,
-                            rk_compiler_name(x->arch->compiler), x->arch->block, x->arch->chunks, (long long)x->arch->chunks_from,
-                            x->arch->pdl);
+        rc |= rk_buf_printf(
+            &man,
+            "%s\n    {\"key\": \"%s\", \"spec\": \"%s\", \"target\": \"%s\", \"kv\": \"%s\", \"q\": \"%s\", "
+            "\"positions\": \"%s\", \"slots\": \"%s\", \"kernel\": \"%s\", \"file\": \"%s\", "
+            "\"compiler\": \"%s\", \"block\": %d, \"chunks\": %d, \"chunks_from\": %lld, \"pdl\": %d}",
+            i ? "," : "", x->key, x->spec->name, x->arch->name, rk_kv_name(x->kv), rk_qform_name(x->q),
+            rk_idx_name(x->pos), rk_idx_name(x->slot), x->name, file, rk_compiler_name(x->arch->compiler),
+            x->arch->block, x->arch->chunks, (long long)x->arch->chunks_from, x->arch->pdl);
     }
     rc |= rk_buf_printf(&man, "\n  ]\n}\n");
     if (rc == 0) {
@@ -267,8 +266,14 @@ static int cmd_selftest(const opts *o, const rk_desc *v, int n) {
     printf("selftest: %d variants on the host backend (%s), %d jobs\n", n, rk_host_compiler(), jobs);
     fflush(stdout);
     selftest t = {v, d};
-    rk_pool p = {.n = n, .result_size = sizeof *res, .jobs = jobs, .worker = "selftest process",
-                 .task = "checking this", .ctx = &t, .run = selftest_run, .lost = selftest_lost,
+    rk_pool p = {.n = n,
+                 .result_size = sizeof *res,
+                 .jobs = jobs,
+                 .worker = "selftest process",
+                 .task = "checking this",
+                 .ctx = &t,
+                 .run = selftest_run,
+                 .lost = selftest_lost,
                  .done = selftest_done};
     int passed = 0, failed = 0;
     if (rk_pool_run(&p, res) != 0) {
@@ -333,8 +338,7 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
         if (o->filter)
             fprintf(stderr, "ropekv-gen build: no variant%s matches --filter '%s'\n",
                     o->n_targets ? " of these targets" : "", o->filter);
-        else
-            fprintf(stderr, "ropekv-gen build: no spec lists %s\n", o->n_targets ? "these targets" : "any target");
+        else fprintf(stderr, "ropekv-gen build: no spec lists %s\n", o->n_targets ? "these targets" : "any target");
         free(items);
         free(res);
         return 1;
@@ -359,8 +363,8 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
     int violations = 0;
     for (int i = 0; i < m; i++) {
         if (res[i].rc != ROPEKV_OK) {
-            fprintf(stderr, "\nFAILED %s (%s, error %d):\n%s\n", items[i].v.key, rk_compiler_name(res[i].cc),
-                    res[i].rc, res[i].log);
+            fprintf(stderr, "\nFAILED %s (%s, error %d):\n%s\n", items[i].v.key, rk_compiler_name(res[i].cc), res[i].rc,
+                    res[i].log);
             continue;
         }
         char why[256];
@@ -458,7 +462,9 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     }
     rk_buf log = {0}, dis = {0}, sass = {0};
     rk_codeobj code = {0};
-    rk_build_outputs out = {.code = &code, .disasm = &dis, .log = &log,
+    rk_build_outputs out = {.code = &code,
+                            .disasm = &dis,
+                            .log = &log,
                             .sass = v.arch->vendor == RK_VENDOR_NVIDIA ? &sass : NULL};
     int rc = rk_build_one(&v, cc, RK_BUILD_SCAN, r, &out);
     printf("%s\nkernel %s\n\n", v.key, v.name);
@@ -511,9 +517,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[i++];
-    const char *help = !strcmp(cmd, "list") ? HELP_LIST : !strcmp(cmd, "emit") ? HELP_EMIT
-                     : !strcmp(cmd, "selftest") ? HELP_SELFTEST : !strcmp(cmd, "build") ? HELP_BUILD
-                     : !strcmp(cmd, "inspect") ? HELP_INSPECT : NULL;
+    const char *help = !strcmp(cmd, "list")       ? HELP_LIST
+                       : !strcmp(cmd, "emit")     ? HELP_EMIT
+                       : !strcmp(cmd, "selftest") ? HELP_SELFTEST
+                       : !strcmp(cmd, "build")    ? HELP_BUILD
+                       : !strcmp(cmd, "inspect")  ? HELP_INSPECT
+                                                  : NULL;
     if (!help) {
         fprintf(stderr, "ropekv-gen: unknown command '%s'\n\n%s", cmd, USAGE);
         return 2;
@@ -524,8 +533,7 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(cmd, "emit") && !strcmp(argv[i], "--out") && i + 1 < argc) {
             o.out = argv[++i];
-        } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build")) && !strcmp(argv[i], "--jobs") &&
-                   i + 1 < argc) {
+        } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build")) && !strcmp(argv[i], "--jobs") && i + 1 < argc) {
             o.jobs = atoi(argv[++i]);
         } else if (!strcmp(cmd, "build") && !strcmp(argv[i], "--strict")) {
             o.strict = 1;

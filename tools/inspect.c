@@ -167,8 +167,8 @@ static int parse_code_size(const char *text, const char *kernel) {
         } else {
             char num[32], value[64], type[32], bind[32], vis[32], ndx[32], name[512];
             unsigned long long size;
-            if (sscanf(line, "%31s %63s %llu %31s %31s %31s %31s %511s", num, value, &size, type, bind, vis,
-                       ndx, name) == 8 &&
+            if (sscanf(line, "%31s %63s %llu %31s %31s %31s %31s %511s", num, value, &size, type, bind, vis, ndx,
+                       name) == 8 &&
                 strcmp(type, "FUNC") == 0 && strcmp(name, kernel) == 0)
                 return (int)size;
         }
@@ -246,7 +246,13 @@ done:
 /* Bytes of machine code in an ELF64 little-endian image (a CUBIN, a host shared object): the sizes
  * of its .text and .text.<function> sections. -1 when the image is not such an ELF. */
 int rk_elf_text_size(const unsigned char *p, size_t n) {
-    if (!p || n < 64 || memcmp(p, "\x7f" "ELF", 4) != 0 || p[4] != 2 || p[5] != 1) return -1;
+    if (!p || n < 64 ||
+        memcmp(p,
+               "\x7f"
+               "ELF",
+               4) != 0 ||
+        p[4] != 2 || p[5] != 1)
+        return -1;
     uint64_t shoff;
     uint16_t shentsize, shnum, shstrndx;
     memcpy(&shoff, p + 0x28, 8);

@@ -15,16 +15,16 @@
  * code of all kernels for code_size, and fp8_cvt when any kernel has the instruction.
  * rk_amd_inspect with a kernel name reports that one kernel. */
 typedef struct rk_compile_info {
-    double ms;             /* wall time of the compile */
-    int regs;              /* NVIDIA: registers per thread; AMD: VGPRs (.vgpr_count, which already
+    double ms;          /* wall time of the compile */
+    int regs;           /* NVIDIA: registers per thread; AMD: VGPRs (.vgpr_count, which already
                             * counts the AGPRs: aligned sum on gfx90a/gfx94x/gfx950, max elsewhere) */
-    int sgprs;             /* AMD only */
-    int scratch;           /* bytes of private/stack memory per thread */
-    int spills;            /* spill stores (NVIDIA) or VGPR+SGPR spill count (AMD) */
-    int lds;               /* bytes of shared memory */
-    int code_size;         /* bytes of machine code (.text) */
-    int fp8_cvt;           /* 1: the hardware fp8 conversion instruction is present */
-    char compiler[128];    /* identity and version, e.g. "nvrtc 13.0", "hiprtc 5.2", "clang 22.1.8" */
+    int sgprs;          /* AMD only */
+    int scratch;        /* bytes of private/stack memory per thread */
+    int spills;         /* spill stores (NVIDIA) or VGPR+SGPR spill count (AMD) */
+    int lds;            /* bytes of shared memory */
+    int code_size;      /* bytes of machine code (.text) */
+    int fp8_cvt;        /* 1: the hardware fp8 conversion instruction is present */
+    char compiler[128]; /* identity and version, e.g. "nvrtc 13.0", "hiprtc 5.2", "clang 22.1.8" */
 } rk_compile_info;
 
 /* Sets every figure of info to -1 and compiler to "" (NULL is fine). */

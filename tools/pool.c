@@ -17,7 +17,7 @@ enum { NOT_TAKEN = 0, RUNNING = 1, DONE = 2 };
 
 typedef struct item_state {
     int state;
-    int pid;   /* the worker that took it */
+    int pid; /* the worker that took it */
 } item_state;
 
 /* The shared mapping: the next item to take, each item's state, then the results. */

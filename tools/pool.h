@@ -9,12 +9,12 @@
 #include <stddef.h>
 
 typedef struct rk_pool {
-    int n;                  /* items */
-    size_t result_size;     /* bytes of one item's result */
-    int jobs;               /* worker processes (< 1: the number of online CPUs; at most n) */
-    const char *worker;     /* what a worker is called in messages, e.g. "build process" */
-    const char *task;       /* what a worker does to an item, e.g. "compiling this" */
-    void *ctx;              /* handed to every callback */
+    int n;              /* items */
+    size_t result_size; /* bytes of one item's result */
+    int jobs;           /* worker processes (< 1: the number of online CPUs; at most n) */
+    const char *worker; /* what a worker is called in messages, e.g. "build process" */
+    const char *task;   /* what a worker does to an item, e.g. "compiling this" */
+    void *ctx;          /* handed to every callback */
     /* In a worker: handles item i, writing its result (zeroed before the call). Returns 0 to go on
      * with the next item, else the worker ends after this item (its result stands) and a fresh one
      * takes the rest. */

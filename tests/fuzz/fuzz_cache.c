@@ -70,8 +70,7 @@ static void check_parse(const unsigned char *b, size_t n, const unsigned char *d
     FUZZ_CHECK(memchr(why, '\0', sizeof why) != NULL, "reason not terminated");
     if (well_formed(b, n, digest)) {
         FUZZ_CHECK(rc == RK_CACHE_OK, "a valid entry refused: %s", why);
-        FUZZ_CHECK(payload == b + RK_CACHE_HEADER_SIZE && len == n - RK_CACHE_HEADER_SIZE && why[0] == '\0',
-                   "payload");
+        FUZZ_CHECK(payload == b + RK_CACHE_HEADER_SIZE && len == n - RK_CACHE_HEADER_SIZE && why[0] == '\0', "payload");
     } else {
         FUZZ_CHECK(rc == RK_CACHE_MISS, "an invalid entry accepted (rc %d)", (int)rc);
         FUZZ_CHECK(payload == NULL && len == 0 && why[0] != '\0', "outputs of a miss");

@@ -28,8 +28,8 @@ static const rk_arch_table *builtin_archs(void) {
 
 /* A failed load: a spec error code (or out of memory) and a message. */
 static void check_failure(int rc, const rk_err *err) {
-    FUZZ_CHECK(rc == ROPEKV_ERR_SPEC_SYNTAX || rc == ROPEKV_ERR_SPEC_RUNTIME || rc == ROPEKV_ERR_SPEC_LIMIT || rc == ROPEKV_ERR_SPEC_INVALID ||
-                   rc == ROPEKV_ERR_SPEC_TARGET || rc == ROPEKV_ERR_NOMEM,
+    FUZZ_CHECK(rc == ROPEKV_ERR_SPEC_SYNTAX || rc == ROPEKV_ERR_SPEC_RUNTIME || rc == ROPEKV_ERR_SPEC_LIMIT ||
+                   rc == ROPEKV_ERR_SPEC_INVALID || rc == ROPEKV_ERR_SPEC_TARGET || rc == ROPEKV_ERR_NOMEM,
                "unexpected code %d", rc);
     FUZZ_CHECK((int)err->code == rc, "err.code %d, returned %d", (int)err->code, rc);
     FUZZ_CHECK(memchr(err->msg, '\0', sizeof err->msg) != NULL, "message not terminated");
@@ -81,8 +81,7 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
                    "name %s", v[i].name);
         for (int j = 0; j < i; j++) {
             FUZZ_CHECK(strcmp(v[i].key, v[j].key) != 0, "duplicate key %s", v[i].key);
-            FUZZ_CHECK(strcmp(v[i].name, v[j].name) != 0, "%s and %s share the name %s", v[i].key, v[j].key,
-                       v[i].name);
+            FUZZ_CHECK(strcmp(v[i].name, v[j].name) != 0, "%s and %s share the name %s", v[i].key, v[j].key, v[i].name);
         }
     }
     rk_buf src = {0};
@@ -147,20 +146,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rk_spec *s = malloc(sizeof *s);
     FUZZ_CHECK(s != NULL, "out of memory");
     int rc = rk_spec_load("fuzz.lua", text, size, archs, s, &err);
-    if (rc == ROPEKV_OK)
-        check_spec(s, archs, size);
-    else
-        check_failure(rc, &err);
+    if (rc == ROPEKV_OK) check_spec(s, archs, size);
+    else check_failure(rc, &err);
     free(s);
 
     rk_arch_table *t = malloc(sizeof *t);
     FUZZ_CHECK(t != NULL, "out of memory");
     err.code = (ropekv_status)-1;
     rc = rk_archs_load("fuzz_archs.lua", text, size, t, &err);
-    if (rc == ROPEKV_OK)
-        check_archs(t);
-    else
-        check_failure(rc, &err);
+    if (rc == ROPEKV_OK) check_archs(t);
+    else check_failure(rc, &err);
     free(t);
     return 0;
 }

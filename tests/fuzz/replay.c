@@ -63,10 +63,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: not found, skipped\n", argv[i]);
             continue;
         }
-        if (S_ISDIR(st.st_mode))
-            replay_dir(argv[i]);
-        else
-            replay_file(argv[i]);
+        if (S_ISDIR(st.st_mode)) replay_dir(argv[i]);
+        else replay_file(argv[i]);
     }
     printf("%ld inputs replayed without a failure\n", replayed);
     return replayed > 0 ? 0 : 1;

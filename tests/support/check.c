@@ -6,7 +6,9 @@
 #include "rk.h"
 #include "check.h"
 
-typedef struct rng { uint64_t s; } rng;
+typedef struct rng {
+    uint64_t s;
+} rng;
 
 static uint64_t next(rng *r) {
     r->s ^= r->s << 13;
@@ -23,31 +25,31 @@ static float uniform(rng *r, float lo, float hi) {
 static uint16_t bf16_input(rng *r, int specials) {
     if (specials) {
         switch (next(r) % 64) {
-        case 0: return 0x7fc0;  /* NaN */
-        case 1: return 0xff81;  /* NaN with payload, sign */
-        case 2: return 0x7f80;  /* +inf */
-        case 3: return 0xff80;  /* -inf */
-        case 4: return 0x7f7f;  /* max finite */
-        case 5: return 0x8000;  /* -0 */
+        case 0: return 0x7fc0; /* NaN */
+        case 1: return 0xff81; /* NaN with payload, sign */
+        case 2: return 0x7f80; /* +inf */
+        case 3: return 0xff80; /* -inf */
+        case 4: return 0x7f7f; /* max finite */
+        case 5: return 0x8000; /* -0 */
         default: break;
         }
     }
     float f = uniform(r, -6.0f, 6.0f);
-    if (next(r) % 8 == 0) f *= 1e-3f; /* small values exercise fp8 subnormals */
+    if (next(r) % 8 == 0) f *= 1e-3f;  /* small values exercise fp8 subnormals */
     if (next(r) % 16 == 0) f *= 64.0f; /* large values exercise saturation */
     return rk_f32_to_bf16(f);
 }
 
 /* One set of tensors (inputs and outputs). */
 typedef struct set {
-    uint16_t *q, *k, *q_out;  /* q: [T,H,W+pad] holding q_nope|q_pe; k: [T,W+pad] holding k_nope|k_pe */
-    uint8_t *kv;              /* cache rows */
+    uint16_t *q, *k, *q_out; /* q: [T,H,W+pad] holding q_nope|q_pe; k: [T,W+pad] holding k_nope|k_pe */
+    uint8_t *kv;             /* cache rows */
     void *pos, *slots, *cos, *sin;
     float *k_scale;
 } set;
 
 typedef struct sizes {
-    int64_t q, k, q_out, kv, pos, slots, cos, sin;  /* bytes */
+    int64_t q, k, q_out, kv, pos, slots, cos, sin; /* bytes */
 } sizes;
 
 static void *dup(const void *p, size_t n) {
@@ -57,15 +59,28 @@ static void *dup(const void *p, size_t n) {
 }
 
 static void set_free(set *s) {
-    free(s->q); free(s->k); free(s->q_out); free(s->kv);
-    free(s->pos); free(s->slots); free(s->cos); free(s->sin); free(s->k_scale);
+    free(s->q);
+    free(s->k);
+    free(s->q_out);
+    free(s->kv);
+    free(s->pos);
+    free(s->slots);
+    free(s->cos);
+    free(s->sin);
+    free(s->k_scale);
     memset(s, 0, sizeof *s);
 }
 
 static int set_copy(set *d, const set *s, const sizes *z) {
-    d->q = dup(s->q, z->q); d->k = dup(s->k, z->k); d->q_out = dup(s->q_out, z->q_out); d->kv = dup(s->kv, z->kv);
-    d->pos = dup(s->pos, z->pos); d->slots = dup(s->slots, z->slots); d->cos = dup(s->cos, z->cos);
-    d->sin = dup(s->sin, z->sin); d->k_scale = dup(s->k_scale, sizeof(float));
+    d->q = dup(s->q, z->q);
+    d->k = dup(s->k, z->k);
+    d->q_out = dup(s->q_out, z->q_out);
+    d->kv = dup(s->kv, z->kv);
+    d->pos = dup(s->pos, z->pos);
+    d->slots = dup(s->slots, z->slots);
+    d->cos = dup(s->cos, z->cos);
+    d->sin = dup(s->sin, z->sin);
+    d->k_scale = dup(s->k_scale, sizeof(float));
     return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale ? 0 : -1;
 }
 
@@ -109,7 +124,8 @@ static int first_diff(const void *a, const void *b, int64_t n, int64_t *at) {
     return 0;
 }
 
-static int compare(const char *what, const void *want, const void *got, int64_t n, int64_t elem, char *why, size_t cap) {
+static int compare(const char *what, const void *want, const void *got, int64_t n, int64_t elem, char *why,
+                   size_t cap) {
     int64_t at;
     if (!first_diff(want, got, n, &at)) return 0;
     at -= at % elem;
@@ -192,8 +208,7 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
     }
 }
 
-int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
-             size_t why_cap) {
+int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why, size_t why_cap) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
     const int64_t row_elems = W + sh->pad;
@@ -205,8 +220,14 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
     int rc = 2;
-    ref.q = malloc(z.q); ref.k = malloc(z.k); ref.q_out = malloc(z.q_out); ref.kv = malloc(z.kv);
-    ref.pos = malloc(z.pos); ref.slots = malloc(z.slots); ref.cos = malloc(z.cos); ref.sin = malloc(z.sin ? z.sin : 1);
+    ref.q = malloc(z.q);
+    ref.k = malloc(z.k);
+    ref.q_out = malloc(z.q_out);
+    ref.kv = malloc(z.kv);
+    ref.pos = malloc(z.pos);
+    ref.slots = malloc(z.slots);
+    ref.cos = malloc(z.cos);
+    ref.sin = malloc(z.sin ? z.sin : 1);
     ref.k_scale = malloc(sizeof(float));
     if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale) {
         snprintf(why, why_cap, "out of memory");
@@ -235,9 +256,13 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     for (int64_t t = T - 1; t > 0; t--) {
         int64_t j = (int64_t)(next(&r) % (uint64_t)(t + 1));
         if (idx_slot == 8) {
-            int64_t *s = ref.slots, x = s[t]; s[t] = s[j]; s[j] = x;
+            int64_t *s = ref.slots, x = s[t];
+            s[t] = s[j];
+            s[j] = x;
         } else {
-            int32_t *s = ref.slots, x = s[t]; s[t] = s[j]; s[j] = x;
+            int32_t *s = ref.slots, x = s[t];
+            s[t] = s[j];
+            s[j] = x;
         }
     }
     for (int64_t i = 0; i < sh->max_pos * cs_w; i++) {

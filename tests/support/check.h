@@ -13,12 +13,12 @@
  * filled with a sentinel, so stray writes are caught too). */
 typedef struct rk_shape {
     int64_t tokens, heads;
-    int64_t pad;        /* extra elements in every token and head stride (a multiple of 8) */
-    int64_t max_pos;    /* rows of the cos/sin tables */
-    int neg_every;      /* every n-th token gets a negative slot (0: none) */
-    int specials;       /* sprinkle NaN and +-inf into the inputs */
+    int64_t pad;     /* extra elements in every token and head stride (a multiple of 8) */
+    int64_t max_pos; /* rows of the cos/sin tables */
+    int neg_every;   /* every n-th token gets a negative slot (0: none) */
+    int specials;    /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
-    int runs;           /* the reference runs this many times on its buffers (0 means 1); the run
+    int runs; /* the reference runs this many times on its buffers (0 means 1); the run
                            callback must run the kernel as often, back to back (in place, each run
                            rotates the previous one's output: chained launches that must be ordered) */
 } rk_shape;
@@ -27,30 +27,29 @@ typedef struct rk_shape {
 typedef int (*rk_run_fn)(void *ctx, const rk_desc *v, const rk_args *a);
 
 /* 0: identical; 1: mismatch (why says where); other: error from run or allocation (why says). */
-int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why,
-             size_t why_cap);
+int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why, size_t why_cap);
 
 /* The host buffers behind the rk_args that rk_check hands its run callback, for a callback that runs
  * the kernel elsewhere (copy each buffer to the device, rebase the pointers, copy the compared ones
  * back). Every non-NULL pointer of those args lies inside one of them; the sizes follow from the args
  * (tokens, heads, strides, max_pos) and the variant. */
 enum {
-    RK_CHECK_Q,        /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
-    RK_CHECK_K,        /* [T, L+R+pad] bf16 holding k_nope | k_pe */
+    RK_CHECK_Q, /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
+    RK_CHECK_K, /* [T, L+R+pad] bf16 holding k_nope | k_pe */
     RK_CHECK_Q_OUT,
-    RK_CHECK_KV,       /* T + 3 cache rows */
+    RK_CHECK_KV, /* T + 3 cache rows */
     RK_CHECK_POS,
     RK_CHECK_SLOTS,
     RK_CHECK_COS,
-    RK_CHECK_SIN,      /* 0 bytes with an f32_cat table */
+    RK_CHECK_SIN, /* 0 bytes with an f32_cat table */
     RK_CHECK_K_SCALE,
     RK_CHECK_NBUF
 };
 typedef struct rk_check_buf {
-    const char *name;  /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale" */
-    void *host;        /* start of the buffer */
+    const char *name; /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale" */
+    void *host;       /* start of the buffer */
     int64_t bytes;
-    int compared;      /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
+    int compared; /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
 } rk_check_buf;
 void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]);
 

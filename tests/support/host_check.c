@@ -34,8 +34,13 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
     for (size_t t = 0; ok && t < sizeof TOKENS / sizeof TOKENS[0]; t++)
         for (size_t h = 0; ok && h < sizeof HEADS / sizeof HEADS[0]; h++)
             for (int wide = 0; ok && wide < 2; wide++) {
-                rk_shape sh = {.tokens = TOKENS[t], .heads = HEADS[h], .pad = (n % 2) * 8, .max_pos = 64,
-                               .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+                rk_shape sh = {.tokens = TOKENS[t],
+                               .heads = HEADS[h],
+                               .pad = (n % 2) * 8,
+                               .max_pos = 64,
+                               .neg_every = 3,
+                               .specials = 1,
+                               .k_scale = 0.37f};
                 rk_host_run hr = {&k, wide};
                 if (rk_check(v, &sh, (uint64_t)++n, rk_host_run_kernel, &hr, why, cap) != 0) {
                     char shape[96];

@@ -60,7 +60,7 @@ static inline ropekv_ctx *rk_test_host_ctx(const char *dir) {
 /* The public ropekv_args of gen's rk_args: the caller's fields carry the same names (templates/args.h). */
 static inline void rk_test_public_args(const rk_args *a, ropekv_args *p) {
     memset(p, 0, sizeof *p);
-#define RK_TEST_COPY_(type, name)                                    \
+#define RK_TEST_COPY_(type, name)                                     \
     _Static_assert(sizeof p->name == sizeof a->name, "field " #name); \
     memcpy(&p->name, &a->name, sizeof p->name);
     RK_ARGS_CALLER(RK_TEST_COPY_)
@@ -81,8 +81,13 @@ static inline int rk_test_check_kernel(ropekv_kernel *k, const rk_desc *rv, char
     static const int64_t T[] = {1, 17}, H[] = {1, 16};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) {
-            rk_shape sh = {.tokens = T[i], .heads = H[j], .pad = 8 * j, .max_pos = 64, .neg_every = 3,
-                           .specials = 1, .k_scale = 0.37f};
+            rk_shape sh = {.tokens = T[i],
+                           .heads = H[j],
+                           .pad = 8 * j,
+                           .max_pos = 64,
+                           .neg_every = 3,
+                           .specials = 1,
+                           .k_scale = 0.37f};
             if (rk_check(rv, &sh, (uint64_t)(i * 2 + j + 1), rk_test_launch, k, why, cap) != 0) return 1;
         }
     return 0;
