@@ -67,18 +67,16 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, ropekv_kv_dtype kv, ropekv_
     return ROPEKV_OK;
 }
 
-/* ", " separated spellings of the first n values of list. */
-static const char *listed(const rk_enum *e, const int *list, int n, char *out, size_t cap) {
-    size_t at = 0;
-    out[0] = '\0';
-    for (int i = 0; i < n && at < cap; i++)
-        at += (size_t)snprintf(out + at, cap - at, "%s%s", i ? ", " : "", rk_enum_name(e, list[i]));
-    return out;
-}
+/* One of the caller's choices and the spec's list for it (enum values, read as int). */
+typedef struct choice {
+    const char *key; /* the spec's key for the list */
+    const rk_enum *e;
+    int n, list[4], want;
+} choice;
 
-static int has(const int *list, int n, int v) {
-    for (int i = 0; i < n; i++)
-        if (list[i] == v) return 1;
+static int listed(const choice *c) {
+    for (int i = 0; i < c->n; i++)
+        if (c->list[i] == c->want) return 1;
     return 0;
 }
 
@@ -86,29 +84,30 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, ropekv_kv_dtype kv, ropek
                    ropekv_index slot, rk_desc *d, rk_err *err) {
     int rc = rk_desc_make(s, a, kv, q, pos, slot, d, err);
     if (rc != ROPEKV_OK) return rc;
-    char got[128];
     int t = 0;
     while (t < s->n_targets && strcmp(s->targets[t], a->name) != 0) t++;
     if (t == s->n_targets)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s (%s) does not list target %s (variant %s)", s->name,
                        s->file, a->name, d->key);
-    int kvs[2], qs[4], ps[2], ss[2];
-    for (int i = 0; i < s->n_kv; i++) kvs[i] = (int)s->kv[i];
-    for (int i = 0; i < s->n_q; i++) qs[i] = (int)s->q[i];
-    for (int i = 0; i < s->n_pos; i++) ps[i] = (int)s->pos[i];
-    for (int i = 0; i < s->n_slot; i++) ss[i] = (int)s->slot[i];
-    if (!has(kvs, s->n_kv, (int)kv))
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists kv_dtypes {%s}, not %s (variant %s)", s->name,
-                       listed(&rk_kv_enum, kvs, s->n_kv, got, sizeof got), rk_kv_name(kv), d->key);
-    if (!has(qs, s->n_q, (int)q))
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists q_forms {%s}, not %s (variant %s)", s->name,
-                       listed(&rk_qform_enum, qs, s->n_q, got, sizeof got), rk_qform_name(q), d->key);
-    if (!has(ps, s->n_pos, (int)pos))
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists positions {%s}, not %s (variant %s)", s->name,
-                       listed(&rk_index_enum, ps, s->n_pos, got, sizeof got), rk_idx_name(pos), d->key);
-    if (!has(ss, s->n_slot, (int)slot))
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists slots {%s}, not %s (variant %s)", s->name,
-                       listed(&rk_index_enum, ss, s->n_slot, got, sizeof got), rk_idx_name(slot), d->key);
+    choice c[4] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)kv},
+                   {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)q},
+                   {"positions", &rk_index_enum, s->n_pos, {0}, (int)pos},
+                   {"slots", &rk_index_enum, s->n_slot, {0}, (int)slot}};
+    for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
+    for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
+    for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
+    for (int i = 0; i < s->n_slot; i++) c[3].list[i] = (int)s->slot[i];
+    for (int k = 0; k < 4; k++) {
+        if (listed(&c[k])) continue;
+        char got[128];
+        size_t at = 0;
+        got[0] = '\0';
+        for (int i = 0; i < c[k].n && at < sizeof got; i++)
+            at += (size_t)snprintf(got + at, sizeof got - at, "%s%s", i ? ", " : "",
+                                   rk_enum_name(c[k].e, c[k].list[i]));
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s (variant %s)", s->name, c[k].key,
+                       got, rk_enum_name(c[k].e, c[k].want), d->key);
+    }
     return ROPEKV_OK;
 }
 
