@@ -152,7 +152,8 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     const int64_t rope = (a->heads * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
     a->lanes = rope + a->heads * qn + d->L / 8;
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
-    *total = a->tokens * a->lanes;
+    a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+    *total = a->grid_tokens * a->lanes;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;
     const int64_t per_block = (int64_t)block * a->chunks;

@@ -306,11 +306,17 @@ static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     }
 }
 
+/* Query rows for tokens [0, tokens), KV rows for tokens [0, kv_tokens); a slot below min_slot
+ * (negative: padding; or a reserved row) or at kv_rows and past is not written. With skip_all a
+ * negative slot also skips the token's query rows (a token past kv_tokens has no slot: its rows are
+ * written). */
 void rk_ref_run(const rk_desc *v, const rk_args *a) {
-    for (int64_t t = 0; t < a->tokens; t++) {
-        const int64_t slot = load_idx(a->slots, t, v->slot);
+    const int64_t n = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+    for (int64_t t = 0; t < n; t++) {
+        const int has_slot = t < a->kv_tokens;
+        const int64_t slot = has_slot ? load_idx(a->slots, t, v->slot) : -1;
         const int64_t pos = position_of(v, a, t);
-        if (!(slot < 0 && v->neg == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
-        if (slot >= 0 && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
+        if (t < a->tokens && !(has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
+        if (has_slot && slot >= a->min_slot && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
     }
 }

@@ -159,7 +159,9 @@ typedef struct ropekv_variant {
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
  * Strides are in elements of the tensor's dtype (bytes for an fp8 cache); the last dimension is
- * contiguous. L = kv_lora_rank, R = qk_rope_head_dim of the spec, W = L + R. */
+ * contiguous. L = kv_lora_rank, R = qk_rope_head_dim of the spec, W = L + R. T = tokens (query rows),
+ * Tkv = the tokens with a KV row (kv_tokens; T unless set), P = max(T, Tkv). */
+#define ROPEKV_KV_TOKENS_NONE (-1) /* ropekv_args.kv_tokens: no token has a KV row */
 typedef struct ropekv_args {
     int64_t tokens, heads; /* T >= 0, 1 <= H <= 65536 */
     const void *q_nope;
@@ -169,16 +171,22 @@ typedef struct ropekv_args {
     void *q_out;
     int64_t q_out_st, q_out_sh; /* [T, H, W] bf16 (absorbed, zero_copy) */
     const void *k_nope;
-    int64_t k_nope_st; /* [T, L] bf16 */
+    int64_t k_nope_st; /* [Tkv, L] bf16 */
     const void *k_pe;
-    int64_t k_pe_st; /* [T, R] bf16 */
+    int64_t k_pe_st; /* [Tkv, R] bf16 */
     void *kv_cache;
     int64_t kv_st, kv_rows;        /* rows of W; a slot >= kv_rows is skipped */
-    const void *positions, *slots; /* [T], int64 or int32 per the variant */
+    const void *positions, *slots; /* [P] and [Tkv], int64 or int32 per the variant */
     const void *cos_sin;           /* f32_cat: [max_pos, R] f32, cos | sin; split layouts: cos [max_pos, R/2] */
     const void *sin;               /* split layouts: sin [max_pos, R/2] (f32 or bf16 per the spec); else NULL */
     int64_t max_pos;               /* rows of the tables; positions are clamped to [0, max_pos) */
     const float *k_scale;          /* fp8 cache with a scale convention: one float32 on the device */
+    /* Padding as engines lay it out; zero (the default) means none. */
+    int64_t kv_tokens; /* KV rows for tokens [0, kv_tokens) only, query rows for [0, tokens): either may be the
+                          larger (a slot list shorter than the batch, or queries padded past it). 0: tokens;
+                          ROPEKV_KV_TOKENS_NONE: no KV row at all */
+    int64_t min_slot;  /* slots below it are never written, whatever the inputs: 1 keeps a reserved dummy slot 0
+                          untouched. 0: every slot >= 0 is written */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that

@@ -39,6 +39,12 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
     CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
     CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
+    CHECK(a->kv_tokens == ROPEKV_KV_TOKENS_NONE || (a->kv_tokens >= 0 && a->kv_tokens <= INT32_MAX), ROPEKV_ERR_SHAPE,
+          "kv_tokens = %lld: must be in [0, 2^31) or ROPEKV_KV_TOKENS_NONE", (long long)a->kv_tokens);
+    CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
+    /* KV rows for tokens [0, K), query rows for [0, T); positions for [0, P) */
+    const int64_t K = a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
+    const int64_t P = T > K ? T : K;
     /* required pointers */
     CHECK(!absorbed || a->q_nope, ROPEKV_ERR_NULL, "q_nope is NULL (q form absorbed)");
     CHECK(!has_q || a->q_pe, ROPEKV_ERR_NULL, "q_pe is NULL");
@@ -62,9 +68,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!(absorbed || zc) || rows_disjoint(T, H, a->q_out_st, a->q_out_sh, W), ROPEKV_ERR_STRIDE,
           "q_out strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_out_st, (long long)a->q_out_sh,
           (long long)W);
-    CHECK(rows_disjoint(T, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
+    CHECK(rows_disjoint(K, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
           (long long)a->k_nope_st, (long long)L);
-    CHECK(rows_disjoint(T, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
+    CHECK(rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
           (long long)a->k_pe_st, (long long)R);
     CHECK(a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld", (long long)a->kv_st,
           (long long)W);
@@ -93,18 +99,19 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
 
     /* launch size and index width */
     rk_args_from_api(a, &pl->args);
+    pl->args.kv_tokens = K;
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
-    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)T,
+    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
           (long long)H);
     int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
-    if (T > 0) {
+    if (P > 0) {
         int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
         int64_t spans[] = {
-            absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
-            has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
-            (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
-            span(T, 1, a->k_nope_st, 0, L),
-            span(T, 1, a->k_pe_st, 0, R),
+            T > 0 && absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
+            T > 0 && has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
+            T > 0 && (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
+            K > 0 ? span(K, 1, a->k_nope_st, 0, L) : 0,
+            K > 0 ? span(K, 1, a->k_pe_st, 0, R) : 0,
             a->kv_rows * a->kv_st + W,
             a->max_pos * cs_w,
         };

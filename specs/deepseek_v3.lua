@@ -13,7 +13,7 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
-  positions = { "int64" },
+  positions = { "int64", "int32" },  -- vLLM and SGLang pass int64; FlashInfer and tokenspeed int32
   slots = { "int64", "int32" },
   kv_dtypes = { "bf16", "fp8_e4m3" },
   fp8 = { scale = "mul_recip" },

@@ -4,8 +4,9 @@
 --   max_position_embeddings 131072, rope_theta 50000,
 --   rope_scaling { type = "yarn", factor 32, original_max_position_embeddings 4096,
 --                  beta_fast 1, beta_slow 1, mscale 1.0, mscale_all_dim 1.0 }.
--- Served the vLLM way: int32 positions, k / k_scale, FNUZ clamped at 224, padding rows skipped
--- entirely, non-finite values sanitized before the fp8 store.
+-- Served the vLLM way: k / k_scale, FNUZ clamped at 224, padding rows skipped entirely, non-finite
+-- values sanitized before the fp8 store. Positions and slots in both widths: vLLM's MLA kernels take
+-- int64 positions and slots, FlashInfer and tokenspeed int32.
 return {
   name = "kimi_k2",
   description = "Kimi-K2 MLA: L = 512, R = 64, 64 heads (before TP), vLLM conventions",
@@ -13,8 +14,8 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
-  positions = { "int32" },
-  slots = { "int64" },
+  positions = { "int64", "int32" },
+  slots = { "int64", "int32" },
   kv_dtypes = { "bf16", "fp8_e4m3" },
   fp8 = {
     scale = "div",

@@ -11,6 +11,9 @@
 //     f32_cat: cos_sin = [max_pos, R] f32 (cos | sin halves), sin unused;
 //     f32_split / bf16_split: cos_sin = cos [max_pos, R/2], sin [max_pos, R/2].
 //   k_scale: one float32 on the device (fp8 cache with a scale), else unused.
+//   tokens: query rows [0, tokens); kv_tokens: KV rows [0, kv_tokens) (k_nope, k_pe and slots have
+//   kv_tokens rows, positions max(tokens, kv_tokens)); min_slot: slots below it are never written.
+//   (The launcher passes kv_tokens as a count: ropekv_args' 0 and ROPEKV_KV_TOKENS_NONE are resolved.)
 // The caller's fields carry the names of the public ropekv_args fields, which are copied by name.
 #ifndef RK_ARGS_H
 #define RK_ARGS_H
@@ -40,7 +43,9 @@
     F(rk_i64, k_nope_st)       \
     F(rk_i64, k_pe_st)         \
     F(rk_i64, kv_st)           \
-    F(rk_i64, kv_rows)
+    F(rk_i64, kv_rows)         \
+    F(rk_i64, kv_tokens)       \
+    F(rk_i64, min_slot)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)
@@ -52,13 +57,15 @@
 //   lanes          lanes (16-byte chunks) per token (templates/kernel.hip, chunk())
 //   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
 //                  32-bit entry divides without a divide (rk_div_magic)
+//   grid_tokens    tokens the grid covers: max(tokens, kv_tokens)
 #define RK_ARGS_PLAN(F)      \
     F(rk_i64, chunks)        \
     F(rk_i64, early_release) \
     F(rk_i64, prefetch)      \
     F(rk_i64, lanes)         \
     F(rk_i64, lanes_mul)     \
-    F(rk_i64, lanes_shift)
+    F(rk_i64, lanes_shift)   \
+    F(rk_i64, grid_tokens)
 // clang-format on
 
 #define RK_ARGS(F) RK_ARGS_CALLER(F) RK_ARGS_PLAN(F)

@@ -114,11 +114,12 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
 }
 
 // One chunk of a query row: copy q_nope or rotate q_pe. With negative_slot = skip_all a token whose
-// slot is negative writes nothing; its slot is waited for only at the store, so that load overlaps
+// slot is negative writes nothing (a token past kv_tokens has no slot, so its rows are written); its
+// slot is waited for only at the store, so that load overlaps
 // the chunk's own (a slot read first would add a memory round trip to the chain).
 template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
-    const bool skip = NEG == Neg::skip_all && load_index(a.slots, t, SLOT == Index::int64) < 0;
+    const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
     const rk_u16 *q_pe = (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
     if (QFORM == QForm::absorbed && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
@@ -160,7 +161,8 @@ RK_DEVICE float bf16_prep(float x) {
 }
 
 // One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
-// only at the store, like skip_all's above: a slot that is negative or past the cache skips the write.
+// only at the store, like skip_all's above: a slot below min_slot (negative, or a reserved row) or past
+// the cache skips the write.
 // The fp8 scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate:
 // read after the rotation it would add a memory round trip to the chain.
 template <class I>
@@ -180,7 +182,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
         y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
-    if (slot < 0 || slot >= a.kv_rows) return;
+    if (slot < a.min_slot || slot >= a.kv_rows) return;
     if (KV == Kv::fp8_e4m3) {
         float k = k_scale;
         if (SCALE == Scale::mul_recip) k = 1.0f / k;
@@ -245,6 +247,7 @@ RK_DEVICE void chunk(const args &a, I g) {
             c = (int)(r - heads * QN);
         }
     }
+    if (t >= (I)(q_lane ? a.tokens : a.kv_tokens)) return;  // past the token's query or KV rows
     enter(a);
     if (q_lane) q_chunk<I>(a, t, h, c);
     else kv_chunk<I>(a, t, c);
@@ -254,7 +257,7 @@ RK_DEVICE void chunk(const args &a, I g) {
 // total = tokens * a.lanes (rk_launch_plan in gen/desc.c).
 template <class I>
 RK_DEVICE void launch(const args &a) {
-    const rk_i64 total = a.tokens * a.lanes;
+    const rk_i64 total = a.grid_tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total) chunk<I>(a, (I)g);
     } else {

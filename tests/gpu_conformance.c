@@ -58,6 +58,7 @@ typedef struct shape {
     int runs;     /* launches back to back on the same buffers (0: one) */
     int prefetch; /* rows with pdl: read the static inputs before the wait (ropekv_options.pdl_prefetch) */
     int late;     /* a kernel before it in the stream writes its buffers late (see late_copy) */
+    int64_t kv_tokens, min_slot; /* padding (rk_shape): KV rows for fewer or more tokens, reserved slots */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -69,7 +70,7 @@ static const int64_t QUICK_H[] = {1, 16};
 #define MAX_ROWS (1 << 21)
 #define MAX_DEFAULT_JOBS 8
 
-static shape g_shapes[64];
+static shape g_shapes[80];
 static int g_n_shapes;
 
 static void make_shapes(int quick) {
@@ -79,7 +80,7 @@ static void make_shapes(int quick) {
     g_n_shapes = 0;
     for (int h = 0; h < nh; h++)
         for (int t = 0; t < nt; t++)
-            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0, 0};
+            if (ts[t] * hs[h] <= MAX_ROWS) g_shapes[g_n_shapes++] = (shape){ts[t], hs[h], 0, 0, 0, 0, 0, 0};
     /* smallest first, so a failure is reported on the smallest shape that shows it */
     for (int i = 1; i < g_n_shapes; i++)
         for (int j = i;
@@ -88,19 +89,30 @@ static void make_shapes(int quick) {
             g_shapes[j] = g_shapes[j - 1];
             g_shapes[j - 1] = x;
         }
-    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0, 0, 0} : (shape){1000, 16, 1, 0, 0, 0};
+    g_shapes[g_n_shapes++] = quick ? (shape){17, 16, 1, 0, 0, 0, 0, 0} : (shape){1000, 16, 1, 0, 0, 0, 0, 0};
+    /* padding: fewer KV rows than query rows (a short slot list), more (padded queries), none, no
+     * query rows; reserved slots (min_slot) that must stay untouched */
+    g_shapes[g_n_shapes++] = (shape){17, 16, 0, 0, 0, 0, 5, 1};
+    g_shapes[g_n_shapes++] = (shape){3, 16, 0, 0, 0, 0, 17, 2};
+    if (!quick) {
+        g_shapes[g_n_shapes++] = (shape){1000, 128, 0, 0, 0, 0, 600, 1};
+        g_shapes[g_n_shapes++] = (shape){127, 16, 0, 0, 0, 0, 1000, 3};
+        g_shapes[g_n_shapes++] = (shape){127, 16, 0, 0, 0, 0, -1, 0};
+        g_shapes[g_n_shapes++] = (shape){0, 16, 0, 0, 0, 0, 127, 1};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 1, 0, 0, 0, 300, 1};
+    }
     /* chained launches: one wave of blocks (16 x 128) and several (1000 x 16) */
     /* late inputs: the kernel before it lets it launch at once, then writes its buffers ~0.1 ms later */
     if (quick) {
-        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4, 1, 0};
-        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 0, 0, 1};
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 4, 1, 0, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){17, 16, 0, 0, 0, 1, 0, 0};
     } else {
-        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 0, 0};
-        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 1, 0};
-        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8, 1, 0};
-        g_shapes[g_n_shapes++] = (shape){1, 16, 0, 0, 0, 1};
-        g_shapes[g_n_shapes++] = (shape){16, 16, 0, 0, 1, 1};
-        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 0, 0, 1};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 0, 0, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){16, 128, 0, 32, 1, 0, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 8, 1, 0, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){1, 16, 0, 0, 0, 1, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){16, 16, 0, 0, 1, 1, 0, 0};
+        g_shapes[g_n_shapes++] = (shape){1000, 16, 0, 0, 0, 1, 0, 0};
     }
 }
 
@@ -112,7 +124,9 @@ static rk_shape rk_shape_of(int i) {
                       .neg_every = 3,
                       .specials = 1,
                       .k_scale = 0.37f,
-                      .runs = g_shapes[i].runs};
+                      .runs = g_shapes[i].runs,
+                      .kv_tokens = g_shapes[i].kv_tokens,
+                      .min_slot = g_shapes[i].min_slot};
 }
 
 static void shape_text(int i, int wide, char *out, size_t cap) {
@@ -121,8 +135,12 @@ static void shape_text(int i, int wide, char *out, size_t cap) {
     if (s.runs > 1)
         snprintf(chained, sizeof chained, " x%d chained%s", s.runs, g_shapes[i].prefetch ? ", prefetch" : "");
     if (g_shapes[i].late) snprintf(chained, sizeof chained, " late inputs%s", g_shapes[i].prefetch ? ", prefetch" : "");
-    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
-             wide ? "i64" : "i32", chained);
+    char padding[64] = "";
+    if (s.kv_tokens || s.min_slot)
+        snprintf(padding, sizeof padding, " kv_tokens=%lld min_slot=%lld", (long long)s.kv_tokens,
+                 (long long)s.min_slot);
+    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
+             wide ? "i64" : "i32", chained, padding);
 }
 
 /* ---- the CUDA driver calls for memory: the runtime's driver table (the backend ops have none) ---- */
@@ -768,6 +786,9 @@ int main(int argc, char **argv) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
                g_shapes[i].wide ? "(i64 entry)" : "");
         if (g_shapes[i].runs > 1) printf("(x%d chained%s)", g_shapes[i].runs, g_shapes[i].prefetch ? ", prefetch" : "");
+        if (g_shapes[i].kv_tokens || g_shapes[i].min_slot)
+            printf("(kv_tokens %lld, min_slot %lld)", (long long)g_shapes[i].kv_tokens,
+                   (long long)g_shapes[i].min_slot);
     }
     printf("\n");
     if (list) {

@@ -106,7 +106,77 @@ static void ref_run(setup *s, const rk_args *a) {
     rk_err err = {0};
     if (rk_desc_make(&s->spec, &s->arch, s->v.kv, s->v.q, s->v.pos, s->v.slot, &s->v, &err) != ROPEKV_OK)
         fail_msg("rk_desc_make: %s", err.msg);
-    rk_ref_run(&s->v, a);
+    rk_args b = *a;
+    if (b.kv_tokens == 0) b.kv_tokens = b.tokens; /* most tests give one token count */
+    rk_ref_run(&s->v, &b);
+}
+
+/* Padding: query rows for tokens [0, tokens), KV rows for [0, kv_tokens), slots below min_slot never
+ * written; with skip_all only a negative slot skips a token's query rows (a token past kv_tokens has
+ * no slot: its rows are written). Rope none, zero_copy: the rows are the inputs. */
+static void padding_case(int64_t T, int64_t K, int64_t min_slot, const int64_t *slots, const int *q_written,
+                         const int *kv_row_of_token) {
+    enum { H = 2, L = 8, R = 8, W = 16, ROWS = 4, MAXT = 4 };
+    setup s;
+    setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s.spec.negative_slot = RK_NEG_SKIP_ALL;
+    s.v.q = ROPEKV_Q_ZERO_COPY;
+    rk_err err = {0};
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, s.v.kv, s.v.q, s.v.pos, s.v.slot, &s.v, &err), ROPEKV_OK);
+    uint16_t q_pe[MAXT * H * R], q_out[MAXT * H * W], k[MAXT * W], kv[ROWS * W];
+    int64_t pos[MAXT] = {0, 1, 2, 3};
+    float cs[4 * R] = {0};
+    for (int i = 0; i < MAXT * H * R; i++) q_pe[i] = (uint16_t)(0x3c00 + i);
+    for (int i = 0; i < MAXT * W; i++) k[i] = (uint16_t)(0x4400 + i);
+    fill16(q_out, MAXT * H * W, SENT16);
+    fill16(kv, ROWS * W, SENT16);
+    rk_args a = {.q_pe = q_pe,
+                 .q_out = q_out,
+                 .k_nope = k,
+                 .k_pe = k + L,
+                 .kv_cache = kv,
+                 .positions = pos,
+                 .slots = slots,
+                 .cos_sin = cs,
+                 .tokens = T,
+                 .kv_tokens = K,
+                 .min_slot = min_slot,
+                 .heads = H,
+                 .max_pos = 4,
+                 .q_pe_st = H * R,
+                 .q_pe_sh = R,
+                 .q_out_st = H * W,
+                 .q_out_sh = W,
+                 .k_nope_st = W,
+                 .k_pe_st = W,
+                 .kv_st = W,
+                 .kv_rows = ROWS};
+    rk_ref_run(&s.v, &a);
+    uint16_t want_q[MAXT * H * W], want_kv[ROWS * W];
+    fill16(want_q, MAXT * H * W, SENT16);
+    fill16(want_kv, ROWS * W, SENT16);
+    for (int t = 0; t < MAXT; t++) {
+        if (q_written[t])
+            for (int h = 0; h < H; h++) put_h(want_q + (t * H + h) * W + L, q_pe + (t * H + h) * R, R);
+        if (kv_row_of_token[t] >= 0) put_h(want_kv + kv_row_of_token[t] * W, k + t * W, W);
+    }
+    check16(q_out, want_q, MAXT * H * W, "q_out");
+    check16(kv, want_kv, ROWS * W, "kv_cache");
+}
+
+static void test_op_padding(void **state) {
+    (void)state;
+    /* 3 query rows, 2 KV rows, slot 0 reserved: token 1's row (slot 0) stays; token 2 has no slot */
+    const int64_t slots_a[] = {1, 0};
+    padding_case(3, 2, 1, slots_a, (const int[]){1, 1, 1, 0}, (const int[]){1, -1, -1, -1});
+    /* 1 query row, 3 KV rows: a negative slot skips its KV row; tokens 1 and 2 have no query rows */
+    const int64_t slots_b[] = {2, -1, 0};
+    padding_case(1, 3, 0, slots_b, (const int[]){1, 0, 0, 0}, (const int[]){2, -1, 0, -1});
+    /* no KV rows at all: every query row is written, the slots are never read */
+    padding_case(3, 0, 0, NULL, (const int[]){1, 1, 1, 0}, (const int[]){-1, -1, -1, -1});
+    /* a negative slot with skip_all: no query rows for that token; slots 0 and 1 reserved */
+    const int64_t slots_d[] = {-1, 1, 3, 2};
+    padding_case(4, 4, 2, slots_d, (const int[]){0, 1, 1, 1}, (const int[]){-1, -1, 3, 2});
 }
 
 /* ---- bf16 -------------------------------------------------------------------------------------- */
@@ -1127,6 +1197,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_encode_boundaries_fnuz),
         cmocka_unit_test(test_op_gptj_absorbed),
         cmocka_unit_test(test_op_neox_zero_copy_skip_all),
+        cmocka_unit_test(test_op_padding),
         cmocka_unit_test(test_op_inplace_bf16_tables),
         cmocka_unit_test(test_op_rope_none_q_none_sanitize),
         cmocka_unit_test(test_op_fused_rounding),

@@ -192,8 +192,13 @@ static void test_desc_listed(void **state) {
                                     &d, &err),
                      ROPEKV_OK);
     assert_string_equal(d.key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64");
-    assert_int_equal(rk_desc_listed(s, sm90, ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64,
+    assert_int_equal(rk_desc_listed(s, sm90, ROPEKV_KV_BF16, ROPEKV_Q_INPLACE, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64,
                                     &d, &err),
+                     ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "lists q_forms {absorbed, zero_copy, none}, not inplace"));
+    const rk_spec *mini = rk_catalog_find(&f->cat, "minicpm3_4b");
+    assert_int_equal(rk_desc_listed(mini, sm90, ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32,
+                                    ROPEKV_INDEX_INT64, &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
     rk_spec narrow = *s;

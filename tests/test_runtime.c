@@ -206,7 +206,8 @@ static void test_query(void **state) {
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_ARG);
     assert_int_equal(ropekv_query(c, NULL, NULL, why, sizeof why), ROPEKV_ERR_NULL);
     v = DS_FP8;
-    v.positions = ROPEKV_INDEX_INT32; /* deepseek_v3.lua lists int64 positions only: the reason says so */
+    v.spec = "minicpm3_4b";
+    v.positions = ROPEKV_INDEX_INT32; /* minicpm3_4b.lua lists int64 positions only: the reason says so */
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(why, "lists positions {int64}, not int32"));
     ropekv_destroy(c);
@@ -400,6 +401,9 @@ static void test_argument_checks(void **state) {
     CASE(heads, 70000, ROPEKV_ERR_SHAPE, "heads");
     CASE(max_pos, 0, ROPEKV_ERR_SHAPE, "max_pos");
     CASE(kv_rows, -1, ROPEKV_ERR_SHAPE, "kv_rows");
+    CASE(kv_tokens, -2, ROPEKV_ERR_SHAPE, "kv_tokens");
+    CASE(kv_tokens, (int64_t)1 << 31, ROPEKV_ERR_SHAPE, "kv_tokens");
+    CASE(min_slot, -1, ROPEKV_ERR_ARG, "min_slot");
     CASE(q_out_sh, W - 8, ROPEKV_ERR_STRIDE, "q_out strides");
     CASE(q_nope_st, W, ROPEKV_ERR_STRIDE, "q_nope strides");
     CASE(q_pe_sh, -W, ROPEKV_ERR_STRIDE, "q_pe strides");

@@ -13,6 +13,7 @@ BACKENDS = {"auto": 0, "hip": 1, "cuda": 2, "host": 3}
 KV_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
 Q_FORMS = {"absorbed": 0, "zero_copy": 1, "inplace": 2, "none": 3}
 INDEX_TYPES = {"int64": 0, "int32": 1}
+KV_TOKENS_NONE = -1  # ROPEKV_KV_TOKENS_NONE
 
 class _Statuses(Mapping):
     """ropekv_status name -> value, read from the library on first use (ropekv_status_name over the code
@@ -104,6 +105,8 @@ class ropekv_args(ctypes.Structure):
         ("sin", ctypes.c_void_p),
         ("max_pos", ctypes.c_int64),
         ("k_scale", ctypes.c_void_p),
+        ("kv_tokens", ctypes.c_int64),
+        ("min_slot", ctypes.c_int64),
     ]
 
 

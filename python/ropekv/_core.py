@@ -371,20 +371,21 @@ class Kernel:
         return _torch.tensor_args(self, self.ctx, **tensors)
 
     def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope, k_pe, kv_cache, positions, slots, cos_sin,
-                 sin=None, k_scale=None, stream=None):
+                 sin=None, k_scale=None, min_slot=0, stream=None):
         """One launch on torch tensors.
 
         q_nope [T,H,L], q_pe [T,H,R], q_out [T,H,L+R] bf16 (which of them per the q form: absorbed takes all
-        three, zero_copy q_pe and q_out, inplace q_pe, none nothing); k_nope [T,L], k_pe [T,R] bf16;
+        three, zero_copy q_pe and q_out, inplace q_pe, none nothing); k_nope [>=Tkv,L], k_pe [>=Tkv,R] bf16;
         kv_cache: rows of L+R (bf16, or uint8 / float8_e4m3fn / float8_e4m3fnuz for an fp8 cache), e.g. a paged
-        [blocks, block_size, L+R] cache; positions, slots [T] (int64/int32 per the variant; slot < 0 skips the
-        KV row); cos_sin: [max_pos, R] f32 (f32_cat) or cos [max_pos, R/2] with sin [max_pos, R/2] (split
+        [blocks, block_size, L+R] cache; slots [Tkv], positions [>= max(T, Tkv)] (int64/int32 per the variant;
+        Tkv, the KV rows written, may differ from T, the query rows; a slot < min_slot, e.g. < 0, skips the KV
+        row; min_slot=1 keeps a reserved slot 0 untouched); cos_sin: [max_pos, R] f32 (f32_cat) or cos [max_pos, R/2] with sin [max_pos, R/2] (split
         layouts, f32 or bf16); k_scale: one float32 (fp8 with a scale). Only the last dimension of each tensor
         needs to be contiguous. stream: default torch.cuda.current_stream(device)."""
         from . import _torch
         args, keep = _torch.tensor_args(self, self.ctx, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope,
                                         k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots,
-                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale)
+                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, min_slot=min_slot)
         self._launch(args, _torch.stream_for(self.ctx, stream))
         del keep
 

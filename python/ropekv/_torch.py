@@ -82,10 +82,15 @@ def _where(ctx):
     return "the CPU (host backend)" if ctx.backend == "host" else "cuda:%d (%s backend)" % (ctx.device, ctx.backend)
 
 
-def tensor_args(kernel, ctx, **tensors):
+def tensor_args(kernel, ctx, min_slot=0, **tensors):
     """(ropekv_args, keepalive) for a launch of kernel with torch tensors. kernel=None reads the tensors as they
-    are (for Context.query): no dtype, shape or device checks against a kernel."""
+    are (for Context.query): no dtype, shape or device checks against a kernel. Query rows are written for the
+    tokens of the q tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than
+    the batch, DP-padded queries longer); k_nope / k_pe hold at least Tkv rows, positions at least max(T, Tkv).
+    min_slot: slots below it are never written (1 keeps a reserved dummy slot 0 untouched)."""
     torch = _torch()
+    if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
+        raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
     unknown = sorted(set(tensors) - set(_ARG_NAMES))
     if unknown:
         raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_ARG_NAMES)))
@@ -151,24 +156,34 @@ def tensor_args(kernel, ctx, **tensors):
             if v is not None and not _device_ok(ctx, v):
                 raise ValueError("%s is on %s; this context runs on %s" % (name, v.device, _where(ctx)))
 
-    # sizes
-    k_nope = t["k_nope"]
-    if k_nope is not None and k_nope.dim() >= 1:
-        T = int(k_nope.shape[0])
-    elif t["positions"] is not None and t["positions"].dim() >= 1:
-        T = int(t["positions"].shape[0])
-    else:
-        T = 0
+    # sizes: T query tokens (the q tensors; k_nope without them), K tokens with a KV row (slots), P positions
+    def rows(name):
+        v = t[name]
+        return int(v.shape[0]) if v is not None and v.dim() >= 1 else None
+
     qref = t["q_pe"] if t["q_pe"] is not None else t["q_out"]
+    T = rows("q_pe") if t["q_pe"] is not None else rows("q_out")
+    if T is None:
+        T = rows("k_nope") if rows("k_nope") is not None else (rows("positions") or 0)
+    K = rows("slots") if t["slots"] is not None else T
+    P = max(T, K)
     H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
 
     if strict:
         L, R, W = info.L, info.R, info.W
-        shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "k_nope": (T, L), "k_pe": (T, R),
-                  "positions": (T,), "slots": (T,)}
+        shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "slots": (K,)}
         for name, want in shapes.items():
             if t[name] is not None:
                 _check_shape(name, t[name], want)
+        for name, width in (("k_nope", L), ("k_pe", R)):
+            v = t[name]
+            if v.dim() != 2 or v.shape[1] != width or v.shape[0] < K:
+                raise ValueError("%s must have shape [n, %d] with n >= %d (the tokens of slots), got %s"
+                                 % (name, width, K, list(v.shape)))
+        v = t["positions"]
+        if v.dim() != 1 or v.shape[0] < P:
+            raise ValueError("positions must have shape [n] with n >= %d (max of the query and slot tokens), got %s"
+                             % (P, list(v.shape)))
         if t["cos_sin"] is not None:
             cs = t["cos_sin"]
             width = R if info.cos_sin == "f32_cat" else R // 2
@@ -194,6 +209,8 @@ def tensor_args(kernel, ctx, **tensors):
 
     a = _capi.ropekv_args()
     a.tokens, a.heads = T, H
+    a.kv_tokens = K if K > 0 else (_capi.KV_TOKENS_NONE if T > 0 else 0)
+    a.min_slot = min_slot
 
     def ptr(name):
         v = t[name]

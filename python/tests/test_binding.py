@@ -375,10 +375,13 @@ SPECS = {
 BF16_MAX = 3.38953139e38
 
 
-def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0):
+def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0, kv_tokens=None,
+                min_slot=0):
     """Random inputs as engines pass them: q_nope/q_pe slices of one query buffer, k_nope/k_pe slices of the
     kv projection output, a paged cache [blocks, 16, W], positions (a few past max_pos, to test the clamp),
-    slots (a permutation, every 5th token padding (-1), one past the cache)."""
+    slots (a permutation, every 5th token padding (-1), one past the cache). kv_tokens: slots for that many
+    tokens (default T); the projection and positions cover max(T, kv_tokens). min_slot > 0: one slot points
+    at the reserved slot 0."""
     s = SPECS[spec]
     L, R, W = s["L"], s["R"], s["L"] + s["R"]
     g = torch.Generator().manual_seed(seed)
@@ -406,8 +409,10 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
     elif q == "inplace":
         qp = dev(randn(T, H, s["nope_head"] + R))
         x["q_pe"] = qp[..., s["nope_head"]:]
-    proj = randn(T, W)
-    if specials and T >= 5:
+    K = T if kv_tokens is None else kv_tokens
+    P = max(T, K)
+    proj = randn(P, W)
+    if specials and P >= 5:
         proj[1, 3] = float("nan")
         proj[2, 7] = float("inf")
         proj[4, L + 2] = float("-inf")
@@ -422,13 +427,15 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
         cache = torch.full((blocks, 16, W), 0x5A, dtype=torch.uint8).view(torch.float8_e4m3fn)
     x["kv_cache"] = cache
     max_pos = 512
-    pos = torch.randint(0, max_pos, (T,), generator=g)
-    if T >= 3:
+    pos = torch.randint(0, max_pos, (P,), generator=g)
+    if P >= 3:
         pos[2] = max_pos + 3
-    slots = torch.randperm(rows, generator=g)[:T]
+    slots = torch.randperm(rows - 1, generator=g)[:K] + 1
     slots[::5] = -1
-    if T >= 4:
+    if K >= 4:
         slots[3] = rows + 5  # past the cache: no KV write, q rows still written
+    if K >= 2:
+        slots[1] = 0  # the reserved row when min_slot > 0
     x["positions"] = pos.to(torch.int64 if s["pos"] == "int64" else torch.int32)
     x["slots"] = slots.to(torch.int64 if slots_dtype == "int64" else torch.int32)
     half = R // 2
@@ -488,24 +495,33 @@ def _rope_fma(torch, x, c, sn, style):
     return torch.cat((y0, y1), dim=-1)
 
 
-def reference(torch, spec, q, kv, x):
+def reference(torch, spec, q, kv, x, min_slot=0):
     """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as _rope_fma (one
     rounded product, one fused multiply-add, emulated exactly), bf16 by round to nearest even (torch's
     .to(bfloat16)), fp8 by scale (mul_recip: x * float32(1/k); div: x / k; mul: x * k; none), sanitize
     (NaN -> 0, +-inf -> +-bound), clamp to the bound (NaN passes through), then torch's float8_e4m3fn cast
     (round to nearest even), with the rope float rounded to bf16 first when the spec sets rope_bf16_round.
+    Query rows for the T tokens of the q tensors, KV rows for the K tokens of slots (a slot below min_slot is
+    not written; with skip_all a negative slot skips the token's query rows, a token past K has none).
     Returns the expected q_out, q_pe and kv_cache (clones of the inputs with the op applied)."""
     s = SPECS[spec]
     L, R = s["L"], s["R"]
     half = R // 2
     max_pos = x["cos_sin"].shape[0]
+    slot = x["slots"].long()
+    K = slot.shape[0]
+    qref = x.get("q_pe", x.get("q_out"))
+    T = qref.shape[0] if qref is not None else K
     pos = x["positions"].long().clamp(0, max_pos - 1)
     if s["cos_sin"] == "f32_cat":
-        c, sn = x["cos_sin"][pos, :half], x["cos_sin"][pos, half:]
+        c_all, sn_all = x["cos_sin"][pos, :half], x["cos_sin"][pos, half:]
     else:
-        c, sn = x["cos_sin"][pos].float(), x["sin"][pos].float()
-    slot = x["slots"].long()
-    write_q = slot >= 0 if s["neg"] == "skip_all" else torch.ones_like(slot, dtype=torch.bool)
+        c_all, sn_all = x["cos_sin"][pos].float(), x["sin"][pos].float()
+    c, sn = c_all[:T], sn_all[:T]
+    write_q = torch.ones(T, dtype=torch.bool, device=slot.device)
+    if s["neg"] == "skip_all":
+        n = min(T, K)
+        write_q[:n] = slot[:n] >= 0
     out = {}
     if q in ("absorbed", "zero_copy"):
         qo = x["q_out"].clone()
@@ -522,19 +538,20 @@ def reference(torch, spec, q, kv, x):
     cache = x["kv_cache"].clone()
     flat = cache.view(-1, cache.shape[-1])
     rows = flat.shape[0]
-    valid = (slot >= 0) & (slot < rows)
-    kr = _rope_fma(torch, x["k_pe"], c, sn, s["rope"])
+    valid = (slot >= min_slot) & (slot < rows)
+    k_nope, k_pe = x["k_nope"][:K], x["k_pe"][:K]
+    kr = _rope_fma(torch, k_pe, c_all[:K], sn_all[:K], s["rope"])
     if kv == "bf16":
         if s["sanitize"]:
-            row = torch.cat([x["k_nope"].float(), kr], dim=-1)
+            row = torch.cat([k_nope.float(), kr], dim=-1)
             row = torch.nan_to_num(row, nan=0.0, posinf=BF16_MAX, neginf=-BF16_MAX).to(torch.bfloat16)
         else:
-            row = torch.cat([x["k_nope"], kr.to(torch.bfloat16)], dim=-1)
+            row = torch.cat([k_nope, kr.to(torch.bfloat16)], dim=-1)
         flat[slot[valid]] = row[valid]
     else:
         if s["rr"]:
             kr = kr.to(torch.bfloat16).float()
-        v = torch.cat([x["k_nope"].float(), kr], dim=-1)
+        v = torch.cat([k_nope.float(), kr], dim=-1)
         ks = x.get("k_scale")
         if s["scale"] == "mul_recip":
             v = v * (1.0 / ks)
@@ -600,7 +617,8 @@ def _first_differences(torch, got, want, kind, limit=4):
     return "; ".join(out)
 
 
-def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0):
+def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0, kv_tokens=None,
+                  min_slot=0):
     k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], slots=slots_dtype)
     s = SPECS[spec]
     assert (k.info.L, k.info.R, k.info.rope, k.info.cos_sin, k.info.q) == (s["L"], s["R"], s["rope"], s["cos_sin"], q)
@@ -608,9 +626,9 @@ def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", sp
     if kv != "bf16":
         assert k.info.fp8_format == "ocp", "these tests compare with torch.float8_e4m3fn (OCP)"
         assert (k.info.scale, k.info.sat, k.info.rope_bf16_round) == (s["scale"], s["sat"], s["rr"])
-    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials, seed)
-    want = reference(torch, spec, q, kv, x)
-    k(**x)
+    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials, seed, kv_tokens, min_slot)
+    want = reference(torch, spec, q, kv, x, min_slot)
+    k(**x, min_slot=min_slot)
     if device != "cpu":
         torch.cuda.synchronize()
     report, failures = [], []
@@ -651,6 +669,27 @@ def test_host_torch(spec, q, kv):
     if kv != "bf16" and not hasattr(torch, "float8_e4m3fn"):
         skip("this torch has no float8_e4m3fn")
     run_and_check(torch, context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=spec == "kimi_k2")
+
+
+PADDING_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, 5, 1), ("deepseek_v3", "zero_copy", "bf16", 3, 11, 2),
+                 ("kimi_k2", "inplace", "fp8_e4m3", 11, 6, 1), ("kimi_k2", "absorbed", "bf16", 4, 9, 0)]
+
+
+@parametrize("spec,q,kv,T,K,min_slot", PADDING_CASES)
+def test_host_torch_padding(spec, q, kv, T, K, min_slot):
+    """Query rows for T tokens, KV rows for K (a short slot list, or padded queries), reserved slots kept."""
+    torch = _torch()
+    if kv != "bf16" and not hasattr(torch, "float8_e4m3fn"):
+        skip("this torch has no float8_e4m3fn")
+    run_and_check(torch, context("host"), spec, q, kv, T=T, H=3, device="cpu", specials=True, kv_tokens=K,
+                  min_slot=min_slot)
+
+
+@parametrize("spec,q,kv,T,K,min_slot", PADDING_CASES + [("deepseek_v3", "absorbed", "bf16", 1000, 700, 1)])
+def test_cuda_padding(spec, q, kv, T, K, min_slot):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), spec, q, kv, T=T, H=16, device="cuda", specials=True, kv_tokens=K,
+                  min_slot=min_slot)
 
 
 def test_host_torch_errors():
@@ -792,6 +831,9 @@ def _check_errors(torch, ctx, device):
     _expect(ValueError, lambda: k(**dict(x, sin=x["cos_sin"])))
     _expect(ValueError, lambda: ctx.kernel("deepseek_v3", kv="bf16", q="none")(**x))  # q tensors for form none
     _expect(TypeError, lambda: k(**dict(x, bogus=x["q_out"])))
+    _expect(ValueError, lambda: k(**dict(x, positions=x["positions"][:T - 1])))  # fewer than the query tokens
+    _expect(ValueError, lambda: k(**dict(x, k_nope=x["k_nope"][:T - 1], k_pe=x["k_pe"][:T - 1])))  # < slots
+    _expect(ValueError, lambda: k(**x, min_slot=-1))
     # the library's checks
     qb = torch.empty(T, H, 576 + 8, dtype=torch.bfloat16, device=device)
     _expect(ropekv.RopekvError, lambda: k(**dict(x, q_nope=qb[..., 1:513])), {"ROPEKV_ERR_ALIGN"})

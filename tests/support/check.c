@@ -84,8 +84,14 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale ? 0 : -1;
 }
 
+/* KV tokens of a shape as a count. */
+static int64_t kv_tokens_of(const rk_shape *sh) {
+    return sh->kv_tokens < 0 ? 0 : sh->kv_tokens ? sh->kv_tokens : sh->tokens;
+}
+
 static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args *a) {
     const int64_t L = v->spec->kv_lora_rank, R = v->spec->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
+    const int64_t K = kv_tokens_of(sh);
     const int64_t q_sh = W + sh->pad, q_st = H * q_sh + sh->pad;
     const int64_t o_sh = W + sh->pad, o_st = H * o_sh + sh->pad;
     memset(a, 0, sizeof *a);
@@ -101,6 +107,8 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->sin = s->sin;
     a->k_scale = s->k_scale;
     a->tokens = T;
+    a->kv_tokens = K;
+    a->min_slot = sh->min_slot;
     a->heads = H;
     a->max_pos = sh->max_pos;
     a->q_nope_st = a->q_pe_st = q_st;
@@ -109,7 +117,7 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->q_out_sh = o_sh;
     a->k_nope_st = a->k_pe_st = W + sh->pad;
     a->kv_st = W + sh->pad;
-    a->kv_rows = T + 3;
+    a->kv_rows = K + 3;
     int64_t total, blocks;
     rk_launch_plan(v, a, &total, &blocks);
 }
@@ -138,8 +146,9 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
     return 1;
 }
 
-/* Byte sizes of the buffers rk_check builds for a shape (T tokens, H heads, pad, max_pos). */
-static sizes sizes_for(const rk_desc *v, int64_t T, int64_t H, int64_t pad, int64_t max_pos) {
+/* Byte sizes of the buffers rk_check builds for a shape (T query tokens, K KV tokens, H heads, pad,
+ * max_pos). */
+static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_t pad, int64_t max_pos) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
     const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2;
@@ -148,11 +157,11 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t H, int64_t pad, int6
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     sizes z = {
         .q = (T * (H * row_elems + pad)) * 2,
-        .k = T * row_elems * 2,
+        .k = K * row_elems * 2,
         .q_out = (T * (H * row_elems + pad)) * 2,
-        .kv = (T + 3) * row_elems * kv_elem,
-        .pos = T * idx_pos,
-        .slots = T * idx_slot,
+        .kv = (K + 3) * row_elems * kv_elem,
+        .pos = (T > K ? T : K) * idx_pos,
+        .slots = K * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
         .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
     };
@@ -161,7 +170,7 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t H, int64_t pad, int6
 
 void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
-    const sizes z = sizes_for(v, a->tokens, a->heads, a->k_nope_st - W, a->max_pos);
+    const sizes z = sizes_for(v, a->tokens, a->kv_tokens, a->heads, a->k_nope_st - W, a->max_pos);
     const rk_check_buf b[RK_CHECK_NBUF] = {
         [RK_CHECK_Q] = {"q", (void *)a->q_nope, z.q, 1},
         [RK_CHECK_K] = {"k", (void *)a->k_nope, z.k, 0},
@@ -198,12 +207,14 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
                           sp->rope == RK_ROPE_GPTJ ? 3 : H2 + 1};
     const uint16_t x[4] = {rk_f32_to_bf16(1.03125f), rk_f32_to_bf16(1.0f), rk_f32_to_bf16(1.0f),
                            rk_f32_to_bf16(1.03125f)};
-    for (int64_t t = 0; t < sh->tokens; t++) {
+    const int64_t K = kv_tokens_of(sh), P = sh->tokens > K ? sh->tokens : K;
+    for (int64_t t = 0; t < P; t++) {
         int64_t p = v->pos == ROPEKV_INDEX_INT64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
         if (p > 0) continue; /* positions <= 0 read table row 0 */
         for (int k = 0; k < 4; k++) {
-            s->k[t * row_elems + L + e[k]] = x[k];
-            for (int64_t h = 0; h < sh->heads; h++) s->q[t * q_st + h * row_elems + L + e[k]] = x[k];
+            if (t < K) s->k[t * row_elems + L + e[k]] = x[k];
+            if (t < sh->tokens)
+                for (int64_t h = 0; h < sh->heads; h++) s->q[t * q_st + h * row_elems + L + e[k]] = x[k];
         }
     }
 }
@@ -216,17 +227,18 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
-    const sizes z = sizes_for(v, T, H, sh->pad, sh->max_pos);
+    const int64_t K = kv_tokens_of(sh), P = T > K ? T : K;
+    const sizes z = sizes_for(v, T, K, H, sh->pad, sh->max_pos);
     rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
     int rc = 2;
-    ref.q = malloc(z.q);
-    ref.k = malloc(z.k);
-    ref.q_out = malloc(z.q_out);
-    ref.kv = malloc(z.kv);
-    ref.pos = malloc(z.pos);
-    ref.slots = malloc(z.slots);
-    ref.cos = malloc(z.cos);
+    ref.q = malloc(z.q ? (size_t)z.q : 1);
+    ref.k = malloc(z.k ? (size_t)z.k : 1);
+    ref.q_out = malloc(z.q_out ? (size_t)z.q_out : 1);
+    ref.kv = malloc(z.kv ? (size_t)z.kv : 1);
+    ref.pos = malloc(z.pos ? (size_t)z.pos : 1);
+    ref.slots = malloc(z.slots ? (size_t)z.slots : 1);
+    ref.cos = malloc(z.cos ? (size_t)z.cos : 1);
     ref.sin = malloc(z.sin ? z.sin : 1);
     ref.k_scale = malloc(sizeof(float));
     if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale) {
@@ -239,21 +251,22 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     memset(ref.kv, 0x5a, (size_t)z.kv);
     *ref.k_scale = sh->k_scale;
     /* positions: in range, at both ends, and out of range (clamped) */
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = 0; t < P; t++) {
         int64_t p = (int64_t)(next(&r) % (uint64_t)(sh->max_pos + 4)) - 2;
         if (t % 5 == 1) p = 0;
         if (t % 5 == 2) p = sh->max_pos - 1;
         if (idx_pos == 8) ((int64_t *)ref.pos)[t] = p;
         else ((int32_t *)ref.pos)[t] = (int32_t)p;
     }
-    /* slots: a shuffled permutation of the cache rows, some negative (padding) */
-    for (int64_t t = 0; t < T; t++) {
+    /* slots: a shuffled permutation of the cache rows (0 .. min_slot - 1 among them: reserved rows that
+     * must stay as they are), some negative (padding) */
+    for (int64_t t = 0; t < K; t++) {
         int64_t s = t;
         if (sh->neg_every && t % sh->neg_every == sh->neg_every - 1) s = -1 - (int64_t)(next(&r) % 3);
         if (idx_slot == 8) ((int64_t *)ref.slots)[t] = s;
         else ((int32_t *)ref.slots)[t] = (int32_t)s;
     }
-    for (int64_t t = T - 1; t > 0; t--) {
+    for (int64_t t = K - 1; t > 0; t--) {
         int64_t j = (int64_t)(next(&r) % (uint64_t)(t + 1));
         if (idx_slot == 8) {
             int64_t *s = ref.slots, x = s[t];

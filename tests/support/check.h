@@ -12,15 +12,17 @@
  * runs the reference and the kernel on separate copies, and compares every output byte (outputs start
  * filled with a sentinel, so stray writes are caught too). */
 typedef struct rk_shape {
-    int64_t tokens, heads;
-    int64_t pad;     /* extra elements in every token and head stride (a multiple of 8) */
-    int64_t max_pos; /* rows of the cos/sin tables */
-    int neg_every;   /* every n-th token gets a negative slot (0: none) */
-    int specials;    /* sprinkle NaN and +-inf into the inputs */
+    int64_t tokens, heads; /* query rows for tokens [0, tokens) */
+    int64_t kv_tokens;     /* KV rows for tokens [0, kv_tokens): 0 the same as tokens, -1 none */
+    int64_t min_slot;      /* slots below it are not written (the harness's slots include 0 .. min_slot - 1) */
+    int64_t pad;           /* extra elements in every token and head stride (a multiple of 8) */
+    int64_t max_pos;       /* rows of the cos/sin tables */
+    int neg_every;         /* every n-th token gets a negative slot (0: none) */
+    int specials;          /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
-    int runs; /* the reference runs this many times on its buffers (0 means 1); the run
-                           callback must run the kernel as often, back to back (in place, each run
-                           rotates the previous one's output: chained launches that must be ordered) */
+    int runs; /* the reference runs this many times on its buffers (0 means 1); the run callback
+                        must run the kernel as often, back to back (in place, each run rotates the
+                        previous one's output: chained launches that must be ordered) */
 } rk_shape;
 
 /* Runs the kernel under test on host-visible buffers described by a. Returns 0 or an error code. */

@@ -50,6 +50,28 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
                     ok = 0;
                 }
             }
+    /* padding: a short slot list, padded queries, no KV rows, no query rows; reserved slots */
+    static const int64_t PADDING[][3] = {{17, 5, 1}, {3, 17, 2}, {5, -1, 0}, {0, 4, 1}};
+    for (size_t i = 0; ok && i < sizeof PADDING / sizeof PADDING[0]; i++)
+        for (int wide = 0; ok && wide < 2; wide++) {
+            rk_shape sh = {.tokens = PADDING[i][0],
+                           .kv_tokens = PADDING[i][1],
+                           .min_slot = PADDING[i][2],
+                           .heads = 4,
+                           .pad = 8,
+                           .max_pos = 64,
+                           .neg_every = 3,
+                           .specials = 1,
+                           .k_scale = 0.37f};
+            rk_host_run hr = {&k, wide};
+            if (rk_check(v, &sh, (uint64_t)++n, rk_host_run_kernel, &hr, why, cap) != 0) {
+                char shape[128];
+                snprintf(shape, sizeof shape, " [T=%lld kv_tokens=%lld min_slot=%lld H=4 %s]", (long long)sh.tokens,
+                         (long long)sh.kv_tokens, (long long)sh.min_slot, wide ? "i64" : "i32");
+                strncat(why, shape, cap - strlen(why) - 1);
+                ok = 0;
+            }
+        }
     rk_host_unload(&k);
     char so[4096];
     snprintf(so, sizeof so, "%s/%s.so", dir, v->name);

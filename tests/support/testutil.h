@@ -65,6 +65,7 @@ static inline void rk_test_public_args(const rk_args *a, ropekv_args *p) {
     memcpy(&p->name, &a->name, sizeof p->name);
     RK_ARGS_CALLER(RK_TEST_COPY_)
 #undef RK_TEST_COPY_
+    if (a->kv_tokens == 0 && a->tokens > 0) p->kv_tokens = ROPEKV_KV_TOKENS_NONE; /* a count of 0 */
 }
 
 /* rk_check's run callback for a kernel got through the public API (kernel: a ropekv_kernel *). */
