@@ -155,13 +155,15 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
+    /* a tensor of no rows still gets one, so every argument pointer lies inside its buffer */
+    const int64_t Tb = T > 0 ? T : 1, Kb = K > 0 ? K : 1, Pb = T > Kb ? T : Kb;
     sizes z = {
-        .q = (T * (H * row_elems + pad)) * 2,
-        .k = K * row_elems * 2,
-        .q_out = (T * (H * row_elems + pad)) * 2,
+        .q = (Tb * (H * row_elems + pad)) * 2,
+        .k = Kb * row_elems * 2,
+        .q_out = (Tb * (H * row_elems + pad)) * 2,
         .kv = (K + 3) * row_elems * kv_elem,
-        .pos = (T > K ? T : K) * idx_pos,
-        .slots = K * idx_slot,
+        .pos = Pb * idx_pos,
+        .slots = Kb * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
         .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
     };
