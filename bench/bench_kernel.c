@@ -264,6 +264,7 @@ int main(int argc, char **argv) {
                             .cos_sin = (void *)cs,
                             .k_scale = (const float *)scale,
                             .tokens = T,
+                            .kv_tokens = T,
                             .heads = H,
                             .max_pos = 4096,
                             .q_nope_st = H * W,
