@@ -247,10 +247,15 @@ RK_DEVICE void chunk(const args &a, I g) {
             c = (int)(r - heads * QN);
         }
     }
-    if (t >= (I)(q_lane ? a.tokens : a.kv_tokens)) return;  // past the token's query or KV rows
-    enter(a);
-    if (q_lane) q_chunk<I>(a, t, h, c);
-    else kv_chunk<I>(a, t, c);
+    if (q_lane) {
+        if (t >= (I)a.tokens) return;  // past the query rows
+        enter(a);
+        q_chunk<I>(a, t, h, c);
+    } else {
+        if (t >= (I)a.kv_tokens) return;  // past the KV rows
+        enter(a);
+        kv_chunk<I>(a, t, c);
+    }
 }
 
 // This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
