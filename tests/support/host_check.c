@@ -15,9 +15,32 @@ int rk_host_run_kernel(void *ctx, const rk_desc *v, const rk_args *a) {
     return 0;
 }
 
+/* The standard shapes: T x H over {1, 3, 17, 300} x {1, 16}, padded strides on every other one; then
+ * padding: a short slot list, padded queries, no KV rows, no query rows, with reserved slots. */
+static int standard_shapes(rk_shape *out) {
+    static const int64_t TOKENS[] = {1, 3, 17, 300}, HEADS[] = {1, 16};
+    static const int64_t PADDING[][3] = {{17, 5, 1}, {3, 17, 2}, {5, -1, 0}, {0, 4, 1}}; /* T, kv_tokens, min_slot */
+    const rk_shape base = {.max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+    int n = 0;
+    for (size_t t = 0; t < sizeof TOKENS / sizeof TOKENS[0]; t++)
+        for (size_t h = 0; h < sizeof HEADS / sizeof HEADS[0]; h++, n++) {
+            out[n] = base;
+            out[n].tokens = TOKENS[t];
+            out[n].heads = HEADS[h];
+            out[n].pad = (n % 2) * 8;
+        }
+    for (size_t i = 0; i < sizeof PADDING / sizeof PADDING[0]; i++, n++) {
+        out[n] = base;
+        out[n].tokens = PADDING[i][0];
+        out[n].kv_tokens = PADDING[i][1];
+        out[n].min_slot = PADDING[i][2];
+        out[n].heads = 4;
+        out[n].pad = 8;
+    }
+    return n;
+}
+
 int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t cap) {
-    static const int64_t TOKENS[] = {1, 3, 17, 300};
-    static const int64_t HEADS[] = {1, 16};
     rk_buf src = {0};
     rk_err err = {0};
     rk_host_kernel k;
@@ -30,44 +53,18 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
     int rc = rk_host_build(src.p, src.len, v->name, dir, &k, why, cap);
     rk_buf_free(&src);
     if (rc != ROPEKV_OK) return 0;
-    int ok = 1, n = 0;
-    for (size_t t = 0; ok && t < sizeof TOKENS / sizeof TOKENS[0]; t++)
-        for (size_t h = 0; ok && h < sizeof HEADS / sizeof HEADS[0]; h++)
-            for (int wide = 0; ok && wide < 2; wide++) {
-                rk_shape sh = {.tokens = TOKENS[t],
-                               .heads = HEADS[h],
-                               .pad = (n % 2) * 8,
-                               .max_pos = 64,
-                               .neg_every = 3,
-                               .specials = 1,
-                               .k_scale = 0.37f};
-                rk_host_run hr = {&k, wide};
-                if (rk_check(v, &sh, (uint64_t)++n, rk_host_run_kernel, &hr, why, cap) != 0) {
-                    char shape[96];
-                    snprintf(shape, sizeof shape, " [T=%lld H=%lld pad=%lld %s]", (long long)sh.tokens,
-                             (long long)sh.heads, (long long)sh.pad, wide ? "i64" : "i32");
-                    strncat(why, shape, cap - strlen(why) - 1);
-                    ok = 0;
-                }
-            }
-    /* padding: a short slot list, padded queries, no KV rows, no query rows; reserved slots */
-    static const int64_t PADDING[][3] = {{17, 5, 1}, {3, 17, 2}, {5, -1, 0}, {0, 4, 1}};
-    for (size_t i = 0; ok && i < sizeof PADDING / sizeof PADDING[0]; i++)
+    rk_shape shapes[16];
+    const int n = standard_shapes(shapes);
+    int ok = 1, seed = 0;
+    for (int i = 0; ok && i < n; i++)
         for (int wide = 0; ok && wide < 2; wide++) {
-            rk_shape sh = {.tokens = PADDING[i][0],
-                           .kv_tokens = PADDING[i][1],
-                           .min_slot = PADDING[i][2],
-                           .heads = 4,
-                           .pad = 8,
-                           .max_pos = 64,
-                           .neg_every = 3,
-                           .specials = 1,
-                           .k_scale = 0.37f};
+            const rk_shape *sh = &shapes[i];
             rk_host_run hr = {&k, wide};
-            if (rk_check(v, &sh, (uint64_t)++n, rk_host_run_kernel, &hr, why, cap) != 0) {
-                char shape[128];
-                snprintf(shape, sizeof shape, " [T=%lld kv_tokens=%lld min_slot=%lld H=4 %s]", (long long)sh.tokens,
-                         (long long)sh.kv_tokens, (long long)sh.min_slot, wide ? "i64" : "i32");
+            if (rk_check(v, sh, (uint64_t)++seed, rk_host_run_kernel, &hr, why, cap) != 0) {
+                char shape[160];
+                snprintf(shape, sizeof shape, " [T=%lld kv_tokens=%lld min_slot=%lld H=%lld pad=%lld %s]",
+                         (long long)sh->tokens, (long long)sh->kv_tokens, (long long)sh->min_slot, (long long)sh->heads,
+                         (long long)sh->pad, wide ? "i64" : "i32");
                 strncat(why, shape, cap - strlen(why) - 1);
                 ok = 0;
             }
