@@ -1,5 +1,5 @@
 /* JIT costs: cold compile per compiler, a disk-cache hit, an in-process hit.
- * Goals (shared/PERF.md): cold compile <= 0.5 s, disk hit <= 2 ms, in-process hit <= 100 ns.
+ * Goals (docs/results.md): cold compile <= 0.5 s, disk hit <= 2 ms, in-process hit <= 100 ns.
  *   bench_jit [--reps N]
  * Compilers that are not on the machine are reported as "n/a". */
 #include <stdio.h>

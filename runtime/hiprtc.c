@@ -135,8 +135,8 @@ typedef struct amd_proc {
     int last;         /* last ROCm major release that builds it (0: no limit) */
 } amd_proc;
 
-/* Every ROCm 5 entry, bare and with each valid feature suffix, was compiled with ROCm 5.2.3's hiprtc;
- * the feature sets agree with clang 22's target-id checks. */
+/* Every ROCm 5 entry, bare and with each valid feature suffix, builds with ROCm 5.2.3's hiprtc; the
+ * feature sets agree with clang 22's target-id checks. */
 static const amd_proc k_procs[] = {
     {"gfx600", 0, 0, 0, 0},
     {"gfx601", 0, 0, 0, 0},

@@ -611,8 +611,8 @@ static void test_spec_cpu_time_cap(void **state) {
         assert_non_null(strstr(err.msg, "time limit exceeded (1 s of CPU time)"));
         assert_true(cpu < 3);
     }
-    /* One C call that never returns to the VM is beyond the hooks: Lua's string.rep copied n empty
-     * pieces one by one (found by fuzz_spec: string.rep('', 8 << 48) ran for hours). The sandbox's
+    /* One C call that never returns to the VM is beyond the hooks: Lua's string.rep copies n empty
+     * pieces one by one inside one C call (tests/fuzz/CAMPAIGN.md, finding 3). The sandbox's
      * string.rep is bounded by its result: these all end at once. */
     static const struct {
         const char *text;
