@@ -225,7 +225,7 @@ int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv,
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
 
 /* How one launch is cut, from the description and a->tokens, a->heads: fills the plan fields of a
- * (templates/args.h; prefetch is the launcher's), *total = tokens * lanes chunks and
+ * (templates/args.h; prefetch is the launcher's), *total = grid_tokens * lanes chunks and
  * *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
 

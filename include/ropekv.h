@@ -2,7 +2,7 @@
  *
  * One launch writes, for every token t and query head h,
  *     q_out[t, h] = cat(q_nope[t, h], rope(q_pe[t, h]))                  (bf16)
- * and, where slots[t] >= 0, the token's KV-cache row
+ * and, where min_slot <= slots[t] < kv_rows (min_slot is 0 unless set), the token's KV-cache row
  *     kv_cache[slots[t]] = cat(k_nope[t], rope(k_pe[t]))                 (bf16 or fp8 e4m3)
  * with the dimensions, rope style, tables and fp8 policy of a model spec (specs/<model>.lua).
  *
@@ -62,7 +62,7 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_ERR_DEVICE, 501, "a driver call failed")                                               \
     X(ROPEKV_ERR_LAUNCH, 502, "the kernel launch failed")                                           \
     X(ROPEKV_ERR_NULL, 600, "a required pointer is NULL")                                           \
-    X(ROPEKV_ERR_SHAPE, 601, "tokens, heads, max_pos or kv_rows out of range")                      \
+    X(ROPEKV_ERR_SHAPE, 601, "tokens, kv_tokens, heads, max_pos or kv_rows out of range")           \
     X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                          \
     X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")      \
     X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                   \

@@ -22,6 +22,7 @@ static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) ==
 /* Rows of width w at strides (st, sh) over T x H must not overlap (either nesting order). */
 static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
     if (st < 0 || sh < 0) return 0;
+    if (T == 0) return 1;
     int ok_th = (H == 1 || sh >= w) && (T == 1 || st >= (H - 1) * sh + w);
     int ok_ht = (T == 1 || st >= w) && (H == 1 || sh >= (T - 1) * st + w);
     return ok_th || ok_ht;
@@ -32,8 +33,7 @@ static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) { r
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
-    const int absorbed = p->q == ROPEKV_Q_ABSORBED, zc = p->q == ROPEKV_Q_ZERO_COPY;
-    const int has_q = p->q != ROPEKV_Q_NONE, fp8 = p->kv != ROPEKV_KV_BF16;
+    const int fp8 = p->kv != ROPEKV_KV_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
@@ -45,19 +45,25 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     /* KV rows for tokens [0, K), query rows for [0, T); positions for [0, P) */
     const int64_t K = a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
     const int64_t P = T > K ? T : K;
+    /* A tensor is required (and its strides and alignment checked) only when the launch has rows of it:
+     * the query tensors for T > 0, the KV inputs, slots and cache for K > 0. */
+    const int absorbed = p->q == ROPEKV_Q_ABSORBED && T > 0, zc = p->q == ROPEKV_Q_ZERO_COPY && T > 0;
+    const int has_q = p->q != ROPEKV_Q_NONE && T > 0, has_kv = K > 0;
+    const int tables = p->rope != RK_ROPE_NONE && (has_q || has_kv);
     /* required pointers */
     CHECK(!absorbed || a->q_nope, ROPEKV_ERR_NULL, "q_nope is NULL (q form absorbed)");
     CHECK(!has_q || a->q_pe, ROPEKV_ERR_NULL, "q_pe is NULL");
     CHECK(!(absorbed || zc) || a->q_out, ROPEKV_ERR_NULL, "q_out is NULL");
-    CHECK(a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
-    CHECK(a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
-    CHECK(a->kv_cache, ROPEKV_ERR_NULL, "kv_cache is NULL");
-    CHECK(a->positions, ROPEKV_ERR_NULL, "positions is NULL");
-    CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
-    CHECK(p->rope == RK_ROPE_NONE || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
-    CHECK(p->rope == RK_ROPE_NONE || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
+    CHECK(!has_kv || a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
+    CHECK(!has_kv || a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
+    CHECK(!has_kv || a->kv_cache, ROPEKV_ERR_NULL, "kv_cache is NULL");
+    CHECK(P == 0 || a->positions, ROPEKV_ERR_NULL, "positions is NULL");
+    CHECK(!has_kv || a->slots, ROPEKV_ERR_NULL, "slots is NULL");
+    CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
+    CHECK(!tables || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
           "sin is NULL (the spec's cos/sin tables are split)");
-    CHECK(!fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL, "k_scale is NULL (fp8 cache with a scale)");
+    CHECK(!has_kv || !fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+          "k_scale is NULL (fp8 cache with a scale)");
     /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
     CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
           "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st,
@@ -68,12 +74,12 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!(absorbed || zc) || rows_disjoint(T, H, a->q_out_st, a->q_out_sh, W), ROPEKV_ERR_STRIDE,
           "q_out strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_out_st, (long long)a->q_out_sh,
           (long long)W);
-    CHECK(rows_disjoint(K, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
+    CHECK(!has_kv || rows_disjoint(K, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
           (long long)a->k_nope_st, (long long)L);
-    CHECK(rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
+    CHECK(!has_kv || rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
           (long long)a->k_pe_st, (long long)R);
-    CHECK(a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld", (long long)a->kv_st,
-          (long long)W);
+    CHECK(!has_kv || a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld",
+          (long long)a->kv_st, (long long)W);
     /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows) */
     const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16;
     CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
@@ -82,19 +88,19 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
     CHECK(!(absorbed || zc) || (aligned(a->q_out, 16) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
           ROPEKV_ERR_ALIGN, "q_out must be 16-byte aligned with strides a multiple of 8 elements");
-    CHECK(aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0, ROPEKV_ERR_ALIGN,
+    CHECK(!has_kv || (aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0), ROPEKV_ERR_ALIGN,
           "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
-    CHECK(aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0, ROPEKV_ERR_ALIGN,
+    CHECK(!has_kv || (aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0), ROPEKV_ERR_ALIGN,
           "k_pe must be 16-byte aligned with a token stride a multiple of 8 elements");
-    CHECK(aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0, ROPEKV_ERR_ALIGN,
+    CHECK(!has_kv || (aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0), ROPEKV_ERR_ALIGN,
           "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
           (long long)kv_align);
     CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) &&
               aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
           ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
     const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
-    CHECK(p->rope == RK_ROPE_NONE || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))),
-          ROPEKV_ERR_ALIGN, "cos/sin tables must be %zu-byte aligned", cs_align);
+    CHECK(!tables || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))), ROPEKV_ERR_ALIGN,
+          "cos/sin tables must be %zu-byte aligned", cs_align);
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
 
     /* launch size and index width */

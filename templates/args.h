@@ -6,13 +6,13 @@
 // Tensors (all strides in elements of the tensor's own dtype, bytes for an fp8 cache; only the last
 // dimension of each tensor is contiguous):
 //   q_nope [T,H,L] bf16   q_pe [T,H,R] bf16   q_out [T,H,L+R] bf16 (zero_copy: only [...,L:] written)
-//   k_nope [T,L] bf16     k_pe [T,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes)
-//   positions [T], slots [T] (int32 or int64 per variant); cos_sin / sin tables per the spec's layout:
+//   k_nope [K,L] bf16     k_pe [K,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes)
+//   positions [max(T,K)], slots [K] (int32 or int64 per variant); cos_sin / sin tables per the spec's layout:
 //     f32_cat: cos_sin = [max_pos, R] f32 (cos | sin halves), sin unused;
 //     f32_split / bf16_split: cos_sin = cos [max_pos, R/2], sin [max_pos, R/2].
 //   k_scale: one float32 on the device (fp8 cache with a scale), else unused.
-//   tokens: query rows [0, tokens); kv_tokens: KV rows [0, kv_tokens) (k_nope, k_pe and slots have
-//   kv_tokens rows, positions max(tokens, kv_tokens)); min_slot: slots below it are never written.
+//   T = tokens: query rows [0, T); K = kv_tokens: KV rows [0, K); min_slot: slots below it are never
+//   written.
 //   (The launcher passes kv_tokens as a count: ropekv_args' 0 and ROPEKV_KV_TOKENS_NONE are resolved.)
 // The caller's fields carry the names of the public ropekv_args fields, which are copied by name.
 #ifndef RK_ARGS_H

@@ -259,7 +259,7 @@ RK_DEVICE void chunk(const args &a, I g) {
 }
 
 // This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = tokens * a.lanes (rk_launch_plan in gen/desc.c).
+// total = grid_tokens * a.lanes (rk_launch_plan in gen/desc.c).
 template <class I>
 RK_DEVICE void launch(const args &a) {
     const rk_i64 total = a.grid_tokens * a.lanes;

@@ -427,6 +427,21 @@ static void test_argument_checks(void **state) {
     a.q_out_st = W;
     expect(c, k, a, ROPEKV_OK, NULL);
 #undef CASE
+    /* a launch with no KV rows needs no KV tensors, and one with no query rows no query tensors */
+    a = good_args();
+    a.kv_tokens = ROPEKV_KV_TOKENS_NONE;
+    a.k_nope = a.k_pe = a.slots = NULL;
+    a.kv_cache = NULL;
+    a.k_nope_st = a.k_pe_st = a.kv_st = 0;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a = good_args();
+    a.tokens = 0;
+    a.kv_tokens = T;
+    a.q_nope = a.q_pe = a.q_out = NULL;
+    a.q_nope_st = a.q_nope_sh = a.q_pe_st = a.q_pe_sh = a.q_out_st = a.q_out_sh = 0;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.slots = NULL; /* but KV rows still need their slots */
+    expect(c, k, a, ROPEKV_ERR_NULL, "slots");
     /* query runs the same checks */
     char why[512];
     a = good_args();

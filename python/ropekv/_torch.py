@@ -163,9 +163,11 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
 
     qref = t["q_pe"] if t["q_pe"] is not None else t["q_out"]
     T = rows("q_pe") if t["q_pe"] is not None else rows("q_out")
-    if T is None:
-        T = rows("k_nope") if rows("k_nope") is not None else (rows("positions") or 0)
-    K = rows("slots") if t["slots"] is not None else T
+    K = rows("slots")
+    if T is None:  # q form none: no query rows; the launch covers the slots' tokens
+        T = K if K is not None else (rows("k_nope") or 0)
+    if K is None:
+        K = T
     P = max(T, K)
     H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
 

@@ -672,7 +672,9 @@ def test_host_torch(spec, q, kv):
 
 
 PADDING_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, 5, 1), ("deepseek_v3", "zero_copy", "bf16", 3, 11, 2),
-                 ("kimi_k2", "inplace", "fp8_e4m3", 11, 6, 1), ("kimi_k2", "absorbed", "bf16", 4, 9, 0)]
+                 ("kimi_k2", "inplace", "fp8_e4m3", 11, 6, 1), ("kimi_k2", "absorbed", "bf16", 4, 9, 0),
+                 ("deepseek_v3", "absorbed", "bf16", 0, 5, 1), ("kimi_k2", "absorbed", "fp8_e4m3", 6, 0, 0),
+                 ("deepseek_v3", "none", "fp8_e4m3", 0, 7, 1)]
 
 
 @parametrize("spec,q,kv,T,K,min_slot", PADDING_CASES)

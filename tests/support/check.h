@@ -37,9 +37,9 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
  * (tokens, heads, strides, max_pos) and the variant. */
 enum {
     RK_CHECK_Q, /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
-    RK_CHECK_K, /* [T, L+R+pad] bf16 holding k_nope | k_pe */
+    RK_CHECK_K, /* [kv_tokens, L+R+pad] bf16 holding k_nope | k_pe */
     RK_CHECK_Q_OUT,
-    RK_CHECK_KV, /* T + 3 cache rows */
+    RK_CHECK_KV, /* kv_tokens + 3 cache rows */
     RK_CHECK_POS,
     RK_CHECK_SLOTS,
     RK_CHECK_COS,
