@@ -113,11 +113,11 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     if (P > 0) {
         int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
         int64_t spans[] = {
-            T > 0 && absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
-            T > 0 && has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
-            T > 0 && (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
-            K > 0 ? span(K, 1, a->k_nope_st, 0, L) : 0,
-            K > 0 ? span(K, 1, a->k_pe_st, 0, R) : 0,
+            absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
+            has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
+            (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
+            has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0,
+            has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0,
             a->kv_rows * a->kv_st + W,
             a->max_pos * cs_w,
         };

@@ -274,11 +274,17 @@ void ropekv_destroy(ropekv_ctx *c) {
 }
 
 /* ---- specs ------------------------------------------------------------------------------------------ */
+/* Under mu: the index of the spec named name in c->specs, or c->n_specs. */
+static int spec_index(const ropekv_ctx *c, const char *name) {
+    int i = 0;
+    while (i < c->n_specs && strcmp(c->specs[i].spec.name, name) != 0) i++;
+    return i;
+}
+
 /* Under mu: the spec named s->name becomes *s with generation gen; replace = 0 keeps an entry already
  * there (a built-in spec read by two threads at once). */
 static int put_spec(ropekv_ctx *c, const rk_spec *s, unsigned gen, int replace) {
-    int i = 0;
-    while (i < c->n_specs && strcmp(c->specs[i].spec.name, s->name) != 0) i++;
+    const int i = spec_index(c, s->name);
     if (i < c->n_specs && !replace) return ROPEKV_OK;
     if (i == c->n_specs) {
         ctx_spec *grown = realloc(c->specs, sizeof *grown * (size_t)(c->n_specs + 1));
@@ -341,14 +347,12 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
     if (c->dev.refused[0]) return fail(c, ROPEKV_ERR_TARGET, "%s", c->dev.refused);
     if (!v || !v->spec) return fail(c, ROPEKV_ERR_NULL, "variant or variant.spec is NULL");
     rk_err err = {0};
-    int found = 0;
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < c->n_specs && !found; i++)
-        if (!strcmp(c->specs[i].spec.name, v->spec)) {
-            *spec = c->specs[i].spec;
-            *gen = c->specs[i].generation;
-            found = 1;
-        }
+    const int i = spec_index(c, v->spec), found = i < c->n_specs;
+    if (found) {
+        *spec = c->specs[i].spec;
+        *gen = c->specs[i].generation;
+    }
     pthread_mutex_unlock(&c->mu);
     if (!found) {
         int rc = rk_spec_builtin(v->spec, &c->archs, spec, &err);
@@ -480,10 +484,10 @@ static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned
            k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
 }
 
+/* Under mu: the generation a lookup of spec uses (0 for a built-in spec not read yet). */
 static unsigned spec_generation(const ropekv_ctx *c, const char *spec) {
-    for (int i = 0; i < c->n_specs; i++)
-        if (!strcmp(c->specs[i].spec.name, spec)) return c->specs[i].generation;
-    return 0;
+    const int i = spec_index(c, spec);
+    return i < c->n_specs ? c->specs[i].generation : 0;
 }
 
 ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_kernel **out) {
