@@ -1,7 +1,7 @@
 /* ropekv: fused MLA RoPE + KV-cache write kernels, JIT-compiled for the device at hand.
  *
  * One launch writes, for every token t and query head h,
- *     q_out[t, h] = cat(q_nope[t, h], rope(q_pe[t, h]))                  (bf16)
+ *     q_out[t, h] = cat(q_nope[t, h], rope(q_pe[t, h]))                  (bf16, or fp8 e4m3 with a q_scale)
  * and, where min_slot <= slots[t] < kv_rows (min_slot is 0 unless set), the token's KV-cache row
  *     kv_cache[slots[t]] = cat(k_nope[t], rope(k_pe[t]))                 (bf16 or fp8 e4m3)
  * with the dimensions, rope style, tables and fp8 policy of a model spec (specs/<model>.lua).
@@ -147,6 +147,16 @@ typedef enum ropekv_q_form {
     ROPEKV_Q_NONE,         /* KV row only */
 } ropekv_q_form;
 typedef enum ropekv_index { ROPEKV_INDEX_INT64 = 0, ROPEKV_INDEX_INT32 } ropekv_index;
+/* The dtype of the query output. fp8 is e4m3 in the target's format (FNUZ on gfx942, else OCP), made with
+ * the spec's q_fp8 policy (scale convention, saturation, rope rounding) and ropekv_args.q_scale; strides
+ * of an fp8 query output count bytes. Where each q form puts it:
+ *   absorbed   q_out [T, H, W] fp8: fp8(q_nope) | fp8(rope(q_pe))
+ *   zero_copy  q_out [T, H, W] fp8: only [..., L:] is written; [..., :L] holds the BMM's q_nope, already
+ *              quantized with the same q_scale where it lies (by the BMM's epilogue)
+ *   inplace    fp8(rope(q_pe)) over the first R bytes of each q_pe row: q_pe viewed as bytes, row (t, h)
+ *              at byte 2 * (t * q_pe_st + h * q_pe_sh) (in torch: q_pe.view(float8)[..., :R])
+ *   none       no query output: the fp8 choice makes the same kernel as bf16 */
+typedef enum ropekv_q_dtype { ROPEKV_Q_BF16 = 0, ROPEKV_Q_FP8_E4M3 } ropekv_q_dtype;
 
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
@@ -155,6 +165,7 @@ typedef struct ropekv_variant {
     ropekv_q_form q;
     ropekv_index positions; /* dtype of positions[] */
     ropekv_index slots;     /* dtype of slots[] */
+    ropekv_q_dtype q_dtype; /* dtype of the query output (see ropekv_q_dtype) */
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
@@ -169,7 +180,7 @@ typedef struct ropekv_args {
     void *q_pe;
     int64_t q_pe_st, q_pe_sh; /* [T, H, R] bf16 (written by inplace) */
     void *q_out;
-    int64_t q_out_st, q_out_sh; /* [T, H, W] bf16 (absorbed, zero_copy) */
+    int64_t q_out_st, q_out_sh; /* [T, H, W] bf16 or fp8 per q_dtype (absorbed, zero_copy) */
     const void *k_nope;
     int64_t k_nope_st; /* [Tkv, L] bf16 */
     const void *k_pe;
@@ -187,6 +198,7 @@ typedef struct ropekv_args {
                           ROPEKV_KV_TOKENS_NONE: no KV row at all */
     int64_t min_slot;  /* slots below it are never written, whatever the inputs: 1 keeps a reserved dummy slot 0
                           untouched. 0: every slot >= 0 is written */
+    const float *q_scale; /* fp8 query output with a scale convention: one float32 on the device */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
@@ -224,6 +236,13 @@ typedef struct ropekv_kernel_params {
     const char *fp8_scale;     /* "none", "mul_recip", "div" or "mul" ("none" for a bf16 cache) */
     float fp8_saturate;        /* fp8 saturation bound (0 for a bf16 cache) */
     int fp8_rope_bf16_round;   /* 1: the KV rope part is rounded to bf16 before the fp8 conversion */
+    const char *fp8_matches;   /* the spec's word on whose convention its KV fp8 policy follows ("" if none) */
+    ropekv_q_dtype q_dtype;    /* the query output's dtype (bf16 for q form none) */
+    const char *q_fp8_format;  /* fp8 query output: "ocp" or "fnuz"; else "" */
+    const char *q_fp8_scale;   /* fp8 query output: its scale convention; else "none" */
+    float q_fp8_saturate;      /* fp8 query output: its saturation bound; else 0 */
+    int q_fp8_rope_bf16_round; /* 1: the query rope part is rounded to bf16 before the fp8 conversion */
+    const char *q_fp8_matches; /* the spec's word on whose convention its query fp8 policy follows */
     const char *negative_slot; /* "skip_kv" or "skip_all" */
     int sanitize;              /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
     int block;                 /* threads per block of a launch */
