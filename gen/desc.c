@@ -20,32 +20,47 @@ static int valid_target_chars(const char *t) {
     return 1;
 }
 
-/* rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<bf16|fp8ocp|fp8fnuz>_<scale>_sat<N>_rr<0|1>_<qform>
- *   _<skipkv|skipall>_san<0|1>_<target>, from the tokens of the spelling tables. */
+/* "bf16", or "fp8" and the format's token, for a cache or query dtype. */
+static void dtype_token(int fp8, rk_fp8_fmt fmt, char *out, size_t cap) {
+    snprintf(out, cap, "%s%s", fp8 ? "fp8" : "bf16", fp8 ? rk_enum_token(&rk_fp8_enum, fmt) : "");
+}
+
+/* rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<scale>_sat<N>_rr<0|1>_<qform>_q<qdtype>_<scale>_sat<N>
+ *   _rr<0|1>_<skipkv|skipall>_san<0|1>_<target>, from the tokens of the spelling tables; kv and qdtype are
+ * bf16, fp8ocp or fp8fnuz, each followed by its fp8 policy. */
 static int format_name(const rk_desc *d, char *out, size_t cap) {
-    char sat[32], kv[32];
-    sat_token(d->sat, sat, sizeof sat);
-    snprintf(kv, sizeof kv, "%s%s", rk_enum_token(&rk_kv_enum, d->kv),
-             d->kv == ROPEKV_KV_BF16 ? "" : rk_enum_token(&rk_fp8_enum, d->fp8));
-    int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_sat%s_rr%d_%s_%s_san%d_%s", d->L, d->R,
+    char sat[32], qsat[32], kv[32], q[32];
+    sat_token(d->kv8.sat, sat, sizeof sat);
+    sat_token(d->q8.sat, qsat, sizeof qsat);
+    dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
+    dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
+    int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_sat%s_rr%d_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s", d->L, d->R,
                      rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
                      rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
-                     rk_enum_token(&rk_scale_enum, d->scale), sat, d->rope_bf16, rk_enum_token(&rk_qform_enum, d->q),
-                     rk_enum_token(&rk_neg_enum, d->neg), d->sanitize, d->arch->name);
+                     rk_enum_token(&rk_scale_enum, d->kv8.scale), sat, d->kv8.rope_bf16,
+                     rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
+                     d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize, d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
-int rk_desc_make(const rk_spec *s, const rk_arch *a, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
-                 ropekv_index slot, rk_desc *d, rk_err *err) {
+/* The code parameters of an fp8 output under policy p on a target of format fmt. */
+static rk_fp8_code fp8_code(const rk_fp8_policy *p, rk_fp8_fmt fmt) {
+    rk_fp8_code c = {p->scale, fmt == RK_FP8_FNUZ ? p->sat_fnuz : p->sat_ocp, p->rope_bf16};
+    return c;
+}
+
+int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
-    if (!rk_kv_name(kv) || !rk_qform_name(q) || !rk_idx_name(pos) || !rk_idx_name(slot))
+    if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
+        !rk_qdtype_name(c->q_dtype))
         return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
     d->spec = s;
     d->arch = a;
-    d->kv = kv;
-    d->q = q;
-    d->pos = pos;
-    d->slot = slot;
+    d->kv = c->kv;
+    d->q = c->q;
+    d->pos = c->pos;
+    d->slot = c->slot;
+    d->q_dtype = c->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
     d->L = s->kv_lora_rank;
     d->R = s->rope_dim;
     d->rope = s->rope;
@@ -53,14 +68,14 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, ropekv_kv_dtype kv, ropekv_
     d->fp8 = a->fp8;
     d->neg = s->negative_slot;
     d->sanitize = s->sanitize;
-    d->scale = RK_SCALE_NONE;
-    if (kv != ROPEKV_KV_BF16) {
-        d->scale = s->fp8_scale;
-        d->sat = d->fp8 == RK_FP8_FNUZ ? s->fp8_sat_fnuz : s->fp8_sat_ocp;
-        d->rope_bf16 = s->fp8_rope_bf16;
-    }
-    snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/pos=%s/slot=%s", s->name, a->name, rk_kv_name(kv), rk_qform_name(q),
-             rk_idx_name(pos), rk_idx_name(slot));
+    if (d->kv != ROPEKV_KV_BF16) d->kv8 = fp8_code(&s->fp8, d->fp8);
+    if (d->q_dtype != ROPEKV_Q_BF16) d->q8 = fp8_code(&s->q_fp8, d->fp8);
+    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/pos=%s/slot=%s%s%s", s->name, a->name, rk_kv_name(d->kv),
+                     rk_qform_name(d->q), rk_idx_name(d->pos), rk_idx_name(d->slot),
+                     d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
+                     d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "");
+    if (n < 0 || (size_t)n >= sizeof d->key)
+        return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' makes a variant key too long", s->file, a->name);
     if (!valid_target_chars(a->name) || format_name(d, d->name, sizeof d->name) != 0)
         return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' cannot be spelled in a kernel name", s->file,
                        a->name);
@@ -80,25 +95,27 @@ static int listed(const choice *c) {
     return 0;
 }
 
-int rk_desc_listed(const rk_spec *s, const rk_arch *a, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
-                   ropekv_index slot, rk_desc *d, rk_err *err) {
-    int rc = rk_desc_make(s, a, kv, q, pos, slot, d, err);
+int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_desc *d, rk_err *err) {
+    int rc = rk_desc_make(s, a, ch, d, err);
     if (rc != ROPEKV_OK) return rc;
     int t = 0;
     while (t < s->n_targets && strcmp(s->targets[t], a->name) != 0) t++;
     if (t == s->n_targets)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s (%s) does not list target %s (variant %s)", s->name,
                        s->file, a->name, d->key);
-    choice c[4] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)kv},
-                   {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)q},
-                   {"positions", &rk_index_enum, s->n_pos, {0}, (int)pos},
-                   {"slots", &rk_index_enum, s->n_slot, {0}, (int)slot}};
+    choice c[5] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
+                   {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)d->q},
+                   {"positions", &rk_index_enum, s->n_pos, {0}, (int)d->pos},
+                   {"slots", &rk_index_enum, s->n_slot, {0}, (int)d->slot},
+                   {"q_dtypes", &rk_qdtype_enum, s->n_qdt, {0}, (int)d->q_dtype}};
     for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
     for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
     for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
     for (int i = 0; i < s->n_slot; i++) c[3].list[i] = (int)s->slot[i];
-    for (int k = 0; k < 4; k++) {
-        if (listed(&c[k])) continue;
+    for (int i = 0; i < s->n_qdt; i++) c[4].list[i] = (int)s->q_dtypes[i];
+    for (int k = 0; k < 5; k++) {
+        /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes */
+        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE)) continue;
         char got[128];
         size_t at = 0;
         got[0] = '\0';
@@ -121,16 +138,18 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
         }
         for (int k = 0; k < s->n_kv; k++)
             for (int q = 0; q < s->n_q; q++)
-                for (int p = 0; p < s->n_pos; p++)
-                    for (int sl = 0; sl < s->n_slot; sl++) {
-                        if (n == cap) {
-                            rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
-                            return -1;
+                for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
+                    for (int p = 0; p < s->n_pos; p++)
+                        for (int sl = 0; sl < s->n_slot; sl++) {
+                            if (n == cap) {
+                                rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
+                                return -1;
+                            }
+                            rk_choice c = {s->kv[k], s->q[q], s->pos[p], s->slot[sl],
+                                           s->q[q] == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : s->q_dtypes[qd]};
+                            if (rk_desc_make(s, a, &c, &out[n], err) != ROPEKV_OK) return -1;
+                            n++;
                         }
-                        if (rk_desc_make(s, a, s->kv[k], s->q[q], s->pos[p], s->slot[sl], &out[n], err) != ROPEKV_OK)
-                            return -1;
-                        n++;
-                    }
     }
     return n;
 }
@@ -146,9 +165,14 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
     *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
 }
 
+int rk_query_rope_lanes(const rk_desc *d) {
+    if (d->q == ROPEKV_Q_NONE) return 0;
+    return d->q == ROPEKV_Q_INPLACE && d->q_dtype != ROPEKV_Q_BF16 ? 1 : d->R / 8;
+}
+
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks) {
     const int wave = d->arch->wave, block = d->arch->block, chunks = d->arch->chunks;
-    const int64_t qr = d->q == ROPEKV_Q_NONE ? 0 : d->R / 8, qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;
+    const int64_t qr = rk_query_rope_lanes(d), qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;
     const int64_t rope = (a->heads * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
     a->lanes = rope + a->heads * qn + d->L / 8;
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);

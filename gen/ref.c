@@ -35,12 +35,20 @@
  *     neox  (x0, x1) = (x[i], x[i+R/2]);   y[i]  = fmaf(x0, c, -(x1*s)); y[i+R/2] = fmaf(x1, c, x0*s)
  *     none  y = x (the cos/sin tables are not read)
  *     where x1*s and x0*s are single f32 products, rounded before the fused multiply-add.
- *   Q rows (skipped for a token with slot < 0 when negative_slot = skip_all):
+ *   Q rows (skipped for a token with slot < 0 when negative_slot = skip_all), bf16 query:
  *     absorbed   q_out[t,h,0:L] = q_nope[t,h,:] (bits copied);  q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:]))
  *     zero_copy  only q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:])); q_out[t,h,0:L] is left alone
  *     inplace    q_pe[t,h,:] = bf16(rope(q_pe[t,h,:]))
  *     none       no q writes
  *     Rounding to bf16 happens even for rope none, so a NaN in q_pe comes out as 0x7fff.
+ *   fp8 query (q_dtype fp8_e4m3, the spec's q_fp8 policy: scale convention, bound sat, rope_bf16):
+ *   q_out strides count bytes; each element x as f32 (q_nope from bf16; the rope float, first rounded
+ *   to bf16 and back when rope_bf16) goes through the scale (k = *q_scale) and the clamp as a KV element
+ *   does below (no sanitize: a NaN stays NaN) and is stored as rk_f32_to_fp8(x, fp8):
+ *     absorbed   q_out[t,h,0:L] = fp8(q_nope[t,h,:]);  q_out[t,h,L:W] = fp8(rope(q_pe[t,h,:]))
+ *     zero_copy  only q_out[t,h,L:W] = fp8(rope(q_pe[t,h,:]))
+ *     inplace    bytes [0, R) of the q_pe row (at byte 2*(t*q_pe_st + h*q_pe_sh)) = fp8(rope(q_pe[t,h,:]));
+ *                the row's other bytes are left as they are
  *   KV row, written only when 0 <= slot < kv_rows, at kv_cache + slot*kv_st, W elements:
  *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)).
  *     bf16 cache, sanitize:    each element x (k_nope converted to f32, or the rope float) becomes
@@ -227,24 +235,76 @@ static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const
     }
 }
 
+/* One fp8 element from the f32 value x under code c with scale k (read only when c has a scale
+ * convention): scale, sanitize (when asked), clamp, convert. */
+static uint8_t fp8_elem(const rk_fp8_code *c, rk_fp8_fmt fmt, const float *k, int sanitize, float x) {
+    switch (c->scale) {
+    case RK_SCALE_MUL_RECIP: {
+        float r = 1.0f / *k;
+        x = x * r;
+        break;
+    }
+    case RK_SCALE_DIV: x = x / *k; break;
+    case RK_SCALE_MUL: x = x * *k; break;
+    case RK_SCALE_NONE: break;
+    }
+    if (sanitize) {
+        if (isnan(x)) x = 0.0f;
+        else if (isinf(x)) x = x > 0 ? c->sat : -c->sat;
+    }
+    if (x > c->sat) x = c->sat;
+    else if (x < -c->sat) x = -c->sat;
+    return rk_f32_to_fp8(x, fmt);
+}
+
+/* A query element of an fp8 query: rope values rounded to bf16 first when the policy says so. */
+static uint8_t q_fp8_elem(const rk_desc *v, const rk_args *a, float x, int rope) {
+    if (rope && v->q8.rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    return fp8_elem(&v->q8, v->fp8, a->q_scale, 0, x);
+}
+
+/* dst[0, R) = fp8(rope(x)) (an fp8 query); dst may overlap x: the row is read first. */
+static void rope_row_fp8(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, uint8_t *dst) {
+    uint8_t row[1024]; /* R <= 1024 (spec limit) */
+    for (int i = 0; i < v->R / 2; i++) {
+        int j0, j1;
+        float y0, y1;
+        rope_pair(v, a, pos, x, i, &j0, &j1, &y0, &y1);
+        row[j0] = q_fp8_elem(v, a, y0, 1);
+        row[j1] = q_fp8_elem(v, a, y1, 1);
+    }
+    memcpy(dst, row, (size_t)v->R);
+}
+
 static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos) {
-    const int L = v->L;
+    const int L = v->L, fp8 = v->q_dtype != ROPEKV_Q_BF16;
+    if (v->q == ROPEKV_Q_NONE) return;
     for (int64_t h = 0; h < a->heads; h++) {
-        const uint16_t *q_pe = (const uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
+        uint16_t *q_pe = (uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
+        /* q_out's strides count its own elements: bf16, or bytes for an fp8 query */
+        const int64_t at = t * a->q_out_st + h * a->q_out_sh;
+        uint16_t *out = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY ? (uint16_t *)a->q_out + at : NULL;
+        uint8_t *out8 = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY ? (uint8_t *)a->q_out + at : NULL;
         switch (v->q) {
         case ROPEKV_Q_ABSORBED: {
             const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
-            uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
-            memcpy(out, q_nope, (size_t)L * sizeof *out);
-            rope_row_bf16(v, a, pos, q_pe, out + L);
+            if (fp8) {
+                for (int j = 0; j < L; j++) out8[j] = q_fp8_elem(v, a, rk_bf16_to_f32(q_nope[j]), 0);
+                rope_row_fp8(v, a, pos, q_pe, out8 + L);
+            } else {
+                memcpy(out, q_nope, (size_t)L * sizeof *out);
+                rope_row_bf16(v, a, pos, q_pe, out + L);
+            }
             break;
         }
-        case ROPEKV_Q_ZERO_COPY: {
-            uint16_t *out = (uint16_t *)a->q_out + t * a->q_out_st + h * a->q_out_sh;
-            rope_row_bf16(v, a, pos, q_pe, out + L);
+        case ROPEKV_Q_ZERO_COPY:
+            if (fp8) rope_row_fp8(v, a, pos, q_pe, out8 + L);
+            else rope_row_bf16(v, a, pos, q_pe, out + L);
             break;
-        }
-        case ROPEKV_Q_INPLACE: rope_row_bf16(v, a, pos, q_pe, (uint16_t *)q_pe); break;
+        case ROPEKV_Q_INPLACE:
+            if (fp8) rope_row_fp8(v, a, pos, q_pe, (uint8_t *)q_pe);
+            else rope_row_bf16(v, a, pos, q_pe, q_pe);
+            break;
         case ROPEKV_Q_NONE: break;
         }
     }
@@ -256,27 +316,6 @@ static float sanitize_bf16(float x) {
     return x;
 }
 
-/* One fp8 cache element from the f32 value x: scale, sanitize, clamp, convert. */
-static uint8_t fp8_elem(const rk_desc *v, const rk_args *a, float x) {
-    switch (v->scale) {
-    case RK_SCALE_MUL_RECIP: {
-        float r = 1.0f / *a->k_scale;
-        x = x * r;
-        break;
-    }
-    case RK_SCALE_DIV: x = x / *a->k_scale; break;
-    case RK_SCALE_MUL: x = x * *a->k_scale; break;
-    case RK_SCALE_NONE: break;
-    }
-    if (v->sanitize) {
-        if (isnan(x)) x = 0.0f;
-        else if (isinf(x)) x = x > 0 ? v->sat : -v->sat;
-    }
-    if (x > v->sat) x = v->sat;
-    else if (x < -v->sat) x = -v->sat;
-    return rk_f32_to_fp8(x, v->fp8);
-}
-
 /* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
 static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope, uint16_t raw) {
@@ -286,8 +325,8 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
         else r[j] = rope ? rk_f32_to_bf16(x) : raw;
         return;
     }
-    if (rope && v->rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
-    ((uint8_t *)row)[j] = fp8_elem(v, a, x);
+    if (rope && v->kv8.rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    ((uint8_t *)row)[j] = fp8_elem(&v->kv8, v->fp8, a->k_scale, v->sanitize, x);
 }
 
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {

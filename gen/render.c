@@ -133,7 +133,11 @@ static int header(const rk_desc *d, rk_buf *o) {
                         rk_qform_name(d->q), rk_neg_name(d->neg), d->sanitize ? "true" : "false");
     if (d->kv != ROPEKV_KV_BF16)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(d->fp8),
-                            rk_scale_name(d->scale), (double)d->sat, d->rope_bf16 ? "true" : "false");
+                            rk_scale_name(d->kv8.scale), (double)d->kv8.sat, d->kv8.rope_bf16 ? "true" : "false");
+    if (d->q_dtype != ROPEKV_Q_BF16)
+        rc |= rk_buf_printf(o, "//          q_dtype=%s q_fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n",
+                            rk_qdtype_name(d->q_dtype), rk_fp8_name(d->fp8), rk_scale_name(d->q8.scale),
+                            (double)d->q8.sat, d->q8.rope_bf16 ? "true" : "false");
     rc |= rk_buf_printf(
         o,
         "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
@@ -147,13 +151,14 @@ static int header(const rk_desc *d, rk_buf *o) {
  * bind their spellings (the kernel's C++ enumerators); numbers bind decimal text. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     const rk_arch *a = d->arch;
-    char block[16], wave[16], chunks[16], L[16], R[16], sat[48];
+    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48];
     snprintf(block, sizeof block, "%d", a->block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(L, sizeof L, "%d", d->L);
     snprintf(R, sizeof R, "%d", d->R);
-    float_literal(d->sat, sat, sizeof sat);
+    float_literal(d->kv8.sat, sat, sizeof sat);
+    float_literal(d->q8.sat, q_sat, sizeof q_sat);
 #define FLAG(x) ((x) ? "1" : "0")
 #define BOOL(x) ((x) ? "true" : "false")
     const rk_binding bind[] = {
@@ -172,9 +177,13 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"positions", rk_idx_name(d->pos)},
         {"slots", rk_idx_name(d->slot)},
         {"kv", rk_kv_name(d->kv)},
-        {"scale", rk_scale_name(d->scale)},
+        {"scale", rk_scale_name(d->kv8.scale)},
         {"sat", sat},
-        {"rope_bf16", BOOL(d->rope_bf16)},
+        {"rope_bf16", BOOL(d->kv8.rope_bf16)},
+        {"q_dtype", rk_qdtype_name(d->q_dtype)},
+        {"q_scale", rk_scale_name(d->q8.scale)},
+        {"q_sat", q_sat},
+        {"q_rope_bf16", BOOL(d->q8.rope_bf16)},
         {"negative_slot", rk_neg_name(d->neg)},
         {"q", rk_qform_name(d->q)},
         {"sanitize", BOOL(d->sanitize)},

@@ -70,6 +70,9 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #define RK_INDEX_LIST(X)             \
     X(ROPEKV_INDEX_INT64, int64, 64) \
     X(ROPEKV_INDEX_INT32, int32, 32)
+#define RK_QDTYPE_LIST(X)                  \
+    X(ROPEKV_Q_BF16, bf16, bf16)           \
+    X(ROPEKV_Q_FP8_E4M3, fp8_e4m3, fp8)
 /* clang-format on */
 
 #define RK_ENUMERATOR_(e, spelling, token) e,
@@ -93,7 +96,7 @@ typedef struct rk_enum {
     const rk_spelling *v;
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
-    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum;
+    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -110,6 +113,7 @@ const char *rk_neg_name(rk_neg n);
 const char *rk_kv_name(ropekv_kv_dtype k);
 const char *rk_qform_name(ropekv_q_form q);
 const char *rk_idx_name(ropekv_index i);
+const char *rk_qdtype_name(ropekv_q_dtype q);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -143,6 +147,15 @@ typedef struct rk_arch_table {
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
 
 /* ---- model spec (specs/<model>.lua) ---------------------------------------------------------- */
+/* How an output becomes fp8 e4m3: the spec's `fp8` table (the KV row) and `q_fp8` table (the query). */
+typedef struct rk_fp8_policy {
+    rk_scale scale;    /* scale convention with the launch's scale (k_scale, q_scale) */
+    float sat_ocp;     /* saturation bound used with OCP bytes (<= 448) */
+    float sat_fnuz;    /* saturation bound used with FNUZ bytes (<= 240) */
+    int rope_bf16;     /* 1: round the rope part to bf16 before the fp8 conversion */
+    char matches[128]; /* whose convention this is, in the spec's words (documentation; "" if unsaid) */
+} rk_fp8_policy;
+
 typedef struct rk_spec {
     char name[64];  /* spec name, [a-z0-9_]+ */
     char file[256]; /* file it came from (for messages and headers) */
@@ -157,10 +170,10 @@ typedef struct rk_spec {
     ropekv_index slot[2]; /* slot index types to build */
     int n_kv;
     ropekv_kv_dtype kv[2];
-    rk_scale fp8_scale;
-    float fp8_sat_ocp;  /* saturation bound used with OCP bytes (<= 448) */
-    float fp8_sat_fnuz; /* saturation bound used with FNUZ bytes (<= 240) */
-    int fp8_rope_bf16;  /* 1: round the KV rope part to bf16 before the fp8 conversion */
+    rk_fp8_policy fp8; /* an fp8 cache row */
+    int n_qdt;
+    ropekv_q_dtype q_dtypes[2]; /* query output dtypes to build */
+    rk_fp8_policy q_fp8;        /* an fp8 query output */
     rk_neg negative_slot;
     int n_q;
     ropekv_q_form q[4];
@@ -179,7 +192,24 @@ typedef int64_t rk_i64;
 #include "args.h"
 
 /* ---- the kernel description -----------------------------------------------------------------------
- * One kernel: a spec on a target with one choice per enumerated dimension, and every code parameter that
+ * The choices a caller makes (one per enumerated dimension of a spec). */
+typedef struct rk_choice {
+    ropekv_kv_dtype kv;
+    ropekv_q_form q;
+    ropekv_index pos;
+    ropekv_index slot;
+    ropekv_q_dtype q_dtype;
+} rk_choice;
+
+/* An fp8 output's code parameters (the policy resolved for the target's byte format); for a bf16
+ * output the canonical {none, 0, 0}, so identical kernels get identical names. */
+typedef struct rk_fp8_code {
+    rk_scale scale;
+    float sat;
+    int rope_bf16;
+} rk_fp8_code;
+
+/* One kernel: a spec on a target with one choice per enumerated dimension, and every code parameter that
  * follows from them. It is the only source of the variant key, the kernel name (formatted for people and
  * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan)
  * and the argument rules (runtime/args.c); ropekv_kernel_info reports it. */
@@ -191,36 +221,33 @@ typedef struct rk_desc {
     ropekv_q_form q;
     ropekv_index pos;
     ropekv_index slot;
-    /* the code parameters; options that cannot change a bf16 kernel's code are canonical there (scale
-       none, sat 0, rope_bf16 0), so identical kernels get identical names */
+    ropekv_q_dtype q_dtype; /* bf16 for q form none (no query output) */
+    /* the code parameters */
     int L, R; /* kv_lora_rank, qk_rope_head_dim */
     rk_rope rope;
     rk_cos_sin cos_sin;
-    rk_fp8_fmt fp8; /* the target's fp8 byte format (arch->fp8) */
-    rk_scale scale; /* fp8 scale convention */
-    float sat;      /* fp8 saturation bound for that format */
-    int rope_bf16;  /* round the KV rope part to bf16 before fp8 */
+    rk_fp8_fmt fp8;  /* the target's fp8 byte format (arch->fp8), for the cache and the query */
+    rk_fp8_code kv8; /* an fp8 cache row's policy */
+    rk_fp8_code q8;  /* an fp8 query output's policy */
     rk_neg neg;
     int sanitize;
-    char key[192];  /* spec/target/kv/q/pos=.../slot=... */
+    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3] */
     char name[192]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
 /* The description of (spec, arch, choices), whether or not the spec lists them (the build matrix
  * builds any spec for any row). ROPEKV_OK, or ROPEKV_ERR_ARG for a choice outside its enum,
  * ROPEKV_ERR_SPEC_TARGET for a target that cannot be spelled in a kernel name. */
-int rk_desc_make(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
-                 ropekv_index slot, rk_desc *out, rk_err *err);
+int rk_desc_make(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
 /* The same for a variant a caller asks for: ROPEKV_ERR_UNSUPPORTED (naming what the spec lists) unless
  * the spec lists the target and every choice. */
-int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, ropekv_kv_dtype kv, ropekv_q_form q, ropekv_index pos,
-                   ropekv_index slot, rk_desc *out, rk_err *err);
+int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2)
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2 * 2)
 
-/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, positions, slots as listed
- * in the spec): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
+/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, q dtypes, positions, slots as listed
+ * in the spec; q form none once, with a bf16 query): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
  * set (unknown target). The library never enumerates: it describes the one variant asked for. */
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
 
@@ -228,6 +255,11 @@ int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, i
  * (templates/args.h; prefetch is the launcher's), *total = grid_tokens * lanes chunks and
  * *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
+
+/* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 1 for the in-place form with an fp8
+ * query (one lane rewrites the whole row: its fp8 bytes overlap the bf16 values other chunks would read),
+ * 0 for q form none. The kernel's QR. */
+int rk_query_rope_lanes(const rk_desc *d);
 
 /* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
  * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside

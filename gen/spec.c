@@ -694,9 +694,9 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
     "name",      "description", "kv_lora_rank",  "qk_rope_head_dim", "rope",     "cos_sin", "positions", "slots",
-    "kv_dtypes", "fp8",         "negative_slot", "q_forms",          "sanitize", "targets", NULL,
+    "kv_dtypes", "fp8",         "negative_slot", "q_forms",          "sanitize", "targets", "q_dtypes", "q_fp8", NULL,
 };
-static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", NULL};
+static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
 
 static int read_dims(const scope *s, rk_spec *o) {
@@ -738,6 +738,10 @@ static int read_lists(const scope *s, rk_spec *o) {
     TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 2, v, &n));
     o->n_kv = n;
     for (int i = 0; i < n; i++) o->kv[i] = (ropekv_kv_dtype)v[i];
+    static const int def_qdt[] = {ROPEKV_Q_BF16};
+    TRY(get_enum_list(s, "q_dtypes", &rk_qdtype_enum, def_qdt, 1, 2, v, &n));
+    o->n_qdt = n;
+    for (int i = 0; i < n; i++) o->q_dtypes[i] = (ropekv_q_dtype)v[i];
     TRY(get_enum_list(s, "q_forms", &rk_qform_enum, def_q, 1, 4, v, &n));
     o->n_q = n;
     for (int i = 0; i < n; i++) {
@@ -748,18 +752,20 @@ static int read_lists(const scope *s, rk_spec *o) {
     return ROPEKV_OK;
 }
 
-static int read_fp8(const scope *s, rk_spec *o) {
+/* An fp8 policy table (`fp8` for the KV row, `q_fp8` for the query); every key optional. */
+static int read_fp8(const scope *s, const char *key, rk_fp8_policy *o) {
     scope f, sat;
     int scale, no = 0;
-    TRY(open_table(s, "fp8", &f));
+    TRY(open_table(s, key, &f));
     TRY(check_keys(&f, fp8_keys));
     TRY(get_enum(&f, "scale", &rk_scale_enum, RK_SCALE_MUL_RECIP, &scale));
-    o->fp8_scale = (rk_scale)scale;
-    TRY(get_bool(&f, "rope_bf16_round", &no, &o->fp8_rope_bf16));
+    o->scale = (rk_scale)scale;
+    TRY(get_bool(&f, "rope_bf16_round", &no, &o->rope_bf16));
+    TRY(get_string(&f, "matches", "", o->matches, sizeof o->matches));
     TRY(open_table(&f, "saturate", &sat));
     TRY(check_keys(&sat, sat_keys));
-    TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &o->fp8_sat_ocp));
-    TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &o->fp8_sat_fnuz));
+    TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &o->sat_ocp));
+    TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &o->sat_fnuz));
     lua_pop(s->L, 2);
     return ROPEKV_OK;
 }
@@ -805,7 +811,8 @@ static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     TRY(read_dims(s, o));
     TRY(read_rope(s, o));
     TRY(read_lists(s, o));
-    TRY(read_fp8(s, o));
+    TRY(read_fp8(s, "fp8", &o->fp8));
+    TRY(read_fp8(s, "q_fp8", &o->q_fp8));
     TRY(get_enum(s, "negative_slot", &rk_neg_enum, RK_NEG_SKIP_KV, &v));
     o->negative_slot = (rk_neg)v;
     TRY(get_bool(s, "sanitize", &no, &o->sanitize));

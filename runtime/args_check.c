@@ -33,7 +33,7 @@ static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) { r
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
-    const int fp8 = p->kv != ROPEKV_KV_BF16;
+    const int fp8 = p->kv != ROPEKV_KV_BF16, q8 = p->q_dtype != ROPEKV_Q_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
@@ -62,8 +62,10 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
     CHECK(!tables || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
           "sin is NULL (the spec's cos/sin tables are split)");
-    CHECK(!has_kv || !fp8 || p->scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+    CHECK(!has_kv || !fp8 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
           "k_scale is NULL (fp8 cache with a scale)");
+    CHECK(!has_q || !q8 || p->q8.scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
+          "q_scale is NULL (fp8 query with a scale)");
     /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
     CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
           "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st,
@@ -80,14 +82,14 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           (long long)a->k_pe_st, (long long)R);
     CHECK(!has_kv || a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld",
           (long long)a->kv_st, (long long)W);
-    /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows) */
-    const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16;
+    /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows and queries) */
+    const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16, q_align = q8 ? 8 : 16;
     CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
           "q_nope must be 16-byte aligned with strides a multiple of 8 elements");
     CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
           "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
-    CHECK(!(absorbed || zc) || (aligned(a->q_out, 16) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
-          ROPEKV_ERR_ALIGN, "q_out must be 16-byte aligned with strides a multiple of 8 elements");
+    CHECK(!(absorbed || zc) || (aligned(a->q_out, (size_t)q_align) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
+          ROPEKV_ERR_ALIGN, "q_out must be %lld-byte aligned with strides a multiple of 8 elements", (long long)q_align);
     CHECK(!has_kv || (aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0), ROPEKV_ERR_ALIGN,
           "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
     CHECK(!has_kv || (aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0), ROPEKV_ERR_ALIGN,
@@ -102,6 +104,7 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!tables || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))), ROPEKV_ERR_ALIGN,
           "cos/sin tables must be %zu-byte aligned", cs_align);
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
+    CHECK(!a->q_scale || aligned(a->q_scale, 4), ROPEKV_ERR_ALIGN, "q_scale must be 4-byte aligned");
 
     /* launch size and index width */
     rk_args_from_api(a, &pl->args);

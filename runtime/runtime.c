@@ -363,7 +363,7 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
         pthread_mutex_unlock(&c->mu);
         if (rc != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "out of memory");
     }
-    int rc = rk_desc_listed(spec, c->arch, v->kv, v->q, v->positions, v->slots, d, &err);
+    int rc = rk_desc_listed(spec, c->arch, &(rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype}, d, &err);
     if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
     return ROPEKV_OK;
 }
@@ -568,7 +568,7 @@ const char *ropekv_kernel_name(const ropekv_kernel *k) { return k ? k->d.name : 
 ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out) {
     if (!k || !out) return ROPEKV_ERR_NULL;
     const rk_desc *d = &k->d;
-    const int fp8 = d->kv != ROPEKV_KV_BF16;
+    const int fp8 = d->kv != ROPEKV_KV_BF16, q8 = d->q_dtype != ROPEKV_Q_BF16;
     *out = (ropekv_kernel_params){
         .name = d->name,
         .key = d->key,
@@ -583,9 +583,16 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .rope = rk_rope_name(d->rope),
         .cos_sin = rk_cos_sin_name(d->cos_sin),
         .fp8_format = fp8 ? rk_fp8_name(d->fp8) : "",
-        .fp8_scale = rk_scale_name(d->scale),
-        .fp8_saturate = d->sat,
-        .fp8_rope_bf16_round = d->rope_bf16,
+        .fp8_scale = rk_scale_name(d->kv8.scale),
+        .fp8_saturate = d->kv8.sat,
+        .fp8_rope_bf16_round = d->kv8.rope_bf16,
+        .fp8_matches = fp8 ? d->spec->fp8.matches : "",
+        .q_dtype = d->q_dtype,
+        .q_fp8_format = q8 ? rk_fp8_name(d->fp8) : "",
+        .q_fp8_scale = rk_scale_name(d->q8.scale),
+        .q_fp8_saturate = d->q8.sat,
+        .q_fp8_rope_bf16_round = d->q8.rope_bf16,
+        .q_fp8_matches = q8 ? d->spec->q_fp8.matches : "",
         .negative_slot = rk_neg_name(d->neg),
         .sanitize = d->sanitize,
         .block = d->arch->block,

@@ -17,6 +17,10 @@ return {
   slots = { "int64", "int32" },
   kv_dtypes = { "bf16", "fp8_e4m3" },
   fp8 = { scale = "mul_recip" },
+  -- The query in fp8 for fp8 attention (FlashMLA FP8, FlashInfer / TRT-LLM MLA fp8, aiter's MLA decode):
+  -- per-tensor q_scale, multiplied by its reciprocal, the f32 rope quantized as it is.
+  q_dtypes = { "bf16", "fp8_e4m3" },
+  q_fp8 = { scale = "mul_recip", matches = "FlashInfer and aiter fused peers: q * (1 / q_scale)" },
   q_forms = { "absorbed", "zero_copy", "none" },
   targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250", "sm_80", "sm_90", "host" },
 }

@@ -21,6 +21,14 @@ return {
     scale = "div",
     saturate = { fnuz = 224 },
   },
+  -- vLLM's fp8 query: the rope written in bf16, then quantized by dividing by q_scale.
+  q_dtypes = { "bf16", "fp8_e4m3" },
+  q_fp8 = {
+    scale = "div",
+    saturate = { fnuz = 224 },
+    rope_bf16_round = true,
+    matches = "vLLM: q / q_scale after a bf16 rope",
+  },
   negative_slot = "skip_all",
   q_forms = { "absorbed", "inplace" },
   sanitize = true,

@@ -10,7 +10,9 @@
 //   positions [max(T,K)], slots [K] (int32 or int64 per variant); cos_sin / sin tables per the spec's layout:
 //     f32_cat: cos_sin = [max_pos, R] f32 (cos | sin halves), sin unused;
 //     f32_split / bf16_split: cos_sin = cos [max_pos, R/2], sin [max_pos, R/2].
-//   k_scale: one float32 on the device (fp8 cache with a scale), else unused.
+//   k_scale: one float32 on the device (fp8 cache with a scale), else unused; q_scale the same for an
+//   fp8 query. An fp8 query's q_out strides count bytes; the in-place form writes its fp8 row over the
+//   first R bytes of the q_pe row.
 //   T = tokens: query rows [0, T); K = kv_tokens: KV rows [0, K); min_slot: slots below it are never
 //   written.
 //   (The launcher passes kv_tokens as a count: ropekv_args' 0 and ROPEKV_KV_TOKENS_NONE are resolved.)
@@ -45,7 +47,8 @@
     F(rk_i64, kv_st)           \
     F(rk_i64, kv_rows)         \
     F(rk_i64, kv_tokens)       \
-    F(rk_i64, min_slot)
+    F(rk_i64, min_slot)        \
+    F(const float *, q_scale)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)

@@ -113,20 +113,82 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
     return y;
 }
 
-// One chunk of a query row: copy q_nope or rotate q_pe. With negative_slot = skip_all a token whose
-// slot is negative writes nothing (a token past kv_tokens has no slot, so its rows are written); its
-// slot is waited for only at the store, so that load overlaps
-// the chunk's own (a slot read first would add a memory round trip to the chain).
+// An element on its way to fp8 under scale convention S: scaled by k (which holds 1/scale for
+// mul_recip: see fp8_factor), sanitized when CLEAN (NaN -> 0; inf is clamped), clamped to the bound
+// sat (NaN passes).
+template <Scale S, bool CLEAN>
+RK_DEVICE float fp8_prep(float x, float k, float sat) {
+    if (S == Scale::mul_recip || S == Scale::mul) x = x * k;
+    else if (S == Scale::div) x = x / k;
+    if (CLEAN) x = rk_isnan(x) ? 0.0f : x;
+    return x > sat ? sat : x < -sat ? -sat : x;
+}
+
+// The factor fp8_prep takes for a scale read from memory: its reciprocal (an f32) for mul_recip.
+template <Scale S>
+RK_DEVICE float fp8_factor(float scale) { return S == Scale::mul_recip ? 1.0f / scale : scale; }
+
+// Eight values -> eight fp8 bytes in the target's format; with rope_bf16 each value is rounded to bf16
+// first.
+template <Scale S, bool CLEAN>
+RK_DEVICE rk_v8 pack_fp8(f8 y, float k, float sat, bool rope_bf16) {
+    if (rope_bf16)
+        for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
+    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<S, CLEAN>(y.v[i], k, sat);
+    return rk_v8{rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
+                 rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
+}
+
+// The query output: bf16, or fp8 with the spec's q_fp8 policy (no sanitizing).
+constexpr bool Q8 = Q_DTYPE == QDtype::fp8_e4m3;
+RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
+    return pack_fp8<Q_SCALE, false>(y, k, Q_SAT, rope && Q_ROPE_BF16);
+}
+
+// The in-place form with an fp8 query: one lane per head row (QR = 1 below). Its fp8 bytes go over the
+// first R bytes of the bf16 row, where values of later chunks still sit: the lane rotates the whole row
+// into registers before it stores anything. The scale is read as q_chunk reads it.
+RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
+    rk_v8 row[R_CH];
+    float k = fp8_factor<Q_SCALE>(q_scale);
+#pragma unroll
+    for (int j = 0; j < R; j += V) {
+        if (ROPE == Rope::neox && j >= H2) break;  // neox: each step rotates a pair of chunks
+        f8 partner;
+        f8 y = rope8(a, q_pe, j, t, &partner);
+        if (j == 0 && Q_SCALE != Scale::none && a.prefetch) k = fp8_factor<Q_SCALE>(*a.q_scale);
+        row[j / V] = pack_q8(y, k, true);
+        if (ROPE == Rope::neox) row[(j + H2) / V] = pack_q8(partner, k, true);
+    }
+    if (skip) return;
+#pragma unroll
+    for (int c = 0; c < R_CH; c++) rk_store8((rk_u8 *)q_pe + c * V, row[c]);
+}
+
+// One chunk of a query row: copy (or quantize) q_nope, or rotate q_pe. With negative_slot = skip_all a
+// token whose slot is negative writes nothing (a token past kv_tokens has no slot, so its rows are
+// written); its slot is waited for only at the store, so that load overlaps the chunk's own (a slot
+// read first would add a memory round trip to the chain). An fp8 query's scale is read as the cache's
+// is (kv_chunk).
 template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
     const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
-    const rk_u16 *q_pe = (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
+    const bool scaled = Q8 && Q_SCALE != Scale::none;
+    float q_scale = scaled && !a.prefetch ? *a.q_scale : 1.0f;
+    rk_u16 *q_pe = (rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
+    const I out_at = t * (I)a.q_out_st + h * (I)a.q_out_sh;  // in q_out's elements: bf16, or fp8 bytes
     if (QFORM == QForm::absorbed && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
-        rk_u16 *dst = (rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh;
         gate(a);
         rk_v16 x = rk_load16_ro(src + c * V);
-        if (!skip) rk_store16_out(dst + c * V, x);
+        if (scaled && a.prefetch) q_scale = *a.q_scale;
+        if (skip) return;
+        if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + c * V, pack_q8(unpack_bf16(x), fp8_factor<Q_SCALE>(q_scale), false));
+        else rk_store16_out((rk_u16 *)a.q_out + out_at + c * V, x);
+        return;
+    }
+    if (QFORM == QForm::inplace && Q8) {
+        q_row_inplace_fp8(a, q_pe, t, skip, q_scale);
         return;
     }
     const int j = (QFORM == QForm::absorbed ? c - L_CH : c) * V;
@@ -137,22 +199,16 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         f8 partner;
         rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &partner));
         if (skip) return;
-        if (ROPE == Rope::neox) rk_store16((rk_u16 *)q_pe + j + H2, pack_bf16(partner));
-        rk_store16((rk_u16 *)q_pe + j, out);
+        if (ROPE == Rope::neox) rk_store16(q_pe + j + H2, pack_bf16(partner));
+        rk_store16(q_pe + j, out);
         return;
     }
     f8 unused;
-    rk_v16 out = pack_bf16(rope8(a, q_pe, j, t, &unused));
-    if (!skip) rk_store16_out((rk_u16 *)a.q_out + t * (I)a.q_out_st + h * (I)a.q_out_sh + L + j, out);
-}
-
-// KV element on its way to an fp8 cache: scale, sanitize, clamp to the bound (NaN passes).
-RK_DEVICE float fp8_prep(float x, float k) {
-    if (SCALE == Scale::mul_recip) x = x * k;  // k holds 1/k_scale
-    else if (SCALE == Scale::div) x = x / k;
-    else if (SCALE == Scale::mul) x = x * k;
-    if (SANITIZE) x = rk_isnan(x) ? 0.0f : x;
-    return x > SAT ? SAT : x < -SAT ? -SAT : x;
+    f8 y = rope8(a, q_pe, j, t, &unused);
+    if (scaled && a.prefetch) q_scale = *a.q_scale;
+    if (skip) return;
+    if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + L + j, pack_q8(y, fp8_factor<Q_SCALE>(q_scale), true));
+    else rk_store16_out((rk_u16 *)a.q_out + out_at + L + j, pack_bf16(y));
 }
 
 RK_DEVICE float bf16_prep(float x) {
@@ -184,13 +240,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < a.min_slot || slot >= a.kv_rows) return;
     if (KV == Kv::fp8_e4m3) {
-        float k = k_scale;
-        if (SCALE == Scale::mul_recip) k = 1.0f / k;
-        if (ROPE_BF16 && !nope)
-            for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
-        for (int i = 0; i < V; i++) y.v[i] = fp8_prep(y.v[i], k);
-        rk_v8 out = {rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
-                     rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
+        rk_v8 out = pack_fp8<SCALE, SANITIZE>(y, fp8_factor<SCALE>(k_scale), SAT, ROPE_BF16 && !nope);
         rk_store8_out((rk_u8 *)a.kv_cache + (I)slot * (I)a.kv_st + c * V, out);
     } else {
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
@@ -205,7 +255,8 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
 // (rk_launch_plan in gen/desc.c counts the same: a.lanes.)
-constexpr int QR = QFORM == QForm::none ? 0 : R_CH;  // query rope chunks per head
+// query rope lanes per head: a chunk each, or one for the whole row (in place with an fp8 query)
+constexpr int QR = QFORM == QForm::none ? 0 : QFORM == QForm::inplace && Q8 ? 1 : R_CH;
 constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
@@ -230,8 +281,8 @@ RK_DEVICE void chunk(const args &a, I g) {
     if (r < rope) {
         q_lane = r < heads * QR;
         if (q_lane) {
-            h = r / R_CH;
-            c = (QFORM == QForm::absorbed ? L_CH : 0) + (int)(r - h * R_CH);
+            h = r / QR;
+            c = (QFORM == QForm::absorbed ? L_CH : 0) + (int)(r - h * QR);
         } else if (r < heads * QR + R_CH) {
             c = L_CH + (int)(r - heads * QR);
         } else {

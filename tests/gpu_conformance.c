@@ -124,6 +124,7 @@ static rk_shape rk_shape_of(int i) {
                       .neg_every = 3,
                       .specials = 1,
                       .k_scale = 0.37f,
+                      .q_scale = i % 3 == 0 ? 0.37f : i % 3 == 1 ? 1.0f : 1.0f / 448.0f,
                       .runs = g_shapes[i].runs,
                       .kv_tokens = g_shapes[i].kv_tokens,
                       .min_slot = g_shapes[i].min_slot};
@@ -271,10 +272,10 @@ static uint64_t rebase(const void *p, const rk_check_buf *b, const uint64_t *dev
  * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
  * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
  * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
-#define LATE_MAX 9 /* rows of late_copy's table (the 9 in LATE_SRC): one per rk_check buffer */
+#define LATE_MAX 10 /* rows of late_copy's table (the 10 in LATE_SRC): one per rk_check buffer */
 _Static_assert(RK_CHECK_NBUF <= LATE_MAX, "late_copy's table holds every rk_check buffer");
 static const char LATE_SRC[] =
-    "struct late { unsigned long long dst[9], src[9], n[9]; long long count, spin; };\n"
+    "struct late { unsigned long long dst[10], src[10], n[10]; long long count, spin; };\n"
     "extern \"C\" __global__ void late_copy(const late a) {\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
@@ -372,13 +373,13 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
     }
     rk_args d = *a;
-    uint64_t p[11] = {
+    uint64_t p[12] = {
         rebase(a->q_nope, b, dev),    rebase(a->q_pe, b, dev),    rebase(a->q_out, b, dev),
         rebase(a->k_nope, b, dev),    rebase(a->k_pe, b, dev),    rebase(a->kv_cache, b, dev),
         rebase(a->positions, b, dev), rebase(a->slots, b, dev),   rebase(a->cos_sin, b, dev),
-        rebase(a->sin, b, dev),       rebase(a->k_scale, b, dev),
+        rebase(a->sin, b, dev),       rebase(a->k_scale, b, dev), rebase(a->q_scale, b, dev),
     };
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
             rc = ROPEKV_ERR_IO;
@@ -395,6 +396,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.cos_sin = (const void *)(uintptr_t)p[8];
     d.sin = (const void *)(uintptr_t)p[9];
     d.k_scale = (const float *)(uintptr_t)p[10];
+    d.q_scale = (const float *)(uintptr_t)p[11];
 
     /* launch geometry as the runtime computes it */
     const int block = v->arch->block;

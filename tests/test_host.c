@@ -48,8 +48,7 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     rk_err err = {0};
     assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
     rk_desc d;
-    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"),
-                                  ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, &d, &err),
+    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"), &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);

@@ -84,9 +84,9 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
     s->spec.rope_dim = 8;
     s->spec.rope = rope;
     s->spec.cos_sin = cs;
-    s->spec.fp8_scale = RK_SCALE_NONE;
-    s->spec.fp8_sat_ocp = 448.0f;
-    s->spec.fp8_sat_fnuz = 240.0f;
+    s->spec.fp8.scale = RK_SCALE_NONE;
+    s->spec.fp8.sat_ocp = 448.0f;
+    s->spec.fp8.sat_fnuz = 240.0f;
     s->spec.negative_slot = RK_NEG_SKIP_KV;
     strcpy(s->arch.name, "host");
     s->arch.vendor = RK_VENDOR_HOST;
@@ -104,7 +104,7 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
 /* The reference run on the description of the setup's spec, row and choices (set them first). */
 static void ref_run(setup *s, const rk_args *a) {
     rk_err err = {0};
-    if (rk_desc_make(&s->spec, &s->arch, s->v.kv, s->v.q, s->v.pos, s->v.slot, &s->v, &err) != ROPEKV_OK)
+    if (rk_desc_make(&s->spec, &s->arch, &(rk_choice){s->v.kv, s->v.q, s->v.pos, s->v.slot, s->v.q_dtype}, &s->v, &err) != ROPEKV_OK)
         fail_msg("rk_desc_make: %s", err.msg);
     rk_args b = *a;
     if (b.kv_tokens == 0) b.kv_tokens = b.tokens; /* most tests give one token count */
@@ -122,7 +122,7 @@ static void padding_case(int64_t T, int64_t K, int64_t min_slot, const int64_t *
     s.spec.negative_slot = RK_NEG_SKIP_ALL;
     s.v.q = ROPEKV_Q_ZERO_COPY;
     rk_err err = {0};
-    assert_int_equal(rk_desc_make(&s.spec, &s.arch, s.v.kv, s.v.q, s.v.pos, s.v.slot, &s.v, &err), ROPEKV_OK);
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &(rk_choice){s.v.kv, s.v.q, s.v.pos, s.v.slot, s.v.q_dtype}, &s.v, &err), ROPEKV_OK);
     uint16_t q_pe[MAXT * H * R], q_out[MAXT * H * W], k[MAXT * W], kv[ROWS * W];
     int64_t pos[MAXT] = {0, 1, 2, 3};
     float cs[4 * R] = {0};
@@ -890,9 +890,9 @@ static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_sc
 
 static void setup_fp8(setup *s, rk_fp8_fmt fmt, float sat, rk_scale scale) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
-    s->spec.fp8_scale = scale;
+    s->spec.fp8.scale = scale;
     s->arch.fp8 = fmt;
-    s->spec.fp8_sat_ocp = s->spec.fp8_sat_fnuz = sat;
+    s->spec.fp8.sat_ocp = s->spec.fp8.sat_fnuz = sat;
     s->v.kv = ROPEKV_KV_FP8_E4M3;
     s->v.q = ROPEKV_Q_NONE;
 }
@@ -988,7 +988,7 @@ static void test_op_fp8_fnuz_bound(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setup s;
         setup_fp8(&s, RK_FP8_FNUZ, cases[i].sat, RK_SCALE_NONE);
-        s.spec.fp8_sat_fnuz = cases[i].sat;
+        s.spec.fp8.sat_fnuz = cases[i].sat;
         s.spec.sanitize = cases[i].san;
         uint8_t row[16];
         run_fp8_row(&s, nope, pe, 1.0f, row);
@@ -1023,7 +1023,7 @@ static void test_op_fp8_ocp_sanitize(void **state) {
     }
 }
 
-/* fp8_rope_bf16: the rope float is rounded to bf16 before the fp8 conversion. GPT-J at a position
+/* fp8.rope_bf16: the rope float is rounded to bf16 before the fp8 conversion. GPT-J at a position
  * with c0 = 1.0634765625 = 1 + 65*2^-10, s0 = 0, on k_pe = (1, 2, 1, ...):
  *   y0 = 1.0634765625: fp8 directly -> above the 1.0625 midpoint -> 1.125 (0x39);
  *                      bf16 first -> 1.0625 (a tie in fp8) -> 1.0 (0x38).
@@ -1036,8 +1036,8 @@ static void test_op_fp8_rope_bf16(void **state) {
     for (int rr = 0; rr < 2; rr++) {
         setup s;
         setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
-        s.spec.fp8_rope_bf16 = rr;
-        s.spec.fp8_scale = RK_SCALE_MUL;
+        s.spec.fp8.rope_bf16 = rr;
+        s.spec.fp8.scale = RK_SCALE_MUL;
         s.v.kv = ROPEKV_KV_FP8_E4M3;
         s.v.q = ROPEKV_Q_NONE;
         uint16_t k_nope[L], k_pe[R];

@@ -333,9 +333,9 @@ static void test_spec_values(void **state) {
     assert_true(s.cos_sin == RK_CS_F32_CAT && s.n_pos == 2 && s.pos[0] == ROPEKV_INDEX_INT64 &&
                 s.pos[1] == ROPEKV_INDEX_INT32);
     assert_true(s.n_slot == 2 && s.slot[0] == ROPEKV_INDEX_INT64 && s.slot[1] == ROPEKV_INDEX_INT32);
-    assert_true(s.n_kv == 2 && s.fp8_scale == RK_SCALE_MUL_RECIP);
+    assert_true(s.n_kv == 2 && s.fp8.scale == RK_SCALE_MUL_RECIP);
     assert_true(s.n_q == 3 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_NONE);
-    assert_true(s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f && !s.fp8_rope_bf16);
+    assert_true(s.fp8.sat_ocp == 448.0f && s.fp8.sat_fnuz == 240.0f && !s.fp8.rope_bf16);
     assert_true(s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize && s.n_targets == 9);
 
     s = load_file(state, "kimi_k2.lua");
@@ -343,16 +343,16 @@ static void test_spec_values(void **state) {
     assert_true(s.n_pos == 2 && s.pos[0] == ROPEKV_INDEX_INT64 && s.pos[1] == ROPEKV_INDEX_INT32);
     assert_true(s.n_slot == 2 && s.slot[0] == ROPEKV_INDEX_INT64 && s.slot[1] == ROPEKV_INDEX_INT32);
     assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_INPLACE);
-    assert_true(s.fp8_scale == RK_SCALE_DIV && s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 448.0f);
+    assert_true(s.fp8.scale == RK_SCALE_DIV && s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.n_targets == 4);
 
     s = load_file(state, "deepseek_v2_lite.lua");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.cos_sin == RK_CS_BF16_SPLIT);
-    assert_true(s.fp8_scale == RK_SCALE_MUL && s.n_q == 1 && s.n_targets == 5);
+    assert_true(s.fp8.scale == RK_SCALE_MUL && s.n_q == 1 && s.n_targets == 5);
 
     s = load_file(state, "minicpm3_4b.lua");
     assert_true(s.kv_lora_rank == 256 && s.rope_dim == 32 && s.rope == RK_ROPE_NEOX);
-    assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8_scale == RK_SCALE_NONE && s.fp8_rope_bf16);
+    assert_true(s.cos_sin == RK_CS_F32_SPLIT && s.fp8.scale == RK_SCALE_NONE && s.fp8.rope_bf16);
     assert_true(s.n_q == 3 && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_INPLACE && s.n_targets == 4);
     assert_string_equal(s.targets[0], "gfx1250");
 }
@@ -370,8 +370,8 @@ static void test_defaults(void **state) {
     assert_true(s.rope == RK_ROPE_GPTJ && s.cos_sin == RK_CS_F32_CAT);
     assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT64 && s.n_slot == 1 && s.slot[0] == ROPEKV_INDEX_INT64);
     assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_BF16 && s.kv[1] == ROPEKV_KV_FP8_E4M3);
-    assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.fp8_sat_ocp == 448.0f && s.fp8_sat_fnuz == 240.0f);
-    assert_true(!s.fp8_rope_bf16 && s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize);
+    assert_true(s.fp8.scale == RK_SCALE_MUL_RECIP && s.fp8.sat_ocp == 448.0f && s.fp8.sat_fnuz == 240.0f);
+    assert_true(!s.fp8.rope_bf16 && s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize);
     assert_true(s.n_q == 1 && s.q[0] == ROPEKV_Q_ABSORBED);
     assert_true(s.n_targets == 1 && strcmp(s.targets[0], "host") == 0);
 }
@@ -387,11 +387,11 @@ static void test_accepts(void **state) {
     s = load_ok(state, "s.positions = 'int32'  s.targets = 'host'");
     assert_true(s.n_pos == 1 && s.pos[0] == ROPEKV_INDEX_INT32 && s.n_targets == 1);
     s = load_ok(state, "s.fp8.saturate.fnuz = 224  s.fp8.saturate.ocp = 240");
-    assert_true(s.fp8_sat_fnuz == 224.0f && s.fp8_sat_ocp == 240.0f);
+    assert_true(s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 240.0f);
     s = load_ok(state, "s.fp8.saturate.ocp = 2^-9  s.fp8.saturate = { ocp = 2^-9 }");
-    assert_true(s.fp8_sat_ocp == 0x1p-9f && s.fp8_sat_fnuz == 240.0f);
+    assert_true(s.fp8.sat_ocp == 0x1p-9f && s.fp8.sat_fnuz == 240.0f);
     s = load_ok(state, "s.fp8 = nil  s.description = nil");
-    assert_true(s.fp8_scale == RK_SCALE_MUL_RECIP && s.description[0] == '\0');
+    assert_true(s.fp8.scale == RK_SCALE_MUL_RECIP && s.description[0] == '\0');
     s = load_ok(state, "s.rope = 'none'  s.q_forms = { 'absorbed', 'zero_copy', 'none' }");
     assert_true(s.rope == RK_ROPE_NONE && s.n_q == 3);
     s = load_ok(state, "s.rope = 'neox'  s.qk_rope_head_dim = 48");

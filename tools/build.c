@@ -188,7 +188,7 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
                 free(tmp);
                 return -1;
             }
-            if (rk_desc_make(tmp[i].spec, target, tmp[i].kv, tmp[i].q, tmp[i].pos, tmp[i].slot, &out[n], NULL) !=
+            if (rk_desc_make(tmp[i].spec, target, &(rk_choice){tmp[i].kv, tmp[i].q, tmp[i].pos, tmp[i].slot, tmp[i].q_dtype}, &out[n], NULL) !=
                 ROPEKV_OK) {
                 free(tmp);
                 return -1;

@@ -99,7 +99,7 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
     FUZZ_CHECK(terminated(s->description, sizeof s->description), "description");
     FUZZ_CHECK(s->kv_lora_rank >= 8 && s->kv_lora_rank <= 8192 && s->kv_lora_rank % 8 == 0, "L %d", s->kv_lora_rank);
     FUZZ_CHECK(s->rope_dim >= 8 && s->rope_dim <= 1024 && s->rope_dim % 8 == 0, "R %d", s->rope_dim);
-    FUZZ_CHECK(rk_rope_name(s->rope) && rk_cos_sin_name(s->cos_sin) && rk_scale_name(s->fp8_scale) &&
+    FUZZ_CHECK(rk_rope_name(s->rope) && rk_cos_sin_name(s->cos_sin) && rk_scale_name(s->fp8.scale) &&
                    rk_neg_name(s->negative_slot),
                "enum out of range");
     FUZZ_CHECK(s->rope != RK_ROPE_NEOX || s->rope_dim % 16 == 0, "neox with R %d", s->rope_dim);
@@ -111,9 +111,9 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
         FUZZ_CHECK(!(s->q[i] == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE), "inplace without rope");
         for (int j = 0; j < i; j++) FUZZ_CHECK(s->q[i] != s->q[j], "duplicate q form");
     }
-    FUZZ_CHECK(s->fp8_sat_ocp > 0 && s->fp8_sat_ocp <= 448 && s->fp8_sat_fnuz > 0 && s->fp8_sat_fnuz <= 240,
-               "saturation %g %g", (double)s->fp8_sat_ocp, (double)s->fp8_sat_fnuz);
-    FUZZ_CHECK(s->fp8_rope_bf16 == 0 || s->fp8_rope_bf16 == 1, "rope_bf16_round");
+    FUZZ_CHECK(s->fp8.sat_ocp > 0 && s->fp8.sat_ocp <= 448 && s->fp8.sat_fnuz > 0 && s->fp8.sat_fnuz <= 240,
+               "saturation %g %g", (double)s->fp8.sat_ocp, (double)s->fp8.sat_fnuz);
+    FUZZ_CHECK(s->fp8.rope_bf16 == 0 || s->fp8.rope_bf16 == 1, "rope_bf16_round");
     FUZZ_CHECK(s->sanitize == 0 || s->sanitize == 1, "sanitize");
     for (int i = 0; i < s->n_targets; i++) {
         FUZZ_CHECK(terminated(s->targets[i], RK_NAME_MAX) && rk_arch_find(archs, s->targets[i]), "target %d", i);

@@ -45,7 +45,7 @@ typedef struct set {
     uint16_t *q, *k, *q_out; /* q: [T,H,W+pad] holding q_nope|q_pe; k: [T,W+pad] holding k_nope|k_pe */
     uint8_t *kv;             /* cache rows */
     void *pos, *slots, *cos, *sin;
-    float *k_scale;
+    float *k_scale, *q_scale;
 } set;
 
 typedef struct sizes {
@@ -68,6 +68,7 @@ static void set_free(set *s) {
     free(s->cos);
     free(s->sin);
     free(s->k_scale);
+    free(s->q_scale);
     memset(s, 0, sizeof *s);
 }
 
@@ -81,7 +82,10 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     d->cos = dup(s->cos, z->cos);
     d->sin = dup(s->sin, z->sin);
     d->k_scale = dup(s->k_scale, sizeof(float));
-    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale ? 0 : -1;
+    d->q_scale = dup(s->q_scale, sizeof(float));
+    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale && d->q_scale
+               ? 0
+               : -1;
 }
 
 /* KV tokens of a shape as a count. */
@@ -106,6 +110,7 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->cos_sin = s->cos;
     a->sin = s->sin;
     a->k_scale = s->k_scale;
+    a->q_scale = s->q_scale;
     a->tokens = T;
     a->kv_tokens = K;
     a->min_slot = sh->min_slot;
@@ -151,7 +156,7 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
 static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_t pad, int64_t max_pos) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
-    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2;
+    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2, q_elem = v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2;
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
@@ -160,7 +165,7 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
     sizes z = {
         .q = (Tb * (H * row_elems + pad)) * 2,
         .k = Kb * row_elems * 2,
-        .q_out = (Tb * (H * row_elems + pad)) * 2,
+        .q_out = (Tb * (H * row_elems + pad)) * q_elem, /* strides count q_out's elements: bf16 or fp8 bytes */
         .kv = (K + 3) * row_elems * kv_elem,
         .pos = Pb * idx_pos,
         .slots = Kb * idx_slot,
@@ -183,6 +188,7 @@ void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CH
         [RK_CHECK_COS] = {"cos", (void *)a->cos_sin, z.cos, 0},
         [RK_CHECK_SIN] = {"sin", (void *)a->sin, z.sin, 0},
         [RK_CHECK_K_SCALE] = {"k_scale", (void *)a->k_scale, (int64_t)sizeof(float), 0},
+        [RK_CHECK_Q_SCALE] = {"q_scale", (void *)a->q_scale, (int64_t)sizeof(float), 0},
     };
     memcpy(out, b, sizeof b);
 }
@@ -243,7 +249,9 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     ref.cos = malloc(z.cos ? (size_t)z.cos : 1);
     ref.sin = malloc(z.sin ? z.sin : 1);
     ref.k_scale = malloc(sizeof(float));
-    if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale) {
+    ref.q_scale = malloc(sizeof(float));
+    if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale ||
+        !ref.q_scale) {
         snprintf(why, why_cap, "out of memory");
         goto out;
     }
@@ -252,6 +260,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     memset(ref.q_out, 0xa5, (size_t)z.q_out);
     memset(ref.kv, 0x5a, (size_t)z.kv);
     *ref.k_scale = sh->k_scale;
+    *ref.q_scale = sh->q_scale != 0.0f ? sh->q_scale : 1.0f;
     /* positions: in range, at both ends, and out of range (clamped) */
     for (int64_t t = 0; t < P; t++) {
         int64_t p = (int64_t)(next(&r) % (uint64_t)(sh->max_pos + 4)) - 2;
@@ -304,7 +313,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
         if (!why[0]) snprintf(why, why_cap, "kernel run failed (%d)", rc);
         goto out;
     }
-    rc = compare("q_out", ref.q_out, ker.q_out, z.q_out, 2, why, why_cap) ||
+    rc = compare("q_out", ref.q_out, ker.q_out, z.q_out, v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2, why, why_cap) ||
          compare("q (in place)", ref.q, ker.q, z.q, 2, why, why_cap) ||
          compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap);
 out:

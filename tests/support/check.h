@@ -20,6 +20,7 @@ typedef struct rk_shape {
     int neg_every;         /* every n-th token gets a negative slot (0: none) */
     int specials;          /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
+    float q_scale; /* an fp8 query's scale (0 means 1) */
     int runs; /* the reference runs this many times on its buffers (0 means 1); the run callback
                         must run the kernel as often, back to back (in place, each run rotates the
                         previous one's output: chained launches that must be ordered) */
@@ -45,10 +46,11 @@ enum {
     RK_CHECK_COS,
     RK_CHECK_SIN, /* 0 bytes with an f32_cat table */
     RK_CHECK_K_SCALE,
+    RK_CHECK_Q_SCALE,
     RK_CHECK_NBUF
 };
 typedef struct rk_check_buf {
-    const char *name; /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale" */
+    const char *name; /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale", "q_scale" */
     void *host;       /* start of the buffer */
     int64_t bytes;
     int compared; /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
