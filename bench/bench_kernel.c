@@ -210,7 +210,10 @@ int main(int argc, char **argv) {
                     arch.nt_stores = nt_l[n % nn];
                     arch.pdl = pdl_l[n / nn] != 0;
                     rk_desc v;
-                    rk_desc_make(sp, &arch, &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &v, NULL);
+                    rk_desc_make(sp, &arch,
+                                 &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED,
+                                              ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                 &v, NULL);
                     rk_buf src = {0};
                     rk_codeobj kco = {0};
                     rk_buf klog = {0};

@@ -165,6 +165,8 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
     *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
 }
 
+int rk_desc_writes_fp8(const rk_desc *d) { return d->kv != ROPEKV_KV_BF16 || d->q_dtype != ROPEKV_Q_BF16; }
+
 int rk_query_rope_lanes(const rk_desc *d) {
     if (d->q == ROPEKV_Q_NONE) return 0;
     return d->q == ROPEKV_Q_INPLACE && d->q_dtype != ROPEKV_Q_BF16 ? 1 : d->R / 8;

@@ -256,6 +256,10 @@ int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, i
  * *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
 
+/* 1 when the kernel writes fp8 bytes (an fp8 cache row or an fp8 query): where the target has the
+ * hardware conversion, its code must use it. */
+int rk_desc_writes_fp8(const rk_desc *d);
+
 /* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 1 for the in-place form with an fp8
  * query (one lane rewrites the whole row: its fp8 bytes overlap the bf16 values other chunks would read),
  * 0 for q form none. The kernel's QR. */

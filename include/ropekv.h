@@ -193,10 +193,10 @@ typedef struct ropekv_args {
     int64_t max_pos;               /* rows of the tables; positions are clamped to [0, max_pos) */
     const float *k_scale;          /* fp8 cache with a scale convention: one float32 on the device */
     /* Padding as engines lay it out; zero (the default) means none. */
-    int64_t kv_tokens; /* KV rows for tokens [0, kv_tokens) only, query rows for [0, tokens): either may be the
+    int64_t kv_tokens;    /* KV rows for tokens [0, kv_tokens) only, query rows for [0, tokens): either may be the
                           larger (a slot list shorter than the batch, or queries padded past it). 0: tokens;
                           ROPEKV_KV_TOKENS_NONE: no KV row at all */
-    int64_t min_slot;  /* slots below it are never written, whatever the inputs: 1 keeps a reserved dummy slot 0
+    int64_t min_slot;     /* slots below it are never written, whatever the inputs: 1 keeps a reserved dummy slot 0
                           untouched. 0: every slot >= 0 is written */
     const float *q_scale; /* fp8 query output with a scale convention: one float32 on the device */
 } ropekv_args;

@@ -89,7 +89,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
           "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
     CHECK(!(absorbed || zc) || (aligned(a->q_out, (size_t)q_align) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
-          ROPEKV_ERR_ALIGN, "q_out must be %lld-byte aligned with strides a multiple of 8 elements", (long long)q_align);
+          ROPEKV_ERR_ALIGN, "q_out must be %lld-byte aligned with strides a multiple of 8 elements",
+          (long long)q_align);
     CHECK(!has_kv || (aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0), ROPEKV_ERR_ALIGN,
           "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
     CHECK(!has_kv || (aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0), ROPEKV_ERR_ALIGN,

@@ -124,7 +124,9 @@ static rk_shape rk_shape_of(int i) {
                       .neg_every = 3,
                       .specials = 1,
                       .k_scale = 0.37f,
-                      .q_scale = i % 3 == 0 ? 0.37f : i % 3 == 1 ? 1.0f : 1.0f / 448.0f,
+                      .q_scale = i % 3 == 0   ? 0.37f
+                                 : i % 3 == 1 ? 1.0f
+                                              : 1.0f / 448.0f,
                       .runs = g_shapes[i].runs,
                       .kv_tokens = g_shapes[i].kv_tokens,
                       .min_slot = g_shapes[i].min_slot};

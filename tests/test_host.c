@@ -48,7 +48,10 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     rk_err err = {0};
     assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
     rk_desc d;
-    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"), &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"),
+                                  &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                  &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
@@ -164,8 +167,13 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         {"deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int64", "rk_fma(x0, c[i], -(x1 * s[i]))",
          "(x0 * c[i] - x1 * s[i])", 1},
         /* no saturation at the spec's FNUZ bound of 224 */
-        {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64", "return x > SAT ? SAT : x < -SAT ? -SAT : x;",
+        {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64", "return x > sat ? sat : x < -sat ? -sat : x;",
          "return x;", 1},
+        /* the fp8 query's scale ignored */
+        {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3", "pack_fp8<Q_SCALE, false>(y, k, Q_SAT",
+         "pack_fp8<Q_SCALE, false>(y, 1, Q_SAT", 1},
+        /* the fp8 query's rope not rounded to bf16 first (kimi_k2's policy rounds it) */
+        {"kimi_k2/host/fp8_e4m3/inplace/pos=int64/slot=int64/q_dtype=fp8_e4m3", "rope && Q_ROPE_BF16", "false", 1},
         /* no clamp of positions at max_pos */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64", "p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p",
          "p < 0 ? 0 : p", 1},
@@ -193,8 +201,14 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         assert_int_equal(rk_host_build(src.p, src.len, v->name, dir, &k, why, sizeof why), ROPEKV_OK);
         rk_buf_free(&src);
         rk_host_run hr = {&k, 0};
-        rk_shape sh = {
-            .tokens = 17, .heads = 4, .pad = 8, .max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
+        rk_shape sh = {.tokens = 17,
+                       .heads = 4,
+                       .pad = 8,
+                       .max_pos = 64,
+                       .neg_every = 3,
+                       .specials = 1,
+                       .k_scale = 0.37f,
+                       .q_scale = 0.37f};
         int rc = rk_check(v, &sh, 7, rk_host_run_kernel, &hr, why, sizeof why);
         rk_host_unload(&k);
         char so[4200];

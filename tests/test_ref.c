@@ -104,7 +104,8 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
 /* The reference run on the description of the setup's spec, row and choices (set them first). */
 static void ref_run(setup *s, const rk_args *a) {
     rk_err err = {0};
-    if (rk_desc_make(&s->spec, &s->arch, &(rk_choice){s->v.kv, s->v.q, s->v.pos, s->v.slot, s->v.q_dtype}, &s->v, &err) != ROPEKV_OK)
+    if (rk_desc_make(&s->spec, &s->arch, &(rk_choice){s->v.kv, s->v.q, s->v.pos, s->v.slot, s->v.q_dtype}, &s->v,
+                     &err) != ROPEKV_OK)
         fail_msg("rk_desc_make: %s", err.msg);
     rk_args b = *a;
     if (b.kv_tokens == 0) b.kv_tokens = b.tokens; /* most tests give one token count */
@@ -122,7 +123,9 @@ static void padding_case(int64_t T, int64_t K, int64_t min_slot, const int64_t *
     s.spec.negative_slot = RK_NEG_SKIP_ALL;
     s.v.q = ROPEKV_Q_ZERO_COPY;
     rk_err err = {0};
-    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &(rk_choice){s.v.kv, s.v.q, s.v.pos, s.v.slot, s.v.q_dtype}, &s.v, &err), ROPEKV_OK);
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &(rk_choice){s.v.kv, s.v.q, s.v.pos, s.v.slot, s.v.q_dtype}, &s.v,
+                                  &err),
+                     ROPEKV_OK);
     uint16_t q_pe[MAXT * H * R], q_out[MAXT * H * W], k[MAXT * W], kv[ROWS * W];
     int64_t pos[MAXT] = {0, 1, 2, 3};
     float cs[4 * R] = {0};
@@ -1069,6 +1072,143 @@ static void test_op_fp8_rope_bf16(void **state) {
     }
 }
 
+/* ---- the op: fp8 query ------------------------------------------------------------------------------ */
+
+/* One token, one head, an fp8 query under q form qf (rope none; q_fp8 policy scale, bound 448 OCP):
+ * returns the 16 bytes of q_out (absorbed, zero_copy) or the 16 bf16-row bytes of q_pe (inplace). */
+static void run_q_fp8(rk_scale scale, ropekv_q_form qf, const float *nope, const float *pe, float q_scale,
+                      uint8_t *out) {
+    enum { L = 8, R = 8, W = 16 };
+    setup s;
+    setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s.spec.q_fp8.scale = scale;
+    s.spec.q_fp8.sat_ocp = 448.0f;
+    s.spec.q_fp8.sat_fnuz = 240.0f;
+    s.v.q = qf;
+    s.v.q_dtype = ROPEKV_Q_FP8_E4M3;
+    uint16_t q_nope[L], q_pe[R], k[W];
+    uint8_t q_out[W + 4], kv[W * 2];
+    for (int i = 0; i < L; i++) q_nope[i] = rk_f32_to_bf16(nope[i]);
+    for (int i = 0; i < R; i++) q_pe[i] = rk_f32_to_bf16(pe[i]);
+    fill16(k, W, 0);
+    fill8(q_out, W + 4, SENT8);
+    int64_t pos = 0, slot = -1;
+    float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+    rk_args a = {
+        .q_nope = q_nope,
+        .q_pe = q_pe,
+        .q_out = q_out,
+        .k_nope = k,
+        .k_pe = k + L,
+        .kv_cache = kv,
+        .positions = &pos,
+        .slots = &slot,
+        .cos_sin = cs,
+        .q_scale = &q_scale,
+        .tokens = 1,
+        .heads = 1,
+        .max_pos = 1,
+        .q_nope_st = L,
+        .q_nope_sh = L,
+        .q_pe_st = R,
+        .q_pe_sh = R,
+        .q_out_st = W,
+        .q_out_sh = W,
+        .k_nope_st = W,
+        .k_pe_st = W,
+        .kv_st = W,
+        .kv_rows = 2,
+    };
+    ref_run(&s, &a);
+    for (int i = W; i < W + 4; i++) assert_int_equal(q_out[i], SENT8); /* nothing past the row */
+    if (qf == ROPEKV_Q_INPLACE) memcpy(out, q_pe, W);
+    else memcpy(out, q_out, W);
+}
+
+/* The query's fp8 elements follow the cache's arithmetic: q_scale = 2 under each convention gives the
+ * bytes test_op_fp8_scales derives for the cache (same inputs). zero_copy writes only the rope part;
+ * inplace puts the R fp8 bytes at the start of the q_pe row and leaves the rest of its bytes alone. */
+static void test_op_fp8_query(void **state) {
+    (void)state;
+    static const float nope[8] = {3, -3, 1, 0.5f, 448, 500, -1000, 0};
+    static const float pe[8] = {0.75f, -0.75f, 2.5f, 17, 1, -1, 0.125f, 100};
+    static const struct {
+        rk_scale scale;
+        uint8_t want[16];
+    } cases[] = {
+        {RK_SCALE_MUL_RECIP,
+         {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00, 0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        {RK_SCALE_DIV,
+         {0x3c, 0xbc, 0x30, 0x28, 0x76, 0x78, 0xfe, 0x00, 0x2c, 0xac, 0x3a, 0x50, 0x30, 0xb0, 0x18, 0x64}},
+        {RK_SCALE_MUL,
+         {0x4c, 0xcc, 0x40, 0x38, 0x7e, 0x7e, 0xfe, 0x00, 0x3c, 0xbc, 0x4a, 0x60, 0x40, 0xc0, 0x28, 0x74}},
+        {RK_SCALE_NONE,
+         {0x44, 0xc4, 0x38, 0x30, 0x7e, 0x7e, 0xfe, 0x00, 0x34, 0xb4, 0x42, 0x58, 0x38, 0xb8, 0x20, 0x6c}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t got[16];
+        run_q_fp8(cases[i].scale, ROPEKV_Q_ABSORBED, nope, pe, 2.0f, got);
+        check8(got, cases[i].want, 16, "absorbed");
+        run_q_fp8(cases[i].scale, ROPEKV_Q_ZERO_COPY, nope, pe, 2.0f, got);
+        for (int j = 0; j < 8; j++) assert_int_equal(got[j], SENT8);
+        check8(got + 8, cases[i].want + 8, 8, "zero_copy");
+        run_q_fp8(cases[i].scale, ROPEKV_Q_INPLACE, nope, pe, 2.0f, got);
+        check8(got, cases[i].want + 8, 8, "inplace");
+        uint16_t rest[4];
+        for (int j = 0; j < 4; j++) rest[j] = rk_f32_to_bf16(pe[4 + j]);
+        assert_memory_equal(got + 8, rest, 8); /* bf16 values 4..7 of the row, as they were */
+    }
+    /* q_scale = 1/448 with mul_recip: 1/(1/448) is 448 in f32; 1 * 448 = 448 (0x7e), 0.5 -> 224 (0x76),
+     * 3 and 500 saturate */
+    uint8_t got[16];
+    run_q_fp8(RK_SCALE_MUL_RECIP, ROPEKV_Q_ABSORBED, nope, pe, 1.0f / 448.0f, got);
+    const uint8_t sat[4] = {0x7e, 0xfe, 0x7e, 0x76};
+    check8(got, sat, 4, "saturated");
+}
+
+/* q_fp8.rope_bf16 rounds the query's rope floats to bf16 first, independent of the cache's setting: the
+ * values of test_op_fp8_rope_bf16 (y0 = 1.0634765625, y1 = 2.126953125) land on 0x39 0x41 directly
+ * and on 0x38 0x40 through bf16. */
+static void test_op_fp8_query_rope_bf16(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    float table[8] = {1.0634765625f, 1, 1, 1, 0, 0, 0, 0};
+    const float qpe[R] = {1, 2, 1, 1, 3, 0.5f, -1, 1};
+    for (int rr = 0; rr < 2; rr++) {
+        setup s;
+        setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+        s.spec.q_fp8.rope_bf16 = rr;
+        s.spec.fp8.rope_bf16 = !rr; /* the cache's setting does not reach the query */
+        s.spec.q_fp8.scale = RK_SCALE_NONE;
+        s.spec.q_fp8.sat_ocp = 448.0f;
+        s.v.q = ROPEKV_Q_ZERO_COPY;
+        s.v.q_dtype = ROPEKV_Q_FP8_E4M3;
+        uint16_t q_pe[R];
+        uint8_t q_out[W];
+        put_f(q_pe, qpe, R);
+        fill8(q_out, W, SENT8);
+        int64_t pos = 0;
+        rk_args a = {
+            .q_pe = q_pe,
+            .q_out = q_out,
+            .positions = &pos,
+            .cos_sin = table,
+            .tokens = 1,
+            .heads = 1,
+            .max_pos = 1,
+            .q_pe_st = R,
+            .q_pe_sh = R,
+            .q_out_st = W,
+            .q_out_sh = W,
+            .kv_tokens = ROPEKV_KV_TOKENS_NONE,
+        };
+        ref_run(&s, &a);
+        assert_int_equal(q_out[L], rr ? 0x38 : 0x39);
+        assert_int_equal(q_out[L + 1], rr ? 0x40 : 0x41);
+        assert_int_equal(q_out[L + 4], 0x44); /* 3 */
+    }
+}
+
 /* ---- the op: consistency between layouts on random data ---------------------------------------- */
 
 /* Same numbers through different layouts must give the same bits: f32_cat vs f32_split vs bf16_split
@@ -1206,6 +1346,8 @@ int main(void) {
         cmocka_unit_test(test_op_fp8_fnuz_bound),
         cmocka_unit_test(test_op_fp8_ocp_sanitize),
         cmocka_unit_test(test_op_fp8_rope_bf16),
+        cmocka_unit_test(test_op_fp8_query),
+        cmocka_unit_test(test_op_fp8_query_rope_bf16),
         cmocka_unit_test(test_op_layout_consistency),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

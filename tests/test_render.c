@@ -109,7 +109,7 @@ static void test_emit_is_deterministic(void **state) {
 
 static void test_golden_header(void **state) {
     fixture *f = *state;
-    const char *key = "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64";
+    const char *key = "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3";
     const rk_desc *v = NULL;
     for (int i = 0; i < f->n; i++)
         if (!strcmp(f->v[i].key, key)) v = &f->v[i];
@@ -119,7 +119,8 @@ static void test_golden_header(void **state) {
     assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
     /* The golden text writes the version as @VERSION@ (its one source is CMakeLists.txt). */
     rk_codeobj file;
-    assert_int_equal(rk_read_file(RK_SOURCE_DIR "/tests/golden/header_deepseek_v3_sm_90_fp8.txt", &file), ROPEKV_OK);
+    assert_int_equal(rk_read_file(RK_SOURCE_DIR "/tests/golden/header_deepseek_v3_sm_90_fp8_fp8q.txt", &file),
+                     ROPEKV_OK);
     const char *text = (const char *)file.data;
     const char *at = strstr(text, "@VERSION@");
     assert_non_null(at);
@@ -150,7 +151,11 @@ static void test_names_unique(void **state) {
         }
         if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64"))
             assert_string_equal(
-                f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_skipkv_san0_sm_90");
+                f->v[i].name,
+                "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_qbf16_none_sat0_rr0_skipkv_san0_sm_90");
+        if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3"))
+            assert_string_equal(f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_"
+                                              "qfp8ocp_mulrecip_sat448_rr0_skipkv_san0_sm_90");
     }
 }
 
@@ -163,7 +168,10 @@ static void test_bindings_are_named(void **state) {
     assert_non_null(a);
     rk_desc d;
     rk_err err = {0};
-    assert_int_equal(rk_desc_make(s, a, &(rk_choice){ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_make(s, a,
+                                  &(rk_choice){ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32,
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                  &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
@@ -187,25 +195,43 @@ static void test_desc_listed(void **state) {
     rk_desc d;
     rk_err err = {0};
     const rk_arch *sm90 = rk_arch_find(&f->cat.archs, "sm_90");
-    assert_int_equal(rk_desc_listed(s, sm90, &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_listed(s, sm90,
+                                    &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                    &d, &err),
                      ROPEKV_OK);
     assert_string_equal(d.key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64");
-    assert_int_equal(rk_desc_listed(s, sm90, &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_INPLACE, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_listed(s, sm90,
+                                    &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_INPLACE, ROPEKV_INDEX_INT32,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                    &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists q_forms {absorbed, zero_copy, none}, not inplace"));
     const rk_spec *mini = rk_catalog_find(&f->cat, "minicpm3_4b");
-    assert_int_equal(rk_desc_listed(mini, sm90, &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_listed(mini, sm90,
+                                    &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                    &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
     rk_spec narrow = *s;
     narrow.n_targets = 1;
     snprintf(narrow.targets[0], sizeof narrow.targets[0], "gfx942");
-    assert_int_equal(rk_desc_listed(&narrow, sm90, &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_listed(&narrow, sm90,
+                                    &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                    &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "does not list target sm_90"));
-    assert_int_equal(rk_desc_make(s, sm90, &(rk_choice){(ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_make(s, sm90,
+                                  &(rk_choice){(ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                  &d, &err),
                      ROPEKV_ERR_ARG);
-    assert_int_equal(rk_desc_make(s, sm90, &(rk_choice){ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16}, &d, &err),
+    assert_int_equal(rk_desc_make(s, sm90,
+                                  &(rk_choice){ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64,
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
+                                  &d, &err),
                      ROPEKV_ERR_ARG);
 }
 

@@ -451,6 +451,64 @@ static void test_argument_checks(void **state) {
     ropekv_destroy(c);
 }
 
+/* The fp8 query: its parameters, its arguments' rules, and a launch that writes T * H rows of W bytes. */
+static void test_fp8_query(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_variant v = DS_FP8;
+    v.q_dtype = ROPEKV_Q_FP8_E4M3;
+    ropekv_kernel *k, *k2;
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.key, "deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3");
+    assert_int_equal(p.q_dtype, ROPEKV_Q_FP8_E4M3);
+    assert_string_equal(p.q_fp8_format, "ocp");
+    assert_string_equal(p.q_fp8_scale, "mul_recip");
+    assert_true(p.q_fp8_saturate == 448.0f && p.q_fp8_rope_bf16_round == 0);
+    assert_true(strlen(p.q_fp8_matches) > 0);
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    float qscale[2] = {0.5f, 0.5f};
+    ropekv_args a = good_args();
+    a.q_scale = qscale;
+    uint8_t *qo8 = (uint8_t *)qo;
+    memset(qo, 0xa5, sizeof qo);
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = 0x3f80; /* 1.0: fp8(1 * (1 / 0.5)) = 0x40 */
+    expect(c, k, a, ROPEKV_OK, NULL);
+    for (int i = 0; i < L; i++) assert_int_equal(qo8[i], 0x40);                    /* q_nope of (0, 0) */
+    for (size_t i = T * H * W; i < sizeof qo; i++) assert_int_equal(qo8[i], 0xa5); /* rows of W bytes */
+    /* strides and alignment count bytes: 8-byte rows are enough */
+    a.q_out = qo8 + 8;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.q_out = qo8 + 4;
+    expect(c, k, a, ROPEKV_ERR_ALIGN, "q_out must be 8-byte aligned");
+    a = good_args();
+    expect(c, k, a, ROPEKV_ERR_NULL, "q_scale is NULL");
+    a.q_scale = (const float *)((const char *)qscale + 2);
+    expect(c, k, a, ROPEKV_ERR_ALIGN, "q_scale");
+    a = good_args(); /* no query rows: no q_scale needed */
+    a.tokens = 0;
+    a.kv_tokens = T;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    ropekv_kernel_release(k);
+
+    /* q form none writes no query: the fp8 choice is the bf16 kernel */
+    v.q = ROPEKV_Q_NONE;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    v.q_dtype = ROPEKV_Q_BF16;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k2), ROPEKV_OK);
+    assert_string_equal(ropekv_kernel_name(k), ropekv_kernel_name(k2));
+    ropekv_kernel_release(k);
+    ropekv_kernel_release(k2);
+    /* a spec without fp8 queries says so; an out-of-range dtype is an argument error */
+    ropekv_variant lite = {.spec = "deepseek_v2_lite", .q_dtype = ROPEKV_Q_FP8_E4M3};
+    assert_int_equal(ropekv_kernel_get(c, &lite, &k), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "q_dtypes {bf16}, not fp8_e4m3"));
+    lite.q_dtype = (ropekv_q_dtype)9;
+    assert_int_equal(ropekv_kernel_get(c, &lite, &k), ROPEKV_ERR_ARG);
+    ropekv_destroy(c);
+}
+
 /* ---- specs at run time ------------------------------------------------------------------------------ */
 static const char *MY_SPEC =
     "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
@@ -542,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_info),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_fp8_query),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };

@@ -337,6 +337,8 @@ static void test_spec_values(void **state) {
     assert_true(s.n_q == 3 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_NONE);
     assert_true(s.fp8.sat_ocp == 448.0f && s.fp8.sat_fnuz == 240.0f && !s.fp8.rope_bf16);
     assert_true(s.negative_slot == RK_NEG_SKIP_KV && !s.sanitize && s.n_targets == 9);
+    assert_true(s.n_qdt == 2 && s.q_dtypes[1] == ROPEKV_Q_FP8_E4M3 && s.q_fp8.scale == RK_SCALE_MUL_RECIP &&
+                !s.q_fp8.rope_bf16 && s.q_fp8.matches[0]);
 
     s = load_file(state, "kimi_k2.lua");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64);
@@ -345,6 +347,7 @@ static void test_spec_values(void **state) {
     assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_INPLACE);
     assert_true(s.fp8.scale == RK_SCALE_DIV && s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.n_targets == 4);
+    assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_DIV && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
 
     s = load_file(state, "deepseek_v2_lite.lua");
     assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.cos_sin == RK_CS_BF16_SPLIT);
@@ -644,8 +647,36 @@ static void test_fp8(void **state) {
         {"s.fp8.saturate.ocp = 0/0", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be finite"},
         {"s.fp8.saturate.fnuz = 1/0", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.fnuz: must be finite"},
         {"s.fp8.saturate.ocp = '448'", ROPEKV_ERR_SPEC_INVALID, "fp8.saturate.ocp: must be a number, got string"},
+        {"s.fp8.matches = 7", ROPEKV_ERR_SPEC_INVALID, "fp8.matches: must be a string, got number"},
+        /* the query's policy: the same table, its own key */
+        {"s.q_fp8 = true", ROPEKV_ERR_SPEC_INVALID, "q_fp8: must be a table, got boolean"},
+        {"s.q_fp8 = { scale = 'recip' }", ROPEKV_ERR_SPEC_INVALID,
+         "q_fp8.scale: unknown value 'recip' (one of: none, mul_recip, div, mul)"},
+        {"s.q_fp8 = { saturate = { fnuz = 230 } }", ROPEKV_ERR_SPEC_INVALID,
+         "q_fp8.saturate.fnuz: 230 is not an e4m3 FNUZ value"},
+        {"s.q_fp8 = { round = true }", ROPEKV_ERR_SPEC_INVALID, "q_fp8: unknown key 'round'"},
+        {"s.q_fp8 = { matches = string.rep('x', 200) }", ROPEKV_ERR_SPEC_INVALID, "q_fp8.matches: too long"},
+        {"s.q_dtypes = { 'fp16' }", ROPEKV_ERR_SPEC_INVALID,
+         "q_dtypes[1]: unknown value 'fp16' (one of: bf16, fp8_e4m3)"},
+        {"s.q_dtypes = { 'bf16', 'bf16' }", ROPEKV_ERR_SPEC_INVALID, "q_dtypes[2]: duplicate 'bf16'"},
+        {"s.q_dtypes = {}", ROPEKV_ERR_SPEC_INVALID, "q_dtypes: must not be empty"},
     };
     run_spec_cases(state, c, N(c));
+}
+
+/* The query's fp8 policy is read apart from the cache's. */
+static void test_q_fp8(void **state) {
+    rk_spec s = load_ok(state, "s.q_dtypes = { 'fp8_e4m3', 'bf16' }  s.fp8 = { scale = 'mul' }"
+                               "  s.q_fp8 = { scale = 'div', saturate = { fnuz = 224 }, rope_bf16_round = true,"
+                               " matches = 'an engine' }");
+    assert_true(s.n_qdt == 2 && s.q_dtypes[0] == ROPEKV_Q_FP8_E4M3 && s.q_dtypes[1] == ROPEKV_Q_BF16);
+    assert_true(s.fp8.scale == RK_SCALE_MUL && !s.fp8.rope_bf16 && s.fp8.sat_fnuz == 240.0f);
+    assert_true(s.q_fp8.scale == RK_SCALE_DIV && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f &&
+                s.q_fp8.sat_ocp == 448.0f);
+    assert_string_equal(s.q_fp8.matches, "an engine");
+    assert_string_equal(s.fp8.matches, "");
+    s = load_ok(state, "");
+    assert_true(s.n_qdt == 1 && s.q_dtypes[0] == ROPEKV_Q_BF16 && s.q_fp8.scale == RK_SCALE_MUL_RECIP);
 }
 
 static void test_targets(void **state) {
@@ -800,6 +831,7 @@ int main(void) {
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_lists),
         cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_q_fp8),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_archs_invalid),
         cmocka_unit_test(test_archs_ok),

@@ -188,8 +188,9 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
                 free(tmp);
                 return -1;
             }
-            if (rk_desc_make(tmp[i].spec, target, &(rk_choice){tmp[i].kv, tmp[i].q, tmp[i].pos, tmp[i].slot, tmp[i].q_dtype}, &out[n], NULL) !=
-                ROPEKV_OK) {
+            if (rk_desc_make(tmp[i].spec, target,
+                             &(rk_choice){tmp[i].kv, tmp[i].q, tmp[i].pos, tmp[i].slot, tmp[i].q_dtype}, &out[n],
+                             NULL) != ROPEKV_OK) {
                 free(tmp);
                 return -1;
             }
@@ -282,7 +283,7 @@ void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r) {
     fig(code, sizeof code, r->info.code_size);
     if (r->info.ms < 0) snprintf(ms, sizeof ms, "-");
     else snprintf(ms, sizeof ms, "%.0f", r->info.ms);
-    const char *fp8 = v->kv != ROPEKV_KV_FP8_E4M3 || r->cc == RK_CC_HOST ? "-" : yes_no(r->info.fp8_cvt);
+    const char *fp8 = !rk_desc_writes_fp8(v) || r->cc == RK_CC_HOST ? "-" : yes_no(r->info.fp8_cvt);
     fprintf(f, "%-66s %-8s %-13s %7s %7s %7s %6s %7s %3s %4s\n", v->key, v->arch->name,
             r->info.compiler[0] ? r->info.compiler : rk_compiler_name(r->cc), ms, regs, scratch, spills, code, fp8,
             r->cc == RK_CC_HOST ? "-" : yes_no(r->bf16_cvt));
@@ -297,8 +298,8 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
         else snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
         return 1;
     }
-    if (v->kv == ROPEKV_KV_FP8_E4M3 && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
-        snprintf(why, cap, "fp8 cache on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
+    if (rk_desc_writes_fp8(v) && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
+        snprintf(why, cap, "fp8 output on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
         return 1;
     }
     return 0;

@@ -74,7 +74,9 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         FUZZ_CHECK(err.code == ROPEKV_ERR_SPEC_TARGET, "rk_variants: %s", err.msg);
         return;
     }
-    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_q * s->n_pos * s->n_slot, "%d variants", n);
+    int forms = 0; /* q forms times their query dtypes: q form none has one (no query output) */
+    for (int i = 0; i < s->n_q; i++) forms += s->q[i] == ROPEKV_Q_NONE ? 1 : s->n_qdt;
+    FUZZ_CHECK(n == s->n_targets * s->n_kv * forms * s->n_pos * s->n_slot, "%d variants", n);
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
         FUZZ_CHECK(terminated(v[i].name, sizeof v[i].name) && strspn(v[i].name, NAME_CHARS) == strlen(v[i].name),
@@ -114,6 +116,17 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
     FUZZ_CHECK(s->fp8.sat_ocp > 0 && s->fp8.sat_ocp <= 448 && s->fp8.sat_fnuz > 0 && s->fp8.sat_fnuz <= 240,
                "saturation %g %g", (double)s->fp8.sat_ocp, (double)s->fp8.sat_fnuz);
     FUZZ_CHECK(s->fp8.rope_bf16 == 0 || s->fp8.rope_bf16 == 1, "rope_bf16_round");
+    FUZZ_CHECK(s->q_fp8.sat_ocp > 0 && s->q_fp8.sat_ocp <= 448 && s->q_fp8.sat_fnuz > 0 && s->q_fp8.sat_fnuz <= 240 &&
+                   rk_scale_name(s->q_fp8.scale) && (s->q_fp8.rope_bf16 == 0 || s->q_fp8.rope_bf16 == 1),
+               "q_fp8");
+    FUZZ_CHECK(terminated(s->fp8.matches, sizeof s->fp8.matches) &&
+                   terminated(s->q_fp8.matches, sizeof s->q_fp8.matches),
+               "matches");
+    FUZZ_CHECK(s->n_qdt >= 1 && s->n_qdt <= 2, "q dtypes");
+    for (int i = 0; i < s->n_qdt; i++) {
+        FUZZ_CHECK(rk_qdtype_name(s->q_dtypes[i]), "q dtype");
+        for (int j = 0; j < i; j++) FUZZ_CHECK(s->q_dtypes[i] != s->q_dtypes[j], "duplicate q dtype");
+    }
     FUZZ_CHECK(s->sanitize == 0 || s->sanitize == 1, "sanitize");
     for (int i = 0; i < s->n_targets; i++) {
         FUZZ_CHECK(terminated(s->targets[i], RK_NAME_MAX) && rk_arch_find(archs, s->targets[i]), "target %d", i);

@@ -83,9 +83,8 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     d->sin = dup(s->sin, z->sin);
     d->k_scale = dup(s->k_scale, sizeof(float));
     d->q_scale = dup(s->q_scale, sizeof(float));
-    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale && d->q_scale
-               ? 0
-               : -1;
+    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale && d->q_scale ? 0
+                                                                                                                   : -1;
 }
 
 /* KV tokens of a shape as a count. */

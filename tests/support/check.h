@@ -21,7 +21,7 @@ typedef struct rk_shape {
     int specials;          /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
     float q_scale; /* an fp8 query's scale (0 means 1) */
-    int runs; /* the reference runs this many times on its buffers (0 means 1); the run callback
+    int runs;      /* the reference runs this many times on its buffers (0 means 1); the run callback
                         must run the kernel as often, back to back (in place, each run rotates the
                         previous one's output: chained launches that must be ordered) */
 } rk_shape;
