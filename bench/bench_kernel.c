@@ -1,9 +1,10 @@
 /* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
- *                [--kv bf16,fp8_e4m3] [--shapes 1x16,128x16,...]
+ *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
+ *                [--shapes 1x16,128x16,...]
  *
- * For each (knobs, kv, shape) it renders the variant with the sm row's values replaced by the knobs,
+ * For each (knobs, kv, q form, query dtype, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
  * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
@@ -128,8 +129,38 @@ static int parse_list(const char *s, int *out, int cap) {
     return n;
 }
 
+/* The values of a comma-separated list of spellings of enum e: the count, or -1 naming a bad one. */
+static int parse_enum(const char *list, const rk_enum *e, int *out, int cap) {
+    int n = 0;
+    for (const char *s = list; s && *s && n < cap;) {
+        size_t len = strcspn(s, ",");
+        int found = -1;
+        for (int i = 0; i < e->n; i++)
+            if (strlen(e->v[i].name) == len && !strncmp(e->v[i].name, s, len)) found = e->v[i].value;
+        if (found < 0) {
+            fprintf(stderr, "bench_kernel: unknown value '%.*s'\n", (int)len, s);
+            return -1;
+        }
+        out[n++] = found;
+        s += len;
+        if (*s) s++;
+    }
+    return n;
+}
+
+/* Bytes a launch moves: the query part per q form and dtype, the KV rows, positions, slots and cos/sin. */
+static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
+    const double L = v->L, R = v->R, W = L + R, qe = v->q_dtype == ROPEKV_Q_BF16 ? 2 : 1;
+    const double kve = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
+    double q = 0;
+    if (v->q == ROPEKV_Q_ABSORBED) q = W * 2 + W * qe;  /* q_nope + q_pe read, q_out written */
+    else if (v->q != ROPEKV_Q_NONE) q = R * 2 + R * qe; /* q_pe read, the rope part written */
+    return (double)T * H * q + (double)T * W * (2 + kve) + (double)T * (8 + 8 + R * 4);
+}
+
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
+    int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, nq = 1, nqd = 1;
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
     int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
@@ -141,7 +172,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 5);
         else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
+        else if (!strcmp(argv[i], "--q")) nq = parse_enum(argv[i + 1], &rk_qform_enum, qforms, 4);
+        else if (!strcmp(argv[i], "--qdtype")) nqd = parse_enum(argv[i + 1], &rk_qdtype_enum, qdts, 2);
     }
+    if (nq <= 0 || nqd <= 0) return 2;
     rk_device dev = {.ops = &rk_backend_cuda};
     rk_buf log = {0};
     if (dev.ops->open(&dev, 0, NULL, &log) != ROPEKV_OK) {
@@ -197,112 +231,113 @@ int main(int argc, char **argv) {
         if (!strcmp(cat.archs.a[i].name, "sm_90")) row = &cat.archs.a[i];
     if (!sp || !row) return 1;
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
-    printf("| T | H | kv | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| T | H | kv | q | q dtype | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const char *kv = kvs; kv && *kv;) {
         int fp8 = !strncmp(kv, "fp8", 3);
-        for (int b = 0; b < nb; b++)
-            for (int c = 0; c < nc; c++)
-                for (int n = 0; n < nn * np; n++) {
-                    rk_arch arch = *row;
-                    arch.block = blocks_l[b];
-                    arch.chunks = chunks_l[c];
-                    arch.nt_stores = nt_l[n % nn];
-                    arch.pdl = pdl_l[n / nn] != 0;
-                    rk_desc v;
-                    rk_desc_make(sp, &arch,
-                                 &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED,
-                                              ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64, ROPEKV_Q_BF16},
-                                 &v, NULL);
-                    rk_buf src = {0};
-                    rk_codeobj kco = {0};
-                    rk_buf klog = {0};
-                    void *mod, *fn[2];
-                    if (rk_emit(&v, &src, &err) != ROPEKV_OK ||
-                        dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != ROPEKV_OK ||
-                        dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != ROPEKV_OK) {
-                        fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
-                        return 1;
-                    }
-                    for (const char *s = shapes; s && *s;) {
-                        int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
-                        size_t kv_elem = fp8 ? 1 : 2;
-                        CUdeviceptr q, qo, k, cache, pos, slots, cs, scale;
-                        CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
-                        CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
-                        CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
-                        CK(cu->cuMemAlloc(&cache, (size_t)(T + 1) * W * kv_elem));
-                        CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
-                        CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
-                        CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
-                        CK(cu->cuMemAlloc(&scale, 4));
-                        CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
-                        CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
-                        /* positions spread over the table, slots a shuffled permutation of the rows */
-                        int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
-                        for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
-                        for (int64_t t = T - 1; t > 0; t--) {
-                            int64_t j = (int64_t)((t * 40503u + 7) % (uint64_t)(t + 1)), x = hs[t];
-                            hs[t] = hs[j];
-                            hs[j] = x;
+        for (int qv = 0; qv < nq * nqd; qv++)
+            for (int b = 0; b < nb; b++)
+                for (int c = 0; c < nc; c++)
+                    for (int n = 0; n < nn * np; n++) {
+                        rk_arch arch = *row;
+                        arch.block = blocks_l[b];
+                        arch.chunks = chunks_l[c];
+                        arch.nt_stores = nt_l[n % nn];
+                        arch.pdl = pdl_l[n / nn] != 0;
+                        rk_desc v;
+                        rk_desc_make(sp, &arch,
+                                     &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
+                                                  (ropekv_q_form)qforms[qv / nqd], ROPEKV_INDEX_INT64,
+                                                  ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv % nqd]},
+                                     &v, NULL);
+                        rk_buf src = {0};
+                        rk_codeobj kco = {0};
+                        rk_buf klog = {0};
+                        void *mod, *fn[2];
+                        if (rk_emit(&v, &src, &err) != ROPEKV_OK ||
+                            dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != ROPEKV_OK ||
+                            dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != ROPEKV_OK) {
+                            fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
+                            return 1;
                         }
-                        CK(cu->cuMemcpyHtoD(pos, hp, (size_t)T * 8));
-                        CK(cu->cuMemcpyHtoD(slots, hs, (size_t)T * 8));
-                        free(hp);
-                        free(hs);
-                        CK(cu->cuMemsetD8(cs, 0x3f, (size_t)4096 * R * 4));
-                        CK(cu->cuMemsetD8(scale, 0x3f, 4));
-                        rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
-                        const int pdl_mode = pdl_l[n / nn];
-                        rc.a = (rk_args){
-                            .q_nope = (void *)q,
-                            .q_pe = (void *)(q + (size_t)L * 2),
-                            .q_out = (void *)qo,
-                            .k_nope = (void *)k,
-                            .k_pe = (void *)(k + (size_t)L * 2),
-                            .kv_cache = (void *)cache,
-                            .positions = (void *)pos,
-                            .slots = (void *)slots,
-                            .cos_sin = (void *)cs,
-                            .k_scale = (const float *)scale,
-                            .tokens = T,
-                            .kv_tokens = T,
-                            .heads = H,
-                            .max_pos = 4096,
-                            .q_nope_st = H * W,
-                            .q_nope_sh = W,
-                            .q_pe_st = H * W,
-                            .q_pe_sh = W,
-                            .q_out_st = H * W,
-                            .q_out_sh = W,
-                            .k_nope_st = W,
-                            .k_pe_st = W,
-                            .kv_st = W,
-                            .kv_rows = T + 1,
-                            .prefetch = pdl_mode >= 3,
-                        };
-                        int64_t total;
-                        const rk_desc kd = {.arch = &arch, .q = ROPEKV_Q_ABSORBED, .L = L, .R = R};
-                        rk_launch_plan(&kd, &rc.a, &total, &rc.blocks);
-                        rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
-                        float us = time_graph(launch_rope, &rc);
-                        double bytes = (double)T * H * (L + R) * 2 * 2 + (double)T * W * 2 + (double)T * W * kv_elem +
-                                       (double)T * (8 + 8 + R * 4);
-                        double limit = bytes / bw * 1e6;
-                        if (limit < t_rt) limit = t_rt;
-                        printf("| %lld | %lld | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n", (long long)T,
-                               (long long)H, fp8 ? "fp8" : "bf16", arch.block, arch.chunks, arch.nt_stores, pdl_mode,
-                               us, limit, 100 * limit / us);
-                        fflush(stdout);
-                        CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
-                        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
-                        s = strchr(s, ',');
-                        if (s) s++;
+                        for (const char *s = shapes; s && *s;) {
+                            int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
+                            size_t kv_elem = fp8 ? 1 : 2;
+                            CUdeviceptr q, qo, k, cache, pos, slots, cs, scale;
+                            CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
+                            CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
+                            CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
+                            CK(cu->cuMemAlloc(&cache, (size_t)(T + 1) * W * kv_elem));
+                            CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
+                            CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
+                            CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
+                            CK(cu->cuMemAlloc(&scale, 4));
+                            CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
+                            CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
+                            /* positions spread over the table, slots a shuffled permutation of the rows */
+                            int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
+                            for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
+                            for (int64_t t = T - 1; t > 0; t--) {
+                                int64_t j = (int64_t)((t * 40503u + 7) % (uint64_t)(t + 1)), x = hs[t];
+                                hs[t] = hs[j];
+                                hs[j] = x;
+                            }
+                            CK(cu->cuMemcpyHtoD(pos, hp, (size_t)T * 8));
+                            CK(cu->cuMemcpyHtoD(slots, hs, (size_t)T * 8));
+                            free(hp);
+                            free(hs);
+                            CK(cu->cuMemsetD8(cs, 0x3f, (size_t)4096 * R * 4));
+                            CK(cu->cuMemsetD8(scale, 0x3f, 4));
+                            rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
+                            const int pdl_mode = pdl_l[n / nn];
+                            rc.a = (rk_args){
+                                .q_nope = (void *)q,
+                                .q_pe = (void *)(q + (size_t)L * 2),
+                                .q_out = (void *)qo,
+                                .k_nope = (void *)k,
+                                .k_pe = (void *)(k + (size_t)L * 2),
+                                .kv_cache = (void *)cache,
+                                .positions = (void *)pos,
+                                .slots = (void *)slots,
+                                .cos_sin = (void *)cs,
+                                .k_scale = (const float *)scale,
+                                .q_scale = (const float *)scale,
+                                .tokens = T,
+                                .kv_tokens = T,
+                                .heads = H,
+                                .max_pos = 4096,
+                                .q_nope_st = H * W,
+                                .q_nope_sh = W,
+                                .q_pe_st = H * W,
+                                .q_pe_sh = W,
+                                .q_out_st = H * W,
+                                .q_out_sh = W,
+                                .k_nope_st = W,
+                                .k_pe_st = W,
+                                .kv_st = W,
+                                .kv_rows = T + 1,
+                                .prefetch = pdl_mode >= 3,
+                            };
+                            int64_t total;
+                            rk_launch_plan(&v, &rc.a, &total, &rc.blocks);
+                            rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
+                            float us = time_graph(launch_rope, &rc);
+                            double limit = bytes_moved(&v, T, H) / bw * 1e6;
+                            if (limit < t_rt) limit = t_rt;
+                            printf("| %lld | %lld | %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n",
+                                   (long long)T, (long long)H, fp8 ? "fp8" : "bf16", rk_qform_name(v.q),
+                                   rk_qdtype_name(v.q_dtype), arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
+                                   limit, 100 * limit / us);
+                            fflush(stdout);
+                            CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
+                            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
+                            s = strchr(s, ',');
+                            if (s) s++;
+                        }
+                        rk_buf_free(&src);
+                        rk_buf_free(&klog);
+                        rk_code_free(&kco);
                     }
-                    rk_buf_free(&src);
-                    rk_buf_free(&klog);
-                    rk_code_free(&kco);
-                }
         kv = strchr(kv, ',');
         if (kv) kv++;
     }

@@ -80,29 +80,39 @@ RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
 
 // Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8). For neox the
 // chunk's partner half is rotated too and returned in *partner (the in-place form writes both).
+// The row's values are loaded before the position and its cos/sin, so that their load overlaps that
+// two-step chain (position, then its table row) instead of following it; with a.prefetch they are
+// loaded after the gate instead (the grid before may still write them).
 RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
     f8 y;
     if (ROPE == Rope::none) {
         gate(a);
         return unpack_bf16(rk_load16(x + j));
     }
+    const bool first = j < H2;
+    const int at = ROPE == Rope::gptj ? j : first ? j : j - H2;  // gptj: the chunk; neox: its first-half part
+    rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
+    if (!a.prefetch) {
+        p0 = rk_load16(x + at);
+        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
+    }
     const rk_i64 pos = position(a, t);
     float c[V], s[V];
+    load_cos_sin(a, pos, ROPE == Rope::gptj ? j / 2 : at, ROPE == Rope::gptj ? 4 : 8, c, s);
+    gate(a);
+    if (a.prefetch) {
+        p0 = rk_load16(x + at);
+        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
+    }
     if (ROPE == Rope::gptj) {  // gptj: pairs (2i, 2i+1) inside the chunk
-        load_cos_sin(a, pos, j / 2, 4, c, s);
-        gate(a);
-        f8 x8 = unpack_bf16(rk_load16(x + j));
+        f8 x8 = unpack_bf16(p0);
         for (int i = 0; i < 4; i++) {
             float x0 = x8.v[2 * i], x1 = x8.v[2 * i + 1];
             y.v[2 * i] = rk_fma(x0, c[i], -(x1 * s[i]));
             y.v[2 * i + 1] = rk_fma(x1, c[i], x0 * s[i]);
         }
     } else {  // neox: pairs (i, i + R/2); the chunk lies in one half, its partner in the other
-        const bool first = j < H2;
-        const int i0 = first ? j : j - H2;
-        load_cos_sin(a, pos, i0, 8, c, s);
-        gate(a);
-        f8 lo = unpack_bf16(rk_load16(x + i0)), hi = unpack_bf16(rk_load16(x + i0 + H2)), ylo, yhi;
+        f8 lo = unpack_bf16(p0), hi = unpack_bf16(p1), ylo, yhi;
         for (int i = 0; i < V; i++) {
             ylo.v[i] = rk_fma(lo.v[i], c[i], -(hi.v[i] * s[i]));
             yhi.v[i] = rk_fma(hi.v[i], c[i], lo.v[i] * s[i]);
