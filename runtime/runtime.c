@@ -481,7 +481,7 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
 /* ---- kernels ------------------------------------------------------------------------------------------ */
 static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
     return k->v.kv == v->kv && k->v.q == v->q && k->v.positions == v->positions && k->v.slots == v->slots &&
-           k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
+           k->v.q_dtype == v->q_dtype && k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
 }
 
 /* Under mu: the generation a lookup of spec uses (0 for a built-in spec not read yet). */

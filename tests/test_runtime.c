@@ -459,7 +459,10 @@ static void test_fp8_query(void **state) {
     v.q_dtype = ROPEKV_Q_FP8_E4M3;
     ropekv_kernel *k, *k2;
     ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK); /* the bf16 query first: its own kernel */
     assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_string_not_equal(ropekv_kernel_name(k), ropekv_kernel_name(k2));
+    ropekv_kernel_release(k2);
     assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
     assert_string_equal(p.key, "deepseek_v3/host/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3");
     assert_int_equal(p.q_dtype, ROPEKV_Q_FP8_E4M3);
