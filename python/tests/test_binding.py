@@ -507,7 +507,8 @@ SPECS = {
                     neg="skip_all", sanitize=True, pos="int32", nope_head=128,
                     q_scale="div", q_sat=448.0, q_rr=True),  # fp8 query: vLLM style
     "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
-                        neg="skip_kv", sanitize=False, pos="int64", nope_head=64),
+                        neg="skip_kv", sanitize=False, pos="int64", nope_head=64,
+                        q_scale="mul", q_sat=448.0, q_rr=True),
 }
 BF16_MAX = 3.38953139e38
 
@@ -970,13 +971,16 @@ def test_e4m3_codes_tensor():
 
 Q_SCALES = (0.37, 1.0, 1.0 / 448)
 
-# (spec, q form, kv dtype, q_scale): every q form each spec lists, both caches, the three scales
+# (spec, q form, kv dtype, q_scale): every q form each spec lists, both caches, the three scales, the three
+# conventions of the specs' query fp8 policies (mul_recip; div and mul with the rope rounded to bf16 first)
 FP8Q_HOST_CASES = [("deepseek_v3", "absorbed", "bf16", 0.37), ("deepseek_v3", "absorbed", "fp8_e4m3", 1.0),
                    ("deepseek_v3", "absorbed", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "fp8_e4m3", 0.37),
                    ("deepseek_v3", "zero_copy", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "bf16", 1.0),
                    ("deepseek_v3", "none", "fp8_e4m3", 0.37), ("kimi_k2", "absorbed", "fp8_e4m3", 0.37),
                    ("kimi_k2", "absorbed", "bf16", 1.0 / 448), ("kimi_k2", "inplace", "bf16", 0.37),
-                   ("kimi_k2", "inplace", "fp8_e4m3", 1.0 / 448), ("kimi_k2", "inplace", "bf16", 1.0)]
+                   ("kimi_k2", "inplace", "fp8_e4m3", 1.0 / 448), ("kimi_k2", "inplace", "bf16", 1.0),
+                   ("minicpm3_4b", "absorbed", "fp8_e4m3", 0.37), ("minicpm3_4b", "zero_copy", "bf16", 1.0 / 448),
+                   ("minicpm3_4b", "inplace", "fp8_e4m3", 1.0)]
 
 
 @parametrize("spec,q,kv,q_scale", FP8Q_HOST_CASES)
@@ -1263,7 +1267,8 @@ def test_cuda_errors():
 @parametrize("spec,q,kv,q_scale", [("deepseek_v3", q, kv, qs) for q in ("absorbed", "zero_copy")
                                    for kv in ("bf16", "fp8_e4m3") for qs in Q_SCALES]
              + [("kimi_k2", q, kv, qs) for q in ("absorbed", "inplace") for kv in ("bf16", "fp8_e4m3")
-                for qs in (0.37, 1.0 / 448)])
+                for qs in (0.37, 1.0 / 448)]
+             + [("minicpm3_4b", q, "fp8_e4m3", 0.37) for q in ("absorbed", "zero_copy", "inplace")])
 def test_cuda_fp8_q(spec, q, kv, q_scale):
     torch = _cuda_torch()
     run_and_check(torch, context("cuda"), spec, q, kv, T=67, H=16, device="cuda", specials=spec == "kimi_k2",
