@@ -3,17 +3,27 @@
 
     python3 bench/bench_mla.py --out bench/results            # the full sweep
     python3 bench/bench_mla.py --quick --out /tmp/r           # T in {1, 128, 2048}, H = 16, bf16
+    python3 bench/bench_mla.py --cpu --T 1,7 --H 2 --out /tmp/r   # a check of the script itself (no GPU)
 
 Shapes: L = 512, R = 64 (GPT-J rope), f32 cos_sin_cache [4096, 64]; T tokens x H heads x KV dtype.
 Inputs are laid out as engines pass them: q_nope / q_pe slices of one [T, H, 576] query, k_nope / k_pe
 slices of one [T, 576] projection output, a paged cache [blocks, 16, 576], random positions, slots a
 permutation of the cache rows; fp8 caches use k_scale = 0.5 (stored = x * (1 / k_scale), clamped to +-448).
+An fp8 query uses one per-tensor q_scale (Q_SCALE, about the query's max / 448) with the convention of the
+spec being benchmarked (--spec; deepseek_v3: x * (1 / q_scale) on the float32 rope, FlashInfer / aiter style;
+kimi_k2: x / q_scale on the rope rounded to bf16 first, vLLM style), clamped to +-448, e4m3 (OCP).
 
 Methods (all measured in this one process, see bench/README.md):
   ropekv   the library through its Python binding (cuda backend, absorbed form), default options: on sm_90
            launches use programmatic dependent launch (PDL: each call's launch overlaps the previous
            kernel's tail; the kernel waits for it before touching memory)
   ropekv_nopdl  the same kernel launched without PDL (Context(pdl=False)); not a peer
+  ropekv_fp8q  the absorbed form with an fp8 e4m3 query output (q_dtype="fp8_e4m3", q_scale) in the same
+           launch as the KV row
+  ropekv_zero_copy, ropekv_inplace, ropekv_none  the other q forms (those the spec lists): zero_copy writes
+           only q_out[..., L:] (q_nope already sits in q_out[..., :L]), inplace rotates q_pe where it lies,
+           none writes the KV row only; ropekv_zero_copy_fp8q and ropekv_inplace_fp8q the same with an fp8
+           query output. Each has its own bytes moved; they have no peer here
   triton   a fused Triton kernel written here: grid (T, H + 1), one program per (token, head) and one per
            token for the KV row, fp32 math
   triton_pdl  the same Triton kernel with gdc_wait / gdc_launch_dependents at its start, launched with
@@ -21,17 +31,24 @@ Methods (all measured in this one process, see bench/README.md):
   ropekv_prefetch, triton_prefetch  both with PDL, reading positions and the cos/sin rows before the wait
            (ropekv's Context(pdl_prefetch=True): valid when the kernel before does not write them); these
            two are compared with each other only
+  triton_fp8q, triton_fp8q_pdl  a second fused Triton kernel, the same job as ropekv_fp8q in one launch:
+           fp8 query (absorbed) and KV row, with ropekv's arithmetic (an explicit fma for the rope,
+           tl.div_rn for the scale's reciprocal or quotient, clamp, round to nearest even): expected
+           bit-identical to the reference; without and with PDL
   compile  torch.compile of the unfused PyTorch sequence below
   eager    the unfused PyTorch sequence engines ran: rope on q_pe and k_pe with torch ops, torch.cat for
            q_out and the KV row, the fp8 cast, index_copy_ into the cache (negative slots masked to a
            scratch row)
+  eager_fp8q, compile_fp8q  the same sequence followed by the query's quantization (q_out scaled by the
+           spec's convention, clamped, cast to float8_e4m3fn), as engines quantize the bf16 query
 Before it is timed every method is checked against one reference computed here in PyTorch, per shape, that
 does ropekv's arithmetic exactly (docs/numerics.md: x1*s rounded to float32, then one fma, emulated in
-float64): the q_nope / k_nope parts must be bit-identical, and each rope element bit-identical or within
-one bf16 (fp8) step of max(|expected|, |x0*c| + |x1*s|) - the error bound of the peers' two-rounding
+float64): the q_nope / k_nope parts must be bit-identical (an fp8 query's q_nope part: within one fp8 step,
+for a peer whose reciprocal of q_scale is not correctly rounded), and each rope element bit-identical or
+within one bf16 (fp8) step of max(|expected|, |x0*c| + |x1*s|) - the error bound of the peers' two-rounding
 x0*c - x1*s, which can be many steps of a result that cancels. A method that fails is reported WRONG and
 not timed. 'bit-identical' in the table is ropekv's fraction of codes equal to the reference's (100%
-expected).
+expected); the csv has it for every method.
 
 Timing: CALLS calls captured in one CUDA graph, replayed REPS times, the median per-call time (when a
 capture fails: back-to-back launches timed with CUDA events, marked *). Each replay is queued behind
@@ -42,7 +59,12 @@ written / time). limit = max(round-trip floor, bytes moved / copy bandwidth), th
 being (q_nope + q_pe read, q_out written, k_nope + k_pe read, KV row written, positions + slots +
 cos/sin rows read). Per shape, "copy us" is a device copy of half those bytes (so the same bytes read +
 written) timed the same way: what this device achieves moving this much data in one call, the fairer
-bar at mid sizes where launch ramp-up and tail are a visible part of a call."""
+bar at mid sizes where launch ramp-up and tail are a visible part of a call. Per method, "BW %" is the
+bytes that method's job moves (its q form and q dtype: see op_bytes) / its time / the copy bandwidth.
+
+--cpu runs the PyTorch methods (eager, eager_fp8q) and the ropekv methods (the host backend: the kernels compiled
+for the CPU) with the checks on the CPU at the given shapes, with CPU times and a CPU copy bandwidth: a check of
+the script (inputs, reference, checks, tables) and of the host backend against the reference, not numbers."""
 import argparse
 import csv
 import datetime
@@ -60,15 +82,38 @@ L, R, W = 512, 64, 576
 MAX_POS = 4096
 FP8_MAX = 448.0
 K_SCALE = 0.5
+Q_SCALE = 0.0123  # the fp8 query's per-tensor scale: about max |q| / 448 for the bf16 randn query
 BLOCK_SIZE = 16
+
+# The fp8 policies of the specs benchmarked (specs/<name>.lua: L = 512, R = 64, GPT-J, f32_cat for both). The
+# spec's policy is the definition: main() compares these with the ropekv kernels' info and takes the library's.
+SPECS = {
+    "deepseek_v3": dict(kv_scale="mul_recip", kv_rr=False, q_scale="mul_recip", q_rr=False, q_sat=FP8_MAX,
+                        q_forms=("absorbed", "zero_copy", "none")),
+    "kimi_k2": dict(kv_scale="div", kv_rr=False, q_scale="div", q_rr=True, q_sat=FP8_MAX,
+                    q_forms=("absorbed", "inplace")),
+}
+SCALE_CONV = {"none": 0, "mul_recip": 1, "div": 2, "mul": 3}  # the Triton kernel's constexpr
 
 ALL_T = [1, 4, 16, 64, 128, 512, 2048, 8192, 32768]
 ALL_H = [16, 128]
 ALL_KV = ["bf16", "fp8_e4m3"]
-ALL_METHODS = ["ropekv", "ropekv_nopdl", "ropekv_prefetch", "triton", "triton_pdl", "triton_prefetch", "compile",
-               "eager"]
+# method -> (q form, fp8 query): what its job is, hence its bytes moved and how it is checked
+FORMS = {
+    "ropekv": ("absorbed", False), "ropekv_nopdl": ("absorbed", False), "ropekv_prefetch": ("absorbed", False),
+    "ropekv_fp8q": ("absorbed", True), "ropekv_zero_copy": ("zero_copy", False),
+    "ropekv_zero_copy_fp8q": ("zero_copy", True), "ropekv_inplace": ("inplace", False),
+    "ropekv_inplace_fp8q": ("inplace", True), "ropekv_none": ("none", False),
+    "triton": ("absorbed", False), "triton_pdl": ("absorbed", False), "triton_prefetch": ("absorbed", False),
+    "triton_fp8q": ("absorbed", True), "triton_fp8q_pdl": ("absorbed", True),
+    "compile": ("absorbed", False), "eager": ("absorbed", False),
+    "compile_fp8q": ("absorbed", True), "eager_fp8q": ("absorbed", True),
+}
+ALL_METHODS = list(FORMS)
 PEERS = ["triton", "triton_pdl", "compile", "eager"]
 PREFETCH_PEERS = ["triton_prefetch"]  # compared with ropekv_prefetch only (the same contract)
+FP8Q_PEERS = ["triton_fp8q", "triton_fp8q_pdl", "compile_fp8q", "eager_fp8q"]  # compared with ropekv_fp8q
+CPU_METHODS = ["eager", "eager_fp8q"] + [m for m in FORMS if m.startswith("ropekv")]  # what --cpu can run
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
@@ -78,14 +123,23 @@ def log(msg):
     print("[%7.1fs] %s" % (time.time() - T0, msg), flush=True)
 
 
+def default_methods(spec):
+    """Every method whose q form the spec lists."""
+    return [m for m in ALL_METHODS if FORMS[m][0] in SPECS[spec]["q_forms"]]
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="directory for .md, .csv, .png")
     p.add_argument("--quick", action="store_true", help="T in {1, 128, 2048}, H = 16, kv bf16")
-    p.add_argument("--methods", default=",".join(ALL_METHODS), help="comma list of %s" % ", ".join(ALL_METHODS))
+    p.add_argument("--spec", default="deepseek_v3", choices=sorted(SPECS),
+                   help="the ropekv spec benchmarked: its q forms and fp8 policies (default deepseek_v3)")
+    p.add_argument("--methods", default=None,
+                   help="comma list of %s (default: every method whose q form the spec lists)" % ", ".join(ALL_METHODS))
     p.add_argument("--T", default=None, help="comma list of token counts (default: the full sweep)")
     p.add_argument("--H", default=None, help="comma list of head counts")
     p.add_argument("--kv", default=None, help="comma list of bf16, fp8_e4m3")
+    p.add_argument("--q-scale", type=float, default=Q_SCALE, help="the fp8 query's scale (default %g)" % Q_SCALE)
     p.add_argument("--calls", type=int, default=50, help="calls per CUDA graph")
     p.add_argument("--reps", type=int, default=5, help="graph replays (the median is reported)")
     p.add_argument("--compile-mode", default="default",
@@ -93,6 +147,9 @@ def parse_args(argv=None):
     p.add_argument("--compile-dynamic", default="auto", choices=["auto", "true", "false"],
                    help="torch.compile dynamic= (auto: PyTorch's automatic dynamic shapes, fewest recompiles)")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--cpu", action="store_true",
+                   help="check the script on the CPU: eager, eager_fp8q and the ropekv methods (host backend) "
+                        "against the reference, CPU times (not numbers)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--tag", default="", help="suffix for the output file names (e.g. when a sweep is split)")
     a = p.parse_args(argv)
@@ -100,14 +157,103 @@ def parse_args(argv=None):
     a.T_list = ints(a.T) if a.T else ([1, 128, 2048] if a.quick else ALL_T)
     a.H_list = ints(a.H) if a.H else ([16] if a.quick else ALL_H)
     a.kv_list = [v.strip() for v in a.kv.split(",")] if a.kv else (["bf16"] if a.quick else ALL_KV)
-    a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
+    if a.methods:
+        a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
+    else:
+        a.method_list = [m for m in default_methods(a.spec) if not a.cpu or m in CPU_METHODS]
     for m in a.method_list:
         if m not in ALL_METHODS:
             p.error("unknown method %r (known: %s)" % (m, ", ".join(ALL_METHODS)))
+        if a.cpu and m not in CPU_METHODS:
+            p.error("--cpu runs eager, eager_fp8q and the ropekv methods only, not %r" % m)
     for kv in a.kv_list:
         if kv not in ALL_KV:
             p.error("unknown kv %r" % kv)
+    if not a.q_scale > 0:
+        p.error("--q-scale must be > 0")
     return a
+
+
+def op_bytes(T, H, kv_fp8, form="absorbed", q_fp8=False):
+    """The bytes one call's job moves at least: the query part of its q form (absorbed: q_nope + q_pe read,
+    q_out written; zero_copy: q_pe read, q_out[..., L:] written; inplace: q_pe read and written back, fp8: R
+    bytes a row; none: nothing), an fp8 query writing 1 byte an element instead of 2; then k_nope + k_pe read,
+    the KV row written (1 or 2 bytes an element), positions + slots (int64) and the cos/sin rows (f32) read."""
+    qb = 1 if q_fp8 else 2
+    q = {"absorbed": T * H * (L + R) * 2 + T * H * W * qb,
+         "zero_copy": T * H * R * 2 + T * H * R * qb,
+         "inplace": T * H * R * 2 + T * H * R * qb,
+         "none": 0}[form]
+    kvb = 1 if kv_fp8 else 2
+    return q + T * (L + R) * 2 + T * W * kvb + T * 8 * 2 + T * R * 4
+
+
+def method_bytes(T, H, kv, method):
+    form, q_fp8 = FORMS[method]
+    return op_bytes(T, H, kv == "fp8_e4m3", form, q_fp8)
+
+
+def bw_pct(nbytes, us, copy_Bps):
+    """Bytes moved per second as a fraction of the copy bandwidth, in %; None without a time."""
+    if not us or not copy_Bps:
+        return None
+    return 100.0 * nbytes / (us * 1e-6) / copy_Bps
+
+
+# ---- fp8 e4m3 (OCP) codes without a float8 dtype (for --cpu on a torch without one) -----------------------------
+def _has_float8():
+    return hasattr(torch, "float8_e4m3fn")
+
+
+def _e4m3_codes_exact(torch, v):
+    """float32 values, already clamped to +-448, as OCP e4m3 codes (uint8), round to nearest even (what
+    .to(torch.float8_e4m3fn) does): the value in quanta of its binade rounded by torch.round (ties to even; the
+    quotient is exact in float64), NaN -> 0x7f, the sign kept (-0 -> 0x80)."""
+    v = v.float()
+    u = v.view(torch.int32)
+    ef = (u >> 23) & 0xFF
+    e = torch.clamp(ef - 127, min=-6)
+    m = v.double().abs()
+    quanta = m / torch.ldexp(torch.ones_like(m), (e - 3).to(torch.int64))
+    code = (e + 6).to(torch.int64) * 8 + torch.round(quanta).to(torch.int64)
+    code = torch.where(ef == 0, torch.zeros_like(code), code)
+    code = torch.where(m > FP8_MAX, torch.full_like(code, 0x7E), code)
+    code = torch.where(u < 0, code | 0x80, code)
+    code = torch.where(torch.isnan(v), torch.full_like(code, 0x7F), code)
+    return code.to(torch.uint8)
+
+
+def _e4m3_values(torch, codes):
+    """The float32 values of OCP e4m3 codes (uint8) through a 256-entry table (0x7f / 0xff: NaN)."""
+    c = torch.arange(256, dtype=torch.int64)
+    e, m = (c >> 3) & 0xF, (c & 7).double()
+    mag = torch.where(e == 0, m * 2.0 ** -9, torch.ldexp(8.0 + m, (e - 10)))
+    val = torch.where((c & 0x80) != 0, -mag, mag)
+    val = torch.where((c & 0x7F) == 0x7F, torch.full_like(val, float("nan")), val)
+    return val.float().to(codes.device)[codes.long()]
+
+
+def to_fp8(x):
+    """x (float32, clamped) cast to float8_e4m3fn; uint8 codes of the same bits where torch has no float8."""
+    if _has_float8():
+        return x.to(torch.float8_e4m3fn)
+    return _e4m3_codes_exact(torch, x)
+
+
+def fp8_dtype():
+    return torch.float8_e4m3fn if _has_float8() else torch.uint8
+
+
+def apply_scale(x, conv, s):
+    """x scaled by the float32 scale tensor s with a spec's convention: mul_recip x * float32(1 / s), div x / s,
+    mul x * s, none x."""
+    if conv == "mul_recip":
+        return x * (1.0 / s)
+    if conv == "div":
+        return x / s
+    if conv == "mul":
+        return x * s
+    return x
 
 
 # ---- the peers ------------------------------------------------------------------------------------------------
@@ -118,7 +264,8 @@ def _rope_gptj(x, cos, sin):
     return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2).to(torch.bfloat16)
 
 
-def mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8: bool):
+def mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8: bool,
+                        kv_conv: str = "mul_recip"):
     """The unfused sequence: returns q_out [T, H, 576]; writes the KV rows into kv_cache (its last row is a
     scratch row that padding tokens (slot < 0) are sent to, so no host sync is needed to mask them)."""
     cos_sin = cos_sin_cache.index_select(0, positions)
@@ -129,11 +276,20 @@ def mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_ca
     kv = torch.cat([k_nope, k_rot], dim=-1)
     flat = kv_cache.view(-1, kv_cache.shape[-1])
     if fp8:
-        kv = (kv.float() * (1.0 / k_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+        kv = to_fp8(apply_scale(kv.float(), kv_conv, k_scale).clamp(-FP8_MAX, FP8_MAX)).view(torch.uint8)
         flat = flat.view(torch.uint8)
     idx = torch.where(slots >= 0, slots, flat.shape[0] - 1)
     flat.index_copy_(0, idx, kv)
     return q_out
+
+
+def mla_rope_kv_unfused_fp8q(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale,
+                             fp8: bool, q_scale, q_conv: str, q_sat: float, kv_conv: str = "mul_recip"):
+    """The unfused sequence, then the query quantized as engines do it: the bf16 q_out scaled by q_scale with the
+    spec's convention, clamped to +-q_sat, cast to float8_e4m3fn. Returns the fp8 q_out [T, H, 576]."""
+    q_out = mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8,
+                                kv_conv)
+    return to_fp8(apply_scale(q_out.float(), q_conv, q_scale).clamp(-q_sat, q_sat))
 
 
 _TRITON = {}
@@ -193,6 +349,85 @@ def triton_kernels():
                     tl.store(row + L + pe, y.to(tl.bfloat16))
 
     @triton.jit
+    def mla_rope_kv_fp8q_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, kv_ptr, pos_ptr, slot_ptr,
+                                cs_ptr, k_scale_ptr, q_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st,
+                                q_out_sh, k_nope_st, k_pe_st, kv_st, H, L: tl.constexpr, R: tl.constexpr,
+                                FP8: tl.constexpr, FP8_MAX: tl.constexpr, KV_CONV: tl.constexpr, KV_RR: tl.constexpr,
+                                Q_SAT: tl.constexpr, Q_CONV: tl.constexpr, Q_RR: tl.constexpr,
+                                USE_GDC: tl.constexpr):
+        # The same job as ropekv's absorbed form with an fp8 query, in ropekv's arithmetic: the rope as
+        # fma(x0, c, -(x1*s)) / fma(x1, c, x0*s) (the products rounded, explicit fmas: nothing left to contract),
+        # the rope rounded to bf16 first where the policy says so, the scale by the convention (a correctly
+        # rounded reciprocal or quotient: tl.div_rn, where "/" would be div.full), clamp (NaN passes), then
+        # cvt.rn.satfinite to e4m3. Conventions: 0 none, 1 mul_recip, 2 div, 3 mul.
+        if USE_GDC:  # PDL: wait for the previous grid before any memory access
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
+        nope = tl.arange(0, L)
+        pe = tl.arange(0, R)
+        if h < H:
+            hh = h.to(tl.int64)
+            vn = tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope).to(tl.float32)
+            xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            vr = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+            if Q_RR:
+                vr = vr.to(tl.bfloat16).to(tl.float32)
+            qs = tl.load(q_scale_ptr)
+            if Q_CONV == 1:
+                inv = tl.div_rn(1.0, qs)
+                vn = vn * inv
+                vr = vr * inv
+            elif Q_CONV == 2:
+                vn = tl.div_rn(vn, qs)
+                vr = tl.div_rn(vr, qs)
+            elif Q_CONV == 3:
+                vn = vn * qs
+                vr = vr * qs
+            vn = tl.clamp(vn, -Q_SAT, Q_SAT, propagate_nan=tl.PropagateNan.ALL)
+            vr = tl.clamp(vr, -Q_SAT, Q_SAT, propagate_nan=tl.PropagateNan.ALL)
+            dst = q_out_ptr + t * q_out_st + hh * q_out_sh
+            tl.store(dst + nope, vn.to(tl.float8e4nv))
+            tl.store(dst + L + pe, vr.to(tl.float8e4nv))
+        else:
+            slot = tl.load(slot_ptr + t).to(tl.int64)
+            if slot >= 0:
+                row = kv_ptr + slot * kv_st
+                xn = tl.load(k_nope_ptr + t * k_nope_st + nope)
+                xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+                if FP8:
+                    if KV_RR:
+                        y = y.to(tl.bfloat16).to(tl.float32)
+                    vn = xn.to(tl.float32)
+                    ks = tl.load(k_scale_ptr)
+                    if KV_CONV == 1:
+                        kinv = tl.div_rn(1.0, ks)
+                        vn = vn * kinv
+                        y = y * kinv
+                    elif KV_CONV == 2:
+                        vn = tl.div_rn(vn, ks)
+                        y = tl.div_rn(y, ks)
+                    elif KV_CONV == 3:
+                        vn = vn * ks
+                        y = y * ks
+                    vn = tl.clamp(vn, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+                    y = tl.clamp(y, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+                    tl.store(row + nope, vn.to(tl.float8e4nv))
+                    tl.store(row + L + pe, y.to(tl.float8e4nv))
+                else:
+                    tl.store(row + nope, xn)
+                    tl.store(row + L + pe, y.to(tl.bfloat16))
+
+    @triton.jit
     def empty_kernel(x_ptr):
         pass
 
@@ -201,15 +436,17 @@ def triton_kernels():
         o = tl.arange(0, 4)
         tl.store(dst_ptr + o, tl.load(src_ptr + o))
 
-    _TRITON.update(mla=mla_rope_kv_kernel, empty=empty_kernel, roundtrip=roundtrip_kernel, version=triton.__version__)
+    _TRITON.update(mla=mla_rope_kv_kernel, mla_fp8q=mla_rope_kv_fp8q_kernel, empty=empty_kernel,
+                   roundtrip=roundtrip_kernel, version=triton.__version__)
     return _TRITON
 
 
 # ---- problem ----------------------------------------------------------------------------------------------------
 class Problem:
-    def __init__(self, torch, T, H, kv, dev, cos_sin_cache, k_scale, seed):
+    def __init__(self, torch, T, H, kv, dev, cos_sin_cache, k_scale, seed, q_scale=None, policy=None):
         self.torch, self.T, self.H, self.kv, self.dev = torch, T, H, kv, dev
         self.fp8 = kv == "fp8_e4m3"
+        self.policy = policy if policy is not None else SPECS["deepseek_v3"]
         g = torch.Generator(device=dev).manual_seed(seed)
         bf = torch.bfloat16
         self.q = torch.randn(T, H, W, device=dev, dtype=bf, generator=g)
@@ -222,37 +459,87 @@ class Problem:
         self.slots = torch.randperm(self.rows - 1, device=dev, generator=g)[:T].to(torch.int64)
         self.cos_sin_cache = cos_sin_cache
         self.k_scale = k_scale
-        self.cache_dtype = torch.float8_e4m3fn if self.fp8 else bf
+        self.q_scale = q_scale
+        self.cache_dtype = fp8_dtype() if self.fp8 else bf
+        self.ref = None  # the Reference, set before the methods run (zero_copy's q_out[..., :L] comes from it)
 
     def new_cache(self):
         return self.torch.zeros(self.blocks, BLOCK_SIZE, W, device=self.dev, dtype=self.cache_dtype)
 
-    def new_q_out(self):
-        return self.torch.empty(self.T, self.H, W, device=self.dev, dtype=self.torch.bfloat16)
+    def new_q_out(self, q_fp8=False):
+        dt = fp8_dtype() if q_fp8 else self.torch.bfloat16
+        return self.torch.empty(self.T, self.H, W, device=self.dev, dtype=dt)
 
-    def bytes_moved(self):
-        T, H = self.T, self.H
-        kv_bytes = 1 if self.fp8 else 2
-        return (T * H * (L + R) * 2      # q_nope + q_pe read
-                + T * H * W * 2          # q_out written
-                + T * (L + R) * 2        # k_nope + k_pe read
-                + T * W * kv_bytes       # KV row written
-                + T * 8 * 2              # positions + slots
-                + T * R * 4)             # cos/sin rows
+    def new_q_out_zero_copy(self, q_fp8=False):
+        """q_out with q_nope already in [..., :L], as the absorption BMM leaves it (fp8: quantized with q_scale
+        by the BMM's epilogue, here the reference's codes)."""
+        q_out = self.new_q_out(q_fp8)
+        if q_fp8:
+            q_out.view(self.torch.uint8)[..., :L] = self.ref.q_nope8
+        else:
+            q_out[..., :L] = self.q_nope
+        return q_out
+
+    def new_q_pe(self):
+        """A copy of the query for the inplace form (it rotates q_pe where it lies); its q_pe slice."""
+        return self.q.clone()[..., L:]
+
+    def bytes_moved(self, form="absorbed", q_fp8=False):
+        return op_bytes(self.T, self.H, self.fp8, form, q_fp8)
 
 
-# ---- methods: each returns (fn, outputs) where fn() runs one call and outputs() gives (q_out, kv_cache) ----------
-def method_ropekv(state, pb, which="ropekv_kernels"):
-    k = state[which][pb.kv]
-    q_out, cache = pb.new_q_out(), pb.new_cache()
-    launch = k.bind(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=q_out, k_nope=pb.k_nope, k_pe=pb.k_pe, kv_cache=cache,
-                    positions=pb.positions, slots=pb.slots, cos_sin=pb.cos_sin_cache,
-                    k_scale=pb.k_scale if pb.fp8 else None)
-    return launch, lambda: (q_out, cache)
+# ---- methods: each returns (fn, outputs) where fn() runs one call and outputs() gives a dict of its outputs ------
+# ("q_out" for absorbed and zero_copy, "q_pe" for inplace, "cache" always)
+def ropekv_kernel(state, ctx_key, form, q_fp8, kv):
+    """The ropekv kernel of one variant on one of the script's contexts (made on first use)."""
+    key = (ctx_key, form, q_fp8, kv)
+    k = state["kernels"].get(key)
+    if k is None:
+        ctx = state[ctx_key]
+        t0 = time.perf_counter()
+        k = ctx.kernel(state["args"].spec, kv=kv, q=form, q_dtype="fp8_e4m3" if q_fp8 else "bf16")
+        want = "fp8_e4m3" if q_fp8 and form != "none" else "bf16"
+        if k.info.q_dtype != want or k.info.kv != kv or k.info.q != form:
+            raise RuntimeError("asked for q form %s, %s query, kv %s; the library gave %s (%s)"
+                               % (form, want, kv, k.info.key, k.name))
+        if ctx_key == "ctx":
+            label = "%s%s, kv %s" % (form, " fp8 q" if q_fp8 else "", kv)
+            state["meta"]["kernels"][label] = (k.name, (time.perf_counter() - t0) * 1e3)
+        state["kernels"][key] = k
+    return k
+
+
+def method_ropekv(state, pb, ctx_key="ctx", form="absorbed", q_fp8=False):
+    k = ropekv_kernel(state, ctx_key, form, q_fp8, pb.kv)
+    cache = pb.new_cache()
+    out = {"cache": cache}
+    kw = dict(k_nope=pb.k_nope, k_pe=pb.k_pe, kv_cache=cache, positions=pb.positions, slots=pb.slots,
+              cos_sin=pb.cos_sin_cache, k_scale=pb.k_scale if pb.fp8 else None, q_scale=pb.q_scale if q_fp8 else None)
+    if form == "absorbed":
+        out["q_out"] = pb.new_q_out(q_fp8)
+        kw.update(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=out["q_out"])
+    elif form == "zero_copy":
+        out["q_out"] = pb.new_q_out_zero_copy(q_fp8)
+        kw.update(q_pe=pb.q_pe, q_out=out["q_out"])
+    elif form == "inplace":
+        out["q_pe"] = pb.new_q_pe()
+        kw.update(q_pe=out["q_pe"])
+    launch = k.bind(**kw)
+    return launch, lambda: out
 
 
 def method_ropekv_nopdl(state, pb):
-    return method_ropekv(state, pb, "ropekv_nopdl_kernels")
+    return method_ropekv(state, pb, "ctx_nopdl")
+
+
+def method_ropekv_prefetch(state, pb):
+    return method_ropekv(state, pb, "ctx_prefetch")
+
+
+def _ropekv_form(form, q_fp8):
+    def method(state, pb):
+        return method_ropekv(state, pb, "ctx", form, q_fp8)
+    return method
 
 
 def method_triton(state, pb, pdl=False, prefetch=False):
@@ -271,7 +558,7 @@ def method_triton(state, pb, pdl=False, prefetch=False):
         def fn():
             kern[grid](*a, L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, USE_GDC=False, PREFETCH=False, num_warps=2)
 
-    return fn, lambda: (q_out, cache)
+    return fn, lambda: {"q_out": q_out, "cache": cache}
 
 
 def method_triton_pdl(state, pb):
@@ -282,35 +569,77 @@ def method_triton_prefetch(state, pb):
     return method_triton(state, pb, pdl=True, prefetch=True)
 
 
-def method_ropekv_prefetch(state, pb):
-    return method_ropekv(state, pb, "ropekv_prefetch_kernels")
-
-
-def _torch_method(f, pb):
-    cache = pb.new_cache()
-    out = {}
+def method_triton_fp8q(state, pb, pdl=False):
+    kern = triton_kernels()["mla_fp8q"]
+    pol = pb.policy
+    q_out, cache = pb.new_q_out(q_fp8=True), pb.new_cache()
+    grid = (pb.T, pb.H + 1)
+    a = (pb.q_nope, pb.q_pe, q_out, pb.k_nope, pb.k_pe, cache, pb.positions, pb.slots, pb.cos_sin_cache, pb.k_scale,
+         pb.q_scale, pb.q_nope.stride(0), pb.q_nope.stride(1), pb.q_pe.stride(0), pb.q_pe.stride(1), q_out.stride(0),
+         q_out.stride(1), pb.k_nope.stride(0), pb.k_pe.stride(0), W, pb.H)
+    kw = dict(L=L, R=R, FP8=pb.fp8, FP8_MAX=FP8_MAX, KV_CONV=SCALE_CONV[pol["kv_scale"]], KV_RR=pol["kv_rr"],
+              Q_SAT=float(pol["q_sat"]), Q_CONV=SCALE_CONV[pol["q_scale"]], Q_RR=pol["q_rr"], USE_GDC=pdl,
+              num_warps=2)
+    if pdl:
+        kw["launch_pdl"] = True
 
     def fn():
-        out["q_out"] = f(pb.q_nope, pb.q_pe, pb.k_nope, pb.k_pe, pb.positions, pb.slots, pb.cos_sin_cache, cache,
-                         pb.k_scale, pb.fp8)
+        kern[grid](*a, **kw)
 
-    return fn, lambda: (out["q_out"], cache)
+    return fn, lambda: {"q_out": q_out, "cache": cache}
+
+
+def method_triton_fp8q_pdl(state, pb):
+    return method_triton_fp8q(state, pb, pdl=True)
+
+
+def _torch_method(f, pb, q_fp8=False):
+    cache = pb.new_cache()
+    out = {"cache": cache}
+    pol = pb.policy
+    if q_fp8:
+        def fn():
+            out["q_out"] = f(pb.q_nope, pb.q_pe, pb.k_nope, pb.k_pe, pb.positions, pb.slots, pb.cos_sin_cache, cache,
+                             pb.k_scale, pb.fp8, pb.q_scale, pol["q_scale"], float(pol["q_sat"]), pol["kv_scale"])
+    else:
+        def fn():
+            out["q_out"] = f(pb.q_nope, pb.q_pe, pb.k_nope, pb.k_pe, pb.positions, pb.slots, pb.cos_sin_cache, cache,
+                             pb.k_scale, pb.fp8, pol["kv_scale"])
+
+    return fn, lambda: out
 
 
 def method_eager(state, pb):
     return _torch_method(mla_rope_kv_unfused, pb)
 
 
-def method_compile(state, pb):
-    if state.get("compiled") is None:
+def method_eager_fp8q(state, pb):
+    return _torch_method(mla_rope_kv_unfused_fp8q, pb, q_fp8=True)
+
+
+def _compiled(state, name, f):
+    if state.get(name) is None:
         dyn = {"auto": None, "true": True, "false": False}[state["args"].compile_dynamic]
-        state["compiled"] = torch.compile(mla_rope_kv_unfused, mode=state["args"].compile_mode, dynamic=dyn)
-    return _torch_method(state["compiled"], pb)
+        state[name] = torch.compile(f, mode=state["args"].compile_mode, dynamic=dyn)
+    return state[name]
+
+
+def method_compile(state, pb):
+    return _torch_method(_compiled(state, "compiled", mla_rope_kv_unfused), pb)
+
+
+def method_compile_fp8q(state, pb):
+    return _torch_method(_compiled(state, "compiled_fp8q", mla_rope_kv_unfused_fp8q), pb, q_fp8=True)
 
 
 METHODS = {"ropekv": method_ropekv, "ropekv_nopdl": method_ropekv_nopdl, "ropekv_prefetch": method_ropekv_prefetch,
            "triton": method_triton, "triton_pdl": method_triton_pdl, "triton_prefetch": method_triton_prefetch,
-           "compile": method_compile, "eager": method_eager}
+           "triton_fp8q": method_triton_fp8q, "triton_fp8q_pdl": method_triton_fp8q_pdl,
+           "compile": method_compile, "eager": method_eager, "compile_fp8q": method_compile_fp8q,
+           "eager_fp8q": method_eager_fp8q}
+for _m, (_form, _q8) in FORMS.items():
+    if _m not in METHODS:  # ropekv_fp8q and the other q forms on the default context
+        METHODS[_m] = _ropekv_form(_form, _q8)
 
 
 # ---- checks -------------------------------------------------------------------------------------------------------
@@ -365,55 +694,92 @@ def _ulp(torch, m, mant_bits, min_exp):
     return ((e + 1023) << 52).view(torch.float64)
 
 
+FP8_ULP = (3, -6)  # e4m3: 3 mantissa bits, smallest normal exponent -6
+BF16_ULP = (7, -126)
+
+
 def _fp8_codes(torch, v):
     """float32 values (already clamped) rounded to fp8 e4m3fn (to nearest even), as uint8 codes."""
-    return v.to(torch.float8_e4m3fn).view(torch.uint8)
+    return to_fp8(v).view(torch.uint8)
 
 
 def _decode(torch, t):
     """Values of a bf16 tensor or of fp8 e4m3fn codes held as uint8, as float64."""
     if t.dtype == torch.uint8:
-        return t.view(torch.float8_e4m3fn).float().double()
+        if _has_float8():
+            return t.view(torch.float8_e4m3fn).float().double()
+        return _e4m3_values(torch, t).double()
     return t.double()
+
+
+def _scale_mag(torch, m, conv, s):
+    """|scale| applied to the magnitudes m (float64): what the tolerance scales the rope terms by."""
+    if conv in ("mul_recip", "div"):
+        return m / s.double()
+    if conv == "mul":
+        return m * s.double()
+    return m
 
 
 class Reference:
     """What ropekv computes (docs/numerics.md, gen/ref.c), in PyTorch, once per shape: the rope rows
     y0 = fmaf(x0, c, -(x1*s)), y1 = fmaf(x1, c, x0*s) with x1*s, x0*s float32 products, rounded to bf16 (q_out
-    and a bf16 KV row) or scaled by float32(1 / k_scale), clamped to +-448 and rounded to fp8 (an fp8 KV row;
-    codes kept as uint8). Besides the expected codes it keeps, per rope element, the tolerance for methods that
+    and a bf16 KV row) or scaled by the spec's KV convention (deepseek_v3: float32(1 / k_scale)), clamped to +-448
+    and rounded to fp8 (an fp8 KV row; codes kept as uint8). With q8, the fp8 query too: q_nope and the rope floats
+    (rounded to bf16 first where the spec's q policy says so) scaled by its q convention, clamped to +-q_sat,
+    rounded to fp8. Besides the expected codes it keeps, per rope element, the tolerance for methods that
     round x0*c and x1*s separately (eager, torch.compile, Triton): one step of the output format at
     max(|expected|, |x0*c| + |x1*s|) (the terms scaled like the value for fp8). Two-rounding differs from the
     fma by at most about 2^-23 (|x0*c| + |x1*s|): many steps of a result that cancels, within one step at the
     terms' size."""
 
-    def __init__(self, torch, pb, chunk_elems=1 << 24):
+    def __init__(self, torch, pb, q8=False, chunk_elems=1 << 24):
         half = R // 2
+        pol = pb.policy
         cs = pb.cos_sin_cache.index_select(0, pb.positions)
-        inv = (1.0 / pb.k_scale).float() if pb.fp8 else None  # a float32 reciprocal first, as mul_recip does
-        step = max(1, chunk_elems // (pb.H * R))
+        step = max(1, chunk_elems // (pb.H * W if q8 else pb.H * R))
         q_rope, q_tol, kv_rope, kv_tol = [], [], [], []
+        q_rope8, q_tol8, q_nope8 = [], [], []
+        self.q8 = q8
         for t0 in range(0, pb.T, step):
             sl = slice(t0, min(pb.T, t0 + step))
             c, sn = cs[sl, :half], cs[sl, half:]
             y, m = self._rope(torch, pb.q_pe[sl], c[:, None, :], sn[:, None, :])
             q_rope.append(y.to(torch.bfloat16))
-            q_tol.append(_ulp(torch, torch.maximum(_decode(torch, q_rope[-1]).abs(), m), 7, -126).float())
+            q_tol.append(_ulp(torch, torch.maximum(_decode(torch, q_rope[-1]).abs(), m), *BF16_ULP).float())
+            if q8:
+                yq = y.to(torch.bfloat16).float() if pol["q_rr"] else y
+                sat = pol["q_sat"]
+                q_rope8.append(_fp8_codes(torch, apply_scale(yq, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
+                mq = _scale_mag(torch, m, pol["q_scale"], pb.q_scale)
+                q_tol8.append(_ulp(torch, torch.maximum(_decode(torch, q_rope8[-1]).abs(), mq), *FP8_ULP).float())
+                xn = pb.q_nope[sl].float()
+                q_nope8.append(_fp8_codes(torch, apply_scale(xn, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
             y, m = self._rope(torch, pb.k_pe[sl], c, sn)
             if pb.fp8:
-                kv_rope.append(_fp8_codes(torch, (y * inv).clamp(-FP8_MAX, FP8_MAX)))
-                m = m * inv.double()
-                fmt = (3, -6)
+                yk = y.to(torch.bfloat16).float() if pol["kv_rr"] else y
+                kv_rope.append(_fp8_codes(torch, apply_scale(yk, pol["kv_scale"], pb.k_scale).clamp(-FP8_MAX, FP8_MAX)))
+                m = _scale_mag(torch, m, pol["kv_scale"], pb.k_scale)
+                fmt = FP8_ULP
             else:
                 kv_rope.append(y.to(torch.bfloat16))
-                fmt = (7, -126)
+                fmt = BF16_ULP
             kv_tol.append(_ulp(torch, torch.maximum(_decode(torch, kv_rope[-1]).abs(), m), *fmt).float())
         self.q_rope, self.q_tol = torch.cat(q_rope), torch.cat(q_tol)
         self.kv_rope, self.kv_tol = torch.cat(kv_rope), torch.cat(kv_tol)
+        if q8:
+            self.q_rope8, self.q_tol8, self.q_nope8 = torch.cat(q_rope8), torch.cat(q_tol8), torch.cat(q_nope8)
         if pb.fp8:  # k_nope * (1 / 0.5) is exact: one rounding, the same for every method
-            self.kv_nope = _fp8_codes(torch, (pb.k_nope.float() * inv).clamp(-FP8_MAX, FP8_MAX))
+            kn = apply_scale(pb.k_nope.float(), pol["kv_scale"], pb.k_scale)
+            self.kv_nope = _fp8_codes(torch, kn.clamp(-FP8_MAX, FP8_MAX))
         else:
             self.kv_nope = pb.k_nope
+
+    def q_nope8_tol(self, torch, pb, sl):
+        """The fp8 query's q_nope part: one fp8 step at max(|expected|, |scaled q_nope|), for a peer whose
+        reciprocal (or quotient) of q_scale is rounded otherwise (one rounding of the scaled value apart)."""
+        m = _scale_mag(torch, pb.q_nope[sl].double().abs(), pb.policy["q_scale"], pb.q_scale)
+        return _ulp(torch, torch.maximum(_decode(torch, self.q_nope8[sl]).abs(), m), *FP8_ULP)
 
     @staticmethod
     def _rope(torch, x, c, sn):
@@ -435,14 +801,16 @@ def _outside(torch, got, want, tol):
     return int((~ok).sum())
 
 
-def check(torch, pb, ref, outs, chunk_elems=1 << 25):
-    """(ok, max steps, fraction bit-identical, elements failing) of outs = (q_out, cache) against the fma
-    reference. The q_nope / k_nope parts must be bit-identical (copies; for fp8 one exact scaling and one
-    rounding), every rope element bit-identical or within its tolerance (see Reference), and the KV rows that
-    no token writes untouched (zero). 'max steps' and 'bit-identical' count codes against the reference's over
-    q_out and the KV rows (the scratch row aside)."""
+def check(torch, pb, ref, outs, form="absorbed", q_fp8=False, chunk_elems=1 << 25):
+    """(ok, max steps, fraction bit-identical, elements failing) of a method's outputs (a dict: "q_out" for the
+    absorbed and zero_copy forms, "q_pe" for inplace, "cache") against the fma reference. The q_nope / k_nope
+    parts must be bit-identical (copies; for fp8 one exact scaling and one rounding; an fp8 query's q_nope part
+    within one fp8 step, see Reference.q_nope8_tol), every rope element bit-identical or within its tolerance
+    (see Reference), an inplace fp8 query's bytes past the first R of each q_pe row untouched, and the KV rows
+    that no token writes untouched (zero). 'max steps' and 'bit-identical' count codes against the reference's
+    over the query output and the KV rows (the scratch row aside)."""
     kind = "fp8" if pb.fp8 else "bf16"
-    q_out, cache = outs
+    cache = outs["cache"]
     flat = (cache.view(torch.uint8) if pb.fp8 else cache).view(-1, W)
     worst = same = n = bad = 0
 
@@ -454,9 +822,26 @@ def check(torch, pb, ref, outs, chunk_elems=1 << 25):
     step = max(1, chunk_elems // (pb.H * W))
     for t0 in range(0, pb.T, step):
         sl = slice(t0, min(pb.T, t0 + step))
-        bad += add(compare_bits(torch, q_out[sl, :, :L], pb.q_nope[sl], "bf16"))
-        add(compare_bits(torch, q_out[sl, :, L:], ref.q_rope[sl], "bf16"))
-        bad += _outside(torch, q_out[sl, :, L:], ref.q_rope[sl], ref.q_tol[sl])
+        if form in ("absorbed", "zero_copy") and q_fp8:
+            qo = outs["q_out"][sl].view(torch.uint8)
+            add(compare_bits(torch, qo[..., :L], ref.q_nope8[sl], "fp8"))
+            bad += _outside(torch, qo[..., :L], ref.q_nope8[sl], ref.q_nope8_tol(torch, pb, sl))
+            add(compare_bits(torch, qo[..., L:], ref.q_rope8[sl], "fp8"))
+            bad += _outside(torch, qo[..., L:], ref.q_rope8[sl], ref.q_tol8[sl])
+        elif form in ("absorbed", "zero_copy"):
+            q_out = outs["q_out"]
+            bad += add(compare_bits(torch, q_out[sl, :, :L], pb.q_nope[sl], "bf16"))
+            add(compare_bits(torch, q_out[sl, :, L:], ref.q_rope[sl], "bf16"))
+            bad += _outside(torch, q_out[sl, :, L:], ref.q_rope[sl], ref.q_tol[sl])
+        elif form == "inplace" and q_fp8:
+            b = outs["q_pe"][sl].view(torch.uint8)  # [n, H, 2R]: fp8 codes over the first R bytes of each row
+            add(compare_bits(torch, b[..., :R], ref.q_rope8[sl], "fp8"))
+            bad += _outside(torch, b[..., :R], ref.q_rope8[sl], ref.q_tol8[sl])
+            bad += int((b[..., R:] != pb.q_pe[sl].view(torch.uint8)[..., R:]).sum())
+        elif form == "inplace":
+            q_pe = outs["q_pe"]
+            add(compare_bits(torch, q_pe[sl], ref.q_rope[sl], "bf16"))
+            bad += _outside(torch, q_pe[sl], ref.q_rope[sl], ref.q_tol[sl])
         rows = flat[pb.slots[sl]]  # every token has its own row (the slots are a permutation)
         bad += add(compare_bits(torch, rows[:, :L], ref.kv_nope[sl], kind))
         add(compare_bits(torch, rows[:, L:], ref.kv_rope[sl], kind))
@@ -531,6 +916,18 @@ def time_method(torch, fn, calls, reps):
         return time_events(torch, fn, calls, reps), "events", note
 
 
+def time_cpu(fn, calls, reps):
+    """--cpu: wall-clock us per call of CALLS back-to-back calls, median of REPS (a check of the script only)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) * 1e6 / calls)
+    return statistics.median(times)
+
+
 def measure_floors(torch, dev, calls, reps):
     f = {}
     try:
@@ -564,6 +961,16 @@ def measure_floors(torch, dev, calls, reps):
     return f
 
 
+def measure_floors_cpu(calls, reps):
+    """--cpu: a 64 MiB CPU copy for the bandwidth, a 1-element op for the round trip (not GPU figures)."""
+    x = torch.zeros(4, dtype=torch.int32)
+    us = time_cpu(lambda: x.add_(1), calls, reps)
+    src = torch.ones(64 << 20, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    copy_us = time_cpu(lambda: dst.copy_(src), 3, 3)
+    return {"empty_us": us, "roundtrip_us": us, "copy_Bps": 2 * src.numel() / (copy_us * 1e-6)}
+
+
 # ---- output -------------------------------------------------------------------------------------------------------
 def fmt_us(v):
     if v is None:
@@ -583,6 +990,19 @@ def cell(res):
     return fmt_us(res["us"]) + ("*" if res["timing"] == "events" else "")
 
 
+def _ratio_vs_best(res, method, peers):
+    """best peer us / method us, formatted; '-' when either is missing."""
+    me = res.get(method)
+    best = [res[m]["us"] for m in peers if res.get(m) and res[m]["status"] == "ok"]
+    if me is None or me["status"] != "ok" or not best:
+        return "-"
+    return "%.2fx" % (min(best) / me["us"])
+
+
+def _exact(res):
+    return "%.4f%%" % (100 * res["exact"]) if res is not None and res.get("exact") is not None else "-"
+
+
 def write_outputs(args, meta, floors, rows, methods):
     os.makedirs(args.out, exist_ok=True)
     gpu = re.sub(r"[^A-Za-z0-9]+", "_", meta["gpu"]).strip("_") or "gpu"
@@ -590,6 +1010,8 @@ def write_outputs(args, meta, floors, rows, methods):
     stem = "bench_%s_%s%s%s" % (meta["date"], gpu, "_quick" if args.quick else "", "_" + tag if tag else "")
     base = os.path.join(args.out, stem)
     peers = [m for m in PEERS if m in methods]
+    fp8q_peers = [m for m in FP8Q_PEERS if m in methods]
+    pol = meta["policy"]
 
     lines = []
     lines.append("# MLA RoPE + KV-cache write: ropekv vs peers on %s" % meta["gpu"])
@@ -597,27 +1019,38 @@ def write_outputs(args, meta, floors, rows, methods):
     lines.append("- date: %s; GPU: %s (%d SMs); torch %s (CUDA %s); triton %s; ropekv %s (target %s)" % (
         meta["datetime"], meta["gpu"], meta["sms"], meta["torch"], meta["cuda"], meta["triton"], meta["ropekv"],
         meta["target"]))
-    for kv, name in meta["kernels"].items():
-        lines.append("- ropekv kernel (%s): `%s` (kernel_get %.1f ms)" % (kv, name, meta["get_ms"][kv]))
+    if args.cpu:
+        lines.append("- **--cpu: the script checked on the CPU; the times and bandwidths are not GPU figures**")
+    for label, (name, get_ms) in meta["kernels"].items():
+        lines.append("- ropekv kernel (%s): `%s` (kernel_get %.1f ms)" % (label, name, get_ms))
     lines.append("- shapes: DeepSeek-V3 L=%d, R=%d, GPT-J rope, f32 cos_sin_cache [%d, %d]; paged cache [blocks, %d, %d];"
                  " fp8: OCP e4m3, k_scale %.2f (x * 1/k_scale), clamp +-%g" % (L, R, MAX_POS, R, BLOCK_SIZE, W,
                                                                             K_SCALE, FP8_MAX))
+    if any(FORMS[m][1] for m in methods):
+        lines.append("- fp8 query (spec %s): q_scale %g, %s%s, clamp +-%g, OCP e4m3 (q_nope and the rope part of "
+                     "q_out)" % (args.spec, args.q_scale, {"mul_recip": "x * (1/q_scale)", "div": "x / q_scale",
+                                                           "mul": "x * q_scale", "none": "no scale"}[pol["q_scale"]],
+                                 ", the rope rounded to bf16 first" if pol["q_rr"] else "", pol["q_sat"]))
     lines.append("- timing: %d calls per CUDA graph, median of %d replays, each queued behind a GPU spin so the host's "
                  "submission is not timed; per-call us (* = graph capture failed: back-to-back launches timed with "
                  "CUDA events)" % (args.calls, args.reps))
     lines.append("- floors (same run): empty kernel %.2f us; 16 B read + 16 B write kernel %.2f us; device copy "
                  "%.2f TB/s (2 GiB, read + write)" % (floors["empty_us"], floors["roundtrip_us"],
                                                       floors["copy_Bps"] / 1e12))
-    lines.append("- limit = max(round-trip floor, bytes / copy bandwidth); vs best peer = best peer us / ropekv us; "
-                 "% of limit = limit us / ropekv us x 100; copy us = a device copy of the same bytes (half read, "
-                 "half written) in the same graph timing; % of copy = copy us / ropekv us x 100; ropekv and "
+    lines.append("- limit = max(round-trip floor, bytes / copy bandwidth), bytes = the absorbed form's with a bf16 "
+                 "query; vs best peer = best peer us / ropekv us; "
+                 "%% of limit = limit us / ropekv us x 100; copy us = a device copy of the same bytes (half read, "
+                 "half written) in the same graph timing; %% of copy = copy us / ropekv us x 100; ropekv and "
                  "triton_pdl launch with PDL, ropekv_nopdl and triton without; prefetch vs peer = triton_prefetch us "
-                 "/ ropekv_prefetch us (both read positions and cos/sin before the PDL wait)")
+                 "/ ropekv_prefetch us (both read positions and cos/sin before the PDL wait); fp8q vs best fp8q peer "
+                 "= best of %s us / ropekv_fp8q us" % ", ".join(FP8Q_PEERS))
     lines.append("- torch.compile: mode=%s, dynamic=%s" % (args.compile_mode, args.compile_dynamic))
     lines.append("- checks: every method before timing vs a PyTorch reference of ropekv's arithmetic (one rounded "
-                 "product, one fma, emulated exactly): q_nope/k_nope parts bit-identical, rope elements bit-identical "
+                 "product, one fma, emulated exactly): q_nope/k_nope parts bit-identical (an fp8 query's q_nope: "
+                 "within 1 fp8 step), rope elements bit-identical "
                  "or within 1 bf16 (fp8) step of max(|expected|, |x0*c| + |x1*s|), the bound of two-rounding "
-                 "x0*c - x1*s; 'bit-identical' = ropekv's outputs equal to the reference's bit for bit")
+                 "x0*c - x1*s; 'bit-identical' = the outputs equal to the reference's bit for bit (ropekv's here, "
+                 "every method's in the csv)")
     lines.append("")
     head = ["T", "H", "kv"] + ["%s us" % m for m in methods] + ["limit us", "copy us"]
     if "ropekv" in methods:
@@ -625,6 +1058,12 @@ def write_outputs(args, meta, floors, rows, methods):
     pf = "ropekv_prefetch" in methods and "triton_prefetch" in methods
     if pf:
         head += ["prefetch vs peer"]
+    fq = "ropekv_fp8q" in methods
+    if fq:
+        head += ["fp8q vs best fp8q peer", "fp8q bit-identical"]
+    for m in ("triton_fp8q", "triton_fp8q_pdl"):  # expected bit-identical too (ropekv's arithmetic)
+        if m in methods:
+            head += ["%s bit-identical" % m]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---" for _ in head) + "|")
     for r in rows:
@@ -634,15 +1073,46 @@ def write_outputs(args, meta, floors, rows, methods):
         if "ropekv" in methods:
             rk = res.get("ropekv")
             ok_rk = rk is not None and rk["status"] == "ok"
-            best = [res[m]["us"] for m in peers if res.get(m) and res[m]["status"] == "ok"]
-            vals.append("%.2fx" % (min(best) / rk["us"]) if ok_rk and best else "-")
+            vals.append(_ratio_vs_best(res, "ropekv", peers))
             vals.append("%.0f%%" % (100 * r["limit_us"] / rk["us"]) if ok_rk else "-")
             vals.append("%.0f%%" % (100 * r["copy_us"] / rk["us"]) if ok_rk and r.get("copy_us") else "-")
-            vals.append("%.4f%%" % (100 * rk["exact"]) if rk is not None and rk.get("exact") is not None else "-")
+            vals.append(_exact(rk))
         if pf:
             a, b = res.get("ropekv_prefetch"), res.get("triton_prefetch")
             ok = a and b and a["status"] == "ok" and b["status"] == "ok"
             vals.append("%.2fx" % (b["us"] / a["us"]) if ok else "-")
+        if fq:
+            vals.append(_ratio_vs_best(res, "ropekv_fp8q", fp8q_peers))
+            vals.append(_exact(res.get("ropekv_fp8q")))
+        for m in ("triton_fp8q", "triton_fp8q_pdl"):
+            if m in methods:
+                vals.append(_exact(res.get(m)))
+        lines.append("| " + " | ".join(vals) + " |")
+
+    # the bandwidth fraction of every method: its own job's bytes / its time / the copy bandwidth of this run
+    lines.append("")
+    lines.append("Bandwidth: BW %% = bytes the method's job moves (its q form and query dtype: absorbed reads q_nope + "
+                 "q_pe and writes q_out, zero_copy reads q_pe and writes q_out[..., L:], inplace reads and writes q_pe "
+                 "(fp8: R bytes a row), none no query; an fp8 query 1 byte an element; KV row, positions, slots, "
+                 "cos/sin rows for all) / time / the copy bandwidth above (%.2f TB/s). MB = those bytes." %
+                 (floors["copy_Bps"] / 1e12))
+    lines.append("")
+    jobs = []  # the distinct jobs (q form, fp8 query) of the methods, for the bytes columns
+    for m in methods:
+        if FORMS[m] not in jobs:
+            jobs.append(FORMS[m])
+    head = ["T", "H", "kv"] + ["%s BW %%" % m for m in methods]
+    head += ["%s%s MB" % (form, " fp8q" if q_fp8 else "") for form, q_fp8 in jobs]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        res = r["results"]
+        vals = [str(r["T"]), str(r["H"]), r["kv"]]
+        for m in methods:
+            v = res.get(m)
+            pct = v.get("bw_pct") if v is not None and v["status"] == "ok" else None
+            vals.append("%.0f%%" % pct if pct is not None else "-")
+        vals += ["%.3f" % (op_bytes(r["T"], r["H"], r["kv"] == "fp8_e4m3", form, q_fp8) / 1e6) for form, q_fp8 in jobs]
         lines.append("| " + " | ".join(vals) + " |")
     notes = sorted({"%s: %s" % (m, r["results"][m]["note"]) for r in rows for m in methods
                     if r["results"].get(m) and r["results"][m].get("note")})
@@ -658,18 +1128,22 @@ def write_outputs(args, meta, floors, rows, methods):
     with open(base + ".csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["date", "gpu", "T", "H", "kv", "method", "status", "us", "timing", "max_steps", "bit_identical",
-                    "bytes", "limit_us", "copy_us", "empty_us", "roundtrip_us", "copy_TBps", "note"])
+                    "bytes", "limit_us", "copy_us", "empty_us", "roundtrip_us", "copy_TBps", "spec", "q_form",
+                    "q_dtype", "method_bytes", "bw_pct", "note"])
         for r in rows:
             for m in methods:
                 res = r["results"].get(m)
                 if res is None:
                     continue
+                form, q_fp8 = FORMS[m]
                 w.writerow([meta["datetime"], meta["gpu"], r["T"], r["H"], r["kv"], m, res["status"],
                             "%.4f" % res["us"] if res.get("us") is not None else "", res.get("timing", ""),
                             res.get("steps", ""), "%.6f" % res["exact"] if res.get("exact") is not None else "",
                             r["bytes"], "%.4f" % r["limit_us"],
                             "%.4f" % r["copy_us"] if r.get("copy_us") else "", "%.4f" % floors["empty_us"],
-                            "%.4f" % floors["roundtrip_us"], "%.4f" % (floors["copy_Bps"] / 1e12), res.get("note", "")])
+                            "%.4f" % floors["roundtrip_us"], "%.4f" % (floors["copy_Bps"] / 1e12), args.spec, form,
+                            "fp8_e4m3" if q_fp8 else "bf16", method_bytes(r["T"], r["H"], r["kv"], m),
+                            "%.2f" % res["bw_pct"] if res.get("bw_pct") is not None else "", res.get("note", "")])
     paths = [base + ".md", base + ".csv"]
     if not args.no_plot:
         try:
@@ -679,6 +1153,14 @@ def write_outputs(args, meta, floors, rows, methods):
     return paths
 
 
+PLOT_STYLE = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "ropekv_prefetch": ("C6", "o"),
+              "ropekv_fp8q": ("C3", "D"), "ropekv_zero_copy": ("C8", "o"), "ropekv_zero_copy_fp8q": ("C8", "D"),
+              "ropekv_inplace": ("C7", "o"), "ropekv_inplace_fp8q": ("C7", "D"), "ropekv_none": ("k", "x"),
+              "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"),
+              "triton_fp8q": ("C0", "P"), "triton_fp8q_pdl": ("C4", "P"),
+              "compile": ("C2", "^"), "eager": ("C1", "v"), "compile_fp8q": ("C2", "<"), "eager_fp8q": ("C1", ">")}
+
+
 def plot(path, meta, rows, methods, args):
     import matplotlib
     matplotlib.use("Agg")
@@ -686,9 +1168,6 @@ def plot(path, meta, rows, methods, args):
     Hs = sorted({r["H"] for r in rows})
     kvs = [kv for kv in ALL_KV if any(r["kv"] == kv for r in rows)]
     fig, axes = plt.subplots(len(Hs), len(kvs), figsize=(6.5 * len(kvs), 4.8 * len(Hs)), squeeze=False)
-    style = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "ropekv_prefetch": ("C6", "o"),
-             "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"),
-             "compile": ("C2", "^"), "eager": ("C1", "v")}
     for i, H in enumerate(Hs):
         for j, kv in enumerate(kvs):
             ax = axes[i][j]
@@ -697,8 +1176,9 @@ def plot(path, meta, rows, methods, args):
                 pts = [(r["T"], r["results"][m]["us"]) for r in sel
                        if r["results"].get(m) and r["results"][m]["status"] == "ok"]
                 if pts:
-                    c, mk = style.get(m, ("k", "."))
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, color=c, label=m)
+                    c, mk = PLOT_STYLE.get(m, ("k", "."))
+                    ls = "--" if FORMS[m][1] else "-"
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, color=c, linestyle=ls, label=m)
             if sel:
                 ax.plot([r["T"] for r in sel], [r["limit_us"] for r in sel], "k--", label="limit")
                 cp = [(r["T"], r["copy_us"]) for r in sel if r.get("copy_us")]
@@ -719,90 +1199,136 @@ def plot(path, meta, rows, methods, args):
 
 
 # ---- main ---------------------------------------------------------------------------------------------------------
+def sync_policy(policy, info, kv_fp8, q_fp8):
+    """The spec's policy is the definition: take the ropekv kernel's (KernelInfo) where it differs from SPECS."""
+    pairs = []
+    if kv_fp8:
+        pairs += [("kv_scale", info.scale), ("kv_rr", bool(info.rope_bf16_round))]
+    if q_fp8 and getattr(info, "q_dtype", "bf16") == "fp8_e4m3":
+        pairs += [("q_scale", info.q_fp8_scale), ("q_rr", bool(info.q_fp8_rope_bf16_round)),
+                  ("q_sat", float(info.q_fp8_saturate))]
+    for key, value in pairs:
+        if policy[key] != value:
+            log("policy: %s is %r in the library's %s, %r in this script's table: the library's is used"
+                % (key, value, info.key, policy[key]))
+            policy[key] = value
+
+
 def main(argv=None):
     global torch
     args = parse_args(argv)
     import torch
-    if not torch.cuda.is_available():
-        print("bench_mla: no CUDA device", file=sys.stderr)
+    cpu = args.cpu
+    if not cpu and not torch.cuda.is_available():
+        print("bench_mla: no CUDA device (--cpu checks the script on the CPU)", file=sys.stderr)
         return 2
-    torch.cuda.set_device(args.device)
-    torch.cuda.init()
-    torch.cuda.current_device()
-    dev = torch.device("cuda", args.device)
-    props = torch.cuda.get_device_properties(dev)
-    import ropekv
-    for name, val in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096),
-                      ("accumulated_cache_size_limit", 4096)):
-        try:  # one compiled function serves every shape: let it recompile as often as the sweep needs
-            if hasattr(torch._dynamo.config, name):
-                setattr(torch._dynamo.config, name, val)
-        except Exception:  # noqa: BLE001
-            pass
+    if cpu:
+        dev = torch.device("cpu")
+        meta_gpu, sms, cuda_v = "cpu", 0, "-"
+    else:
+        torch.cuda.set_device(args.device)
+        torch.cuda.init()
+        torch.cuda.current_device()
+        dev = torch.device("cuda", args.device)
+        props = torch.cuda.get_device_properties(dev)
+        meta_gpu, sms, cuda_v = torch.cuda.get_device_name(dev), props.multi_processor_count, torch.version.cuda
+        for name, val in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096),
+                          ("accumulated_cache_size_limit", 4096)):
+            try:  # one compiled function serves every shape: let it recompile as often as the sweep needs
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, val)
+            except Exception:  # noqa: BLE001
+                pass
 
     now = datetime.datetime.now()
-    meta = {"gpu": torch.cuda.get_device_name(dev), "sms": props.multi_processor_count, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "date": now.strftime("%Y-%m-%d"), "datetime": now.strftime("%Y-%m-%d %H:%M"),
-            "ropekv": "-", "target": "-", "kernels": {}, "get_ms": {}}
-    try:
-        meta["triton"] = triton_kernels()["version"]
-    except Exception as e:  # noqa: BLE001
-        meta["triton"] = "n/a (%s)" % str(e).split("\n")[0]
+    policy = dict(SPECS[args.spec])
+    meta = {"gpu": meta_gpu, "sms": sms, "torch": torch.__version__, "cuda": cuda_v, "date": now.strftime("%Y-%m-%d"),
+            "datetime": now.strftime("%Y-%m-%d %H:%M"), "ropekv": "-", "target": "-", "kernels": {},
+            "policy": policy}
+    if cpu:
+        meta["triton"] = "n/a (--cpu)"
+    else:
+        try:
+            meta["triton"] = triton_kernels()["version"]
+        except Exception as e:  # noqa: BLE001
+            meta["triton"] = "n/a (%s)" % str(e).split("\n")[0]
     methods = list(args.method_list)
-    state = {"args": args, "ropekv_kernels": {}}
-    if "ropekv" in methods:
-        ctx = ropekv.Context("cuda", device=args.device)
+    state = {"args": args, "meta": meta, "kernels": {}}
+    unsupported = {}
+    for m in methods:
+        if FORMS[m][0] not in policy["q_forms"]:
+            unsupported[m] = "spec %s does not list q form %s" % (args.spec, FORMS[m][0])
+            log("%s: n/a (%s)" % (m, unsupported[m]))
+    rk_main = [m for m in methods if m.startswith("ropekv") and m not in ("ropekv_nopdl", "ropekv_prefetch")
+               and m not in unsupported]
+    if rk_main or "ropekv_nopdl" in methods or "ropekv_prefetch" in methods:
+        import ropekv
+        meta["ropekv"] = ropekv.version()
+    if rk_main:
+        backend = "host" if cpu else "cuda"
+        ctx = ropekv.Context(backend, device=args.device)
         state["ctx"] = ctx
-        meta["ropekv"], meta["target"] = ropekv.version(), ctx.target
-        for kv in args.kv_list:
-            t0 = time.perf_counter()
-            k = ctx.kernel("deepseek_v3", kv=kv, q="absorbed")
-            meta["get_ms"][kv] = (time.perf_counter() - t0) * 1e3
-            meta["kernels"][kv] = k.name
-            state["ropekv_kernels"][kv] = k
-        log("ropekv %s on %s: %s; stats %s" % (meta["ropekv"], ctx.target, ", ".join(meta["kernels"].values()),
-                                               ctx.stats()))
+        meta["target"] = ctx.target
+        for kv in args.kv_list:  # compiled before the sweep, so kernel_get times are their own
+            for m in rk_main:
+                form, q_fp8 = FORMS[m]
+                try:
+                    k = ropekv_kernel(state, "ctx", form, q_fp8, kv)
+                except Exception as e:  # noqa: BLE001
+                    msg = "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:200])
+                    log("%s (kv %s): no kernel: %s" % (m, kv, msg))
+                    continue  # the method's first call raises the same, and it is reported n/a
+                sync_policy(policy, k.info, kv == "fp8_e4m3", q_fp8)
+        log("ropekv %s on %s: %s; stats %s" % (meta["ropekv"], ctx.target,
+                                               ", ".join(n for n, _ in meta["kernels"].values()), ctx.stats()))
     for m, name, opts in (("ropekv_nopdl", "nopdl", {"pdl": False}),
                           ("ropekv_prefetch", "prefetch", {"pdl": True, "pdl_prefetch": True})):
         if m in methods:
-            c2 = ropekv.Context("cuda", device=args.device, **opts)
-            state["ctx_" + name] = c2
-            state["ropekv_%s_kernels" % name] = {kv: c2.kernel("deepseek_v3", kv=kv, q="absorbed")
-                                                 for kv in args.kv_list}
-    log("GPU %s, torch %s, triton %s" % (meta["gpu"], meta["torch"], meta["triton"]))
+            state["ctx_" + name] = ropekv.Context("host" if cpu else "cuda", device=args.device, **opts)
+            for kv in args.kv_list:
+                ropekv_kernel(state, "ctx_" + name, "absorbed", False, kv)
+    log("%s, torch %s, triton %s" % ("CPU (--cpu)" if cpu else "GPU " + meta["gpu"], meta["torch"], meta["triton"]))
 
-    floors = measure_floors(torch, dev, args.calls, args.reps)
+    if cpu:
+        floors = measure_floors_cpu(args.calls, args.reps)
+    else:
+        floors = measure_floors(torch, dev, args.calls, args.reps)
     log("floors: empty %.2f us, round trip %.2f us, copy %.2f TB/s" % (floors["empty_us"], floors["roundtrip_us"],
                                                                        floors["copy_Bps"] / 1e12))
+
+    def timed(fn):
+        return time_cpu(fn, args.calls, args.reps) if cpu else time_graph(torch, fn, args.calls, args.reps)
 
     half = R // 2
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, half, dtype=torch.float64, device=dev) * 2 / R))
     freqs = torch.arange(MAX_POS, dtype=torch.float64, device=dev)[:, None] * inv_freq[None, :]
     cos_sin_cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).float().contiguous()
     k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=dev)
+    q_scale = torch.tensor([args.q_scale], dtype=torch.float32, device=dev)
+    q8 = any(FORMS[m][1] for m in methods)
 
     rows = []
     compile_broken = {}
-    order = [m for m in methods if m == "eager"] + [m for m in methods if m != "eager"]
+    order = [m for m in methods if m.startswith("eager")] + [m for m in methods if not m.startswith("eager")]
     for H in args.H_list:
         for kv in args.kv_list:
             for T in args.T_list:
                 seed = T * 1000 + H * 10 + (kv == "fp8_e4m3")
                 need = 4 * T * H * W * 2 + 6 * T * H * R + 64 * T * W + (256 << 20)
-                free, _ = torch.cuda.mem_get_info(dev)
+                if q8:
+                    need += 2 * T * H * W
+                if any(FORMS[m][0] == "inplace" for m in methods):
+                    need += T * H * W * 2
                 r = {"T": T, "H": H, "kv": kv, "results": {}}
+                free = torch.cuda.mem_get_info(dev)[0] if not cpu else float("inf")
                 if need > 0.9 * free:
                     log("T=%d H=%d %s: skipped (needs ~%.1f GB, %.1f GB free)" % (T, H, kv, need / 1e9, free / 1e9))
                     for m in methods:
                         r["results"][m] = {"status": "skipped", "us": None, "note": "not enough memory"}
                     pb = None
                 else:
-                    pb = Problem(torch, T, H, kv, dev, cos_sin_cache, k_scale, seed)
-                if pb is not None:
-                    r["bytes"] = pb.bytes_moved()
-                else:
-                    kvb = 1 if kv == "fp8_e4m3" else 2
-                    r["bytes"] = T * H * W * 4 + T * W * (2 + kvb) + T * (16 + R * 4)
+                    pb = Problem(torch, T, H, kv, dev, cos_sin_cache, k_scale, seed, q_scale, policy)
+                r["bytes"] = op_bytes(T, H, kv == "fp8_e4m3")
                 r["limit_us"] = max(floors["roundtrip_us"], r["bytes"] / floors["copy_Bps"] * 1e6)
                 r["copy_us"] = None
                 if pb is not None:
@@ -810,46 +1336,56 @@ def main(argv=None):
                         n = max(16, r["bytes"] // 2 // 16 * 16)
                         src = torch.ones(n, dtype=torch.uint8, device=dev)
                         dst = torch.empty_like(src)
-                        r["copy_us"] = time_graph(torch, lambda: dst.copy_(src), args.calls, args.reps)
+                        r["copy_us"] = timed(lambda: dst.copy_(src))
                         del src, dst
                     except Exception as e:  # noqa: BLE001
                         log("  same-size copy failed: %s" % str(e).split("\n")[0][:200])
                 ref = None
                 if pb is not None:
                     try:
-                        ref = Reference(torch, pb)  # the fma reference every method is checked against
+                        ref = Reference(torch, pb, q8=q8)  # the fma reference every method is checked against
+                        pb.ref = ref
                     except Exception as e:  # noqa: BLE001
                         msg = str(e).split("\n")[0][:200]
                         log("  reference failed: %s" % msg)
+                        if os.environ.get("BENCH_TRACEBACK"):
+                            traceback.print_exc()
                         for m in methods:
                             r["results"][m] = {"status": "n/a", "us": None, "note": "no reference: %s" % msg}
                 for m in (order if ref is not None else []):
                     res = {"status": "ok", "us": None, "timing": "", "note": ""}
-                    if m == "compile" and kv in compile_broken:
-                        r["results"][m] = {"status": "n/a", "us": None, "note": compile_broken[kv]}
+                    form, q_fp8 = FORMS[m]
+                    if m in unsupported:
+                        r["results"][m] = {"status": "n/a", "us": None, "note": unsupported[m]}
+                        continue
+                    broken_key = (m, kv)
+                    if m.startswith("compile") and broken_key in compile_broken:
+                        r["results"][m] = {"status": "n/a", "us": None, "note": compile_broken[broken_key]}
                         continue
                     try:
                         t_setup = time.time()
                         fn, outputs = METHODS[m](state, pb)
                         fn()
-                        torch.cuda.synchronize()
+                        if not cpu:
+                            torch.cuda.synchronize()
                         outs = outputs()
-                        if m == "compile" and time.time() - t_setup > 5:
-                            log("  torch.compile took %.1f s (T=%d H=%d %s)" % (time.time() - t_setup, T, H, kv))
+                        if m.startswith("compile") and time.time() - t_setup > 5:
+                            log("  torch.compile took %.1f s (%s T=%d H=%d %s)" % (time.time() - t_setup, m, T, H, kv))
                     except Exception as e:  # noqa: BLE001
                         msg = str(e).split("\n")[0][:200]
                         log("  %s failed: %s" % (m, msg))
                         if os.environ.get("BENCH_TRACEBACK"):
                             traceback.print_exc()
                         try:
-                            torch.cuda.synchronize()
+                            if not cpu:
+                                torch.cuda.synchronize()
                         except Exception:  # noqa: BLE001
                             pass
-                        if m == "compile":
-                            compile_broken[kv] = "torch.compile failed: " + msg
+                        if m.startswith("compile"):
+                            compile_broken[broken_key] = "torch.compile failed: " + msg
                         r["results"][m] = {"status": "n/a", "us": None, "note": "%s: %s" % (type(e).__name__, msg)}
                         continue
-                    ok, steps, exact, bad = check(torch, pb, ref, outs)
+                    ok, steps, exact, bad = check(torch, pb, ref, outs, form, q_fp8)
                     res["exact"], res["steps"] = exact, steps
                     if not ok:
                         res["status"] = "WRONG"
@@ -857,26 +1393,36 @@ def main(argv=None):
                             bad, steps)
                         log("  %s WRONG: %d elements outside the tolerance, max %d steps, %.4f%% bit-identical" % (
                             m, bad, steps, 100 * exact))
+                    elif m.startswith("triton_fp8q") and exact < 1:
+                        res["note"] = "not bit-identical (%.4f%%) although it does ropekv's arithmetic" % (100 * exact)
+                        log("  %s: %s" % (m, res["note"]))
                     if res["status"] == "ok":
                         try:
-                            res["us"], res["timing"], note = time_method(torch, fn, args.calls, args.reps)
-                            if note:
-                                res["note"] = note
+                            if cpu:
+                                res["us"], res["timing"] = time_cpu(fn, args.calls, args.reps), "cpu"
+                            else:
+                                res["us"], res["timing"], note = time_method(torch, fn, args.calls, args.reps)
+                                if note:
+                                    res["note"] = note
+                            res["bytes"] = pb.bytes_moved(form, q_fp8)
+                            res["bw_pct"] = bw_pct(res["bytes"], res["us"], floors["copy_Bps"])
                         except Exception as e:  # noqa: BLE001
                             msg = str(e).split("\n")[0][:200]
                             log("  %s: timing failed: %s" % (m, msg))
                             res.update(status="n/a", us=None, note="timing failed: %s" % msg)
                             try:
-                                torch.cuda.synchronize()
+                                if not cpu:
+                                    torch.cuda.synchronize()
                             except Exception:  # noqa: BLE001
                                 pass
                     del fn, outputs, outs
                     r["results"][m] = res
                 rows.append(r)
                 del pb, ref
-                torch.cuda.empty_cache()
+                if not cpu:
+                    torch.cuda.empty_cache()
                 res = r["results"]
-                rk = res.get("ropekv") or {}
+                rk = res.get("ropekv") or res.get("ropekv_fp8q") or {}
                 log("T=%5d H=%3d %-8s " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m))) for m in methods)
                     + "  limit %s" % fmt_us(r["limit_us"])
                     + ("  (ropekv %.4f%% bit-identical)" % (100 * rk["exact"]) if rk.get("exact") is not None else ""))

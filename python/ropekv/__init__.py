@@ -10,9 +10,13 @@ imported only where tensors are passed.
     k(q_nope=q[..., :512], q_pe=q[..., 512:], q_out=q_out, k_nope=kv[:, :512], k_pe=kv[:, 512:],
       kv_cache=cache, positions=positions, slots=slot_mapping, cos_sin=cos_sin_cache, k_scale=k_scale)
 
+An fp8 e4m3 query output in the same launch: ctx.kernel(..., q_dtype="fp8_e4m3"), q_out a uint8 / float8 tensor
+and q_scale=<one float32> (the convention, saturation and rope rounding are the spec's: k.info.q_fp8_*).
+
 Errors the library reports raise RopekvError (status name + the context's last error text); argument
 errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
-from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, Q_FORMS, STATUS, candidate_paths, library, library_path
+from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, Q_DTYPES, Q_FORMS, STATUS, candidate_paths, library
+from ._capi import library_path
 from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_stats, ropekv_variant
 from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
 from ._core import version_number
@@ -27,7 +31,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel", "KernelInfo",
-    "RopekvError", "candidate_paths", "library", "library_path", "raw_args", "ropekv_args", "ropekv_kernel_params",
-    "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
+    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel",
+    "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args", "ropekv_args",
+    "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
 ]

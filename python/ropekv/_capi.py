@@ -13,6 +13,7 @@ BACKENDS = {"auto": 0, "hip": 1, "cuda": 2, "host": 3}
 KV_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
 Q_FORMS = {"absorbed": 0, "zero_copy": 1, "inplace": 2, "none": 3}
 INDEX_TYPES = {"int64": 0, "int32": 1}
+Q_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
 KV_TOKENS_NONE = -1  # ROPEKV_KV_TOKENS_NONE
 
 class _Statuses(Mapping):
@@ -76,6 +77,7 @@ class ropekv_variant(ctypes.Structure):
         ("q", ctypes.c_int),
         ("positions", ctypes.c_int),
         ("slots", ctypes.c_int),
+        ("q_dtype", ctypes.c_int),
     ]
 
 
@@ -107,6 +109,7 @@ class ropekv_args(ctypes.Structure):
         ("k_scale", ctypes.c_void_p),
         ("kv_tokens", ctypes.c_int64),
         ("min_slot", ctypes.c_int64),
+        ("q_scale", ctypes.c_void_p),
     ]
 
 
@@ -128,6 +131,13 @@ class ropekv_kernel_params(ctypes.Structure):
         ("fp8_scale", ctypes.c_char_p),
         ("fp8_saturate", ctypes.c_float),
         ("fp8_rope_bf16_round", ctypes.c_int),
+        ("fp8_matches", ctypes.c_char_p),
+        ("q_dtype", ctypes.c_int),
+        ("q_fp8_format", ctypes.c_char_p),
+        ("q_fp8_scale", ctypes.c_char_p),
+        ("q_fp8_saturate", ctypes.c_float),
+        ("q_fp8_rope_bf16_round", ctypes.c_int),
+        ("q_fp8_matches", ctypes.c_char_p),
         ("negative_slot", ctypes.c_char_p),
         ("sanitize", ctypes.c_int),
         ("block", ctypes.c_int),
@@ -136,7 +146,7 @@ class ropekv_kernel_params(ctypes.Structure):
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-                 "k_scale")
+                 "k_scale", "q_scale")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
 
 _ctx_p = ctypes.c_void_p

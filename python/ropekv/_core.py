@@ -25,29 +25,62 @@ _BY_VALUE = {
     "kv": {v: k for k, v in _capi.KV_DTYPES.items()},
     "q": {v: k for k, v in _capi.Q_FORMS.items()},
     "index": {v: k for k, v in _capi.INDEX_TYPES.items()},
+    "q_dtype": {v: k for k, v in _capi.Q_DTYPES.items()},
 }
+
+# torch dtypes accepted for q_dtype, by their str() (torch is not imported here): the fp8 query output is e4m3 in
+# the target's format whichever of the two torch dtypes names it (the q_out tensor's dtype is checked at launch)
+_Q_DTYPE_ALIASES = {"torch.bfloat16": "bf16", "torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e4m3fnuz": "fp8_e4m3"}
+
+
+def _q_dtype(value):
+    """q_dtype as its spelling ("bf16" / "fp8_e4m3"): a spelling, the enum's int, or a torch dtype."""
+    if isinstance(value, str) and value in _capi.Q_DTYPES:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value in _BY_VALUE["q_dtype"]:
+        return _BY_VALUE["q_dtype"][value]
+    alias = _Q_DTYPE_ALIASES.get(str(value)) if type(value).__name__ == "dtype" else None
+    if alias is not None:
+        return alias
+    raise ValueError("q_dtype must be one of %s (or torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz), "
+                     "got %r" % (", ".join(sorted(_capi.Q_DTYPES)), value))
 
 
 class KernelInfo:
     """A kernel's parameters as the library describes them (ropekv_kernel_info), in the spec's spellings:
     name, key, spec, target, L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv
-    ("bf16"/"fp8_e4m3"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, q,
-    negative_slot, sanitize, block, pdl."""
+    ("bf16"/"fp8_e4m3"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, fp8_matches
+    (the KV cache's fp8 policy; fp8_matches: whose convention it follows, None if the spec says nothing), q,
+    q_dtype ("bf16"/"fp8_e4m3": the query output's dtype, "bf16" for q form none), q_fp8_format ("ocp"/"fnuz",
+    None for a bf16 query output), q_fp8_scale ("none", "mul_recip", "div" or "mul"), q_fp8_saturate,
+    q_fp8_rope_bf16_round, q_fp8_matches (the query output's fp8 policy), negative_slot, sanitize, block, pdl."""
 
     __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
-                 "fp8_format", "scale", "sat", "rope_bf16_round", "q", "negative_slot", "sanitize", "block", "pdl")
+                 "fp8_format", "scale", "sat", "rope_bf16_round", "fp8_matches", "q", "q_dtype", "q_fp8_format",
+                 "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "negative_slot",
+                 "sanitize", "block", "pdl")
 
     def __init__(self, p):
-        self.name, self.key, self.spec, self.target = (x.decode() for x in (p.name, p.key, p.spec, p.target))
+        def text(x):  # a NULL string reads as ""
+            return x.decode() if x else ""
+
+        self.name, self.key, self.spec, self.target = (text(x) for x in (p.name, p.key, p.spec, p.target))
         self.L, self.R = p.kv_lora_rank, p.rope_dim
         self.W = self.L + self.R
-        self.rope, self.cos_sin = p.rope.decode(), p.cos_sin.decode()
+        self.rope, self.cos_sin = text(p.rope), text(p.cos_sin)
         self.positions, self.slots = _BY_VALUE["index"][p.positions], _BY_VALUE["index"][p.slots]
         self.kv, self.q = _BY_VALUE["kv"][p.kv], _BY_VALUE["q"][p.q]
-        self.fp8_format = p.fp8_format.decode() or None
-        self.scale, self.sat = p.fp8_scale.decode(), float(p.fp8_saturate)
+        self.fp8_format = text(p.fp8_format) or None
+        self.scale, self.sat = text(p.fp8_scale), float(p.fp8_saturate)
         self.rope_bf16_round = bool(p.fp8_rope_bf16_round)
-        self.negative_slot = p.negative_slot.decode()
+        self.fp8_matches = text(p.fp8_matches) or None
+        self.q_dtype = _BY_VALUE["q_dtype"][p.q_dtype]
+        self.q_fp8_format = text(p.q_fp8_format) or None
+        self.q_fp8_scale = text(p.q_fp8_scale) or "none"
+        self.q_fp8_saturate = float(p.q_fp8_saturate)
+        self.q_fp8_rope_bf16_round = bool(p.q_fp8_rope_bf16_round)
+        self.q_fp8_matches = text(p.q_fp8_matches) or None
+        self.negative_slot = text(p.negative_slot)
         self.sanitize = bool(p.sanitize)
         self.block, self.pdl = p.block, bool(p.pdl)
 
@@ -222,22 +255,25 @@ class Context:
         self._check(self._lib.ropekv_cache_clear(self._handle()))
 
     @staticmethod
-    def _variant(spec, kv, q, positions, slots):
+    def _variant(spec, kv, q, positions, slots, q_dtype="bf16"):
         if not isinstance(spec, str) or not spec:
             raise ValueError("spec must be a non-empty string (a spec name such as 'deepseek_v3'), got %r" % (spec,))
-        key = (spec, kv, q, positions, slots)
+        q_dtype = _q_dtype(q_dtype)
+        key = (spec, kv, q, positions, slots, q_dtype)
         v = _capi.ropekv_variant(spec.encode(), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
                                  _enum(_capi.INDEX_TYPES, positions, "positions"),
-                                 _enum(_capi.INDEX_TYPES, slots, "slots"))
+                                 _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype])
         return key, v
 
-    def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", raw=None, **tensors):
+    def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", raw=None,
+              **tensors):
         """Is this configuration supported? Returns (ok, reason) without compiling anything.
 
         With tensors (the keywords of Kernel.__call__) or raw (a dict of ropekv_args fields as ints), every
         launch check runs too. Tensors are read as they are (pointers, strides, sizes): dtype and shape
         checks against the kernel happen in Kernel.__call__. positions and slots name index types
-        ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type."""
+        ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type. q_dtype: the
+        query output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz)."""
         def index_arg(value, name):
             if value is None or isinstance(value, (str, int)):
                 return value
@@ -246,7 +282,7 @@ class Context:
 
         positions = index_arg(positions, "positions")
         slots = index_arg(slots, "slots")
-        _, v = self._variant(spec, kv, q, positions, slots)
+        _, v = self._variant(spec, kv, q, positions, slots, q_dtype)
         args = None
         keep = None
         try:
@@ -266,9 +302,11 @@ class Context:
         reason = why.value.decode(errors="replace")
         return s == 0, reason if reason else _capi.status_message(s)
 
-    def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64"):
-        """The kernel of one variant (compiled on first use, then cached here and on disk)."""
-        key, v = self._variant(spec, kv, q, positions, slots)
+    def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16"):
+        """The kernel of one variant (compiled on first use, then cached here and on disk). q_dtype: the query
+        output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz): an fp8
+        query output is e4m3 in the target's format, made with the spec's q_fp8 policy and a q_scale."""
+        key, v = self._variant(spec, kv, q, positions, slots, q_dtype)
         with self._lock:
             k = self._kernels.get(key)
             if k is not None and k._h is not None:
@@ -326,7 +364,7 @@ class Kernel:
     def __init__(self, ctx, handle, key):
         self.ctx = ctx
         self._h = handle
-        self.spec, self.kv, self.q, self.positions, self.slots = key
+        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         params = _capi.ropekv_kernel_params()
         code = ctx._lib.ropekv_kernel_info(handle, ctypes.byref(params))
@@ -371,7 +409,7 @@ class Kernel:
         return _torch.tensor_args(self, self.ctx, **tensors)
 
     def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope, k_pe, kv_cache, positions, slots, cos_sin,
-                 sin=None, k_scale=None, min_slot=0, stream=None):
+                 sin=None, k_scale=None, q_scale=None, min_slot=0, stream=None):
         """One launch on torch tensors.
 
         q_nope [T,H,L], q_pe [T,H,R], q_out [T,H,L+R] bf16 (which of them per the q form: absorbed takes all
@@ -381,11 +419,17 @@ class Kernel:
         Tkv, the KV rows written, may differ from T, the query rows; a slot < min_slot, e.g. < 0, skips the KV
         row; min_slot=1 keeps a reserved slot 0 untouched); cos_sin: [max_pos, R] f32 (f32_cat) or cos [max_pos, R/2] with sin [max_pos, R/2] (split
         layouts, f32 or bf16); k_scale: one float32 (fp8 with a scale). Only the last dimension of each tensor
-        needs to be contiguous. stream: default torch.cuda.current_stream(device)."""
+        needs to be contiguous. stream: default torch.cuda.current_stream(device).
+
+        A kernel with q_dtype "fp8_e4m3" writes the query output as fp8 e4m3 in info.q_fp8_format: absorbed and
+        zero_copy take q_out [T,H,L+R] as uint8 or the matching float8 dtype (zero_copy writes only [..., L:],
+        [..., :L] being the BMM's fp8 q_nope); inplace takes the bf16 q_pe and writes fp8(rope) over the first R
+        bytes of each row (read it as q_pe.view(float8)[..., :R]). q_scale: one float32, the query's scale (its
+        convention is info.q_fp8_scale), required when there are query rows and the convention is not "none"."""
         from . import _torch
         args, keep = _torch.tensor_args(self, self.ctx, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope,
                                         k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots,
-                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, min_slot=min_slot)
+                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, q_scale=q_scale, min_slot=min_slot)
         self._launch(args, _torch.stream_for(self.ctx, stream))
         del keep
 

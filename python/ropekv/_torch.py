@@ -8,11 +8,11 @@ def _torch():
 
 
 _ARG_NAMES = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-              "k_scale")
+              "k_scale", "q_scale")
 
 
 def _fp8_dtypes(torch, fmt):
-    """Cache dtypes accepted for an fp8 kernel of byte format fmt ("ocp" / "fnuz")."""
+    """Dtypes accepted for an fp8 tensor (cache, query output) of byte format fmt ("ocp" / "fnuz")."""
     out = [torch.uint8]
     name = "float8_e4m3fn" if fmt == "ocp" else "float8_e4m3fnuz"
     dt = getattr(torch, name, None)
@@ -87,7 +87,11 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
     are (for Context.query): no dtype, shape or device checks against a kernel. Query rows are written for the
     tokens of the q tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than
     the batch, DP-padded queries longer); k_nope / k_pe hold at least Tkv rows, positions at least max(T, Tkv).
-    min_slot: slots below it are never written (1 keeps a reserved dummy slot 0 untouched)."""
+    min_slot: slots below it are never written (1 keeps a reserved dummy slot 0 untouched).
+    An fp8 query output (info.q_dtype "fp8_e4m3"): q_out (absorbed, zero_copy) is uint8 or the float8 dtype of
+    info.q_fp8_format, its strides in bytes (elements of that 1-byte dtype); inplace takes the bf16 q_pe as it
+    is (the kernel writes fp8 bytes over the start of its rows); q_scale (one float32) is needed when the launch
+    has query rows and info.q_fp8_scale is not "none"."""
     torch = _torch()
     if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
         raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
@@ -132,12 +136,24 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
             raise ValueError("k_scale is required (fp8 cache with scale convention %r)" % info.scale)
         if not needs_scale:
             t["k_scale"] = None  # not read by this kernel
+        q_fp8 = info.q_dtype == "fp8_e4m3" and q != "none"
+        needs_q_scale = q_fp8 and info.q_fp8_scale != "none"
+        if not needs_q_scale:
+            t["q_scale"] = None  # not read by this kernel (checked against the query rows below)
 
         # dtypes
         bf16 = (torch.bfloat16,)
-        for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe"):
+        for name in ("q_nope", "q_pe", "k_nope", "k_pe"):
             if t[name] is not None:
                 _check_dtype(name, t[name], bf16)
+        if t["q_out"] is not None:
+            if q_fp8:
+                fp8_q = _fp8_dtypes(torch, info.q_fp8_format)
+                if t["q_out"].dtype not in fp8_q:
+                    raise TypeError("q_out must be %s (the kernel's query output is fp8 e4m3, %s), got %s" % (
+                        _dtype_names(fp8_q), info.q_fp8_format, str(t["q_out"].dtype).replace("torch.", "")))
+            else:
+                _check_dtype("q_out", t["q_out"], bf16)
         _check_dtype("kv_cache", t["kv_cache"], _fp8_dtypes(torch, info.fp8_format) if fp8 else bf16)
         idx = {"int64": (torch.int64,), "int32": (torch.int32,)}
         _check_dtype("positions", t["positions"], idx[info.positions])
@@ -150,6 +166,10 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
             _check_dtype("k_scale", t["k_scale"], (torch.float32,))
             if t["k_scale"].numel() != 1:
                 raise ValueError("k_scale must hold one element, got shape %s" % list(t["k_scale"].shape))
+        if t["q_scale"] is not None:
+            _check_dtype("q_scale", t["q_scale"], (torch.float32,))
+            if t["q_scale"].numel() != 1:
+                raise ValueError("q_scale must hold one element, got shape %s" % list(t["q_scale"].shape))
 
         # devices
         for name, v in t.items():
@@ -173,6 +193,8 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
 
     if strict:
         L, R, W = info.L, info.R, info.W
+        if needs_q_scale and T > 0 and t["q_scale"] is None:
+            raise ValueError("q_scale is required (fp8 query output with scale convention %r)" % info.q_fp8_scale)
         shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "slots": (K,)}
         for name, want in shapes.items():
             if t[name] is not None:
@@ -241,6 +263,7 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
     a.cos_sin = ptr("cos_sin")
     a.sin = ptr("sin")
     a.k_scale = ptr("k_scale")
+    a.q_scale = ptr("q_scale")
     a.max_pos = int(t["cos_sin"].shape[0]) if t["cos_sin"] is not None and t["cos_sin"].dim() >= 1 else 1
     keep = tuple(v for v in t.values() if v is not None)
     return a, keep

@@ -196,6 +196,77 @@ def _rope_row_exact(b, src, off, pos, R):
     return out
 
 
+def f32_to_e4m3(x, fmt="ocp"):
+    """gen/ref.c's rk_f32_to_fp8 on one float32 value (already scaled and clamped): OCP e4m3fn (bias 7, max 448 =
+    0x7e, NaN -> 0x7f, -0 kept as 0x80) or FNUZ e4m3fnuz (bias 8, max 240 = 0x7f, NaN -> 0x80, zero always 0x00);
+    round to nearest even, subnormals included, |x| past the max (inf included) -> the max."""
+    bias, max_code, nan = (8, 0x7F, 0x80) if fmt == "fnuz" else (7, 0x7E, 0x7F)
+    u = f32_bits(x)
+    a = u & 0x7FFFFFFF
+    sign = 0x80 if u >> 31 else 0
+    if a > 0x7F800000:
+        return nan
+    ef = a >> 23
+    emin = 1 - bias
+    if struct.unpack("<f", struct.pack("<I", a))[0] > e4m3_to_f32(max_code, fmt):
+        code = max_code
+    elif ef == 0:
+        code = 0
+    else:
+        e = max(ef - 127, emin)
+        sig = (a & 0x7FFFFF) | 0x800000
+        shift = (e - 3) - (ef - 150)
+        if shift > 25:
+            code = 0
+        else:
+            q = sig >> shift
+            rest, half = sig & ((1 << shift) - 1), 1 << (shift - 1)
+            if rest > half or (rest == half and q & 1):
+                q += 1
+            code = ((e - emin) << 3) + q
+    if code == 0 and fmt == "fnuz":
+        return 0
+    return code | sign
+
+
+def f32_step(x, up):
+    """The float32 next to the positive float32 x, above (up) or below it."""
+    return struct.unpack("<f", struct.pack("<I", f32_bits(x) + (1 if up else -1)))[0]
+
+
+def e4m3_to_f32(b, fmt="ocp"):
+    """The value of an e4m3 code (OCP 0x7f / 0xff and FNUZ 0x80 are NaN)."""
+    bias = 8 if fmt == "fnuz" else 7
+    if (b == 0x80) if fmt == "fnuz" else (b & 0x7F) == 0x7F:
+        return math.nan
+    e, m = (b >> 3) & 0xF, b & 7
+    v = math.ldexp(m, 1 - bias - 3) if e == 0 else math.ldexp(8 + m, e - bias - 3)
+    return -v if b & 0x80 else v
+
+
+def q_fp8_exact(x, q_scale, scale="mul_recip", sat=448.0, fmt="ocp"):
+    """One fp8 query element from the float32 x: scale (mul_recip: x * float32(1 / q_scale); div: x / q_scale;
+    mul: x * q_scale; none), clamp to +-sat (NaN passes), round to e4m3. Each double result of one operation on
+    float32 values rounds to the float32 one (exact products; 53 >= 2 * 24 + 2 bits for the quotient)."""
+    def f32r(v):  # float32 rounding with overflow to +-inf
+        if abs(v) >= 2.0 ** 128 - 2.0 ** 103:
+            return math.copysign(math.inf, v)
+        return f32(v)
+
+    qs = f32(q_scale)
+    if scale == "mul_recip":
+        x = f32r(x * f32r(1.0 / qs))
+    elif scale == "div":
+        x = f32r(x / qs)
+    elif scale == "mul":
+        x = f32r(x * qs)
+    if x > sat:
+        x = sat
+    elif x < -sat:
+        x = -sat
+    return f32_to_e4m3(x, fmt)
+
+
 # ---- tests that need neither torch nor a GPU -------------------------------------------------------------
 def test_import_without_torch():
     code = ("import sys; sys.path.insert(0, %r); import ropekv; "
@@ -363,25 +434,95 @@ def test_raw_pointer_errors_host():
     assert all(b["q_out"].a[j] == 0x5A5A for j in range(len(b["q_out"].a)))
 
 
+def test_e4m3_scalar():
+    """The pure-Python e4m3 encoder the fp8 tests build on: every finite code round-trips, midpoints go to the even
+    neighbour, past the max saturates, NaN and -0 per format."""
+    for fmt, top in (("ocp", 0x7E), ("fnuz", 0x7F)):
+        for c in range(top + 1):
+            for sign in (0, 0x80):
+                if fmt == "fnuz" and c == 0 and sign:
+                    continue
+                assert f32_to_e4m3(e4m3_to_f32(c | sign, fmt), fmt) == c | sign, (fmt, hex(c | sign))
+        for c in range(top):  # the midpoint between c and c + 1 rounds to the even code
+            mid = (e4m3_to_f32(c, fmt) + e4m3_to_f32(c + 1, fmt)) / 2
+            assert f32_to_e4m3(mid, fmt) == (c if c % 2 == 0 else c + 1), (fmt, hex(c))
+            assert f32_to_e4m3(f32_step(mid, True), fmt) == c + 1, (fmt, hex(c))
+            assert f32_to_e4m3(f32_step(mid, False), fmt) == c, (fmt, hex(c))
+        assert f32_to_e4m3(math.inf, fmt) == top and f32_to_e4m3(-1e30, fmt) == top | 0x80
+    assert f32_to_e4m3(math.nan) == 0x7F and f32_to_e4m3(-0.0) == 0x80 and f32_to_e4m3(-1e-30) == 0x80
+    assert f32_to_e4m3(math.nan, "fnuz") == 0x80 and f32_to_e4m3(-0.0, "fnuz") == 0x00
+    assert f32_to_e4m3(2.0 ** -10) == 0x00 and f32_to_e4m3(2.0 ** -10 * 1.0001) == 0x01  # half the OCP subnormal
+
+
+def test_raw_pointer_fp8_q_host():
+    """deepseek_v3 absorbed with an fp8 query output through launch_raw: q_out bytes (strides in bytes), q_scale a
+    float32 in host memory; every q byte against the scalar definition (fp8(q_nope) | fp8(rope(q_pe)))."""
+    c = context("host")
+    k = c.kernel("deepseek_v3", kv="bf16", q="absorbed", q_dtype="fp8_e4m3")
+    i = k.info
+    assert (i.q_dtype, i.q_fp8_format, i.q_fp8_scale, i.q_fp8_saturate, i.q_fp8_rope_bf16_round) == (
+        "fp8_e4m3", "ocp", "mul_recip", 448.0, False), i
+    b, args, (T, H, L, R, W) = _raw_case(seed=2)
+    q8 = Buf(ctypes.c_uint8, T * H * W)
+    for j in range(T * H * W):
+        q8.a[j] = 0x5A
+    qs = Buf(ctypes.c_float, 1)
+    for q_scale in (0.37, 1.0 / 448):
+        qs.a[0] = q_scale
+        fa = dict(args, q_out=q8.addr, q_out_st=H * W, q_out_sh=W, q_scale=qs.addr)
+        ok, why = c.query("deepseek_v3", q_dtype="fp8_e4m3", raw=fa)
+        assert ok, why
+        ok, why = c.query("deepseek_v3", q_dtype="fp8_e4m3", raw=dict(fa, q_scale=None))
+        assert not ok and "ROPEKV_ERR_NULL" in why, why
+        k.launch_raw(fa)
+        for t in range(T):
+            base = t * H * W
+            got = [q8.a[base + j] for j in range(W)]
+            nope = [q_fp8_exact(bf16_to_f32(b["q_nope"].a[t * L + j]), q_scale) for j in range(L)]
+            assert got[:L] == nope, "q_out[%d, :L] (q_scale %g)" % (t, q_scale)
+            x = [bf16_to_f32(b["q_pe"].a[t * R + j]) for j in range(R)]
+            pos = b["positions"].a[t]
+            want = []
+            for p in range(R // 2):
+                cs, sn = b["cos_sin"].a[pos * R + p], b["cos_sin"].a[pos * R + R // 2 + p]
+                want += [q_fp8_exact(y, q_scale) for y in rope_pair_exact(x[2 * p], x[2 * p + 1], cs, sn)]
+            assert got[L:] == want, "q_out[%d, L:] (q_scale %g)" % (t, q_scale)
+    # the KV row is the bf16 kernel's
+    row1 = [b["kv"].a[W + j] for j in range(W)]
+    assert row1[L:] == _rope_row_exact(b, "k_pe", R, b["positions"].a[1], R)
+    try:
+        k.launch_raw(dict(args, q_out=q8.addr, q_out_st=H * W, q_out_sh=W))  # no q_scale
+    except ropekv.RopekvError as e:
+        assert e.status == "ROPEKV_ERR_NULL", e
+    else:
+        raise AssertionError("an fp8 query output without q_scale launched")
+
+
 # ---- PyTorch reference and inputs built the way engines lay them out --------------------------------------
 SPECS = {
     "deepseek_v3": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="mul_recip", sat=448.0, rr=False,
-                        neg="skip_kv", sanitize=False, pos="int64", nope_head=128),
+                        neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
+                        q_scale="mul_recip", q_sat=448.0, q_rr=False),  # fp8 query: FlashInfer / aiter style
     "kimi_k2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="div", sat=448.0, rr=False,
-                    neg="skip_all", sanitize=True, pos="int32", nope_head=128),
+                    neg="skip_all", sanitize=True, pos="int32", nope_head=128,
+                    q_scale="div", q_sat=448.0, q_rr=True),  # fp8 query: vLLM style
     "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
-                        neg="skip_kv", sanitize=False, pos="int64", nope_head=64),
+                        neg="skip_kv", sanitize=False, pos="int64", nope_head=64,
+                        q_scale="mul", q_sat=448.0, q_rr=True),
 }
 BF16_MAX = 3.38953139e38
 
 
 def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0, kv_tokens=None,
-                min_slot=0):
+                min_slot=0, q_dtype="bf16", q_scale=None, q_specials=False):
     """Random inputs as engines pass them: q_nope/q_pe slices of one query buffer, k_nope/k_pe slices of the
     kv projection output, a paged cache [blocks, 16, W], positions (a few past max_pos, to test the clamp),
     slots (a permutation, every 5th token padding (-1), one past the cache). kv_tokens: slots for that many
     tokens (default T); the projection and positions cover max(T, kv_tokens). min_slot > 0: one slot points
-    at the reserved slot 0."""
+    at the reserved slot 0. An fp8 cache is float8_e4m3fn where torch has it, else uint8.
+    q_dtype "fp8_e4m3": q_out is uint8 (0x5A where nothing is written; zero_copy: [..., :L] random fp8 codes, as
+    the BMM leaves them), q_scale a float32 tensor of the value q_scale. q_specials: NaN, +-inf and values far
+    past the fp8 range in the query (it is not sanitized)."""
     s = SPECS[spec]
     L, R, W = s["L"], s["R"], s["L"] + s["R"]
     g = torch.Generator().manual_seed(seed)
@@ -396,18 +537,37 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
     def dev(t):  # bases go to the device first, views are taken there (so they stay views)
         return t.to(device)
 
+    fp8_q = q_dtype == "fp8_e4m3"
+
+    def query(*shape):
+        v = randn(*shape)
+        if q_specials and v.numel() >= 8:
+            f = v.view(-1)
+            n = f.numel()
+            f[0], f[n // 7], f[n // 5], f[n // 3] = float("nan"), float("inf"), float("-inf"), 3.0e38
+            f[n // 2], f[n - 1], f[n - 2] = -5000.0, 600.0, -1.0e-6
+        return v
+
+    def q_out_buf():
+        if fp8_q:
+            return torch.full((T, H, W), 0x5A, dtype=torch.uint8)
+        return torch.full((T, H, W), sentinel, dtype=bf)
+
     if q == "absorbed":
-        qb = dev(randn(T, H, W))
+        qb = dev(query(T, H, W))
         x["q_nope"], x["q_pe"] = qb[..., :L], qb[..., L:]
-        x["q_out"] = dev(torch.full((T, H, W), sentinel, dtype=bf))
+        x["q_out"] = dev(q_out_buf())
     elif q == "zero_copy":
-        qp = dev(randn(T, H, s["nope_head"] + R))
+        qp = dev(query(T, H, s["nope_head"] + R))
         x["q_pe"] = qp[..., s["nope_head"]:]
-        qo = torch.full((T, H, W), sentinel, dtype=bf)
-        qo[..., :L] = randn(T, H, L)  # written by the absorption GEMM
+        qo = q_out_buf()
+        if fp8_q:  # the absorption GEMM's epilogue quantized q_nope with the same q_scale
+            qo[..., :L] = e4m3_codes(torch, (randn(T, H, L).float() * 4).clamp(-448, 448))
+        else:
+            qo[..., :L] = randn(T, H, L)  # written by the absorption GEMM
         x["q_out"] = dev(qo)
     elif q == "inplace":
-        qp = dev(randn(T, H, s["nope_head"] + R))
+        qp = dev(query(T, H, s["nope_head"] + R))
         x["q_pe"] = qp[..., s["nope_head"]:]
     K = T if kv_tokens is None else kv_tokens
     P = max(T, K)
@@ -424,7 +584,9 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
     if kv == "bf16":
         cache = torch.full((blocks, 16, W), sentinel, dtype=bf)
     else:
-        cache = torch.full((blocks, 16, W), 0x5A, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        cache = torch.full((blocks, 16, W), 0x5A, dtype=torch.uint8)
+        if hasattr(torch, "float8_e4m3fn"):
+            cache = cache.view(torch.float8_e4m3fn)
     x["kv_cache"] = cache
     max_pos = 512
     pos = torch.randint(0, max_pos, (P,), generator=g)
@@ -449,7 +611,9 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
         x["cos_sin"], x["sin"] = c.contiguous(), sn.contiguous()
     if kv != "bf16" and s["scale"] != "none":
         x["k_scale"] = torch.tensor([0.75], dtype=torch.float32)
-    for name in ("kv_cache", "positions", "slots", "cos_sin", "sin", "k_scale"):
+    if fp8_q and q != "none" and q_scale is not None:
+        x["q_scale"] = torch.tensor([q_scale], dtype=torch.float32)
+    for name in ("kv_cache", "positions", "slots", "cos_sin", "sin", "k_scale", "q_scale"):
         if name in x:
             x[name] = dev(x[name])
     return x
@@ -495,14 +659,57 @@ def _rope_fma(torch, x, c, sn, style):
     return torch.cat((y0, y1), dim=-1)
 
 
-def reference(torch, spec, q, kv, x, min_slot=0):
+def e4m3_codes(torch, v, fmt="ocp"):
+    """float32 values (already scaled and clamped) as e4m3 codes (uint8), exactly as gen/ref.c's rk_f32_to_fp8
+    (f32_to_e4m3 above, on tensors; needs no float8 dtype): round to nearest even on the float64 value in
+    quanta of its binade (exact: the quotient has at most 24 significant bits, torch.round ties to even), past
+    the max -> the max, NaN -> 0x7f (OCP) / 0x80 (FNUZ), the sign kept (OCP -0 = 0x80; FNUZ zero is 0x00)."""
+    bias, max_code, nan, fmax = (8, 0x7F, 0x80, 240.0) if fmt == "fnuz" else (7, 0x7E, 0x7F, 448.0)
+    v = v.float()
+    u = v.view(torch.int32)
+    neg = u < 0
+    ef = (u >> 23) & 0xFF
+    emin = 1 - bias
+    e = torch.clamp(ef - 127, min=emin)
+    m = v.double().abs()
+    quanta = m / torch.ldexp(torch.ones_like(m), (e - 3).to(torch.int64))
+    code = (e - emin).to(torch.int64) * 8 + torch.round(quanta).to(torch.int64)
+    code = torch.where(ef == 0, torch.zeros_like(code), code)  # f32 subnormals: far below the fp8 ones
+    code = torch.where(m > fmax, torch.full_like(code, max_code), code)
+    if fmt == "fnuz":
+        code = torch.where(neg & (code != 0), code | 0x80, code)
+    else:
+        code = torch.where(neg, code | 0x80, code)
+    code = torch.where(torch.isnan(v), torch.full_like(code, nan), code)
+    return code.to(torch.uint8)
+
+
+def q_fp8_reference(torch, spec, v, q_scale):
+    """The fp8 query element of the float32 values v (the q_nope values, or the rope floats already rounded to
+    bf16 when the spec's q_fp8 policy says so): scale with q_scale by the spec's convention (mul_recip: a float32
+    reciprocal first), clamp to +-q_sat (NaN passes), round to OCP e4m3. No sanitizing."""
+    s = SPECS[spec]
+    if s["q_scale"] == "mul_recip":
+        v = v * (1.0 / q_scale)
+    elif s["q_scale"] == "div":
+        v = v / q_scale
+    elif s["q_scale"] == "mul":
+        v = v * q_scale
+    return e4m3_codes(torch, v.clamp(-s["q_sat"], s["q_sat"]))
+
+
+def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
     """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as _rope_fma (one
     rounded product, one fused multiply-add, emulated exactly), bf16 by round to nearest even (torch's
     .to(bfloat16)), fp8 by scale (mul_recip: x * float32(1/k); div: x / k; mul: x * k; none), sanitize
-    (NaN -> 0, +-inf -> +-bound), clamp to the bound (NaN passes through), then torch's float8_e4m3fn cast
-    (round to nearest even), with the rope float rounded to bf16 first when the spec sets rope_bf16_round.
+    (NaN -> 0, +-inf -> +-bound), clamp to the bound (NaN passes through), then e4m3_codes (OCP, round to
+    nearest even), with the rope float rounded to bf16 first when the spec sets rope_bf16_round.
     Query rows for the T tokens of the q tensors, KV rows for the K tokens of slots (a slot below min_slot is
     not written; with skip_all a negative slot skips the token's query rows, a token past K has none).
+    q_dtype "fp8_e4m3": the query output as q_fp8_reference (OCP codes; the rope float rounded to bf16 first when
+    the spec's q policy sets it): q_out [T,H,W] uint8 (absorbed: fp8(q_nope) | fp8(rope); zero_copy: [..., L:]
+    only), inplace: q_pe's bytes with the R codes over the first R bytes of each row ("q_pe" is then uint8
+    [T,H,2R]).
     Returns the expected q_out, q_pe and kv_cache (clones of the inputs with the op applied)."""
     s = SPECS[spec]
     L, R = s["L"], s["R"]
@@ -523,14 +730,32 @@ def reference(torch, spec, q, kv, x, min_slot=0):
         n = min(T, K)
         write_q[:n] = slot[:n] >= 0
     out = {}
-    if q in ("absorbed", "zero_copy"):
+    if q_dtype == "fp8_e4m3" and q != "none":
+        qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"])
+        if s["q_rr"]:
+            qr = qr.to(torch.bfloat16).float()
+        qs = x.get("q_scale")
+        if qs is None:  # no query rows (T = 0): nothing is quantized
+            qs = torch.ones(1, device=qr.device)
+        qr8 = q_fp8_reference(torch, spec, qr, qs)
+        if q == "inplace":
+            qp = x["q_pe"].view(torch.uint8).clone()
+            qp[write_q, :, :R] = qr8[write_q]
+            out["q_pe"] = qp
+        else:
+            qo = x["q_out"].view(torch.uint8).clone()
+            if q == "absorbed":
+                qo[write_q, :, :L] = q_fp8_reference(torch, spec, x["q_nope"].float(), qs)[write_q]
+            qo[write_q, :, L:] = qr8[write_q]
+            out["q_out"] = qo
+    elif q in ("absorbed", "zero_copy"):
         qo = x["q_out"].clone()
         qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
         if q == "absorbed":
             qo[write_q, :, :L] = x["q_nope"][write_q]
         qo[write_q, :, L:] = qr[write_q]
         out["q_out"] = qo
-    if q == "inplace":
+    if q == "inplace" and "q_pe" not in out:  # bf16 (the fp8 query output is made above)
         qp = x["q_pe"].clone()
         qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
         qp[write_q] = qr[write_q]
@@ -564,7 +789,7 @@ def reference(torch, spec, q, kv, x, min_slot=0):
             v = torch.nan_to_num(v, nan=0.0, posinf=sat, neginf=-sat)
         v = v.clamp(-sat, sat)
         flat8 = cache.view(torch.uint8).view(-1, cache.shape[-1])
-        flat8[slot[valid]] = v.to(torch.float8_e4m3fn).view(torch.uint8)[valid]
+        flat8[slot[valid]] = e4m3_codes(torch, v)[valid]
     out["kv_cache"] = cache
     return out
 
@@ -618,24 +843,45 @@ def _first_differences(torch, got, want, kind, limit=4):
 
 
 def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0, kv_tokens=None,
-                  min_slot=0):
-    k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], slots=slots_dtype)
+                  min_slot=0, q_dtype="bf16", q_scale=None, q_specials=False, q_out_dtype=None):
+    """One launch of spec's (q, kv, q_dtype) kernel on make_inputs' tensors, every output compared bit for bit
+    with reference(). q_scale: the fp8 query's scale value; q_out_dtype: the fp8 q_out passed as this dtype (a
+    view of the uint8 buffer, e.g. torch.float8_e4m3fn)."""
+    k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], slots=slots_dtype, q_dtype=q_dtype)
     s = SPECS[spec]
     assert (k.info.L, k.info.R, k.info.rope, k.info.cos_sin, k.info.q) == (s["L"], s["R"], s["rope"], s["cos_sin"], q)
     assert k.info.negative_slot == s["neg"] and k.info.sanitize == s["sanitize"]
     if kv != "bf16":
-        assert k.info.fp8_format == "ocp", "these tests compare with torch.float8_e4m3fn (OCP)"
+        assert k.info.fp8_format == "ocp", "these tests compare with OCP e4m3 (e4m3_codes)"
         assert (k.info.scale, k.info.sat, k.info.rope_bf16_round) == (s["scale"], s["sat"], s["rr"])
-    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials, seed, kv_tokens, min_slot)
-    want = reference(torch, spec, q, kv, x, min_slot)
-    k(**x, min_slot=min_slot)
+    fp8_q = q_dtype == "fp8_e4m3" and q != "none"
+    if fp8_q:
+        i = k.info
+        assert i.q_dtype == "fp8_e4m3" and i.q_fp8_format == "ocp", "these tests compare with OCP e4m3 (e4m3_codes)"
+        assert (i.q_fp8_scale, i.q_fp8_saturate, i.q_fp8_rope_bf16_round) == (s["q_scale"], s["q_sat"], s["q_rr"]), i
+    else:
+        assert k.info.q_dtype == "bf16"
+    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials, seed, kv_tokens, min_slot, q_dtype,
+                    q_scale, q_specials)
+    want = reference(torch, spec, q, kv, x, min_slot, q_dtype if fp8_q else "bf16")
+    call = dict(x)
+    if q_out_dtype is not None and "q_out" in x:
+        call["q_out"] = x["q_out"].view(q_out_dtype)
+    k(**call, min_slot=min_slot)
     if device != "cpu":
         torch.cuda.synchronize()
     report, failures = [], []
     total_n = total_eq = 0
     for name, exp in want.items():
         kind = "bf16" if exp.dtype == torch.bfloat16 else "fp8"
-        steps, frac, n, bad = compare_bits(torch, x[name], exp, kind)
+        got = x[name]
+        if name == "q_pe" and fp8_q:  # fp8 codes over the first R bytes of each bf16 row, the rest untouched
+            R = s["R"]
+            got, exp = got.view(torch.uint8)[..., :R], exp[..., :R]
+            tail_got, tail_want = x[name].view(torch.uint8)[..., R:], want[name][..., R:]
+            if not torch.equal(tail_got, tail_want):
+                failures.append("q_pe: bytes past the first R of a row were written")
+        steps, frac, n, bad = compare_bits(torch, got, exp, kind)
         total_n += n
         total_eq += n - bad
         report.append("%s: max %d step(s), %.4f%% bit-identical" % (name, steps, 100 * frac))
@@ -646,10 +892,11 @@ def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", sp
             report.append("(rope part %.4f%%)" % (100 * compare_bits(torch, part, wpart, kind)[1]))
         if bad:
             failures.append("%s: %d of %d elements not bit-identical (max %d %s steps; %s)" % (
-                name, bad, n, steps, kind, _first_differences(torch, x[name], exp, kind)))
+                name, bad, n, steps, kind, _first_differences(torch, got, exp, kind)))
     frac = total_eq / max(total_n, 1)
-    print("%s q=%s kv=%s T=%d H=%d %s: %s; all %.4f%% bit-identical" % (spec, q, kv, T, H, device, " ".join(report),
-                                                                       100 * frac))
+    qd = " q_dtype=%s q_scale=%s" % (q_dtype, "%.6g" % q_scale if q_scale is not None else "none") if fp8_q else ""
+    print("%s q=%s kv=%s%s T=%d H=%d %s: %s; all %.4f%% bit-identical" % (spec, q, kv, qd, T, H, device,
+                                                                         " ".join(report), 100 * frac))
     # The reference does ropekv's arithmetic exactly (one rounded product, one exactly emulated fma), so any
     # difference, even one step on one element, is a real one.
     assert not failures, "%s %s %s %s: %s" % (spec, q, kv, device, "; ".join(failures))
@@ -666,8 +913,6 @@ HOST_CASES = [("deepseek_v3", "absorbed", "bf16"), ("deepseek_v3", "absorbed", "
 @parametrize("spec,q,kv", HOST_CASES)
 def test_host_torch(spec, q, kv):
     torch = _torch()
-    if kv != "bf16" and not hasattr(torch, "float8_e4m3fn"):
-        skip("this torch has no float8_e4m3fn")
     run_and_check(torch, context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=spec == "kimi_k2")
 
 
@@ -681,8 +926,6 @@ PADDING_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, 5, 1), ("deepseek_v
 def test_host_torch_padding(spec, q, kv, T, K, min_slot):
     """Query rows for T tokens, KV rows for K (a short slot list, or padded queries), reserved slots kept."""
     torch = _torch()
-    if kv != "bf16" and not hasattr(torch, "float8_e4m3fn"):
-        skip("this torch has no float8_e4m3fn")
     run_and_check(torch, context("host"), spec, q, kv, T=T, H=3, device="cpu", specials=True, kv_tokens=K,
                   min_slot=min_slot)
 
@@ -697,6 +940,165 @@ def test_cuda_padding(spec, q, kv, T, K, min_slot):
 def test_host_torch_errors():
     torch = _torch()
     _check_errors(torch, context("host"), "cpu")
+
+
+def test_e4m3_codes_tensor():
+    """e4m3_codes (the tensor encoder of the fp8 references) agrees with the scalar one on every code's value,
+    the midpoints between neighbours and a point on either side of them, both signs, NaN, inf, values past the
+    max, f32 subnormals; and with torch's float8_e4m3fn cast (round to nearest even) where torch has it."""
+    torch = _torch()
+    for fmt, top in (("ocp", 0x7E), ("fnuz", 0x7F)):
+        vals = []
+        for c in range(top + 1):
+            v = e4m3_to_f32(c, fmt)
+            vals.append(v)
+            if c < top:
+                mid = (v + e4m3_to_f32(c + 1, fmt)) / 2
+                vals += [mid, f32_step(mid, False), f32_step(mid, True)]
+        vals += [math.nan, math.inf, 1e30, 600.0, 1e-40, 2.0 ** -149, 3.0e38, 0.0]
+        vals += [f32(random.Random(7).uniform(-500, 500)) for _ in range(200)]
+        vals = [f32(v) for v in vals]
+        vals += [-v for v in vals]
+        got = e4m3_codes(torch, torch.tensor(vals, dtype=torch.float32), fmt).tolist()
+        want = [f32_to_e4m3(v, fmt) for v in vals]
+        bad = [(v, g, w) for v, g, w in zip(vals, got, want) if g != w]
+        assert not bad, "%s: %s" % (fmt, bad[:5])
+    if hasattr(torch, "float8_e4m3fn"):
+        v = torch.randn(1 << 16) * 100
+        v = v.clamp(-448, 448)
+        assert torch.equal(e4m3_codes(torch, v), v.to(torch.float8_e4m3fn).view(torch.uint8))
+
+
+Q_SCALES = (0.37, 1.0, 1.0 / 448)
+
+# (spec, q form, kv dtype, q_scale): every q form each spec lists, both caches, the three scales, the three
+# conventions of the specs' query fp8 policies (mul_recip; div and mul with the rope rounded to bf16 first)
+FP8Q_HOST_CASES = [("deepseek_v3", "absorbed", "bf16", 0.37), ("deepseek_v3", "absorbed", "fp8_e4m3", 1.0),
+                   ("deepseek_v3", "absorbed", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "fp8_e4m3", 0.37),
+                   ("deepseek_v3", "zero_copy", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "bf16", 1.0),
+                   ("deepseek_v3", "none", "fp8_e4m3", 0.37), ("kimi_k2", "absorbed", "fp8_e4m3", 0.37),
+                   ("kimi_k2", "absorbed", "bf16", 1.0 / 448), ("kimi_k2", "inplace", "bf16", 0.37),
+                   ("kimi_k2", "inplace", "fp8_e4m3", 1.0 / 448), ("kimi_k2", "inplace", "bf16", 1.0),
+                   ("minicpm3_4b", "absorbed", "fp8_e4m3", 0.37), ("minicpm3_4b", "zero_copy", "bf16", 1.0 / 448),
+                   ("minicpm3_4b", "inplace", "fp8_e4m3", 1.0)]
+
+
+@parametrize("spec,q,kv,q_scale", FP8Q_HOST_CASES)
+def test_host_torch_fp8_q(spec, q, kv, q_scale):
+    """The fp8 query output on the host backend: every byte against reference() (q_fp8_reference: scale by the
+    spec's convention, clamp, e4m3), with NaN, +-inf and out-of-range values in the query."""
+    torch = _torch()
+    run_and_check(torch, context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=True, seed=21,
+                  q_dtype="fp8_e4m3", q_scale=q_scale, q_specials=True)
+
+
+FP8Q_PADDING_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, 5, 1), ("deepseek_v3", "zero_copy", "bf16", 3, 11, 2),
+                      ("kimi_k2", "inplace", "fp8_e4m3", 11, 6, 1), ("kimi_k2", "absorbed", "bf16", 6, 0, 0),
+                      ("deepseek_v3", "absorbed", "bf16", 0, 5, 1)]
+
+
+@parametrize("spec,q,kv,T,K,min_slot", FP8Q_PADDING_CASES)
+def test_host_torch_fp8_q_padding(spec, q, kv, T, K, min_slot):
+    """fp8 query rows for T tokens, KV rows for K; with T = 0 no q_scale is needed (none is passed)."""
+    torch = _torch()
+    run_and_check(torch, context("host"), spec, q, kv, T=T, H=3, device="cpu", specials=True, kv_tokens=K,
+                  min_slot=min_slot, q_dtype="fp8_e4m3", q_scale=None if T == 0 else 0.37)
+
+
+def test_host_torch_fp8_q_float8_dtype():
+    """q_out passed as torch.float8_e4m3fn (the dtype matching the host's OCP bytes) instead of uint8."""
+    torch = _torch()
+    if not hasattr(torch, "float8_e4m3fn"):
+        skip("this torch has no float8_e4m3fn (uint8 q_out is tested elsewhere)")
+    for q in ("absorbed", "zero_copy"):
+        run_and_check(torch, context("host"), "deepseek_v3", q, "bf16", T=5, H=2, device="cpu", q_dtype="fp8_e4m3",
+                      q_scale=0.37, q_out_dtype=torch.float8_e4m3fn)
+
+
+def test_host_fp8_q_kernel_info():
+    """The fp8 query policy as the library describes it, the q_dtype spellings and what q form none makes."""
+    c = context("host")
+    k = c.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed", q_dtype="fp8_e4m3")
+    i = k.info
+    assert (i.q_dtype, i.q_fp8_format, i.q_fp8_scale, i.q_fp8_saturate, i.q_fp8_rope_bf16_round) == (
+        "fp8_e4m3", "ocp", "mul_recip", 448.0, False), i
+    assert (i.kv, i.scale, i.sat) == ("fp8_e4m3", "mul_recip", 448.0)
+    assert k.q_dtype == "fp8_e4m3" and "/" in i.key
+    kk = c.kernel("kimi_k2", kv="bf16", q="inplace", positions="int32", q_dtype="fp8_e4m3").info
+    assert (kk.q_dtype, kk.q_fp8_format, kk.q_fp8_scale, kk.q_fp8_saturate, kk.q_fp8_rope_bf16_round) == (
+        "fp8_e4m3", "ocp", "div", 448.0, True), kk
+    b = c.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed").info
+    assert (b.q_dtype, b.q_fp8_format, b.q_fp8_scale, b.q_fp8_saturate, b.q_fp8_rope_bf16_round) == (
+        "bf16", None, "none", 0.0, False), b
+    assert b.name != i.name and b.key != i.key
+    assert c.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed", q_dtype=1).name == i.name
+    # q form none writes no query: the fp8 choice makes the bf16 kernel
+    n8 = c.kernel("deepseek_v3", kv="fp8_e4m3", q="none", q_dtype="fp8_e4m3")
+    n = c.kernel("deepseek_v3", kv="fp8_e4m3", q="none")
+    assert n8.name == n.name and n8.info.q_dtype == "bf16"
+    ok, why = c.query("deepseek_v3", kv="bf16", q="zero_copy", q_dtype="fp8_e4m3")
+    assert ok, why
+    ok, why = c.query("kimi_k2", kv="bf16", q="inplace", q_dtype="fp8_e4m3")
+    assert ok, why
+    for bad in ("fp8", "float8_e4m3fn", 2, None, True):
+        _expect(ValueError, lambda: c.kernel("deepseek_v3", q_dtype=bad))
+        _expect(ValueError, lambda: c.query("deepseek_v3", q_dtype=bad))
+    try:
+        import torch
+    except ImportError:
+        return
+    assert c.kernel("deepseek_v3", q_dtype=torch.bfloat16).name == c.kernel("deepseek_v3").name
+    _expect(ValueError, lambda: c.kernel("deepseek_v3", q_dtype=torch.float16))
+    if hasattr(torch, "float8_e4m3fn"):
+        assert c.kernel("deepseek_v3", kv="fp8_e4m3", q_dtype=torch.float8_e4m3fn).name == i.name
+
+
+def _check_fp8_q_errors(torch, ctx, device):
+    """Argument errors of fp8 query launches: q_out's dtype, q_scale missing / of another dtype / size."""
+    T, H = 8, 2
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed", q_dtype="fp8_e4m3")
+    x = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3",
+                    q_scale=0.37)
+    k(**x)
+    e = _expect(TypeError, lambda: k(**dict(x, q_out=torch.zeros(T, H, 576, dtype=torch.bfloat16, device=device))))
+    assert "q_out" in str(e) and "uint8" in str(e)
+    _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.int8))))
+    if hasattr(torch, "float8_e4m3fnuz"):  # the other format's dtype
+        _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.float8_e4m3fnuz))))
+    e = _expect(ValueError, lambda: k(**dict(x, q_scale=None)))
+    assert "q_scale" in str(e)
+    _expect(TypeError, lambda: k(**dict(x, q_scale=x["q_scale"].double())))
+    _expect(ValueError, lambda: k(**dict(x, q_scale=torch.ones(2, device=device))))
+    _expect(ValueError, lambda: k(**dict(x, q_out=x["q_out"][:, :, :575])))
+    ok, why = ctx.query("deepseek_v3", kv="bf16", q="absorbed", q_dtype="fp8_e4m3", **x)
+    assert ok, why
+    # a bf16 query kernel takes no fp8 q_out, and ignores a q_scale
+    kb = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    _expect(TypeError, lambda: kb(**x))
+    xb = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, H, device, seed=23)
+    kb(**dict(xb, q_scale=x["q_scale"]))
+    # zero_copy: q_out[..., :L] may be passed as q_nope (it is not read); inplace takes the bf16 q_pe
+    kz = ctx.kernel("deepseek_v3", kv="bf16", q="zero_copy", q_dtype="fp8_e4m3")
+    xz = make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3",
+                     q_scale=1.0)
+    kz(**dict(xz, q_nope=xz["q_out"][..., :512]))
+    ki = ctx.kernel("kimi_k2", kv="bf16", q="inplace", positions="int32", q_dtype="fp8_e4m3")
+    xi = make_inputs(torch, "kimi_k2", "inplace", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3", q_scale=1.0)
+    _expect(TypeError, lambda: ki(**dict(xi, q_pe=xi["q_pe"].float())))
+    _expect(ValueError, lambda: ki(**dict(xi, q_scale=None)))
+    # bound launches carry q_scale too
+    launch = k.bind(**x)
+    launch()
+    # the library's own check of a NULL q_scale (raw arguments bypass the Python ones)
+    args, keep = k.args(**x)
+    args.q_scale = None
+    e = _expect(ropekv.RopekvError, lambda: k.launch_raw(args), {"ROPEKV_ERR_NULL"})
+    del keep
+
+
+def test_host_fp8_q_errors():
+    torch = _torch()
+    _check_fp8_q_errors(torch, context("host"), "cpu")
 
 
 # ---- CUDA ---------------------------------------------------------------------------------------------------
@@ -860,6 +1262,37 @@ def _check_errors(torch, ctx, device):
 def test_cuda_errors():
     torch = _cuda_torch()
     _check_errors(torch, context("cuda"), "cuda")
+
+
+@parametrize("spec,q,kv,q_scale", [("deepseek_v3", q, kv, qs) for q in ("absorbed", "zero_copy")
+                                   for kv in ("bf16", "fp8_e4m3") for qs in Q_SCALES]
+             + [("kimi_k2", q, kv, qs) for q in ("absorbed", "inplace") for kv in ("bf16", "fp8_e4m3")
+                for qs in (0.37, 1.0 / 448)]
+             + [("minicpm3_4b", q, "fp8_e4m3", 0.37) for q in ("absorbed", "zero_copy", "inplace")])
+def test_cuda_fp8_q(spec, q, kv, q_scale):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), spec, q, kv, T=67, H=16, device="cuda", specials=spec == "kimi_k2",
+                  seed=29, q_dtype="fp8_e4m3", q_scale=q_scale, q_specials=True)
+
+
+@parametrize("spec,q,kv,T,K,min_slot", FP8Q_PADDING_CASES + [("deepseek_v3", "absorbed", "fp8_e4m3", 1000, 700, 1)])
+def test_cuda_fp8_q_padding(spec, q, kv, T, K, min_slot):
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), spec, q, kv, T=T, H=16, device="cuda", specials=True, kv_tokens=K,
+                  min_slot=min_slot, q_dtype="fp8_e4m3", q_scale=None if T == 0 else 0.37)
+
+
+def test_cuda_fp8_q_large():
+    """Many tokens and heads with an fp8 query and cache (the vector path, the 2-D grid)."""
+    torch = _cuda_torch()
+    run_and_check(torch, context("cuda"), "deepseek_v3", "absorbed", "fp8_e4m3", T=4099, H=128, device="cuda",
+                  seed=31, q_dtype="fp8_e4m3", q_scale=0.37,
+                  q_out_dtype=getattr(torch, "float8_e4m3fn", None))
+
+
+def test_cuda_fp8_q_errors():
+    torch = _cuda_torch()
+    _check_fp8_q_errors(torch, context("cuda"), "cuda")
 
 
 # ---- plain runner --------------------------------------------------------------------------------------------
