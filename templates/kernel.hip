@@ -78,32 +78,11 @@ RK_DEVICE rk_i64 position(const args &a, rk_i64 t) {
     return p < 0 ? 0 : p >= a.max_pos ? a.max_pos - 1 : p;
 }
 
-// Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8). For neox the
-// chunk's partner half is rotated too and returned in *partner (the in-place form writes both).
-// The row's values are loaded before the position and its cos/sin, so that their load overlaps that
-// two-step chain (position, then its table row) instead of following it; with a.prefetch they are
-// loaded after the gate instead (the grid before may still write them).
-RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
+// One chunk's rotation, its inputs already loaded: p0 the chunk (neox: its first-half part, p1 the
+// second-half part), c and s its cos and sin (gptj: 4 pairs; neox: 8). For neox the other half is
+// returned in *partner (the in-place form writes both).
+RK_DEVICE f8 rotate8(bool first, rk_v16 p0, rk_v16 p1, const float *c, const float *s, f8 *partner) {
     f8 y;
-    if (ROPE == Rope::none) {
-        gate(a);
-        return unpack_bf16(rk_load16(x + j));
-    }
-    const bool first = j < H2;
-    const int at = ROPE == Rope::gptj ? j : first ? j : j - H2;  // gptj: the chunk; neox: its first-half part
-    rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
-    if (!a.prefetch) {
-        p0 = rk_load16(x + at);
-        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
-    }
-    const rk_i64 pos = position(a, t);
-    float c[V], s[V];
-    load_cos_sin(a, pos, ROPE == Rope::gptj ? j / 2 : at, ROPE == Rope::gptj ? 4 : 8, c, s);
-    gate(a);
-    if (a.prefetch) {
-        p0 = rk_load16(x + at);
-        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
-    }
     if (ROPE == Rope::gptj) {  // gptj: pairs (2i, 2i+1) inside the chunk
         f8 x8 = unpack_bf16(p0);
         for (int i = 0; i < 4; i++) {
@@ -121,6 +100,37 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
         *partner = first ? yhi : ylo;
     }
     return y;
+}
+
+// Where chunk j's inputs lie: the element its load starts at (neox: the first-half part) and the
+// first cos/sin pair it uses, with how many (4 for gptj, 8 for neox).
+RK_DEVICE int rope_at(int j) { return ROPE == Rope::gptj ? j : j < H2 ? j : j - H2; }
+RK_DEVICE int pair_at(int j) { return ROPE == Rope::gptj ? j / 2 : rope_at(j); }
+constexpr int PAIRS = ROPE == Rope::gptj ? 4 : 8;
+
+// Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8); see rotate8.
+// The row's values are loaded before the position and its cos/sin, so that their load overlaps that
+// two-step chain (position, then its table row) instead of following it; with a.prefetch they are
+// loaded after the gate instead (the grid before may still write them).
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
+    if (ROPE == Rope::none) {
+        gate(a);
+        return unpack_bf16(rk_load16(x + j));
+    }
+    const int at = rope_at(j);
+    rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
+    if (!a.prefetch) {
+        p0 = rk_load16(x + at);
+        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
+    }
+    float c[V], s[V];
+    load_cos_sin(a, position(a, t), pair_at(j), PAIRS, c, s);
+    gate(a);
+    if (a.prefetch) {
+        p0 = rk_load16(x + at);
+        if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
+    }
+    return rotate8(j < H2, p0, p1, c, s, partner);
 }
 
 // An element on its way to fp8 under scale convention S: scaled by k (which holds 1/scale for
@@ -159,20 +169,36 @@ RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
 // first R bytes of the bf16 row, where values of later chunks still sit: the lane rotates the whole row
 // into registers before it stores anything. The scale is read as q_chunk reads it.
 RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
+    // every load first (the row, then its cos/sin), as rope8 orders them, so that they overlap
+    constexpr int STEPS = ROPE == Rope::neox ? R_CH / 2 : R_CH;  // neox: a step rotates a pair of chunks
+    rk_v16 p0[STEPS], p1[STEPS];
+    float c[STEPS][V], s[STEPS][V];
+    if (!a.prefetch)
+        for (int k = 0; k < STEPS; k++) {
+            p0[k] = rk_load16(q_pe + rope_at(k * V));
+            p1[k] = ROPE == Rope::neox ? rk_load16(q_pe + rope_at(k * V) + H2) : p0[k];
+        }
+    if (ROPE != Rope::none) {
+        const rk_i64 pos = position(a, t);
+        for (int k = 0; k < STEPS; k++) load_cos_sin(a, pos, pair_at(k * V), PAIRS, c[k], s[k]);
+    }
+    gate(a);
+    if (a.prefetch) {
+        for (int k = 0; k < STEPS; k++) {
+            p0[k] = rk_load16(q_pe + rope_at(k * V));
+            p1[k] = ROPE == Rope::neox ? rk_load16(q_pe + rope_at(k * V) + H2) : p0[k];
+        }
+        if (Q_SCALE != Scale::none) q_scale = *a.q_scale;
+    }
+    const float k = fp8_factor<Q_SCALE>(q_scale);
     rk_v8 row[R_CH];
-    float k = fp8_factor<Q_SCALE>(q_scale);
-#pragma unroll
-    for (int j = 0; j < R; j += V) {
-        if (ROPE == Rope::neox && j >= H2) break;  // neox: each step rotates a pair of chunks
-        f8 partner;
-        f8 y = rope8(a, q_pe, j, t, &partner);
-        if (j == 0 && Q_SCALE != Scale::none && a.prefetch) k = fp8_factor<Q_SCALE>(*a.q_scale);
-        row[j / V] = pack_q8(y, k, true);
-        if (ROPE == Rope::neox) row[(j + H2) / V] = pack_q8(partner, k, true);
+    for (int i = 0; i < STEPS; i++) {
+        f8 partner, y = ROPE == Rope::none ? unpack_bf16(p0[i]) : rotate8(true, p0[i], p1[i], c[i], s[i], &partner);
+        row[i] = pack_q8(y, k, true);
+        if (ROPE == Rope::neox) row[i + STEPS] = pack_q8(partner, k, true);
     }
     if (skip) return;
-#pragma unroll
-    for (int c = 0; c < R_CH; c++) rk_store8((rk_u8 *)q_pe + c * V, row[c]);
+    for (int i = 0; i < R_CH; i++) rk_store8((rk_u8 *)q_pe + i * V, row[i]);
 }
 
 // One chunk of a query row: copy (or quantize) q_nope, or rotate q_pe. With negative_slot = skip_all a
