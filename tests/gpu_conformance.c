@@ -6,7 +6,8 @@
  * nvrtc for the device's own architecture (an sm_80 CUBIN does not load on sm_90), loaded and
  * launched through the cuda backend table, and checked with rk_check over a set of shapes: padded
  * (non-contiguous) token and head strides on every other shape, negative slots, positions at 0,
- * max_pos - 1 and out of range, NaN/inf inputs, k_scale != 1. Every buffer is surrounded by guard
+ * max_pos - 1 and out of range, NaN/inf inputs, k_scale != 1, an fp8 query's q_scale going round 0.37, 1 and
+ * 1/448 from shape to shape (1/448 saturates a mul_recip or div query). Every buffer is surrounded by guard
  * bytes on the device, so a write outside any tensor is caught as well.
  *
  * Plain C (no test framework): it must build and run where only the CUDA driver and nvrtc exist.
@@ -784,7 +785,8 @@ int main(int argc, char **argv) {
     printf("variants: %d distinct kernels (from %d built-in variants on %s rows and %d variant shapes retargeted to "
            "them%s%s%s)\n",
            n, g_n_builtin, rows, g_n_retargeted, filter ? "; filter \"" : "", filter ? filter : "", filter ? "\"" : "");
-    printf("shapes (T x H; pad 0/8 alternating, max_pos %d, every 3rd slot negative, NaN/inf inputs, k_scale 0.37):",
+    printf("shapes (T x H; pad 0/8 alternating, max_pos %d, every 3rd slot negative, NaN/inf inputs, k_scale 0.37, "
+           "q_scale 0.37 / 1 / 1/448 in turn):",
            MAX_POS);
     for (int i = 0; i < g_n_shapes; i++) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
