@@ -167,38 +167,24 @@ RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
 
 // The in-place form with an fp8 query: one lane per head row (QR = 1 below). Its fp8 bytes go over the
 // first R bytes of the bf16 row, where values of later chunks still sit: the lane rotates the whole row
-// into registers before it stores anything. The scale is read as q_chunk reads it.
+// into registers before it stores anything. The scale is read as q_chunk reads it. (Only the packed
+// fp8 row is kept, 2 registers a chunk: with every chunk's inputs held at once the targets without an
+// fp8 conversion instruction spill to scratch.)
 RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
-    // every load first (the row, then its cos/sin), as rope8 orders them, so that they overlap
-    constexpr int STEPS = ROPE == Rope::neox ? R_CH / 2 : R_CH;  // neox: a step rotates a pair of chunks
-    rk_v16 p0[STEPS], p1[STEPS];
-    float c[STEPS][V], s[STEPS][V];
-    if (!a.prefetch)
-        for (int k = 0; k < STEPS; k++) {
-            p0[k] = rk_load16(q_pe + rope_at(k * V));
-            p1[k] = ROPE == Rope::neox ? rk_load16(q_pe + rope_at(k * V) + H2) : p0[k];
-        }
-    if (ROPE != Rope::none) {
-        const rk_i64 pos = position(a, t);
-        for (int k = 0; k < STEPS; k++) load_cos_sin(a, pos, pair_at(k * V), PAIRS, c[k], s[k]);
-    }
-    gate(a);
-    if (a.prefetch) {
-        for (int k = 0; k < STEPS; k++) {
-            p0[k] = rk_load16(q_pe + rope_at(k * V));
-            p1[k] = ROPE == Rope::neox ? rk_load16(q_pe + rope_at(k * V) + H2) : p0[k];
-        }
-        if (Q_SCALE != Scale::none) q_scale = *a.q_scale;
-    }
-    const float k = fp8_factor<Q_SCALE>(q_scale);
     rk_v8 row[R_CH];
-    for (int i = 0; i < STEPS; i++) {
-        f8 partner, y = ROPE == Rope::none ? unpack_bf16(p0[i]) : rotate8(true, p0[i], p1[i], c[i], s[i], &partner);
-        row[i] = pack_q8(y, k, true);
-        if (ROPE == Rope::neox) row[i + STEPS] = pack_q8(partner, k, true);
+    float k = fp8_factor<Q_SCALE>(q_scale);
+#pragma unroll
+    for (int j = 0; j < R; j += V) {
+        if (ROPE == Rope::neox && j >= H2) break;  // neox: each step rotates a pair of chunks
+        f8 partner;
+        f8 y = rope8(a, q_pe, j, t, &partner);
+        if (j == 0 && Q_SCALE != Scale::none && a.prefetch) k = fp8_factor<Q_SCALE>(*a.q_scale);
+        row[j / V] = pack_q8(y, k, true);
+        if (ROPE == Rope::neox) row[(j + H2) / V] = pack_q8(partner, k, true);
     }
     if (skip) return;
-    for (int i = 0; i < R_CH; i++) rk_store8((rk_u8 *)q_pe + i * V, row[i]);
+#pragma unroll
+    for (int c = 0; c < R_CH; c++) rk_store8((rk_u8 *)q_pe + c * V, row[c]);
 }
 
 // One chunk of a query row: copy (or quantize) q_nope, or rotate q_pe. With negative_slot = skip_all a
