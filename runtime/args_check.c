@@ -19,17 +19,34 @@ void rk_args_from_api(const ropekv_args *a, rk_args *r) {
 
 static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* Element offsets are kept below 2^62, so that in bytes (2 a bf16 element) they stay inside a signed
+ * 64-bit address computation. */
+#define EXTENT_MAX ((int64_t)1 << 62)
+
+/* n * st + w for n, st, w >= 0, or -1 when it passes EXTENT_MAX (caller values: never overflows). */
+static int64_t extent(int64_t n, int64_t st, int64_t w) {
+    int64_t p, e;
+    if (n < 0 || st < 0 || w < 0 || __builtin_mul_overflow(n, st, &p) || __builtin_add_overflow(p, w, &e) ||
+        e > EXTENT_MAX)
+        return -1;
+    return e;
+}
+
 /* Rows of width w at strides (st, sh) over T x H must not overlap (either nesting order). */
 static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
     if (st < 0 || sh < 0) return 0;
     if (T == 0) return 1;
-    int ok_th = (H == 1 || sh >= w) && (T == 1 || st >= (H - 1) * sh + w);
-    int ok_ht = (T == 1 || st >= w) && (H == 1 || sh >= (T - 1) * st + w);
+    const int64_t th = extent(H - 1, sh, w), ht = extent(T - 1, st, w); /* -1: past any stride */
+    int ok_th = (H == 1 || sh >= w) && (T == 1 || (th >= 0 && st >= th));
+    int ok_ht = (T == 1 || st >= w) && (H == 1 || (ht >= 0 && sh >= ht));
     return ok_th || ok_ht;
 }
 
-/* Largest element offset touched through (st, sh) plus one row. */
-static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) { return (T - 1) * st + (H - 1) * sh + w; }
+/* Largest element offset touched through (st, sh) plus one row, or -1 past EXTENT_MAX. */
+static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
+    const int64_t inner = extent(H - 1, sh, w);
+    return inner < 0 ? -1 : extent(T - 1, st, inner);
+}
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
@@ -115,18 +132,25 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           (long long)H);
     int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
     if (P > 0) {
-        int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
-        int64_t spans[] = {
-            absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0,
-            has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0,
-            (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0,
-            has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0,
-            has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0,
-            a->kv_rows * a->kv_st + W,
-            a->max_pos * cs_w,
+        /* every tensor's extent in elements; a caller's strides or sizes may not take it past 2^62 */
+        const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+        const struct {
+            const char *what;
+            int64_t elems;
+        } spans[] = {
+            {"q_nope", absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0},
+            {"q_pe", has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0},
+            {"q_out", (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0},
+            {"k_nope", has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0},
+            {"k_pe", has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0},
+            {"kv_cache (kv_rows x kv_st)", has_kv && a->kv_rows > 0 ? extent(a->kv_rows - 1, a->kv_st, W) : 0},
+            {"the cos/sin tables (max_pos rows)", tables ? extent(a->max_pos, cs_w, 0) : 0},
         };
-        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
-            if (spans[i] > reach) reach = spans[i];
+        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) {
+            CHECK(spans[i].elems >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements",
+                  spans[i].what);
+            if (spans[i].elems > reach) reach = spans[i].elems;
+        }
     }
     pl->wide = reach >= INT32_MAX;
     return ROPEKV_OK;

@@ -419,6 +419,13 @@ static void test_argument_checks(void **state) {
     CASE(positions, (const char *)pos + 4, ROPEKV_ERR_ALIGN, "positions");
     CASE(cos_sin, (const char *)cs + 4, ROPEKV_ERR_ALIGN, "cos/sin");
     CASE(k_scale, (const float *)((const char *)kscale + 2), ROPEKV_ERR_ALIGN, "k_scale");
+    /* strides and sizes whose extents would overflow: a named error, no arithmetic past 64 bits */
+    CASE(q_nope_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_nope: its strides and sizes reach past 2^62");
+    CASE(q_out_st, (int64_t)1 << 62, ROPEKV_ERR_SHAPE, "q_out");
+    CASE(q_pe_sh, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_pe"); /* head-major: disjoint, but past 2^62 */
+    CASE(k_pe_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "k_pe");
+    CASE(kv_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "kv_cache");
+    CASE(max_pos, INT64_MAX, ROPEKV_ERR_SHAPE, "cos/sin");
     /* nothing to do is not an error */
     CASE(tokens, 0, ROPEKV_OK, NULL);
     /* head-major layouts are accepted */
