@@ -26,7 +26,7 @@ static void dtype_token(int fp8, rk_fp8_fmt fmt, char *out, size_t cap) {
 }
 
 /* rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<scale>_sat<N>_rr<0|1>_<qform>_q<qdtype>_<scale>_sat<N>
- *   _rr<0|1>_<skipkv|skipall>_san<0|1>_<target>, from the tokens of the spelling tables; kv and qdtype are
+ *   _rr<0|1>_<skipkv|skipall>_san<0|1>_<flat|paged|split>_<target>, from the tokens of the spelling tables; kv and qdtype are
  * bf16, fp8ocp or fp8fnuz, each followed by its fp8 policy. */
 static int format_name(const rk_desc *d, char *out, size_t cap) {
     char sat[32], qsat[32], kv[32], q[32];
@@ -34,12 +34,13 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     sat_token(d->q8.sat, qsat, sizeof qsat);
     dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
     dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
-    int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_sat%s_rr%d_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s", d->L, d->R,
-                     rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
+    int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_sat%s_rr%d_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s_%s", d->L,
+                     d->R, rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
                      rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
                      rk_enum_token(&rk_scale_enum, d->kv8.scale), sat, d->kv8.rope_bf16,
                      rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
-                     d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize, d->arch->name);
+                     d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
+                     rk_enum_token(&rk_layout_enum, d->layout), d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -52,7 +53,7 @@ static rk_fp8_code fp8_code(const rk_fp8_policy *p, rk_fp8_fmt fmt) {
 int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
     if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
-        !rk_qdtype_name(c->q_dtype))
+        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout))
         return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
     d->spec = s;
     d->arch = a;
@@ -61,6 +62,7 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->pos = c->pos;
     d->slot = c->slot;
     d->q_dtype = c->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
+    d->layout = c->layout;
     d->L = s->kv_lora_rank;
     d->R = s->rope_dim;
     d->rope = s->rope;
@@ -70,10 +72,12 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->sanitize = s->sanitize;
     if (d->kv != ROPEKV_KV_BF16) d->kv8 = fp8_code(&s->fp8, d->fp8);
     if (d->q_dtype != ROPEKV_Q_BF16) d->q8 = fp8_code(&s->q_fp8, d->fp8);
-    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/pos=%s/slot=%s%s%s", s->name, a->name, rk_kv_name(d->kv),
+    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/pos=%s/slot=%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv),
                      rk_qform_name(d->q), rk_idx_name(d->pos), rk_idx_name(d->slot),
                      d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
-                     d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "");
+                     d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "",
+                     d->layout != ROPEKV_KV_FLAT ? "/layout=" : "",
+                     d->layout != ROPEKV_KV_FLAT ? rk_layout_name(d->layout) : "");
     if (n < 0 || (size_t)n >= sizeof d->key)
         return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' makes a variant key too long", s->file, a->name);
     if (!valid_target_chars(a->name) || format_name(d, d->name, sizeof d->name) != 0)
@@ -103,17 +107,19 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     if (t == s->n_targets)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s (%s) does not list target %s (variant %s)", s->name,
                        s->file, a->name, d->key);
-    choice c[5] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
+    choice c[6] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
                    {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)d->q},
                    {"positions", &rk_index_enum, s->n_pos, {0}, (int)d->pos},
                    {"slots", &rk_index_enum, s->n_slot, {0}, (int)d->slot},
-                   {"q_dtypes", &rk_qdtype_enum, s->n_qdt, {0}, (int)d->q_dtype}};
+                   {"q_dtypes", &rk_qdtype_enum, s->n_qdt, {0}, (int)d->q_dtype},
+                   {"kv_layouts", &rk_layout_enum, s->n_layout, {0}, (int)d->layout}};
     for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
     for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
     for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
     for (int i = 0; i < s->n_slot; i++) c[3].list[i] = (int)s->slot[i];
     for (int i = 0; i < s->n_qdt; i++) c[4].list[i] = (int)s->q_dtypes[i];
-    for (int k = 0; k < 5; k++) {
+    for (int i = 0; i < s->n_layout; i++) c[5].list[i] = (int)s->layouts[i];
+    for (int k = 0; k < 6; k++) {
         /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes */
         if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE)) continue;
         char got[128];
@@ -140,16 +146,21 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
             for (int q = 0; q < s->n_q; q++)
                 for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
                     for (int p = 0; p < s->n_pos; p++)
-                        for (int sl = 0; sl < s->n_slot; sl++) {
-                            if (n == cap) {
-                                rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
-                                return -1;
+                        for (int sl = 0; sl < s->n_slot; sl++)
+                            for (int ly = 0; ly < s->n_layout; ly++) {
+                                if (n == cap) {
+                                    rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
+                                    return -1;
+                                }
+                                rk_choice c = {s->kv[k],
+                                               s->q[q],
+                                               s->pos[p],
+                                               s->slot[sl],
+                                               s->q[q] == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : s->q_dtypes[qd],
+                                               s->layouts[ly]};
+                                if (rk_desc_make(s, a, &c, &out[n], err) != ROPEKV_OK) return -1;
+                                n++;
                             }
-                            rk_choice c = {s->kv[k], s->q[q], s->pos[p], s->slot[sl],
-                                           s->q[q] == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : s->q_dtypes[qd]};
-                            if (rk_desc_make(s, a, &c, &out[n], err) != ROPEKV_OK) return -1;
-                            n++;
-                        }
     }
     return n;
 }
@@ -179,6 +190,8 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     a->lanes = rope + a->heads * qn + d->L / 8;
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
     a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+    a->block_mul = a->block_shift = 0;
+    if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
     *total = a->grid_tokens * a->lanes;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;

@@ -49,7 +49,9 @@
  *     zero_copy  only q_out[t,h,L:W] = fp8(rope(q_pe[t,h,:]))
  *     inplace    bytes [0, R) of the q_pe row (at byte 2*(t*q_pe_st + h*q_pe_sh)) = fp8(rope(q_pe[t,h,:]));
  *                the row's other bytes are left as they are
- *   KV row, written only when 0 <= slot < kv_rows, at kv_cache + slot*kv_st, W elements:
+ *   KV row, written only when 0 <= slot < kv_rows, W elements: flat at kv_cache + slot*kv_st; paged at
+ *   kv_cache + (slot / B)*kv_block_st + (slot % B)*kv_st (B = kv_block_size); split: row[0:L] there and
+ *   row[L:W] at kv_rope_cache + (slot / B)*kv_rope_block_st + (slot % B)*kv_rope_st:
  *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)).
  *     bf16 cache, sanitize:    each element x (k_nope converted to f32, or the rope float) becomes
  *                              bf16(sanitize(x)), sanitize(x) = 0 for NaN, +-3.38953139e38f (bf16 max
@@ -329,19 +331,34 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
     ((uint8_t *)row)[j] = fp8_elem(&v->kv8, v->fp8, a->k_scale, v->sanitize, x);
 }
 
+/* The element offsets of a slot's latent and rope parts in their caches (ropekv_kv_layout). */
+static void kv_offsets(const rk_desc *v, const rk_args *a, int64_t slot, int64_t *latent, int64_t *rope) {
+    if (v->layout == ROPEKV_KV_FLAT) {
+        *latent = slot * a->kv_st;
+        *rope = *latent + v->L;
+        return;
+    }
+    const int64_t block = slot / a->kv_block_size, entry = slot % a->kv_block_size;
+    *latent = block * a->kv_block_st + entry * a->kv_st;
+    *rope = v->layout == ROPEKV_KV_SPLIT ? block * a->kv_rope_block_st + entry * a->kv_rope_st : *latent + v->L;
+}
+
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
-    void *row = v->kv == ROPEKV_KV_BF16 ? (void *)((uint16_t *)a->kv_cache + slot * a->kv_st)
-                                        : (void *)((uint8_t *)a->kv_cache + slot * a->kv_st);
+    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
+    int64_t at_latent, at_rope;
+    kv_offsets(v, a, slot, &at_latent, &at_rope);
+    uint8_t *latent = (uint8_t *)a->kv_cache + at_latent * elem;
+    uint8_t *rope = (uint8_t *)(v->layout == ROPEKV_KV_SPLIT ? a->kv_rope_cache : a->kv_cache) + at_rope * elem;
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
-    for (int j = 0; j < L; j++) store_kv_elem(v, a, row, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
+    for (int j = 0; j < L; j++) store_kv_elem(v, a, latent, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
     for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
         rope_pair(v, a, pos, k_pe, i, &j0, &j1, &y0, &y1);
-        store_kv_elem(v, a, row, L + j0, y0, 1, 0);
-        store_kv_elem(v, a, row, L + j1, y1, 1, 0);
+        store_kv_elem(v, a, rope, j0, y0, 1, 0);
+        store_kv_elem(v, a, rope, j1, y1, 1, 0);
     }
 }
 

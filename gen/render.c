@@ -129,8 +129,9 @@ static int header(const rk_desc *d, rk_buf *o) {
     rc |= rk_buf_printf(o, "// Values:  kv_lora_rank=%d qk_rope_head_dim=%d rope=%s cos_sin=%s positions=%s slots=%s\n",
                         d->L, d->R, rk_rope_name(d->rope), rk_cos_sin_name(d->cos_sin), rk_idx_name(d->pos),
                         rk_idx_name(d->slot));
-    rc |= rk_buf_printf(o, "//          kv=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv),
-                        rk_qform_name(d->q), rk_neg_name(d->neg), d->sanitize ? "true" : "false");
+    rc |= rk_buf_printf(o, "//          kv=%s layout=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv),
+                        rk_layout_name(d->layout), rk_qform_name(d->q), rk_neg_name(d->neg),
+                        d->sanitize ? "true" : "false");
     if (d->kv != ROPEKV_KV_BF16)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(d->fp8),
                             rk_scale_name(d->kv8.scale), (double)d->kv8.sat, d->kv8.rope_bf16 ? "true" : "false");
@@ -184,6 +185,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"q_scale", rk_scale_name(d->q8.scale)},
         {"q_sat", q_sat},
         {"q_rope_bf16", BOOL(d->q8.rope_bf16)},
+        {"layout", rk_layout_name(d->layout)},
         {"negative_slot", rk_neg_name(d->neg)},
         {"q", rk_qform_name(d->q)},
         {"sanitize", BOOL(d->sanitize)},

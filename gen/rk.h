@@ -73,6 +73,10 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #define RK_QDTYPE_LIST(X)                  \
     X(ROPEKV_Q_BF16, bf16, bf16)           \
     X(ROPEKV_Q_FP8_E4M3, fp8_e4m3, fp8)
+#define RK_LAYOUT_LIST(X)            \
+    X(ROPEKV_KV_FLAT, flat, flat)    \
+    X(ROPEKV_KV_PAGED, paged, paged) \
+    X(ROPEKV_KV_SPLIT, split, split)
 /* clang-format on */
 
 #define RK_ENUMERATOR_(e, spelling, token) e,
@@ -96,7 +100,7 @@ typedef struct rk_enum {
     const rk_spelling *v;
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
-    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum;
+    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -114,6 +118,7 @@ const char *rk_kv_name(ropekv_kv_dtype k);
 const char *rk_qform_name(ropekv_q_form q);
 const char *rk_idx_name(ropekv_index i);
 const char *rk_qdtype_name(ropekv_q_dtype q);
+const char *rk_layout_name(ropekv_kv_layout l);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -173,7 +178,9 @@ typedef struct rk_spec {
     rk_fp8_policy fp8; /* an fp8 cache row */
     int n_qdt;
     ropekv_q_dtype q_dtypes[2]; /* query output dtypes to build */
-    rk_fp8_policy q_fp8;        /* an fp8 query output */
+    int n_layout;
+    ropekv_kv_layout layouts[3]; /* KV layouts to build */
+    rk_fp8_policy q_fp8;         /* an fp8 query output */
     rk_neg negative_slot;
     int n_q;
     ropekv_q_form q[4];
@@ -199,6 +206,7 @@ typedef struct rk_choice {
     ropekv_index pos;
     ropekv_index slot;
     ropekv_q_dtype q_dtype;
+    ropekv_kv_layout layout;
 } rk_choice;
 
 /* An fp8 output's code parameters (the policy resolved for the target's byte format); for a bf16
@@ -222,6 +230,7 @@ typedef struct rk_desc {
     ropekv_index pos;
     ropekv_index slot;
     ropekv_q_dtype q_dtype; /* bf16 for q form none (no query output) */
+    ropekv_kv_layout layout;
     /* the code parameters */
     int L, R; /* kv_lora_rank, qk_rope_head_dim */
     rk_rope rope;
@@ -231,7 +240,7 @@ typedef struct rk_desc {
     rk_fp8_code q8;  /* an fp8 query output's policy */
     rk_neg neg;
     int sanitize;
-    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3] */
+    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split] */
     char name[192]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
@@ -244,9 +253,9 @@ int rk_desc_make(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, r
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2 * 2)
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2 * 2 * 3)
 
-/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, q dtypes, positions, slots as listed
+/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, q dtypes, positions, slots, layouts as listed
  * in the spec; q form none once, with a bf16 query): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
  * set (unknown target). The library never enumerates: it describes the one variant asked for. */
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);

@@ -693,9 +693,9 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
-    "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
-    "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
-    "q_dtypes", "q_fp8",       NULL,
+    "name",       "description", "kv_lora_rank",  "qk_rope_head_dim", "rope",     "cos_sin", "positions", "slots",
+    "kv_dtypes",  "fp8",         "negative_slot", "q_forms",          "sanitize", "targets", "q_dtypes",  "q_fp8",
+    "kv_layouts", NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
@@ -739,6 +739,10 @@ static int read_lists(const scope *s, rk_spec *o) {
     TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 2, v, &n));
     o->n_kv = n;
     for (int i = 0; i < n; i++) o->kv[i] = (ropekv_kv_dtype)v[i];
+    static const int def_layout[] = {ROPEKV_KV_FLAT};
+    TRY(get_enum_list(s, "kv_layouts", &rk_layout_enum, def_layout, 1, 3, v, &n));
+    o->n_layout = n;
+    for (int i = 0; i < n; i++) o->layouts[i] = (ropekv_kv_layout)v[i];
     static const int def_qdt[] = {ROPEKV_Q_BF16};
     TRY(get_enum_list(s, "q_dtypes", &rk_qdtype_enum, def_qdt, 1, 2, v, &n));
     o->n_qdt = n;

@@ -157,15 +157,25 @@ typedef enum ropekv_index { ROPEKV_INDEX_INT64 = 0, ROPEKV_INDEX_INT32 } ropekv_
  *              at byte 2 * (t * q_pe_st + h * q_pe_sh) (in torch: q_pe.view(float8)[..., :R])
  *   none       no query output: the fp8 choice makes the same kernel as bf16 */
 typedef enum ropekv_q_dtype { ROPEKV_Q_BF16 = 0, ROPEKV_Q_FP8_E4M3 } ropekv_q_dtype;
+/* Where a slot's KV row lies (the cache's own element strides; bytes for an fp8 cache). With B =
+ * kv_block_size, slot s is entry s % B of block s / B:
+ *   flat   row at kv_cache + s * kv_st                                              (rows of one stride)
+ *   paged  row at kv_cache + (s / B) * kv_block_st + (s % B) * kv_st                ([blocks, B, W], vLLM)
+ *   split  the latent part at kv_cache + (s / B) * kv_block_st + (s % B) * kv_st, the rope part at
+ *          kv_rope_cache + (s / B) * kv_rope_block_st + (s % B) * kv_rope_st        (two caches: FlashInfer's
+ *          [pages, B, L] and [pages, B, R]; or aiter's page-segmented blocks, the rope part of a block after
+ *          its B latent rows: kv_rope_cache = kv_cache + B * L, the same block stride) */
+typedef enum ropekv_kv_layout { ROPEKV_KV_FLAT = 0, ROPEKV_KV_PAGED, ROPEKV_KV_SPLIT } ropekv_kv_layout;
 
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
     const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
     ropekv_kv_dtype kv; /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
     ropekv_q_form q;
-    ropekv_index positions; /* dtype of positions[] */
-    ropekv_index slots;     /* dtype of slots[] */
-    ropekv_q_dtype q_dtype; /* dtype of the query output (see ropekv_q_dtype) */
+    ropekv_index positions;  /* dtype of positions[] */
+    ropekv_index slots;      /* dtype of slots[] */
+    ropekv_q_dtype q_dtype;  /* dtype of the query output (see ropekv_q_dtype) */
+    ropekv_kv_layout layout; /* where the KV rows lie (see ropekv_kv_layout) */
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
@@ -199,6 +209,11 @@ typedef struct ropekv_args {
     int64_t min_slot;     /* slots below it are never written, whatever the inputs: 1 keeps a reserved dummy slot 0
                           untouched. 0: every slot >= 0 is written */
     const float *q_scale; /* fp8 query output with a scale convention: one float32 on the device */
+    /* Paged and split layouts (ropekv_kv_layout): kv_rows counts slots (blocks x kv_block_size). */
+    int64_t kv_block_size; /* entries (slots) per block, >= 1 */
+    int64_t kv_block_st;   /* stride between blocks of kv_cache; kv_st is the stride between a block's entries */
+    void *kv_rope_cache;   /* split: the rope parts, R wide */
+    int64_t kv_rope_block_st, kv_rope_st; /* split: its block and entry strides */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
@@ -243,6 +258,7 @@ typedef struct ropekv_kernel_params {
     float q_fp8_saturate;      /* fp8 query output: its saturation bound; else 0 */
     int q_fp8_rope_bf16_round; /* 1: the query rope part is rounded to bf16 before the fp8 conversion */
     const char *q_fp8_matches; /* the spec's word on whose convention its query fp8 policy follows */
+    ropekv_kv_layout layout;   /* where the KV rows lie */
     const char *negative_slot; /* "skip_kv" or "skip_all" */
     int sanitize;              /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
     int block;                 /* threads per block of a launch */

@@ -48,6 +48,27 @@ static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
     return inner < 0 ? -1 : extent(T - 1, st, inner);
 }
 
+/* One part of the KV rows in one cache (ropekv_kv_layout): `rows` slots of `w` elements, B a block, at
+ * entry stride est and block stride bst (the flat layout is one block of every row). Entries of a block
+ * and blocks may not overlap; the vector path needs 16-byte rows (8 bytes for fp8): the base and the
+ * strides a multiple of 8 elements. *extent: the elements the part spans. */
+static ropekv_status cache_part(const char *name, const char *est_name, const void *base, int64_t rows, int64_t B,
+                                int64_t est, int64_t bst, int64_t w, int fp8, int64_t *ext, rk_err *err) {
+    const int64_t per_block = rows < B ? rows : B, blocks = rows == 0 ? 0 : (rows - 1) / B + 1;
+    const int64_t block_w = per_block > 0 ? extent(per_block - 1, est, w) : 0;
+    CHECK(base, ROPEKV_ERR_NULL, "%s is NULL", name);
+    CHECK(per_block <= 1 || est >= w, ROPEKV_ERR_STRIDE, "%s: %s %lld < row width %lld", name, est_name, (long long)est,
+          (long long)w);
+    CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
+          "%s: block stride %lld < %lld, the span of a block's %lld entries", name, (long long)bst, (long long)block_w,
+          (long long)per_block);
+    CHECK(aligned(base, fp8 ? 8 : 16) && est % 8 == 0 && (blocks <= 1 || bst % 8 == 0), ROPEKV_ERR_ALIGN,
+          "%s must be %d-byte aligned with strides a multiple of 8 elements", name, fp8 ? 8 : 16);
+    *ext = blocks > 0 && block_w >= 0 ? extent(blocks - 1, blocks > 1 ? bst : 0, block_w) : blocks > 0 ? -1 : 0;
+    CHECK(*ext >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements", name);
+    return ROPEKV_OK;
+}
+
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
     const int fp8 = p->kv != ROPEKV_KV_BF16, q8 = p->q_dtype != ROPEKV_Q_BF16;
@@ -97,10 +118,28 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           (long long)a->k_nope_st, (long long)L);
     CHECK(!has_kv || rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
           (long long)a->k_pe_st, (long long)R);
-    CHECK(!has_kv || a->kv_rows <= 1 || a->kv_st >= W, ROPEKV_ERR_STRIDE, "kv_st %lld < row width %lld",
-          (long long)a->kv_st, (long long)W);
+    /* the cache rows, per layout */
+    int64_t kv_extent = 0, rope_extent = 0;
+    if (has_kv && a->kv_rows > 0) {
+        ropekv_status st;
+        if (p->layout == ROPEKV_KV_FLAT) {
+            st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_rows, a->kv_st, 0, W, fp8, &kv_extent,
+                            err);
+        } else {
+            CHECK(a->kv_block_size >= 1 && a->kv_block_size <= INT32_MAX, ROPEKV_ERR_SHAPE,
+                  "kv_block_size = %lld: must be in [1, 2^31) (layout %s)", (long long)a->kv_block_size,
+                  rk_layout_name(p->layout));
+            const int split = p->layout == ROPEKV_KV_SPLIT;
+            st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_block_size, a->kv_st, a->kv_block_st,
+                            split ? L : W, fp8, &kv_extent, err);
+            if (st == ROPEKV_OK && split)
+                st = cache_part("kv_rope_cache", "kv_rope_st", a->kv_rope_cache, a->kv_rows, a->kv_block_size,
+                                a->kv_rope_st, a->kv_rope_block_st, R, fp8, &rope_extent, err);
+        }
+        if (st != ROPEKV_OK) return st;
+    }
     /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows and queries) */
-    const int64_t kv_elem = fp8 ? 1 : 2, kv_align = fp8 ? 8 : 16, q_align = q8 ? 8 : 16;
+    const int64_t q_align = q8 ? 8 : 16;
     CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
           "q_nope must be 16-byte aligned with strides a multiple of 8 elements");
     CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
@@ -112,9 +151,6 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
     CHECK(!has_kv || (aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0), ROPEKV_ERR_ALIGN,
           "k_pe must be 16-byte aligned with a token stride a multiple of 8 elements");
-    CHECK(!has_kv || (aligned(a->kv_cache, (size_t)kv_align) && (a->kv_st * kv_elem) % kv_align == 0), ROPEKV_ERR_ALIGN,
-          "kv_cache must be %lld-byte aligned with a row stride of a multiple of %lld bytes", (long long)kv_align,
-          (long long)kv_align);
     CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) &&
               aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
           ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
@@ -143,7 +179,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
             {"q_out", (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0},
             {"k_nope", has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0},
             {"k_pe", has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0},
-            {"kv_cache (kv_rows x kv_st)", has_kv && a->kv_rows > 0 ? extent(a->kv_rows - 1, a->kv_st, W) : 0},
+            {"kv_cache", kv_extent},
+            {"kv_rope_cache", rope_extent},
             {"the cos/sin tables (max_pos rows)", tables ? extent(a->max_pos, cs_w, 0) : 0},
         };
         for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) {

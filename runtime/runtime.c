@@ -363,7 +363,8 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
         pthread_mutex_unlock(&c->mu);
         if (rc != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "out of memory");
     }
-    int rc = rk_desc_listed(spec, c->arch, &(rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype}, d, &err);
+    int rc = rk_desc_listed(spec, c->arch, &(rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout}, d,
+                            &err);
     if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
     return ROPEKV_OK;
 }
@@ -481,7 +482,8 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
 /* ---- kernels ------------------------------------------------------------------------------------------ */
 static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
     return k->v.kv == v->kv && k->v.q == v->q && k->v.positions == v->positions && k->v.slots == v->slots &&
-           k->v.q_dtype == v->q_dtype && k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
+           k->v.q_dtype == v->q_dtype && k->v.layout == v->layout && k->generation == gen &&
+           strcmp(k->spec_name, v->spec) == 0;
 }
 
 /* Under mu: the generation a lookup of spec uses (0 for a built-in spec not read yet). */
@@ -593,6 +595,7 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .q_fp8_saturate = d->q8.sat,
         .q_fp8_rope_bf16_round = d->q8.rope_bf16,
         .q_fp8_matches = q8 ? d->spec->q_fp8.matches : "",
+        .layout = d->layout,
         .negative_slot = rk_neg_name(d->neg),
         .sanitize = d->sanitize,
         .block = d->arch->block,

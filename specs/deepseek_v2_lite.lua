@@ -15,5 +15,6 @@ return {
   cos_sin = "bf16_split",
   fp8 = { scale = "mul" },
   q_forms = { "absorbed" },
+  kv_layouts = { "flat", "paged", "split" },
   targets = { "gfx90a", "gfx1100", "gfx1201", "sm_80", "host" },
 }

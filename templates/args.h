@@ -6,7 +6,9 @@
 // Tensors (all strides in elements of the tensor's own dtype, bytes for an fp8 cache; only the last
 // dimension of each tensor is contiguous):
 //   q_nope [T,H,L] bf16   q_pe [T,H,R] bf16   q_out [T,H,L+R] bf16 (zero_copy: only [...,L:] written)
-//   k_nope [K,L] bf16     k_pe [K,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes)
+//   k_nope [K,L] bf16     k_pe [K,R] bf16     kv_cache rows of L+R (bf16 or fp8 bytes), or with the
+//   split layout the latent parts (L) in kv_cache and the rope parts (R) in kv_rope_cache; the layouts'
+//   addressing is in include/ropekv.h (ropekv_kv_layout)
 //   positions [max(T,K)], slots [K] (int32 or int64 per variant); cos_sin / sin tables per the spec's layout:
 //     f32_cat: cos_sin = [max_pos, R] f32 (cos | sin halves), sin unused;
 //     f32_split / bf16_split: cos_sin = cos [max_pos, R/2], sin [max_pos, R/2].
@@ -48,7 +50,12 @@
     F(rk_i64, kv_rows)         \
     F(rk_i64, kv_tokens)       \
     F(rk_i64, min_slot)        \
-    F(const float *, q_scale)
+    F(const float *, q_scale)  \
+    F(rk_i64, kv_block_size)   \
+    F(rk_i64, kv_block_st)     \
+    F(void *, kv_rope_cache)   \
+    F(rk_i64, kv_rope_block_st) \
+    F(rk_i64, kv_rope_st)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)
@@ -61,6 +68,7 @@
 //   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
 //                  32-bit entry divides without a divide (rk_div_magic)
 //   grid_tokens    tokens the grid covers: max(tokens, kv_tokens)
+//   block_mul, block_shift: slot / kv_block_size the same way (paged and split layouts)
 #define RK_ARGS_PLAN(F)      \
     F(rk_i64, chunks)        \
     F(rk_i64, early_release) \
@@ -68,7 +76,9 @@
     F(rk_i64, lanes)         \
     F(rk_i64, lanes_mul)     \
     F(rk_i64, lanes_shift)   \
-    F(rk_i64, grid_tokens)
+    F(rk_i64, grid_tokens)   \
+    F(rk_i64, block_mul)     \
+    F(rk_i64, block_shift)
 // clang-format on
 
 #define RK_ARGS(F) RK_ARGS_CALLER(F) RK_ARGS_PLAN(F)

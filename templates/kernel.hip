@@ -238,6 +238,21 @@ RK_DEVICE float bf16_prep(float x) {
     return rk_isnan(x) ? 0.0f : rk_isinf(x) ? (x > 0 ? BF16_MAX : -BF16_MAX) : x;
 }
 
+// Where chunk c of a slot's KV row lies, in elements of its cache (kv_cache; kv_rope_cache for the
+// rope part of a split layout): include/ropekv.h, ropekv_kv_layout. The slot's block is a multiply and
+// a shift in 32-bit index math (the launcher's magic numbers; 0 <= slot < kv_rows < 2^31 there), a
+// divide in 64-bit.
+template <class I>
+RK_DEVICE I kv_at(const args &a, I slot, int c) {
+    if (LAYOUT == Layout::flat) return slot * (I)a.kv_st + c * V;
+    const I block = sizeof(I) == 4 ? (I)(((rk_u64)(rk_u32)slot * (rk_u64)a.block_mul) >> a.block_shift)
+                                   : slot / (I)a.kv_block_size;
+    const I entry = slot - block * (I)a.kv_block_size;
+    if (LAYOUT == Layout::split && c >= L_CH)
+        return block * (I)a.kv_rope_block_st + entry * (I)a.kv_rope_st + (c - L_CH) * V;
+    return block * (I)a.kv_block_st + entry * (I)a.kv_st + c * V;
+}
+
 // One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
 // only at the store, like skip_all's above: a slot below min_slot (negative, or a reserved row) or past
 // the cache skips the write.
@@ -261,13 +276,15 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < a.min_slot || slot >= a.kv_rows) return;
+    void *cache = LAYOUT == Layout::split && !nope ? a.kv_rope_cache : a.kv_cache;
+    const I at = kv_at<I>(a, (I)slot, c);
     if (KV == Kv::fp8_e4m3) {
         rk_v8 out = pack_fp8<SCALE, SANITIZE>(y, fp8_factor<SCALE>(k_scale), SAT, ROPE_BF16 && !nope);
-        rk_store8_out((rk_u8 *)a.kv_cache + (I)slot * (I)a.kv_st + c * V, out);
+        rk_store8_out((rk_u8 *)cache + at, out);
     } else {
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16_out((rk_u16 *)a.kv_cache + (I)slot * (I)a.kv_st + c * V, out);
+        rk_store16_out((rk_u16 *)cache + at, out);
     }
 }
 

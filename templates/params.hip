@@ -18,6 +18,7 @@ enum class Scale { none, mul_recip, div, mul };
 enum class Neg { skip_kv, skip_all };
 enum class QForm { absorbed, zero_copy, inplace, none };
 enum class QDtype { bf16, fp8_e4m3 };
+enum class Layout { flat, paged, split };
 
 constexpr int L = ${kv_lora_rank};                // kv_lora_rank
 constexpr int R = ${rope_dim};                    // qk_rope_head_dim
@@ -32,6 +33,7 @@ constexpr bool ROPE_BF16 = ${rope_bf16};          // round the KV rope part to b
 constexpr Neg NEG = Neg::${negative_slot};        // what a negative slot skips
 constexpr QForm QFORM = QForm::${q};
 constexpr QDtype Q_DTYPE = QDtype::${q_dtype};  // query output dtype
+constexpr Layout LAYOUT = Layout::${layout};      // where a slot's KV row lies
 constexpr Scale Q_SCALE = Scale::${q_scale};      // fp8 query: scale convention with q_scale
 constexpr float Q_SAT = ${q_sat};                 // fp8 query: saturation bound
 constexpr bool Q_ROPE_BF16 = ${q_rope_bf16};      // fp8 query: round the rope part to bf16 first

@@ -275,10 +275,10 @@ static uint64_t rebase(const void *p, const rk_check_buf *b, const uint64_t *dev
  * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
  * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
  * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
-#define LATE_MAX 10 /* rows of late_copy's table (the 10 in LATE_SRC): one per rk_check buffer */
+#define LATE_MAX 11 /* rows of late_copy's table (the 11 in LATE_SRC): one per rk_check buffer */
 _Static_assert(RK_CHECK_NBUF <= LATE_MAX, "late_copy's table holds every rk_check buffer");
 static const char LATE_SRC[] =
-    "struct late { unsigned long long dst[10], src[10], n[10]; long long count, spin; };\n"
+    "struct late { unsigned long long dst[11], src[11], n[11]; long long count, spin; };\n"
     "extern \"C\" __global__ void late_copy(const late a) {\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
@@ -376,13 +376,22 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
     }
     rk_args d = *a;
-    uint64_t p[12] = {
-        rebase(a->q_nope, b, dev),    rebase(a->q_pe, b, dev),    rebase(a->q_out, b, dev),
-        rebase(a->k_nope, b, dev),    rebase(a->k_pe, b, dev),    rebase(a->kv_cache, b, dev),
-        rebase(a->positions, b, dev), rebase(a->slots, b, dev),   rebase(a->cos_sin, b, dev),
-        rebase(a->sin, b, dev),       rebase(a->k_scale, b, dev), rebase(a->q_scale, b, dev),
+    uint64_t p[13] = {
+        rebase(a->q_nope, b, dev),
+        rebase(a->q_pe, b, dev),
+        rebase(a->q_out, b, dev),
+        rebase(a->k_nope, b, dev),
+        rebase(a->k_pe, b, dev),
+        rebase(a->kv_cache, b, dev),
+        rebase(a->positions, b, dev),
+        rebase(a->slots, b, dev),
+        rebase(a->cos_sin, b, dev),
+        rebase(a->sin, b, dev),
+        rebase(a->k_scale, b, dev),
+        rebase(a->q_scale, b, dev),
+        a->kv_rope_cache ? rebase(a->kv_rope_cache, b, dev) : 0,
     };
-    for (int i = 0; i < 12; i++)
+    for (int i = 0; i < 13; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
             rc = ROPEKV_ERR_IO;
@@ -400,6 +409,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.sin = (const void *)(uintptr_t)p[9];
     d.k_scale = (const float *)(uintptr_t)p[10];
     d.q_scale = (const float *)(uintptr_t)p[11];
+    d.kv_rope_cache = (void *)(uintptr_t)p[12];
 
     /* launch geometry as the runtime computes it */
     const int block = v->arch->block;

@@ -43,13 +43,13 @@ static uint16_t bf16_input(rng *r, int specials) {
 /* One set of tensors (inputs and outputs). */
 typedef struct set {
     uint16_t *q, *k, *q_out; /* q: [T,H,W+pad] holding q_nope|q_pe; k: [T,W+pad] holding k_nope|k_pe */
-    uint8_t *kv;             /* cache rows */
+    uint8_t *kv, *kv_rope;   /* cache rows (split layout: the latent parts; the rope parts) */
     void *pos, *slots, *cos, *sin;
     float *k_scale, *q_scale;
 } set;
 
 typedef struct sizes {
-    int64_t q, k, q_out, kv, pos, slots, cos, sin; /* bytes */
+    int64_t q, k, q_out, kv, kv_rope, pos, slots, cos, sin; /* bytes */
 } sizes;
 
 static void *dup(const void *p, size_t n) {
@@ -63,6 +63,7 @@ static void set_free(set *s) {
     free(s->k);
     free(s->q_out);
     free(s->kv);
+    free(s->kv_rope);
     free(s->pos);
     free(s->slots);
     free(s->cos);
@@ -77,19 +78,49 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     d->k = dup(s->k, z->k);
     d->q_out = dup(s->q_out, z->q_out);
     d->kv = dup(s->kv, z->kv);
+    d->kv_rope = dup(s->kv_rope, z->kv_rope);
     d->pos = dup(s->pos, z->pos);
     d->slots = dup(s->slots, z->slots);
     d->cos = dup(s->cos, z->cos);
     d->sin = dup(s->sin, z->sin);
     d->k_scale = dup(s->k_scale, sizeof(float));
     d->q_scale = dup(s->q_scale, sizeof(float));
-    return d->q && d->k && d->q_out && d->kv && d->pos && d->slots && d->cos && d->sin && d->k_scale && d->q_scale ? 0
-                                                                                                                   : -1;
+    return d->q && d->k && d->q_out && d->kv && d->kv_rope && d->pos && d->slots && d->cos && d->sin && d->k_scale &&
+                   d->q_scale
+               ? 0
+               : -1;
 }
 
 /* KV tokens of a shape as a count. */
 static int64_t kv_tokens_of(const rk_shape *sh) {
     return sh->kv_tokens < 0 ? 0 : sh->kv_tokens ? sh->kv_tokens : sh->tokens;
+}
+
+/* The cache the harness lays out for K KV tokens: K + 3 slots; paged and split layouts in blocks of 4
+ * entries, with padding between entries (pad) and between blocks (8 or 16 elements). Strides and sizes
+ * in cache elements. */
+typedef struct geometry {
+    int64_t rows, block, st, block_st, rope_st, rope_block_st, elems, rope_elems;
+} geometry;
+
+static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
+    const int64_t L = v->L, R = v->R, W = L + R;
+    geometry g = {.rows = K + 3, .block = 1, .st = W + pad};
+    if (v->layout == ROPEKV_KV_FLAT) {
+        g.elems = g.rows * g.st;
+        return g;
+    }
+    g.block = 4;
+    const int64_t blocks = (g.rows + g.block - 1) / g.block;
+    g.st = (v->layout == ROPEKV_KV_SPLIT ? L : W) + pad;
+    g.block_st = g.block * g.st + 16;
+    g.elems = blocks * g.block_st;
+    if (v->layout == ROPEKV_KV_SPLIT) {
+        g.rope_st = R + pad;
+        g.rope_block_st = g.block * g.rope_st + 8;
+        g.rope_elems = blocks * g.rope_block_st;
+    }
+    return g;
 }
 
 static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args *a) {
@@ -120,8 +151,14 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->q_out_st = o_st;
     a->q_out_sh = o_sh;
     a->k_nope_st = a->k_pe_st = W + sh->pad;
-    a->kv_st = W + sh->pad;
-    a->kv_rows = K + 3;
+    const geometry g = geometry_of(v, K, sh->pad);
+    a->kv_st = g.st;
+    a->kv_rows = g.rows;
+    a->kv_block_size = g.block;
+    a->kv_block_st = g.block_st;
+    a->kv_rope_cache = v->layout == ROPEKV_KV_SPLIT ? s->kv_rope : NULL;
+    a->kv_rope_st = g.rope_st;
+    a->kv_rope_block_st = g.rope_block_st;
     int64_t total, blocks;
     rk_launch_plan(v, a, &total, &blocks);
 }
@@ -165,7 +202,8 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
         .q = (Tb * (H * row_elems + pad)) * 2,
         .k = Kb * row_elems * 2,
         .q_out = (Tb * (H * row_elems + pad)) * q_elem, /* strides count q_out's elements: bf16 or fp8 bytes */
-        .kv = (K + 3) * row_elems * kv_elem,
+        .kv = geometry_of(v, K, pad).elems * kv_elem,
+        .kv_rope = geometry_of(v, K, pad).rope_elems * kv_elem,
         .pos = Pb * idx_pos,
         .slots = Kb * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
@@ -182,6 +220,7 @@ void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CH
         [RK_CHECK_K] = {"k", (void *)a->k_nope, z.k, 0},
         [RK_CHECK_Q_OUT] = {"q_out", a->q_out, z.q_out, 1},
         [RK_CHECK_KV] = {"kv_cache", a->kv_cache, z.kv, 1},
+        [RK_CHECK_KV_ROPE] = {"kv_rope_cache", a->kv_rope_cache, z.kv_rope, 1},
         [RK_CHECK_POS] = {"positions", (void *)a->positions, z.pos, 0},
         [RK_CHECK_SLOTS] = {"slots", (void *)a->slots, z.slots, 0},
         [RK_CHECK_COS] = {"cos", (void *)a->cos_sin, z.cos, 0},
@@ -243,14 +282,15 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     ref.k = malloc(z.k ? (size_t)z.k : 1);
     ref.q_out = malloc(z.q_out ? (size_t)z.q_out : 1);
     ref.kv = malloc(z.kv ? (size_t)z.kv : 1);
+    ref.kv_rope = malloc(z.kv_rope ? (size_t)z.kv_rope : 1);
     ref.pos = malloc(z.pos ? (size_t)z.pos : 1);
     ref.slots = malloc(z.slots ? (size_t)z.slots : 1);
     ref.cos = malloc(z.cos ? (size_t)z.cos : 1);
     ref.sin = malloc(z.sin ? z.sin : 1);
     ref.k_scale = malloc(sizeof(float));
     ref.q_scale = malloc(sizeof(float));
-    if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.pos || !ref.slots || !ref.cos || !ref.sin || !ref.k_scale ||
-        !ref.q_scale) {
+    if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.kv_rope || !ref.pos || !ref.slots || !ref.cos || !ref.sin ||
+        !ref.k_scale || !ref.q_scale) {
         snprintf(why, why_cap, "out of memory");
         goto out;
     }
@@ -258,6 +298,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     for (int64_t i = 0; i < z.k / 2; i++) ref.k[i] = bf16_input(&r, sh->specials);
     memset(ref.q_out, 0xa5, (size_t)z.q_out);
     memset(ref.kv, 0x5a, (size_t)z.kv);
+    memset(ref.kv_rope, 0x3c, z.kv_rope ? (size_t)z.kv_rope : 1);
     *ref.k_scale = sh->k_scale;
     *ref.q_scale = sh->q_scale != 0.0f ? sh->q_scale : 1.0f;
     /* positions: in range, at both ends, and out of range (clamped) */
@@ -314,7 +355,8 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     }
     rc = compare("q_out", ref.q_out, ker.q_out, z.q_out, v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2, why, why_cap) ||
          compare("q (in place)", ref.q, ker.q, z.q, 2, why, why_cap) ||
-         compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap);
+         compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap) ||
+         compare("kv_rope_cache", ref.kv_rope, ker.kv_rope, z.kv_rope, kv_elem, why, why_cap);
 out:
     set_free(&ref);
     set_free(&ker);

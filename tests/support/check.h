@@ -40,7 +40,9 @@ enum {
     RK_CHECK_Q, /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
     RK_CHECK_K, /* [kv_tokens, L+R+pad] bf16 holding k_nope | k_pe */
     RK_CHECK_Q_OUT,
-    RK_CHECK_KV, /* kv_tokens + 3 cache rows */
+    RK_CHECK_KV,      /* kv_tokens + 3 cache rows (split layout: their latent parts), in blocks of 4 entries
+                         with padding between entries and between blocks for the paged and split layouts */
+    RK_CHECK_KV_ROPE, /* split layout: the rope parts; else 0 bytes */
     RK_CHECK_POS,
     RK_CHECK_SLOTS,
     RK_CHECK_COS,
@@ -50,7 +52,8 @@ enum {
     RK_CHECK_NBUF
 };
 typedef struct rk_check_buf {
-    const char *name; /* "q", "k", "q_out", "kv_cache", "positions", "slots", "cos", "sin", "k_scale", "q_scale" */
+    const char *name; /* "q", "k", "q_out", "kv_cache", "kv_rope_cache", "positions", "slots", "cos", "sin",
+                         "k_scale", "q_scale" */
     void *host;       /* start of the buffer */
     int64_t bytes;
     int compared; /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
