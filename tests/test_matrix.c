@@ -229,7 +229,7 @@ static void test_retarget(void **state) {
         const rk_spec *sp = &g_cat.specs[s];
         int forms = 0; /* q form none has one query dtype: it writes no query */
         for (int q = 0; q < sp->n_q; q++) forms += sp->q[q] == ROPEKV_Q_NONE ? 1 : sp->n_qdt;
-        shapes += sp->n_kv * forms * sp->n_pos * sp->n_slot;
+        shapes += sp->n_kv * forms * sp->n_pos * sp->n_slot * sp->n_layout;
     }
     assert_int_equal(g_shapes, shapes);
     const rk_arch *a = rk_arch_find(&g_cat.archs, "gfx1100");

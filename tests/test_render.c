@@ -152,10 +152,10 @@ static void test_names_unique(void **state) {
         if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64"))
             assert_string_equal(
                 f->v[i].name,
-                "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_qbf16_none_sat0_rr0_skipkv_san0_sm_90");
+                "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_qbf16_none_sat0_rr0_skipkv_san0_flat_sm_90");
         if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3"))
             assert_string_equal(f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_"
-                                              "qfp8ocp_mulrecip_sat448_rr0_skipkv_san0_sm_90");
+                                              "qfp8ocp_mulrecip_sat448_rr0_skipkv_san0_flat_sm_90");
     }
 }
 

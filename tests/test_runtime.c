@@ -458,6 +458,94 @@ static void test_argument_checks(void **state) {
     ropekv_destroy(c);
 }
 
+/* Paged and split layouts: where each slot's row lands (blocks of 2 entries, padding between entries
+ * and blocks), the page-segmented layout as a split one, and the rules of their arguments. */
+static void test_kv_layouts(void **state) {
+    (void)state;
+    enum { B = 2, EST = W + 8, BST = B * EST + 16, ROWS = 4 };
+    static uint16_t paged[(ROWS / B) * BST + 64];
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_variant v = {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_PAGED};
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_int_equal(p.layout, ROPEKV_KV_PAGED);
+    assert_non_null(strstr(p.key, "/layout=paged"));
+    for (int i = 0; i < T; i++) pos[i] = i;
+    const int64_t sl[T] = {3, -1, 0, 2}; /* token t -> slot sl[t] */
+    for (int i = 0; i < T; i++) slots[i] = sl[i];
+    for (int i = 0; i < T * W; i++) kbuf[i] = (uint16_t)(0x3c00 + (i % 512)); /* distinct k_nope values */
+    static float cs2[8 * 32 * 2];
+    for (size_t i = 0; i < sizeof cs2 / sizeof cs2[0]; i++) cs2[i] = 0.5f;
+    ropekv_args a = good_args();
+    a.cos_sin = cs2;
+    a.sin = cs2;
+    a.kv_cache = paged;
+    a.kv_st = EST;
+    a.kv_rows = ROWS;
+    a.kv_block_size = B;
+    a.kv_block_st = BST;
+    memset(paged, 0, sizeof paged);
+    expect(c, k, a, ROPEKV_OK, NULL);
+    for (int t = 0; t < T; t++) {
+        if (sl[t] < 0) continue;
+        const uint16_t *row = paged + (sl[t] / B) * BST + (sl[t] % B) * EST;
+        assert_memory_equal(row, kbuf + t * W, 2 * 512); /* the latent part, copied */
+    }
+    const uint16_t zero[8] = {0};
+    assert_memory_equal(paged + 1 * EST + W, zero, sizeof zero); /* padding after an entry: untouched */
+    assert_memory_equal(paged + B * EST, zero, sizeof zero);     /* padding after a block: untouched */
+    /* the rules */
+    ropekv_args b = a;
+    b.kv_block_size = 0;
+    expect(c, k, b, ROPEKV_ERR_SHAPE, "kv_block_size");
+    b = a;
+    b.kv_block_st = EST + W - 8; /* a block spans EST + W elements */
+    expect(c, k, b, ROPEKV_ERR_STRIDE, "kv_cache: block stride");
+    b = a;
+    b.kv_st = W - 8;
+    expect(c, k, b, ROPEKV_ERR_STRIDE, "kv_cache: kv_st");
+    b = a;
+    b.kv_block_st = BST + 4;
+    expect(c, k, b, ROPEKV_ERR_ALIGN, "kv_cache");
+    b = a;
+    b.kv_block_st = INT64_MAX - 7;
+    expect(c, k, b, ROPEKV_ERR_SHAPE, "kv_cache: its strides");
+    ropekv_kernel_release(k);
+
+    /* split: aiter's page-segmented blocks (B latent rows, then B rope rows, in one buffer) */
+    v.layout = ROPEKV_KV_SPLIT;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    enum { L2 = 512, R2 = 64, SEG = B * (L2 + R2) };
+    a.kv_st = L2;
+    a.kv_block_st = SEG;
+    a.kv_rope_cache = paged + B * L2;
+    a.kv_rope_st = R2;
+    a.kv_rope_block_st = SEG;
+    memset(paged, 0, sizeof paged);
+    expect(c, k, a, ROPEKV_OK, NULL);
+    for (int t = 0; t < T; t++) {
+        if (sl[t] < 0) continue;
+        const uint16_t *latent = paged + (sl[t] / B) * SEG + (sl[t] % B) * L2;
+        const uint16_t *rope = paged + (sl[t] / B) * SEG + B * L2 + (sl[t] % B) * R2;
+        assert_memory_equal(latent, kbuf + t * W, 2 * L2);
+        assert_memory_not_equal(rope, zero, sizeof zero); /* the rotated k_pe is written there */
+    }
+    b = a;
+    b.kv_rope_cache = NULL;
+    expect(c, k, b, ROPEKV_ERR_NULL, "kv_rope_cache is NULL");
+    b = a;
+    b.kv_rope_st = R2 - 8;
+    expect(c, k, b, ROPEKV_ERR_STRIDE, "kv_rope_cache: kv_rope_st");
+    ropekv_kernel_release(k);
+    /* a layout the spec does not list */
+    ropekv_variant ds = {.spec = "deepseek_v3", .layout = ROPEKV_KV_SPLIT};
+    assert_int_equal(ropekv_kernel_get(c, &ds, &k), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "kv_layouts {flat}, not split"));
+    ropekv_destroy(c);
+}
+
 /* The fp8 query: its parameters, its arguments' rules, and a launch that writes T * H rows of W bytes. */
 static void test_fp8_query(void **state) {
     (void)state;
@@ -611,6 +699,7 @@ int main(void) {
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_fp8_query),
+        cmocka_unit_test(test_kv_layouts),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };

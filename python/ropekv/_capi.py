@@ -78,6 +78,7 @@ class ropekv_variant(ctypes.Structure):
         ("positions", ctypes.c_int),
         ("slots", ctypes.c_int),
         ("q_dtype", ctypes.c_int),
+        ("layout", ctypes.c_int),
     ]
 
 
@@ -110,6 +111,11 @@ class ropekv_args(ctypes.Structure):
         ("kv_tokens", ctypes.c_int64),
         ("min_slot", ctypes.c_int64),
         ("q_scale", ctypes.c_void_p),
+        ("kv_block_size", ctypes.c_int64),
+        ("kv_block_st", ctypes.c_int64),
+        ("kv_rope_cache", ctypes.c_void_p),
+        ("kv_rope_block_st", ctypes.c_int64),
+        ("kv_rope_st", ctypes.c_int64),
     ]
 
 
@@ -138,6 +144,7 @@ class ropekv_kernel_params(ctypes.Structure):
         ("q_fp8_saturate", ctypes.c_float),
         ("q_fp8_rope_bf16_round", ctypes.c_int),
         ("q_fp8_matches", ctypes.c_char_p),
+        ("layout", ctypes.c_int),
         ("negative_slot", ctypes.c_char_p),
         ("sanitize", ctypes.c_int),
         ("block", ctypes.c_int),
@@ -146,7 +153,7 @@ class ropekv_kernel_params(ctypes.Structure):
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-                 "k_scale", "q_scale")
+                 "k_scale", "q_scale", "kv_rope_cache")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
 
 _ctx_p = ctypes.c_void_p

@@ -76,7 +76,7 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
     }
     int forms = 0; /* q forms times their query dtypes: q form none has one (no query output) */
     for (int i = 0; i < s->n_q; i++) forms += s->q[i] == ROPEKV_Q_NONE ? 1 : s->n_qdt;
-    FUZZ_CHECK(n == s->n_targets * s->n_kv * forms * s->n_pos * s->n_slot, "%d variants", n);
+    FUZZ_CHECK(n == s->n_targets * s->n_kv * forms * s->n_pos * s->n_slot * s->n_layout, "%d variants", n);
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
         FUZZ_CHECK(terminated(v[i].name, sizeof v[i].name) && strspn(v[i].name, NAME_CHARS) == strlen(v[i].name),
@@ -123,6 +123,11 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                    terminated(s->q_fp8.matches, sizeof s->q_fp8.matches),
                "matches");
     FUZZ_CHECK(s->n_qdt >= 1 && s->n_qdt <= 2, "q dtypes");
+    FUZZ_CHECK(s->n_layout >= 1 && s->n_layout <= 3, "kv layouts");
+    for (int i = 0; i < s->n_layout; i++) {
+        FUZZ_CHECK(rk_layout_name(s->layouts[i]), "kv layout");
+        for (int j = 0; j < i; j++) FUZZ_CHECK(s->layouts[i] != s->layouts[j], "duplicate kv layout");
+    }
     for (int i = 0; i < s->n_qdt; i++) {
         FUZZ_CHECK(rk_qdtype_name(s->q_dtypes[i]), "q dtype");
         for (int j = 0; j < i; j++) FUZZ_CHECK(s->q_dtypes[i] != s->q_dtypes[j], "duplicate q dtype");
