@@ -849,17 +849,12 @@ static void test_op_fused_rounding(void **state) {
 
 /* ---- the op: fp8 cache ------------------------------------------------------------------------------ */
 
-/* One token, one head, rope none, fp8 cache: returns the 16 bytes of the KV row. */
-static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_scale, uint8_t *row) {
+/* One token, one head, L = R = 8 (W = 16), rope none over a unit table, rows back to back: runs the
+ * reference on the tensors given, with one cache row written at slot (none for a negative slot). */
+static void run_one_token(setup *s, uint16_t *q_nope, uint16_t *q_pe, void *q_out, uint16_t *k_nope, uint16_t *k_pe,
+                          void *kv, int64_t slot, float *k_scale, float *q_scale) {
     enum { L = 8, R = 8, W = 16 };
-    uint16_t k_nope[L], k_pe[R], q_pe[R], q_out[W], q_nope[L];
-    uint8_t kv[W + 4];
-    for (int i = 0; i < L; i++) k_nope[i] = rk_f32_to_bf16(nope[i]);
-    for (int i = 0; i < R; i++) k_pe[i] = rk_f32_to_bf16(pe[i]);
-    fill16(q_nope, L, 0);
-    fill16(q_pe, R, 0);
-    fill8(kv, W + 4, SENT8);
-    int64_t pos = 0, slot = 0;
+    int64_t pos = 0;
     float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
     rk_args a = {
         .q_nope = q_nope,
@@ -871,7 +866,8 @@ static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_sc
         .positions = &pos,
         .slots = &slot,
         .cos_sin = cs,
-        .k_scale = &k_scale,
+        .k_scale = k_scale,
+        .q_scale = q_scale,
         .tokens = 1,
         .heads = 1,
         .max_pos = 1,
@@ -887,6 +883,19 @@ static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_sc
         .kv_rows = 1,
     };
     ref_run(s, &a);
+}
+
+/* One token, one head, rope none, fp8 cache: returns the 16 bytes of the KV row. */
+static void run_fp8_row(setup *s, const float *nope, const float *pe, float k_scale, uint8_t *row) {
+    enum { L = 8, R = 8, W = 16 };
+    uint16_t k_nope[L], k_pe[R], q_pe[R], q_out[W], q_nope[L];
+    uint8_t kv[W + 4];
+    for (int i = 0; i < L; i++) k_nope[i] = rk_f32_to_bf16(nope[i]);
+    for (int i = 0; i < R; i++) k_pe[i] = rk_f32_to_bf16(pe[i]);
+    fill16(q_nope, L, 0);
+    fill16(q_pe, R, 0);
+    fill8(kv, W + 4, SENT8);
+    run_one_token(s, q_nope, q_pe, q_out, k_nope, k_pe, kv, 0, &k_scale, NULL);
     for (int i = W; i < W + 4; i++) assert_int_equal(kv[i], SENT8);
     memcpy(row, kv, W);
 }
@@ -1086,40 +1095,14 @@ static void run_q_fp8(rk_scale scale, ropekv_q_form qf, const float *nope, const
     s.spec.q_fp8.sat_fnuz = 240.0f;
     s.v.q = qf;
     s.v.q_dtype = ROPEKV_Q_FP8_E4M3;
-    uint16_t q_nope[L], q_pe[R], k[W];
-    uint8_t q_out[W + 4], kv[W * 2];
+    uint16_t q_nope[L], q_pe[R], k_nope[L], k_pe[R];
+    uint8_t q_out[W + 4], kv[W];
     for (int i = 0; i < L; i++) q_nope[i] = rk_f32_to_bf16(nope[i]);
     for (int i = 0; i < R; i++) q_pe[i] = rk_f32_to_bf16(pe[i]);
-    fill16(k, W, 0);
+    fill16(k_nope, L, 0);
+    fill16(k_pe, R, 0);
     fill8(q_out, W + 4, SENT8);
-    int64_t pos = 0, slot = -1;
-    float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
-    rk_args a = {
-        .q_nope = q_nope,
-        .q_pe = q_pe,
-        .q_out = q_out,
-        .k_nope = k,
-        .k_pe = k + L,
-        .kv_cache = kv,
-        .positions = &pos,
-        .slots = &slot,
-        .cos_sin = cs,
-        .q_scale = &q_scale,
-        .tokens = 1,
-        .heads = 1,
-        .max_pos = 1,
-        .q_nope_st = L,
-        .q_nope_sh = L,
-        .q_pe_st = R,
-        .q_pe_sh = R,
-        .q_out_st = W,
-        .q_out_sh = W,
-        .k_nope_st = W,
-        .k_pe_st = W,
-        .kv_st = W,
-        .kv_rows = 2,
-    };
-    ref_run(&s, &a);
+    run_one_token(&s, q_nope, q_pe, q_out, k_nope, k_pe, kv, -1, NULL, &q_scale);
     for (int i = W; i < W + 4; i++) assert_int_equal(q_out[i], SENT8); /* nothing past the row */
     if (qf == ROPEKV_Q_INPLACE) memcpy(out, q_pe, W);
     else memcpy(out, q_out, W);
