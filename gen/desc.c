@@ -152,12 +152,9 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                                     rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
                                     return -1;
                                 }
-                                rk_choice c = {s->kv[k],
-                                               s->q[q],
-                                               s->pos[p],
-                                               s->slot[sl],
-                                               s->q[q] == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : s->q_dtypes[qd],
-                                               s->layouts[ly]};
+                                /* q form none takes one q dtype: rk_desc_make makes it bf16 */
+                                rk_choice c = {s->kv[k],    s->q[q],         s->pos[p],
+                                               s->slot[sl], s->q_dtypes[qd], s->layouts[ly]};
                                 if (rk_desc_make(s, a, &c, &out[n], err) != ROPEKV_OK) return -1;
                                 n++;
                             }

@@ -94,7 +94,6 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!(absorbed || zc) || a->q_out, ROPEKV_ERR_NULL, "q_out is NULL");
     CHECK(!has_kv || a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
     CHECK(!has_kv || a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
-    CHECK(!has_kv || a->kv_cache, ROPEKV_ERR_NULL, "kv_cache is NULL");
     CHECK(P == 0 || a->positions, ROPEKV_ERR_NULL, "positions is NULL");
     CHECK(!has_kv || a->slots, ROPEKV_ERR_NULL, "slots is NULL");
     CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
@@ -118,9 +117,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           (long long)a->k_nope_st, (long long)L);
     CHECK(!has_kv || rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
           (long long)a->k_pe_st, (long long)R);
-    /* the cache rows, per layout */
+    /* the cache rows, per layout (the caches are required with KV rows, whatever kv_rows says) */
     int64_t kv_extent = 0, rope_extent = 0;
-    if (has_kv && a->kv_rows > 0) {
+    if (has_kv) {
         ropekv_status st;
         if (p->layout == ROPEKV_KV_FLAT) {
             st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_rows, a->kv_st, 0, W, fp8, &kv_extent,

@@ -340,6 +340,13 @@ ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
 }
 
 /* ---- describing a variant ------------------------------------------------------------------------- */
+/* A variant's choices as the description takes them: the one list of its enumerated fields (the lookup
+ * below compares two of them whole: rk_choice is enums only, no padding). */
+static rk_choice choice_of(const ropekv_variant *v) {
+    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout};
+}
+_Static_assert(sizeof(rk_choice) == 6 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
+
 /* The description of v on the context's target, from the spec it names: one loaded at run time, else the
  * built-in one (read from the embedded text on first use). *spec receives the spec (d->spec points
  * there) and *gen its generation. Nothing is enumerated: the description is computed for v alone. */
@@ -363,8 +370,8 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
         pthread_mutex_unlock(&c->mu);
         if (rc != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "out of memory");
     }
-    int rc = rk_desc_listed(spec, c->arch, &(rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout}, d,
-                            &err);
+    const rk_choice choice = choice_of(v);
+    int rc = rk_desc_listed(spec, c->arch, &choice, d, &err);
     if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
     return ROPEKV_OK;
 }
@@ -481,9 +488,8 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
 static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
-    return k->v.kv == v->kv && k->v.q == v->q && k->v.positions == v->positions && k->v.slots == v->slots &&
-           k->v.q_dtype == v->q_dtype && k->v.layout == v->layout && k->generation == gen &&
-           strcmp(k->spec_name, v->spec) == 0;
+    const rk_choice have = choice_of(&k->v), want = choice_of(v);
+    return memcmp(&have, &want, sizeof have) == 0 && k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
 }
 
 /* Under mu: the generation a lookup of spec uses (0 for a built-in spec not read yet). */

@@ -238,15 +238,21 @@ RK_DEVICE float bf16_prep(float x) {
     return rk_isnan(x) ? 0.0f : rk_isinf(x) ? (x > 0 ? BF16_MAX : -BF16_MAX) : x;
 }
 
+// n / d for 0 <= n < 2^31 in 32-bit index math: a multiply and a shift by the launcher's magic numbers
+// (rk_div_magic); a divide in 64-bit.
+template <class I>
+RK_DEVICE I divide(I n, rk_i64 d, rk_i64 mul, rk_i64 shift) {
+    if (sizeof(I) == 4) return (I)(((rk_u64)(rk_u32)n * (rk_u64)mul) >> shift);
+    return n / (I)d;
+}
+
 // Where chunk c of a slot's KV row lies, in elements of its cache (kv_cache; kv_rope_cache for the
-// rope part of a split layout): include/ropekv.h, ropekv_kv_layout. The slot's block is a multiply and
-// a shift in 32-bit index math (the launcher's magic numbers; 0 <= slot < kv_rows < 2^31 there), a
-// divide in 64-bit.
+// rope part of a split layout): include/ropekv.h, ropekv_kv_layout. In the 32-bit entry
+// 0 <= slot < kv_rows < 2^31, as divide() needs.
 template <class I>
 RK_DEVICE I kv_at(const args &a, I slot, int c) {
     if (LAYOUT == Layout::flat) return slot * (I)a.kv_st + c * V;
-    const I block = sizeof(I) == 4 ? (I)(((rk_u64)(rk_u32)slot * (rk_u64)a.block_mul) >> a.block_shift)
-                                   : slot / (I)a.kv_block_size;
+    const I block = divide<I>(slot, a.kv_block_size, a.block_mul, a.block_shift);
     const I entry = slot - block * (I)a.kv_block_size;
     if (LAYOUT == Layout::split && c >= L_CH)
         return block * (I)a.kv_rope_block_st + entry * (I)a.kv_rope_st + (c - L_CH) * V;
@@ -303,10 +309,7 @@ RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_
 // The token of lane g: a multiply and a shift in 32-bit index math (the launcher's magic numbers),
 // a divide in 64-bit.
 template <class I>
-RK_DEVICE I token_of(const args &a, I g) {
-    if (sizeof(I) == 4) return (I)(((rk_u64)(rk_u32)g * (rk_u64)a.lanes_mul) >> a.lanes_shift);
-    return g / (I)a.lanes;
-}
+RK_DEVICE I token_of(const args &a, I g) { return divide<I>(g, a.lanes, a.lanes_mul, a.lanes_shift); }
 
 // Chunk g of the whole launch. I is int when every offset fits in 31 bits, else long long.
 template <class I>

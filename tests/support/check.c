@@ -198,12 +198,13 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     /* a tensor of no rows still gets one, so every argument pointer lies inside its buffer */
     const int64_t Tb = T > 0 ? T : 1, Kb = K > 0 ? K : 1, Pb = T > Kb ? T : Kb;
+    const geometry g = geometry_of(v, K, pad);
     sizes z = {
         .q = (Tb * (H * row_elems + pad)) * 2,
         .k = Kb * row_elems * 2,
         .q_out = (Tb * (H * row_elems + pad)) * q_elem, /* strides count q_out's elements: bf16 or fp8 bytes */
-        .kv = geometry_of(v, K, pad).elems * kv_elem,
-        .kv_rope = geometry_of(v, K, pad).rope_elems * kv_elem,
+        .kv = g.elems * kv_elem,
+        .kv_rope = g.rope_elems * kv_elem,
         .pos = Pb * idx_pos,
         .slots = Kb * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
