@@ -376,7 +376,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
     }
     rk_args d = *a;
-    uint64_t p[13] = {
+    uint64_t p[15] = {
         rebase(a->q_nope, b, dev),
         rebase(a->q_pe, b, dev),
         rebase(a->q_out, b, dev),
@@ -390,8 +390,10 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         rebase(a->k_scale, b, dev),
         rebase(a->q_scale, b, dev),
         a->kv_rope_cache ? rebase(a->kv_rope_cache, b, dev) : 0,
+        rebase(a->out, b, dev),
+        rebase(a->out_rope, b, dev),
     };
-    for (int i = 0; i < 13; i++)
+    for (int i = 0; i < 15; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
             rc = ROPEKV_ERR_IO;
@@ -410,6 +412,8 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.k_scale = (const float *)(uintptr_t)p[10];
     d.q_scale = (const float *)(uintptr_t)p[11];
     d.kv_rope_cache = (void *)(uintptr_t)p[12];
+    d.out = (void *)(uintptr_t)p[13];
+    d.out_rope = (void *)(uintptr_t)p[14];
 
     /* launch geometry as the runtime computes it */
     const int block = v->arch->block;
