@@ -25,22 +25,42 @@ static void dtype_token(int fp8, rk_fp8_fmt fmt, char *out, size_t cap) {
     snprintf(out, cap, "%s%s", fp8 ? "fp8" : "bf16", fp8 ? rk_enum_token(&rk_fp8_enum, fmt) : "");
 }
 
-/* rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<scale>_sat<N>_rr<0|1>_<qform>_q<qdtype>_<scale>_sat<N>
- *   _rr<0|1>_<skipkv|skipall>_san<0|1>_<flat|paged|split>_<target>, from the tokens of the spelling tables; kv and qdtype are
- * bf16, fp8ocp or fp8fnuz, each followed by its fp8 policy. */
-static int format_name(const rk_desc *d, char *out, size_t cap) {
-    char sat[32], qsat[32], kv[32], q[32];
+/* The row format's part of a name: bf16 | fp8<fmt>_<scale>_sat<N>_rr<0|1> |
+ * fp8tile<fmt>_t<tile>_<f32|pow2>_sat<N>_at<scales_at>_<rope_at>. */
+static void kv_token(const rk_desc *d, char *out, size_t cap) {
+    char sat[32], kv[32];
     sat_token(d->kv8.sat, sat, sizeof sat);
-    sat_token(d->q8.sat, qsat, sizeof qsat);
     dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
+    if (d->kv == ROPEKV_KV_BF16) snprintf(out, cap, "%s", kv);
+    else if (d->kv == ROPEKV_KV_FP8_E4M3)
+        snprintf(out, cap, "%s_%s_sat%s_rr%d", kv, rk_enum_token(&rk_scale_enum, d->kv8.scale), sat, d->kv8.rope_bf16);
+    else
+        snprintf(out, cap, "fp8tile%s_t%d_%s_sat%s_at%d_%d", rk_enum_token(&rk_fp8_enum, d->fp8), d->tile,
+                 rk_enum_token(&rk_tile_scale_enum, d->tile_scale), sat, d->scales_at, d->rope_at);
+}
+
+/* write: rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<qform>_q<qdtype>_<scale>_sat<N>_rr<0|1>
+ *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>_<target>
+ * read:  rkread_L<L>_R<R>_s<32|64>_<kv>_<rzero|rskip>_<flat|paged|split>_<target>
+ * from the tokens of the spelling tables; kv per kv_token, qdtype bf16, fp8ocp or fp8fnuz. */
+static int format_name(const rk_desc *d, char *out, size_t cap) {
+    char qsat[32], kv[96], q[32];
+    int n;
+    kv_token(d, kv, sizeof kv);
+    if (d->op == ROPEKV_OP_READ) {
+        n = snprintf(out, cap, "rkread_L%d_R%d_s%s_%s_%s_%s_%s", d->L, d->R, rk_enum_token(&rk_index_enum, d->slot), kv,
+                     rk_enum_token(&rk_read_neg_enum, d->read_neg), rk_enum_token(&rk_layout_enum, d->layout),
+                     d->arch->name);
+        return n > 0 && (size_t)n < cap ? 0 : -1;
+    }
+    sat_token(d->q8.sat, qsat, sizeof qsat);
     dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
-    int n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_sat%s_rr%d_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s_%s", d->L,
-                     d->R, rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
-                     rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
-                     rk_enum_token(&rk_scale_enum, d->kv8.scale), sat, d->kv8.rope_bf16,
-                     rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
-                     d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
-                     rk_enum_token(&rk_layout_enum, d->layout), d->arch->name);
+    n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s_%s", d->L, d->R,
+                 rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
+                 rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
+                 rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
+                 d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
+                 rk_enum_token(&rk_layout_enum, d->layout), d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -53,28 +73,53 @@ static rk_fp8_code fp8_code(const rk_fp8_policy *p, rk_fp8_fmt fmt) {
 int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
     if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
-        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout))
+        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op))
         return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
+    if (c->kv == ROPEKV_KV_FP8_TILE && c->layout == ROPEKV_KV_SPLIT)
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: kv dtype fp8_tile is one row: layout flat or paged, not split",
+                       s->name);
+    const int read = c->op == ROPEKV_OP_READ;
     d->spec = s;
     d->arch = a;
+    d->op = c->op;
     d->kv = c->kv;
-    d->q = c->q;
-    d->pos = c->pos;
+    /* the read-back op has no query and reads no positions: canonical values, one kernel */
+    d->q = read ? ROPEKV_Q_NONE : c->q;
+    d->pos = read ? ROPEKV_INDEX_INT64 : c->pos;
     d->slot = c->slot;
-    d->q_dtype = c->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
+    d->q_dtype = d->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
     d->layout = c->layout;
     d->L = s->kv_lora_rank;
     d->R = s->rope_dim;
-    d->rope = s->rope;
-    d->cos_sin = s->cos_sin;
+    /* the read-back op rotates nothing: canonical values, so that specs with the same rows share its kernels */
+    d->rope = read ? RK_ROPE_NONE : s->rope;
+    d->cos_sin = read ? RK_CS_F32_CAT : s->cos_sin;
     d->fp8 = a->fp8;
-    d->neg = s->negative_slot;
-    d->sanitize = s->sanitize;
-    if (d->kv != ROPEKV_KV_BF16) d->kv8 = fp8_code(&s->fp8, d->fp8);
+    d->neg = read ? RK_NEG_SKIP_KV : s->negative_slot;
+    d->read_neg = read ? s->read_neg : RK_READ_ZERO;
+    d->sanitize = read ? 0 : s->sanitize;
+    if (d->kv == ROPEKV_KV_FP8_E4M3) {
+        d->kv8 = fp8_code(&s->fp8, d->fp8);
+        if (read) d->kv8.rope_bf16 = 0, d->kv8.sat = 0; /* the writer's clamp and rounding: not the reader's */
+    } else if (d->kv == ROPEKV_KV_FP8_TILE) {
+        const rk_tile_policy *t = &s->tile;
+        d->kv8.scale = RK_SCALE_NONE;
+        d->kv8.sat = read ? 0.0f : d->fp8 == RK_FP8_FNUZ ? t->sat_fnuz : t->sat_ocp;
+        d->tile = t->tile;
+        d->tile_scale = t->scale;
+        d->scales_at = t->scales_at;
+        d->rope_at = t->rope_at;
+    }
     if (d->q_dtype != ROPEKV_Q_BF16) d->q8 = fp8_code(&s->q_fp8, d->fp8);
-    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/pos=%s/slot=%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv),
-                     rk_qform_name(d->q), rk_idx_name(d->pos), rk_idx_name(d->slot),
-                     d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
+    const int elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1;
+    d->row_bytes = d->kv == ROPEKV_KV_FP8_TILE    ? s->tile.row_bytes
+                   : d->layout == ROPEKV_KV_SPLIT ? d->L * elem
+                                                  : (d->L + d->R) * elem;
+    char what[96];
+    if (read) snprintf(what, sizeof what, "read");
+    else snprintf(what, sizeof what, "%s/pos=%s", rk_qform_name(d->q), rk_idx_name(d->pos));
+    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/slot=%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv), what,
+                     rk_idx_name(d->slot), d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
                      d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "",
                      d->layout != ROPEKV_KV_FLAT ? "/layout=" : "",
                      d->layout != ROPEKV_KV_FLAT ? rk_layout_name(d->layout) : "");
@@ -84,6 +129,10 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' cannot be spelled in a kernel name", s->file,
                        a->name);
     return ROPEKV_OK;
+}
+
+rk_choice rk_desc_choice(const rk_desc *d) {
+    return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op};
 }
 
 /* One of the caller's choices and the spec's list for it (enum values, read as int). */
@@ -107,21 +156,25 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     if (t == s->n_targets)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s (%s) does not list target %s (variant %s)", s->name,
                        s->file, a->name, d->key);
-    choice c[6] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
+    choice c[7] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
                    {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)d->q},
                    {"positions", &rk_index_enum, s->n_pos, {0}, (int)d->pos},
                    {"slots", &rk_index_enum, s->n_slot, {0}, (int)d->slot},
                    {"q_dtypes", &rk_qdtype_enum, s->n_qdt, {0}, (int)d->q_dtype},
-                   {"kv_layouts", &rk_layout_enum, s->n_layout, {0}, (int)d->layout}};
+                   {"kv_layouts", &rk_layout_enum, s->n_layout, {0}, (int)d->layout},
+                   {"ops", &rk_op_enum, s->n_ops, {0}, (int)d->op}};
     for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
     for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
     for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
     for (int i = 0; i < s->n_slot; i++) c[3].list[i] = (int)s->slot[i];
     for (int i = 0; i < s->n_qdt; i++) c[4].list[i] = (int)s->q_dtypes[i];
     for (int i = 0; i < s->n_layout; i++) c[5].list[i] = (int)s->layouts[i];
-    for (int k = 0; k < 6; k++) {
-        /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes */
-        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE)) continue;
+    for (int i = 0; i < s->n_ops; i++) c[6].list[i] = (int)s->ops[i];
+    const int read = d->op == ROPEKV_OP_READ;
+    for (int k = 0; k < 7; k++) {
+        /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes; the read-back
+         * op has no query and reads no positions */
+        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE) || (read && (k == 1 || k == 2))) continue;
         char got[128];
         size_t at = 0;
         got[0] = '\0';
@@ -142,22 +195,35 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
             rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: targets[%d]: unknown target '%s'", s->file, t + 1, s->targets[t]);
             return -1;
         }
-        for (int k = 0; k < s->n_kv; k++)
-            for (int q = 0; q < s->n_q; q++)
-                for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
-                    for (int p = 0; p < s->n_pos; p++)
-                        for (int sl = 0; sl < s->n_slot; sl++)
-                            for (int ly = 0; ly < s->n_layout; ly++) {
-                                if (n == cap) {
-                                    rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
-                                    return -1;
-                                }
-                                /* q form none takes one q dtype: rk_desc_make makes it bf16 */
-                                rk_choice c = {s->kv[k],    s->q[q],         s->pos[p],
-                                               s->slot[sl], s->q_dtypes[qd], s->layouts[ly]};
-                                if (rk_desc_make(s, a, &c, &out[n], err) != ROPEKV_OK) return -1;
-                                n++;
-                            }
+        for (int k = 0; k < s->n_kv; k++) {
+            rk_choice c[RK_MAX_VARIANTS_PER_SPEC / RK_MAX_TARGETS / 3];
+            int m = 0;
+            for (int op = 0; op < s->n_ops; op++) {
+                if (s->ops[op] == ROPEKV_OP_READ) {
+                    for (int sl = 0; sl < s->n_slot; sl++)
+                        for (int ly = 0; ly < s->n_layout; ly++)
+                            c[m++] = (rk_choice){s->kv[k],      ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, s->slot[sl],
+                                                 ROPEKV_Q_BF16, s->layouts[ly], ROPEKV_OP_READ};
+                    continue;
+                }
+                for (int q = 0; q < s->n_q; q++)
+                    for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
+                        for (int p = 0; p < s->n_pos; p++)
+                            for (int sl = 0; sl < s->n_slot; sl++)
+                                for (int ly = 0; ly < s->n_layout; ly++)
+                                    /* q form none takes one q dtype: rk_desc_make makes it bf16 */
+                                    c[m++] = (rk_choice){s->kv[k],        s->q[q],        s->pos[p],      s->slot[sl],
+                                                         s->q_dtypes[qd], s->layouts[ly], ROPEKV_OP_WRITE};
+            }
+            for (int i = 0; i < m; i++) {
+                if (n == cap) {
+                    rk_fail(err, ROPEKV_ERR_NOMEM, "%s: more than %d variants", s->file, cap);
+                    return -1;
+                }
+                if (rk_desc_make(s, a, &c[i], &out[n], err) != ROPEKV_OK) return -1;
+                n++;
+            }
+        }
     }
     return n;
 }
@@ -173,7 +239,9 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
     *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
 }
 
-int rk_desc_writes_fp8(const rk_desc *d) { return d->kv != ROPEKV_KV_BF16 || d->q_dtype != ROPEKV_Q_BF16; }
+int rk_desc_writes_fp8(const rk_desc *d) {
+    return d->op == ROPEKV_OP_WRITE && (d->kv != ROPEKV_KV_BF16 || d->q_dtype != ROPEKV_Q_BF16);
+}
 
 int rk_query_rope_lanes(const rk_desc *d) {
     if (d->q == ROPEKV_Q_NONE) return 0;
@@ -182,11 +250,16 @@ int rk_query_rope_lanes(const rk_desc *d) {
 
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks) {
     const int wave = d->arch->wave, block = d->arch->block, chunks = d->arch->chunks;
-    const int64_t qr = rk_query_rope_lanes(d), qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;
-    const int64_t rope = (a->heads * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
-    a->lanes = rope + a->heads * qn + d->L / 8;
+    if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row */
+        a->lanes = (d->L + d->R) / 8;
+        a->grid_tokens = a->tokens;
+    } else {
+        const int64_t qr = rk_query_rope_lanes(d), qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;
+        const int64_t rope = (a->heads * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
+        a->lanes = rope + a->heads * qn + d->L / 8;
+        a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+    }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
-    a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
     a->block_mul = a->block_shift = 0;
     if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
     *total = a->grid_tokens * a->lanes;

@@ -64,8 +64,29 @@
  *                                sanitize (if set): NaN -> 0, +-inf -> +-sat
  *                                clamp   x > sat -> sat, x < -sat -> -sat (a NaN passes unchanged)
  *                              and is stored as rk_f32_to_fp8(x, fp8).
+ *     fp8_tile row (the spec's fp8_tile table: tile n, bound sat, scales_at, rope_at; one row, flat or paged,
+ *                              offsets and strides in bytes):
+ *                              the latent in tiles of n values; each value x (k_nope as f32; with sanitize
+ *                              NaN -> 0, +-inf -> +-3.38953139e38f first) of tile k:
+ *                                amax_k  = the largest |x| of the tile, NaN ignored (0 for an all-NaN tile)
+ *                                scale_k = amax_k / sat (f32 division), at least FLT_MIN (2^-126); with scale
+ *                                          pow2 rounded up to a power of two (2^ceil(log2)); an inf amax
+ *                                          gives an inf scale
+ *                                byte j  = rk_f32_to_fp8(clamp(x / scale_k, -sat, sat), fp8) (f32 division;
+ *                                          NaN passes the clamp: a NaN value, or inf / inf, gives fp8 NaN)
+ *                              float32 scale_k at byte scales_at + 4k; the rope part as the bf16 cache's
+ *                              (bf16(rope(k_pe)), sanitized when set) at byte rope_at.
  *   A slot >= kv_rows is treated like a negative slot for the KV row only: the q rows are still
- *   written whatever negative_slot says. */
+ *   written whatever negative_slot says.
+ *
+ * The read-back op (op read), for every t in [0, tokens): slot = slots[t]; when min_slot <= slot < kv_rows,
+ *   the slot's row (at the layout's offsets above) becomes bf16 values, the latent in out[t, 0:L] and the rope
+ *   part in out[t, L:W] (or out_rope[t, 0:R] when out_rope is set); strides count bf16 elements:
+ *     bf16       bits copied
+ *     fp8_e4m3   bf16(v * k) for scale mul_recip and div, bf16(v / k) for mul, bf16(v) for none, v the
+ *                exact value of the byte (NaN codes: NaN, so 0x7fff), k = *k_scale
+ *     fp8_tile   latent: bf16(v * scale_k) with the row's float32 scale of the value's tile; rope: bits copied
+ *   Otherwise the output row is zeros (read.negative_slot zero) or left as it is (skip). */
 #include <math.h>
 #include <string.h>
 
@@ -321,7 +342,7 @@ static float sanitize_bf16(float x) {
 /* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
  * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
 static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope, uint16_t raw) {
-    if (v->kv == ROPEKV_KV_BF16) {
+    if (v->kv == ROPEKV_KV_BF16 || v->kv == ROPEKV_KV_FP8_TILE) { /* (fp8_tile: only its bf16 rope part) */
         uint16_t *r = row;
         if (v->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
         else r[j] = rope ? rk_f32_to_bf16(x) : raw;
@@ -331,28 +352,65 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
     ((uint8_t *)row)[j] = fp8_elem(&v->kv8, v->fp8, a->k_scale, v->sanitize, x);
 }
 
-/* The element offsets of a slot's latent and rope parts in their caches (ropekv_kv_layout). */
-static void kv_offsets(const rk_desc *v, const rk_args *a, int64_t slot, int64_t *latent, int64_t *rope) {
+/* Where a slot's latent and rope parts lie in their caches (ropekv_kv_layout; an fp8_tile row's rope part at
+ * byte rope_at of the row). */
+static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t **latent, uint8_t **rope) {
+    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
+    int64_t at, at_rope;
     if (v->layout == ROPEKV_KV_FLAT) {
-        *latent = slot * a->kv_st;
-        *rope = *latent + v->L;
-        return;
+        at = slot * a->kv_st;
+        at_rope = at + v->L;
+    } else {
+        const int64_t block = slot / a->kv_block_size, entry = slot % a->kv_block_size;
+        at = block * a->kv_block_st + entry * a->kv_st;
+        at_rope = v->layout == ROPEKV_KV_SPLIT ? block * a->kv_rope_block_st + entry * a->kv_rope_st : at + v->L;
     }
-    const int64_t block = slot / a->kv_block_size, entry = slot % a->kv_block_size;
-    *latent = block * a->kv_block_st + entry * a->kv_st;
-    *rope = v->layout == ROPEKV_KV_SPLIT ? block * a->kv_rope_block_st + entry * a->kv_rope_st : *latent + v->L;
+    if (v->kv == ROPEKV_KV_FP8_TILE) at_rope = at + v->rope_at;
+    *latent = (uint8_t *)a->kv_cache + at * elem;
+    *rope = (uint8_t *)(v->layout == ROPEKV_KV_SPLIT ? a->kv_rope_cache : a->kv_cache) + at_rope * elem;
+}
+
+/* The tile scale of amax (see the definition above). */
+static float tile_scale(const rk_desc *v, float amax) {
+    float s = amax / v->kv8.sat;
+    if (!(s >= 0x1p-126f)) s = 0x1p-126f;
+    if (v->tile_scale == RK_TILE_POW2 && isfinite(s)) {
+        int e;
+        float m = frexpf(s, &e); /* s = m 2^e, m in [0.5, 1): a power of two has m = 0.5 */
+        if (m != 0.5f) s = ldexpf(1.0f, e);
+    }
+    return s;
+}
+
+/* The latent of an fp8_tile row: fp8 bytes at row[0, L), the float32 tile scales at row + scales_at. */
+static void write_tile_latent(const rk_desc *v, const uint16_t *k_nope, uint8_t *row) {
+    for (int k0 = 0; k0 < v->L; k0 += v->tile) {
+        float x[256], amax = 0.0f; /* tile <= 256 (spec limit) */
+        for (int j = 0; j < v->tile; j++) {
+            x[j] = rk_bf16_to_f32(k_nope[k0 + j]);
+            if (v->sanitize) x[j] = sanitize_bf16(x[j]);
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
+        }
+        const float scale = tile_scale(v, amax), sat = v->kv8.sat;
+        for (int j = 0; j < v->tile; j++) {
+            float y = x[j] / scale;
+            if (y > sat) y = sat;
+            else if (y < -sat) y = -sat;
+            row[k0 + j] = rk_f32_to_fp8(y, v->fp8);
+        }
+        memcpy(row + v->scales_at + 4 * (k0 / v->tile), &scale, 4);
+    }
 }
 
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
-    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    int64_t at_latent, at_rope;
-    kv_offsets(v, a, slot, &at_latent, &at_rope);
-    uint8_t *latent = (uint8_t *)a->kv_cache + at_latent * elem;
-    uint8_t *rope = (uint8_t *)(v->layout == ROPEKV_KV_SPLIT ? a->kv_rope_cache : a->kv_cache) + at_rope * elem;
+    uint8_t *latent, *rope;
+    row_parts(v, a, slot, &latent, &rope);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
-    for (int j = 0; j < L; j++) store_kv_elem(v, a, latent, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
+    if (v->kv == ROPEKV_KV_FP8_TILE) write_tile_latent(v, k_nope, latent);
+    else
+        for (int j = 0; j < L; j++) store_kv_elem(v, a, latent, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
     for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
@@ -362,11 +420,53 @@ static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     }
 }
 
+/* The read-back op: row t of out (and out_rope) from the row of slots[t]. */
+static void read_row(const rk_desc *v, const rk_args *a, int64_t t) {
+    const int L = v->L, R = v->R;
+    const int64_t slot = load_idx(a->slots, t, v->slot);
+    uint16_t *out = (uint16_t *)a->out + t * a->out_st;
+    uint16_t *out_rope = a->out_rope ? (uint16_t *)a->out_rope + t * a->out_rope_st : out + L;
+    if (slot < a->min_slot || slot >= a->kv_rows) {
+        if (v->read_neg == RK_READ_ZERO) {
+            memset(out, 0, (size_t)L * 2);
+            memset(out_rope, 0, (size_t)R * 2);
+        }
+        return;
+    }
+    uint8_t *latent, *rope;
+    row_parts(v, a, slot, &latent, &rope);
+    if (v->kv == ROPEKV_KV_BF16) {
+        memcpy(out, latent, (size_t)L * 2);
+        memcpy(out_rope, rope, (size_t)R * 2);
+        return;
+    }
+    if (v->kv == ROPEKV_KV_FP8_TILE) {
+        for (int j = 0; j < L; j++) {
+            float scale;
+            memcpy(&scale, latent + v->scales_at + 4 * (j / v->tile), 4);
+            out[j] = rk_f32_to_bf16(rk_fp8_to_f32(latent[j], v->fp8) * scale);
+        }
+        memcpy(out_rope, rope, (size_t)R * 2);
+        return;
+    }
+    const float k = v->kv8.scale == RK_SCALE_NONE ? 1.0f : *a->k_scale;
+    for (int j = 0; j < L + R; j++) {
+        float x = rk_fp8_to_f32(j < L ? latent[j] : rope[j - L], v->fp8);
+        if (v->kv8.scale == RK_SCALE_MUL) x = x / k;
+        else if (v->kv8.scale != RK_SCALE_NONE) x = x * k;
+        (j < L ? out : out_rope)[j < L ? j : j - L] = rk_f32_to_bf16(x);
+    }
+}
+
 /* Query rows for tokens [0, tokens), KV rows for tokens [0, kv_tokens); a slot below min_slot
  * (negative: padding; or a reserved row) or at kv_rows and past is not written. With skip_all a
  * negative slot also skips the token's query rows (a token past kv_tokens has no slot: its rows are
  * written). */
 void rk_ref_run(const rk_desc *v, const rk_args *a) {
+    if (v->op == ROPEKV_OP_READ) {
+        for (int64_t t = 0; t < a->tokens; t++) read_row(v, a, t);
+        return;
+    }
     const int64_t n = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
     for (int64_t t = 0; t < n; t++) {
         const int has_slot = t < a->kv_tokens;

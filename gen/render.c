@@ -89,7 +89,8 @@ int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *o
 }
 
 /* ---- the kernel source of a variant ---------------------------------------------------------- */
-static const char *const TEMPLATE_FILES[] = {"params.hip", "prelude.hip", "args.h", "kernel.hip"};
+static const char *const TEMPLATE_FILES[] = {"params.hip", "prelude.hip", "args.h",
+                                             "kernel.hip", "read.hip",    "entry.hip"};
 
 int rk_template_text(rk_buf *out, rk_err *err) {
     for (size_t i = 0; i < sizeof TEMPLATE_FILES / sizeof TEMPLATE_FILES[0]; i++) {
@@ -132,9 +133,16 @@ static int header(const rk_desc *d, rk_buf *o) {
     rc |= rk_buf_printf(o, "//          kv=%s layout=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv),
                         rk_layout_name(d->layout), rk_qform_name(d->q), rk_neg_name(d->neg),
                         d->sanitize ? "true" : "false");
-    if (d->kv != ROPEKV_KV_BF16)
+    if (d->kv == ROPEKV_KV_FP8_E4M3)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(d->fp8),
                             rk_scale_name(d->kv8.scale), (double)d->kv8.sat, d->kv8.rope_bf16 ? "true" : "false");
+    if (d->kv == ROPEKV_KV_FP8_TILE)
+        rc |= rk_buf_printf(
+            o, "//          fp8_tile=%s tile=%d scale=%s saturate=%.9g scales_at=%d rope_at=%d row_bytes=%d\n",
+            rk_fp8_name(d->fp8), d->tile, rk_enum_name(&rk_tile_scale_enum, d->tile_scale), (double)d->kv8.sat,
+            d->scales_at, d->rope_at, d->row_bytes);
+    if (d->op == ROPEKV_OP_READ)
+        rc |= rk_buf_printf(o, "//          op=read negative_slot=%s\n", rk_enum_name(&rk_read_neg_enum, d->read_neg));
     if (d->q_dtype != ROPEKV_Q_BF16)
         rc |= rk_buf_printf(o, "//          q_dtype=%s q_fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n",
                             rk_qdtype_name(d->q_dtype), rk_fp8_name(d->fp8), rk_scale_name(d->q8.scale),
@@ -152,7 +160,10 @@ static int header(const rk_desc *d, rk_buf *o) {
  * bind their spellings (the kernel's C++ enumerators); numbers bind decimal text. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     const rk_arch *a = d->arch;
-    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48];
+    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16], rope_at[16];
+    snprintf(tile, sizeof tile, "%d", d->tile);
+    snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
+    snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
     snprintf(block, sizeof block, "%d", a->block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
@@ -189,6 +200,12 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"negative_slot", rk_neg_name(d->neg)},
         {"q", rk_qform_name(d->q)},
         {"sanitize", BOOL(d->sanitize)},
+        {"op", rk_op_name(d->op)},
+        {"tile", tile},
+        {"tile_scale", rk_enum_name(&rk_tile_scale_enum, d->tile_scale)},
+        {"scales_at", scales_at},
+        {"rope_at", rope_at},
+        {"read_negative_slot", rk_enum_name(&rk_read_neg_enum, d->read_neg)},
         {"name", d->name},
     };
 #undef FLAG

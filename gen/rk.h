@@ -61,7 +61,8 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 /* The public enums of include/ropekv.h: a caller's choice reaches the description unchanged. */
 #define RK_KV_LIST(X)                    \
     X(ROPEKV_KV_BF16, bf16, bf16)        \
-    X(ROPEKV_KV_FP8_E4M3, fp8_e4m3, fp8)
+    X(ROPEKV_KV_FP8_E4M3, fp8_e4m3, fp8) \
+    X(ROPEKV_KV_FP8_TILE, fp8_tile, fp8tile)
 #define RK_QFORM_LIST(X)                       \
     X(ROPEKV_Q_ABSORBED, absorbed, absorbed)   \
     X(ROPEKV_Q_ZERO_COPY, zero_copy, zerocopy) \
@@ -77,6 +78,17 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
     X(ROPEKV_KV_FLAT, flat, flat)    \
     X(ROPEKV_KV_PAGED, paged, paged) \
     X(ROPEKV_KV_SPLIT, split, split)
+#define RK_OP_LIST(X)                \
+    X(ROPEKV_OP_WRITE, write, write) \
+    X(ROPEKV_OP_READ, read, read)
+/* How an fp8_tile row's tile scale is kept: as computed, or rounded up to a power of two. */
+#define RK_TILE_SCALE_LIST(X)         \
+    X(RK_TILE_F32, f32, f32)          \
+    X(RK_TILE_POW2, pow2, pow2)
+/* What the read-back op writes for a row without a valid slot. */
+#define RK_READ_NEG_LIST(X)          \
+    X(RK_READ_ZERO, zero, rzero)     \
+    X(RK_READ_SKIP, skip, rskip)
 /* clang-format on */
 
 #define RK_ENUMERATOR_(e, spelling, token) e,
@@ -87,6 +99,8 @@ typedef enum { RK_ROPE_LIST(RK_ENUMERATOR_) } rk_rope;
 typedef enum { RK_COS_SIN_LIST(RK_ENUMERATOR_) } rk_cos_sin;
 typedef enum { RK_SCALE_LIST(RK_ENUMERATOR_) } rk_scale;
 typedef enum { RK_NEG_LIST(RK_ENUMERATOR_) } rk_neg;
+typedef enum { RK_TILE_SCALE_LIST(RK_ENUMERATOR_) } rk_tile_scale;
+typedef enum { RK_READ_NEG_LIST(RK_ENUMERATOR_) } rk_read_neg;
 #undef RK_ENUMERATOR_
 
 /* An enum's table, built from its list (gen/util.c). */
@@ -100,7 +114,8 @@ typedef struct rk_enum {
     const rk_spelling *v;
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
-    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum;
+    rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
+    rk_tile_scale_enum, rk_read_neg_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -119,6 +134,7 @@ const char *rk_qform_name(ropekv_q_form q);
 const char *rk_idx_name(ropekv_index i);
 const char *rk_qdtype_name(ropekv_q_dtype q);
 const char *rk_layout_name(ropekv_kv_layout l);
+const char *rk_op_name(ropekv_op o);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -161,6 +177,17 @@ typedef struct rk_fp8_policy {
     char matches[128]; /* whose convention this is, in the spec's words (documentation; "" if unsaid) */
 } rk_fp8_policy;
 
+/* The spec's `fp8_tile` table: the tile-scaled row (include/ropekv.h, ROPEKV_KV_FP8_TILE). Byte offsets in
+ * the row: the latent's fp8 bytes at 0, the L / tile float32 scales at scales_at, the bf16 rope part at
+ * rope_at; the row is row_bytes long (the end of its last part). */
+typedef struct rk_tile_policy {
+    int tile;                /* values per tile: a multiple of 8 dividing L, tile / 8 lanes a power of two <= 32 */
+    rk_tile_scale scale;     /* f32 or pow2 */
+    float sat_ocp, sat_fnuz; /* the bound amax maps to (scale = amax / sat), per target format */
+    int scales_at, rope_at, row_bytes;
+    char matches[128];
+} rk_tile_policy;
+
 typedef struct rk_spec {
     char name[64];  /* spec name, [a-z0-9_]+ */
     char file[256]; /* file it came from (for messages and headers) */
@@ -181,6 +208,10 @@ typedef struct rk_spec {
     int n_layout;
     ropekv_kv_layout layouts[3]; /* KV layouts to build */
     rk_fp8_policy q_fp8;         /* an fp8 query output */
+    rk_tile_policy tile;         /* an fp8_tile row */
+    int n_ops;
+    ropekv_op ops[2];     /* kernel families to build: write, read */
+    rk_read_neg read_neg; /* read: a row without a valid slot */
     rk_neg negative_slot;
     int n_q;
     ropekv_q_form q[4];
@@ -207,6 +238,7 @@ typedef struct rk_choice {
     ropekv_index slot;
     ropekv_q_dtype q_dtype;
     ropekv_kv_layout layout;
+    ropekv_op op;
 } rk_choice;
 
 /* An fp8 output's code parameters (the policy resolved for the target's byte format); for a bf16
@@ -231,6 +263,7 @@ typedef struct rk_desc {
     ropekv_index slot;
     ropekv_q_dtype q_dtype; /* bf16 for q form none (no query output) */
     ropekv_kv_layout layout;
+    ropekv_op op; /* read: q is none, pos int64 and q_dtype bf16 (they do not apply) */
     /* the code parameters */
     int L, R; /* kv_lora_rank, qk_rope_head_dim */
     rk_rope rope;
@@ -238,10 +271,17 @@ typedef struct rk_desc {
     rk_fp8_fmt fp8;  /* the target's fp8 byte format (arch->fp8), for the cache and the query */
     rk_fp8_code kv8; /* an fp8 cache row's policy */
     rk_fp8_code q8;  /* an fp8 query output's policy */
+    /* an fp8_tile row (else tile = 0, canonical zeros): kv8 holds {none, sat, 0} */
+    int tile;
+    rk_tile_scale tile_scale;
+    int scales_at, rope_at;
+    int row_bytes;        /* bytes of a cache row (of the latent part in the split layout) */
+    rk_read_neg read_neg; /* read: a row without a valid slot (zero for write kernels) */
     rk_neg neg;
     int sanitize;
-    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split] */
-    char name[192]; /* extern "C" kernel name: every code parameter, readable */
+    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
+                       spec/target/kv/read/slot=...[/layout=...] */
+    char name[224]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
 /* The description of (spec, arch, choices), whether or not the spec lists them (the build matrix
@@ -249,14 +289,18 @@ typedef struct rk_desc {
  * ROPEKV_ERR_SPEC_TARGET for a target that cannot be spelled in a kernel name. */
 int rk_desc_make(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
+/* The choices d was made from (rk_desc_make(d->spec, arch, &c) describes the same variant on another row). */
+rk_choice rk_desc_choice(const rk_desc *d);
+
 /* The same for a variant a caller asks for: ROPEKV_ERR_UNSUPPORTED (naming what the spec lists) unless
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 2 * 4 * 2 * 2 * 2 * 3)
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 3 * (7 * 2 * 2 * 3 + 2 * 3))
 
-/* Every variant a spec lists, in a fixed order (targets, kv dtypes, q forms, q dtypes, positions, slots, layouts as listed
- * in the spec; q form none once, with a bf16 query): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
+/* Every variant a spec lists, in a fixed order (targets, kv dtypes, then the write variants: q forms, q dtypes,
+ * positions, slots, layouts as listed in the spec, q form none once with a bf16 query; then the read variants:
+ * slots, layouts): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
  * set (unknown target). The library never enumerates: it describes the one variant asked for. */
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
 

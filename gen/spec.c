@@ -693,12 +693,14 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
-    "name",       "description", "kv_lora_rank",  "qk_rope_head_dim", "rope",     "cos_sin", "positions", "slots",
-    "kv_dtypes",  "fp8",         "negative_slot", "q_forms",          "sanitize", "targets", "q_dtypes",  "q_fp8",
-    "kv_layouts", NULL,
+    "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
+    "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
+    "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
+static const char *const tile_keys[] = {"tile", "scale", "saturate", "scales_at", "rope_at", "matches", NULL};
+static const char *const read_keys[] = {"negative_slot", NULL};
 
 static int read_dims(const scope *s, rk_spec *o) {
     TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
@@ -736,13 +738,22 @@ static int read_lists(const scope *s, rk_spec *o) {
     TRY(get_enum_list(s, "slots", &rk_index_enum, def_idx, 1, 2, v, &n));
     o->n_slot = n;
     for (int i = 0; i < n; i++) o->slot[i] = (ropekv_index)v[i];
-    TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 2, v, &n));
+    TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 3, v, &n));
     o->n_kv = n;
     for (int i = 0; i < n; i++) o->kv[i] = (ropekv_kv_dtype)v[i];
     static const int def_layout[] = {ROPEKV_KV_FLAT};
     TRY(get_enum_list(s, "kv_layouts", &rk_layout_enum, def_layout, 1, 3, v, &n));
     o->n_layout = n;
     for (int i = 0; i < n; i++) o->layouts[i] = (ropekv_kv_layout)v[i];
+    for (int i = 0; i < o->n_kv; i++)
+        for (int j = 0; j < o->n_layout; j++)
+            if (o->kv[i] == ROPEKV_KV_FP8_TILE && o->layouts[j] == ROPEKV_KV_SPLIT)
+                return bad(s, "kv_layouts",
+                           "'split' with kv dtype 'fp8_tile': a tile-scaled row is one row (flat or paged)");
+    static const int def_ops[] = {ROPEKV_OP_WRITE, ROPEKV_OP_READ};
+    TRY(get_enum_list(s, "ops", &rk_op_enum, def_ops, 2, 2, v, &n));
+    o->n_ops = n;
+    for (int i = 0; i < n; i++) o->ops[i] = (ropekv_op)v[i];
     static const int def_qdt[] = {ROPEKV_Q_BF16};
     TRY(get_enum_list(s, "q_dtypes", &rk_qdtype_enum, def_qdt, 1, 2, v, &n));
     o->n_qdt = n;
@@ -772,6 +783,55 @@ static int read_fp8(const scope *s, const char *key, rk_fp8_policy *o) {
     TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &o->sat_ocp));
     TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &o->sat_fnuz));
     lua_pop(s->L, 2);
+    return ROPEKV_OK;
+}
+
+/* The `fp8_tile` table, read when kv_dtypes lists fp8_tile (every key optional; the defaults make
+ * DeepSeek-V3.2's row for L = 512, R = 64): the tile, the scale's form, the bound amax maps to, and where the
+ * scales and the rope part sit in the row. */
+static int read_tile(const scope *s, rk_spec *o) {
+    scope f, sat;
+    int scale, def_tile = 128, L = o->kv_lora_rank, R = o->rope_dim;
+    rk_tile_policy *t = &o->tile;
+    int listed = 0;
+    for (int i = 0; i < o->n_kv; i++) listed |= o->kv[i] == ROPEKV_KV_FP8_TILE;
+    const int given = push_field(s, "fp8_tile") != LUA_TNIL;
+    lua_pop(s->L, 1);
+    if (!listed) {
+        memset(t, 0, sizeof *t);
+        return given ? bad(s, "fp8_tile", "kv_dtypes does not list 'fp8_tile'") : ROPEKV_OK;
+    }
+    TRY(open_table(s, "fp8_tile", &f));
+    TRY(check_keys(&f, tile_keys));
+    TRY(get_int(&f, "tile", &def_tile, 8, 256, &t->tile));
+    const int lanes = t->tile / 8;
+    if (t->tile % 8 != 0 || (lanes & (lanes - 1)) != 0)
+        return bad(&f, "tile", "must be 8 times a power of two (a tile is 1 to 32 lanes of 8 values), got %d", t->tile);
+    if (L % t->tile != 0) return bad(&f, "tile", "must divide kv_lora_rank (%d), got %d", L, t->tile);
+    TRY(get_enum(&f, "scale", &rk_tile_scale_enum, RK_TILE_F32, &scale));
+    t->scale = (rk_tile_scale)scale;
+    TRY(get_string(&f, "matches", "", t->matches, sizeof t->matches));
+    TRY(open_table(&f, "saturate", &sat));
+    TRY(check_keys(&sat, sat_keys));
+    TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &t->sat_ocp));
+    TRY(get_sat(&sat, "fnuz", RK_FP8_FNUZ, &t->sat_fnuz));
+    lua_pop(s->L, 1);
+    const int n_scales = L / t->tile, def_rope = (L + 4 * n_scales + 15) / 16 * 16;
+    TRY(get_int(&f, "scales_at", &L, 0, 1 << 20, &t->scales_at));
+    TRY(get_int(&f, "rope_at", &def_rope, 0, 1 << 20, &t->rope_at));
+    const int scales_end = t->scales_at + 4 * n_scales, rope_end = t->rope_at + 2 * R;
+    if (t->scales_at % 4 != 0)
+        return bad(&f, "scales_at", "must be a multiple of 4 (float32 scales), got %d", t->scales_at);
+    if (t->rope_at % 16 != 0)
+        return bad(&f, "rope_at", "must be a multiple of 16 (16-byte vectors of bf16), got %d", t->rope_at);
+    /* three parts: latent [0, L), scales [scales_at, scales_end), rope [rope_at, rope_end) */
+    if (t->scales_at < L) return bad(&f, "scales_at", "%d overlaps the latent's fp8 bytes [0, %d)", t->scales_at, L);
+    if (t->rope_at < L) return bad(&f, "rope_at", "%d overlaps the latent's fp8 bytes [0, %d)", t->rope_at, L);
+    if (t->scales_at < rope_end && t->rope_at < scales_end)
+        return bad(&f, "rope_at", "the rope part [%d, %d) overlaps the scales [%d, %d)", t->rope_at, rope_end,
+                   t->scales_at, scales_end);
+    t->row_bytes = scales_end > rope_end ? scales_end : rope_end;
+    lua_pop(s->L, 1);
     return ROPEKV_OK;
 }
 
@@ -818,6 +878,13 @@ static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     TRY(read_lists(s, o));
     TRY(read_fp8(s, "fp8", &o->fp8));
     TRY(read_fp8(s, "q_fp8", &o->q_fp8));
+    TRY(read_tile(s, o));
+    scope rd;
+    TRY(open_table(s, "read", &rd));
+    TRY(check_keys(&rd, read_keys));
+    TRY(get_enum(&rd, "negative_slot", &rk_read_neg_enum, RK_READ_ZERO, &v));
+    o->read_neg = (rk_read_neg)v;
+    lua_pop(s->L, 1);
     TRY(get_enum(s, "negative_slot", &rk_neg_enum, RK_NEG_SKIP_KV, &v));
     o->negative_slot = (rk_neg)v;
     TRY(get_bool(s, "sanitize", &no, &o->sanitize));

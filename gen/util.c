@@ -33,6 +33,9 @@ RK_TABLE_(qform, RK_QFORM_LIST)
 RK_TABLE_(index, RK_INDEX_LIST)
 RK_TABLE_(qdtype, RK_QDTYPE_LIST)
 RK_TABLE_(layout, RK_LAYOUT_LIST)
+RK_TABLE_(op, RK_OP_LIST)
+RK_TABLE_(tile_scale, RK_TILE_SCALE_LIST)
+RK_TABLE_(read_neg, RK_READ_NEG_LIST)
 
 static const rk_spelling *row_of(const rk_enum *e, int value) {
     for (int i = 0; i < e->n; i++)
@@ -62,6 +65,7 @@ const char *rk_qform_name(ropekv_q_form q) { return rk_enum_name(&rk_qform_enum,
 const char *rk_idx_name(ropekv_index i) { return rk_enum_name(&rk_index_enum, (int)i); }
 const char *rk_qdtype_name(ropekv_q_dtype q) { return rk_enum_name(&rk_qdtype_enum, (int)q); }
 const char *rk_layout_name(ropekv_kv_layout l) { return rk_enum_name(&rk_layout_enum, (int)l); }
+const char *rk_op_name(ropekv_op o) { return rk_enum_name(&rk_op_enum, (int)o); }
 
 /* ---- architecture table ------------------------------------------------------------------------ */
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name) {

@@ -139,7 +139,14 @@ ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *o
 ROPEKV_API ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
 
 /* ---- kernels -------------------------------------------------------------------------------------- */
-typedef enum ropekv_kv_dtype { ROPEKV_KV_BF16 = 0, ROPEKV_KV_FP8_E4M3 } ropekv_kv_dtype;
+/* The cache row format (docs/formats.md has the byte diagrams). Strides of an fp8 or fp8_tile cache count bytes.
+ *   bf16       W bf16 values: the latent, then the rope part after RoPE
+ *   fp8_e4m3   W fp8 bytes (the target's format), one per-tensor k_scale under the spec's `fp8` convention
+ *   fp8_tile   the spec's `fp8_tile` row (DeepSeek-V3.2: 656 bytes): the latent in fp8 e4m3, each value divided by
+ *              the scale of its tile of `tile` values (scale = max(amax(tile) / sat, FLT_MIN), optionally rounded up
+ *              to a power of two); the L / tile scales as float32 at byte `scales_at`; the rope part in bf16 after
+ *              RoPE at byte `rope_at`. No k_scale: the scales are the row's own. */
+typedef enum ropekv_kv_dtype { ROPEKV_KV_BF16 = 0, ROPEKV_KV_FP8_E4M3, ROPEKV_KV_FP8_TILE } ropekv_kv_dtype;
 typedef enum ropekv_q_form {
     ROPEKV_Q_ABSORBED = 0, /* q_out = cat(q_nope, rope(q_pe)) */
     ROPEKV_Q_ZERO_COPY,    /* q_nope already sits in q_out[..., :L]; only the rope tail is written */
@@ -167,6 +174,15 @@ typedef enum ropekv_q_dtype { ROPEKV_Q_BF16 = 0, ROPEKV_Q_FP8_E4M3 } ropekv_q_dt
  *          its B latent rows: kv_rope_cache = kv_cache + B * L, the same block stride) */
 typedef enum ropekv_kv_layout { ROPEKV_KV_FLAT = 0, ROPEKV_KV_PAGED, ROPEKV_KV_SPLIT } ropekv_kv_layout;
 
+/* The kernel family:
+ *   write  the fused RoPE + KV-cache write (and the query output), the op described at the top
+ *   read   the read-back: out[t] = the row of slots[t] as bf16, t in [0, tokens), dequantized per the row format
+ *          (fp8: the inverse of the spec's scale convention with *k_scale; fp8_tile: times the tile's scale) and
+ *          rounded to bf16 (a bf16 row is copied bit for bit). A slot below min_slot (negative: padding) or at
+ *          kv_rows and past writes zeros, or nothing when the spec's read.negative_slot is "skip". It reads the
+ *          cache of the variant's kv dtype and layout; q form, positions and q dtype do not apply. */
+typedef enum ropekv_op { ROPEKV_OP_WRITE = 0, ROPEKV_OP_READ } ropekv_op;
+
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
     const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
@@ -176,6 +192,7 @@ typedef struct ropekv_variant {
     ropekv_index slots;      /* dtype of slots[] */
     ropekv_q_dtype q_dtype;  /* dtype of the query output (see ropekv_q_dtype) */
     ropekv_kv_layout layout; /* where the KV rows lie (see ropekv_kv_layout) */
+    ropekv_op op;            /* write (the default) or read (see ropekv_op) */
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
@@ -214,6 +231,12 @@ typedef struct ropekv_args {
     int64_t kv_block_st;   /* stride between blocks of kv_cache; kv_st is the stride between a block's entries */
     void *kv_rope_cache;   /* split: the rope parts, R wide */
     int64_t kv_rope_block_st, kv_rope_st; /* split: its block and entry strides */
+    /* The read-back op (ROPEKV_OP_READ) reads tokens, slots [T], the cache fields above and k_scale (fp8), and
+     * writes: */
+    void *out;
+    int64_t out_st; /* [T, W] bf16, or [T, L] (the latent parts) when out_rope is set */
+    void *out_rope;
+    int64_t out_rope_st; /* NULL: the rope parts go to out[:, L:W]; else [T, R] bf16 */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
@@ -245,24 +268,31 @@ typedef struct ropekv_kernel_params {
     ropekv_kv_dtype kv;
     ropekv_q_form q;
     ropekv_index positions, slots;
-    const char *rope;          /* "gptj", "neox" or "none" */
-    const char *cos_sin;       /* "f32_cat", "f32_split" or "bf16_split" */
-    const char *fp8_format;    /* fp8 cache: "ocp" or "fnuz" (the target's bytes); bf16 cache: "" */
-    const char *fp8_scale;     /* "none", "mul_recip", "div" or "mul" ("none" for a bf16 cache) */
-    float fp8_saturate;        /* fp8 saturation bound (0 for a bf16 cache) */
-    int fp8_rope_bf16_round;   /* 1: the KV rope part is rounded to bf16 before the fp8 conversion */
-    const char *fp8_matches;   /* the spec's word on whose convention its KV fp8 policy follows ("" if none) */
-    ropekv_q_dtype q_dtype;    /* the query output's dtype (bf16 for q form none) */
-    const char *q_fp8_format;  /* fp8 query output: "ocp" or "fnuz"; else "" */
-    const char *q_fp8_scale;   /* fp8 query output: its scale convention; else "none" */
-    float q_fp8_saturate;      /* fp8 query output: its saturation bound; else 0 */
-    int q_fp8_rope_bf16_round; /* 1: the query rope part is rounded to bf16 before the fp8 conversion */
-    const char *q_fp8_matches; /* the spec's word on whose convention its query fp8 policy follows */
-    ropekv_kv_layout layout;   /* where the KV rows lie */
-    const char *negative_slot; /* "skip_kv" or "skip_all" */
-    int sanitize;              /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
-    int block;                 /* threads per block of a launch */
-    int pdl;                   /* 1: launches use programmatic dependent launch on this context */
+    const char *rope;               /* "gptj", "neox" or "none" */
+    const char *cos_sin;            /* "f32_cat", "f32_split" or "bf16_split" */
+    const char *fp8_format;         /* fp8 cache: "ocp" or "fnuz" (the target's bytes); bf16 cache: "" */
+    const char *fp8_scale;          /* "none", "mul_recip", "div" or "mul" ("none" for a bf16 cache) */
+    float fp8_saturate;             /* fp8 saturation bound (0 for a bf16 cache) */
+    int fp8_rope_bf16_round;        /* 1: the KV rope part is rounded to bf16 before the fp8 conversion */
+    const char *fp8_matches;        /* the spec's word on whose convention its KV fp8 policy follows ("" if none) */
+    ropekv_q_dtype q_dtype;         /* the query output's dtype (bf16 for q form none) */
+    const char *q_fp8_format;       /* fp8 query output: "ocp" or "fnuz"; else "" */
+    const char *q_fp8_scale;        /* fp8 query output: its scale convention; else "none" */
+    float q_fp8_saturate;           /* fp8 query output: its saturation bound; else 0 */
+    int q_fp8_rope_bf16_round;      /* 1: the query rope part is rounded to bf16 before the fp8 conversion */
+    const char *q_fp8_matches;      /* the spec's word on whose convention its query fp8 policy follows */
+    ropekv_kv_layout layout;        /* where the KV rows lie */
+    const char *negative_slot;      /* "skip_kv" or "skip_all" */
+    int sanitize;                   /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
+    int block;                      /* threads per block of a launch */
+    int pdl;                        /* 1: launches use programmatic dependent launch on this context */
+    ropekv_op op;                   /* write or read */
+    const char *read_negative_slot; /* read: "zero" or "skip" (what a row without a valid slot gets) */
+    int fp8_tile;                   /* fp8_tile row: values per tile; else 0 */
+    const char *fp8_tile_scale;     /* fp8_tile row: "f32" (raw) or "pow2" (rounded up to a power of two); else "" */
+    int fp8_tile_scales_at;         /* fp8_tile row: byte offset of the float32 tile scales */
+    int fp8_tile_rope_at;           /* fp8_tile row: byte offset of the bf16 rope part */
+    int row_bytes;                  /* bytes of one cache row (of the latent part alone in the split layout) */
 } ropekv_kernel_params;
 ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 

@@ -50,10 +50,11 @@ static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
 
 /* One part of the KV rows in one cache (ropekv_kv_layout): `rows` slots of `w` elements, B a block, at
  * entry stride est and block stride bst (the flat layout is one block of every row). Entries of a block
- * and blocks may not overlap; the vector path needs 16-byte rows (8 bytes for fp8): the base and the
- * strides a multiple of 8 elements. *extent: the elements the part spans. */
+ * and blocks may not overlap; the vector path needs the base `align`-byte aligned and the strides a
+ * multiple of `unit` elements (16 and 8 for bf16 rows, 8 and 8 for fp8 rows, 16 and 16 for fp8_tile rows,
+ * whose bf16 rope part is read and written 16 bytes at a time). *extent: the elements the part spans. */
 static ropekv_status cache_part(const char *name, const char *est_name, const void *base, int64_t rows, int64_t B,
-                                int64_t est, int64_t bst, int64_t w, int fp8, int64_t *ext, rk_err *err) {
+                                int64_t est, int64_t bst, int64_t w, int align, int unit, int64_t *ext, rk_err *err) {
     const int64_t per_block = rows < B ? rows : B, blocks = rows == 0 ? 0 : (rows - 1) / B + 1;
     const int64_t block_w = per_block > 0 ? extent(per_block - 1, est, w) : 0;
     CHECK(base, ROPEKV_ERR_NULL, "%s is NULL", name);
@@ -62,17 +63,82 @@ static ropekv_status cache_part(const char *name, const char *est_name, const vo
     CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
           "%s: block stride %lld < %lld, the span of a block's %lld entries", name, (long long)bst, (long long)block_w,
           (long long)per_block);
-    CHECK(aligned(base, fp8 ? 8 : 16) && est % 8 == 0 && (blocks <= 1 || bst % 8 == 0), ROPEKV_ERR_ALIGN,
-          "%s must be %d-byte aligned with strides a multiple of 8 elements", name, fp8 ? 8 : 16);
+    CHECK(aligned(base, (size_t)align) && est % unit == 0 && (blocks <= 1 || bst % unit == 0), ROPEKV_ERR_ALIGN,
+          "%s must be %d-byte aligned with strides a multiple of %d elements", name, align, unit);
     *ext = blocks > 0 && block_w >= 0 ? extent(blocks - 1, blocks > 1 ? bst : 0, block_w) : blocks > 0 ? -1 : 0;
     CHECK(*ext >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements", name);
     return ROPEKV_OK;
 }
 
+/* The cache parts of the variant's layout: their pointers, strides and alignment; *kv and *rope: their
+ * extents in elements. */
+static ropekv_status cache_check(const rk_desc *p, const ropekv_args *a, int64_t *kv, int64_t *rope, rk_err *err) {
+    const int64_t R = p->R;
+    const int tile = p->kv == ROPEKV_KV_FP8_TILE, fp8 = p->kv == ROPEKV_KV_FP8_E4M3;
+    const int align = fp8 ? 8 : 16, unit = tile ? 16 : 8;
+    const int64_t row_w = p->kv == ROPEKV_KV_BF16 ? p->row_bytes / 2 : p->row_bytes; /* in cache elements */
+    if (p->layout == ROPEKV_KV_FLAT)
+        return cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_rows, a->kv_st, 0, row_w, align, unit, kv,
+                          err);
+    CHECK(a->kv_block_size >= 1 && a->kv_block_size <= INT32_MAX, ROPEKV_ERR_SHAPE,
+          "kv_block_size = %lld: must be in [1, 2^31) (layout %s)", (long long)a->kv_block_size,
+          rk_layout_name(p->layout));
+    ropekv_status st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_block_size, a->kv_st,
+                                  a->kv_block_st, row_w, align, unit, kv, err);
+    if (st == ROPEKV_OK && p->layout == ROPEKV_KV_SPLIT)
+        st = cache_part("kv_rope_cache", "kv_rope_st", a->kv_rope_cache, a->kv_rows, a->kv_block_size, a->kv_rope_st,
+                        a->kv_rope_block_st, R, align, unit, rope, err);
+    return st;
+}
+
+/* The read-back op's rules: tokens, slots, the cache of its layout, k_scale for an fp8 row with a scale, and
+ * the bf16 outputs (out [T, W], or [T, L] and out_rope [T, R]). */
+static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
+    const int64_t L = p->L, R = p->R, W = L + R, T = a->tokens;
+    const int split_out = a->out_rope != NULL;
+    CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
+    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
+    CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
+    int64_t kv_extent = 0, rope_extent = 0, out_extent = 0, out_rope_extent = 0;
+    if (T > 0) {
+        CHECK(a->out, ROPEKV_ERR_NULL, "out is NULL (the read-back op's output)");
+        CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
+        CHECK(p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+              "k_scale is NULL (fp8 cache with a scale)");
+        ropekv_status st = cache_check(p, a, &kv_extent, &rope_extent, err);
+        if (st != ROPEKV_OK) return st;
+        CHECK(rows_disjoint(T, 1, a->out_st, 0, split_out ? L : W), ROPEKV_ERR_STRIDE, "out token stride %lld < %lld",
+              (long long)a->out_st, (long long)(split_out ? L : W));
+        CHECK(!split_out || rows_disjoint(T, 1, a->out_rope_st, 0, R), ROPEKV_ERR_STRIDE,
+              "out_rope token stride %lld < %lld", (long long)a->out_rope_st, (long long)R);
+        CHECK(aligned(a->out, 16) && a->out_st % 8 == 0, ROPEKV_ERR_ALIGN,
+              "out must be 16-byte aligned with a token stride a multiple of 8 elements");
+        CHECK(!split_out || (aligned(a->out_rope, 16) && a->out_rope_st % 8 == 0), ROPEKV_ERR_ALIGN,
+              "out_rope must be 16-byte aligned with a token stride a multiple of 8 elements");
+        CHECK(aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4), ROPEKV_ERR_ALIGN,
+              "slots must be aligned to their element size");
+        CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
+        out_extent = span(T, 1, a->out_st, 0, split_out ? L : W);
+        out_rope_extent = split_out ? span(T, 1, a->out_rope_st, 0, R) : 0;
+        CHECK(out_extent >= 0 && out_rope_extent >= 0, ROPEKV_ERR_SHAPE,
+              "out: its strides and sizes reach past 2^62 elements");
+    }
+    rk_args_from_api(a, &pl->args);
+    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
+    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
+    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
+    const int64_t ext[] = {kv_extent, rope_extent, out_extent, out_rope_extent};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+        if (ext[i] > reach) reach = ext[i];
+    pl->wide = reach >= INT32_MAX;
+    return ROPEKV_OK;
+}
+
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
-    const int fp8 = p->kv != ROPEKV_KV_BF16, q8 = p->q_dtype != ROPEKV_Q_BF16;
+    const int q8 = p->q_dtype != ROPEKV_Q_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
+    if (p->op == ROPEKV_OP_READ) return read_check(p, a, pl, err);
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
     CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
@@ -99,7 +165,7 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
     CHECK(!tables || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
           "sin is NULL (the spec's cos/sin tables are split)");
-    CHECK(!has_kv || !fp8 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+    CHECK(!has_kv || p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
           "k_scale is NULL (fp8 cache with a scale)");
     CHECK(!has_q || !q8 || p->q8.scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
           "q_scale is NULL (fp8 query with a scale)");
@@ -120,21 +186,7 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     /* the cache rows, per layout (the caches are required with KV rows, whatever kv_rows says) */
     int64_t kv_extent = 0, rope_extent = 0;
     if (has_kv) {
-        ropekv_status st;
-        if (p->layout == ROPEKV_KV_FLAT) {
-            st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_rows, a->kv_st, 0, W, fp8, &kv_extent,
-                            err);
-        } else {
-            CHECK(a->kv_block_size >= 1 && a->kv_block_size <= INT32_MAX, ROPEKV_ERR_SHAPE,
-                  "kv_block_size = %lld: must be in [1, 2^31) (layout %s)", (long long)a->kv_block_size,
-                  rk_layout_name(p->layout));
-            const int split = p->layout == ROPEKV_KV_SPLIT;
-            st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_block_size, a->kv_st, a->kv_block_st,
-                            split ? L : W, fp8, &kv_extent, err);
-            if (st == ROPEKV_OK && split)
-                st = cache_part("kv_rope_cache", "kv_rope_st", a->kv_rope_cache, a->kv_rows, a->kv_block_size,
-                                a->kv_rope_st, a->kv_rope_block_st, R, fp8, &rope_extent, err);
-        }
+        ropekv_status st = cache_check(p, a, &kv_extent, &rope_extent, err);
         if (st != ROPEKV_OK) return st;
     }
     /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows and queries) */

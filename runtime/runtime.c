@@ -343,9 +343,9 @@ ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
 /* A variant's choices as the description takes them: the one list of its enumerated fields (the lookup
  * below compares two of them whole: rk_choice is enums only, no padding). */
 static rk_choice choice_of(const ropekv_variant *v) {
-    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout};
+    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout, v->op};
 }
-_Static_assert(sizeof(rk_choice) == 6 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
+_Static_assert(sizeof(rk_choice) == 7 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
 
 /* The description of v on the context's target, from the spec it names: one loaded at run time, else the
  * built-in one (read from the embedded text on first use). *spec receives the spec (d->spec points
@@ -594,7 +594,9 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .fp8_scale = rk_scale_name(d->kv8.scale),
         .fp8_saturate = d->kv8.sat,
         .fp8_rope_bf16_round = d->kv8.rope_bf16,
-        .fp8_matches = fp8 ? d->spec->fp8.matches : "",
+        .fp8_matches = d->kv == ROPEKV_KV_FP8_TILE ? d->spec->tile.matches
+                       : fp8                       ? d->spec->fp8.matches
+                                                   : "",
         .q_dtype = d->q_dtype,
         .q_fp8_format = q8 ? rk_fp8_name(d->fp8) : "",
         .q_fp8_scale = rk_scale_name(d->q8.scale),
@@ -606,6 +608,13 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .sanitize = d->sanitize,
         .block = d->arch->block,
         .pdl = d->arch->pdl && k->ctx->pdl,
+        .op = d->op,
+        .read_negative_slot = d->op == ROPEKV_OP_READ ? rk_enum_name(&rk_read_neg_enum, d->read_neg) : "",
+        .fp8_tile = d->tile,
+        .fp8_tile_scale = d->tile ? rk_enum_name(&rk_tile_scale_enum, d->tile_scale) : "",
+        .fp8_tile_scales_at = d->scales_at,
+        .fp8_tile_rope_at = d->rope_at,
+        .row_bytes = d->row_bytes,
     };
     return ROPEKV_OK;
 }

@@ -22,5 +22,7 @@ return {
   q_dtypes = { "bf16", "fp8_e4m3" },
   q_fp8 = { scale = "mul_recip", matches = "FlashInfer and aiter fused peers: q * (1 / q_scale)" },
   q_forms = { "absorbed", "zero_copy", "none" },
+  -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
+  kv_layouts = { "flat", "paged" },
   targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250", "sm_80", "sm_90", "host" },
 }

@@ -31,6 +31,8 @@ return {
   },
   negative_slot = "skip_all",
   q_forms = { "absorbed", "inplace" },
+  -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
+  kv_layouts = { "flat", "paged" },
   sanitize = true,
   targets = { "gfx942", "gfx950", "sm_90", "host" },
 }

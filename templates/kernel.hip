@@ -246,24 +246,91 @@ RK_DEVICE I divide(I n, rk_i64 d, rk_i64 mul, rk_i64 shift) {
     return n / (I)d;
 }
 
-// Where chunk c of a slot's KV row lies, in elements of its cache (kv_cache; kv_rope_cache for the
-// rope part of a split layout): include/ropekv.h, ropekv_kv_layout. In the 32-bit entry
-// 0 <= slot < kv_rows < 2^31, as divide() needs.
+// Where a slot's row lies, in elements of its cache (kv_cache; kv_rope_cache for the rope part of a split
+// layout): include/ropekv.h, ropekv_kv_layout. In the 32-bit entry 0 <= slot < kv_rows < 2^31, as
+// divide() needs.
 template <class I>
-RK_DEVICE I kv_at(const args &a, I slot, int c) {
-    if (LAYOUT == Layout::flat) return slot * (I)a.kv_st + c * V;
+RK_DEVICE I row_at(const args &a, I slot, bool rope) {
+    if (LAYOUT == Layout::flat) return slot * (I)a.kv_st;
     const I block = divide<I>(slot, a.kv_block_size, a.block_mul, a.block_shift);
     const I entry = slot - block * (I)a.kv_block_size;
-    if (LAYOUT == Layout::split && c >= L_CH)
-        return block * (I)a.kv_rope_block_st + entry * (I)a.kv_rope_st + (c - L_CH) * V;
-    return block * (I)a.kv_block_st + entry * (I)a.kv_st + c * V;
+    if (LAYOUT == Layout::split && rope) return block * (I)a.kv_rope_block_st + entry * (I)a.kv_rope_st;
+    return block * (I)a.kv_block_st + entry * (I)a.kv_st;
+}
+
+// Chunk c of a row (c < L_CH: the latent; then the rope part) within its row, in elements of the cache:
+// an fp8_tile row puts the latent's fp8 bytes first and the bf16 rope part at byte ROPE_AT.
+RK_DEVICE int in_row(int c) {
+    if (KV == Kv::fp8_tile) return c < L_CH ? c * V : ROPE_AT + (c - L_CH) * 2 * V;
+    if (LAYOUT == Layout::split && c >= L_CH) return (c - L_CH) * V;
+    return c * V;
+}
+
+template <class I>
+RK_DEVICE I kv_at(const args &a, I slot, int c) { return row_at<I>(a, slot, c >= L_CH) + in_row(c); }
+
+// fp8_tile rows: a tile of TILE values is TILE_CH chunks, on consecutive lanes of one wave (the copy
+// section starts at a multiple of the wave and a token's lanes are a multiple of TILE_CH: chunk()).
+constexpr int TILE_CH = TILE > 0 ? TILE / V : 1;
+
+// The largest |x| of a chunk, NaN ignored (a NaN compares false).
+RK_DEVICE float amax8(const f8 &y) {
+    float m = 0.0f;
+    for (int i = 0; i < V; i++) {
+        float x = rk_bits_f32(rk_f32_bits(y.v[i]) & 0x7fffffffu);
+        m = x > m ? x : m;
+    }
+    return m;
+}
+
+// The latent's values on their way into a tile: with SANITIZE, NaN -> 0 and +-inf -> +-BF16_MAX (the
+// tile's scale stays finite).
+RK_DEVICE f8 tile_prep(f8 y) {
+    if (SANITIZE)
+        for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
+    return y;
+}
+
+// The amax of chunk c's tile of token t's latent, own being the chunk's: the tile's lanes exchange
+// theirs (rk_group_max); on the host, where lanes run one after another, the lane reads its tile.
+template <class I>
+RK_DEVICE float tile_amax(const args &a, I t, int c, float own) {
+#if defined(RK_HOST)
+    const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
+    float m = 0.0f;
+    for (int k = c / TILE_CH * TILE_CH; k < (c / TILE_CH + 1) * TILE_CH; k++) {
+        float x = amax8(tile_prep(unpack_bf16(rk_load16(row + k * V))));
+        m = x > m ? x : m;
+    }
+    (void)own;
+    return m;
+#else
+    (void)a;
+    (void)t;
+    (void)c;
+    return rk_group_max<TILE_CH>(own);
+#endif
+}
+
+// A tile's scale: max(amax / SAT, FLT_MIN) (an IEEE division), rounded up to a power of two for
+// TileScale::pow2 (an inf amax gives an inf scale).
+RK_DEVICE float tile_scale(float amax) {
+    float s = amax / SAT;
+    s = s > 1.17549435e-38f ? s : 1.17549435e-38f;
+    if (TILE_SCALE == TileScale::pow2) {
+        rk_u32 u = rk_f32_bits(s);
+        if ((u & 0x7fffffu) != 0u && u < 0x7f800000u) u = (u & 0xff800000u) + 0x800000u;
+        s = rk_bits_f32(u);
+    }
+    return s;
 }
 
 // One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
 // only at the store, like skip_all's above: a slot below min_slot (negative, or a reserved row) or past
 // the cache skips the write.
 // The fp8 scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate:
-// read after the rotation it would add a memory round trip to the chain.
+// read after the rotation it would add a memory round trip to the chain. An fp8_tile row's latent
+// chunk finds its tile's scale with the other lanes of the tile before any of them can skip.
 template <class I>
 RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
@@ -280,17 +347,24 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
         f8 unused;
         y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
+    if (KV == Kv::fp8_tile && nope) {
+        y = tile_prep(y);
+        k_scale = tile_scale(tile_amax<I>(a, t, c, amax8(y)));
+    }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < a.min_slot || slot >= a.kv_rows) return;
     void *cache = LAYOUT == Layout::split && !nope ? a.kv_rope_cache : a.kv_cache;
     const I at = kv_at<I>(a, (I)slot, c);
-    if (KV == Kv::fp8_e4m3) {
+    if (KV == Kv::fp8_tile && nope) {
+        rk_store8_out((rk_u8 *)cache + at, pack_fp8<Scale::div, false>(y, k_scale, SAT, false));
+        if (c % TILE_CH == 0) *(float *)((rk_u8 *)cache + (at - c * V) + SCALES_AT + 4 * (c / TILE_CH)) = k_scale;
+    } else if (KV == Kv::fp8_e4m3) {
         rk_v8 out = pack_fp8<SCALE, SANITIZE>(y, fp8_factor<SCALE>(k_scale), SAT, ROPE_BF16 && !nope);
         rk_store8_out((rk_u8 *)cache + at, out);
-    } else {
+    } else {  // bf16 row, or an fp8_tile row's bf16 rope part
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16_out((rk_u16 *)cache + at, out);
+        rk_store16_out((rk_u8 *)cache + at * (KV == Kv::bf16 ? 2 : 1), out);
     }
 }
 
@@ -351,29 +425,4 @@ RK_DEVICE void chunk(const args &a, I g) {
     }
 }
 
-// This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = grid_tokens * a.lanes (rk_launch_plan in gen/desc.c).
-template <class I>
-RK_DEVICE void launch(const args &a) {
-    const rk_i64 total = a.grid_tokens * a.lanes;
-    if (RK_CHUNKS == 1 || a.chunks <= 1) {
-        RK_FOR_ONE(g, total) chunk<I>(a, (I)g);
-    } else {
-        RK_FOR_EACH(g, total, a.chunks) chunk<I>(a, (I)g);
-    }
-}
-
 }  // namespace rk
-
-// Entry points: ${name} uses 32-bit index math, ${name}_i64 64-bit (chosen by the launcher).
-// RK_ENTRIES picks the ones compiled: 1 the first, 2 the second, 3 (unset) both. The runtime builds
-// the 64-bit entry only for the first launch that needs it, which keeps its compile off ropekv_kernel_get's path.
-#ifndef RK_ENTRIES
-#define RK_ENTRIES 3
-#endif
-#if RK_ENTRIES & 1
-RK_ENTRY void ${name}(const rk::args a) { rk::launch<int>(a); }
-#endif
-#if RK_ENTRIES & 2
-RK_ENTRY void ${name}_i64(const rk::args a) { rk::launch<rk_i64>(a); }
-#endif

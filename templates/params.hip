@@ -13,12 +13,15 @@ namespace rkp {
 enum class Rope { gptj, neox, none };
 enum class CosSin { f32_cat, f32_split, bf16_split };
 enum class Index { int32, int64 };
-enum class Kv { bf16, fp8_e4m3 };
+enum class Kv { bf16, fp8_e4m3, fp8_tile };
 enum class Scale { none, mul_recip, div, mul };
 enum class Neg { skip_kv, skip_all };
 enum class QForm { absorbed, zero_copy, inplace, none };
 enum class QDtype { bf16, fp8_e4m3 };
 enum class Layout { flat, paged, split };
+enum class Op { write, read };
+enum class TileScale { f32, pow2 };
+enum class ReadNeg { zero, skip };
 
 constexpr int L = ${kv_lora_rank};                // kv_lora_rank
 constexpr int R = ${rope_dim};                    // qk_rope_head_dim
@@ -38,4 +41,10 @@ constexpr Scale Q_SCALE = Scale::${q_scale};      // fp8 query: scale convention
 constexpr float Q_SAT = ${q_sat};                 // fp8 query: saturation bound
 constexpr bool Q_ROPE_BF16 = ${q_rope_bf16};      // fp8 query: round the rope part to bf16 first
 constexpr bool SANITIZE = ${sanitize};            // NaN -> 0, +-inf -> +-max finite in the KV row
+constexpr Op OP = Op::${op};                      // the kernel family: the fused write, or the read-back
+constexpr int TILE = ${tile};                     // fp8_tile row: values per tile (0 for other rows)
+constexpr TileScale TILE_SCALE = TileScale::${tile_scale};  // fp8_tile row: scale kept as f32 or rounded up to 2^k
+constexpr int SCALES_AT = ${scales_at};           // fp8_tile row: byte offset of the float32 tile scales
+constexpr int ROPE_AT = ${rope_at};               // fp8_tile row: byte offset of the bf16 rope part
+constexpr ReadNeg READ_NEG = ReadNeg::${read_negative_slot};  // read: a row without a valid slot
 }  // namespace rkp

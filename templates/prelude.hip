@@ -162,7 +162,44 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 #endif
 }
 
+// fp8 e4m3 -> f32, exact, in the target's format (OCP: bias 7, 0x7f/0xff NaN; FNUZ: bias 8, 0x80 NaN).
+RK_DEVICE float rk_fp8_to_f32(rk_u32 b) {
+    const rk_u32 bias = RK_FP8_FNUZ ? 8u : 7u;
+    const rk_u32 sign = (b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+    if (RK_FP8_FNUZ ? b == 0x80u : (b & 0x7fu) == 0x7fu) return rk_bits_f32(0x7fc00000u);
+    if (e == 0u)  // subnormal: m units of 2^(1-bias-3), exact in f32
+        return rk_bits_f32(sign | rk_f32_bits((float)m * rk_bits_f32((127u + 1u - bias - 3u) << 23)));
+    return rk_bits_f32(sign | ((e - bias + 127u) << 23) | (m << 20));
+}
+
+#if !defined(RK_HOST)
+// The max of v over each aligned group of N consecutive lanes of a wave (N a power of two, at most 32),
+// through register shuffles: every lane of a group calls it at the same point. (The host runs lanes
+// one after another and has no such exchange: its kernels read what they need themselves.)
+template <int N>
+RK_DEVICE float rk_group_max(float v) {
+#if defined(RK_NV)
+    const rk_u32 lane = threadIdx.x & 31u;
+    const rk_u32 mask = N == 32 ? 0xffffffffu : ((1u << N) - 1u) << (lane & ~(rk_u32)(N - 1));
+#pragma unroll
+    for (int m = N / 2; m > 0; m /= 2) {
+        float o = __shfl_xor_sync(mask, v, m, N);
+        v = o > v ? o : v;
+    }
+#else
+    const int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+#pragma unroll
+    for (int m = N / 2; m > 0; m /= 2) {  // ds_bpermute: a cross-lane read, no LDS storage
+        float o = rk_bits_f32((rk_u32)__builtin_amdgcn_ds_bpermute((lane ^ m) << 2, (int)rk_f32_bits(v)));
+        v = o > v ? o : v;
+    }
+#endif
+    return v;
+}
+#endif
+
 RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
+RK_DEVICE rk_v8 rk_load8(const void *p) { return *(const rk_v8 *)p; }
 
 // Inputs the kernel never writes (q_nope, k_nope, k_pe, the tables). Through the read-only path only
 // without RK_PDL: ld.global.nc promises the data does not change while the kernel runs, and ptxas

@@ -579,7 +579,7 @@ static void test_spec_file_name_stays_a_comment(void **state) {
     rk_spec spec;
     rk_err err = {0};
     assert_int_equal(rk_spec_load(name, text, strlen(text), &cat.archs, &spec, &err), ROPEKV_OK);
-    rk_desc vs[RK_MAX_VARIANTS_PER_SPEC];
+    static rk_desc vs[RK_MAX_VARIANTS_PER_SPEC];
     assert_true(rk_variants(&spec, &cat.archs, vs, RK_MAX_VARIANTS_PER_SPEC, &err) > 0);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&vs[0], &src, &err), ROPEKV_OK);

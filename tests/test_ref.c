@@ -104,8 +104,7 @@ static void setup_init(setup *s, rk_rope rope, rk_cos_sin cs) {
 /* The reference run on the description of the setup's spec, row and choices (set them first). */
 static void ref_run(setup *s, const rk_args *a) {
     rk_err err = {0};
-    if (rk_desc_make(&s->spec, &s->arch, &(rk_choice){s->v.kv, s->v.q, s->v.pos, s->v.slot, s->v.q_dtype, s->v.layout},
-                     &s->v, &err) != ROPEKV_OK)
+    if (rk_desc_make(&s->spec, &s->arch, &(rk_choice[]){rk_desc_choice(&s->v)}[0], &s->v, &err) != ROPEKV_OK)
         fail_msg("rk_desc_make: %s", err.msg);
     rk_args b = *a;
     if (b.kv_tokens == 0) b.kv_tokens = b.tokens; /* most tests give one token count */
@@ -123,9 +122,7 @@ static void padding_case(int64_t T, int64_t K, int64_t min_slot, const int64_t *
     s.spec.negative_slot = RK_NEG_SKIP_ALL;
     s.v.q = ROPEKV_Q_ZERO_COPY;
     rk_err err = {0};
-    assert_int_equal(rk_desc_make(&s.spec, &s.arch,
-                                  &(rk_choice){s.v.kv, s.v.q, s.v.pos, s.v.slot, s.v.q_dtype, s.v.layout}, &s.v, &err),
-                     ROPEKV_OK);
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &(rk_choice[]){rk_desc_choice(&s.v)}[0], &s.v, &err), ROPEKV_OK);
     uint16_t q_pe[MAXT * H * R], q_out[MAXT * H * W], k[MAXT * W], kv[ROWS * W];
     int64_t pos[MAXT] = {0, 1, 2, 3};
     float cs[4 * R] = {0};

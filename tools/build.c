@@ -188,9 +188,8 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
                 free(tmp);
                 return -1;
             }
-            if (rk_desc_make(tmp[i].spec, target,
-                             &(rk_choice){tmp[i].kv, tmp[i].q, tmp[i].pos, tmp[i].slot, tmp[i].q_dtype, tmp[i].layout},
-                             &out[n], NULL) != ROPEKV_OK) {
+            if (rk_desc_make(tmp[i].spec, target, &(rk_choice[]){rk_desc_choice(&tmp[i])}[0], &out[n], NULL) !=
+                ROPEKV_OK) {
                 free(tmp);
                 return -1;
             }

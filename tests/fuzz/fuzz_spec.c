@@ -76,7 +76,13 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
     }
     int forms = 0; /* q forms times their query dtypes: q form none has one (no query output) */
     for (int i = 0; i < s->n_q; i++) forms += s->q[i] == ROPEKV_Q_NONE ? 1 : s->n_qdt;
-    FUZZ_CHECK(n == s->n_targets * s->n_kv * forms * s->n_pos * s->n_slot * s->n_layout, "%d variants", n);
+    int writes = 0, reads = 0;
+    for (int i = 0; i < s->n_ops; i++) {
+        writes += s->ops[i] == ROPEKV_OP_WRITE;
+        reads += s->ops[i] == ROPEKV_OP_READ;
+    }
+    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_slot * s->n_layout * (writes * forms * s->n_pos + reads),
+               "%d variants", n);
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
         FUZZ_CHECK(terminated(v[i].name, sizeof v[i].name) && strspn(v[i].name, NAME_CHARS) == strlen(v[i].name),
@@ -84,6 +90,7 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         for (int j = 0; j < i; j++) {
             FUZZ_CHECK(strcmp(v[i].key, v[j].key) != 0, "duplicate key %s", v[i].key);
             FUZZ_CHECK(strcmp(v[i].name, v[j].name) != 0, "%s and %s share the name %s", v[i].key, v[j].key, v[i].name);
+            /* (within one spec names are unique: the read-back op's canonical choices never meet) */
         }
     }
     rk_buf src = {0};
@@ -105,7 +112,7 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                    rk_neg_name(s->negative_slot),
                "enum out of range");
     FUZZ_CHECK(s->rope != RK_ROPE_NEOX || s->rope_dim % 16 == 0, "neox with R %d", s->rope_dim);
-    FUZZ_CHECK(s->n_pos >= 1 && s->n_pos <= 2 && s->n_slot >= 1 && s->n_slot <= 2 && s->n_kv >= 1 && s->n_kv <= 2 &&
+    FUZZ_CHECK(s->n_pos >= 1 && s->n_pos <= 2 && s->n_slot >= 1 && s->n_slot <= 2 && s->n_kv >= 1 && s->n_kv <= 3 &&
                    s->n_q >= 1 && s->n_q <= 4 && s->n_targets >= 1 && s->n_targets <= RK_MAX_TARGETS,
                "list sizes");
     for (int i = 0; i < s->n_q; i++) {
@@ -123,6 +130,20 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                    terminated(s->q_fp8.matches, sizeof s->q_fp8.matches),
                "matches");
     FUZZ_CHECK(s->n_qdt >= 1 && s->n_qdt <= 2, "q dtypes");
+    FUZZ_CHECK(s->n_ops >= 1 && s->n_ops <= 2 && rk_enum_name(&rk_read_neg_enum, s->read_neg), "ops");
+    int tile = 0;
+    for (int i = 0; i < s->n_kv; i++) tile |= s->kv[i] == ROPEKV_KV_FP8_TILE;
+    if (tile) {
+        const rk_tile_policy *t = &s->tile;
+        const int scales_end = t->scales_at + 4 * (s->kv_lora_rank / t->tile), rope_end = t->rope_at + 2 * s->rope_dim;
+        FUZZ_CHECK(t->tile >= 8 && t->tile <= 256 && (t->tile & (t->tile - 1)) == 0 && s->kv_lora_rank % t->tile == 0,
+                   "tile %d", t->tile);
+        FUZZ_CHECK(t->scales_at >= s->kv_lora_rank && t->rope_at >= s->kv_lora_rank && t->rope_at % 16 == 0 &&
+                       t->scales_at % 4 == 0 && (scales_end <= t->rope_at || rope_end <= t->scales_at) &&
+                       t->row_bytes == (scales_end > rope_end ? scales_end : rope_end),
+                   "tile row: scales at %d, rope at %d, %d bytes", t->scales_at, t->rope_at, t->row_bytes);
+        for (int i = 0; i < s->n_layout; i++) FUZZ_CHECK(s->layouts[i] != ROPEKV_KV_SPLIT, "fp8_tile split");
+    }
     FUZZ_CHECK(s->n_layout >= 1 && s->n_layout <= 3, "kv layouts");
     for (int i = 0; i < s->n_layout; i++) {
         FUZZ_CHECK(rk_layout_name(s->layouts[i]), "kv layout");

@@ -91,10 +91,18 @@ static int set_copy(set *d, const set *s, const sizes *z) {
                : -1;
 }
 
-/* KV tokens of a shape as a count. */
-static int64_t kv_tokens_of(const rk_shape *sh) {
+/* KV tokens of a shape as a count: the tokens with a slot (the read-back op: every token). */
+static int64_t kv_tokens_of(const rk_desc *v, const rk_shape *sh) {
+    if (v->op == ROPEKV_OP_READ) return sh->tokens;
     return sh->kv_tokens < 0 ? 0 : sh->kv_tokens ? sh->kv_tokens : sh->tokens;
 }
+
+/* Bytes of one cache element: 2 for bf16 rows, 1 for fp8 and fp8_tile rows (whose strides count bytes). */
+static int64_t kv_elem_of(const rk_desc *v) { return v->kv == ROPEKV_KV_BF16 ? 2 : 1; }
+
+/* The read-back op writes its rope parts to a second output (out_rope) in the shapes with several heads
+ * (heads mean nothing else to it), into out[:, L:] in the others. */
+static int split_out(const rk_desc *v, const rk_shape *sh) { return v->op == ROPEKV_OP_READ && sh->heads > 1; }
 
 /* The cache the harness lays out for K KV tokens: K + 3 slots; paged and split layouts in blocks of 4
  * entries, with padding between entries (pad) and between blocks (8 or 16 elements). Strides and sizes
@@ -104,7 +112,10 @@ typedef struct geometry {
 } geometry;
 
 static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
-    const int64_t L = v->L, R = v->R, W = L + R;
+    const int64_t L = v->L, R = v->R;
+    /* a row in cache elements; an fp8_tile row's padding in bytes keeps its 16-byte alignment */
+    const int64_t W = v->kv == ROPEKV_KV_BF16 ? v->row_bytes / 2 : v->row_bytes;
+    if (v->kv == ROPEKV_KV_FP8_TILE) pad *= 2;
     geometry g = {.rows = K + 3, .block = 1, .st = W + pad};
     if (v->layout == ROPEKV_KV_FLAT) {
         g.elems = g.rows * g.st;
@@ -125,7 +136,7 @@ static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
 
 static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args *a) {
     const int64_t L = v->spec->kv_lora_rank, R = v->spec->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
-    const int64_t K = kv_tokens_of(sh);
+    const int64_t K = kv_tokens_of(v, sh);
     const int64_t q_sh = W + sh->pad, q_st = H * q_sh + sh->pad;
     const int64_t o_sh = W + sh->pad, o_st = H * o_sh + sh->pad;
     memset(a, 0, sizeof *a);
@@ -159,6 +170,13 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->kv_rope_cache = v->layout == ROPEKV_KV_SPLIT ? s->kv_rope : NULL;
     a->kv_rope_st = g.rope_st;
     a->kv_rope_block_st = g.rope_block_st;
+    if (v->op == ROPEKV_OP_READ) { /* the outputs in the q_out buffer: out [T, W or L], then out_rope [T, R] */
+        const int two = split_out(v, sh);
+        a->out = s->q_out;
+        a->out_st = (two ? L : W) + sh->pad;
+        a->out_rope = two ? s->q_out + T * a->out_st : NULL;
+        a->out_rope_st = two ? R + sh->pad : 0;
+    }
     int64_t total, blocks;
     rk_launch_plan(v, a, &total, &blocks);
 }
@@ -192,7 +210,7 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
 static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_t pad, int64_t max_pos) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
-    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2, q_elem = v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2;
+    const int64_t kv_elem = kv_elem_of(v), q_elem = v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2;
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
@@ -215,7 +233,8 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
 
 void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
-    const sizes z = sizes_for(v, a->tokens, a->kv_tokens, a->heads, a->k_nope_st - W, a->max_pos);
+    const sizes z = sizes_for(v, a->tokens, v->op == ROPEKV_OP_READ ? a->tokens : a->kv_tokens, a->heads,
+                              a->k_nope_st - W, a->max_pos);
     const rk_check_buf b[RK_CHECK_NBUF] = {
         [RK_CHECK_Q] = {"q", (void *)a->q_nope, z.q, 1},
         [RK_CHECK_K] = {"k", (void *)a->k_nope, z.k, 0},
@@ -254,7 +273,7 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
                           sp->rope == RK_ROPE_GPTJ ? 3 : H2 + 1};
     const uint16_t x[4] = {rk_f32_to_bf16(1.03125f), rk_f32_to_bf16(1.0f), rk_f32_to_bf16(1.0f),
                            rk_f32_to_bf16(1.03125f)};
-    const int64_t K = kv_tokens_of(sh), P = sh->tokens > K ? sh->tokens : K;
+    const int64_t K = kv_tokens_of(v, sh), P = sh->tokens > K ? sh->tokens : K;
     for (int64_t t = 0; t < P; t++) {
         int64_t p = v->pos == ROPEKV_INDEX_INT64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
         if (p > 0) continue; /* positions <= 0 read table row 0 */
@@ -266,15 +285,51 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
     }
 }
 
+/* fp8_tile rows: the tiles whose scale is an edge case, planted in the first two KV tokens: token 0 an
+ * all-zero tile (+0 and -0: scale FLT_MIN), a tile whose amax is the saturation bound itself (scale 1 for
+ * OCP's 448), a tile of bf16 subnormals (amax / sat below FLT_MIN); token 1 a tile holding +inf and a tile
+ * holding NaN next to finite values (with sanitize: +-bf16 max and 0). */
+static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64_t row_elems) {
+    const int64_t K = kv_tokens_of(v, sh), n = v->tile, tiles = v->tile ? v->L / v->tile : 0;
+    if (v->kv != ROPEKV_KV_FP8_TILE || v->op != ROPEKV_OP_WRITE) return;
+    for (int64_t k = 0; k < tiles && k < 3 && K > 0; k++)
+        for (int64_t j = 0; j < n; j++) {
+            uint16_t x = k == 0   ? (j % 2 ? 0x8000 : 0x0000)
+                         : k == 1 ? rk_f32_to_bf16(j == 5   ? v->kv8.sat
+                                                   : j == 9 ? -v->kv8.sat
+                                                            : (float)(j % 7) - 3.0f)
+                                  : (uint16_t)(0x0001 + (j % 5) * 0x10 + (j % 2) * 0x8000); /* bf16 subnormals */
+            s->k[k * n + j] = x;
+        }
+    for (int64_t k = 0; k < tiles && k < 2 && K > 1; k++) s->k[row_elems + k * n + 3] = k == 0 ? 0x7f80 : 0x7fc0;
+}
+
+/* The read-back op's cache: every byte random (fp8 NaN codes and bf16 specials included), then each row's
+ * fp8_tile scales set to scales an engine writes (mostly in [2^-10, 2), some FLT_MIN). */
+static void fill_read_cache(const rk_desc *v, const rk_args *a, set *s, const sizes *z, rng *r) {
+    for (int64_t i = 0; i < z->kv; i++) s->kv[i] = (uint8_t)next(r);
+    for (int64_t i = 0; i < z->kv_rope; i++) s->kv_rope[i] = (uint8_t)next(r);
+    if (v->kv != ROPEKV_KV_FP8_TILE) return;
+    for (int64_t slot = 0; slot < a->kv_rows; slot++) {
+        const int64_t row = v->layout == ROPEKV_KV_FLAT
+                                ? slot * a->kv_st
+                                : slot / a->kv_block_size * a->kv_block_st + slot % a->kv_block_size * a->kv_st;
+        for (int k = 0; k < v->L / v->tile; k++) {
+            float scale = next(r) % 16 == 0 ? 0x1p-126f : uniform(r, 0x1p-10f, 2.0f);
+            memcpy(s->kv + row + v->scales_at + 4 * k, &scale, 4);
+        }
+    }
+}
+
 int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run, void *ctx, char *why, size_t why_cap) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
     const int64_t row_elems = W + sh->pad;
-    const int64_t kv_elem = v->kv == ROPEKV_KV_FP8_E4M3 ? 1 : 2;
+    const int64_t kv_elem = kv_elem_of(v);
     const int64_t cs_w = sp->cos_sin == RK_CS_F32_CAT ? R : R / 2;
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
-    const int64_t K = kv_tokens_of(sh), P = T > K ? T : K;
+    const int64_t K = kv_tokens_of(v, sh), P = T > K ? T : K;
     const sizes z = sizes_for(v, T, K, H, sh->pad, sh->max_pos);
     rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
@@ -341,12 +396,14 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
         }
     }
     plant_fma_witness(v, sh, &ref, q_st_of(v, sh), row_elems);
+    plant_tile_cases(v, sh, &ref, row_elems);
+    rk_args a;
+    args_for(v, sh, &ref, &a);
+    if (v->op == ROPEKV_OP_READ) fill_read_cache(v, &a, &ref, &z, &r);
     if (set_copy(&ker, &ref, &z)) {
         snprintf(why, why_cap, "out of memory");
         goto out;
     }
-    rk_args a;
-    args_for(v, sh, &ref, &a);
     for (int i = 0; i < (sh->runs > 1 ? sh->runs : 1); i++) rk_ref_run(v, &a);
     args_for(v, sh, &ker, &a);
     rc = run(ctx, v, &a);
@@ -354,7 +411,8 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
         if (!why[0]) snprintf(why, why_cap, "kernel run failed (%d)", rc);
         goto out;
     }
-    rc = compare("q_out", ref.q_out, ker.q_out, z.q_out, v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2, why, why_cap) ||
+    rc = compare(v->op == ROPEKV_OP_READ ? "out" : "q_out", ref.q_out, ker.q_out, z.q_out,
+                 v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2, why, why_cap) ||
          compare("q (in place)", ref.q, ker.q, z.q, 2, why, why_cap) ||
          compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap) ||
          compare("kv_rope_cache", ref.kv_rope, ker.kv_rope, z.kv_rope, kv_elem, why, why_cap);

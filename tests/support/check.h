@@ -37,10 +37,10 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
  * back). Every non-NULL pointer of those args lies inside one of them; the sizes follow from the args
  * (tokens, heads, strides, max_pos) and the variant. */
 enum {
-    RK_CHECK_Q, /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
-    RK_CHECK_K, /* [kv_tokens, L+R+pad] bf16 holding k_nope | k_pe */
-    RK_CHECK_Q_OUT,
-    RK_CHECK_KV,      /* kv_tokens + 3 cache rows (split layout: their latent parts), in blocks of 4 entries
+    RK_CHECK_Q,     /* [T, H, L+R+pad] bf16 holding q_nope | q_pe (compared: the in-place form writes it) */
+    RK_CHECK_K,     /* [kv_tokens, L+R+pad] bf16 holding k_nope | k_pe */
+    RK_CHECK_Q_OUT, /* also the read-back op's out and out_rope ([T, W+pad], or [T, L+pad] then [T, R+pad]) */
+    RK_CHECK_KV, /* kv_tokens (the read-back op: tokens) + 3 cache rows (split layout: their latent parts), in blocks of 4 entries
                          with padding between entries and between blocks for the paged and split layouts */
     RK_CHECK_KV_ROPE, /* split layout: the rope parts; else 0 bytes */
     RK_CHECK_POS,

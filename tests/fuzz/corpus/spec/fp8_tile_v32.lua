@@ -1,0 +1,31 @@
+-- DeepSeek-V3.2-Exp (DeepSeek Sparse Attention), from deepseek-ai/DeepSeek-V3.2-Exp config.json:
+--   the DeepSeek-V3 attention (kv_lora_rank 512, qk_rope_head_dim 64, 128 heads, the same YaRN rope with
+--   is_neox_style = False and one float32 cos_sin_cache [max_pos, 64]), plus the lightning indexer.
+-- Its MLA cache row is 656 bytes: the 512 latent values in fp8 e4m3, in 4 tiles of 128, each value
+-- divided by its tile's scale (round to nearest even, saturating); the 4 tile scales as float32,
+-- scale = max(amax(tile) / 448, FLT_MIN); then the 64 rope values in bf16, after RoPE. The engines keep
+-- it paged ([num_blocks, block_size, 656] bytes, block_size 64) with int64 slot mappings.
+return {
+  name = "fuzz_tile",
+  description = "DeepSeek-V3.2 MLA: L = 512, R = 64, 656-byte tile-scaled fp8 cache rows",
+  kv_lora_rank = 512,
+  qk_rope_head_dim = 64,
+  rope = "gptj",
+  cos_sin = "f32_cat",
+  positions = { "int64", "int32" },
+  slots = { "int64", "int32" },
+  kv_dtypes = { "fp8_tile", "bf16" },
+  fp8_tile = {
+    tile = 128,
+    scale = "f32",
+    scales_at = 512,
+    rope_at = 528,
+    matches = "vLLM fp8_ds_mla (concat_and_cache_ds_mla) and SGLang's NSA fp8 cache: x / scale, scale = amax / 448",
+  },
+  kv_layouts = { "paged", "flat" },
+  -- The query in fp8 for FlashMLA's sparse fp8 decode: per-tensor q_scale, multiplied by its reciprocal.
+  q_dtypes = { "bf16", "fp8_e4m3" },
+  q_fp8 = { scale = "mul_recip" },
+  q_forms = { "absorbed", "zero_copy", "none" },
+  targets = { "gfx942", "gfx950", "gfx1250", "sm_90", "host" },
+}
