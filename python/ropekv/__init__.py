@@ -39,7 +39,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel",
-    "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args", "ropekv_args",
-    "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
+    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
+    "Context", "Kernel", "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args",
+    "ropekv_args", "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
+    "version_number",
 ]

@@ -110,10 +110,8 @@ def _cache_part(a, t, layout, width, strict, rope=False, what="L+R"):
 def _cache_args(a, t, layout, info, strict):
     """The cache fields of ropekv_args from t["kv_cache"] (and t["kv_rope_cache"] for the split layout), checked
     against the kernel's row (info; None: widths as the tensors have them)."""
-    kv = info.kv if info is not None else None
-    if kv == "fp8_tile":
-        width = info.row_bytes
-        what = "the row bytes" if layout != "split" else "the latent part's bytes"
+    if info is not None and info.kv == "fp8_tile":  # one row, flat or paged (the spec refuses split)
+        width, what = info.row_bytes, "the row bytes"
     elif info is not None:
         width = info.L if layout == "split" else info.W
         what = "L" if layout == "split" else "L+R"
@@ -127,10 +125,7 @@ def _cache_args(a, t, layout, info, strict):
     rc = t["kv_rope_cache"]
     if rc is None:
         return
-    if info is None:
-        rwidth = int(rc.shape[-1]) if rc.dim() else 0
-    else:  # an fp8_tile cache's rope parts are bf16 values held as bytes
-        rwidth = 2 * info.R if kv == "fp8_tile" else info.R
+    rwidth = info.R if info is not None else (int(rc.shape[-1]) if rc.dim() else 0)
     rrows, rB = _cache_part(a, rc, layout, rwidth, strict, rope=True, what="R")
     if strict and (rB != B or rrows != rows):
         raise ValueError("kv_rope_cache %s must have the blocks and block size of kv_cache %s" % (

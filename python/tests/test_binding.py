@@ -714,13 +714,15 @@ FLT_MIN = 2.0 ** -126
 
 def tile_scales(torch, x, sat, pow2=False):
     """The float32 scale of each tile (the last dimension of x, float32): max(amax / sat, FLT_MIN), amax the
-    largest |x| ignoring NaN, the quotient a float32 division; pow2 rounds it up to a power of two."""
+    largest |x| ignoring NaN (an inf amax gives an inf scale), the quotient a float32 division; pow2 rounds a
+    finite scale up to a power of two."""
     a = x.abs()
     amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
     scale = torch.clamp(amax / sat, min=FLT_MIN)
     if pow2:
         m, e = torch.frexp(scale)  # scale = m * 2^e, m in [0.5, 1): a power of two when m == 0.5
-        scale = torch.where(m == 0.5, scale, torch.ldexp(torch.ones_like(scale), e.to(torch.int64)))
+        up = torch.ldexp(torch.ones_like(scale), e.to(torch.int64))
+        scale = torch.where((m == 0.5) | ~torch.isfinite(scale), scale, up)
     return scale
 
 
@@ -1322,8 +1324,9 @@ def test_host_torch_layouts(spec, kv, layout, B, unit_dim):
 
 def test_host_torch_fp8_tile_rows():
     """The fp8_tile write of deepseek_v32 against tile_rows byte for byte, with tiles of very different ranges
-    (one all zero: the FLT_MIN scale; one tiny, one huge) and padding slots, in both q forms the bench uses; the
-    kernel's parameters as the library reports them."""
+    (all zero: the FLT_MIN scale; 1e-30, bf16 subnormals, 1e30), tiles with NaN (ignored by amax; an all-NaN tile),
+    +-inf (an inf scale: x / inf and inf / inf) and padding slots, in both q forms the bench uses; the kernel's
+    parameters as the library reports them."""
     torch = _torch()
     c = context("host")
     k = c.kernel("deepseek_v32", kv="fp8_tile", q="absorbed", layout="paged")
@@ -1337,11 +1340,17 @@ def test_host_torch_fp8_tile_rows():
     for q in ("absorbed", "none"):
         kq = c.kernel("deepseek_v32", kv="fp8_tile", q=q, layout="paged")
         x = make_inputs(torch, "deepseek_v32", q, "fp8_tile", 20, 2, "cpu", seed=47)
-        kn = x["k_nope"]
-        kn[0, :128] = 0.0
-        kn[1, 128:256] *= 1e-30
-        kn[2, 256:384] *= 1e30
-        kn[3, 384:] = kn[3, 384:].abs()
+        kn = x["k_nope"]  # tokens with a slot in the cache (make_inputs: 0, 5, 10, 15 are padding, 3 past it)
+        kn[2, :128] = 0.0
+        kn[4, 128:256] *= 1e-30
+        kn[6, 256:384] *= 1e30
+        kn[7, 384:] = kn[7, 384:].abs()
+        kn[8, 5] = float("nan")
+        kn[9, :128] = float("nan")
+        kn[11, 130] = float("inf")
+        kn[12, 300], kn[12, 301] = float("-inf"), float("inf")
+        kn[13, 400:512] *= 1e-38  # bf16 subnormals: scale FLT_MIN
+        kn[14, 0] = 3.0e38  # near the bf16 max
         want = reference(torch, "deepseek_v32", q, "fp8_tile", x)
         cache = layout_cache(torch, "deepseek_v32", "fp8_tile", "paged", x["kv_cache"].numel() // 656, 16, "cpu")
         kq(**dict(x, kv_cache=cache["kv_cache"]))
@@ -1351,10 +1360,12 @@ def test_host_torch_fp8_tile_rows():
             q, int((cache["bases"][0] != exp).sum()))
         if q == "absorbed":
             _equal_bits(torch, x["q_out"], want["q_out"], "q_out")
-        # the scales: what tile_scales says, FLT_MIN for the zero tile
-        row0 = cache["entries"][0][0, int(x["slots"][0]) % 16] if int(x["slots"][0]) >= 0 else None
-        if row0 is not None and int(x["slots"][0]) < 16:
-            assert row0[512:516].contiguous().view(torch.float32).item() == FLT_MIN
+        slot = int(x["slots"][2])
+        zero_tile = cache["entries"][0][slot // 16, slot % 16, 512:516].contiguous().view(torch.float32)
+        assert zero_tile.item() == FLT_MIN, "the all-zero tile's scale"
+        slot = int(x["slots"][11])
+        inf_tile = cache["entries"][0][slot // 16, slot % 16, 516:520].contiguous().view(torch.float32)
+        assert inf_tile.item() == math.inf, "the scale of a tile with inf"
 
 
 def fill_rows(torch, spec, kv, rows, seed, specials=True):
@@ -1374,7 +1385,8 @@ def fill_rows(torch, spec, kv, rows, seed, specials=True):
     out = torch.zeros(rows, s["row_bytes"], dtype=torch.uint8)
     out[:, :L] = torch.randint(0, 256, (rows, L), generator=g).to(torch.uint8)
     nt = L // s["tile"]
-    scale = torch.exp2(torch.randint(-40, 20, (rows, nt), generator=g).float()) * (1 + torch.rand(rows, nt, generator=g))
+    scale = torch.exp2(torch.randint(-40, 20, (rows, nt), generator=g).float())
+    scale = scale * (1 + torch.rand(rows, nt, generator=g))
     out[:, s["scales_at"]:s["scales_at"] + 4 * nt] = scale.contiguous().view(torch.uint8)
     out[:, s["rope_at"]:s["rope_at"] + 2 * R] = torch.randn(rows, R, generator=g).to(torch.bfloat16).view(torch.uint8)
     return out
@@ -1431,11 +1443,16 @@ def run_read_case(torch, ctx, spec, kv, layout, B, device="cpu", split_out=False
 
 
 # (spec, kv, layout, block size, out_rope, min_slot, slots dtype)
-READ_CASES = [("deepseek_v3", "bf16", "flat", 1, False, 0, "int64"), ("deepseek_v3", "fp8_e4m3", "flat", 1, False, 1, "int32"),
-              ("deepseek_v3", "fp8_e4m3", "paged", 16, True, 0, "int64"), ("kimi_k2", "fp8_e4m3", "paged", 8, False, 0, "int64"),
-              ("minicpm3_4b", "fp8_e4m3", "flat", 1, True, 0, "int64"), ("deepseek_v2_lite", "fp8_e4m3", "split", 16, False, 0, "int64"),
-              ("deepseek_v2_lite", "bf16", "split", 8, True, 1, "int64"), ("deepseek_v32", "fp8_tile", "paged", 64, False, 0, "int64"),
-              ("deepseek_v32", "fp8_tile", "flat", 1, True, 1, "int32"), ("deepseek_v32", "bf16", "paged", 16, False, 0, "int64")]
+READ_CASES = [("deepseek_v3", "bf16", "flat", 1, False, 0, "int64"),
+              ("deepseek_v3", "fp8_e4m3", "flat", 1, False, 1, "int32"),
+              ("deepseek_v3", "fp8_e4m3", "paged", 16, True, 0, "int64"),
+              ("kimi_k2", "fp8_e4m3", "paged", 8, False, 0, "int64"),
+              ("minicpm3_4b", "fp8_e4m3", "flat", 1, True, 0, "int64"),
+              ("deepseek_v2_lite", "fp8_e4m3", "split", 16, False, 0, "int64"),
+              ("deepseek_v2_lite", "bf16", "split", 8, True, 1, "int64"),
+              ("deepseek_v32", "fp8_tile", "paged", 64, False, 0, "int64"),
+              ("deepseek_v32", "fp8_tile", "flat", 1, True, 1, "int32"),
+              ("deepseek_v32", "bf16", "paged", 16, False, 0, "int64")]
 
 
 @parametrize("spec,kv,layout,B,split_out,min_slot,slots", READ_CASES)
@@ -1547,7 +1564,8 @@ def _check_layout_errors(torch, ctx, device):
     e = _expect(ValueError, lambda: r8(kv_cache=p8["kv_cache"], slots=slots, out=out))
     assert "k_scale" in str(e)
     r8(kv_cache=p8["kv_cache"], slots=slots, out=out, k_scale=torch.ones(1, device=device))
-    _expect(TypeError, lambda: r8(kv_cache=paged["kv_cache"], slots=slots, out=out, k_scale=torch.ones(1, device=device)))
+    _expect(TypeError, lambda: r8(kv_cache=paged["kv_cache"], slots=slots, out=out,
+                                  k_scale=torch.ones(1, device=device)))  # a bf16 cache for an fp8 kernel
     # the library's own checks of a read launch (raw arguments bypass the Python ones)
     args, keep = r.args(kv_cache=paged["kv_cache"], slots=slots, out=out)
     args.out = None
@@ -1801,6 +1819,35 @@ def test_cuda_fp8_q_large():
 def test_cuda_fp8_q_errors():
     torch = _cuda_torch()
     _check_fp8_q_errors(torch, context("cuda"), "cuda")
+
+
+def _cuda_spec(ctx, spec, **variant):
+    ok, why = ctx.query(spec, **variant)
+    if not ok and "ROPEKV_ERR_UNSUPPORTED" in why:
+        skip("%s on %s: %s" % (spec, ctx.target, why))
+
+
+@parametrize("spec,kv,layout,B,unit_dim", TILE_LAYOUT_CASES + LAYOUT_CASES)
+def test_cuda_layouts(spec, kv, layout, B, unit_dim):
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    _cuda_spec(ctx, spec, kv=kv, layout=layout)
+    run_layout_case(torch, ctx, spec, kv, layout, B, device="cuda", unit_dim=unit_dim, T=1016 if B == 64 else 67,
+                    H=16, specials=kv != "fp8_tile", seed=71)
+
+
+@parametrize("spec,kv,layout,B,split_out,min_slot,slots", READ_CASES)
+def test_cuda_read(spec, kv, layout, B, split_out, min_slot, slots):
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    _cuda_spec(ctx, spec, kv=kv, layout=layout, op="read")
+    run_read_case(torch, ctx, spec, kv, layout, B, device="cuda", split_out=split_out, min_slot=min_slot,
+                  slots_dtype=slots, T=1000, rows=2048, unit_dim=layout == "paged" and B == 8)
+
+
+def test_cuda_fp8_tile_errors():
+    torch = _cuda_torch()
+    _check_tile_errors(torch, context("cuda"), "cuda")
 
 
 # ---- plain runner --------------------------------------------------------------------------------------------
