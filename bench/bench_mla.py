@@ -4,6 +4,8 @@
     python3 bench/bench_mla.py --out bench/results            # the full sweep
     python3 bench/bench_mla.py --quick --out /tmp/r           # T in {1, 128, 2048}, H = 16, bf16
     python3 bench/bench_mla.py --cpu --T 1,7 --H 2 --out /tmp/r   # a check of the script itself (no GPU)
+    python3 bench/bench_mla.py --mode v32 --out /tmp/r         # DeepSeek-V3.2's fp8_tile paged writer
+    python3 bench/bench_mla.py --mode read --out /tmp/r        # the read-back op (fp8_tile, fp8_e4m3, bf16)
 
 Shapes: L = 512, R = 64 (GPT-J rope), f32 cos_sin_cache [4096, 64]; T tokens x H heads x KV dtype.
 Inputs are laid out as engines pass them: q_nope / q_pe slices of one [T, H, 576] query, k_nope / k_pe
@@ -61,6 +63,12 @@ cos/sin rows read). Per shape, "copy us" is a device copy of half those bytes (s
 written) timed the same way: what this device achieves moving this much data in one call, the fairer
 bar at mid sizes where launch ramp-up and tail are a visible part of a call. Per method, "BW %" is the
 bytes that method's job moves (its q form and q dtype: see op_bytes) / its time / the copy bandwidth.
+
+--mode v32: ropekv's deepseek_v32 fp8_tile paged writer (q forms absorbed and none) against a Triton kernel doing the
+same job in one launch (triton_v32, triton_v32_pdl, triton_v32_none), torch.compile and the eager sequence (see
+main_job, bench/README.md). --mode read: ropekv's read-back kernels (fp8_tile paged, fp8_e4m3 and bf16 flat) against
+a Triton gather + dequant kernel, torch.compile and eager. Both check every method against a PyTorch reference of the
+job and compare the Triton peers' outputs with ropekv's byte for byte.
 
 --cpu runs the PyTorch methods (eager, eager_fp8q) and the ropekv methods (the host backend: the kernels compiled
 for the CPU) with the checks on the CPU at the given shapes, with CPU times and a CPU copy bandwidth: a check of
