@@ -4,6 +4,8 @@
     python3 bench/bench_mla.py --out bench/results            # the full sweep
     python3 bench/bench_mla.py --quick --out /tmp/r           # T in {1, 128, 2048}, H = 16, bf16
     python3 bench/bench_mla.py --cpu --T 1,7 --H 2 --out /tmp/r   # a check of the script itself (no GPU)
+    python3 bench/bench_mla.py --mode v32 --out /tmp/r         # DeepSeek-V3.2's fp8_tile paged writer
+    python3 bench/bench_mla.py --mode read --out /tmp/r        # the read-back op (fp8_tile, fp8_e4m3, bf16)
 
 Shapes: L = 512, R = 64 (GPT-J rope), f32 cos_sin_cache [4096, 64]; T tokens x H heads x KV dtype.
 Inputs are laid out as engines pass them: q_nope / q_pe slices of one [T, H, 576] query, k_nope / k_pe
@@ -62,6 +64,12 @@ written) timed the same way: what this device achieves moving this much data in 
 bar at mid sizes where launch ramp-up and tail are a visible part of a call. Per method, "BW %" is the
 bytes that method's job moves (its q form and q dtype: see op_bytes) / its time / the copy bandwidth.
 
+--mode v32: ropekv's deepseek_v32 fp8_tile paged writer (q forms absorbed and none) against a Triton kernel doing the
+same job in one launch (triton_v32, triton_v32_pdl, triton_v32_none), torch.compile and the eager sequence (see
+main_job, bench/README.md). --mode read: ropekv's read-back kernels (fp8_tile paged, fp8_e4m3 and bf16 flat) against
+a Triton gather + dequant kernel, torch.compile and eager. Both check every method against a PyTorch reference of the
+job and compare the Triton peers' outputs with ropekv's byte for byte.
+
 --cpu runs the PyTorch methods (eager, eager_fp8q) and the ropekv methods (the host backend: the kernels compiled
 for the CPU) with the checks on the CPU at the given shapes, with CPU times and a CPU copy bandwidth: a check of
 the script (inputs, reference, checks, tables) and of the host backend against the reference, not numbers."""
@@ -115,6 +123,27 @@ PREFETCH_PEERS = ["triton_prefetch"]  # compared with ropekv_prefetch only (the 
 FP8Q_PEERS = ["triton_fp8q", "triton_fp8q_pdl", "compile_fp8q", "eager_fp8q"]  # compared with ropekv_fp8q
 CPU_METHODS = ["eager", "eager_fp8q"] + [m for m in FORMS if m.startswith("ropekv")]  # what --cpu can run
 
+# --mode v32: DeepSeek-V3.2's writer, the fp8_tile row (656 bytes: 4 tiles of 128 fp8 latent values, their 4 float32
+# scales, the 64 rope values in bf16) in a paged cache; method -> its q form
+TILE, ROW_BYTES, SCALES_AT, ROPE_AT = 128, 656, 512, 528
+NTILES = L // TILE
+FLT_MIN = 2.0 ** -126
+V32_BLOCK = 64  # vLLM's block size for DeepSeek-V3.2's fp8_ds_mla cache
+V32_FORMS = {"ropekv_v32": "absorbed", "ropekv_v32_none": "none", "triton_v32": "absorbed",
+             "triton_v32_pdl": "absorbed", "triton_v32_none": "none", "compile_v32": "absorbed",
+             "eager_v32": "absorbed", "eager_v32_none": "none"}
+# --mode read: rows gathered by slot and dequantized to bf16 [T, 576]; kv dtype -> (spec, layout) read
+READ_KV = {"fp8_tile": ("deepseek_v32", "paged"), "fp8_e4m3": ("deepseek_v3", "flat"), "bf16": ("deepseek_v3", "flat")}
+READ_METHODS = ["ropekv_read", "triton_read", "triton_read_pdl", "compile_read", "eager_read"]
+# per ropekv method of these modes: the peers doing the same job (its "vs best peer" column)
+JOB_PEERS = {"ropekv_v32": ["triton_v32", "triton_v32_pdl", "compile_v32", "eager_v32"],
+             "ropekv_v32_none": ["triton_v32_none", "eager_v32_none"],
+             "ropekv_read": ["triton_read", "triton_read_pdl", "compile_read", "eager_read"]}
+# the Triton peers whose outputs must equal ropekv's byte for byte (the same arithmetic)
+SAME_AS = {"triton_v32": "ropekv_v32", "triton_v32_pdl": "ropekv_v32", "triton_v32_none": "ropekv_v32_none",
+           "triton_read": "ropekv_read", "triton_read_pdl": "ropekv_read"}
+MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHODS}
+
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
 
@@ -131,6 +160,11 @@ def default_methods(spec):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="directory for .md, .csv, .png")
+    p.add_argument("--mode", default="write", choices=sorted(MODE_METHODS),
+                   help="write: the fused write of --spec (default); v32: DeepSeek-V3.2's fp8_tile paged writer; "
+                        "read: the read-back op (rows gathered by slot, dequantized to bf16)")
+    p.add_argument("--block-size", type=int, default=V32_BLOCK,
+                   help="entries per block of the paged caches of --mode v32 and read (default %d)" % V32_BLOCK)
     p.add_argument("--quick", action="store_true", help="T in {1, 128, 2048}, H = 16, kv bf16")
     p.add_argument("--spec", default="deepseek_v3", choices=sorted(SPECS),
                    help="the ropekv spec benchmarked: its q forms and fp8 policies (default deepseek_v3)")
@@ -138,7 +172,7 @@ def parse_args(argv=None):
                    help="comma list of %s (default: every method whose q form the spec lists)" % ", ".join(ALL_METHODS))
     p.add_argument("--T", default=None, help="comma list of token counts (default: the full sweep)")
     p.add_argument("--H", default=None, help="comma list of head counts")
-    p.add_argument("--kv", default=None, help="comma list of bf16, fp8_e4m3")
+    p.add_argument("--kv", default=None, help="comma list of bf16, fp8_e4m3 (--mode read: and fp8_tile)")
     p.add_argument("--q-scale", type=float, default=Q_SCALE, help="the fp8 query's scale (default %g)" % Q_SCALE)
     p.add_argument("--calls", type=int, default=50, help="calls per CUDA graph")
     p.add_argument("--reps", type=int, default=5, help="graph replays (the median is reported)")
@@ -156,19 +190,32 @@ def parse_args(argv=None):
     ints = lambda s: [int(v) for v in s.split(",") if v.strip()]  # noqa: E731
     a.T_list = ints(a.T) if a.T else ([1, 128, 2048] if a.quick else ALL_T)
     a.H_list = ints(a.H) if a.H else ([16] if a.quick else ALL_H)
-    a.kv_list = [v.strip() for v in a.kv.split(",")] if a.kv else (["bf16"] if a.quick else ALL_KV)
+    known_kv = {"write": ALL_KV, "v32": ["fp8_tile"], "read": list(READ_KV)}[a.mode]
+    if a.mode == "v32":
+        a.kv_list = ["fp8_tile"]  # the job's cache
+    elif a.mode == "read":
+        a.H_list = [1]  # no heads: the op reads cache rows
+        a.kv_list = [v.strip() for v in a.kv.split(",")] if a.kv else list(READ_KV)
+    else:
+        a.kv_list = [v.strip() for v in a.kv.split(",")] if a.kv else (["bf16"] if a.quick else ALL_KV)
+    known = MODE_METHODS[a.mode]
+    cpu_ok = CPU_METHODS if a.mode == "write" else [m for m in known if m.startswith(("ropekv", "eager"))]
     if a.methods:
         a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
-    else:
+    elif a.mode == "write":
         a.method_list = [m for m in default_methods(a.spec) if not a.cpu or m in CPU_METHODS]
+    else:
+        a.method_list = [m for m in known if not a.cpu or m in cpu_ok]
     for m in a.method_list:
-        if m not in ALL_METHODS:
-            p.error("unknown method %r (known: %s)" % (m, ", ".join(ALL_METHODS)))
-        if a.cpu and m not in CPU_METHODS:
-            p.error("--cpu runs eager, eager_fp8q and the ropekv methods only, not %r" % m)
+        if m not in known:
+            p.error("unknown method %r for --mode %s (known: %s)" % (m, a.mode, ", ".join(known)))
+        if a.cpu and m not in cpu_ok:
+            p.error("--cpu runs the eager and ropekv methods only, not %r" % m)
     for kv in a.kv_list:
-        if kv not in ALL_KV:
-            p.error("unknown kv %r" % kv)
+        if kv not in known_kv:
+            p.error("unknown kv %r for --mode %s (known: %s)" % (kv, a.mode, ", ".join(known_kv)))
+    if a.block_size < 1:
+        p.error("--block-size must be >= 1")
     if not a.q_scale > 0:
         p.error("--q-scale must be > 0")
     return a
@@ -428,6 +475,101 @@ def triton_kernels():
                     tl.store(row + L + pe, y.to(tl.bfloat16))
 
     @triton.jit
+    def v32_write_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, cache_ptr, pos_ptr, slot_ptr, cs_ptr,
+                         q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st, k_pe_st, block_size,
+                         block_st, entry_st, H, L: tl.constexpr, R: tl.constexpr, TILE: tl.constexpr,
+                         NT: tl.constexpr, SCALES_AT: tl.constexpr, ROPE_AT: tl.constexpr, FP8_MAX: tl.constexpr,
+                         SCALE_MIN: tl.constexpr, USE_GDC: tl.constexpr):
+        # DeepSeek-V3.2's writer in one launch, grid (T, H + 1) (q form none: (T, 1) with H = 0): a program per
+        # (token, head) writes the absorbed query row, one per token the 656-byte fp8_tile row of its paged slot:
+        # per tile of 128 latent values scale = max(amax / 448, FLT_MIN) and fp8(x / scale), both correctly
+        # rounded divisions (tl.div_rn), the float32 scales after the 512 codes, then the rope part in bf16. The
+        # rope is ropekv's (explicit fmas on rounded products), so every byte is expected equal to ropekv's.
+        if USE_GDC:  # PDL: wait for the previous grid before any memory access
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
+        nope = tl.arange(0, L)
+        pe = tl.arange(0, R)
+        if h < H:
+            hh = h.to(tl.int64)
+            dst = q_out_ptr + t * q_out_st + hh * q_out_sh
+            tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
+            xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+            tl.store(dst + L + pe, y.to(tl.bfloat16))
+        else:
+            slot = tl.load(slot_ptr + t).to(tl.int64)
+            if slot >= 0:
+                row = cache_ptr + (slot // block_size) * block_st + (slot % block_size) * entry_st
+                tiles = tl.arange(0, NT)[:, None] * TILE + tl.arange(0, TILE)[None, :]
+                x = tl.load(k_nope_ptr + t * k_nope_st + tiles).to(tl.float32)
+                ax = tl.where(x == x, tl.abs(x), 0.0)  # amax ignoring NaN
+                amax = tl.max(ax, axis=1)
+                scale = tl.maximum(tl.div_rn(amax, tl.full([NT], FP8_MAX, tl.float32)), SCALE_MIN)
+                v = tl.div_rn(x, tl.broadcast_to(scale[:, None], (NT, TILE)))
+                v = tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+                tl.store(row + tiles, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
+                tl.store((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + tl.arange(0, NT), scale)
+                xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+                tl.store((row + ROPE_AT).to(tl.pointer_type(tl.bfloat16)) + pe, y.to(tl.bfloat16))
+
+    @triton.jit
+    def read_rows_kernel(cache_ptr, slot_ptr, out_ptr, k_scale_ptr, rows, block_size, block_st, entry_st, out_st,
+                         L: tl.constexpr, R: tl.constexpr, KIND: tl.constexpr, SCALE_OP: tl.constexpr,
+                         TILE: tl.constexpr, NT: tl.constexpr, SCALES_AT: tl.constexpr, ROPE_AT: tl.constexpr,
+                         USE_GDC: tl.constexpr):
+        # The read-back in one launch, a program per token: out[t] = the row of slots[t] (paged addressing; a flat
+        # cache is blocks of one row) as bf16, zeros for a slot outside [0, rows). KIND 0: a bf16 row copied;
+        # 1: fp8 e4m3 bytes, value * k_scale (SCALE_OP 1) or value / k_scale (2, tl.div_rn) or value (0);
+        # 2: the fp8_tile row, value * its tile's float32 scale, the bf16 rope part copied. Each value is one
+        # float32 operation rounded to bf16, so every element is expected equal to ropekv's.
+        if USE_GDC:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        t = tl.program_id(0).to(tl.int64)
+        slot = tl.load(slot_ptr + t).to(tl.int64)
+        dst = out_ptr + t * out_st
+        nope = tl.arange(0, L)
+        pe = tl.arange(0, R)
+        if (slot >= 0) & (slot < rows):
+            row = cache_ptr + (slot // block_size) * block_st + (slot % block_size) * entry_st
+            if KIND == 0:
+                tl.store(dst + nope, tl.load(row + nope))
+                tl.store(dst + L + pe, tl.load(row + L + pe))
+            elif KIND == 1:
+                vn = tl.load(row + nope).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+                vr = tl.load(row + L + pe).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+                if SCALE_OP == 1:
+                    ks = tl.load(k_scale_ptr)
+                    vn = vn * ks
+                    vr = vr * ks
+                elif SCALE_OP == 2:
+                    ks = tl.load(k_scale_ptr)
+                    vn = tl.div_rn(vn, tl.full([L], 1.0, tl.float32) * ks)
+                    vr = tl.div_rn(vr, tl.full([R], 1.0, tl.float32) * ks)
+                tl.store(dst + nope, vn.to(tl.bfloat16))
+                tl.store(dst + L + pe, vr.to(tl.bfloat16))
+            else:
+                tiles = tl.arange(0, NT)[:, None] * TILE + tl.arange(0, TILE)[None, :]
+                v = tl.load(row + tiles).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+                sc = tl.load((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + tl.arange(0, NT))
+                tl.store(dst + tiles, (v * sc[:, None]).to(tl.bfloat16))
+                tl.store(dst + L + pe, tl.load((row + ROPE_AT).to(tl.pointer_type(tl.bfloat16)) + pe))
+        else:
+            tl.store(dst + nope, tl.zeros([L], dtype=tl.bfloat16))
+            tl.store(dst + L + pe, tl.zeros([R], dtype=tl.bfloat16))
+
+    @triton.jit
     def empty_kernel(x_ptr):
         pass
 
@@ -436,8 +578,8 @@ def triton_kernels():
         o = tl.arange(0, 4)
         tl.store(dst_ptr + o, tl.load(src_ptr + o))
 
-    _TRITON.update(mla=mla_rope_kv_kernel, mla_fp8q=mla_rope_kv_fp8q_kernel, empty=empty_kernel,
-                   roundtrip=roundtrip_kernel, version=triton.__version__)
+    _TRITON.update(mla=mla_rope_kv_kernel, mla_fp8q=mla_rope_kv_fp8q_kernel, v32=v32_write_kernel,
+                   read=read_rows_kernel, empty=empty_kernel, roundtrip=roundtrip_kernel, version=triton.__version__)
     return _TRITON
 
 
@@ -1158,7 +1300,12 @@ PLOT_STYLE = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "ropekv_prefet
               "ropekv_inplace": ("C7", "o"), "ropekv_inplace_fp8q": ("C7", "D"), "ropekv_none": ("k", "x"),
               "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"),
               "triton_fp8q": ("C0", "P"), "triton_fp8q_pdl": ("C4", "P"),
-              "compile": ("C2", "^"), "eager": ("C1", "v"), "compile_fp8q": ("C2", "<"), "eager_fp8q": ("C1", ">")}
+              "compile": ("C2", "^"), "eager": ("C1", "v"), "compile_fp8q": ("C2", "<"), "eager_fp8q": ("C1", ">"),
+              "ropekv_v32": ("C3", "o"), "ropekv_v32_none": ("C3", "x"), "triton_v32": ("C0", "s"),
+              "triton_v32_pdl": ("C4", "s"), "triton_v32_none": ("C0", "x"), "compile_v32": ("C2", "^"),
+              "eager_v32": ("C1", "v"), "eager_v32_none": ("C1", "x"), "ropekv_read": ("C3", "o"),
+              "triton_read": ("C0", "s"), "triton_read_pdl": ("C4", "s"), "compile_read": ("C2", "^"),
+              "eager_read": ("C1", "v")}
 
 
 def plot(path, meta, rows, methods, args):
@@ -1166,7 +1313,10 @@ def plot(path, meta, rows, methods, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     Hs = sorted({r["H"] for r in rows})
-    kvs = [kv for kv in ALL_KV if any(r["kv"] == kv for r in rows)]
+    kvs = []
+    for r in rows:
+        if r["kv"] not in kvs:
+            kvs.append(r["kv"])
     fig, axes = plt.subplots(len(Hs), len(kvs), figsize=(6.5 * len(kvs), 4.8 * len(Hs)), squeeze=False)
     for i, H in enumerate(Hs):
         for j, kv in enumerate(kvs):
@@ -1177,7 +1327,7 @@ def plot(path, meta, rows, methods, args):
                        if r["results"].get(m) and r["results"][m]["status"] == "ok"]
                 if pts:
                     c, mk = PLOT_STYLE.get(m, ("k", "."))
-                    ls = "--" if FORMS[m][1] else "-"
+                    ls = "--" if (FORMS[m][1] if m in FORMS else m.endswith("_none")) else "-"
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, color=c, linestyle=ls, label=m)
             if sel:
                 ax.plot([r["T"] for r in sel], [r["limit_us"] for r in sel], "k--", label="limit")
@@ -1191,11 +1341,709 @@ def plot(path, meta, rows, methods, args):
             ax.set_title("H=%d, kv=%s" % (H, kv))
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle("MLA RoPE + KV write, DeepSeek-V3 dims, %s (%s)" % (meta["gpu"], meta["date"]))
+    title = {"v32": "DeepSeek-V3.2 fp8_tile writer", "read": "KV-cache read-back"}.get(
+        meta.get("mode"), "MLA RoPE + KV write, DeepSeek-V3 dims")
+    fig.suptitle("%s, %s (%s)" % (title, meta["gpu"], meta["date"]))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ---- --mode v32 and --mode read: DeepSeek-V3.2's fp8_tile writer and the read-back op -----------------------------
+def v32_bytes(T, H, form):
+    """The bytes one call of the V3.2 writer moves at least: the absorbed query (q_nope + q_pe read, q_out written;
+    none: nothing), k_nope + k_pe read, the 656-byte row written, positions + slots (int64) and the cos/sin rows."""
+    q = T * H * (L + R) * 2 + T * H * W * 2 if form == "absorbed" else 0
+    return q + T * (L + R) * 2 + T * ROW_BYTES + T * 8 * 2 + T * R * 4
+
+
+READ_ROW_BYTES = {"bf16": 2 * W, "fp8_e4m3": W, "fp8_tile": ROW_BYTES}
+
+
+def read_bytes(T, kv):
+    """The bytes one read-back call moves: each row read (1152, 576 or 656 bytes), the bf16 [T, 576] out written,
+    the slots (int64) read."""
+    return T * READ_ROW_BYTES[kv] + T * W * 2 + T * 8
+
+
+def job_bytes(T, H, kv, method):
+    if method in V32_FORMS:
+        return v32_bytes(T, H, V32_FORMS[method])
+    return read_bytes(T, kv)
+
+
+def tile_row_bytes(torch, k_nope, rope):
+    """The fp8_tile rows (uint8 [n, 656]) of latents k_nope [n, 512] and rope parts [n, 64] (bf16, already
+    rotated): per tile of 128 values scale = max(amax / 448, FLT_MIN) (amax of |x| ignoring NaN, a float32
+    division), the codes fp8(x / scale) (a float32 division, clamped, to nearest even), the 4 float32 scales at
+    byte 512, the rope values at byte 528."""
+    n = k_nope.shape[0]
+    x = k_nope.float().reshape(n, NTILES, TILE)
+    a = x.abs()
+    amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
+    scale = (amax / FP8_MAX).clamp(min=FLT_MIN)
+    codes = _fp8_codes(torch, (x / scale[..., None]).clamp(-FP8_MAX, FP8_MAX)).reshape(n, L)
+    rows = torch.empty(n, ROW_BYTES, dtype=torch.uint8, device=k_nope.device)
+    rows[:, :L] = codes
+    rows[:, SCALES_AT:ROPE_AT] = scale.contiguous().view(torch.uint8)
+    rows[:, ROPE_AT:] = rope.contiguous().view(torch.uint8)
+    return rows, scale
+
+
+def fp8_values(torch, codes):
+    """float32 values of e4m3fn codes (uint8): the float8 dtype's cast, or the table where torch has none."""
+    if _has_float8():
+        return codes.view(torch.float8_e4m3fn).float()
+    return _e4m3_values(torch, codes)
+
+
+def dequant_rows(torch, kv, rows, k_scale):
+    """Cache rows as the read-back op returns them, bf16 [n, 576]: a bf16 row as it is; fp8 e4m3 codes times
+    k_scale (deepseek_v3's convention: stored = x * (1 / k_scale)) in float32; an fp8_tile row's codes times their
+    tile's float32 scale, its bf16 rope part as it is; each float32 product rounded to bf16."""
+    if kv == "bf16":
+        return rows
+    n = rows.shape[0]
+    if kv == "fp8_e4m3":
+        return (fp8_values(torch, rows.view(torch.uint8)) * k_scale).to(torch.bfloat16)
+    b = rows.view(torch.uint8)
+    scale = b[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32)
+    lat = fp8_values(torch, b[:, :L].contiguous()).reshape(n, NTILES, TILE) * scale[..., None]
+    return torch.cat([lat.reshape(n, L).to(torch.bfloat16), b[:, ROPE_AT:].contiguous().view(torch.bfloat16)], dim=-1)
+
+
+class V32Problem:
+    """DeepSeek-V3.2's writer inputs: q [T, H, 576] (q_nope | q_pe), the projection [T, 576] (k_nope | k_pe), the
+    latents' tiles spread over a wide range (each token's 4 tiles scaled by 2^-4 .. 2^4), random positions, a
+    paged uint8 cache [blocks, block_size, 656], slots a permutation of its rows (the last row is the eager
+    sequence's scratch row)."""
+
+    def __init__(self, torch, T, H, dev, cos_sin_cache, seed, block_size):
+        self.torch, self.T, self.H, self.dev, self.kv = torch, T, H, dev, "fp8_tile"
+        g = torch.Generator(device=dev).manual_seed(seed)
+        bf = torch.bfloat16
+        self.q = torch.randn(T, H, W, device=dev, dtype=bf, generator=g)
+        self.q_nope, self.q_pe = self.q[..., :L], self.q[..., L:]
+        proj = torch.randn(T, W, device=dev, dtype=torch.float32, generator=g)
+        spread = torch.exp2(torch.randint(-4, 5, (T, NTILES, 1), device=dev, generator=g).float())
+        proj[:, :L] = (proj[:, :L].reshape(T, NTILES, TILE) * spread).reshape(T, L)
+        self.proj = proj.to(bf)
+        self.k_nope, self.k_pe = self.proj[:, :L], self.proj[:, L:]
+        self.positions = torch.randint(0, MAX_POS, (T,), device=dev, generator=g, dtype=torch.int64)
+        self.block_size = block_size
+        self.blocks = (T + 1 + block_size - 1) // block_size
+        self.rows = self.blocks * block_size
+        self.slots = torch.randperm(self.rows - 1, device=dev, generator=g)[:T].to(torch.int64)
+        self.cos_sin_cache = cos_sin_cache
+
+    def new_cache(self):
+        return self.torch.zeros(self.blocks, self.block_size, ROW_BYTES, device=self.dev, dtype=self.torch.uint8)
+
+    def new_q_out(self):
+        return self.torch.empty(self.T, self.H, W, device=self.dev, dtype=self.torch.bfloat16)
+
+
+class V32Reference:
+    """The V3.2 writer's outputs in ropekv's arithmetic: the query rope and the KV rope (Reference._rope: one
+    rounded product, one fma) rounded to bf16 with their tolerances for two-rounding peers, and the 656-byte rows
+    (tile_row_bytes). lat_tol: per latent code, one fp8 step at max(|expected|, |x / scale|), for a peer whose
+    division is not correctly rounded (torch.compile's generated Triton)."""
+
+    def __init__(self, torch, pb, q=True, chunk_elems=1 << 24):
+        half = R // 2
+        cs = pb.cos_sin_cache.index_select(0, pb.positions)
+        q_rope, q_tol = [], []
+        step = max(1, chunk_elems // (pb.H * R))
+        for t0 in range(0, pb.T if q else 0, step):
+            sl = slice(t0, min(pb.T, t0 + step))
+            y, m = Reference._rope(torch, pb.q_pe[sl], cs[sl, None, :half], cs[sl, None, half:])
+            q_rope.append(y.to(torch.bfloat16))
+            q_tol.append(_ulp(torch, torch.maximum(_decode(torch, q_rope[-1]).abs(), m), *BF16_ULP).float())
+        self.q_rope = torch.cat(q_rope) if q_rope else None
+        self.q_tol = torch.cat(q_tol) if q_tol else None
+        y, m = Reference._rope(torch, pb.k_pe, cs[:, :half], cs[:, half:])
+        self.kv_rope = y.to(torch.bfloat16)
+        self.kv_tol = _ulp(torch, torch.maximum(_decode(torch, self.kv_rope).abs(), m), *BF16_ULP).float()
+        self.rows, scale = tile_row_bytes(torch, pb.k_nope, self.kv_rope)
+        quot = (pb.k_nope.double().reshape(pb.T, NTILES, TILE) / scale.double()[..., None]).abs().reshape(pb.T, L)
+        self.lat_tol = _ulp(torch, torch.maximum(_decode(torch, self.rows[:, :L]).abs(), quot.clamp(max=FP8_MAX)),
+                            *FP8_ULP).float()
+
+
+def check_v32(torch, pb, ref, outs, form, chunk_elems=1 << 25):
+    """(ok, max steps, fraction bit-identical, elements failing) of a V3.2 writer's outputs: each token's 656-byte
+    row at its slot (the latent codes bit-identical or within lat_tol, the float32 scales bit-identical or within
+    2 ulps, the bf16 rope part bit-identical or within kv_tol), every other row untouched (zero), and for the
+    absorbed form q_out (q_nope bit-identical, the rope part within q_tol)."""
+    flat = outs["cache"].view(-1, ROW_BYTES)
+    rows = flat[pb.slots]
+    worst = same = n = bad = 0
+
+    def add(r):
+        nonlocal worst, same, n
+        worst, same, n = max(worst, r[0]), same + r[1], n + r[2]
+        return r[2] - r[1]
+
+    add(compare_bits(torch, rows[:, :L], ref.rows[:, :L], "fp8"))
+    bad += _outside(torch, rows[:, :L], ref.rows[:, :L], ref.lat_tol)
+    gs = rows[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32)
+    ws = ref.rows[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32)
+    eq = gs.view(torch.int32) == ws.view(torch.int32)
+    same, n = same + int(eq.sum()), n + eq.numel()
+    bad += int(((gs.double() - ws.double()).abs() > ws.double().abs() * 2.0 ** -22).sum())
+    gr = rows[:, ROPE_AT:].contiguous().view(torch.bfloat16)
+    add(compare_bits(torch, gr, ref.kv_rope, "bf16"))
+    bad += _outside(torch, gr, ref.kv_rope, ref.kv_tol)
+    untouched = torch.ones(pb.rows - 1, dtype=torch.bool, device=flat.device)
+    untouched[pb.slots] = False
+    others = flat[:pb.rows - 1][untouched]
+    bad += add(compare_bits(torch, others, torch.zeros_like(others), "fp8"))
+    if form == "absorbed":
+        step = max(1, chunk_elems // (pb.H * W))
+        q_out = outs["q_out"]
+        for t0 in range(0, pb.T, step):
+            sl = slice(t0, min(pb.T, t0 + step))
+            bad += add(compare_bits(torch, q_out[sl, :, :L], pb.q_nope[sl], "bf16"))
+            add(compare_bits(torch, q_out[sl, :, L:], ref.q_rope[sl], "bf16"))
+            bad += _outside(torch, q_out[sl, :, L:], ref.q_rope[sl], ref.q_tol[sl])
+    return bad == 0, worst, same / max(n, 1), bad
+
+
+def v32_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, absorbed: bool):
+    """The unfused V3.2 writer: rope of k_pe (and q_pe) with torch ops, the tiles' amax, scales and fp8 codes, the
+    656-byte rows assembled with torch.cat of byte views, index_copy_ into the paged cache (slot < 0 to the scratch
+    row); returns q_out [T, H, 576] for the absorbed form, else None."""
+    cos_sin = cos_sin_cache.index_select(0, positions)
+    cos, sin = cos_sin.chunk(2, dim=-1)
+    k_rot = _rope_gptj(k_pe, cos, sin)
+    x = k_nope.float().unflatten(-1, (NTILES, TILE))
+    scale = (x.abs().amax(dim=-1) / FP8_MAX).clamp(min=FLT_MIN)
+    codes = to_fp8((x / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX)).view(torch.uint8).flatten(-2)
+    row = torch.cat([codes, scale.view(torch.uint8), k_rot.view(torch.uint8)], dim=-1)
+    flat = kv_cache.view(-1, ROW_BYTES)
+    flat.index_copy_(0, torch.where(slots >= 0, slots, flat.shape[0] - 1), row)
+    if not absorbed:
+        return None
+    return torch.cat([q_nope, _rope_gptj(q_pe, cos.unsqueeze(1), sin.unsqueeze(1))], dim=-1)
+
+
+class ReadProblem:
+    """The read-back's inputs: a cache of the kv dtype in the layout the spec benchmarked holds it (fp8_tile:
+    deepseek_v32's paged uint8 [blocks, block_size, 656]; fp8_e4m3 and bf16: deepseek_v3's flat [rows, 576]) with
+    rows as a writer leaves them, and slots: T distinct rows, every 64th token (the 64th, 128th, ...) padding (-1: a
+    zero row)."""
+
+    def __init__(self, torch, T, kv, dev, seed, block_size, k_scale):
+        self.torch, self.T, self.H, self.kv, self.dev = torch, T, 1, kv, dev
+        self.spec, self.layout = READ_KV[kv]
+        B = block_size if self.layout == "paged" else 1
+        self.rows = (T + B) // B * B
+        g = torch.Generator(device=dev).manual_seed(seed)
+        v = torch.randn(self.rows, W, device=dev, generator=g)
+        if kv == "bf16":
+            self.cache = v.to(torch.bfloat16)
+        elif kv == "fp8_e4m3":
+            self.cache = _fp8_codes(torch, (v * 8).clamp(-FP8_MAX, FP8_MAX))
+        else:
+            spread = torch.exp2(torch.randint(-4, 5, (self.rows, NTILES, 1), device=dev, generator=g).float())
+            lat = (v[:, :L].reshape(self.rows, NTILES, TILE) * spread).reshape(self.rows, L).to(torch.bfloat16)
+            self.cache = tile_row_bytes(torch, lat, v[:, L:].to(torch.bfloat16))[0].view(self.rows // B, B, ROW_BYTES)
+        slots = torch.randperm(self.rows, device=dev, generator=g)[:T].to(torch.int64)
+        slots[63::64] = -1
+        self.slots = slots
+        self.k_scale = k_scale
+
+    def flat(self):
+        return self.cache.view(-1, self.cache.shape[-1])
+
+    def new_out(self):
+        return self.torch.empty(self.T, W, device=self.dev, dtype=self.torch.bfloat16)
+
+
+def read_reference(torch, pb):
+    """The expected out, built apart from the methods' code: the rows of the valid slots, each fp8 code's value from
+    the exact decoding table (_e4m3_values), times k_scale or its tile's scale as one float32 product, rounded to
+    bf16; a bf16 row as it is; zero rows for padding."""
+    want = torch.zeros(pb.T, W, dtype=torch.bfloat16, device=pb.dev)
+    ok = (pb.slots >= 0).nonzero().reshape(-1)
+    rows = pb.flat()[pb.slots[ok]]
+    if pb.kv == "bf16":
+        want[ok] = rows
+        return want
+    b = rows.view(torch.uint8)
+    if pb.kv == "fp8_e4m3":
+        want[ok] = (_e4m3_values(torch, b) * pb.k_scale.float()).to(torch.bfloat16)
+        return want
+    n = b.shape[0]
+    scale = b[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32).repeat_interleave(TILE, dim=1)
+    want[ok, :L] = (_e4m3_values(torch, b[:, :L]) * scale).to(torch.bfloat16)
+    want[ok, L:] = b[:, ROPE_AT:].contiguous().view(torch.bfloat16).reshape(n, R)
+    return want
+
+
+def check_read(torch, pb, want, outs):
+    """Every element of out bit-identical to the reference (NaN == NaN): the op is one float32 operation rounded to
+    bf16 per value, with no room for another result."""
+    worst, same, n = compare_bits(torch, outs["out"], want, "bf16")
+    return same == n, worst, same / max(n, 1), n - same
+
+
+def read_unfused(cache, slots, k_scale, kv):
+    """The unfused read: index_select of the rows (padding reads row 0), the dequantization with torch ops
+    (dequant_rows), the padding rows zeroed with a mask."""
+    flat = cache.view(-1, cache.shape[-1])
+    rows = flat.index_select(0, slots.clamp(min=0))
+    out = dequant_rows(torch, kv, rows, k_scale)
+    return out.masked_fill((slots < 0).unsqueeze(-1), 0)
+
+
+def _job_kernel(state, method, kv):
+    """The ropekv kernel of a v32 or read method (made on first use)."""
+    key = (method, kv)
+    k = state["kernels"].get(key)
+    if k is None:
+        ctx = state["ctx"]
+        t0 = time.perf_counter()
+        if method in V32_FORMS:
+            k = ctx.kernel("deepseek_v32", kv="fp8_tile", q=V32_FORMS[method], layout="paged")
+            want = ("fp8_tile", "paged", "write", V32_FORMS[method])
+        else:
+            spec, layout = READ_KV[kv]
+            k = ctx.kernel(spec, kv=kv, layout=layout, op="read")
+            want = (kv, layout, "read", k.info.q)
+        got = (k.info.kv, k.info.layout, k.info.op, k.info.q)
+        if got != want:
+            raise RuntimeError("asked for %s; the library gave %s (%s)" % (want, k.info.key, k.name))
+        if k.info.kv == "fp8_tile" and (k.info.row_bytes, k.info.fp8_tile, k.info.fp8_tile_scales_at,
+                                        k.info.fp8_tile_rope_at, k.info.fp8_tile_scale) != (
+                ROW_BYTES, TILE, SCALES_AT, ROPE_AT, "f32"):
+            raise RuntimeError("%s: the library's fp8_tile row (%d bytes, tiles of %d, scales at %d, rope at %d, "
+                               "scale %s) is not the one this script checks" % (
+                                   k.info.key, k.info.row_bytes, k.info.fp8_tile, k.info.fp8_tile_scales_at,
+                                   k.info.fp8_tile_rope_at, k.info.fp8_tile_scale))
+        if k.info.kv == "fp8_e4m3" and k.info.op == "read" and k.info.scale not in ("mul_recip", "div"):
+            raise RuntimeError("%s: scale %s; the script's reference multiplies by k_scale" % (k.info.key,
+                                                                                                k.info.scale))
+        state["meta"]["kernels"]["%s, kv %s" % (method, kv)] = (k.name, (time.perf_counter() - t0) * 1e3)
+        state["kernels"][key] = k
+    return k
+
+
+def method_ropekv_v32(state, pb, method):
+    k = _job_kernel(state, method, "fp8_tile")
+    cache = pb.new_cache()
+    out = {"cache": cache}
+    kw = dict(k_nope=pb.k_nope, k_pe=pb.k_pe, kv_cache=cache, positions=pb.positions, slots=pb.slots,
+              cos_sin=pb.cos_sin_cache)
+    if V32_FORMS[method] == "absorbed":
+        out["q_out"] = pb.new_q_out()
+        kw.update(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=out["q_out"])
+    return k.bind(**kw), lambda: out
+
+
+def method_triton_v32(state, pb, method):
+    kern = triton_kernels()["v32"]
+    absorbed = V32_FORMS[method] == "absorbed"
+    cache = pb.new_cache()
+    out = {"cache": cache}
+    q_out = pb.new_q_out() if absorbed else pb.q  # a placeholder pointer for the none form (never written)
+    if absorbed:
+        out["q_out"] = q_out
+    H = pb.H if absorbed else 0
+    grid = (pb.T, H + 1)
+    a = (pb.q_nope, pb.q_pe, q_out, pb.k_nope, pb.k_pe, cache, pb.positions, pb.slots, pb.cos_sin_cache,
+         pb.q_nope.stride(0), pb.q_nope.stride(1), pb.q_pe.stride(0), pb.q_pe.stride(1), q_out.stride(0),
+         q_out.stride(1), pb.k_nope.stride(0), pb.k_pe.stride(0), pb.block_size, cache.stride(0), cache.stride(1), H)
+    pdl = method.endswith("_pdl")
+    kw = dict(L=L, R=R, TILE=TILE, NT=NTILES, SCALES_AT=SCALES_AT, ROPE_AT=ROPE_AT, FP8_MAX=FP8_MAX,
+              SCALE_MIN=FLT_MIN, USE_GDC=pdl, num_warps=4)
+    if pdl:
+        kw["launch_pdl"] = True
+
+    def fn():
+        kern[grid](*a, **kw)
+
+    return fn, lambda: out
+
+
+def method_torch_v32(state, pb, method):
+    f = v32_unfused
+    if method.startswith("compile"):
+        f = _compiled(state, "compiled_v32", v32_unfused)
+    absorbed = V32_FORMS[method] == "absorbed"
+    cache = pb.new_cache()
+    out = {"cache": cache}
+
+    def fn():
+        out["q_out"] = f(pb.q_nope, pb.q_pe, pb.k_nope, pb.k_pe, pb.positions, pb.slots, pb.cos_sin_cache, cache,
+                         absorbed)
+
+    return fn, lambda: out
+
+
+def method_ropekv_read(state, pb, method):
+    k = _job_kernel(state, method, pb.kv)
+    out = {"out": pb.new_out()}
+    kw = dict(kv_cache=pb.cache, slots=pb.slots, out=out["out"])
+    if pb.kv == "fp8_e4m3":
+        kw["k_scale"] = pb.k_scale
+    return k.bind(**kw), lambda: out
+
+
+def method_triton_read(state, pb, method):
+    kern = triton_kernels()["read"]
+    out = {"out": pb.new_out()}
+    c = pb.cache
+    if pb.layout == "paged":
+        B, bst, est = c.shape[1], c.stride(0), c.stride(1)
+    else:  # blocks of one row
+        B, bst, est = 1, c.stride(0), 0
+    a = (c, pb.slots, out["out"], pb.k_scale, pb.rows, B, bst, est, out["out"].stride(0))
+    pdl = method.endswith("_pdl")
+    kw = dict(L=L, R=R, KIND={"bf16": 0, "fp8_e4m3": 1, "fp8_tile": 2}[pb.kv], SCALE_OP=1, TILE=TILE, NT=NTILES,
+              SCALES_AT=SCALES_AT, ROPE_AT=ROPE_AT, USE_GDC=pdl, num_warps=4)
+    if pdl:
+        kw["launch_pdl"] = True
+
+    def fn():
+        kern[(pb.T,)](*a, **kw)
+
+    return fn, lambda: out
+
+
+def method_torch_read(state, pb, method):
+    f = read_unfused
+    if method.startswith("compile"):
+        f = _compiled(state, "compiled_read", read_unfused)
+    out = {}
+
+    def fn():
+        out["out"] = f(pb.cache, pb.slots, pb.k_scale, pb.kv)
+
+    return fn, lambda: out
+
+
+JOB_METHODS = {}
+for _m in V32_FORMS:
+    JOB_METHODS[_m] = {"ropekv": method_ropekv_v32, "triton": method_triton_v32}.get(_m.split("_")[0],
+                                                                                       method_torch_v32)
+for _m in READ_METHODS:
+    JOB_METHODS[_m] = {"ropekv": method_ropekv_read, "triton": method_triton_read}.get(_m.split("_")[0],
+                                                                                         method_torch_read)
+
+
+def same_as(torch, outs, base, method):
+    """The fraction of a Triton peer's output elements equal, bit for bit, to ropekv's in the same shape (the cache
+    bytes of every row, q_out's bf16 values; read: out's values, NaN == NaN)."""
+    if method in V32_FORMS:
+        a, b = outs["cache"].view(-1), base["cache"].view(-1)
+        same, n = int((a == b).sum()), a.numel()
+        if outs.get("q_out") is not None and base.get("q_out") is not None:
+            r = compare_bits(torch, outs["q_out"], base["q_out"], "bf16")
+            same, n = same + r[1], n + r[2]
+        return same / max(n, 1)
+    r = compare_bits(torch, outs["out"], base["out"], "bf16")
+    return r[1] / max(r[2], 1)
+
+
+def main_job(args, meta, dev):
+    """--mode v32 and --mode read: each method checked against the reference of its job, then timed; a Triton peer
+    also compared with ropekv's outputs of the same shape byte for byte."""
+    cpu = args.cpu
+    mode = args.mode
+    methods = list(args.method_list)
+    state = {"args": args, "meta": meta, "kernels": {}}
+    meta["mode"] = mode
+    rk = [m for m in methods if m.startswith("ropekv")]
+    if rk:
+        import ropekv
+        meta["ropekv"] = ropekv.version()
+        ctx = ropekv.Context("host" if cpu else "cuda", device=args.device)
+        state["ctx"] = ctx
+        meta["target"] = ctx.target
+        for kv in args.kv_list:
+            for m in rk:
+                try:
+                    _job_kernel(state, m, kv)
+                except Exception as e:  # noqa: BLE001
+                    log("%s (kv %s): no kernel: %s" % (m, kv, str(e).split("\n")[0][:200]))
+        log("ropekv %s on %s: %s" % (meta["ropekv"], ctx.target, ", ".join(n for n, _ in meta["kernels"].values())))
+    floors = measure_floors_cpu(args.calls, args.reps) if cpu else measure_floors(torch, dev, args.calls, args.reps)
+    log("floors: empty %.2f us, round trip %.2f us, copy %.2f TB/s" % (floors["empty_us"], floors["roundtrip_us"],
+                                                                       floors["copy_Bps"] / 1e12))
+
+    def timed(fn):
+        return time_cpu(fn, args.calls, args.reps) if cpu else time_graph(torch, fn, args.calls, args.reps)
+
+    half = R // 2
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, half, dtype=torch.float64, device=dev) * 2 / R))
+    freqs = torch.arange(MAX_POS, dtype=torch.float64, device=dev)[:, None] * inv_freq[None, :]
+    cos_sin_cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).float().contiguous()
+    k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=dev)
+    order = ([m for m in methods if m.startswith("eager")] + [m for m in methods if m.startswith("ropekv")]
+             + [m for m in methods if not m.startswith(("eager", "ropekv"))])
+    rows = []
+    compile_broken = {}
+    for H in args.H_list:
+        for kv in args.kv_list:
+            for T in args.T_list:
+                seed = T * 1000 + H * 10 + list(READ_KV).index(kv)
+                if mode == "v32":
+                    need = 5 * T * H * W * 2 + 64 * T * W + (256 << 20)
+                else:
+                    need = 8 * T * W * 4 + (256 << 20)
+                r = {"T": T, "H": H, "kv": kv, "results": {}}
+                r["bytes"] = v32_bytes(T, H, "absorbed") if mode == "v32" else read_bytes(T, kv)
+                r["limit_us"] = max(floors["roundtrip_us"], r["bytes"] / floors["copy_Bps"] * 1e6)
+                r["copy_us"] = None
+                free = torch.cuda.mem_get_info(dev)[0] if not cpu else float("inf")
+                if need > 0.9 * free:
+                    log("T=%d H=%d %s: skipped (needs ~%.1f GB, %.1f GB free)" % (T, H, kv, need / 1e9, free / 1e9))
+                    for m in methods:
+                        r["results"][m] = {"status": "skipped", "us": None, "note": "not enough memory"}
+                    rows.append(r)
+                    continue
+                try:
+                    if mode == "v32":
+                        pb = V32Problem(torch, T, H, dev, cos_sin_cache, seed, args.block_size)
+                        ref = V32Reference(torch, pb, q=any(V32_FORMS[m] == "absorbed" for m in methods))
+                    else:
+                        pb = ReadProblem(torch, T, kv, dev, seed, args.block_size, k_scale)
+                        ref = read_reference(torch, pb)
+                except Exception as e:  # noqa: BLE001
+                    msg = str(e).split("\n")[0][:200]
+                    log("  problem or reference failed: %s" % msg)
+                    if os.environ.get("BENCH_TRACEBACK"):
+                        traceback.print_exc()
+                    for m in methods:
+                        r["results"][m] = {"status": "n/a", "us": None, "note": "no reference: %s" % msg}
+                    rows.append(r)
+                    continue
+                try:
+                    n = max(16, r["bytes"] // 2 // 16 * 16)
+                    src = torch.ones(n, dtype=torch.uint8, device=dev)
+                    dst = torch.empty_like(src)
+                    r["copy_us"] = timed(lambda: dst.copy_(src))
+                    del src, dst
+                except Exception as e:  # noqa: BLE001
+                    log("  same-size copy failed: %s" % str(e).split("\n")[0][:200])
+                kept = {}  # ropekv's outputs of this shape, for the Triton peers' byte comparison
+                for m in order:
+                    res = {"status": "ok", "us": None, "timing": "", "note": ""}
+                    if m.startswith("compile") and (m, kv) in compile_broken:
+                        r["results"][m] = {"status": "n/a", "us": None, "note": compile_broken[(m, kv)]}
+                        continue
+                    try:
+                        fn, outputs = JOB_METHODS[m](state, pb, m)
+                        fn()
+                        if not cpu:
+                            torch.cuda.synchronize()
+                        outs = outputs()
+                    except Exception as e:  # noqa: BLE001
+                        msg = str(e).split("\n")[0][:200]
+                        log("  %s failed: %s" % (m, msg))
+                        if os.environ.get("BENCH_TRACEBACK"):
+                            traceback.print_exc()
+                        try:
+                            if not cpu:
+                                torch.cuda.synchronize()
+                        except Exception:  # noqa: BLE001
+                            pass
+                        if m.startswith("compile"):
+                            compile_broken[(m, kv)] = "torch.compile failed: " + msg
+                        r["results"][m] = {"status": "n/a", "us": None, "note": "%s: %s" % (type(e).__name__, msg)}
+                        continue
+                    if mode == "v32":
+                        ok, steps, exact, bad = check_v32(torch, pb, ref, outs, V32_FORMS[m])
+                    else:
+                        ok, steps, exact, bad = check_read(torch, pb, ref, outs)
+                    res["exact"], res["steps"] = exact, steps
+                    if not ok:
+                        res["status"] = "WRONG"
+                        res["note"] = "%d elements outside the tolerance of the reference (max %d steps)" % (bad, steps)
+                        log("  %s WRONG: %d elements outside the tolerance, max %d steps, %.4f%% bit-identical" % (
+                            m, bad, steps, 100 * exact))
+                    if m.startswith("ropekv"):
+                        kept[m] = outs
+                    if m in SAME_AS and SAME_AS[m] in kept:
+                        res["same"] = same_as(torch, outs, kept[SAME_AS[m]], m)
+                        if res["same"] < 1:
+                            res["note"] = "%.4f%% of the output equal to %s's bit for bit" % (100 * res["same"],
+                                                                                             SAME_AS[m])
+                            log("  %s: %s" % (m, res["note"]))
+                    if res["status"] == "ok":
+                        try:
+                            if cpu:
+                                res["us"], res["timing"] = time_cpu(fn, args.calls, args.reps), "cpu"
+                            else:
+                                res["us"], res["timing"], note = time_method(torch, fn, args.calls, args.reps)
+                                if note:
+                                    res["note"] = note
+                            res["bytes"] = job_bytes(T, H, kv, m)
+                            res["bw_pct"] = bw_pct(res["bytes"], res["us"], floors["copy_Bps"])
+                        except Exception as e:  # noqa: BLE001
+                            msg = str(e).split("\n")[0][:200]
+                            log("  %s: timing failed: %s" % (m, msg))
+                            res.update(status="n/a", us=None, note="timing failed: %s" % msg)
+                    del fn, outputs, outs
+                    r["results"][m] = res
+                rows.append(r)
+                del pb, ref, kept
+                if not cpu:
+                    torch.cuda.empty_cache()
+                res = r["results"]
+                log("T=%5d H=%3d %-8s " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m))) for m in methods)
+                    + "  limit %s" % fmt_us(r["limit_us"]))
+    paths = write_job_outputs(args, meta, floors, rows, methods)
+    log("wrote " + ", ".join(paths))
+    if state.get("ctx") is not None:
+        state["ctx"].close()
+    wrong = [(r["T"], r["H"], r["kv"], m) for r in rows for m, v in r["results"].items() if v["status"] == "WRONG"]
+    return 1 if wrong else 0
+
+
+def write_job_outputs(args, meta, floors, rows, methods):
+    """The md tables (time per method, each ropekv method's speed-up over its best peer, % of the copy of the same
+    bytes, bit-identical fractions, the Triton peers' equality with ropekv; then BW % per method) and the csv."""
+    os.makedirs(args.out, exist_ok=True)
+    gpu = re.sub(r"[^A-Za-z0-9]+", "_", meta["gpu"]).strip("_") or "gpu"
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.tag)
+    mode = args.mode
+    stem = "bench_%s_%s_%s%s" % (meta["date"], gpu, mode, "_" + tag if tag else "")
+    base = os.path.join(args.out, stem)
+    lines = []
+    if mode == "v32":
+        lines.append("# DeepSeek-V3.2 writer (fp8_tile rows, paged cache): ropekv vs peers on %s" % meta["gpu"])
+    else:
+        lines.append("# KV-cache read-back (rows by slot, dequantized to bf16): ropekv vs peers on %s" % meta["gpu"])
+    lines.append("")
+    lines.append("- date: %s; GPU: %s (%d SMs); torch %s (CUDA %s); triton %s; ropekv %s (target %s)" % (
+        meta["datetime"], meta["gpu"], meta["sms"], meta["torch"], meta["cuda"], meta["triton"], meta["ropekv"],
+        meta["target"]))
+    if args.cpu:
+        lines.append("- **--cpu: the script checked on the CPU; the times and bandwidths are not GPU figures**")
+    for label, (name, get_ms) in meta["kernels"].items():
+        lines.append("- ropekv kernel (%s): `%s` (kernel_get %.1f ms)" % (label, name, get_ms))
+    if mode == "v32":
+        lines.append("- shapes: DeepSeek-V3.2 L=%d, R=%d, GPT-J rope, f32 cos_sin_cache [%d, %d]; paged uint8 cache "
+                     "[blocks, %d, %d]: per token %d fp8 e4m3 codes (tiles of %d, scale = max(amax / 448, FLT_MIN)), "
+                     "%d float32 scales, %d bf16 rope values; query absorbed (bf16 [T, H, %d]) or none" % (
+                         L, R, MAX_POS, R, args.block_size, ROW_BYTES, L, TILE, NTILES, R, W))
+    else:
+        lines.append("- caches: fp8_tile = deepseek_v32's paged uint8 [blocks, %d, %d]; fp8_e4m3 = deepseek_v3's "
+                     "flat [rows, %d] (k_scale %.2f, value * k_scale); bf16 = deepseek_v3's flat [rows, %d]; "
+                     "out bf16 [T, %d]; every 64th slot -1 (a zero row)" % (args.block_size, ROW_BYTES, W, K_SCALE,
+                                                                           W, W))
+    lines.append("- timing: %d calls per CUDA graph, median of %d replays, each queued behind a GPU spin; per-call "
+                 "us (* = graph capture failed: CUDA events)" % (args.calls, args.reps))
+    lines.append("- floors (same run): empty kernel %.2f us; 16 B read + 16 B write kernel %.2f us; device copy "
+                 "%.2f TB/s (2 GiB, read + write)" % (floors["empty_us"], floors["roundtrip_us"],
+                                                      floors["copy_Bps"] / 1e12))
+    if mode == "v32":
+        lines.append("- checks: the rows' latent codes and float32 scales bit-identical to a PyTorch reference (or "
+                     "within one fp8 step / 2 ulps, for a division not correctly rounded), the rope parts (row and "
+                     "q_out) bit-identical to ropekv's fma rope or within one bf16 step of max(|expected|, "
+                     "|x0*c| + |x1*s|), q_nope copied bit for bit, other rows untouched; `= ropekv`: the fraction of "
+                     "a Triton peer's output bytes equal to ropekv's")
+    else:
+        lines.append("- checks: out bit-identical to a PyTorch reference (one float32 product rounded to bf16 per "
+                     "value; bf16 rows copied; padding rows zero); `= ropekv`: the fraction of a Triton peer's out "
+                     "equal to ropekv's")
+    peers = "; ".join("%s: %s" % (k, ", ".join(p for p in v if p in methods)) for k, v in JOB_PEERS.items()
+                      if k in methods)
+    lines.append("- limit = max(round-trip floor, bytes / copy bandwidth) with the bytes of %s; copy us = a device "
+                 "copy of the same bytes (half read, half written)%s" % (
+                     "the absorbed job" if mode == "v32" else "the read",
+                     "; vs best peer = best peer us / ropekv us, the peers of each ropekv method: " + peers
+                     if peers else ""))
+    lines.append("")
+    rk = [m for m in methods if m in JOB_PEERS]
+    sames = [m for m in methods if m in SAME_AS]
+    head = ["T"] + (["H"] if mode == "v32" else []) + ["kv"] + ["%s us" % m for m in methods] + ["limit us", "copy us"]
+    for m in rk:
+        head += ["%s vs best peer" % m, "%s %% of copy" % m, "%s bit-identical" % m]
+    head += ["%s = ropekv" % m for m in sames]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        res = r["results"]
+        vals = [str(r["T"])] + ([str(r["H"])] if mode == "v32" else []) + [r["kv"]]
+        vals += [cell(res.get(m)) for m in methods] + [fmt_us(r["limit_us"]), fmt_us(r.get("copy_us"))]
+        for m in rk:
+            me = res.get(m)
+            ok = me is not None and me["status"] == "ok"
+            vals.append(_ratio_vs_best(res, m, [p for p in JOB_PEERS[m] if p in methods]))
+            vals.append("%.0f%%" % (100 * r["copy_us"] / me["us"]) if ok and r.get("copy_us") else "-")
+            vals.append(_exact(me))
+        for m in sames:
+            v = res.get(m)
+            vals.append("%.4f%%" % (100 * v["same"]) if v is not None and v.get("same") is not None else "-")
+        lines.append("| " + " | ".join(vals) + " |")
+    lines.append("")
+    lines.append("Bandwidth: BW %% = bytes the method's job moves / time / the copy bandwidth above (%.2f TB/s). %s "
+                 "MB = those bytes." % (floors["copy_Bps"] / 1e12,
+                                        "The V3.2 writer's: the absorbed query (q_nope + q_pe read, q_out written; "
+                                        "none: nothing), k_nope + k_pe read, the 656-byte row written, positions, "
+                                        "slots and cos/sin rows read." if mode == "v32" else
+                                        "The read's: each row read (1152, 576 or 656 bytes), the bf16 out row "
+                                        "(1152 bytes) written, the slots read."))
+    lines.append("")
+    jobs = []
+    for m in methods:
+        j = V32_FORMS.get(m, "read")
+        if j not in jobs:
+            jobs.append(j)
+    head = ["T"] + (["H"] if mode == "v32" else []) + ["kv"] + ["%s BW %%" % m for m in methods]
+    head += ["%s MB" % j for j in jobs]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        res = r["results"]
+        vals = [str(r["T"])] + ([str(r["H"])] if mode == "v32" else []) + [r["kv"]]
+        for m in methods:
+            v = res.get(m)
+            pct = v.get("bw_pct") if v is not None and v["status"] == "ok" else None
+            vals.append("%.0f%%" % pct if pct is not None else "-")
+        vals += ["%.3f" % ((v32_bytes(r["T"], r["H"], j) if mode == "v32" else read_bytes(r["T"], r["kv"])) / 1e6)
+                 for j in jobs]
+        lines.append("| " + " | ".join(vals) + " |")
+    notes = sorted({"%s: %s" % (m, r["results"][m]["note"]) for r in rows for m in methods
+                    if r["results"].get(m) and r["results"][m].get("note")})
+    if notes:
+        lines.append("")
+        lines.append("Notes:")
+        lines += ["- " + n for n in notes[:20]]
+    md = "\n".join(lines) + "\n"
+    with open(base + ".md", "w") as fh:
+        fh.write(md)
+    print(md)
+    with open(base + ".csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["date", "gpu", "mode", "T", "H", "kv", "method", "status", "us", "timing", "max_steps",
+                    "bit_identical", "same_as_ropekv", "bytes", "limit_us", "copy_us", "empty_us", "roundtrip_us",
+                    "copy_TBps", "job", "method_bytes", "bw_pct", "note"])
+        for r in rows:
+            for m in methods:
+                res = r["results"].get(m)
+                if res is None:
+                    continue
+                w.writerow([meta["datetime"], meta["gpu"], mode, r["T"], r["H"], r["kv"], m, res["status"],
+                            "%.4f" % res["us"] if res.get("us") is not None else "", res.get("timing", ""),
+                            res.get("steps", ""), "%.6f" % res["exact"] if res.get("exact") is not None else "",
+                            "%.6f" % res["same"] if res.get("same") is not None else "", r["bytes"],
+                            "%.4f" % r["limit_us"], "%.4f" % r["copy_us"] if r.get("copy_us") else "",
+                            "%.4f" % floors["empty_us"], "%.4f" % floors["roundtrip_us"],
+                            "%.4f" % (floors["copy_Bps"] / 1e12), V32_FORMS.get(m, "read"),
+                            job_bytes(r["T"], r["H"], r["kv"], m),
+                            "%.2f" % res["bw_pct"] if res.get("bw_pct") is not None else "", res.get("note", "")])
+    paths = [base + ".md", base + ".csv"]
+    if not args.no_plot:
+        try:
+            paths.append(plot(base + ".png", meta, rows, methods, args))
+        except Exception as e:  # noqa: BLE001
+            log("plot failed: %s" % e)
+    return paths
 
 
 # ---- main ---------------------------------------------------------------------------------------------------------
@@ -1252,6 +2100,8 @@ def main(argv=None):
             meta["triton"] = triton_kernels()["version"]
         except Exception as e:  # noqa: BLE001
             meta["triton"] = "n/a (%s)" % str(e).split("\n")[0]
+    if args.mode != "write":
+        return main_job(args, meta, dev)
     methods = list(args.method_list)
     state = {"args": args, "meta": meta, "kernels": {}}
     unsupported = {}

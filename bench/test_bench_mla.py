@@ -4,7 +4,8 @@
     python3 -m pytest bench/test_bench_mla.py
 
 The bytes each job moves, the e4m3 codes made without a float8 dtype, that the checks pass the PyTorch methods
-and catch a wrong output, and a --cpu run's tables (the BW % columns)."""
+and catch a wrong output, and a --cpu run's tables (the BW % columns); the same for --mode v32 (the fp8_tile
+row, its reference against a scalar model of the format) and --mode read."""
 import csv
 import glob
 import importlib.util
@@ -125,6 +126,138 @@ def test_cpu_run():
         assert {r["q_dtype"] for r in rows} == {"bf16", "fp8_e4m3"}
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_job_bytes():
+    for T, H in ((1, 16), (2048, 128)):
+        q = T * H * 576 * 2 * 2
+        kv = T * 576 * 2 + T * 656 + T * 16 + T * 64 * 4
+        assert bm.v32_bytes(T, H, "absorbed") == q + kv and bm.v32_bytes(T, H, "none") == kv
+        assert bm.job_bytes(T, H, "fp8_tile", "triton_v32_none") == kv
+        for kv_dtype, row in (("bf16", 1152), ("fp8_e4m3", 576), ("fp8_tile", 656)):
+            assert bm.read_bytes(T, kv_dtype) == T * row + T * 1152 + T * 8
+            assert bm.job_bytes(T, H, kv_dtype, "eager_read") == bm.read_bytes(T, kv_dtype)
+
+
+def _scalar_tile_row(latent, rope_bits):
+    """One 656-byte row from 512 float values (bf16-exact) and 64 bf16 bit patterns, by the format's definition
+    with Python floats: per tile scale = max(amax / 448, 2^-126) rounded to float32, each code the e4m3 value
+    nearest to float32(x / scale) (ties to the even code), clamped to +-448."""
+    import struct
+
+    def f32(v):
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+
+    finite = [(c, (-1 if c & 0x80 else 1) * (((8 + (c & 7)) * 2.0 ** (((c >> 3) & 15) - 10)) if (c >> 3) & 15
+                                               else (c & 7) * 2.0 ** -9))
+              for c in range(256) if c & 0x7F != 0x7F]
+    out = bytearray(656)
+    for k in range(4):
+        tile = latent[128 * k:128 * (k + 1)]
+        scale = f32(max(f32(max(abs(v) for v in tile) / 448.0), 2.0 ** -126))
+        for j, v in enumerate(tile):
+            y = max(-448.0, min(448.0, f32(v / scale)))
+            best = min(finite, key=lambda cv: (abs(cv[1] - y), cv[0] & 1, (cv[0] & 0x80) != (0x80 if y < 0 else 0)))
+            out[128 * k + j] = best[0]
+        out[512 + 4 * k:516 + 4 * k] = struct.pack("<f", scale)
+    for j, b in enumerate(rope_bits):
+        out[528 + 2 * j:530 + 2 * j] = struct.pack("<H", b & 0xFFFF)
+    return bytes(out)
+
+
+def test_tile_row_bytes():
+    """tile_row_bytes (the v32 reference's row) against the scalar model, with tiles of very different ranges and
+    an all-zero tile (the FLT_MIN scale)."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 512, generator=g)
+    x[0, :128] = 0
+    x[1, 128:256] *= 1e-20
+    x[2, 256:384] *= 1e20
+    lat = x.to(torch.bfloat16)
+    rope = torch.randn(3, 64, generator=g).to(torch.bfloat16)
+    rows, scale = bm.tile_row_bytes(torch, lat, rope)
+    assert rows.shape == (3, 656) and scale.shape == (3, 4)
+    for i in range(3):
+        want = _scalar_tile_row(lat[i].float().tolist(), rope[i].view(torch.int16).tolist())
+        got = bytes(rows[i].tolist())
+        bad = [j for j in range(656) if got[j] != want[j]]
+        assert not bad, (i, bad[:8])
+    assert rows[0, 512:516].contiguous().view(torch.float32).item() == 2.0 ** -126
+
+
+def test_job_checks_pass_and_catch():
+    """eager_v32 (both forms) and eager_read (every kv) pass their checks on the CPU; one latent code, one scale,
+    one rope element or one read value changed fails them."""
+    torch = _torch()
+    dev = torch.device("cpu")
+    cs = _cos_sin(torch)
+    for form, m in (("absorbed", "eager_v32"), ("none", "eager_v32_none")):
+        pb = bm.V32Problem(torch, 9, 3, dev, cs, 5, 4)
+        ref = bm.V32Reference(torch, pb)
+        fn, outputs = bm.JOB_METHODS[m]({"args": None}, pb, m)
+        fn()
+        ok, steps, exact, bad = bm.check_v32(torch, pb, ref, outputs(), form)
+        assert ok and exact == 1.0, (m, steps, bad, exact)
+        flat = outputs()["cache"].view(-1, 656)
+        s0, s1, s2 = (int(pb.slots[i]) for i in range(3))
+        flat[s0, 7] = (int(flat[s0, 7]) & 0x80) | ((int(flat[s0, 7]) & 0x7F) + 3) % 0x7E  # a code 3 steps off
+        scale = flat[s1, 516:520].clone().view(torch.float32) * 1.01
+        flat[s1, 516:520] = scale.view(torch.uint8)
+        flat[s2, 528:530] = flat[s2, 528:530] ^ torch.tensor([0, 0x80], dtype=torch.uint8)  # a rope value negated
+        ok, steps, exact, bad = bm.check_v32(torch, pb, ref, outputs(), form)
+        assert not ok and bad >= 2, (m, bad)  # the negated value may be a zero (-0 == 0 within tolerance)
+    k_scale = torch.tensor([0.5])
+    for kv in ("fp8_tile", "fp8_e4m3", "bf16"):
+        pb = bm.ReadProblem(torch, 70, kv, dev, 9, 16, k_scale)
+        want = bm.read_reference(torch, pb)
+        assert bool((want[63] == 0).all()) and int(pb.slots[63]) == -1, "the 64th token is padding"
+        fn, outputs = bm.JOB_METHODS["eager_read"]({"args": None}, pb, "eager_read")
+        fn()
+        ok, steps, exact, bad = bm.check_read(torch, pb, want, outputs())
+        assert ok and exact == 1.0, (kv, steps, bad)
+        outputs()["out"][5, 100] = outputs()["out"][5, 100] * 2 + 1
+        ok, steps, exact, bad = bm.check_read(torch, pb, want, outputs())
+        assert not ok and bad == 1, (kv, bad)
+
+
+def _ropekv_host():
+    """True when the library loads and the host backend has a compiler (the ropekv methods of --cpu)."""
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+        import ropekv
+        ropekv.version()
+    except Exception:  # noqa: BLE001
+        return False
+    return shutil.which((os.environ.get("CXX") or "c++").split()[0]) is not None
+
+
+def test_cpu_run_jobs():
+    """--cpu runs of --mode v32 and --mode read: the md tables and one csv row per shape and method; with the
+    library, the ropekv methods (host backend) pass the checks, bit-identical to the reference."""
+    _torch()
+    rk = _ropekv_host()
+    for mode, methods, kvs, shapes in (("v32", ["eager_v32", "eager_v32_none"], ["fp8_tile"], 2 * 2),
+                                       ("read", ["eager_read"], ["fp8_tile", "fp8_e4m3", "bf16"], 3 * 2)):
+        if rk:
+            methods = ["ropekv_" + m.split("_", 1)[1] for m in methods] + methods
+        out = tempfile.mkdtemp(prefix="bench-mla-test-")
+        try:
+            rc = bm.main(["--mode", mode, "--cpu", "--T", "1,70", "--H", "2,3", "--methods", ",".join(methods),
+                          "--block-size", "16", "--calls", "2", "--reps", "1", "--no-plot", "--out", out, "--tag", "t"])
+            assert rc == 0, mode
+            md = open(glob.glob(os.path.join(out, "*_%s_t.md" % mode))[0]).read()
+            assert "| %s BW %% |" % methods[-1] in md
+            rows = list(csv.DictReader(open(glob.glob(os.path.join(out, "*_%s_t.csv" % mode))[0])))
+            assert len(rows) == shapes * len(methods), (mode, len(rows))
+            assert all(r["status"] == "ok" and r["bw_pct"] and r["mode"] == mode for r in rows)
+            assert {r["kv"] for r in rows} == set(kvs)
+            for r in rows:
+                if r["method"].startswith("ropekv"):
+                    assert float(r["bit_identical"]) == 1.0, r
+                    assert "%s vs best peer" % r["method"] in md
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def main():

@@ -13,9 +13,17 @@ imported only where tensors are passed.
 An fp8 e4m3 query output in the same launch: ctx.kernel(..., q_dtype="fp8_e4m3"), q_out a uint8 / float8 tensor
 and q_scale=<one float32> (the convention, saturation and rope rounding are the spec's: k.info.q_fp8_*).
 
+Paged caches as engines hold them, DeepSeek-V3.2's tile-scaled rows, and reading rows back as bf16:
+
+    w = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged")   # cache: uint8 [blocks, block_size, 656]
+    w(q_nope=..., q_pe=..., q_out=..., k_nope=..., k_pe=..., kv_cache=cache, positions=..., slots=..., cos_sin=...)
+    r = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged", op="read")
+    rows = r(kv_cache=cache, slots=slots)                            # bf16 [T, 576], dequantized
+
 Errors the library reports raise RopekvError (status name + the context's last error text); argument
 errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
-from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, Q_DTYPES, Q_FORMS, STATUS, candidate_paths, library
+from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, OPS, Q_DTYPES, Q_FORMS, STATUS, candidate_paths
+from ._capi import library
 from ._capi import library_path
 from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_stats, ropekv_variant
 from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
@@ -31,7 +39,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch", "Context", "Kernel",
-    "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args", "ropekv_args",
-    "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version", "version_number",
+    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
+    "Context", "Kernel", "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args",
+    "ropekv_args", "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
+    "version_number",
 ]

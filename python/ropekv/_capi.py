@@ -10,10 +10,12 @@ from collections.abc import Mapping
 
 # ---- enums (values as in ropekv.h) ------------------------------------------------------------------
 BACKENDS = {"auto": 0, "hip": 1, "cuda": 2, "host": 3}
-KV_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
+KV_DTYPES = {"bf16": 0, "fp8_e4m3": 1, "fp8_tile": 2}
 Q_FORMS = {"absorbed": 0, "zero_copy": 1, "inplace": 2, "none": 3}
 INDEX_TYPES = {"int64": 0, "int32": 1}
 Q_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
+LAYOUTS = {"flat": 0, "paged": 1, "split": 2}
+OPS = {"write": 0, "read": 1}
 KV_TOKENS_NONE = -1  # ROPEKV_KV_TOKENS_NONE
 
 class _Statuses(Mapping):
@@ -79,6 +81,7 @@ class ropekv_variant(ctypes.Structure):
         ("slots", ctypes.c_int),
         ("q_dtype", ctypes.c_int),
         ("layout", ctypes.c_int),
+        ("op", ctypes.c_int),
     ]
 
 
@@ -116,6 +119,10 @@ class ropekv_args(ctypes.Structure):
         ("kv_rope_cache", ctypes.c_void_p),
         ("kv_rope_block_st", ctypes.c_int64),
         ("kv_rope_st", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("out_st", ctypes.c_int64),
+        ("out_rope", ctypes.c_void_p),
+        ("out_rope_st", ctypes.c_int64),
     ]
 
 
@@ -149,11 +156,18 @@ class ropekv_kernel_params(ctypes.Structure):
         ("sanitize", ctypes.c_int),
         ("block", ctypes.c_int),
         ("pdl", ctypes.c_int),
+        ("op", ctypes.c_int),
+        ("read_negative_slot", ctypes.c_char_p),
+        ("fp8_tile", ctypes.c_int),
+        ("fp8_tile_scale", ctypes.c_char_p),
+        ("fp8_tile_scales_at", ctypes.c_int),
+        ("fp8_tile_rope_at", ctypes.c_int),
+        ("row_bytes", ctypes.c_int),
     ]
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-                 "k_scale", "q_scale", "kv_rope_cache")
+                 "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
 
 _ctx_p = ctypes.c_void_p

@@ -26,6 +26,8 @@ _BY_VALUE = {
     "q": {v: k for k, v in _capi.Q_FORMS.items()},
     "index": {v: k for k, v in _capi.INDEX_TYPES.items()},
     "q_dtype": {v: k for k, v in _capi.Q_DTYPES.items()},
+    "layout": {v: k for k, v in _capi.LAYOUTS.items()},
+    "op": {v: k for k, v in _capi.OPS.items()},
 }
 
 # torch dtypes accepted for q_dtype, by their str() (torch is not imported here): the fp8 query output is e4m3 in
@@ -49,16 +51,22 @@ def _q_dtype(value):
 class KernelInfo:
     """A kernel's parameters as the library describes them (ropekv_kernel_info), in the spec's spellings:
     name, key, spec, target, L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv
-    ("bf16"/"fp8_e4m3"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, fp8_matches
-    (the KV cache's fp8 policy; fp8_matches: whose convention it follows, None if the spec says nothing), q,
-    q_dtype ("bf16"/"fp8_e4m3": the query output's dtype, "bf16" for q form none), q_fp8_format ("ocp"/"fnuz",
-    None for a bf16 query output), q_fp8_scale ("none", "mul_recip", "div" or "mul"), q_fp8_saturate,
-    q_fp8_rope_bf16_round, q_fp8_matches (the query output's fp8 policy), negative_slot, sanitize, block, pdl."""
+    ("bf16"/"fp8_e4m3"/"fp8_tile"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round,
+    fp8_matches (the KV cache's fp8 policy; fp8_matches: whose convention it follows, None if the spec says
+    nothing), q, q_dtype ("bf16"/"fp8_e4m3": the query output's dtype, "bf16" for q form none), q_fp8_format
+    ("ocp"/"fnuz", None for a bf16 query output), q_fp8_scale ("none", "mul_recip", "div" or "mul"),
+    q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches (the query output's fp8 policy), layout ("flat"/"paged"/
+    "split": where the KV rows lie), negative_slot, sanitize, block, pdl; op ("write"/"read"), read_negative_slot
+    ("zero"/"skip": what the read op gives a row without a valid slot); the fp8_tile row: fp8_tile (values per
+    tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at and
+    fp8_tile_rope_at (byte offsets of the float32 scales and of the bf16 rope part); row_bytes (bytes of one
+    cache row; of its latent part alone in the split layout)."""
 
     __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
                  "fp8_format", "scale", "sat", "rope_bf16_round", "fp8_matches", "q", "q_dtype", "q_fp8_format",
-                 "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "negative_slot",
-                 "sanitize", "block", "pdl")
+                 "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "layout",
+                 "negative_slot", "sanitize", "block", "pdl", "op", "read_negative_slot", "fp8_tile",
+                 "fp8_tile_scale", "fp8_tile_scales_at", "fp8_tile_rope_at", "row_bytes")
 
     def __init__(self, p):
         def text(x):  # a NULL string reads as ""
@@ -80,9 +88,16 @@ class KernelInfo:
         self.q_fp8_saturate = float(p.q_fp8_saturate)
         self.q_fp8_rope_bf16_round = bool(p.q_fp8_rope_bf16_round)
         self.q_fp8_matches = text(p.q_fp8_matches) or None
+        self.layout = _BY_VALUE["layout"][p.layout]
         self.negative_slot = text(p.negative_slot)
         self.sanitize = bool(p.sanitize)
         self.block, self.pdl = p.block, bool(p.pdl)
+        self.op = _BY_VALUE["op"][p.op]
+        self.read_negative_slot = text(p.read_negative_slot)
+        self.fp8_tile = int(p.fp8_tile)
+        self.fp8_tile_scale = text(p.fp8_tile_scale) or None
+        self.fp8_tile_scales_at, self.fp8_tile_rope_at = int(p.fp8_tile_scales_at), int(p.fp8_tile_rope_at)
+        self.row_bytes = int(p.row_bytes)
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -255,25 +270,29 @@ class Context:
         self._check(self._lib.ropekv_cache_clear(self._handle()))
 
     @staticmethod
-    def _variant(spec, kv, q, positions, slots, q_dtype="bf16"):
+    def _variant(spec, kv, q, positions, slots, q_dtype="bf16", layout="flat", op="write"):
         if not isinstance(spec, str) or not spec:
             raise ValueError("spec must be a non-empty string (a spec name such as 'deepseek_v3'), got %r" % (spec,))
         q_dtype = _q_dtype(q_dtype)
-        key = (spec, kv, q, positions, slots, q_dtype)
+        layout = _BY_VALUE["layout"][_enum(_capi.LAYOUTS, layout, "layout")]
+        op = _BY_VALUE["op"][_enum(_capi.OPS, op, "op")]
+        key = (spec, kv, q, positions, slots, q_dtype, layout, op)
         v = _capi.ropekv_variant(spec.encode(), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
                                  _enum(_capi.INDEX_TYPES, positions, "positions"),
-                                 _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype])
+                                 _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype],
+                                 _capi.LAYOUTS[layout], _capi.OPS[op])
         return key, v
 
     def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", raw=None,
-              **tensors):
+              layout="flat", op="write", **tensors):
         """Is this configuration supported? Returns (ok, reason) without compiling anything.
 
         With tensors (the keywords of Kernel.__call__) or raw (a dict of ropekv_args fields as ints), every
         launch check runs too. Tensors are read as they are (pointers, strides, sizes): dtype and shape
         checks against the kernel happen in Kernel.__call__. positions and slots name index types
         ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type. q_dtype: the
-        query output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz)."""
+        query output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz).
+        layout and op: as in kernel()."""
         def index_arg(value, name):
             if value is None or isinstance(value, (str, int)):
                 return value
@@ -282,7 +301,7 @@ class Context:
 
         positions = index_arg(positions, "positions")
         slots = index_arg(slots, "slots")
-        _, v = self._variant(spec, kv, q, positions, slots, q_dtype)
+        _, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op)
         args = None
         keep = None
         try:
@@ -292,7 +311,8 @@ class Context:
                 args = raw_args(raw)
             elif tensors:
                 from . import _torch
-                args, keep = _torch.tensor_args(None, self, **tensors)
+                args, keep = _torch.tensor_args(None, self, layout=_BY_VALUE["layout"][v.layout],
+                                                op=_BY_VALUE["op"][v.op], **tensors)
         except (TypeError, ValueError) as e:
             return False, "%s: %s" % (type(e).__name__, e)
         why = ctypes.create_string_buffer(4096)
@@ -302,11 +322,17 @@ class Context:
         reason = why.value.decode(errors="replace")
         return s == 0, reason if reason else _capi.status_message(s)
 
-    def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16"):
+    def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", layout="flat",
+               op="write"):
         """The kernel of one variant (compiled on first use, then cached here and on disk). q_dtype: the query
         output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz): an fp8
-        query output is e4m3 in the target's format, made with the spec's q_fp8 policy and a q_scale."""
-        key, v = self._variant(spec, kv, q, positions, slots, q_dtype)
+        query output is e4m3 in the target's format, made with the spec's q_fp8 policy and a q_scale.
+        kv: "bf16", "fp8_e4m3" or "fp8_tile" (the spec's tile-scaled row, e.g. DeepSeek-V3.2's 656 bytes).
+        layout: where the KV rows lie, "flat" (rows of one stride), "paged" ([num_blocks, block_size, W], vLLM) or
+        "split" (the latent and rope parts in two caches, FlashInfer). op: "write" (the fused RoPE + KV write) or
+        "read" (the read-back: rows of the cache gathered by slot and dequantized to bf16; q, positions and
+        q_dtype do not apply to it)."""
+        key, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op)
         with self._lock:
             k = self._kernels.get(key)
             if k is not None and k._h is not None:
@@ -364,7 +390,7 @@ class Kernel:
     def __init__(self, ctx, handle, key):
         self.ctx = ctx
         self._h = handle
-        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype = key
+        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         params = _capi.ropekv_kernel_params()
         code = ctx._lib.ropekv_kernel_info(handle, ctypes.byref(params))
@@ -408,10 +434,13 @@ class Kernel:
         from . import _torch
         return _torch.tensor_args(self, self.ctx, **tensors)
 
-    def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope, k_pe, kv_cache, positions, slots, cos_sin,
-                 sin=None, k_scale=None, q_scale=None, min_slot=0, stream=None):
+    def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope=None, k_pe=None, kv_cache=None, positions=None,
+                 slots=None, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None, out=None,
+                 out_rope=None, min_slot=0, stream=None):
         """One launch on torch tensors.
 
+        A write kernel (op "write") takes k_nope, k_pe, kv_cache, positions, slots and cos_sin, and the query
+        tensors of its q form; it returns None.
         q_nope [T,H,L], q_pe [T,H,R], q_out [T,H,L+R] bf16 (which of them per the q form: absorbed takes all
         three, zero_copy q_pe and q_out, inplace q_pe, none nothing); k_nope [>=Tkv,L], k_pe [>=Tkv,R] bf16;
         kv_cache: rows of L+R (bf16, or uint8 / float8_e4m3fn / float8_e4m3fnuz for an fp8 cache), e.g. a paged
@@ -421,17 +450,35 @@ class Kernel:
         layouts, f32 or bf16); k_scale: one float32 (fp8 with a scale). Only the last dimension of each tensor
         needs to be contiguous. stream: default torch.cuda.current_stream(device).
 
+        The cache per the kernel's layout (info.layout): flat, rows of one stride (the leading dimensions collapse);
+        paged, [num_blocks, block_size, W] as engines hold it (dimensions of size 1 between block_size and W are
+        allowed; the block and entry strides may differ); split, kv_cache [pages, block_size, L] with the rope
+        parts in kv_rope_cache [pages, block_size, R]. An fp8_tile cache (info.kv "fp8_tile") is uint8 whose last
+        dimension is info.row_bytes (656 for deepseek_v32); it takes no k_scale.
+
         A kernel with q_dtype "fp8_e4m3" writes the query output as fp8 e4m3 in info.q_fp8_format: absorbed and
         zero_copy take q_out [T,H,L+R] as uint8 or the matching float8 dtype (zero_copy writes only [..., L:],
         [..., :L] being the BMM's fp8 q_nope); inplace takes the bf16 q_pe and writes fp8(rope) over the first R
         bytes of each row (read it as q_pe.view(float8)[..., :R]). q_scale: one float32, the query's scale (its
-        convention is info.q_fp8_scale), required when there are query rows and the convention is not "none"."""
+        convention is info.q_fp8_scale), required when there are query rows and the convention is not "none".
+
+        A read kernel (op "read") takes kv_cache (and kv_rope_cache for split), slots [T] and out, and k_scale for
+        an fp8 cache with a scale: out[t] = the row of slots[t] dequantized to bf16, [T, L+R]; or, with out_rope
+        [T, R] bf16, the latent parts in out [T, L] and the rope parts in out_rope. A slot below min_slot (e.g.
+        -1) or past the cache gives a zero row (info.read_negative_slot "zero") or leaves it ("skip"). Without
+        out, a zero-filled out is allocated on the cache's device. It returns out, or (out, out_rope)."""
         from . import _torch
+        read = self.info.op == "read"
+        if read and out is None:
+            out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
         args, keep = _torch.tensor_args(self, self.ctx, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope,
                                         k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots,
-                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, q_scale=q_scale, min_slot=min_slot)
+                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, q_scale=q_scale,
+                                        kv_rope_cache=kv_rope_cache, out=out, out_rope=out_rope, min_slot=min_slot)
         self._launch(args, _torch.stream_for(self.ctx, stream))
         del keep
+        if read:
+            return out if out_rope is None else (out, out_rope)
 
     def bind(self, *, stream=None, **tensors):
         """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.

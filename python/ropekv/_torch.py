@@ -8,7 +8,10 @@ def _torch():
 
 
 _ARG_NAMES = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-              "k_scale", "q_scale")
+              "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope")
+# what each op reads or writes (the rest must be None)
+_READ_NAMES = ("kv_cache", "kv_rope_cache", "slots", "k_scale", "out", "out_rope")
+_WRITE_NAMES = tuple(n for n in _ARG_NAMES if n not in ("out", "out_rope"))
 
 
 def _fp8_dtypes(torch, fmt):
@@ -47,12 +50,12 @@ def _st(t, dim):
     return 0 if t.shape[dim] <= 1 else int(t.stride(dim))
 
 
-def _kv_rows(t, W, strict):
+def _kv_rows(t, W, strict, name="kv_cache", what="L+R"):
     """(rows, row stride) of a cache tensor [..., W] whose leading dimensions collapse into rows."""
     if t.dim() == 0:
-        raise ValueError("kv_cache must have at least one dimension (rows of L+R)")
+        raise ValueError("%s must have at least one dimension (rows of %s)" % (name, what))
     if strict and t.shape[-1] != W:
-        raise ValueError("kv_cache: the last dimension must be L+R = %d, got shape %s" % (W, list(t.shape)))
+        raise ValueError("%s: the last dimension must be %s = %d, got shape %s" % (name, what, W, list(t.shape)))
     lead = [(int(t.shape[i]), int(t.stride(i))) for i in range(t.dim() - 1)]
     rows = 1
     for size, _ in lead:
@@ -60,13 +63,91 @@ def _kv_rows(t, W, strict):
     dims = [(size, st) for size, st in lead if size != 1]
     for (_, outer_st), (inner_size, inner_st) in zip(dims, dims[1:]):
         if outer_st != inner_st * inner_size:
-            raise ValueError("kv_cache: the leading dimensions cannot be read as rows of one stride (shape %s, "
+            raise ValueError("%s: the leading dimensions cannot be read as rows of one stride (shape %s, "
                              "strides %s); pass a view whose dims before the last collapse (stride(i) == "
-                             "stride(i+1) * size(i+1))" % (list(t.shape), list(t.stride())))
+                             "stride(i+1) * size(i+1)), or use the paged layout" % (name, list(t.shape),
+                                                                                   list(t.stride())))
     st = dims[-1][1] if dims else 0
     if rows == 0:
         st = 0
     return rows, st
+
+
+def _kv_blocks(t, W, strict, layout, name="kv_cache", what="L+R"):
+    """(blocks, block size, block stride, entry stride) of a paged cache tensor as engines hold it: [num_blocks,
+    block_size, W], with any dimensions of size 1 between the blocks and the row (e.g. vLLM's [num_blocks,
+    block_size, 1, W] or [num_blocks, 1, block_size, W]); all of them of size 1 make blocks of one entry."""
+    if t.dim() < 3:
+        raise ValueError("%s: a %s cache is [num_blocks, block_size, %s] (dimensions of size 1 may stand between "
+                         "them), got shape %s" % (name, layout, what, list(t.shape)))
+    if strict and t.shape[-1] != W:
+        raise ValueError("%s: the last dimension must be %s = %d, got shape %s" % (name, what, W, list(t.shape)))
+    inner = [i for i in range(1, t.dim() - 1) if t.shape[i] != 1]
+    if len(inner) > 1:
+        raise ValueError("%s: a %s cache is [num_blocks, block_size, %s]: only one dimension between the blocks "
+                         "and the row may be larger than 1, got shape %s" % (name, layout, what, list(t.shape)))
+    B, est = (int(t.shape[inner[0]]), _st(t, inner[0])) if inner else (1, 0)
+    return int(t.shape[0]), B, _st(t, 0), est
+
+
+def _cache_part(a, t, layout, width, strict, rope=False, what="L+R"):
+    """Sets the ropekv_args fields of one cache part (kv_cache, or kv_rope_cache when rope) for the layout:
+    flat: kv_rows and kv_st from rows of one stride; paged and split: kv_rows = blocks x block size, the
+    block size, the block and entry strides. Returns (rows, block size)."""
+    name = "kv_rope_cache" if rope else "kv_cache"
+    if layout == "flat":
+        rows, st = _kv_rows(t, width, strict, name, what)
+        a.kv_rows, a.kv_st = rows, st
+        return rows, None
+    blocks, B, bst, est = _kv_blocks(t, width, strict, layout, name, what)
+    if rope:
+        a.kv_rope_block_st, a.kv_rope_st = bst, est
+    else:
+        a.kv_rows, a.kv_block_size, a.kv_block_st, a.kv_st = blocks * B, B, bst, est
+    return blocks * B, B
+
+
+def _cache_args(a, t, layout, info, strict):
+    """The cache fields of ropekv_args from t["kv_cache"] (and t["kv_rope_cache"] for the split layout), checked
+    against the kernel's row (info; None: widths as the tensors have them)."""
+    if info is not None and info.kv == "fp8_tile":  # one row, flat or paged (the spec refuses split)
+        width, what = info.row_bytes, "the row bytes"
+    elif info is not None:
+        width = info.L if layout == "split" else info.W
+        what = "L" if layout == "split" else "L+R"
+    else:
+        width = int(t["kv_cache"].shape[-1]) if t["kv_cache"].dim() else 0
+        what = "the row"
+    a.kv_cache = t["kv_cache"].data_ptr()
+    rows, B = _cache_part(a, t["kv_cache"], layout, width, strict, what=what)
+    if layout != "split":
+        return
+    rc = t["kv_rope_cache"]
+    if rc is None:
+        return
+    rwidth = info.R if info is not None else (int(rc.shape[-1]) if rc.dim() else 0)
+    rrows, rB = _cache_part(a, rc, layout, rwidth, strict, rope=True, what="R")
+    if strict and (rB != B or rrows != rows):
+        raise ValueError("kv_rope_cache %s must have the blocks and block size of kv_cache %s" % (
+            list(rc.shape), list(t["kv_cache"].shape)))
+    a.kv_rope_cache = rc.data_ptr()
+
+
+def _check_cache_dtypes(torch, info, t):
+    """kv_cache (and kv_rope_cache) dtype for the kernel's KV dtype: bf16; an fp8 e4m3 cache uint8 or the float8
+    dtype of its format; an fp8_tile cache uint8 (its rows hold fp8 values, float32 scales and bf16 rope values)."""
+    if info.kv == "fp8_tile":
+        allowed = (torch.uint8,)
+        for name in ("kv_cache", "kv_rope_cache"):
+            v = t[name]
+            if v is not None and v.dtype not in allowed:
+                raise TypeError("%s must be uint8 (an fp8_tile cache: rows of %d bytes, strides in bytes), got %s" % (
+                    name, info.row_bytes, str(v.dtype).replace("torch.", "")))
+        return
+    allowed = _fp8_dtypes(torch, info.fp8_format) if info.kv == "fp8_e4m3" else (torch.bfloat16,)
+    for name in ("kv_cache", "kv_rope_cache"):
+        if t[name] is not None:
+            _check_dtype(name, t[name], allowed)
 
 
 def _device_ok(ctx, t):
@@ -82,9 +163,10 @@ def _where(ctx):
     return "the CPU (host backend)" if ctx.backend == "host" else "cuda:%d (%s backend)" % (ctx.device, ctx.backend)
 
 
-def tensor_args(kernel, ctx, min_slot=0, **tensors):
+def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     """(ropekv_args, keepalive) for a launch of kernel with torch tensors. kernel=None reads the tensors as they
-    are (for Context.query): no dtype, shape or device checks against a kernel. Query rows are written for the
+    are (for Context.query, with the variant's layout and op): no dtype, shape or device checks against a kernel.
+    A read kernel's tensors: see read_args. The cache per the layout: see _cache_args. Query rows are written for the
     tokens of the q tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than
     the batch, DP-padded queries longer); k_nope / k_pe hold at least Tkv rows, positions at least max(T, Tkv).
     min_slot: slots below it are never written (1 keeps a reserved dummy slot 0 untouched).
@@ -104,6 +186,18 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
             raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(v).__name__))
     strict = kernel is not None
     info = kernel.info if strict else None
+    if strict:
+        layout, op = info.layout, info.op
+    names = _READ_NAMES if op == "read" else _WRITE_NAMES
+    extra = [n for n in _ARG_NAMES if n not in names and t[n] is not None]
+    if extra:
+        raise ValueError("%s takes no %s (op %s: %s)" % (info.key if strict else "op " + op, ", ".join(extra), op,
+                                                          ", ".join(names)))
+    if layout != "split" and t["kv_rope_cache"] is not None:
+        raise ValueError("kv_rope_cache is for the split layout only (this %s is %s)" % (
+            "kernel's layout" if strict else "layout", layout))
+    if op == "read":
+        return read_args(torch, kernel, ctx, t, layout, min_slot)
 
     if strict:
         q = info.q
@@ -123,6 +217,8 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
         for name in ("k_nope", "k_pe", "kv_cache", "positions", "slots"):
             if t[name] is None:
                 raise ValueError("%s is required" % name)
+        if layout == "split" and t["kv_rope_cache"] is None:
+            raise ValueError("kv_rope_cache is required (layout split: the rope parts [pages, block_size, R])")
         if info.rope != "none" and t["cos_sin"] is None:
             raise ValueError("cos_sin is required")
         split = info.cos_sin != "f32_cat"
@@ -154,7 +250,7 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
                         _dtype_names(fp8_q), info.q_fp8_format, str(t["q_out"].dtype).replace("torch.", "")))
             else:
                 _check_dtype("q_out", t["q_out"], bf16)
-        _check_dtype("kv_cache", t["kv_cache"], _fp8_dtypes(torch, info.fp8_format) if fp8 else bf16)
+        _check_cache_dtypes(torch, info, t)
         idx = {"int64": (torch.int64,), "int32": (torch.int32,)}
         _check_dtype("positions", t["positions"], idx[info.positions])
         _check_dtype("slots", t["slots"], idx[info.slots])
@@ -215,11 +311,8 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
                 raise ValueError("cos_sin must have shape [max_pos, %d], got %s" % (width, list(cs.shape)))
             if t["sin"] is not None and tuple(t["sin"].shape) != tuple(cs.shape):
                 raise ValueError("sin must have the shape of cos_sin %s, got %s" % (list(cs.shape), list(t["sin"].shape)))
-        W_check = W
-    else:
-        W_check = int(t["kv_cache"].shape[-1]) if t["kv_cache"] is not None and t["kv_cache"].dim() else 0
 
-    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache"):
+    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "kv_rope_cache"):
         if t[name] is not None:
             _check_last_contiguous(name, t[name])
     for name in ("positions", "slots"):
@@ -256,8 +349,7 @@ def tensor_args(kernel, ctx, min_slot=0, **tensors):
         if v.dim() == 2:
             setattr(a, name + "_st", _st(v, 0))
     if t["kv_cache"] is not None:
-        a.kv_cache = ptr("kv_cache")
-        a.kv_rows, a.kv_st = _kv_rows(t["kv_cache"], W_check, strict)
+        _cache_args(a, t, layout, info, strict)
     a.positions = ptr("positions")
     a.slots = ptr("slots")
     a.cos_sin = ptr("cos_sin")
@@ -280,3 +372,80 @@ def stream_for(ctx, stream):
     torch = _torch()
     return torch.cuda.current_stream(ctx.device).cuda_stream or None
 
+
+
+def read_args(torch, kernel, ctx, t, layout, min_slot):
+    """(ropekv_args, keepalive) of a read-back launch (op read): out[t] = the row of slots[t] as bf16. kv_cache
+    (with kv_rope_cache for the split layout) as a write kernel takes it, slots [T] (int64/int32 per the variant),
+    out [T, L+R] bf16, or out [T, L] with out_rope [T, R], and k_scale (one float32) for an fp8 e4m3 cache whose
+    convention is not "none". kernel=None (Context.query): the tensors as they are."""
+    strict = kernel is not None
+    info = kernel.info if strict else None
+    if strict:
+        for name in ("kv_cache", "slots", "out"):
+            if t[name] is None:
+                raise ValueError("%s is required (op read)" % name)
+        if layout == "split" and t["kv_rope_cache"] is None:
+            raise ValueError("kv_rope_cache is required (layout split: the rope parts [pages, block_size, R])")
+        needs_scale = info.kv == "fp8_e4m3" and info.scale != "none"
+        if needs_scale and t["k_scale"] is None:
+            raise ValueError("k_scale is required (fp8 cache with scale convention %r)" % info.scale)
+        if not needs_scale:
+            t["k_scale"] = None  # not read by this kernel
+        _check_cache_dtypes(torch, info, t)
+        _check_dtype("slots", t["slots"], {"int64": (torch.int64,), "int32": (torch.int32,)}[info.slots])
+        for name in ("out", "out_rope"):
+            if t[name] is not None:
+                _check_dtype(name, t[name], (torch.bfloat16,))
+        if t["k_scale"] is not None:
+            _check_dtype("k_scale", t["k_scale"], (torch.float32,))
+            if t["k_scale"].numel() != 1:
+                raise ValueError("k_scale must hold one element, got shape %s" % list(t["k_scale"].shape))
+        for name, v in t.items():
+            if v is not None and not _device_ok(ctx, v):
+                raise ValueError("%s is on %s; this context runs on %s" % (name, v.device, _where(ctx)))
+    sl = t["slots"]
+    T = int(sl.shape[0]) if sl is not None and sl.dim() >= 1 else 0
+    if strict:
+        L, R, W = info.L, info.R, info.W
+        _check_shape("slots", sl, (T,))
+        if t["out_rope"] is not None:
+            _check_shape("out", t["out"], (T, L))
+            _check_shape("out_rope", t["out_rope"], (T, R))
+        elif tuple(t["out"].shape) != (T, W):
+            raise ValueError("out must have shape %s (or %s with out_rope [%d, %d]), got %s" % (
+                [T, W], [T, L], T, R, list(t["out"].shape)))
+    for name in ("kv_cache", "kv_rope_cache", "out", "out_rope"):
+        if t[name] is not None:
+            _check_last_contiguous(name, t[name])
+    if sl is not None and sl.dim() == 1 and sl.shape[0] > 1 and sl.stride(0) != 1:
+        raise ValueError("slots must be contiguous (stride 1), got stride %d" % sl.stride(0))
+
+    a = _capi.ropekv_args()
+    a.tokens, a.heads, a.max_pos = T, 1, 1
+    a.min_slot = min_slot
+    if t["kv_cache"] is not None:
+        _cache_args(a, t, layout, info, strict)
+    a.slots = sl.data_ptr() if sl is not None else None
+    a.k_scale = t["k_scale"].data_ptr() if t["k_scale"] is not None else None
+    for name in ("out", "out_rope"):
+        v = t[name]
+        if v is not None:
+            setattr(a, name, v.data_ptr())
+            if v.dim() == 2:
+                setattr(a, name + "_st", _st(v, 0))
+    keep = tuple(v for v in t.values() if v is not None)
+    return a, keep
+
+
+def new_read_out(kernel, kv_cache, slots, split=False):
+    """A zero-filled bf16 out for a read launch: [T, L+R], or [T, L] when the rope parts go to out_rope (split),
+    T = the slots' length, on kv_cache's device."""
+    torch = _torch()
+    if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
+        raise ValueError("slots must be a 1-D torch.Tensor [T] (op read), got %s" % (
+            list(slots.shape) if isinstance(slots, torch.Tensor) else type(slots).__name__))
+    if not isinstance(kv_cache, torch.Tensor):
+        raise ValueError("kv_cache is required (op read)")
+    info = kernel.info
+    return torch.zeros(int(slots.shape[0]), info.L if split else info.W, dtype=torch.bfloat16, device=kv_cache.device)

@@ -509,6 +509,13 @@ SPECS = {
     "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
                         neg="skip_kv", sanitize=False, pos="int64", nope_head=64,
                         q_scale="mul", q_sat=448.0, q_rr=True),
+    "deepseek_v2_lite": dict(L=512, R=64, rope="gptj", cos_sin="bf16_split", scale="mul", sat=448.0, rr=False,
+                             neg="skip_kv", sanitize=False, pos="int64", nope_head=128),
+    # DeepSeek-V3.2: the fp8_tile row (vLLM's fp8_ds_mla): 4 tiles of 128 fp8 values, 4 float32 scales, 64 bf16
+    "deepseek_v32": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="none", sat=448.0, rr=False,
+                         neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
+                         q_scale="mul_recip", q_sat=448.0, q_rr=False,
+                         tile=128, tile_scale="f32", scales_at=512, rope_at=528, row_bytes=656),
 }
 BF16_MAX = 3.38953139e38
 
@@ -583,6 +590,8 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
     rows = blocks * 16
     if kv == "bf16":
         cache = torch.full((blocks, 16, W), sentinel, dtype=bf)
+    elif kv == "fp8_tile":
+        cache = torch.full((blocks, 16, s["row_bytes"]), 0x5A, dtype=torch.uint8)
     else:
         cache = torch.full((blocks, 16, W), 0x5A, dtype=torch.uint8)
         if hasattr(torch, "float8_e4m3fn"):
@@ -609,7 +618,9 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
         x["cos_sin"] = torch.cat([c, sn], dim=1).contiguous()
     else:
         x["cos_sin"], x["sin"] = c.contiguous(), sn.contiguous()
-    if kv != "bf16" and s["scale"] != "none":
+        if s["cos_sin"] == "bf16_split":
+            x["cos_sin"], x["sin"] = x["cos_sin"].to(bf), x["sin"].to(bf)
+    if kv == "fp8_e4m3" and s["scale"] != "none":
         x["k_scale"] = torch.tensor([0.75], dtype=torch.float32)
     if fp8_q and q != "none" and q_scale is not None:
         x["q_scale"] = torch.tensor([q_scale], dtype=torch.float32)
@@ -698,6 +709,88 @@ def q_fp8_reference(torch, spec, v, q_scale):
     return e4m3_codes(torch, v.clamp(-s["q_sat"], s["q_sat"]))
 
 
+FLT_MIN = 2.0 ** -126
+
+
+def tile_scales(torch, x, sat, pow2=False):
+    """The float32 scale of each tile (the last dimension of x, float32): max(amax / sat, FLT_MIN), amax the
+    largest |x| ignoring NaN (an inf amax gives an inf scale), the quotient a float32 division; pow2 rounds a
+    finite scale up to a power of two."""
+    a = x.abs()
+    amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
+    scale = torch.clamp(amax / sat, min=FLT_MIN)
+    if pow2:
+        m, e = torch.frexp(scale)  # scale = m * 2^e, m in [0.5, 1): a power of two when m == 0.5
+        up = torch.ldexp(torch.ones_like(scale), e.to(torch.int64))
+        scale = torch.where((m == 0.5) | ~torch.isfinite(scale), scale, up)
+    return scale
+
+
+def tile_rows(torch, spec, k_nope, rope_bf16):
+    """The fp8_tile rows (uint8 [K, row_bytes]) of the bf16 latents k_nope [K, L] and rope parts rope_bf16 [K, R]
+    (already rotated, rounded to bf16): each tile of `tile` latent values x becomes fp8(x / scale) (a float32
+    division, clamped to +-sat, NaN kept, OCP e4m3 to nearest even), the float32 scales at scales_at and the
+    bf16 rope values at rope_at, little-endian as the device writes them."""
+    s = SPECS[spec]
+    L, tile, sat = s["L"], s["tile"], s["sat"]
+    K = k_nope.shape[0]
+    x = k_nope.float().reshape(K, L // tile, tile)
+    scale = tile_scales(torch, x, sat, s["tile_scale"] == "pow2")
+    v = (x / scale[..., None]).clamp(-sat, sat)
+    out = torch.zeros(K, s["row_bytes"], dtype=torch.uint8, device=k_nope.device)
+    out[:, :L] = e4m3_codes(torch, v).reshape(K, L)
+    out[:, s["scales_at"]:s["scales_at"] + 4 * (L // tile)] = scale.contiguous().view(torch.uint8)
+    out[:, s["rope_at"]:s["rope_at"] + 2 * s["R"]] = rope_bf16.contiguous().view(torch.uint8)
+    return out
+
+
+def e4m3_values(torch, codes, fmt="ocp"):
+    """The float32 values of e4m3 codes (uint8 tensor), through a table of e4m3_to_f32 (NaN codes give NaN)."""
+    table = torch.tensor([e4m3_to_f32(c, fmt) for c in range(256)], dtype=torch.float32, device=codes.device)
+    return table[codes.long()]
+
+
+def read_rows(torch, spec, kv, rows, k_scale=None):
+    """What the read-back op makes of cache rows (flat [n, W] bf16, [n, W] fp8 bytes or [n, row_bytes] fp8_tile
+    bytes): bf16 [n, W]. bf16 rows as they are; fp8 e4m3: value * k_scale (mul_recip, div) or value / k_scale
+    (mul) in float32, rounded to bf16; fp8_tile: value * its tile's float32 scale, rounded to bf16, the rope part's
+    bf16 values as they are."""
+    s = SPECS[spec]
+    L, R = s["L"], s["R"]
+    if kv == "bf16":
+        return rows.clone()
+    n = rows.shape[0]
+    if kv == "fp8_e4m3":
+        v = e4m3_values(torch, rows.view(torch.uint8))
+        if s["scale"] in ("mul_recip", "div"):
+            v = v * k_scale
+        elif s["scale"] == "mul":
+            v = v / k_scale
+        return v.to(torch.bfloat16)
+    b = rows.view(torch.uint8)
+    scale = b[:, s["scales_at"]:s["scales_at"] + 4 * (L // s["tile"])].contiguous().view(torch.float32)
+    v = e4m3_values(torch, b[:, :L]).reshape(n, L // s["tile"], s["tile"]) * scale[..., None]
+    rope = b[:, s["rope_at"]:s["rope_at"] + 2 * R].contiguous().view(torch.bfloat16)
+    return torch.cat([v.reshape(n, L).to(torch.bfloat16), rope], dim=-1)
+
+
+def read_reference(torch, spec, kv, flat, slots, k_scale=None, min_slot=0, prior=None, negative="zero"):
+    """The read-back op on a flat view of the cache rows (flat [rows, row width]): out [T, W] bf16 with the rows of
+    slots, dequantized (read_rows). A row whose slot is below min_slot or past the rows is zero (read
+    negative_slot "zero") or keeps prior's row ("skip"; prior: out's contents before the launch)."""
+    s = SPECS[spec]
+    T = slots.shape[0]
+    sl = slots.long()
+    valid = (sl >= min_slot) & (sl < flat.shape[0])
+    want = torch.zeros(T, s["L"] + s["R"], dtype=torch.bfloat16) if prior is None else prior.clone()
+    if negative == "zero":
+        want[~valid] = 0
+    idx = sl[valid]
+    if idx.numel():
+        want[valid] = read_rows(torch, spec, kv, flat[idx], k_scale)
+    return want
+
+
 def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
     """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as _rope_fma (one
     rounded product, one fused multiply-add, emulated exactly), bf16 by round to nearest even (torch's
@@ -773,6 +866,8 @@ def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
         else:
             row = torch.cat([k_nope, kr.to(torch.bfloat16)], dim=-1)
         flat[slot[valid]] = row[valid]
+    elif kv == "fp8_tile":
+        flat[slot[valid]] = tile_rows(torch, spec, k_nope, kr.to(torch.bfloat16))[valid]
     else:
         if s["rr"]:
             kr = kr.to(torch.bfloat16).float()
@@ -1101,6 +1196,437 @@ def test_host_fp8_q_errors():
     _check_fp8_q_errors(torch, context("host"), "cpu")
 
 
+# ---- KV layouts, fp8_tile rows and the read-back op -----------------------------------------------------------
+def row_width(spec, kv):
+    """Elements of one flat cache row: W, or the fp8_tile row's bytes."""
+    s = SPECS[spec]
+    return s["row_bytes"] if kv == "fp8_tile" else s["L"] + s["R"]
+
+
+def layout_cache(torch, spec, kv, layout, rows, B, device, unit_dim=False, fill=None):
+    """A cache of `rows` slots laid out as engines hold it, with padding: paged, [rows / B, B, width] entries of
+    (width + pad) elements in blocks with a gap after them (unit_dim: [blocks, B, 1, width], vLLM's head dim);
+    split, the latent parts [rows / B, B, L] and the rope parts [rows / B, B, R] in two padded buffers (FlashInfer);
+    flat, [rows, width] rows of (width + pad). bf16 caches are bf16, fp8 and fp8_tile caches uint8. Padding and
+    every entry hold a sentinel (-777.0 / 0x5A); fill (flat rows [rows, width]) is placed in the entries when
+    given. Returns {"kv_cache", "kv_rope_cache" (split), "bases" (the buffers), "entries" (the [blocks, B, w]
+    views, one per buffer)}."""
+    s = SPECS[spec]
+    assert rows % B == 0, (rows, B)
+    blocks = rows // B
+    dt = torch.bfloat16 if kv == "bf16" else torch.uint8
+    pad = 8 if kv == "bf16" else 16
+    gap = 32
+    sentinel = -777.0 if kv == "bf16" else 0x5A
+    if layout == "split":
+        widths = [s["L"], s["R"]]
+    else:
+        widths = [row_width(spec, kv)]
+    out = {"bases": [], "entries": []}
+    for w in widths:
+        if layout == "flat":
+            base = torch.full((rows, w + pad), sentinel, dtype=dt, device=device)
+            entries = base[:, :w].unsqueeze(0)
+        else:
+            base = torch.full((blocks, B * (w + pad) + gap), sentinel, dtype=dt, device=device)
+            entries = base[:, :B * (w + pad)].view(blocks, B, w + pad)[..., :w]
+        out["bases"].append(base)
+        out["entries"].append(entries)
+    if fill is not None:
+        place_rows(torch, out["entries"], fill, s["L"])
+    e = out["entries"]
+    if layout == "flat":
+        out["kv_cache"] = e[0][0]
+    else:
+        out["kv_cache"] = e[0].unsqueeze(2) if unit_dim else e[0]
+    if layout == "split":
+        out["kv_rope_cache"] = e[1].unsqueeze(2) if unit_dim else e[1]
+    return out
+
+
+def place_rows(torch, entries, flat, L):
+    """Writes flat rows [rows, width] into the [blocks, B, w] entry views (split: latent and rope parts)."""
+    B = entries[0].shape[1]
+    r = torch.arange(flat.shape[0], device=flat.device)
+    if len(entries) == 2:
+        entries[0][r // B, r % B] = flat[:, :L]
+        entries[1][r // B, r % B] = flat[:, L:]
+    else:
+        entries[0][r // B, r % B] = flat
+
+
+def expected_bases(torch, cache, flat, L):
+    """The buffers of a layout_cache after flat rows [rows, width] were written in its entries: clones of the
+    bases with the rows placed (padding and gaps as they were)."""
+    bases = [b.clone() for b in cache["bases"]]
+    entries = [nb.as_strided(e.shape, e.stride(), e.storage_offset() - b.storage_offset())
+               for nb, b, e in zip(bases, cache["bases"], cache["entries"])]
+    place_rows(torch, entries, flat, L)
+    return bases
+
+
+def _equal_bits(torch, got, want, what):
+    kind = "bf16" if got.dtype == torch.bfloat16 else "fp8"
+    steps, frac, n, bad = compare_bits(torch, got, want, kind)
+    assert bad == 0, "%s: %d of %d elements not bit-identical (max %d steps; %s)" % (
+        what, bad, n, steps, _first_differences(torch, got, want, kind))
+
+
+def run_layout_case(torch, ctx, spec, kv, layout, B, device="cpu", unit_dim=False, q="absorbed", T=11, H=3,
+                    seed=41, slots_dtype="int64", specials=True, min_slot=0):
+    """One write launch into a layout_cache (padded entries and blocks), compared with reference() on a flat cache
+    of the same rows: every buffer bit for bit, padding included, and the query output."""
+    s = SPECS[spec]
+    k = ctx.kernel(spec, kv=kv, q=q, positions=s["pos"], slots=slots_dtype, layout=layout)
+    assert (k.info.layout, k.info.kv, k.info.op) == (layout, kv, "write"), k.info
+    x = make_inputs(torch, spec, q, kv, T, H, device, slots_dtype, specials=specials, seed=seed, min_slot=min_slot)
+    width = row_width(spec, kv)
+    rows = x["kv_cache"].numel() // width
+    want = reference(torch, spec, q, kv, x, min_slot)
+    cache = layout_cache(torch, spec, kv, layout, rows, B, device, unit_dim)
+    call = dict(x, kv_cache=cache["kv_cache"])
+    if layout == "split":
+        call["kv_rope_cache"] = cache["kv_rope_cache"]
+    ok, why = ctx.query(spec, kv=kv, q=q, layout=layout, **call)  # index types from the tensors
+    assert ok, why
+    k(**call, min_slot=min_slot)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    flat_want = want["kv_cache"].reshape(rows, width)
+    for i, (got, exp) in enumerate(zip(cache["bases"], expected_bases(torch, cache, flat_want, s["L"]))):
+        _equal_bits(torch, got, exp, "%s %s %s B=%d: cache buffer %d" % (spec, kv, layout, B, i))
+    if "q_out" in want:
+        _equal_bits(torch, x["q_out"], want["q_out"], "%s %s %s: q_out" % (spec, kv, layout))
+    print("%s kv=%s layout=%s B=%d%s T=%d: cache buffers and q_out bit-identical" % (
+        spec, kv, layout, B, " (unit dim)" if unit_dim else "", T))
+    return k, x, cache, flat_want
+
+
+# (spec, kv, layout, block size, unit dim): deepseek_v2_lite lists every layout
+LAYOUT_CASES = [("deepseek_v2_lite", "bf16", "paged", 16, False), ("deepseek_v2_lite", "fp8_e4m3", "paged", 8, True),
+                ("deepseek_v2_lite", "bf16", "paged", 1, True), ("deepseek_v2_lite", "bf16", "split", 16, False),
+                ("deepseek_v2_lite", "fp8_e4m3", "split", 8, True), ("deepseek_v2_lite", "fp8_e4m3", "flat", 1, False)]
+# the specs of the tile-scaled row and the read-back op
+TILE_LAYOUT_CASES = [("deepseek_v32", "fp8_tile", "paged", 64, False), ("deepseek_v32", "fp8_tile", "paged", 16, True),
+                     ("deepseek_v32", "fp8_tile", "flat", 1, False), ("deepseek_v32", "bf16", "paged", 16, False),
+                     ("deepseek_v3", "fp8_e4m3", "paged", 16, True), ("kimi_k2", "bf16", "paged", 8, False)]
+
+
+@parametrize("spec,kv,layout,B,unit_dim", LAYOUT_CASES + TILE_LAYOUT_CASES)
+def test_host_torch_layouts(spec, kv, layout, B, unit_dim):
+    """Paged and split caches as engines hold them, with padding between entries and after blocks: the rows land
+    where the layout says and nothing else is written."""
+    torch = _torch()
+    T = 50 if B == 64 else 11  # rows (make_inputs: 16-row blocks for 2T + 16 slots) a multiple of B
+    run_layout_case(torch, context("host"), spec, kv, layout, B, unit_dim=unit_dim, T=T,
+                    specials=kv != "fp8_tile", seed=43)
+
+
+def test_host_torch_fp8_tile_rows():
+    """The fp8_tile write of deepseek_v32 against tile_rows byte for byte, with tiles of very different ranges
+    (all zero: the FLT_MIN scale; 1e-30, bf16 subnormals, 1e30), tiles with NaN (ignored by amax; an all-NaN tile),
+    +-inf (an inf scale: x / inf and inf / inf) and padding slots, in both q forms the bench uses; the kernel's
+    parameters as the library reports them."""
+    torch = _torch()
+    c = context("host")
+    k = c.kernel("deepseek_v32", kv="fp8_tile", q="absorbed", layout="paged")
+    i = k.info
+    s = SPECS["deepseek_v32"]
+    assert (i.kv, i.layout, i.op, i.fp8_tile, i.fp8_tile_scale) == ("fp8_tile", "paged", "write", s["tile"],
+                                                                     s["tile_scale"]), i
+    assert (i.fp8_tile_scales_at, i.fp8_tile_rope_at, i.row_bytes, i.L, i.R) == (s["scales_at"], s["rope_at"],
+                                                                                s["row_bytes"], 512, 64), i
+    assert i.fp8_format == "ocp", "these tests compare with OCP e4m3"
+    for q in ("absorbed", "none"):
+        kq = c.kernel("deepseek_v32", kv="fp8_tile", q=q, layout="paged")
+        x = make_inputs(torch, "deepseek_v32", q, "fp8_tile", 20, 2, "cpu", seed=47)
+        kn = x["k_nope"]  # tokens with a slot in the cache (make_inputs: 0, 5, 10, 15 are padding, 3 past it)
+        kn[2, :128] = 0.0
+        kn[4, 128:256] *= 1e-30
+        kn[6, 256:384] *= 1e30
+        kn[7, 384:] = kn[7, 384:].abs()
+        kn[8, 5] = float("nan")
+        kn[9, :128] = float("nan")
+        kn[11, 130] = float("inf")
+        kn[12, 300], kn[12, 301] = float("-inf"), float("inf")
+        kn[13, 400:512] *= 1e-38  # bf16 subnormals: scale FLT_MIN
+        kn[14, 0] = 3.0e38  # near the bf16 max
+        want = reference(torch, "deepseek_v32", q, "fp8_tile", x)
+        cache = layout_cache(torch, "deepseek_v32", "fp8_tile", "paged", x["kv_cache"].numel() // 656, 16, "cpu")
+        kq(**dict(x, kv_cache=cache["kv_cache"]))
+        flat_want = want["kv_cache"].reshape(-1, 656)
+        exp = expected_bases(torch, cache, flat_want, 512)[0]
+        assert torch.equal(cache["bases"][0], exp), "fp8_tile rows (q %s): %d bytes differ" % (
+            q, int((cache["bases"][0] != exp).sum()))
+        if q == "absorbed":
+            _equal_bits(torch, x["q_out"], want["q_out"], "q_out")
+        slot = int(x["slots"][2])
+        zero_tile = cache["entries"][0][slot // 16, slot % 16, 512:516].contiguous().view(torch.float32)
+        assert zero_tile.item() == FLT_MIN, "the all-zero tile's scale"
+        slot = int(x["slots"][11])
+        inf_tile = cache["entries"][0][slot // 16, slot % 16, 516:520].contiguous().view(torch.float32)
+        assert inf_tile.item() == math.inf, "the scale of a tile with inf"
+
+
+def fill_rows(torch, spec, kv, rows, seed, specials=True):
+    """Random cache rows (flat [rows, width]) of a kv dtype: bf16 values (NaN, +-inf among them); every fp8 byte
+    (NaN codes included); fp8_tile rows with random codes, positive float32 scales over a wide range and bf16
+    rope values."""
+    s = SPECS[spec]
+    L, R = s["L"], s["R"]
+    g = torch.Generator().manual_seed(seed)
+    if kv == "bf16":
+        v = torch.randn(rows, L + R, generator=g).to(torch.bfloat16)
+        if specials and rows >= 4:
+            v[1, 3], v[2, L + 1], v[3, 7] = float("nan"), float("inf"), float("-inf")
+        return v
+    if kv == "fp8_e4m3":
+        return torch.randint(0, 256, (rows, L + R), generator=g).to(torch.uint8)
+    out = torch.zeros(rows, s["row_bytes"], dtype=torch.uint8)
+    out[:, :L] = torch.randint(0, 256, (rows, L), generator=g).to(torch.uint8)
+    nt = L // s["tile"]
+    scale = torch.exp2(torch.randint(-40, 20, (rows, nt), generator=g).float())
+    scale = scale * (1 + torch.rand(rows, nt, generator=g))
+    out[:, s["scales_at"]:s["scales_at"] + 4 * nt] = scale.contiguous().view(torch.uint8)
+    out[:, s["rope_at"]:s["rope_at"] + 2 * R] = torch.randn(rows, R, generator=g).to(torch.bfloat16).view(torch.uint8)
+    return out
+
+
+def run_read_case(torch, ctx, spec, kv, layout, B, device="cpu", split_out=False, min_slot=0, slots_dtype="int64",
+                  T=13, rows=64, seed=51, unit_dim=False, alloc=False):
+    """One read-back launch of random cache rows in a layout_cache: out against read_reference bit for bit (NaN ==
+    NaN), with padding slots (-1), a slot past the cache and, with min_slot, slot 0 below it."""
+    s = SPECS[spec]
+    k = ctx.kernel(spec, kv=kv, slots=slots_dtype, layout=layout, op="read")
+    assert (k.info.op, k.info.kv, k.info.layout, k.info.slots) == ("read", kv, layout, slots_dtype), k.info
+    assert k.info.read_negative_slot in ("zero", "skip"), k.info
+    flat = fill_rows(torch, spec, kv, rows, seed)
+    cache = layout_cache(torch, spec, kv, layout, rows, B, device, unit_dim, fill=flat.to(device))
+    g = torch.Generator().manual_seed(seed + 1)
+    slots = torch.randperm(rows, generator=g)[:T]
+    slots[::4] = -1
+    slots[2] = rows + 3
+    if min_slot:
+        slots[1] = 0
+    slots = slots.to(torch.int64 if slots_dtype == "int64" else torch.int32).to(device)
+    k_scale = torch.tensor([0.37], dtype=torch.float32, device=device) if kv == "fp8_e4m3" else None
+    call = dict(kv_cache=cache["kv_cache"], slots=slots, min_slot=min_slot)
+    if k_scale is not None and s["scale"] != "none":
+        call["k_scale"] = k_scale
+    if layout == "split":
+        call["kv_rope_cache"] = cache["kv_rope_cache"]
+    L, W = s["L"], s["L"] + s["R"]
+    prior = torch.full((T, W), -777.0, dtype=torch.bfloat16)
+    if alloc:
+        got = k(**call)
+        if split_out:
+            raise AssertionError("alloc with split_out is not a case")
+        prior = torch.zeros(T, W, dtype=torch.bfloat16)
+    elif split_out:
+        out, out_rope = prior[:, :L].clone().to(device), prior[:, L:].clone().to(device)
+        r = k(**call, out=out, out_rope=out_rope)
+        assert r[0] is out and r[1] is out_rope
+        got = torch.cat([out, out_rope], dim=-1)
+    else:
+        pad = torch.full((T, W + 8), -777.0, dtype=torch.bfloat16, device=device)  # rows of a wider stride
+        out = pad[:, :W]
+        assert k(**call, out=out) is out
+        got = out
+        assert bool((pad[:, W:] == -777.0).all()), "out's padding was written"
+    want = read_reference(torch, spec, kv, flat, slots.cpu(), k_scale.cpu() if k_scale is not None else None,
+                          min_slot, prior, k.info.read_negative_slot)
+    _equal_bits(torch, got.cpu(), want, "%s %s %s read (B=%d%s)" % (spec, kv, layout, B,
+                                                                    ", out_rope" if split_out else ""))
+    print("%s kv=%s layout=%s B=%d read T=%d%s: out bit-identical" % (spec, kv, layout, B, T,
+                                                                     " with out_rope" if split_out else ""))
+    return k
+
+
+# (spec, kv, layout, block size, out_rope, min_slot, slots dtype)
+READ_CASES = [("deepseek_v3", "bf16", "flat", 1, False, 0, "int64"),
+              ("deepseek_v3", "fp8_e4m3", "flat", 1, False, 1, "int32"),
+              ("deepseek_v3", "fp8_e4m3", "paged", 16, True, 0, "int64"),
+              ("kimi_k2", "fp8_e4m3", "paged", 8, False, 0, "int64"),
+              ("minicpm3_4b", "fp8_e4m3", "flat", 1, True, 0, "int64"),
+              ("deepseek_v2_lite", "fp8_e4m3", "split", 16, False, 0, "int64"),
+              ("deepseek_v2_lite", "bf16", "split", 8, True, 1, "int64"),
+              ("deepseek_v32", "fp8_tile", "paged", 64, False, 0, "int64"),
+              ("deepseek_v32", "fp8_tile", "flat", 1, True, 1, "int32"),
+              ("deepseek_v32", "bf16", "paged", 16, False, 0, "int64")]
+
+
+@parametrize("spec,kv,layout,B,split_out,min_slot,slots", READ_CASES)
+def test_host_torch_read(spec, kv, layout, B, split_out, min_slot, slots):
+    """The read-back op: cache rows of every byte value (fp8), specials (bf16) and tile scales over 2^60, read
+    through each layout into out (or out + out_rope), dequantized as read_rows says, bit for bit."""
+    torch = _torch()
+    run_read_case(torch, context("host"), spec, kv, layout, B, split_out=split_out, min_slot=min_slot,
+                  slots_dtype=slots, unit_dim=layout == "paged" and B == 8)
+
+
+def test_host_torch_read_alloc():
+    """Without out, the read kernel returns a new zero-filled [T, W] bf16 tensor with the rows."""
+    torch = _torch()
+    run_read_case(torch, context("host"), "deepseek_v32", "fp8_tile", "paged", 16, alloc=True)
+
+
+@parametrize("spec,kv,layout,B", [("deepseek_v32", "fp8_tile", "paged", 64), ("deepseek_v32", "bf16", "paged", 16),
+                                  ("deepseek_v3", "bf16", "flat", 1), ("deepseek_v3", "fp8_e4m3", "paged", 16),
+                                  ("deepseek_v2_lite", "bf16", "split", 16)])
+def test_host_torch_round_trip(spec, kv, layout, B):
+    """Write with one kernel, read back with its read kernel: the fp8_tile rows' bytes equal tile_rows' and read
+    back as read_rows dequantizes them; a bf16 row reads back as the written row exactly."""
+    torch = _torch()
+    ctx = context("host")
+    s = SPECS[spec]
+    T = 50 if B == 64 else 11
+    k, x, cache, flat_want = run_layout_case(torch, ctx, spec, kv, layout, B, T=T, specials=kv != "fp8_tile",
+                                             seed=53)
+    r = ctx.kernel(spec, kv=kv, layout=layout, op="read")
+    slots = x["slots"]
+    call = dict(kv_cache=cache["kv_cache"], slots=slots)
+    if layout == "split":
+        call["kv_rope_cache"] = cache["kv_rope_cache"]
+    if kv == "fp8_e4m3" and s["scale"] != "none":
+        call["k_scale"] = x["k_scale"]
+    got = r(**call)
+    valid = (slots >= 0) & (slots < flat_want.shape[0])
+    want = read_reference(torch, spec, kv, flat_want, slots, x.get("k_scale"))
+    _equal_bits(torch, got, want, "%s %s %s: read back" % (spec, kv, layout))
+    if kv == "bf16":  # the written row itself: k_nope | rope(k_pe) as reference() made it
+        written = flat_want[slots[valid].long()]
+        _equal_bits(torch, got[valid], written, "bf16 row read back")
+        assert bool((got[~valid] == 0).all())
+    print("%s kv=%s layout=%s: written and read back, %d rows" % (spec, kv, layout, int(valid.sum())))
+
+
+def _check_layout_errors(torch, ctx, device):
+    """Argument errors of layouts, fp8_tile caches and read kernels, in Python and in the library."""
+    spec = "deepseek_v2_lite"
+    T, H = 8, 2
+    x = make_inputs(torch, spec, "absorbed", "bf16", T, H, device, seed=61)
+    rows = x["kv_cache"].numel() // 576
+    kp = ctx.kernel(spec, kv="bf16", layout="paged")
+    paged = layout_cache(torch, spec, "bf16", "paged", rows, 16, device)
+    kp(**dict(x, kv_cache=paged["kv_cache"]))
+    e = _expect(ValueError, lambda: kp(**dict(x, kv_cache=paged["kv_cache"].reshape(-1, 576))))
+    assert "paged" in str(e) and "block_size" in str(e)
+    two = torch.zeros(rows // 16, 8, 2, 576, dtype=torch.bfloat16, device=device)
+    _expect(ValueError, lambda: kp(**dict(x, kv_cache=two)))
+    _expect(ValueError, lambda: kp(**dict(x, kv_cache=paged["kv_cache"][..., :568])))  # row narrower than W
+    _expect(ValueError, lambda: kp(**dict(x, kv_cache=paged["kv_cache"], kv_rope_cache=paged["kv_cache"])))
+    ov = torch.zeros(rows * 576, dtype=torch.bfloat16, device=device)
+    overlapping = torch.as_strided(ov, (rows // 16, 16, 576), (16 * 576, 64, 1))  # entries 64 apart, 576 wide
+    e = _expect(ropekv.RopekvError, lambda: kp(**dict(x, kv_cache=overlapping)), {"ROPEKV_ERR_STRIDE"})
+    assert "kv_cache" in e.message
+    ok, why = ctx.query(spec, layout="paged", **dict(x, kv_cache=overlapping))
+    assert not ok and "ROPEKV_ERR_STRIDE" in why
+    ok, why = ctx.query(spec, layout="paged", **dict(x, kv_cache=paged["kv_cache"]))
+    assert ok, why
+    _expect(ValueError, lambda: ctx.kernel(spec, layout="tiled"))
+    _expect(ValueError, lambda: ctx.kernel(spec, op="gather"))
+    # split: the rope cache is required, of the same blocks
+    ks = ctx.kernel(spec, kv="bf16", layout="split")
+    split = layout_cache(torch, spec, "bf16", "split", rows, 16, device)
+    e = _expect(ValueError, lambda: ks(**dict(x, kv_cache=split["kv_cache"])))
+    assert "kv_rope_cache" in str(e)
+    other = layout_cache(torch, spec, "bf16", "split", rows, 8, device)
+    _expect(ValueError, lambda: ks(**dict(x, kv_cache=split["kv_cache"], kv_rope_cache=other["kv_rope_cache"])))
+    _expect(TypeError, lambda: ks(**dict(x, kv_cache=split["kv_cache"],
+                                         kv_rope_cache=split["kv_rope_cache"].float())))
+    ks(**dict(x, kv_cache=split["kv_cache"], kv_rope_cache=split["kv_rope_cache"]))
+    # read kernels take no write tensors, and the write kernels no out
+    r = ctx.kernel(spec, kv="bf16", layout="paged", op="read")
+    slots = x["slots"]
+    out = torch.zeros(T, 576, dtype=torch.bfloat16, device=device)
+    r(kv_cache=paged["kv_cache"], slots=slots, out=out)
+    e = _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out, k_nope=x["k_nope"]))
+    assert "k_nope" in str(e)
+    _expect(ValueError, lambda: kp(**dict(x, kv_cache=paged["kv_cache"], out=out)))
+    _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], out=out))  # no slots
+    _expect(ValueError, lambda: r(slots=slots, out=out))  # no cache
+    _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out[:, :512]))  # [T, L] without out_rope
+    _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out[:T - 1]))
+    _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out[:, :512],
+                                  out_rope=torch.zeros(T, 32, dtype=torch.bfloat16, device=device)))
+    _expect(TypeError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out.float()))
+    _expect(TypeError, lambda: r(kv_cache=paged["kv_cache"], slots=slots.to(torch.int32), out=out))
+    _expect(ValueError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=out.t().contiguous().t()))
+    ok, why = ctx.query(spec, layout="paged", op="read", kv_cache=paged["kv_cache"], slots=slots, out=out)
+    assert ok, why
+    bad_out = torch.as_strided(out, (T, 576), (8, 1))  # rows of 576 at a stride of 8: overlapping
+    e = _expect(ropekv.RopekvError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=bad_out),
+                {"ROPEKV_ERR_STRIDE"})
+    assert "out" in e.message
+    # an fp8 read with a scale convention needs k_scale
+    r8 = ctx.kernel(spec, kv="fp8_e4m3", layout="paged", op="read")
+    p8 = layout_cache(torch, spec, "fp8_e4m3", "paged", rows, 16, device)
+    e = _expect(ValueError, lambda: r8(kv_cache=p8["kv_cache"], slots=slots, out=out))
+    assert "k_scale" in str(e)
+    r8(kv_cache=p8["kv_cache"], slots=slots, out=out, k_scale=torch.ones(1, device=device))
+    _expect(TypeError, lambda: r8(kv_cache=paged["kv_cache"], slots=slots, out=out,
+                                  k_scale=torch.ones(1, device=device)))  # a bf16 cache for an fp8 kernel
+    # the library's own checks of a read launch (raw arguments bypass the Python ones)
+    args, keep = r.args(kv_cache=paged["kv_cache"], slots=slots, out=out)
+    args.out = None
+    _expect(ropekv.RopekvError, lambda: r.launch_raw(args), {"ROPEKV_ERR_NULL"})
+    del keep
+
+
+def _check_tile_errors(torch, ctx, device):
+    """fp8_tile caches are uint8 rows of info.row_bytes; the kernel takes no k_scale (ignored)."""
+    k = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged")
+    x = make_inputs(torch, "deepseek_v32", "absorbed", "fp8_tile", 8, 2, device, seed=67)
+    rows = x["kv_cache"].numel() // 656
+    cache = layout_cache(torch, "deepseek_v32", "fp8_tile", "paged", rows, 16, device)
+    k(**dict(x, kv_cache=cache["kv_cache"]))
+    k(**dict(x, kv_cache=cache["kv_cache"], k_scale=torch.ones(1, device=device)))
+    e = _expect(TypeError, lambda: k(**dict(x, kv_cache=cache["kv_cache"].view(torch.int8))))
+    assert "uint8" in str(e) and "656" in str(e)
+    wide = torch.zeros(rows // 16, 16, 576, dtype=torch.uint8, device=device)
+    e = _expect(ValueError, lambda: k(**dict(x, kv_cache=wide)))
+    assert "656" in str(e)
+    _expect(TypeError, lambda: k(**dict(x, kv_cache=torch.zeros(rows // 16, 16, 576, dtype=torch.bfloat16,
+                                                                 device=device))))
+    r = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged", op="read")
+    got = r(kv_cache=cache["kv_cache"], slots=x["slots"])
+    assert tuple(got.shape) == (8, 576) and got.dtype == torch.bfloat16
+    lat, rope = r(kv_cache=cache["kv_cache"], slots=x["slots"],
+                  out_rope=torch.zeros(8, 64, dtype=torch.bfloat16, device=device))
+    assert tuple(lat.shape) == (8, 512) and torch.equal(torch.cat([lat, rope], dim=-1), got)
+
+
+def test_host_layout_errors():
+    torch = _torch()
+    _check_layout_errors(torch, context("host"), "cpu")
+
+
+def test_host_tile_errors():
+    torch = _torch()
+    _check_tile_errors(torch, context("host"), "cpu")
+
+
+def test_layout_and_op_enums():
+    """The enums of the header, and kernels keyed by layout and op (host backend, no torch)."""
+    assert ropekv.KV_DTYPES == {"bf16": 0, "fp8_e4m3": 1, "fp8_tile": 2}
+    assert ropekv.LAYOUTS == {"flat": 0, "paged": 1, "split": 2} and ropekv.OPS == {"write": 0, "read": 1}
+    c = context("host")
+    kf = c.kernel("deepseek_v2_lite", layout="flat")
+    kp = c.kernel("deepseek_v2_lite", layout="paged")
+    ks = c.kernel("deepseek_v2_lite", layout=2)
+    assert (kf.info.layout, kp.info.layout, ks.info.layout) == ("flat", "paged", "split")
+    assert kp.info.key.endswith("/layout=paged") and kf.name != kp.name != ks.name
+    assert (kp.layout, kp.op) == ("paged", "write")
+    r = c.kernel("deepseek_v2_lite", kv="fp8_e4m3", layout="split", op="read")
+    assert (r.info.op, r.info.layout, r.info.kv, r.op) == ("read", "split", "fp8_e4m3", "read")
+    assert "/read/" in r.info.key and r.info.key.endswith("/layout=split"), r.info.key
+    assert r.info.read_negative_slot == "zero"
+    ok, why = c.query("deepseek_v3", kv="fp8_e4m3", layout="paged", op="read")
+    assert ok, why
+    ok, why = c.query("minicpm3_4b", layout="split")
+    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why, why
+
+
 # ---- CUDA ---------------------------------------------------------------------------------------------------
 @parametrize("kv,q,slots", [(kv, q, sl) for kv in ("bf16", "fp8_e4m3") for q in ("absorbed", "zero_copy", "none")
                             for sl in ("int64",)] + [("fp8_e4m3", "absorbed", "int32")])
@@ -1293,6 +1819,35 @@ def test_cuda_fp8_q_large():
 def test_cuda_fp8_q_errors():
     torch = _cuda_torch()
     _check_fp8_q_errors(torch, context("cuda"), "cuda")
+
+
+def _cuda_spec(ctx, spec, **variant):
+    ok, why = ctx.query(spec, **variant)
+    if not ok and "ROPEKV_ERR_UNSUPPORTED" in why:
+        skip("%s on %s: %s" % (spec, ctx.target, why))
+
+
+@parametrize("spec,kv,layout,B,unit_dim", TILE_LAYOUT_CASES + LAYOUT_CASES)
+def test_cuda_layouts(spec, kv, layout, B, unit_dim):
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    _cuda_spec(ctx, spec, kv=kv, layout=layout)
+    run_layout_case(torch, ctx, spec, kv, layout, B, device="cuda", unit_dim=unit_dim, T=1016 if B == 64 else 67,
+                    H=16, specials=kv != "fp8_tile", seed=71)
+
+
+@parametrize("spec,kv,layout,B,split_out,min_slot,slots", READ_CASES)
+def test_cuda_read(spec, kv, layout, B, split_out, min_slot, slots):
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    _cuda_spec(ctx, spec, kv=kv, layout=layout, op="read")
+    run_read_case(torch, ctx, spec, kv, layout, B, device="cuda", split_out=split_out, min_slot=min_slot,
+                  slots_dtype=slots, T=1000, rows=2048, unit_dim=layout == "paged" and B == 8)
+
+
+def test_cuda_fp8_tile_errors():
+    torch = _cuda_torch()
+    _check_tile_errors(torch, context("cuda"), "cuda")
 
 
 # ---- plain runner --------------------------------------------------------------------------------------------
