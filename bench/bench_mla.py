@@ -1382,7 +1382,7 @@ def tile_row_bytes(torch, k_nope, rope):
     x = k_nope.float().reshape(n, NTILES, TILE)
     a = x.abs()
     amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
-    scale = (amax / FP8_MAX).clamp(min=FLT_MIN)
+    scale = (amax / torch.full_like(amax, FP8_MAX)).clamp(min=FLT_MIN)  # a tensor divisor: a true division on CUDA
     codes = _fp8_codes(torch, (x / scale[..., None]).clamp(-FP8_MAX, FP8_MAX)).reshape(n, L)
     rows = torch.empty(n, ROW_BYTES, dtype=torch.uint8, device=k_nope.device)
     rows[:, :L] = codes

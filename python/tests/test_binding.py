@@ -718,7 +718,8 @@ def tile_scales(torch, x, sat, pow2=False):
     finite scale up to a power of two."""
     a = x.abs()
     amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
-    scale = torch.clamp(amax / sat, min=FLT_MIN)
+    # a tensor divisor: torch divides by a Python number on CUDA as a multiply by its reciprocal
+    scale = torch.clamp(amax / torch.full_like(amax, sat), min=FLT_MIN)
     if pow2:
         m, e = torch.frexp(scale)  # scale = m * 2^e, m in [0.5, 1): a power of two when m == 0.5
         up = torch.ldexp(torch.ones_like(scale), e.to(torch.int64))
@@ -1248,6 +1249,8 @@ def place_rows(torch, entries, flat, L):
     """Writes flat rows [rows, width] into the [blocks, B, w] entry views (split: latent and rope parts)."""
     B = entries[0].shape[1]
     r = torch.arange(flat.shape[0], device=flat.device)
+    if flat.dtype != entries[0].dtype:  # an fp8 cache held as uint8 (or the other way round): the same bytes
+        flat = flat.view(entries[0].dtype)
     if len(entries) == 2:
         entries[0][r // B, r % B] = flat[:, :L]
         entries[1][r // B, r % B] = flat[:, L:]
