@@ -172,6 +172,29 @@ RK_DEVICE float rk_fp8_to_f32(rk_u32 b) {
     return rk_bits_f32(sign | ((e - bias + 127u) << 23) | (m << 20));
 }
 
+// Two fp8 bytes (lo in bits 0..7, hi in bits 8..15) -> two floats, exact: the hardware conversion where the
+// target has one (e4m3 -> f16 is exact, and so is f16 -> f32), else rk_fp8_to_f32. (A NaN's payload may
+// differ between the forms; every user rounds it to bf16's one NaN.)
+RK_DEVICE void rk_unpack_fp8(rk_u32 pair, float *lo, float *hi) {
+#if defined(RK_NV) && RK_HW_FP8
+    rk_u32 h;
+    unsigned short a, b;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(pair & 0xffffu)));
+    a = (unsigned short)(h & 0xffffu);
+    b = (unsigned short)(h >> 16);
+    asm("cvt.f32.f16 %0, %1;" : "=f"(*lo) : "h"(a));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(*hi) : "h"(b));
+#elif defined(RK_AMD) && RK_HW_FP8
+    typedef float rk_f2 __attribute__((ext_vector_type(2)));
+    rk_f2 v = __builtin_amdgcn_cvt_pk_f32_fp8((int)pair, false);
+    *lo = v.x;
+    *hi = v.y;
+#else
+    *lo = rk_fp8_to_f32(pair & 0xffu);
+    *hi = rk_fp8_to_f32((pair >> 8) & 0xffu);
+#endif
+}
+
 #if !defined(RK_HOST)
 // The max of v over each aligned group of N consecutive lanes of a wave (N a power of two, at most 32),
 // through register shuffles: every lane of a group calls it at the same point. (The host runs lanes

@@ -7,10 +7,10 @@ namespace rk {
 // Eight fp8 bytes -> eight floats (exact).
 RK_DEVICE f8 unpack_fp8(rk_v8 p) {
     f8 r;
-    for (int i = 0; i < 4; i++) {
-        r.v[i] = rk_fp8_to_f32((p.x >> (8 * i)) & 0xffu);
-        r.v[4 + i] = rk_fp8_to_f32((p.y >> (8 * i)) & 0xffu);
-    }
+    rk_unpack_fp8(p.x, &r.v[0], &r.v[1]);
+    rk_unpack_fp8(p.x >> 16, &r.v[2], &r.v[3]);
+    rk_unpack_fp8(p.y, &r.v[4], &r.v[5]);
+    rk_unpack_fp8(p.y >> 16, &r.v[6], &r.v[7]);
     return r;
 }
 
