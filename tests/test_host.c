@@ -206,6 +206,18 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64",
          "const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
          "const bool skip = false;", 1},
+        /* fp8_tile: no FLT_MIN floor under a tile's scale (an all-zero tile then divides by 0) */
+        {"deepseek_v32/host/fp8_tile/none/pos=int64/slot=int64", "s = s > 1.17549435e-38f ? s : 1.17549435e-38f;", "",
+         1},
+        /* fp8_tile: x times the reciprocal of the scale instead of x / scale (not correctly rounded) */
+        {"deepseek_v32/host/fp8_tile/none/pos=int64/slot=int64/layout=paged",
+         "pack_fp8<Scale::div, false>(y, k_scale, SAT, false)", "pack_fp8<Scale::mul,false>(y,1/k_scale,SAT,false)", 1},
+        /* read-back: the tile's scale not applied */
+        {"deepseek_v32/host/fp8_tile/read/slot=int64/layout=paged", "y.v[i] = divides ? y.v[i] / k : y.v[i] * k;",
+         "y.v[i] = y.v[i];", 1},
+        /* read-back: a padding row left as it was instead of zeros */
+        {"deepseek_v3/host/bf16/read/slot=int32",
+         "if (READ_NEG == ReadNeg::zero) rk_store16_out(dst, rk_v16{0, 0, 0, 0});", "", 1},
         /* a line that cannot matter for a skip_kv spec: the check must not flag it */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64",
          "const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",

@@ -906,6 +906,212 @@ static void setup_fp8(setup *s, rk_fp8_fmt fmt, float sat, rk_scale scale) {
     s->v.q = ROPEKV_Q_NONE;
 }
 
+/* ---- fp8_tile rows: L = 16 in two tiles of 8, R = 8; scales at byte 16, the rope part at byte 32, 48 bytes ---- */
+enum { TL = 16, TR = 8, T_ROW = 48, T_SCALES = 16, T_ROPE = 32 };
+
+static void setup_tile(setup *s, rk_tile_scale scale, int sanitize) {
+    setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s->spec.kv_lora_rank = TL;
+    s->spec.tile = (rk_tile_policy){8, scale, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+    s->spec.sanitize = sanitize;
+    s->v.kv = ROPEKV_KV_FP8_TILE;
+    s->v.q = ROPEKV_Q_NONE;
+}
+
+/* The fp8_tile row of one token (rope none: the rope part is k_pe rounded to bf16); the bytes after the row
+ * must stay untouched. */
+static void run_tile_row(setup *s, const uint16_t *k_nope, const uint16_t *k_pe, uint8_t *row) {
+    uint8_t kv[T_ROW + 16];
+    int64_t pos = 0, slot = 0;
+    float cs[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+    fill8(kv, sizeof kv, SENT8);
+    rk_args a = {.k_nope = k_nope,
+                 .k_pe = k_pe,
+                 .kv_cache = kv,
+                 .positions = &pos,
+                 .slots = &slot,
+                 .cos_sin = cs,
+                 .tokens = 1,
+                 .heads = 1,
+                 .max_pos = 1,
+                 .k_nope_st = TL,
+                 .k_pe_st = TR,
+                 .kv_st = T_ROW,
+                 .kv_rows = 1};
+    ref_run(s, &a);
+    for (int i = T_ROW; i < T_ROW + 16; i++) assert_int_equal(kv[i], SENT8);
+    memcpy(row, kv, T_ROW);
+}
+
+static void check_scale(const uint8_t *row, int k, uint32_t want) {
+    uint32_t got;
+    memcpy(&got, row + T_SCALES + 4 * k, 4);
+    if (got != want) fail_msg("scale of tile %d: got 0x%08x, want 0x%08x", k, (unsigned)got, (unsigned)want);
+}
+
+/* Tiles whose scale is exact (amax 448: scale 1; amax 56: scale 1/8) give the e4m3 codes of x / scale by hand;
+ * an all-zero tile takes FLT_MIN (and -0 stays -0, 0x80 in OCP); the rope part is the bf16 input. */
+static void test_op_fp8_tile_row(void **state) {
+    (void)state;
+    setup s;
+    setup_tile(&s, RK_TILE_F32, 0);
+    const float a[8] = {448, 1, -2, 0.5f, 3, 1.5f, -0.25f, 0}, b[8] = {56, -7, 1, 0.5f, 2, -28, 0.25f, 3.5f};
+    const uint8_t a_codes[8] = {0x7e, 0x38, 0xc0, 0x30, 0x44, 0x3c, 0xa8, 0x00};
+    const uint8_t b_codes[8] = {0x7e, 0xe6, 0x50, 0x48, 0x58, 0xf6, 0x40, 0x5e}; /* 448, -56, 8, 4, 16, -224, 2, 28 */
+    uint16_t k_nope[TL], k_pe[TR];
+    uint8_t row[T_ROW];
+    put_f(k_nope, a, 8);
+    put_f(k_nope + 8, b, 8);
+    put_h(k_pe, KD_BITS, TR);
+    run_tile_row(&s, k_nope, k_pe, row);
+    check8(row, a_codes, 8, "tile 0 (scale 1)");
+    check8(row + 8, b_codes, 8, "tile 1 (scale 1/8)");
+    check_scale(row, 0, 0x3f800000u);
+    check_scale(row, 1, 0x3e000000u);
+    check16((const uint16_t *)(row + T_ROPE), KD_BITS, TR, "rope part");
+    for (int i = T_SCALES + 8; i < T_ROPE; i++) assert_int_equal(row[i], SENT8); /* the gap is not written */
+    /* all zero, with -0: scale FLT_MIN */
+    for (int i = 0; i < TL; i++) k_nope[i] = (uint16_t)(i % 2 ? 0x8000 : 0x0000);
+    run_tile_row(&s, k_nope, k_pe, row);
+    for (int i = 0; i < TL; i++) assert_int_equal(row[i], i % 2 ? 0x80 : 0x00);
+    check_scale(row, 0, 0x00800000u);
+    check_scale(row, 1, 0x00800000u);
+}
+
+/* pow2 rounds a scale up to a power of two: amax 100 -> 100/448 -> 0.25, x * 4. A tile whose scale already is
+ * one keeps it. */
+static void test_op_fp8_tile_pow2(void **state) {
+    (void)state;
+    setup s;
+    setup_tile(&s, RK_TILE_POW2, 0);
+    const float a[8] = {100, 1, -3, 0.5f, 0, 2, -100, 25}, b[8] = {448, 1, 2, 3, 4, 5, 6, 7};
+    /* x * 4 = 400, 4, -12, 2, 0, 8, -400, 100: 400 -> 384 and 100 -> 96 are ties to even */
+    const uint8_t a_codes[8] = {0x7c, 0x48, 0xd4, 0x40, 0x00, 0x50, 0xfc, 0x6c};
+    uint16_t k_nope[TL], k_pe[TR];
+    uint8_t row[T_ROW];
+    put_f(k_nope, a, 8);
+    put_f(k_nope + 8, b, 8);
+    put_h(k_pe, KD_BITS, TR);
+    run_tile_row(&s, k_nope, k_pe, row);
+    check8(row, a_codes, 8, "tile 0 (scale 0.25)");
+    check_scale(row, 0, 0x3e800000u);
+    check_scale(row, 1, 0x3f800000u);
+}
+
+/* Non-finite values in a tile: amax ignores NaN, which becomes the fp8 NaN; an inf makes the scale inf, so
+ * finite values become +-0 and the inf itself inf / inf = NaN. With sanitize NaN -> 0 and inf -> bf16 max
+ * first: the scale stays finite and the inf maps to the bound. */
+static void test_op_fp8_tile_nonfinite(void **state) {
+    (void)state;
+    setup s;
+    setup_tile(&s, RK_TILE_F32, 0);
+    uint16_t k_nope[TL], k_pe[TR];
+    uint8_t row[T_ROW];
+    const float b[8] = {448, 1, 2, -2, 4, 0.5f, 0, 8};
+    put_f(k_nope + 8, b, 8);
+    for (int i = 0; i < 8; i++) k_nope[i] = bfx(1.0f);
+    k_nope[0] = 0x7f80; /* +inf */
+    k_nope[1] = bfx(-1.0f);
+    k_nope[8 + 6] = 0x7fc0; /* NaN in a tile of amax 448 */
+    put_h(k_pe, KD_BITS, TR);
+    run_tile_row(&s, k_nope, k_pe, row);
+    assert_int_equal(row[0], 0x7f); /* inf / inf */
+    assert_int_equal(row[1], 0x80); /* -1 / inf = -0 */
+    for (int i = 2; i < 8; i++) assert_int_equal(row[i], 0x00);
+    check_scale(row, 0, 0x7f800000u);
+    assert_int_equal(row[8], 0x7e);
+    assert_int_equal(row[8 + 6], 0x7f); /* NaN stays NaN */
+    assert_int_equal(row[8 + 1], 0x38);
+    check_scale(row, 1, 0x3f800000u);
+    setup_tile(&s, RK_TILE_F32, 1);
+    run_tile_row(&s, k_nope, k_pe, row);
+    const float big = 3.38953139e38f, scale = big / 448.0f; /* the bf16 max's tile: one f32 division */
+    assert_int_equal(row[0], 0x7e);
+    for (int i = 1; i < 8; i++) assert_int_equal(row[i], rk_f32_to_fp8((i == 1 ? -1.0f : 1.0f) / scale, RK_FP8_OCP));
+    assert_int_equal(row[1], 0x80); /* far below the smallest subnormal */
+    check_scale(row, 0, fbits(scale));
+    assert_int_equal(row[8 + 6], 0x00); /* NaN -> 0 */
+}
+
+/* The read-back op on the rows above: fp8_tile latents times their tile's scale (exact here), the rope part
+ * copied; an fp8 row times k_scale (mul_recip, div) or divided by it (mul); a bf16 row copied; a slot below
+ * min_slot or past kv_rows writes zeros, or nothing with skip; out_rope takes the rope parts apart. */
+static void test_op_read(void **state) {
+    (void)state;
+    setup s;
+    setup_tile(&s, RK_TILE_F32, 0);
+    const float a[8] = {448, 1, -2, 0.5f, 3, 1.5f, -0.25f, 0}, b[8] = {56, -7, 1, 0.5f, 2, -28, 0.25f, 3.5f};
+    uint16_t k_nope[TL], k_pe[TR], out[3 * (TL + TR)], out_rope[3 * TR], want[TL + TR];
+    uint8_t rows[2 * T_ROW];
+    put_f(k_nope, a, 8);
+    put_f(k_nope + 8, b, 8);
+    put_h(k_pe, KD_BITS, TR);
+    run_tile_row(&s, k_nope, k_pe, rows);
+    memcpy(rows + T_ROW, rows, T_ROW);
+    float two = 2.0f;
+    memcpy(rows + T_ROW + T_SCALES, &two, 4); /* row 1: tile 0's scale 2 */
+    s.v.op = ROPEKV_OP_READ;
+    int64_t slots[3] = {1, -1, 0};
+    fill16(out, 3 * (TL + TR), SENT16);
+    rk_args r = {
+        .tokens = 3, .slots = slots, .kv_cache = rows, .kv_st = T_ROW, .kv_rows = 2, .out = out, .out_st = TL + TR};
+    ref_run(&s, &r);
+    for (int i = 0; i < 8; i++) want[i] = bfx(2.0f * a[i]);
+    put_f(want + 8, b, 8);
+    put_h(want + TL, KD_BITS, TR);
+    check16(out, want, TL + TR, "slot 1");
+    for (int i = 0; i < TL + TR; i++) assert_int_equal(out[TL + TR + i], 0); /* slot -1: zeros */
+    put_f(want, a, 8);
+    check16(out + 2 * (TL + TR), want, TL + TR, "slot 0 (round trip: exact)");
+    /* skip, out_rope, min_slot */
+    s.spec.read_neg = RK_READ_SKIP;
+    fill16(out, 3 * (TL + TR), SENT16);
+    fill16(out_rope, 3 * TR, SENT16);
+    r.out_st = TL;
+    r.out_rope = out_rope;
+    r.out_rope_st = TR;
+    r.min_slot = 1;
+    ref_run(&s, &r);
+    for (int i = 0; i < 8; i++) want[i] = bfx(2.0f * a[i]);
+    check16(out, want, TL, "slot 1, latent");
+    check16(out_rope, KD_BITS, TR, "slot 1, rope");
+    for (int i = TL; i < 3 * TL; i++) assert_int_equal(out[i], SENT16); /* skipped: slot -1, and 0 < min_slot */
+    for (int i = TR; i < 3 * TR; i++) assert_int_equal(out_rope[i], SENT16);
+    for (int i = 3 * TL; i < 3 * (TL + TR); i++) assert_int_equal(out[i], SENT16); /* past the rows of out */
+    /* fp8 rows (L = 8): the inverse of the write's scale convention */
+    const rk_scale conv[3] = {RK_SCALE_MUL_RECIP, RK_SCALE_DIV, RK_SCALE_MUL};
+    for (int c = 0; c < 3; c++) {
+        setup_fp8(&s, RK_FP8_OCP, 448.0f, conv[c]);
+        s.v.op = ROPEKV_OP_READ;
+        const uint8_t row[16] = {
+            0x38, 0xc0, 0x7e, 0x01, 0x7f, 0x80, 0x44, 0x30,
+            0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0xb8}; /* 1, -2, 448, 2^-9, NaN, -0, 3, 0.5, ..., -1 */
+        float k = 0.75f;
+        int64_t slot = 0;
+        rk_args f = {.tokens = 1,
+                     .slots = &slot,
+                     .kv_cache = (void *)row,
+                     .kv_st = 16,
+                     .kv_rows = 1,
+                     .out = out,
+                     .out_st = 16,
+                     .k_scale = &k};
+        ref_run(&s, &f);
+        const float x[8] = {1, -2, 448, 0x1p-9f, 0, -0.0f, 3, 0.5f};
+        for (int i = 0; i < 8; i++) {
+            if (i == 4) {
+                assert_int_equal(out[i], 0x7fff); /* NaN */
+                continue;
+            }
+            /* one f32 operation, rounded to bf16 (to nearest even) */
+            const uint16_t w = rk_f32_to_bf16(conv[c] == RK_SCALE_MUL ? x[i] / k : x[i] * k);
+            if (out[i] != w) fail_msg("%s: out[%d] = 0x%04x, want 0x%04x", rk_scale_name(conv[c]), i, out[i], w);
+        }
+        assert_int_equal(out[15], rk_f32_to_bf16(conv[c] == RK_SCALE_MUL ? -1.0f / k : -k));
+    }
+}
+
+
 /* k_scale = 2 under each convention, OCP bytes. */
 static void test_op_fp8_scales(void **state) {
     (void)state;
@@ -1329,6 +1535,10 @@ int main(void) {
         cmocka_unit_test(test_op_fp8_query),
         cmocka_unit_test(test_op_fp8_query_rope_bf16),
         cmocka_unit_test(test_op_layout_consistency),
+        cmocka_unit_test(test_op_fp8_tile_row),
+        cmocka_unit_test(test_op_fp8_tile_pow2),
+        cmocka_unit_test(test_op_fp8_tile_nonfinite),
+        cmocka_unit_test(test_op_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -460,6 +460,120 @@ static void test_argument_checks(void **state) {
 
 /* Paged and split layouts: where each slot's row lands (blocks of 2 entries, padding between entries
  * and blocks), the page-segmented layout as a split one, and the rules of their arguments. */
+/* Write, then read back through the read-back op (host backend): a bf16 row comes back bit for bit, an fp8_tile
+ * row as each value rounded through its tile (fp8(x / scale) * scale, to bf16) with the rope part exact; a padding
+ * slot reads as zeros. DeepSeek-V3.2's paged cache, 656-byte rows, padded entries and blocks. */
+static void test_read_round_trip(void **state) {
+    (void)state;
+    enum { B = 2, ROW = 656, EST = ROW + 16, BST = B * EST + 32, ROWS = 6 };
+    static uint8_t tiles[(ROWS / B) * BST];
+    static uint16_t bf16_cache[ROWS * W], out[T * W + 8], out_rope[T * R];
+    static float cs2[8 * 64];
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *wk, *rk;
+    for (int i = 0; i < T; i++) pos[i] = i;
+    const int64_t sl[T] = {5, -1, 0, 2};
+    for (int i = 0; i < T; i++) slots[i] = sl[i];
+    for (int i = 0; i < T * W; i++) kbuf[i] = rk_f32_to_bf16((float)((i * 37) % 201 - 100) * (i % 3 ? 0.01f : 3.0f));
+    for (size_t i = 0; i < sizeof cs2 / sizeof cs2[0]; i++) cs2[i] = i % 64 < 32 ? 0.75f : 0.5f;
+    for (int tile = 0; tile < 2; tile++) {
+        const ropekv_kv_dtype dtype = tile ? ROPEKV_KV_FP8_TILE : ROPEKV_KV_BF16;
+        ropekv_variant wv = {.spec = "deepseek_v32", .kv = dtype, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED};
+        ropekv_variant rv = wv;
+        rv.op = ROPEKV_OP_READ;
+        assert_int_equal(ropekv_kernel_get(c, &wv, &wk), ROPEKV_OK);
+        assert_int_equal(ropekv_kernel_get(c, &rv, &rk), ROPEKV_OK);
+        ropekv_kernel_params p;
+        assert_int_equal(ropekv_kernel_info(rk, &p), ROPEKV_OK);
+        assert_true(p.op == ROPEKV_OP_READ && p.kv == dtype && p.q == ROPEKV_Q_NONE &&
+                    p.row_bytes == (tile ? 656 : 1152));
+        assert_string_equal(p.read_negative_slot, "zero");
+        assert_int_equal(p.fp8_tile, tile ? 128 : 0);
+        assert_string_equal(p.fp8_tile_scale, tile ? "f32" : "");
+        ropekv_args a = good_args();
+        a.cos_sin = cs2;
+        a.kv_cache = tile ? (void *)tiles : (void *)bf16_cache;
+        a.kv_st = tile ? EST : W;
+        a.kv_block_st = tile ? BST : B * W;
+        a.kv_block_size = B;
+        a.kv_rows = ROWS;
+        expect(c, wk, a, ROPEKV_OK, NULL);
+        ropekv_args r = {.tokens = T,
+                         .slots = slots,
+                         .kv_cache = a.kv_cache,
+                         .kv_st = a.kv_st,
+                         .kv_rows = ROWS,
+                         .kv_block_size = B,
+                         .kv_block_st = a.kv_block_st,
+                         .out = out,
+                         .out_st = W};
+        memset(out, 0xff, sizeof out);
+        expect(c, rk, r, ROPEKV_OK, NULL);
+        for (int t = 0; t < T; t++) {
+            const uint16_t *got = out + t * W, *x = kbuf + t * W;
+            if (sl[t] < 0) {
+                for (int j = 0; j < W; j++) assert_int_equal(got[j], 0);
+                continue;
+            }
+            const uint8_t *row = tiles + (sl[t] / B) * BST + (sl[t] % B) * EST;
+            for (int j = 0; j < L; j++) {
+                uint16_t want = x[j];
+                if (tile) {
+                    float scale, v = rk_bf16_to_f32(x[j]);
+                    memcpy(&scale, row + 512 + 4 * (j / 128), 4);
+                    want = rk_f32_to_bf16(rk_fp8_to_f32(rk_f32_to_fp8(v / scale, RK_FP8_OCP), RK_FP8_OCP) * scale);
+                }
+                if (got[j] != want) fail_msg("%s token %d latent %d: 0x%04x, want 0x%04x", p.key, t, j, got[j], want);
+            }
+            /* the rope part as the row holds it: bf16 after RoPE, read back unchanged */
+            const uint16_t *rope = tile ? (const uint16_t *)(row + 528) : bf16_cache + sl[t] * W + L;
+            assert_memory_equal(got + L, rope, 2 * R);
+        }
+        /* the rope parts apart: the same rows, the latents at a stride of L */
+        static uint16_t whole[T * W];
+        memcpy(whole, out, sizeof whole);
+        r.out_st = L;
+        r.out_rope = out_rope;
+        r.out_rope_st = R;
+        expect(c, rk, r, ROPEKV_OK, NULL);
+        for (int t = 0; t < T; t++) {
+            assert_memory_equal(out + t * L, whole + t * W, 2 * L);
+            assert_memory_equal(out_rope + t * R, whole + t * W + L, 2 * R);
+        }
+        /* the read's own rules */
+        ropekv_args b = r;
+        b.out = NULL;
+        expect(c, rk, b, ROPEKV_ERR_NULL, "out is NULL");
+        b = r;
+        b.out_st = L - 8;
+        expect(c, rk, b, ROPEKV_ERR_STRIDE, "out token stride");
+        b = r;
+        b.out_rope = out_rope + 1;
+        expect(c, rk, b, ROPEKV_ERR_ALIGN, "out_rope must be 16-byte aligned");
+        b = r;
+        b.kv_st = tile ? ROW - 16 : W - 8;
+        expect(c, rk, b, ROPEKV_ERR_STRIDE, "kv_cache: kv_st");
+        if (tile) {
+            b = r;
+            b.kv_st = EST - 8; /* the bf16 rope part needs 16-byte rows */
+            expect(c, rk, b, ROPEKV_ERR_ALIGN, "multiple of 16");
+            b = a;
+            b.kv_block_st = BST + 8;
+            expect(c, wk, b, ROPEKV_ERR_ALIGN, "multiple of 16");
+        }
+        ropekv_kernel_release(wk);
+        ropekv_kernel_release(rk);
+    }
+    /* fp8_tile rows are one row: no split layout */
+    ropekv_variant split = {.spec = "deepseek_v2_lite", .kv = ROPEKV_KV_FP8_TILE, .layout = ROPEKV_KV_SPLIT};
+    assert_int_equal(ropekv_kernel_get(c, &split, &wk), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "not split"));
+    ropekv_variant no_tile = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_TILE};
+    assert_int_equal(ropekv_kernel_get(c, &no_tile, &wk), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "kv_dtypes {bf16, fp8_e4m3}, not fp8_tile"));
+    ropekv_destroy(c);
+}
+
 static void test_kv_layouts(void **state) {
     (void)state;
     enum { B = 2, EST = W + 8, BST = B * EST + 16, ROWS = 4 };
@@ -700,6 +814,7 @@ int main(void) {
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_fp8_query),
         cmocka_unit_test(test_kv_layouts),
+        cmocka_unit_test(test_read_round_trip),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };

@@ -288,7 +288,7 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
 /* fp8_tile rows: the tiles whose scale is an edge case, planted in the first two KV tokens: token 0 an
  * all-zero tile (+0 and -0: scale FLT_MIN), a tile whose amax is the saturation bound itself (scale 1 for
  * OCP's 448), a tile of bf16 subnormals (amax / sat below FLT_MIN); token 1 a tile holding +inf and a tile
- * holding NaN next to finite values (with sanitize: +-bf16 max and 0). */
+ * holding NaN next to finite values (with sanitize: +-bf16 max and 0), and a quotient on an e4m3 tie. */
 static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64_t row_elems) {
     const int64_t K = kv_tokens_of(v, sh), n = v->tile, tiles = v->tile ? v->L / v->tile : 0;
     if (v->kv != ROPEKV_KV_FP8_TILE || v->op != ROPEKV_OP_WRITE) return;
@@ -302,6 +302,14 @@ static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64
             s->k[k * n + j] = x;
         }
     for (int64_t k = 0; k < tiles && k < 2 && K > 1; k++) s->k[row_elems + k * n + 3] = k == 0 ? 0x7f80 : 0x7fc0;
+    /* token 1, tile 2: amax 8.625 (scale 8.625 / 448) and 0.80859375, whose quotient is 42 exactly, a tie
+     * between the e4m3 values 40 and 44 (to even: 40); times the scale's f32 reciprocal it is 42.0000038 (44):
+     * a division done as a multiply is caught */
+    if (tiles > 2 && K > 1)
+        for (int64_t j = 0; j < n; j++)
+            s->k[row_elems + 2 * n + j] = rk_f32_to_bf16(j == 0   ? 8.625f
+                                                         : j == 1 ? 0.80859375f
+                                                                  : (float)(j % 5) * 0.5f - 1.0f);
 }
 
 /* The read-back op's cache: every byte random (fp8 NaN codes and bf16 specials included), then each row's
