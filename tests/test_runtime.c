@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -574,6 +575,101 @@ static void test_read_round_trip(void **state) {
     ropekv_destroy(c);
 }
 
+/* Slots near 2^31 (a paged fp8_tile cache of 2^31 - 1 rows, 1.4 TB of address space of which only the pages
+ * written are backed): the launch takes the 64-bit entry, and the rows written and read there are the
+ * reference's byte for byte, the reference running on a second such mapping. Skipped where the system refuses
+ * the mapping. */
+static void *sparse(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void test_slots_near_2_31(void **state) {
+    (void)state;
+    enum { B = 64, EST = 672 };
+    const int64_t rows = INT32_MAX, bst = (int64_t)B * EST, blocks = (rows + B - 1) / B;
+    const size_t bytes = (size_t)(blocks * bst);
+    uint8_t *kc = sparse(bytes), *rc = sparse(bytes);
+    if (!kc || !rc) {
+        if (kc) munmap(kc, bytes);
+        print_message("skipped: the system refuses a %.2f TB sparse mapping\n", (double)bytes / 1e12);
+        skip();
+    }
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_variant wv = {.spec = "deepseek_v32",
+                         .kv = ROPEKV_KV_FP8_TILE,
+                         .q = ROPEKV_Q_NONE,
+                         .layout = ROPEKV_KV_PAGED};
+    ropekv_variant rv = wv;
+    rv.op = ROPEKV_OP_READ;
+    ropekv_kernel *wk, *rk;
+    assert_int_equal(ropekv_kernel_get(c, &wv, &wk), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &rv, &rk), ROPEKV_OK);
+    const int64_t sl[T] = {INT32_MAX - 1, -1, INT32_MAX - 65, 5};
+    for (int i = 0; i < T; i++) slots[i] = sl[i], pos[i] = i;
+    for (int i = 0; i < T * W; i++) kbuf[i] = rk_f32_to_bf16((float)((i * 29) % 97 - 48) * 0.125f);
+    ropekv_args a = good_args();
+    a.kv_cache = kc;
+    a.kv_st = EST;
+    a.kv_rows = rows;
+    a.kv_block_size = B;
+    a.kv_block_st = bst;
+    expect(c, wk, a, ROPEKV_OK, NULL);
+    static uint16_t got[T * W], want[T * W];
+    ropekv_args r = {.tokens = T,
+                     .slots = slots,
+                     .kv_cache = kc,
+                     .kv_st = EST,
+                     .kv_rows = rows,
+                     .kv_block_size = B,
+                     .kv_block_st = bst,
+                     .out = got,
+                     .out_st = W};
+    expect(c, rk, r, ROPEKV_OK, NULL);
+    /* the reference, on the other mapping */
+    rk_desc wd, rd;
+    rk_err err = {0};
+    const rk_spec *sp = rk_catalog_find(&cat, "deepseek_v32");
+    const rk_arch *host = rk_arch_find(&cat.archs, "host");
+    rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,   ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                    ROPEKV_Q_BF16,      ROPEKV_KV_PAGED, ROPEKV_OP_WRITE};
+    assert_int_equal(rk_desc_make(sp, host, &ch, &wd, &err), ROPEKV_OK);
+    ch.op = ROPEKV_OP_READ;
+    assert_int_equal(rk_desc_make(sp, host, &ch, &rd, &err), ROPEKV_OK);
+    rk_args ra = {.k_nope = a.k_nope,
+                  .k_pe = a.k_pe,
+                  .kv_cache = rc,
+                  .positions = pos,
+                  .slots = slots,
+                  .cos_sin = cs,
+                  .tokens = T,
+                  .heads = H,
+                  .max_pos = a.max_pos,
+                  .k_nope_st = W,
+                  .k_pe_st = W,
+                  .kv_st = EST,
+                  .kv_rows = rows,
+                  .kv_tokens = T,
+                  .kv_block_size = B,
+                  .kv_block_st = bst};
+    rk_ref_run(&wd, &ra);
+    ra.out = want;
+    ra.out_st = W;
+    rk_ref_run(&rd, &ra);
+    for (int t = 0; t < T; t++) {
+        if (sl[t] < 0) continue;
+        const int64_t at = sl[t] / B * bst + sl[t] % B * EST;
+        assert_memory_equal(kc + at, rc + at, 656);
+        assert_true(kc[at + 512 + 3] != 0 || kc[at + 512 + 2] != 0); /* a scale was written there */
+    }
+    assert_memory_equal(got, want, sizeof got);
+    ropekv_kernel_release(wk);
+    ropekv_kernel_release(rk);
+    ropekv_destroy(c);
+    munmap(kc, bytes);
+    munmap(rc, bytes);
+}
+
 static void test_kv_layouts(void **state) {
     (void)state;
     enum { B = 2, EST = W + 8, BST = B * EST + 16, ROWS = 4 };
@@ -815,6 +911,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_query),
         cmocka_unit_test(test_kv_layouts),
         cmocka_unit_test(test_read_round_trip),
+        cmocka_unit_test(test_slots_near_2_31),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };
