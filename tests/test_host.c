@@ -14,6 +14,7 @@
 #include "host_compile.h"
 #include "rk.h"
 #include "check.h"
+#include "pool.h"
 #include "testutil.h"
 
 static char dir[] = "/tmp/ropekv-test-host-XXXXXX";
@@ -109,12 +110,37 @@ static void host_signature(const rk_desc *v, char *out, size_t cap) {
     snprintf(out, cap, "%.*s_w%d_%s", (int)n, v->name, v->arch->wave, rk_fp8_name(v->fp8));
 }
 
-/* Every variant of every built-in spec, once per distinct host kernel (host_signature). */
+/* A host check of one kernel, in a worker process of the pool. */
+typedef struct host_check {
+    const rk_desc *v;
+} host_check;
+typedef struct host_result {
+    int ok;
+    char why[4096];
+} host_result;
+
+static int host_check_run(void *ctx, int i, void *result) {
+    const host_check *c = ctx;
+    host_result *r = result;
+    r->ok = rk_host_check_variant(&c->v[i], dir, r->why, sizeof r->why);
+    return 0;
+}
+
+static void host_check_lost(void *ctx, int i, void *result, int pid, const char *why) {
+    (void)ctx, (void)i, (void)pid;
+    host_result *r = result;
+    r->ok = 0;
+    snprintf(r->why, sizeof r->why, "%s", why);
+}
+
+/* Every variant of every built-in spec, once per distinct host kernel (host_signature), checked by as many
+ * worker processes as there are CPUs. */
 static void test_every_variant_matches_reference(void **state) {
     (void)state;
     static rk_catalog cat;
-    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
+    static rk_desc v[RK_MAX_VARIANTS_PER_SPEC], pick[8192];
     static char seen[8192][256];
+    static host_result res[8192];
     rk_err err = {0};
     assert_int_equal(rk_catalog_load_embedded(&cat, &err), ROPEKV_OK);
     int total = 0, distinct = 0, failed = 0;
@@ -122,20 +148,32 @@ static void test_every_variant_matches_reference(void **state) {
         int n = rk_variants(&cat.specs[s], &cat.archs, v, RK_MAX_VARIANTS_PER_SPEC, &err);
         assert_true(n > 0);
         for (int i = 0; i < n; i++) {
-            char sig[256], why[4096];
+            char sig[256];
             total++;
             host_signature(&v[i], sig, sizeof sig);
             int dup = 0;
             for (int k = 0; k < distinct && !dup; k++) dup = !strcmp(seen[k], sig);
             if (dup) continue;
             assert_true(distinct < (int)(sizeof seen / sizeof seen[0]));
-            strcpy(seen[distinct++], sig);
-            if (!rk_host_check_variant(&v[i], dir, why, sizeof why)) {
-                failed++;
-                print_error("%s: %s\n", v[i].key, why);
-            }
+            strcpy(seen[distinct], sig);
+            pick[distinct++] = v[i];
         }
     }
+    host_check c = {pick};
+    rk_pool p = {.n = distinct,
+                 .result_size = sizeof res[0],
+                 .jobs = 0,
+                 .worker = "host check process",
+                 .task = "checking this",
+                 .ctx = &c,
+                 .run = host_check_run,
+                 .lost = host_check_lost};
+    assert_int_equal(rk_pool_run(&p, res), 0);
+    for (int i = 0; i < distinct; i++)
+        if (!res[i].ok) {
+            failed++;
+            print_error("%s: %s\n", pick[i].key, res[i].why);
+        }
     print_message("%d variants, %d distinct host kernels checked, %d failed\n", total, distinct, failed);
     assert_true(distinct > 0 && distinct < total);
     assert_int_equal(failed, 0);
