@@ -243,6 +243,10 @@ int rk_desc_writes_fp8(const rk_desc *d) {
     return d->op == ROPEKV_OP_WRITE && (d->kv != ROPEKV_KV_BF16 || d->q_dtype != ROPEKV_Q_BF16);
 }
 
+int rk_read_pairs(const rk_desc *d) {
+    return d->kv == ROPEKV_KV_FP8_TILE && (d->L / 8) % 2 == 0 && (d->tile / 8) % 2 == 0;
+}
+
 int rk_query_rope_lanes(const rk_desc *d) {
     if (d->q == ROPEKV_Q_NONE) return 0;
     return d->q == ROPEKV_Q_INPLACE && d->q_dtype != ROPEKV_Q_BF16 ? 1 : d->R / 8;
@@ -250,8 +254,9 @@ int rk_query_rope_lanes(const rk_desc *d) {
 
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks) {
     const int wave = d->arch->wave, block = d->arch->block, chunks = d->arch->chunks;
-    if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row */
+    if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
+        if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
         a->grid_tokens = a->tokens;
     } else {
         const int64_t qr = rk_query_rope_lanes(d), qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;

@@ -318,6 +318,12 @@ int rk_desc_writes_fp8(const rk_desc *d);
  * 0 for q form none. The kernel's QR. */
 int rk_query_rope_lanes(const rk_desc *d);
 
+/* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows
+ * whose tiles are an even number of chunks. rk_launch_plan does so in launches of at least the row's
+ * chunks_from chunks (a.lanes = L/16 + R/8 instead of L/8 + R/8), where bandwidth counts more than a lane's
+ * latency. The kernel's READ_PAIRS. */
+int rk_read_pairs(const rk_desc *d);
+
 /* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
  * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside
  * that range mul = shift = 0 (the 64-bit entry, which divides, is used then). */

@@ -8,7 +8,8 @@
 --   compiler   "hiprtc" | "clang" | "nvrtc" | "host": the preferred compiler family
 --   optional:  vec_bytes (16), block (256, a multiple of wave), options (""),
 --              chunks (1): 16-byte output chunks per thread in launches of at least chunks_from
---              (1048576) chunks (smaller launches take one: latency wins there), nt_stores (false):
+--              (1048576) chunks (smaller launches take one: latency wins there; from there the read-back op
+--              also gives an fp8_tile latent lane two chunks), nt_stores (false):
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
 --              before its first memory access, so its launch overlaps that grid's tail.
@@ -34,6 +35,9 @@ return {
     { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
       block = 128, chunks = 4, chunks_from = 524288, pdl = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
-    { name = "host", vendor = "host", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "host" },
+    -- (chunks_from: the host runs lanes one after another, so only the read-back's lane layout follows it; low,
+    -- so that the host tests run both layouts)
+    { name = "host", vendor = "host", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "host",
+      chunks_from = 4096 },
   },
 }
