@@ -150,6 +150,23 @@ def _check_cache_dtypes(torch, info, t):
             _check_dtype(name, t[name], allowed)
 
 
+_UNIT_SCALES = {}  # device -> a float32 tensor [1] holding 1.0: the scale of a caller who passes none
+
+
+def _unit_scale(torch, device, name):
+    """k_scale / q_scale = None means 1.0 (the identity under every scale convention: x * (1 / 1), x / 1, x * 1),
+    as engines pass it for an fp8 cache without calibration (SGLang's attn.k_scale may be None). One tensor per
+    device, made on first use; it cannot be made inside CUDA-graph capture (its fill would run only on replay)."""
+    key = str(device)
+    v = _UNIT_SCALES.get(key)
+    if v is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise ValueError("%s is None inside CUDA-graph capture: pass a float32 tensor [1] (1.0), or make one "
+                             "launch on this device before capturing" % name)
+        v = _UNIT_SCALES[key] = torch.ones(1, dtype=torch.float32, device=device)
+    return v
+
+
 def _device_ok(ctx, t):
     if ctx.backend == "host":
         return t.device.type == "cpu"
@@ -184,6 +201,10 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     for name, v in t.items():
         if v is not None and not isinstance(v, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(v).__name__))
+    for name in ("k_nope", "k_pe"):  # [T, 1, D]: one KV head, as SGLang, aiter and tokenspeed pass k
+        v = t[name]
+        if v is not None and v.dim() == 3 and v.shape[1] == 1:
+            t[name] = v[:, 0]
     strict = kernel is not None
     info = kernel.info if strict else None
     if strict:
@@ -229,7 +250,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
         fp8 = info.kv == "fp8_e4m3"
         needs_scale = fp8 and info.scale != "none"
         if needs_scale and t["k_scale"] is None:
-            raise ValueError("k_scale is required (fp8 cache with scale convention %r)" % info.scale)
+            t["k_scale"] = _unit_scale(torch, t["kv_cache"].device, "k_scale")
         if not needs_scale:
             t["k_scale"] = None  # not read by this kernel
         q_fp8 = info.q_dtype == "fp8_e4m3" and q != "none"
@@ -290,7 +311,8 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     if strict:
         L, R, W = info.L, info.R, info.W
         if needs_q_scale and T > 0 and t["q_scale"] is None:
-            raise ValueError("q_scale is required (fp8 query output with scale convention %r)" % info.q_fp8_scale)
+            t["q_scale"] = _unit_scale(torch, t["q_out"].device if t["q_out"] is not None else t["q_pe"].device,
+                                       "q_scale")
         shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "slots": (K,)}
         for name, want in shapes.items():
             if t[name] is not None:
@@ -389,7 +411,7 @@ def read_args(torch, kernel, ctx, t, layout, min_slot):
             raise ValueError("kv_rope_cache is required (layout split: the rope parts [pages, block_size, R])")
         needs_scale = info.kv == "fp8_e4m3" and info.scale != "none"
         if needs_scale and t["k_scale"] is None:
-            raise ValueError("k_scale is required (fp8 cache with scale convention %r)" % info.scale)
+            t["k_scale"] = _unit_scale(torch, t["kv_cache"].device, "k_scale")
         if not needs_scale:
             t["k_scale"] = None  # not read by this kernel
         _check_cache_dtypes(torch, info, t)

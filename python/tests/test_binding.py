@@ -1161,8 +1161,12 @@ def _check_fp8_q_errors(torch, ctx, device):
     _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.int8))))
     if hasattr(torch, "float8_e4m3fnuz"):  # the other format's dtype
         _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.float8_e4m3fnuz))))
-    e = _expect(ValueError, lambda: k(**dict(x, q_scale=None)))
-    assert "q_scale" in str(e)
+    # q_scale=None means 1.0 (the identity under every convention)
+    runs = []
+    for scale in (None, torch.ones(1, dtype=torch.float32, device=device)):
+        runs.append(dict(x, q_out=x["q_out"].clone(), kv_cache=x["kv_cache"].clone(), q_scale=scale))
+        k(**runs[-1])
+    assert torch.equal(runs[0]["q_out"].view(torch.uint8), runs[1]["q_out"].view(torch.uint8))
     _expect(TypeError, lambda: k(**dict(x, q_scale=x["q_scale"].double())))
     _expect(ValueError, lambda: k(**dict(x, q_scale=torch.ones(2, device=device))))
     _expect(ValueError, lambda: k(**dict(x, q_out=x["q_out"][:, :, :575])))
@@ -1173,6 +1177,15 @@ def _check_fp8_q_errors(torch, ctx, device):
     _expect(TypeError, lambda: kb(**x))
     xb = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, H, device, seed=23)
     kb(**dict(xb, q_scale=x["q_scale"]))
+    # k as [T, 1, D] (one KV head, as SGLang, aiter and tokenspeed pass it): the same launch as [T, D]
+    runs = []
+    for unit in (False, True):
+        r = dict(xb, kv_cache=xb["kv_cache"].clone(), q_out=xb["q_out"].clone())
+        if unit:
+            r.update(k_nope=xb["k_nope"].unsqueeze(1), k_pe=xb["k_pe"].unsqueeze(1))
+        kb(**r)
+        runs.append(r)
+    assert torch.equal(runs[0]["kv_cache"], runs[1]["kv_cache"]) and torch.equal(runs[0]["q_out"], runs[1]["q_out"])
     # zero_copy: q_out[..., :L] may be passed as q_nope (it is not read); inplace takes the bf16 q_pe
     kz = ctx.kernel("deepseek_v3", kv="bf16", q="zero_copy", q_dtype="fp8_e4m3")
     xz = make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3",
@@ -1181,7 +1194,7 @@ def _check_fp8_q_errors(torch, ctx, device):
     ki = ctx.kernel("kimi_k2", kv="bf16", q="inplace", positions="int32", q_dtype="fp8_e4m3")
     xi = make_inputs(torch, "kimi_k2", "inplace", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3", q_scale=1.0)
     _expect(TypeError, lambda: ki(**dict(xi, q_pe=xi["q_pe"].float())))
-    _expect(ValueError, lambda: ki(**dict(xi, q_scale=None)))
+    ki(**dict(xi, q_scale=None))  # 1.0
     # bound launches carry q_scale too
     launch = k.bind(**x)
     launch()
@@ -1561,12 +1574,13 @@ def _check_layout_errors(torch, ctx, device):
     e = _expect(ropekv.RopekvError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=bad_out),
                 {"ROPEKV_ERR_STRIDE"})
     assert "out" in e.message
-    # an fp8 read with a scale convention needs k_scale
+    # an fp8 read with a scale convention: k_scale=None means 1.0
     r8 = ctx.kernel(spec, kv="fp8_e4m3", layout="paged", op="read")
     p8 = layout_cache(torch, spec, "fp8_e4m3", "paged", rows, 16, device)
-    e = _expect(ValueError, lambda: r8(kv_cache=p8["kv_cache"], slots=slots, out=out))
-    assert "k_scale" in str(e)
+    out1 = torch.zeros(T, 576, dtype=torch.bfloat16, device=device)
+    r8(kv_cache=p8["kv_cache"], slots=slots, out=out1)
     r8(kv_cache=p8["kv_cache"], slots=slots, out=out, k_scale=torch.ones(1, device=device))
+    assert torch.equal(out1, out)
     _expect(TypeError, lambda: r8(kv_cache=paged["kv_cache"], slots=slots, out=out,
                                   k_scale=torch.ones(1, device=device)))  # a bf16 cache for an fp8 kernel
     # the library's own checks of a read launch (raw arguments bypass the Python ones)
@@ -1755,7 +1769,11 @@ def _check_errors(torch, ctx, device):
         if hasattr(torch, "float8_e4m3fnuz"):
             _expect(TypeError, lambda: kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.float8_e4m3fnuz))))
         kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.uint8)))  # raw bytes are fine
-        _expect(ValueError, lambda: kf(**dict(xf, k_scale=None)))
+        runs = []  # k_scale=None means 1.0
+        for scale in (None, torch.ones(1, dtype=torch.float32, device=device)):
+            runs.append(dict(xf, kv_cache=xf["kv_cache"].clone(), q_out=xf["q_out"].clone(), k_scale=scale))
+            kf(**runs[-1])
+        assert torch.equal(runs[0]["kv_cache"].view(torch.uint8), runs[1]["kv_cache"].view(torch.uint8))
         _expect(ValueError, lambda: kf(**dict(xf, k_scale=torch.ones(2, device=device))))
     # shapes and layouts
     _expect(ValueError, lambda: k(**dict(x, q_pe=x["q_pe"][:, :2])))
