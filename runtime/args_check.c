@@ -70,6 +70,24 @@ static ropekv_status cache_part(const char *name, const char *est_name, const vo
     return ROPEKV_OK;
 }
 
+/* A tensor's extent in elements, or -1 when its strides and sizes pass 2^62. */
+typedef struct tensor_span {
+    const char *what;
+    int64_t elems;
+} tensor_span;
+
+/* The last rule of every launch and its index width: no tensor may reach past 2^62 elements, and the 64-bit
+ * entry runs once a chunk index (with a block's worth of slack) or an element offset can reach 2^31 - 1. */
+static ropekv_status index_width(const rk_desc *p, const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
+    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(s[i].elems >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements", s[i].what);
+        if (s[i].elems > reach) reach = s[i].elems;
+    }
+    pl->wide = reach >= INT32_MAX;
+    return ROPEKV_OK;
+}
+
 /* The cache parts of the variant's layout: their pointers, strides and alignment; *kv and *rope: their
  * extents in elements. */
 static ropekv_status cache_check(const rk_desc *p, const ropekv_args *a, int64_t *kv, int64_t *rope, rk_err *err) {
@@ -96,10 +114,9 @@ static ropekv_status cache_check(const rk_desc *p, const ropekv_args *a, int64_t
 static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a->tokens;
     const int split_out = a->out_rope != NULL;
-    CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
     CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
-    int64_t kv_extent = 0, rope_extent = 0, out_extent = 0, out_rope_extent = 0;
+    int64_t kv_extent = 0, rope_extent = 0;
     if (T > 0) {
         CHECK(a->out, ROPEKV_ERR_NULL, "out is NULL (the read-back op's output)");
         CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
@@ -118,28 +135,25 @@ static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan 
         CHECK(aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4), ROPEKV_ERR_ALIGN,
               "slots must be aligned to their element size");
         CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
-        out_extent = span(T, 1, a->out_st, 0, split_out ? L : W);
-        out_rope_extent = split_out ? span(T, 1, a->out_rope_st, 0, R) : 0;
-        CHECK(out_extent >= 0 && out_rope_extent >= 0, ROPEKV_ERR_SHAPE,
-              "out: its strides and sizes reach past 2^62 elements");
     }
     rk_args_from_api(a, &pl->args);
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
-    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
-    const int64_t ext[] = {kv_extent, rope_extent, out_extent, out_rope_extent};
-    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
-        if (ext[i] > reach) reach = ext[i];
-    pl->wide = reach >= INT32_MAX;
-    return ROPEKV_OK;
+    const tensor_span spans[] = {
+        {"kv_cache", kv_extent},
+        {"kv_rope_cache", rope_extent},
+        {"out", T > 0 ? span(T, 1, a->out_st, 0, split_out ? L : W) : 0},
+        {"out_rope", T > 0 && split_out ? span(T, 1, a->out_rope_st, 0, R) : 0},
+    };
+    return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
 }
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
     const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
     const int q8 = p->q_dtype != ROPEKV_Q_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
-    if (p->op == ROPEKV_OP_READ) return read_check(p, a, pl, err);
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
+    if (p->op == ROPEKV_OP_READ) return read_check(p, a, pl, err);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
     CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
     CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
@@ -217,29 +231,17 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
           (long long)H);
-    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
-    if (P > 0) {
-        /* every tensor's extent in elements; a caller's strides or sizes may not take it past 2^62 */
-        const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
-        const struct {
-            const char *what;
-            int64_t elems;
-        } spans[] = {
-            {"q_nope", absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0},
-            {"q_pe", has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0},
-            {"q_out", (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0},
-            {"k_nope", has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0},
-            {"k_pe", has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0},
-            {"kv_cache", kv_extent},
-            {"kv_rope_cache", rope_extent},
-            {"the cos/sin tables (max_pos rows)", tables ? extent(a->max_pos, cs_w, 0) : 0},
-        };
-        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++) {
-            CHECK(spans[i].elems >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements",
-                  spans[i].what);
-            if (spans[i].elems > reach) reach = spans[i].elems;
-        }
-    }
-    pl->wide = reach >= INT32_MAX;
-    return ROPEKV_OK;
+    /* every tensor's extent in elements (all 0 without rows: P == 0) */
+    const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+    const tensor_span spans[] = {
+        {"q_nope", absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0},
+        {"q_pe", has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0},
+        {"q_out", (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0},
+        {"k_nope", has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0},
+        {"k_pe", has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0},
+        {"kv_cache", kv_extent},
+        {"kv_rope_cache", rope_extent},
+        {"the cos/sin tables (max_pos rows)", tables ? extent(a->max_pos, cs_w, 0) : 0},
+    };
+    return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
 }
