@@ -347,6 +347,50 @@ static rk_choice choice_of(const ropekv_variant *v) {
 }
 _Static_assert(sizeof(rk_choice) == 7 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
 
+/* How to fix a variant that spec s does not list: the other specs of the same L and R (loaded ones, then the
+ * built-in ones) that list the whole choice on the context's target, named into out. Runs only on that
+ * error path (built-in specs not yet in use are read from their embedded text here). */
+static void listed_by(ropekv_ctx *c, const rk_spec *s, const rk_choice *choice, char *out, size_t cap) {
+    char names[RK_MAX_SPECS][sizeof s->name];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n_specs && n < RK_MAX_SPECS; i++)
+        snprintf(names[n++], sizeof names[0], "%s", c->specs[i].spec.name);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; n < RK_MAX_SPECS; i++) { /* built-in specs not loaded yet: specs/<name>.lua */
+        const char *file = rk_embedded_at(i, NULL);
+        if (!file) break;
+        size_t len = strlen(file);
+        if (len < 5 || len - 4 >= sizeof names[0] || strcmp(file + len - 4, ".lua") != 0 ||
+            strcmp(file, "archs.lua") == 0)
+            continue;
+        snprintf(names[n], sizeof names[0], "%.*s", (int)(len - 4), file);
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++) dup = strcmp(names[j], names[n]) == 0;
+        if (!dup) n++;
+    }
+    size_t at = (size_t)snprintf(out, cap, "specs of the same L and R that list it:");
+    int found = 0;
+    for (int i = 0; i < n && at < cap; i++) {
+        if (strcmp(names[i], s->name) == 0) continue;
+        rk_spec other;
+        rk_desc d;
+        rk_err err = {0};
+        pthread_mutex_lock(&c->mu);
+        const int j = spec_index(c, names[i]), loaded = j < c->n_specs;
+        if (loaded) other = c->specs[j].spec;
+        pthread_mutex_unlock(&c->mu);
+        if (!loaded && rk_spec_builtin(names[i], &c->archs, &other, &err) != ROPEKV_OK) continue;
+        if (other.kv_lora_rank != s->kv_lora_rank || other.rope_dim != s->rope_dim) continue;
+        if (rk_desc_listed(&other, c->arch, choice, &d, &err) != ROPEKV_OK) continue;
+        at += (size_t)snprintf(out + at, cap - at, "%s %s", found ? "," : "", other.name);
+        found++;
+    }
+    if (!found)
+        snprintf(out, cap, "no loaded or built-in spec with L=%d, R=%d lists it on %s: add one (a spec file) that does",
+                 s->kv_lora_rank, s->rope_dim, c->arch->name);
+}
+
 /* The description of v on the context's target, from the spec it names: one loaded at run time, else the
  * built-in one (read from the embedded text on first use). *spec receives the spec (d->spec points
  * there) and *gen its generation. Nothing is enumerated: the description is computed for v alone. */
@@ -372,6 +416,11 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
     }
     const rk_choice choice = choice_of(v);
     int rc = rk_desc_listed(spec, c->arch, &choice, d, &err);
+    if (rc == ROPEKV_ERR_UNSUPPORTED) {
+        char who[256];
+        listed_by(c, spec, &choice, who, sizeof who);
+        return fail(c, ROPEKV_ERR_UNSUPPORTED, "%s; %s", err.msg, who);
+    }
     if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
     return ROPEKV_OK;
 }

@@ -211,6 +211,8 @@ static void test_query(void **state) {
     v.positions = ROPEKV_INDEX_INT32; /* minicpm3_4b.lua lists int64 positions only: the reason says so */
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(why, "lists positions {int64}, not int32"));
+    /* no other spec has its L = 256, R = 32: the reason says a spec file is the fix */
+    assert_non_null(strstr(why, "no loaded or built-in spec with L=256, R=32 lists it on host"));
     ropekv_destroy(c);
 }
 
@@ -572,6 +574,8 @@ static void test_read_round_trip(void **state) {
     ropekv_variant no_tile = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_TILE};
     assert_int_equal(ropekv_kernel_get(c, &no_tile, &wk), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(ropekv_last_error(c), "kv_dtypes {bf16, fp8_e4m3}, not fp8_tile"));
+    /* the error names the spec that lists the variant (same L and R), so the caller knows the fix */
+    assert_non_null(strstr(ropekv_last_error(c), "specs of the same L and R that list it: deepseek_v32"));
     ropekv_destroy(c);
 }
 
