@@ -35,6 +35,9 @@ def __getattr__(name):
     # the package still needs no library.
     if name == "__version__":
         return version()
+    if name == "ops":  # the torch.library operators: importing them imports torch
+        import importlib
+        return importlib.import_module(".ops", __name__)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 

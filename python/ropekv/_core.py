@@ -397,6 +397,9 @@ class Kernel:
         if code != 0:
             raise RopekvError(_capi.status_name(code), "ropekv_kernel_info failed", code)
         self.info = KernelInfo(params)
+        self._read = self.info.op == "read"
+        self._zero_copy = self.info.q == "zero_copy"
+        self._plans = {}  # argument signature -> checked ropekv_args (_torch.plan_args)
 
     def _release(self):
         h, self._h = self._h, None
@@ -468,17 +471,22 @@ class Kernel:
         -1) or past the cache gives a zero row (info.read_negative_slot "zero") or leaves it ("skip"). Without
         out, a zero-filled out is allocated on the cache's device. It returns out, or (out, out_rope)."""
         from . import _torch
-        read = self.info.op == "read"
-        if read and out is None:
+        if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
-        args, keep = _torch.tensor_args(self, self.ctx, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope,
-                                        k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots,
-                                        cos_sin=cos_sin, sin=sin, k_scale=k_scale, q_scale=q_scale,
-                                        kv_rope_cache=kv_rope_cache, out=out, out_rope=out_rope, min_slot=min_slot)
+        self.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale,
+                             q_scale, kv_rope_cache, out, out_rope), min_slot, stream)
+        if self._read:
+            return out if out_rope is None else (out, out_rope)
+
+    def launch_tensors(self, vals, min_slot=0, stream=None):
+        """__call__ without keywords: vals holds the tensors in the order of __call__'s parameters (q_nope ... out_rope),
+        None where absent; out must be given for a read kernel. The checks of a launch run once per argument
+        signature (dtypes, shapes, strides, devices, min_slot); a launch with a signature seen before only reads the
+        tensors' pointers (see _torch.plan_args)."""
+        from . import _torch
+        args, keep = _torch.plan_args(self, vals, min_slot)
         self._launch(args, _torch.stream_for(self.ctx, stream))
         del keep
-        if read:
-            return out if out_rope is None else (out, out_rope)
 
     def bind(self, *, stream=None, **tensors):
         """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.

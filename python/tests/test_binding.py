@@ -939,10 +939,11 @@ def _first_differences(torch, got, want, kind, limit=4):
 
 
 def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", specials=False, seed=0, kv_tokens=None,
-                  min_slot=0, q_dtype="bf16", q_scale=None, q_specials=False, q_out_dtype=None):
+                  min_slot=0, q_dtype="bf16", q_scale=None, q_specials=False, q_out_dtype=None, via="kernel"):
     """One launch of spec's (q, kv, q_dtype) kernel on make_inputs' tensors, every output compared bit for bit
     with reference(). q_scale: the fp8 query's scale value; q_out_dtype: the fp8 q_out passed as this dtype (a
-    view of the uint8 buffer, e.g. torch.float8_e4m3fn)."""
+    view of the uint8 buffer, e.g. torch.float8_e4m3fn). via: "kernel" (Kernel.__call__) or "op" (ropekv.ops.write,
+    the torch.ops.ropekv operator)."""
     k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], slots=slots_dtype, q_dtype=q_dtype)
     s = SPECS[spec]
     assert (k.info.L, k.info.R, k.info.rope, k.info.cos_sin, k.info.q) == (s["L"], s["R"], s["rope"], s["cos_sin"], q)
@@ -963,7 +964,11 @@ def run_and_check(torch, ctx, spec, q, kv, T, H, device, slots_dtype="int64", sp
     call = dict(x)
     if q_out_dtype is not None and "q_out" in x:
         call["q_out"] = x["q_out"].view(q_out_dtype)
-    k(**call, min_slot=min_slot)
+    if via == "op":
+        import ropekv.ops
+        ropekv.ops.write(spec, kv=kv, q_form=q, q_dtype=q_dtype if fp8_q else "bf16", **call, min_slot=min_slot)
+    else:
+        k(**call, min_slot=min_slot)
     if device != "cpu":
         torch.cuda.synchronize()
     report, failures = [], []
@@ -1289,9 +1294,10 @@ def _equal_bits(torch, got, want, what):
 
 
 def run_layout_case(torch, ctx, spec, kv, layout, B, device="cpu", unit_dim=False, q="absorbed", T=11, H=3,
-                    seed=41, slots_dtype="int64", specials=True, min_slot=0):
+                    seed=41, slots_dtype="int64", specials=True, min_slot=0, via="kernel"):
     """One write launch into a layout_cache (padded entries and blocks), compared with reference() on a flat cache
-    of the same rows: every buffer bit for bit, padding included, and the query output."""
+    of the same rows: every buffer bit for bit, padding included, and the query output. via "op": through
+    ropekv.ops.write (the torch.ops.ropekv operator)."""
     s = SPECS[spec]
     k = ctx.kernel(spec, kv=kv, q=q, positions=s["pos"], slots=slots_dtype, layout=layout)
     assert (k.info.layout, k.info.kv, k.info.op) == (layout, kv, "write"), k.info
@@ -1305,7 +1311,11 @@ def run_layout_case(torch, ctx, spec, kv, layout, B, device="cpu", unit_dim=Fals
         call["kv_rope_cache"] = cache["kv_rope_cache"]
     ok, why = ctx.query(spec, kv=kv, q=q, layout=layout, **call)  # index types from the tensors
     assert ok, why
-    k(**call, min_slot=min_slot)
+    if via == "op":
+        import ropekv.ops
+        ropekv.ops.write(spec, kv=kv, layout=layout, q_form=q, **call, min_slot=min_slot)
+    else:
+        k(**call, min_slot=min_slot)
     if device != "cpu":
         torch.cuda.synchronize()
     flat_want = want["kv_cache"].reshape(rows, width)
@@ -1409,9 +1419,10 @@ def fill_rows(torch, spec, kv, rows, seed, specials=True):
 
 
 def run_read_case(torch, ctx, spec, kv, layout, B, device="cpu", split_out=False, min_slot=0, slots_dtype="int64",
-                  T=13, rows=64, seed=51, unit_dim=False, alloc=False):
+                  T=13, rows=64, seed=51, unit_dim=False, alloc=False, via="kernel"):
     """One read-back launch of random cache rows in a layout_cache: out against read_reference bit for bit (NaN ==
-    NaN), with padding slots (-1), a slot past the cache and, with min_slot, slot 0 below it."""
+    NaN), with padding slots (-1), a slot past the cache and, with min_slot, slot 0 below it. via "op": through
+    ropekv.ops.read (the torch.ops.ropekv operator) instead of Kernel.__call__."""
     s = SPECS[spec]
     k = ctx.kernel(spec, kv=kv, slots=slots_dtype, layout=layout, op="read")
     assert (k.info.op, k.info.kv, k.info.layout, k.info.slots) == ("read", kv, layout, slots_dtype), k.info
@@ -1433,6 +1444,12 @@ def run_read_case(torch, ctx, spec, kv, layout, B, device="cpu", split_out=False
         call["kv_rope_cache"] = cache["kv_rope_cache"]
     L, W = s["L"], s["L"] + s["R"]
     prior = torch.full((T, W), -777.0, dtype=torch.bfloat16)
+    read = k
+    if via == "op":
+        import ropekv.ops
+
+        def read(**kw):
+            return ropekv.ops.read(spec, kv=kv, layout=layout, **kw)
     if alloc:
         got = k(**call)
         if split_out:
@@ -1440,13 +1457,13 @@ def run_read_case(torch, ctx, spec, kv, layout, B, device="cpu", split_out=False
         prior = torch.zeros(T, W, dtype=torch.bfloat16)
     elif split_out:
         out, out_rope = prior[:, :L].clone().to(device), prior[:, L:].clone().to(device)
-        r = k(**call, out=out, out_rope=out_rope)
+        r = read(**call, out=out, out_rope=out_rope)
         assert r[0] is out and r[1] is out_rope
         got = torch.cat([out, out_rope], dim=-1)
     else:
         pad = torch.full((T, W + 8), -777.0, dtype=torch.bfloat16, device=device)  # rows of a wider stride
         out = pad[:, :W]
-        assert k(**call, out=out) is out
+        assert read(**call, out=out) is out
         got = out
         assert bool((pad[:, W:] == -777.0).all()), "out's padding was written"
     want = read_reference(torch, spec, kv, flat, slots.cpu(), k_scale.cpu() if k_scale is not None else None,
@@ -1884,9 +1901,11 @@ def _cases(fn):
     return out
 
 
-def main():
+def main(namespace=None):
+    """Runs every test_* function of namespace (default: this module's) in file order."""
     skipped_types = (_Skip,) + ((pytest.skip.Exception,) if pytest is not None else ())
-    tests = [(n, f) for n, f in sorted(globals().items(), key=lambda kv: kv[1].__code__.co_firstlineno
+    namespace = globals() if namespace is None else namespace
+    tests = [(n, f) for n, f in sorted(namespace.items(), key=lambda kv: kv[1].__code__.co_firstlineno
                                         if callable(kv[1]) and hasattr(kv[1], "__code__") else 0)
              if n.startswith("test_") and callable(f)]
     passed = failed = skipped = 0

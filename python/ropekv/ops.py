@@ -1,0 +1,176 @@
+"""ropekv's kernels as PyTorch operators: torch.ops.ropekv.write, write_q_inplace and read.
+
+    import ropekv.ops                       # registers the operators (imports torch)
+    ropekv.ops.write("deepseek_v3", kv="fp8_e4m3", layout="paged", q_nope=..., q_pe=..., q_out=..., k_nope=...,
+                     k_pe=..., kv_cache=..., positions=..., slots=..., cos_sin=..., k_scale=...)
+
+Each operator is registered with torch.library: its schema marks the tensors it writes (q_out, kv_cache and
+kv_rope_cache; q_pe for write_q_inplace; out and out_rope for read) and it has a fake implementation (it returns
+nothing and allocates nothing), so torch.compile(fullgraph=True) traces a model step that calls it, and the
+step can be captured in a CUDA graph. The functions here are thin wrappers that fill in the variant's strings; a
+compiled region may call them or torch.ops.ropekv.* directly.
+
+The variant is named by strings (spec, kv, q_form, q_dtype, layout); positions and slots take their index types
+from the tensors' dtypes. The kernels come from one Context per device, made on first use (the host backend for
+CPU tensors; the device's GPU backend otherwise); use_context() puts a context of one's own (a cache directory,
+PDL settings) in its place. A launch checks its arguments as Kernel.__call__ does (once per argument signature)
+and raises RopekvError, TypeError or ValueError with the reason.
+"""
+import threading
+
+import torch
+
+from . import _core
+
+# The write operator's arguments in schema syntax, described once. write_q_inplace is the same with q_pe written
+# and no q form (q form inplace puts rope(q_pe) back into q_pe); the read operator has its own list.
+_WRITE_ARGS = ("str spec", "str kv", "str q_form", "str q_dtype", "str layout", "Tensor? q_nope", "Tensor? q_pe",
+               "Tensor(a!)? q_out", "Tensor k_nope", "Tensor k_pe", "Tensor(b!) kv_cache", "Tensor positions",
+               "Tensor slots", "Tensor? cos_sin", "Tensor? sin", "Tensor? k_scale", "Tensor? q_scale",
+               "Tensor(c!)? kv_rope_cache", "int min_slot=0")
+_INPLACE_ARGS = tuple("Tensor(d!) q_pe" if a == "Tensor? q_pe" else a for a in _WRITE_ARGS if a != "str q_form")
+_READ_ARGS = ("str spec", "str kv", "str layout", "Tensor kv_cache", "Tensor? kv_rope_cache", "Tensor slots",
+              "Tensor? k_scale", "Tensor(a!) out", "Tensor(b!)? out_rope", "int min_slot=0")
+
+
+_LOCK = threading.Lock()
+_CONTEXTS = {}  # (device type, index) -> Context
+_KERNELS = {}  # (device type, index, spec, kv, q form, positions, slots, q_dtype, layout, op) -> Kernel
+_INDEX = {torch.int64: "int64", torch.int32: "int32"}
+
+
+def _device_key(device):
+    if device.type == "cpu":
+        return ("cpu", 0)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return (device.type, index)
+
+
+def context(device):
+    """The Context the operators use for tensors on device (a torch.device or its string), made on first use."""
+    device = torch.device(device)
+    key = _device_key(device)
+    with _LOCK:
+        ctx = _CONTEXTS.get(key)
+        if ctx is None or ctx.closed:
+            if key[0] == "cpu":
+                ctx = _core.Context("host")
+            elif key[0] == "cuda":  # CUDA, or HIP under ROCm's PyTorch: "auto" picks the GPU backend there is
+                ctx = _core.Context("auto", device=key[1])
+            else:
+                raise ValueError("ropekv runs on CPU tensors (host backend) and cuda tensors, not %s" % device)
+            _CONTEXTS[key] = ctx
+            _drop_kernels(key)
+        return ctx
+
+
+def use_context(ctx, device=None):
+    """Makes the operators use ctx for tensors on device (default: the context's own: cpu for the host backend,
+    cuda:<ctx.device> otherwise). Kernels taken from the previous context are dropped."""
+    if device is None:
+        device = "cpu" if ctx.backend == "host" else "cuda:%d" % ctx.device
+    key = _device_key(torch.device(device))
+    with _LOCK:
+        _CONTEXTS[key] = ctx
+        _drop_kernels(key)
+
+
+def _drop_kernels(dev):  # under _LOCK
+    for k in [k for k in _KERNELS if k[:2] == dev]:
+        del _KERNELS[k]
+
+
+def _index_name(t, name):
+    dt = _INDEX.get(t.dtype)
+    if dt is None:
+        raise TypeError("%s must be int64 or int32, got %s" % (name, str(t.dtype).replace("torch.", "")))
+    return dt
+
+
+def _kernel(device_tensor, spec, kv, q_form, positions, slots, q_dtype, layout, op):
+    """The kernel of a variant for device_tensor's device: a dictionary lookup after the first call."""
+    dev = device_tensor.device
+    pos = _index_name(positions, "positions") if positions is not None else "int64"
+    key = (dev.type, dev.index or 0, spec, kv, q_form, pos, _index_name(slots, "slots"), q_dtype, layout, op)
+    k = _KERNELS.get(key)
+    if k is None or k._h is None:
+        k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=key[6], q_dtype=q_dtype, layout=layout,
+                                op=op)
+        with _LOCK:
+            _KERNELS[key] = k
+    return k
+
+
+def _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
+                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0):
+    k = _kernel(kv_cache, spec, kv, q_form, positions, slots, q_dtype, layout, "write")
+    k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
+                      kv_rope_cache, None, None), min_slot)
+
+
+def _write_q_inplace_impl(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
+                          cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0):
+    _write_impl(spec, kv, "inplace", q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
+                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+
+
+def _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot=0):
+    k = _kernel(kv_cache, spec, kv, "none", None, slots, "bf16", layout, "read")
+    k.launch_tensors((None, None, None, None, None, kv_cache, None, slots, None, None, k_scale, None, kv_rope_cache, out,
+                      out_rope), min_slot)
+
+
+def _fake(*args, **kwargs):
+    """Every operator writes into tensors it is given and returns nothing: its fake implementation has nothing to
+    compute (torch.compile traces the writes from the schema's annotations)."""
+    return None
+
+
+_OPS = (("write", _WRITE_ARGS, _write_impl), ("write_q_inplace", _INPLACE_ARGS, _write_q_inplace_impl),
+        ("read", _READ_ARGS, _read_impl))
+_LIB = torch.library.Library("ropekv", "DEF")
+for _name, _args, _impl in _OPS:
+    _LIB.define("%s(%s) -> ()" % (_name, ", ".join(_args)))
+    for _key in ("CPU", "CUDA"):
+        _LIB.impl(_name, _impl, _key)
+    _register_fake = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
+    if _register_fake is not None:  # torch >= 2.2
+        _register_fake("ropekv::" + _name, _fake, lib=_LIB)
+    else:  # older torch: a Meta kernel is what tracing with meta tensors calls (its AutogradMeta key has no
+        # fallthrough there, so the fake is registered for it too)
+        _LIB.impl(_name, _fake, "Meta")
+        _LIB.impl(_name, _fake, "AutogradMeta")
+
+
+def _q_form(q_nope, q_pe, q_out):
+    if q_out is not None:
+        return "absorbed" if q_nope is not None else "zero_copy"
+    return "inplace" if q_pe is not None else "none"
+
+
+def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=None, q_pe=None, q_out=None, k_nope,
+          k_pe, kv_cache, positions, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None,
+          min_slot=0):
+    """The fused RoPE + KV-cache write (torch.ops.ropekv.write; write_q_inplace for q form inplace). The tensors are
+    Kernel.__call__'s. q_form defaults from the query tensors given (q_out and q_nope: absorbed; q_out alone:
+    zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bf16, else fp8_e4m3; for inplace pass
+    it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes over its rows)."""
+    if q_form is None:
+        q_form = _q_form(q_nope, q_pe, q_out)
+    if q_dtype is None:
+        q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
+    if q_form == "inplace":
+        torch.ops.ropekv.write_q_inplace(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
+                                         positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+    else:
+        torch.ops.ropekv.write(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
+                               positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+
+
+def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None, kv_rope_cache=None, k_scale=None,
+         min_slot=0):
+    """The read-back (torch.ops.ropekv.read): out[t] = the row of slots[t] as bf16, [T, L+R]; or [T, L] with the rope
+    parts in out_rope [T, R]. A slot below min_slot gives a zero row or leaves it, per the spec. Returns out, or
+    (out, out_rope)."""
+    torch.ops.ropekv.read(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
+    return out if out_rope is None else (out, out_rope)

@@ -1,0 +1,255 @@
+"""Tests of the torch.library operators (ropekv.ops: torch.ops.ropekv.write / write_q_inplace / read) and of the
+argument plans that make repeated launches cheap (Kernel.__call__ and the operators share them).
+
+    python3 python/tests/test_ops.py            # plain runner (no pytest needed)
+
+Needs torch (every test skips without it). On the host backend (CPU tensors) the operators are compared bit for
+bit with the reference of test_binding.py; torch.compile(fullgraph=True) runs where torch has it (2.x), CUDA graph
+capture where there is a CUDA device. With torch 1.13 (no torch.compile, no register_fake) the operators are
+registered with a Meta kernel as their fake implementation, and the compile tests skip with that reason."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import test_binding as tb  # noqa: E402
+from test_binding import _expect, parametrize, skip  # noqa: E402
+
+import ropekv  # noqa: E402
+
+
+def _ops(device="cpu"):
+    torch = tb._torch() if device == "cpu" else tb._cuda_torch()
+    import ropekv.ops
+    ropekv.ops.use_context(tb.context("host" if device == "cpu" else "cuda"))  # the tests' private cache directory
+    return torch, ropekv.ops
+
+
+def _compile_torch():
+    torch = tb._torch()
+    if not hasattr(torch, "compile"):
+        skip("torch %s has no torch.compile" % torch.__version__)
+    return torch
+
+
+# ---- the operators' schemas ---------------------------------------------------------------------------------
+def test_schemas_name_the_tensors_written():
+    """Each operator's schema marks exactly the tensors its kernel writes, so torch.compile orders and
+    functionalizes the writes; nothing is returned (the outputs are the caller's tensors)."""
+    torch, ops = _ops()
+    want = {"write": {"q_out", "kv_cache", "kv_rope_cache"},
+            "write_q_inplace": {"q_pe", "q_out", "kv_cache", "kv_rope_cache"},
+            "read": {"out", "out_rope"}}
+    for name, written in want.items():
+        schema = getattr(torch.ops.ropekv, name).default._schema
+        got = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+        assert got == written, (name, got, written)
+        assert len(schema.returns) == 0, schema
+        names = [a.name for a in schema.arguments]
+        assert names[:2] == ["spec", "kv"] and names[-1] == "min_slot", names
+
+
+def test_import_without_ops_needs_no_torch():
+    """import ropekv does not import torch or register anything; ropekv.ops does."""
+    import subprocess
+    code = ("import sys; sys.path.insert(0, %r); import ropekv; assert 'torch' not in sys.modules; "
+            "assert 'ropekv.ops' not in sys.modules; print('ok')" % os.path.join(tb.ROOT, "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
+
+
+# ---- the operators against the reference (host backend) ---------------------------------------------------------
+OP_CASES = [("deepseek_v3", "absorbed", "bf16"), ("deepseek_v3", "absorbed", "fp8_e4m3"),
+            ("deepseek_v3", "zero_copy", "fp8_e4m3"), ("kimi_k2", "inplace", "fp8_e4m3"),
+            ("deepseek_v3", "none", "fp8_e4m3"), ("minicpm3_4b", "zero_copy", "bf16")]
+
+
+@parametrize("spec,q,kv", OP_CASES)
+def test_op_write_host(spec, q, kv):
+    torch, _ = _ops()
+    tb.run_and_check(torch, tb.context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=True, via="op")
+
+
+def test_op_write_fp8_q_host():
+    torch, _ = _ops()
+    tb.run_and_check(torch, tb.context("host"), "deepseek_v3", "absorbed", "fp8_e4m3", T=7, H=3, device="cpu",
+                     q_dtype="fp8_e4m3", q_scale=0.75, via="op")
+
+
+@parametrize("spec,kv,layout,B,unit_dim", tb.LAYOUT_CASES)
+def test_op_write_layouts_host(spec, kv, layout, B, unit_dim):
+    """Paged, split and fp8_tile caches through the operator, every cache byte against the reference."""
+    torch, _ = _ops()
+    tb.run_layout_case(torch, tb.context("host"), spec, kv, layout, B, unit_dim=unit_dim, T=50 if B == 64 else 11,
+                       via="op")
+
+
+@parametrize("spec,kv,layout,B,split_out,min_slot,slots", [c for c in tb.READ_CASES if c[2] != "split" or c[4]])
+def test_op_read_host(spec, kv, layout, B, split_out, min_slot, slots):
+    torch, _ = _ops()
+    tb.run_read_case(torch, tb.context("host"), spec, kv, layout, B, split_out=split_out, min_slot=min_slot,
+                     slots_dtype=slots, unit_dim=layout == "paged" and B == 8, via="op")
+
+
+def test_op_errors_host():
+    """The operators check what Kernel.__call__ checks and name the fix."""
+    torch, ops = _ops()
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=3)
+    e = _expect(ropekv.RopekvError, lambda: ops.write("deepseek_v3", kv="fp8_tile", **x))
+    assert "specs of the same L and R that list it: deepseek_v32" in str(e), e
+    _expect(TypeError, lambda: ops.write("deepseek_v3", **dict(x, q_pe=x["q_pe"].float())))
+    _expect(ValueError, lambda: ops.write("deepseek_v3", **dict(x, q_pe=x["q_pe"][:, :1])))
+    _expect(TypeError, lambda: ops.write("deepseek_v3", **dict(x, slots=x["slots"].to(torch.int16))))
+    _expect(ValueError, lambda: ops.write("deepseek_v3", **x, min_slot=-2))
+
+
+def test_op_fake_implementation():
+    """The fake implementation (a Meta kernel on torch 1.13, register_fake on 2.x) runs on meta tensors without
+    launching anything: what tracing calls."""
+    torch, ops = _ops()
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 4, 2, "cpu", seed=5)
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
+    assert ops.write("deepseek_v3", kv="fp8_e4m3", **meta) is None
+    out = torch.empty(4, 576, dtype=torch.bfloat16, device="meta")
+    slots = torch.zeros(4, dtype=torch.int64, device="meta")
+    assert ops.read("deepseek_v3", kv="fp8_e4m3", kv_cache=meta["kv_cache"], slots=slots, out=out) is out
+
+
+# ---- argument plans ----------------------------------------------------------------------------------------
+def test_plans_reuse_checks_not_pointers():
+    """A second launch with the same signature takes its pointers from its own tensors (the rows land in the new
+    cache, the old one is untouched); the library still checks every launch's addresses (a misaligned view of
+    the same shape and strides is refused); a new signature runs every check again."""
+    torch = tb._torch()
+    ctx = tb.context("host")
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=21)
+    want = tb.reference(torch, "deepseek_v3", "absorbed", "bf16", x)
+    first = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
+    k(**first)
+    n = len(k._plans)
+    second = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
+    before = first["kv_cache"].clone()
+    k(**second)
+    assert len(k._plans) == n, "the same signature made a second plan"
+    for name in ("kv_cache", "q_out"):
+        assert tb.compare_bits(torch, second[name], want[name], "bf16")[3] == 0, name
+    assert torch.equal(first["kv_cache"], before), "a reused plan wrote the first launch's cache"
+    # same dtype, shape and strides, but q_nope 2 bytes past a 16-byte boundary
+    base = torch.empty(9 * 2 * 576 + 1, dtype=torch.bfloat16)
+    q_nope = base[1:].view(9, 2, 576)[..., :512]
+    q_nope_aligned = base[:-1].view(9, 2, 576)[..., :512]
+    k(**dict(x, q_nope=q_nope_aligned))
+    _expect(ropekv.RopekvError, lambda: k(**dict(x, q_nope=q_nope)), {"ROPEKV_ERR_ALIGN"})
+    # a new signature: the Python checks run again
+    _expect(ValueError, lambda: k(**dict(x, q_pe=x["q_pe"][:, :1])))
+    _expect(TypeError, lambda: k(**dict(x, positions=x["positions"].to(torch.int32))))
+
+
+def test_plans_zero_copy_alias():
+    """Zero-copy: a q_nope that is q_out itself is dropped (not read); one that is not is refused. Whether it is
+    joins the plan's signature, so neither case takes the other's plan."""
+    torch = tb._torch()
+    ctx = tb.context("host")
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="zero_copy")
+    x = tb.make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", 5, 2, "cpu", seed=23)
+    same = x["q_out"][..., :512]
+    k(**dict(x, q_nope=same))
+    k(**dict(x, q_nope=same))
+    other = x["q_out"].clone()[..., :512]
+    _expect(ValueError, lambda: k(**dict(x, q_nope=other)))
+
+
+def test_plans_bounded():
+    torch = tb._torch()
+    ctx = tb.context("host")
+    k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    from ropekv import _torch as rt
+    for T in range(1, rt._PLANS_MAX + 10):
+        x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, 1, "cpu", seed=T)
+        k(**x)
+        assert len(k._plans) <= rt._PLANS_MAX
+
+
+# ---- torch.compile and CUDA graphs -------------------------------------------------------------------------
+def _step(ops, x, kv):
+    """A tiny model step: the query and key projections' outputs made inside the region, then the operator."""
+    def step(q, kvp, cache, positions, slots, cos_sin, q_out):
+        q = q * 1.0
+        ops.write("deepseek_v3", kv=kv, q_nope=q[..., :512], q_pe=q[..., 512:], q_out=q_out, k_nope=kvp[:, :512],
+                  k_pe=kvp[:, 512:], kv_cache=cache, positions=positions, slots=slots, cos_sin=cos_sin)
+        return q_out.float().sum()
+    return step
+
+
+def _compile_case(torch, ops, device):
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=31)
+    q = torch.cat([x["q_nope"], x["q_pe"]], dim=-1).contiguous()
+    kvp = torch.cat([x["k_nope"], x["k_pe"]], dim=-1).contiguous()
+    args = lambda: (q, kvp, x["kv_cache"].clone(), x["positions"], x["slots"], x["cos_sin"],  # noqa: E731
+                    torch.zeros_like(x["q_out"]))
+    step = _step(ops, x, "bf16")
+    eager_args, compiled_args = args(), args()
+    want = step(*eager_args)
+    got = torch.compile(step, fullgraph=True)(*compiled_args)
+    assert torch.equal(got, want), (got, want)
+    for i in (2, 6):  # the cache and q_out: written by the operator inside the compiled graph
+        assert torch.equal(eager_args[i], compiled_args[i]), i
+    return step, args
+
+
+def test_compile_fullgraph_host():
+    torch = _compile_torch()
+    _, ops = _ops()
+    _compile_case(torch, ops, "cpu")
+
+
+def test_compile_fullgraph_cuda_graph():
+    """fullgraph compile on CUDA, then the compiled step captured in a CUDA graph and replayed with new inputs."""
+    torch = _compile_torch()
+    torch, ops = _ops("cuda")
+    step, args = _compile_case(torch, ops, "cuda")
+    compiled = torch.compile(step, fullgraph=True)
+    static = args()
+    compiled(*static)  # compiles and warms up outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        compiled(*static)
+    fresh = args()
+    step(*fresh)
+    static[2].zero_()
+    static[6].zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static[2], fresh[2]) and torch.equal(static[6], fresh[6])
+
+
+def test_cuda_op_graph_capture():
+    """The operator itself (eager) captured in a CUDA graph: a replay writes what the eager launch wrote."""
+    torch, ops = _ops("cuda")
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 64, 16, "cuda", seed=33)
+    want = tb.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
+    prior = x["kv_cache"].view(torch.uint8).clone()
+    ops.write("deepseek_v3", kv="fp8_e4m3", **x)  # the first launch (and k_scale's 1.0) outside capture
+    torch.cuda.synchronize()
+    assert tb.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
+    after = x["kv_cache"].view(torch.uint8).clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ops.write("deepseek_v3", kv="fp8_e4m3", **x)
+    x["kv_cache"].view(torch.uint8).copy_(prior)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(x["kv_cache"].view(torch.uint8), after)
+
+
+def test_cuda_op_write():
+    torch, _ = _ops("cuda")
+    for spec, q, kv in OP_CASES:
+        tb.run_and_check(torch, tb.context("cuda"), spec, q, kv, T=300, H=16, device="cuda", specials=True, via="op")
+
+
+if __name__ == "__main__":
+    sys.exit(tb.main(globals()))
