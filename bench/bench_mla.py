@@ -146,6 +146,7 @@ MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHO
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
+rkref = None  # ropekv.reference (ropekv's arithmetic in PyTorch), imported with torch
 
 
 def log(msg):
@@ -252,55 +253,15 @@ def _has_float8():
     return hasattr(torch, "float8_e4m3fn")
 
 
-def _e4m3_codes_exact(torch, v):
-    """float32 values, already clamped to +-448, as OCP e4m3 codes (uint8), round to nearest even (what
-    .to(torch.float8_e4m3fn) does): the value in quanta of its binade rounded by torch.round (ties to even; the
-    quotient is exact in float64), NaN -> 0x7f, the sign kept (-0 -> 0x80)."""
-    v = v.float()
-    u = v.view(torch.int32)
-    ef = (u >> 23) & 0xFF
-    e = torch.clamp(ef - 127, min=-6)
-    m = v.double().abs()
-    quanta = m / torch.ldexp(torch.ones_like(m), (e - 3).to(torch.int64))
-    code = (e + 6).to(torch.int64) * 8 + torch.round(quanta).to(torch.int64)
-    code = torch.where(ef == 0, torch.zeros_like(code), code)
-    code = torch.where(m > FP8_MAX, torch.full_like(code, 0x7E), code)
-    code = torch.where(u < 0, code | 0x80, code)
-    code = torch.where(torch.isnan(v), torch.full_like(code, 0x7F), code)
-    return code.to(torch.uint8)
-
-
-def _e4m3_values(torch, codes):
-    """The float32 values of OCP e4m3 codes (uint8) through a 256-entry table (0x7f / 0xff: NaN)."""
-    c = torch.arange(256, dtype=torch.int64)
-    e, m = (c >> 3) & 0xF, (c & 7).double()
-    mag = torch.where(e == 0, m * 2.0 ** -9, torch.ldexp(8.0 + m, (e - 10)))
-    val = torch.where((c & 0x80) != 0, -mag, mag)
-    val = torch.where((c & 0x7F) == 0x7F, torch.full_like(val, float("nan")), val)
-    return val.float().to(codes.device)[codes.long()]
-
-
 def to_fp8(x):
     """x (float32, clamped) cast to float8_e4m3fn; uint8 codes of the same bits where torch has no float8."""
     if _has_float8():
         return x.to(torch.float8_e4m3fn)
-    return _e4m3_codes_exact(torch, x)
+    return rkref.e4m3_codes(x)
 
 
 def fp8_dtype():
     return torch.float8_e4m3fn if _has_float8() else torch.uint8
-
-
-def apply_scale(x, conv, s):
-    """x scaled by the float32 scale tensor s with a spec's convention: mul_recip x * float32(1 / s), div x / s,
-    mul x * s, none x."""
-    if conv == "mul_recip":
-        return x * (1.0 / s)
-    if conv == "div":
-        return x / s
-    if conv == "mul":
-        return x * s
-    return x
 
 
 # ---- the peers ------------------------------------------------------------------------------------------------
@@ -323,7 +284,7 @@ def mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_ca
     kv = torch.cat([k_nope, k_rot], dim=-1)
     flat = kv_cache.view(-1, kv_cache.shape[-1])
     if fp8:
-        kv = to_fp8(apply_scale(kv.float(), kv_conv, k_scale).clamp(-FP8_MAX, FP8_MAX)).view(torch.uint8)
+        kv = to_fp8(rkref.scale(kv.float(), kv_conv, k_scale).clamp(-FP8_MAX, FP8_MAX)).view(torch.uint8)
         flat = flat.view(torch.uint8)
     idx = torch.where(slots >= 0, slots, flat.shape[0] - 1)
     flat.index_copy_(0, idx, kv)
@@ -336,7 +297,7 @@ def mla_rope_kv_unfused_fp8q(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_s
     spec's convention, clamped to +-q_sat, cast to float8_e4m3fn. Returns the fp8 q_out [T, H, 576]."""
     q_out = mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8,
                                 kv_conv)
-    return to_fp8(apply_scale(q_out.float(), q_conv, q_scale).clamp(-q_sat, q_sat))
+    return to_fp8(rkref.scale(q_out.float(), q_conv, q_scale).clamp(-q_sat, q_sat))
 
 
 _TRITON = {}
@@ -813,20 +774,6 @@ def compare_bits(torch, got, want, kind, chunk_elems=1 << 27):
     return worst, same, n
 
 
-def _fma_f32(torch, a, b, p):
-    """float32(a*b + p) rounded once, as fmaf: a holds bf16 values (so a*b is exact in float64), b and p float32.
-    The float64 sum is made round-to-odd (TwoSum error, then one ulp toward the exact value when the sum is
-    inexact and its last bit even), so its conversion to float32 is the correctly rounded result."""
-    prod = a.double() * b.double()
-    pd = p.double()
-    s = prod + pd
-    bb = s - prod
-    err = (prod - (s - bb)) + (pd - bb)
-    fix = (err != 0) & torch.isfinite(err) & ((s.view(torch.int64) & 1) == 0)
-    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
-    return torch.where(fix, torch.nextafter(s, toward), s).float()
-
-
 def _ulp(torch, m, mant_bits, min_exp):
     """One step of a float format (mant_bits stored mantissa bits, min_exp its smallest normal exponent) at
     magnitudes m (float64, >= 0, normal or zero): 2^(max(floor(log2 m), min_exp) - mant_bits), built from the
@@ -850,7 +797,7 @@ def _decode(torch, t):
     if t.dtype == torch.uint8:
         if _has_float8():
             return t.view(torch.float8_e4m3fn).float().double()
-        return _e4m3_values(torch, t).double()
+        return rkref.e4m3_values(t).double()
     return t.double()
 
 
@@ -892,15 +839,15 @@ class Reference:
             if q8:
                 yq = y.to(torch.bfloat16).float() if pol["q_rr"] else y
                 sat = pol["q_sat"]
-                q_rope8.append(_fp8_codes(torch, apply_scale(yq, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
+                q_rope8.append(_fp8_codes(torch, rkref.scale(yq, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
                 mq = _scale_mag(torch, m, pol["q_scale"], pb.q_scale)
                 q_tol8.append(_ulp(torch, torch.maximum(_decode(torch, q_rope8[-1]).abs(), mq), *FP8_ULP).float())
                 xn = pb.q_nope[sl].float()
-                q_nope8.append(_fp8_codes(torch, apply_scale(xn, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
+                q_nope8.append(_fp8_codes(torch, rkref.scale(xn, pol["q_scale"], pb.q_scale).clamp(-sat, sat)))
             y, m = self._rope(torch, pb.k_pe[sl], c, sn)
             if pb.fp8:
                 yk = y.to(torch.bfloat16).float() if pol["kv_rr"] else y
-                kv_rope.append(_fp8_codes(torch, apply_scale(yk, pol["kv_scale"], pb.k_scale).clamp(-FP8_MAX, FP8_MAX)))
+                kv_rope.append(_fp8_codes(torch, rkref.scale(yk, pol["kv_scale"], pb.k_scale).clamp(-FP8_MAX, FP8_MAX)))
                 m = _scale_mag(torch, m, pol["kv_scale"], pb.k_scale)
                 fmt = FP8_ULP
             else:
@@ -912,7 +859,7 @@ class Reference:
         if q8:
             self.q_rope8, self.q_tol8, self.q_nope8 = torch.cat(q_rope8), torch.cat(q_tol8), torch.cat(q_nope8)
         if pb.fp8:  # k_nope * (1 / 0.5) is exact: one rounding, the same for every method
-            kn = apply_scale(pb.k_nope.float(), pol["kv_scale"], pb.k_scale)
+            kn = rkref.scale(pb.k_nope.float(), pol["kv_scale"], pb.k_scale)
             self.kv_nope = _fp8_codes(torch, kn.clamp(-FP8_MAX, FP8_MAX))
         else:
             self.kv_nope = pb.k_nope
@@ -928,8 +875,8 @@ class Reference:
         """(ropekv's float32 rope of the bf16 GPT-J rows x, |x0*c| + |x1*s| per output element in float64)."""
         xf = x.float().unflatten(-1, (-1, 2))
         x0, x1 = xf[..., 0], xf[..., 1]
-        y0 = _fma_f32(torch, x0, c, -(x1 * sn))
-        y1 = _fma_f32(torch, x1, c, x0 * sn)
+        y0 = rkref.fma_f32(x0, c, -(x1 * sn))
+        y1 = rkref.fma_f32(x1, c, x0 * sn)
         a0, a1 = x0.double().abs(), x1.double().abs()
         ac, asn = c.double().abs(), sn.double().abs()
         return (torch.stack((y0, y1), dim=-1).flatten(-2),
@@ -1395,7 +1342,7 @@ def fp8_values(torch, codes):
     """float32 values of e4m3fn codes (uint8): the float8 dtype's cast, or the table where torch has none."""
     if _has_float8():
         return codes.view(torch.float8_e4m3fn).float()
-    return _e4m3_values(torch, codes)
+    return rkref.e4m3_values(codes)
 
 
 def dequant_rows(torch, kv, rows, k_scale):
@@ -1563,7 +1510,7 @@ class ReadProblem:
 
 def read_reference(torch, pb):
     """The expected out, built apart from the methods' code: the rows of the valid slots, each fp8 code's value from
-    the exact decoding table (_e4m3_values), times k_scale or its tile's scale as one float32 product, rounded to
+    the exact decoding table (ropekv.reference.e4m3_values), times k_scale or its tile's scale as one float32 product, rounded to
     bf16; a bf16 row as it is; zero rows for padding."""
     want = torch.zeros(pb.T, W, dtype=torch.bfloat16, device=pb.dev)
     ok = (pb.slots >= 0).nonzero().reshape(-1)
@@ -1573,11 +1520,11 @@ def read_reference(torch, pb):
         return want
     b = rows.view(torch.uint8)
     if pb.kv == "fp8_e4m3":
-        want[ok] = (_e4m3_values(torch, b) * pb.k_scale.float()).to(torch.bfloat16)
+        want[ok] = (rkref.e4m3_values(b) * pb.k_scale.float()).to(torch.bfloat16)
         return want
     n = b.shape[0]
     scale = b[:, SCALES_AT:ROPE_AT].contiguous().view(torch.float32).repeat_interleave(TILE, dim=1)
-    want[ok, :L] = (_e4m3_values(torch, b[:, :L]) * scale).to(torch.bfloat16)
+    want[ok, :L] = (rkref.e4m3_values(b[:, :L]) * scale).to(torch.bfloat16)
     want[ok, L:] = b[:, ROPE_AT:].contiguous().view(torch.bfloat16).reshape(n, R)
     return want
 
@@ -2063,9 +2010,10 @@ def sync_policy(policy, info, kv_fp8, q_fp8):
 
 
 def main(argv=None):
-    global torch
+    global torch, rkref
     args = parse_args(argv)
     import torch
+    import ropekv.reference as rkref
     cpu = args.cpu
     if not cpu and not torch.cuda.is_available():
         print("bench_mla: no CUDA device (--cpu checks the script on the CPU)", file=sys.stderr)

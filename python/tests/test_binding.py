@@ -51,11 +51,17 @@ def parametrize(names, values):
     return deco
 
 
+ref = None  # ropekv.reference (ropekv's arithmetic in PyTorch), imported with torch
+
+
 def _torch():
+    global ref
     try:
         import torch
     except ImportError:
         skip("torch is not installed")
+    import ropekv.reference
+    ref = ropekv.reference
     return torch
 
 
@@ -569,7 +575,7 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
         x["q_pe"] = qp[..., s["nope_head"]:]
         qo = q_out_buf()
         if fp8_q:  # the absorption GEMM's epilogue quantized q_nope with the same q_scale
-            qo[..., :L] = e4m3_codes(torch, (randn(T, H, L).float() * 4).clamp(-448, 448))
+            qo[..., :L] = ref.e4m3_codes((randn(T, H, L).float() * 4).clamp(-448, 448))
         else:
             qo[..., :L] = randn(T, H, L)  # written by the absorption GEMM
         x["q_out"] = dev(qo)
@@ -630,71 +636,6 @@ def make_inputs(torch, spec, q, kv, T, H, device, slots_dtype="int64", specials=
     return x
 
 
-def _fma_f32(torch, a, b, p):
-    """float32(a*b + p) with a single rounding, what fmaf(a, b, p) returns, for float32 tensors: a holds bf16
-    values, b and p any float32 values (broadcast like a*b + p).
-
-    a*b is exact in float64 (8 + 24 significant bits). The float64 sum prod + p is made round-to-odd: TwoSum
-    gives its exact error, and an inexact sum whose last bit is even moves one float64 ulp toward the exact
-    value. Rounding a round-to-odd float64 (53 >= 24 + 2 bits) to float32 is the correctly rounded float32 of
-    the exact sum, so the two conversions (exact -> float64 -> float32) never double-round. Infinite and NaN
-    operands give what fmaf gives (the float64 sum is already inf/NaN; no correction is applied)."""
-    prod = a.double() * b.double()
-    pd = p.double()
-    s = prod + pd
-    bb = s - prod
-    err = (prod - (s - bb)) + (pd - bb)  # exact: prod + pd == s + err (TwoSum, each op a separate kernel)
-    even = (s.view(torch.int64) & 1) == 0
-    fix = (err != 0) & torch.isfinite(err) & even
-    toward = torch.where(err > 0, torch.full_like(s, math.inf), torch.full_like(s, -math.inf))
-    s = torch.where(fix, torch.nextafter(s, toward), s)
-    return s.float()
-
-
-def _rope_fma(torch, x, c, sn, style):
-    """ropekv's rope of a bf16 tensor as float32 (gen/ref.c): y0 = fmaf(x0, c, -(x1*s)), y1 = fmaf(x1, c, x0*s)
-    with x1*s and x0*s float32 products (torch's float32 multiply is correctly rounded)."""
-    xf = x.float()
-    half = xf.shape[-1] // 2
-    if style == "gptj":
-        x0, x1 = xf[..., 0::2], xf[..., 1::2]
-    else:
-        x0, x1 = xf[..., :half], xf[..., half:]
-    c, sn = c.float(), sn.float()
-    p1 = x1 * sn
-    p0 = x0 * sn
-    y0 = _fma_f32(torch, x0, c, -p1)
-    y1 = _fma_f32(torch, x1, c, p0)
-    if style == "gptj":
-        return torch.stack((y0, y1), dim=-1).flatten(-2)
-    return torch.cat((y0, y1), dim=-1)
-
-
-def e4m3_codes(torch, v, fmt="ocp"):
-    """float32 values (already scaled and clamped) as e4m3 codes (uint8), exactly as gen/ref.c's rk_f32_to_fp8
-    (f32_to_e4m3 above, on tensors; needs no float8 dtype): round to nearest even on the float64 value in
-    quanta of its binade (exact: the quotient has at most 24 significant bits, torch.round ties to even), past
-    the max -> the max, NaN -> 0x7f (OCP) / 0x80 (FNUZ), the sign kept (OCP -0 = 0x80; FNUZ zero is 0x00)."""
-    bias, max_code, nan, fmax = (8, 0x7F, 0x80, 240.0) if fmt == "fnuz" else (7, 0x7E, 0x7F, 448.0)
-    v = v.float()
-    u = v.view(torch.int32)
-    neg = u < 0
-    ef = (u >> 23) & 0xFF
-    emin = 1 - bias
-    e = torch.clamp(ef - 127, min=emin)
-    m = v.double().abs()
-    quanta = m / torch.ldexp(torch.ones_like(m), (e - 3).to(torch.int64))
-    code = (e - emin).to(torch.int64) * 8 + torch.round(quanta).to(torch.int64)
-    code = torch.where(ef == 0, torch.zeros_like(code), code)  # f32 subnormals: far below the fp8 ones
-    code = torch.where(m > fmax, torch.full_like(code, max_code), code)
-    if fmt == "fnuz":
-        code = torch.where(neg & (code != 0), code | 0x80, code)
-    else:
-        code = torch.where(neg, code | 0x80, code)
-    code = torch.where(torch.isnan(v), torch.full_like(code, nan), code)
-    return code.to(torch.uint8)
-
-
 def q_fp8_reference(torch, spec, v, q_scale):
     """The fp8 query element of the float32 values v (the q_nope values, or the rope floats already rounded to
     bf16 when the spec's q_fp8 policy says so): scale with q_scale by the spec's convention (mul_recip: a float32
@@ -706,7 +647,7 @@ def q_fp8_reference(torch, spec, v, q_scale):
         v = v / q_scale
     elif s["q_scale"] == "mul":
         v = v * q_scale
-    return e4m3_codes(torch, v.clamp(-s["q_sat"], s["q_sat"]))
+    return ref.e4m3_codes(v.clamp(-s["q_sat"], s["q_sat"]))
 
 
 FLT_MIN = 2.0 ** -126
@@ -739,16 +680,10 @@ def tile_rows(torch, spec, k_nope, rope_bf16):
     scale = tile_scales(torch, x, sat, s["tile_scale"] == "pow2")
     v = (x / scale[..., None]).clamp(-sat, sat)
     out = torch.zeros(K, s["row_bytes"], dtype=torch.uint8, device=k_nope.device)
-    out[:, :L] = e4m3_codes(torch, v).reshape(K, L)
+    out[:, :L] = ref.e4m3_codes(v).reshape(K, L)
     out[:, s["scales_at"]:s["scales_at"] + 4 * (L // tile)] = scale.contiguous().view(torch.uint8)
     out[:, s["rope_at"]:s["rope_at"] + 2 * s["R"]] = rope_bf16.contiguous().view(torch.uint8)
     return out
-
-
-def e4m3_values(torch, codes, fmt="ocp"):
-    """The float32 values of e4m3 codes (uint8 tensor), through a table of e4m3_to_f32 (NaN codes give NaN)."""
-    table = torch.tensor([e4m3_to_f32(c, fmt) for c in range(256)], dtype=torch.float32, device=codes.device)
-    return table[codes.long()]
 
 
 def read_rows(torch, spec, kv, rows, k_scale=None):
@@ -762,7 +697,7 @@ def read_rows(torch, spec, kv, rows, k_scale=None):
         return rows.clone()
     n = rows.shape[0]
     if kv == "fp8_e4m3":
-        v = e4m3_values(torch, rows.view(torch.uint8))
+        v = ref.e4m3_values(rows.view(torch.uint8))
         if s["scale"] in ("mul_recip", "div"):
             v = v * k_scale
         elif s["scale"] == "mul":
@@ -770,7 +705,7 @@ def read_rows(torch, spec, kv, rows, k_scale=None):
         return v.to(torch.bfloat16)
     b = rows.view(torch.uint8)
     scale = b[:, s["scales_at"]:s["scales_at"] + 4 * (L // s["tile"])].contiguous().view(torch.float32)
-    v = e4m3_values(torch, b[:, :L]).reshape(n, L // s["tile"], s["tile"]) * scale[..., None]
+    v = ref.e4m3_values(b[:, :L]).reshape(n, L // s["tile"], s["tile"]) * scale[..., None]
     rope = b[:, s["rope_at"]:s["rope_at"] + 2 * R].contiguous().view(torch.bfloat16)
     return torch.cat([v.reshape(n, L).to(torch.bfloat16), rope], dim=-1)
 
@@ -793,7 +728,7 @@ def read_reference(torch, spec, kv, flat, slots, k_scale=None, min_slot=0, prior
 
 
 def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
-    """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as _rope_fma (one
+    """The op in PyTorch, doing ropekv's arithmetic (docs/numerics.md, gen/ref.c): the rope as ropekv.reference.rope (one
     rounded product, one fused multiply-add, emulated exactly), bf16 by round to nearest even (torch's
     .to(bfloat16)), fp8 by scale (mul_recip: x * float32(1/k); div: x / k; mul: x * k; none), sanitize
     (NaN -> 0, +-inf -> +-bound), clamp to the bound (NaN passes through), then e4m3_codes (OCP, round to
@@ -825,7 +760,7 @@ def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
         write_q[:n] = slot[:n] >= 0
     out = {}
     if q_dtype == "fp8_e4m3" and q != "none":
-        qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"])
+        qr = ref.rope(x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"])
         if s["q_rr"]:
             qr = qr.to(torch.bfloat16).float()
         qs = x.get("q_scale")
@@ -844,14 +779,14 @@ def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
             out["q_out"] = qo
     elif q in ("absorbed", "zero_copy"):
         qo = x["q_out"].clone()
-        qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
+        qr = ref.rope(x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
         if q == "absorbed":
             qo[write_q, :, :L] = x["q_nope"][write_q]
         qo[write_q, :, L:] = qr[write_q]
         out["q_out"] = qo
     if q == "inplace" and "q_pe" not in out:  # bf16 (the fp8 query output is made above)
         qp = x["q_pe"].clone()
-        qr = _rope_fma(torch, x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
+        qr = ref.rope(x["q_pe"], c[:, None, :], sn[:, None, :], s["rope"]).to(torch.bfloat16)
         qp[write_q] = qr[write_q]
         out["q_pe"] = qp
     cache = x["kv_cache"].clone()
@@ -859,7 +794,7 @@ def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
     rows = flat.shape[0]
     valid = (slot >= min_slot) & (slot < rows)
     k_nope, k_pe = x["k_nope"][:K], x["k_pe"][:K]
-    kr = _rope_fma(torch, k_pe, c_all[:K], sn_all[:K], s["rope"])
+    kr = ref.rope(k_pe, c_all[:K], sn_all[:K], s["rope"])
     if kv == "bf16":
         if s["sanitize"]:
             row = torch.cat([k_nope.float(), kr], dim=-1)
@@ -885,7 +820,7 @@ def reference(torch, spec, q, kv, x, min_slot=0, q_dtype="bf16"):
             v = torch.nan_to_num(v, nan=0.0, posinf=sat, neginf=-sat)
         v = v.clamp(-sat, sat)
         flat8 = cache.view(torch.uint8).view(-1, cache.shape[-1])
-        flat8[slot[valid]] = e4m3_codes(torch, v)[valid]
+        flat8[slot[valid]] = ref.e4m3_codes(v)[valid]
     out["kv_cache"] = cache
     return out
 
@@ -1044,7 +979,7 @@ def test_host_torch_errors():
 
 
 def test_e4m3_codes_tensor():
-    """e4m3_codes (the tensor encoder of the fp8 references) agrees with the scalar one on every code's value,
+    """ropekv.reference.e4m3_codes (the tensor encoder of the fp8 references) agrees with the scalar one on every code's value,
     the midpoints between neighbours and a point on either side of them, both signs, NaN, inf, values past the
     max, f32 subnormals; and with torch's float8_e4m3fn cast (round to nearest even) where torch has it."""
     torch = _torch()
@@ -1060,14 +995,19 @@ def test_e4m3_codes_tensor():
         vals += [f32(random.Random(7).uniform(-500, 500)) for _ in range(200)]
         vals = [f32(v) for v in vals]
         vals += [-v for v in vals]
-        got = e4m3_codes(torch, torch.tensor(vals, dtype=torch.float32), fmt).tolist()
+        got = ref.e4m3_codes(torch.tensor(vals, dtype=torch.float32), fmt).tolist()
         want = [f32_to_e4m3(v, fmt) for v in vals]
         bad = [(v, g, w) for v, g, w in zip(vals, got, want) if g != w]
         assert not bad, "%s: %s" % (fmt, bad[:5])
+        # and the decoder: every code's value as the scalar one gives it (NaN codes NaN)
+        dec = ref.e4m3_values(torch.arange(256, dtype=torch.int64).to(torch.uint8), fmt).tolist()
+        for c in range(256):
+            w = e4m3_to_f32(c, fmt)
+            assert dec[c] == w or (math.isnan(dec[c]) and math.isnan(w)), (fmt, c, dec[c], w)
     if hasattr(torch, "float8_e4m3fn"):
         v = torch.randn(1 << 16) * 100
         v = v.clamp(-448, 448)
-        assert torch.equal(e4m3_codes(torch, v), v.to(torch.float8_e4m3fn).view(torch.uint8))
+        assert torch.equal(ref.e4m3_codes(v), v.to(torch.float8_e4m3fn).view(torch.uint8))
 
 
 Q_SCALES = (0.37, 1.0, 1.0 / 448)
