@@ -1,7 +1,6 @@
 #!/bin/sh
 # Installs the Debian 12 packages ropekv needs to build and test (run as root or with sudo).
 #   compilers/tools: cmake, g++, pkg-config
-#   spec language:   Lua 5.4 (its shared library is copied next to the built binaries)
 #   tests:           cmocka; valgrind (CI runs the CLI under memcheck)
 #   AMD backends:    hiprtc (ROCm 5.2.3 in libamdhip64) and clang-22/llvm-22 for offline AMD builds and ISA
 #   fuzzing:         libclang-rt-22-dev (libFuzzer and the sanitizer runtimes for clang-22, scripts/fuzz.sh)
@@ -10,7 +9,7 @@
 set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PKGS="cmake make g++ pkg-config lua5.4 liblua5.4-dev libcmocka-dev
+PKGS="cmake make g++ pkg-config libcmocka-dev
       hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr-dev
       clang-22 llvm-22 lld-22 libclang-rt-22-dev valgrind clang-format"
 missing=""
