@@ -26,8 +26,9 @@ command -v "$cf" >/dev/null || {
     echo "format.sh: $cf not found (scripts/setup.sh installs clang-format)" >&2
     exit 2
 }
-# The files git tracks; outside a git checkout (a source archive), the same folders' .c and .h files.
-if ! files=$(git ls-files '*.c' '*.h' 2>/dev/null) || [ -z "$files" ]; then
+# The files git tracks, except third_party/ (vendored code keeps its upstream form); outside a git
+# checkout (a source archive), the project's folders' .c and .h files.
+if ! files=$(git ls-files '*.c' '*.h' ':!third_party' 2>/dev/null) || [ -z "$files" ]; then
     files=$(find include gen templates runtime tools tests bench examples -name '*.[ch]' -type f | sort)
 fi
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Installs the Debian 12 packages ropekv needs to build and test (run as root or with sudo).
 #   compilers/tools: cmake, g++, pkg-config
-#   spec language:   Lua 5.4 (its shared library is copied next to the built binaries)
-#   tests:           cmocka; valgrind (CI runs the CLI under memcheck)
+#   tests:           cmocka; valgrind (CI runs the CLI under memcheck); python3-pip (the wheel test builds
+#                    and installs the Python wheel with pip, offline); python3-torch (Debian's PyTorch 1.13,
+#                    CPU only: the binding, operator and example-layer tests on the host backend)
 #   AMD backends:    hiprtc (ROCm 5.2.3 in libamdhip64) and clang-22/llvm-22 for offline AMD builds and ISA
 #   fuzzing:         libclang-rt-22-dev (libFuzzer and the sanitizer runtimes for clang-22, scripts/fuzz.sh)
 #   formatting:      clang-format (version 14, scripts/format.sh)
@@ -10,7 +11,7 @@
 set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PKGS="cmake make g++ pkg-config lua5.4 liblua5.4-dev libcmocka-dev
+PKGS="cmake make g++ pkg-config libcmocka-dev python3-pip python3-torch
       hipcc libamdhip64-dev libhiprtc-builtins5 rocm-device-libs libamd-comgr-dev
       clang-22 llvm-22 lld-22 libclang-rt-22-dev valgrind clang-format"
 missing=""

@@ -1,8 +1,9 @@
 """ropekv: fused MLA RoPE + KV-cache write kernels, JIT-compiled for the device at hand (Python binding).
 
-A ctypes binding over libropekv.so (found through $ROPEKV_LIB, else the repository's build/ directory next to
-this package, else the system's library path). Importing it needs neither torch nor the library; torch is
-imported only where tensors are passed.
+A ctypes binding over libropekv.so (found through $ROPEKV_LIB, else the copy inside this package that a wheel
+carries, else the repository's build/ directory next to this package, else the system's library path). Importing
+it needs neither torch nor the library; torch is imported only where tensors are passed, and by ropekv.ops (the
+torch.library operators) and ropekv.reference (ropekv's arithmetic in PyTorch).
 
     import torch, ropekv
     ctx = ropekv.Context("cuda")                      # shares PyTorch's primary CUDA context

@@ -204,13 +204,15 @@ _lib_lock = threading.Lock()
 
 
 def candidate_paths():
-    """Where the library is looked for, in order: $ROPEKV_LIB, the repository's build directory next to
-    this package (../../build/libropekv.so), then the system's search path (ctypes.util.find_library)."""
+    """Where the library is looked for, in order: $ROPEKV_LIB, this package's own directory (the wheel's
+    libropekv.so), the repository's build directory next to this package (../../build/libropekv.so), then
+    the system's search path (ctypes.util.find_library)."""
     out = []
     env = os.environ.get("ROPEKV_LIB")
     if env:
         out.append(env)
     here = os.path.dirname(os.path.abspath(__file__))
+    out.append(os.path.join(here, "libropekv.so"))
     out.append(os.path.normpath(os.path.join(here, "..", "..", "build", "libropekv.so")))
     found = ctypes.util.find_library("ropekv")
     if found:
