@@ -50,6 +50,11 @@ FP8_MAX = 448.0
 COMPILE_RTOL, COMPILE_ATOL = 2e-2, 2e-2
 
 
+def is_compiling():
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return f() if f is not None else False
+
+
 def has_float8():
     return hasattr(torch, "float8_e4m3fn")
 
@@ -142,7 +147,10 @@ class MLADecodeLayer(torch.nn.Module):
         q = (x @ self.w_q).view(T, H, NOPE + R)
         q_nope, q_pe = q[..., :NOPE], q[..., NOPE:]
         c_kv, k_pe = self.project_kv(x)
-        torch.bmm(q_nope.transpose(0, 1), self.w_uk, out=q_out[..., :L].transpose(0, 1))
+        if is_compiling():  # dynamo does not trace out= into a strided view: the product goes through a temporary
+            q_out[..., :L] = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
+        else:
+            torch.bmm(q_nope.transpose(0, 1), self.w_uk, out=q_out[..., :L].transpose(0, 1))
         self.rope_write(q_pe, q_out, c_kv, k_pe, kv_cache, positions, slots, cos_sin, k_scale)
         # attention over each sequence's cached rows (plain PyTorch; a serving engine calls its MLA decode kernel)
         rows = kv_cache.view(torch.uint8)[block_table].reshape(T, -1, L + R)

@@ -5,6 +5,7 @@ compares the struct layouts with the header's when a C compiler is around)."""
 import ctypes
 import ctypes.util
 import os
+import struct
 import threading
 from collections.abc import Mapping
 
@@ -126,6 +127,13 @@ class ropekv_args(ctypes.Structure):
     ]
 
 
+# ropekv_args as bytes: every field is 8 bytes (int64_t or a pointer), so one struct.Struct packs a whole argument
+# block, which a launch passes through LAUNCH_PACKED (Kernel.launch_tensors' argument plans).
+ARGS_PACK = struct.Struct("<" + "".join("Q" if t is ctypes.c_void_p else "q" for _, t in ropekv_args._fields_))
+assert ARGS_PACK.size == ctypes.sizeof(ropekv_args), "ropekv_args has a field that is not 8 bytes"
+ARGS_INDEX = {name: i for i, (name, _) in enumerate(ropekv_args._fields_)}
+
+
 class ropekv_kernel_params(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -196,6 +204,19 @@ _PROTOTYPES = {
     "ropekv_kernel_info": (_status, [_kernel_p, ctypes.POINTER(ropekv_kernel_params)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
 }
+
+# ropekv_launch with the argument block as bytes (ARGS_PACK): the same function, another prototype
+_LAUNCH_PACKED = ctypes.CFUNCTYPE(_status, _kernel_p, ctypes.c_char_p, ctypes.c_void_p)
+_launch_packed = None
+
+
+def launch_packed():
+    """ropekv_launch(kernel, args, stream) taking the args as bytes packed by ARGS_PACK."""
+    global _launch_packed
+    if _launch_packed is None:
+        _launch_packed = _LAUNCH_PACKED(("ropekv_launch", library()))
+    return _launch_packed
+
 
 # ---- library loading --------------------------------------------------------------------------------------
 _lib = None

@@ -4,6 +4,7 @@ import sys
 import threading
 
 from . import _capi
+from . import _torch  # tensors -> ropekv_args (imports torch only when tensors are used)
 
 
 class RopekvError(RuntimeError):
@@ -310,7 +311,6 @@ class Context:
             if raw is not None:
                 args = raw_args(raw)
             elif tensors:
-                from . import _torch
                 args, keep = _torch.tensor_args(None, self, layout=_BY_VALUE["layout"][v.layout],
                                                 op=_BY_VALUE["op"][v.op], **tensors)
         except (TypeError, ValueError) as e:
@@ -400,6 +400,7 @@ class Kernel:
         self._read = self.info.op == "read"
         self._zero_copy = self.info.q == "zero_copy"
         self._plans = {}  # argument signature -> checked ropekv_args (_torch.plan_args)
+        self._launch_packed = _capi.launch_packed()
 
     def _release(self):
         h, self._h = self._h, None
@@ -434,7 +435,6 @@ class Kernel:
     def args(self, **tensors):
         """The ropekv_args of a launch with these tensors (checked as __call__ checks them), and the tuple of
         objects that must stay alive while they are used."""
-        from . import _torch
         return _torch.tensor_args(self, self.ctx, **tensors)
 
     def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope=None, k_pe=None, kv_cache=None, positions=None,
@@ -470,7 +470,6 @@ class Kernel:
         [T, R] bf16, the latent parts in out [T, L] and the rope parts in out_rope. A slot below min_slot (e.g.
         -1) or past the cache gives a zero row (info.read_negative_slot "zero") or leaves it ("skip"). Without
         out, a zero-filled out is allocated on the cache's device. It returns out, or (out, out_rope)."""
-        from . import _torch
         if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
         self.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale,
@@ -483,10 +482,12 @@ class Kernel:
         None where absent; out must be given for a read kernel. The checks of a launch run once per argument
         signature (dtypes, shapes, strides, devices, min_slot); a launch with a signature seen before only reads the
         tensors' pointers (see _torch.plan_args)."""
-        from . import _torch
-        args, keep = _torch.plan_args(self, vals, min_slot)
-        self._launch(args, _torch.stream_for(self.ctx, stream))
-        del keep
+        h = self._h
+        if h is None or self.ctx._h is None:
+            raise ValueError("this kernel's ropekv context is closed")
+        s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), _torch.stream_for(self.ctx, stream))
+        if s != 0:
+            self.ctx._raise(s)
 
     def bind(self, *, stream=None, **tensors):
         """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.
@@ -506,7 +507,6 @@ class BoundLaunch:
         self._stream = stream
 
     def __call__(self, stream=None):
-        from . import _torch
         self.kernel._launch(self.args, _torch.stream_for(self.kernel.ctx, stream if stream is not None else self._stream))
 
 

@@ -387,38 +387,39 @@ _PLANS_MAX = 64  # argument plans kept per kernel (a full table is dropped and r
 
 
 def plan_args(kernel, vals, min_slot):
-    """(ropekv_args, keepalive) for a launch of kernel with vals, the tensors in _ARG_NAMES order (None where absent),
-    as tensor_args makes them, at the cost of reading each tensor's pointer.
+    """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with vals, the tensors in
+    _ARG_NAMES order (None where absent), as tensor_args makes it, at the cost of reading each tensor's pointer.
 
     Every check of tensor_args depends on what the tensors' signatures hold (dtype, shape, strides, device) and on
     min_slot, never on their data or addresses (the library checks alignment and overlap at every launch), with one
     exception: whether a zero-copy q_nope is q_out itself, which joins the signature. So the first launch with a
-    signature runs the full checks and keeps the ropekv_args they produce as the plan; a launch with the same
-    signature copies the plan and sets the pointer fields from its tensors. Pointer fields not taken from a tensor
-    of the same name (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
+    signature runs the full checks and keeps the fields they produce as the plan; a launch with the same signature
+    takes the plan's fields with its own tensors' pointers. Pointer fields not taken from a tensor of the same name
+    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
     try:
-        sig = tuple(None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals)
+        sig = tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals])
     except AttributeError:  # not a tensor: tensor_args raises the named error
         sig = None
     if sig is not None:
         if kernel._zero_copy and vals[0] is not None and vals[2] is not None:
-            sig += (vals[0].data_ptr() == vals[2].data_ptr(),)
-        sig += (min_slot.__class__, min_slot)
+            sig = (sig, vals[0].data_ptr() == vals[2].data_ptr())
+        sig = (sig, min_slot.__class__, min_slot)
         plan = kernel._plans.get(sig)
         if plan is not None:
-            template, fields = plan
-            a = _capi.ropekv_args.from_buffer_copy(template)
-            for name, i in fields:
-                setattr(a, name, vals[i].data_ptr())
-            return a, vals
-    a, keep = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_ARG_NAMES, vals)))
+            fields, ptrs = plan
+            fields = fields[:]  # the plan's list is shared by every thread launching with this signature
+            for f, i in ptrs:
+                fields[f] = vals[i].data_ptr()
+            return _capi.ARGS_PACK.pack(*fields)
+    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_ARG_NAMES, vals)))
+    fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
     if sig is not None:
-        fields = tuple((name, i) for i, name in enumerate(_ARG_NAMES)
-                       if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
+        ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_ARG_NAMES)
+                     if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
         if len(kernel._plans) >= _PLANS_MAX:
             kernel._plans.clear()
-        kernel._plans[sig] = (_capi.ropekv_args.from_buffer_copy(a), fields)
-    return a, keep
+        kernel._plans[sig] = (fields, ptrs)
+    return _capi.ARGS_PACK.pack(*fields)
 
 
 _RAW_STREAM = []  # [torch._C._cuda_getCurrentRawStream or None], looked up once
@@ -427,10 +428,10 @@ _RAW_STREAM = []  # [torch._C._cuda_getCurrentRawStream or None], looked up once
 def stream_for(ctx, stream):
     """The stream handle a launch goes to: None for the host backend; stream if given (a torch Stream or an
     int handle); else torch's current stream on the context's device."""
-    from ._core import _stream_handle
     if ctx.backend == "host":
         return None
     if stream is not None:
+        from ._core import _stream_handle
         return _stream_handle(stream)
     if not _RAW_STREAM:
         _RAW_STREAM.append(getattr(_torch()._C, "_cuda_getCurrentRawStream", None))

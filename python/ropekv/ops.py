@@ -7,8 +7,10 @@
 Each operator is registered with torch.library: its schema marks the tensors it writes (q_out, kv_cache and
 kv_rope_cache; q_pe for write_q_inplace; out and out_rope for read) and it has a fake implementation (it returns
 nothing and allocates nothing), so torch.compile(fullgraph=True) traces a model step that calls it, and the
-step can be captured in a CUDA graph. The functions here are thin wrappers that fill in the variant's strings; a
-compiled region may call them or torch.ops.ropekv.* directly.
+step can be captured in a CUDA graph. The functions here are thin wrappers that fill in the variant's strings: under
+torch.compile (and for fake or meta tensors) they call torch.ops.ropekv.*, which become nodes of the graph; called
+eagerly on real tensors they run the operator's implementation directly, without the dispatcher's boxing of
+nineteen arguments (the same checks and launch, a fraction of the host time; bench/bench_eager.py).
 
 The variant is named by strings (spec, kv, q_form, q_dtype, layout); positions and slots take their index types
 from the tensors' dtypes. The kernels come from one Context per device, made on first use (the host backend for
@@ -16,6 +18,7 @@ CPU tensors; the device's GPU backend otherwise); use_context() puts a context o
 PDL settings) in its place. A launch checks its arguments as Kernel.__call__ does (once per argument signature)
 and raises RopekvError, TypeError or ValueError with the reason.
 """
+import importlib
 import threading
 
 import torch
@@ -76,7 +79,7 @@ def use_context(ctx, device=None):
 
 
 def _drop_kernels(dev):  # under _LOCK
-    for k in [k for k in _KERNELS if k[:2] == dev]:
+    for k in [k for k in _KERNELS if _device_key(k[0]) == dev]:
         del _KERNELS[k]
 
 
@@ -90,12 +93,12 @@ def _index_name(t, name):
 def _kernel(device_tensor, spec, kv, q_form, positions, slots, q_dtype, layout, op):
     """The kernel of a variant for device_tensor's device: a dictionary lookup after the first call."""
     dev = device_tensor.device
-    pos = _index_name(positions, "positions") if positions is not None else "int64"
-    key = (dev.type, dev.index or 0, spec, kv, q_form, pos, _index_name(slots, "slots"), q_dtype, layout, op)
+    key = (dev, spec, kv, q_form, positions.dtype if positions is not None else None, slots.dtype, q_dtype, layout, op)
     k = _KERNELS.get(key)
     if k is None or k._h is None:
-        k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=key[6], q_dtype=q_dtype, layout=layout,
-                                op=op)
+        pos = _index_name(positions, "positions") if positions is not None else "int64"
+        k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=_index_name(slots, "slots"),
+                                q_dtype=q_dtype, layout=layout, op=op)
         with _LOCK:
             _KERNELS[key] = k
     return k
@@ -142,6 +145,24 @@ for _name, _args, _impl in _OPS:
         _LIB.impl(_name, _fake, "AutogradMeta")
 
 
+def _compiling_probe():
+    """A function telling whether torch.compile is tracing (False on torch without torch.compile)."""
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if f is None and hasattr(torch, "compile"):  # torch 2.0 - 2.2
+        f = importlib.import_module("torch._dynamo").is_compiling
+    return f or (lambda: False)
+
+
+_is_compiling = _compiling_probe()
+
+
+def _direct(t):
+    """Whether a call with t (the cache) may launch without the dispatcher: eager (not traced by torch.compile) and a
+    plain tensor with storage (not a fake, meta or subclass tensor, which only the operator's registrations
+    handle)."""
+    return type(t) is torch.Tensor and not t.is_meta and not _is_compiling()
+
+
 def _q_form(q_nope, q_pe, q_out):
     if q_out is not None:
         return "absorbed" if q_nope is not None else "zero_copy"
@@ -159,7 +180,10 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
-    if q_form == "inplace":
+    if _direct(kv_cache):  # eager: the operator's own implementation, without the dispatcher's boxing
+        _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
+                    cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+    elif q_form == "inplace":
         torch.ops.ropekv.write_q_inplace(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
                                          positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
     else:
@@ -172,5 +196,8 @@ def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None,
     """The read-back (torch.ops.ropekv.read): out[t] = the row of slots[t] as bf16, [T, L+R]; or [T, L] with the rope
     parts in out_rope [T, R]. A slot below min_slot gives a zero row or leaves it, per the spec. Returns out, or
     (out, out_rope)."""
-    torch.ops.ropekv.read(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
+    if _direct(kv_cache):
+        _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
+    else:
+        torch.ops.ropekv.read(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
     return out if out_rope is None else (out, out_rope)

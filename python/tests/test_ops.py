@@ -71,6 +71,25 @@ def test_op_write_host(spec, q, kv):
     tb.run_and_check(torch, tb.context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=True, via="op")
 
 
+def test_op_dispatcher_host():
+    """torch.ops.ropekv.write called itself (the dispatcher's path: what a compiled graph's node calls; ropekv.ops.write
+    launches eager calls directly) writes the reference's bits."""
+    torch, _ = _ops()
+    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 9, 3, "cpu", specials=True, seed=7)
+    want = tb.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
+    torch.ops.ropekv.write("deepseek_v3", "fp8_e4m3", "absorbed", "bf16", "flat", x["q_nope"], x["q_pe"], x["q_out"],
+                           x["k_nope"], x["k_pe"], x["kv_cache"], x["positions"], x["slots"], x["cos_sin"], None,
+                           x.get("k_scale"), None, None, 0)
+    assert tb.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
+    assert tb.compare_bits(torch, x["q_out"], want["q_out"], "bf16")[3] == 0
+    out = torch.zeros(4, 576, dtype=torch.bfloat16)
+    slots = x["slots"][:4].clone()
+    torch.ops.ropekv.read("deepseek_v3", "fp8_e4m3", "flat", x["kv_cache"], None, slots, x.get("k_scale"), out, None, 0)
+    direct = ropekv.ops.read("deepseek_v3", kv="fp8_e4m3", kv_cache=x["kv_cache"], slots=slots,
+                             out=torch.zeros(4, 576, dtype=torch.bfloat16), k_scale=x.get("k_scale"))
+    assert torch.equal(out.view(torch.int16), direct.view(torch.int16))
+
+
 def test_op_write_fp8_q_host():
     torch, _ = _ops()
     tb.run_and_check(torch, tb.context("host"), "deepseek_v3", "absorbed", "fp8_e4m3", T=7, H=3, device="cpu",
@@ -219,7 +238,7 @@ def test_compile_fullgraph_cuda_graph():
         compiled(*static)
     fresh = args()
     step(*fresh)
-    static[2].zero_()
+    static[2].copy_(args()[2])  # the cache as it was before any launch, q_out zeros, as fresh had them
     static[6].zero_()
     g.replay()
     torch.cuda.synchronize()
