@@ -38,7 +38,9 @@ _READ_ARGS = ("str spec", "str kv", "str layout", "Tensor kv_cache", "Tensor? kv
 
 _LOCK = threading.Lock()
 _CONTEXTS = {}  # (device type, index) -> Context
-_KERNELS = {}  # (device type, index, spec, kv, q form, positions, slots, q_dtype, layout, op) -> Kernel
+# (device index (tensor.get_device(): -1 for the CPU), spec, kv, q form, positions dtype, slots dtype, q_dtype, layout,
+# op) -> Kernel. A tensor on another device kind with the same index finds a kernel whose checks refuse it by name.
+_KERNELS = {}
 _INDEX = {torch.int64: "int64", torch.int32: "int32"}
 
 
@@ -78,8 +80,9 @@ def use_context(ctx, device=None):
         _drop_kernels(key)
 
 
-def _drop_kernels(dev):  # under _LOCK
-    for k in [k for k in _KERNELS if _device_key(k[0]) == dev]:
+def _drop_kernels(dev):  # under _LOCK; dev: a _device_key
+    index = -1 if dev[0] == "cpu" else dev[1]
+    for k in [k for k in _KERNELS if k[0] == index]:
         del _KERNELS[k]
 
 
@@ -90,13 +93,15 @@ def _index_name(t, name):
     return dt
 
 
-def _kernel(device_tensor, spec, kv, q_form, positions, slots, q_dtype, layout, op):
-    """The kernel of a variant for device_tensor's device: a dictionary lookup after the first call."""
-    dev = device_tensor.device
-    key = (dev, spec, kv, q_form, positions.dtype if positions is not None else None, slots.dtype, q_dtype, layout, op)
+def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op):
+    """The kernel of a variant for the device of index (a tensor's get_device()): a dictionary lookup after the
+    first call."""
+    key = (index, spec, kv, q_form, positions.dtype if positions is not None else None, slots.dtype, q_dtype, layout,
+           op)
     k = _KERNELS.get(key)
     if k is None or k._h is None:
         pos = _index_name(positions, "positions") if positions is not None else "int64"
+        dev = torch.device("cpu") if index < 0 else torch.device("cuda", index)
         k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=_index_name(slots, "slots"),
                                 q_dtype=q_dtype, layout=layout, op=op)
         with _LOCK:
@@ -106,7 +111,7 @@ def _kernel(device_tensor, spec, kv, q_form, positions, slots, q_dtype, layout, 
 
 def _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
                 cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0):
-    k = _kernel(kv_cache, spec, kv, q_form, positions, slots, q_dtype, layout, "write")
+    k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write")
     k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
                       kv_rope_cache, None, None), min_slot)
 
@@ -118,7 +123,7 @@ def _write_q_inplace_impl(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope
 
 
 def _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot=0):
-    k = _kernel(kv_cache, spec, kv, "none", None, slots, "bf16", layout, "read")
+    k = _kernel(kv_cache.get_device(), spec, kv, "none", None, slots, "bf16", layout, "read")
     k.launch_tensors((None, None, None, None, None, kv_cache, None, slots, None, None, k_scale, None, kv_rope_cache, out,
                       out_rope), min_slot)
 
@@ -156,13 +161,6 @@ def _compiling_probe():
 _is_compiling = _compiling_probe()
 
 
-def _direct(t):
-    """Whether a call with t (the cache) may launch without the dispatcher: eager (not traced by torch.compile) and a
-    plain tensor with storage (not a fake, meta or subclass tensor, which only the operator's registrations
-    handle)."""
-    return type(t) is torch.Tensor and not t.is_meta and not _is_compiling()
-
-
 def _q_form(q_nope, q_pe, q_out):
     if q_out is not None:
         return "absorbed" if q_nope is not None else "zero_copy"
@@ -180,9 +178,11 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
-    if _direct(kv_cache):  # eager: the operator's own implementation, without the dispatcher's boxing
-        _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                    cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
+        # eager on plain tensors: the operator's own implementation, without the dispatcher's boxing
+        _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write").launch_tensors(
+            (q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
+             kv_rope_cache, None, None), min_slot)
     elif q_form == "inplace":
         torch.ops.ropekv.write_q_inplace(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
                                          positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
@@ -196,7 +196,7 @@ def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None,
     """The read-back (torch.ops.ropekv.read): out[t] = the row of slots[t] as bf16, [T, L+R]; or [T, L] with the rope
     parts in out_rope [T, R]. A slot below min_slot gives a zero row or leaves it, per the spec. Returns out, or
     (out, out_rope)."""
-    if _direct(kv_cache):
+    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
         _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
     else:
         torch.ops.ropekv.read(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
