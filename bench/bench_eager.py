@@ -8,7 +8,8 @@ and the floors of the same run (a torch elementwise op, an empty ctypes call).
 Each method is called N times back to back on a decode shape (T tokens, H heads: a kernel of about a microsecond
 on the GPU), so the GPU waits on the host and the wall time per call is the host's cost: Python, the argument
 checks, the dispatcher, the driver's launch. The figure is the median of --reps runs of --calls calls each, after a
-warm-up that compiles the kernel and makes its argument plan. Methods:
+warm-up that compiles the kernel and makes its argument plan; the methods take turns, run by run, so that a drift
+of the host's speed touches each alike. Methods:
 
   op              ropekv.ops.write(...)            the Python wrapper and torch.ops.ropekv.write
   op_direct       torch.ops.ropekv.write(...)       the operator as a compiled graph calls it in eager fallback
@@ -45,17 +46,21 @@ def inputs(torch, T, H, device, blocks=256, block_size=64):
                 k_scale=torch.tensor([0.5], dtype=torch.float32, device=device))
 
 
-def per_call_us(torch, fn, calls, reps, sync):
-    fn()
+def per_call_us(fns, calls, reps, sync):
+    """{name: (median, best)} us per call of each fn, the methods interleaved run by run (a drift of the host's
+    speed during the measurement touches every method alike)."""
+    for fn in fns.values():
+        fn()
     sync()
-    runs = []
+    runs = {name: [] for name in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(runs), min(runs)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            runs[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: (statistics.median(r), min(r)) for name, r in runs.items()}
 
 
 def main(argv=None):
@@ -98,8 +103,7 @@ def main(argv=None):
         "ctypes_empty": lib.ropekv_version_number,
     }
     rows = []
-    for name in METHODS:
-        med, best = per_call_us(torch, fns[name], args.calls, args.reps, sync)
+    for name, (med, best) in per_call_us({n: fns[n] for n in METHODS}, args.calls, args.reps, sync).items():
         rows.append((name, med, best))
         print("%-15s %7.2f us per call (median of %d x %d; best %.2f)" % (name, med, args.reps, args.calls, best))
     if args.out:
@@ -107,7 +111,8 @@ def main(argv=None):
         path = os.path.join(args.out, time.strftime("%Y-%m-%d") + "_eager_cost_%s.md" % args.tag)
         with open(path, "w") as f:
             f.write("# Host cost of one eager launch (bench/bench_eager.py), %s\n\n" % dev)
-            f.write("torch %s, ropekv %s; %s %s %s, T=%d, H=%d; median (best) of %d runs of %d back-to-back calls.\n\n"
+            f.write("torch %s, ropekv %s; %s %s %s, T=%d, H=%d; median (best) of %d runs of %d back-to-back calls, "
+                    "the methods interleaved run by run.\n\n"
                     % (torch.__version__, ropekv.__version__, spec, kv, layout, args.T, args.H, args.reps, args.calls))
             f.write("| method | us per call (median) | best |\n|---|---|---|\n")
             for name, med, best in rows:
