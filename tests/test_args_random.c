@@ -3,7 +3,6 @@
  * around every buffer. Fixed seeds: the same draws every run. */
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,15 +70,6 @@ static const int64_t WILD[] = {0,
                                INT64_MIN + 8,
                                -((int64_t)1 << 40)};
 
-/* The int64 fields of ropekv_args a draw may replace. */
-#define F(name) offsetof(ropekv_args, name)
-static const size_t FIELDS[] = {F(tokens),     F(heads),       F(q_nope_st),        F(q_nope_sh),  F(q_pe_st),
-                                F(q_pe_sh),    F(q_out_st),    F(q_out_sh),         F(k_nope_st),  F(k_pe_st),
-                                F(kv_st),      F(kv_rows),     F(max_pos),          F(kv_tokens),  F(min_slot),
-                                F(kv_block_size), F(kv_block_st), F(kv_rope_block_st), F(kv_rope_st), F(out_st),
-                                F(out_rope_st)};
-#undef F
-
 /* A launch as an engine lays it out (small, padded strides, either nesting order of the query), then up to
  * three fields replaced by a value of WILD or moved by a few elements. */
 static rk_draw draw(rng *r) {
@@ -115,7 +105,7 @@ static rk_draw draw(rng *r) {
     a->out_st = (d.out_rope ? L : W) + pad;
     a->out_rope_st = R + pad;
     for (int64_t n = below(r, 4); n > 0; n--) {
-        int64_t *f = (int64_t *)((char *)a + FIELDS[below(r, sizeof FIELDS / sizeof FIELDS[0])]);
+        int64_t *f = (int64_t *)((char *)a + rk_oracle_fields[below(r, RK_ORACLE_NFIELDS)]);
         if (below(r, 4) == 0) *f += 8 * (below(r, 5) - 2);
         else *f = WILD[below(r, sizeof WILD / sizeof WILD[0])];
     }

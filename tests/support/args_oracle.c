@@ -1,5 +1,6 @@
 /* The launch-argument property (args_oracle.h): guard-paged buffers sized from the claims of the args, the
  * launch, and the CPU reference on copies. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,12 +67,41 @@ void rk_oracle_close(rk_oracle *o) {
     memset(o, 0, sizeof *o);
 }
 
+#define F(name) offsetof(ropekv_args, name)
+const size_t rk_oracle_fields[RK_ORACLE_NFIELDS] = {F(tokens),        F(heads),       F(q_nope_st),
+                                                    F(q_nope_sh),     F(q_pe_st),     F(q_pe_sh),
+                                                    F(q_out_st),      F(q_out_sh),    F(k_nope_st),
+                                                    F(k_pe_st),       F(kv_st),       F(kv_rows),
+                                                    F(max_pos),       F(kv_tokens),   F(min_slot),
+                                                    F(kv_block_size), F(kv_block_st), F(kv_rope_block_st),
+                                                    F(kv_rope_st),    F(out_st),      F(out_rope_st)};
+#undef F
+
+static uint64_t le(const uint8_t *p, size_t n, size_t at) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | (at + (size_t)i < n ? p[at + (size_t)i] : 0);
+    return v;
+}
+
+rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n) {
+    rk_draw d;
+    memset(&d, 0, sizeof d);
+    d.variant = n > 0 ? p[0] : 0;
+    d.out_rope = n > 1 ? p[1] & 1 : 0;
+    for (int i = 0; i < RK_ORACLE_NFIELDS; i++) {
+        const int64_t v = (int64_t)le(p, n, 2 + 8 * (size_t)i);
+        memcpy((char *)&d.a + rk_oracle_fields[i], &v, sizeof v);
+    }
+    d.seed = le(p, n, 2 + 8 * RK_ORACLE_NFIELDS);
+    return d;
+}
+
 /* ---- what the args claim -------------------------------------------------------------------------- */
 /* The buffers, in the order of ropekv_args. */
 enum { Q_NOPE, Q_PE, Q_OUT, K_NOPE, K_PE, KV, KV_ROPE, POS, SLOTS, COS, SIN, K_SCALE, Q_SCALE, OUT, OUT_ROPE, NBUF };
-static const char *const NAMES[NBUF] = {"q_nope", "q_pe",      "q_out",   "k_nope",  "k_pe",
-                                        "kv_cache", "kv_rope_cache", "positions", "slots", "cos_sin",
-                                        "sin",    "k_scale",   "q_scale", "out",     "out_rope"};
+static const char *const NAMES[NBUF] = {"q_nope",   "q_pe",          "q_out",     "k_nope", "k_pe",
+                                        "kv_cache", "kv_rope_cache", "positions", "slots",  "cos_sin",
+                                        "sin",      "k_scale",       "q_scale",   "out",    "out_rope"};
 
 /* A claim: the bytes a tensor the launch touches spans (0: not touched), or why it must be refused. */
 typedef struct claims {
@@ -111,7 +141,8 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     const int64_t L = d->L, R = d->R, W = L + R, T = a->tokens, H = a->heads;
     const int paged = d->layout != ROPEKV_KV_FLAT;
     const int64_t B = paged ? a->kv_block_size : (a->kv_rows > 0 ? a->kv_rows : 1);
-    const int64_t kv_elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1, row_w = d->kv == ROPEKV_KV_BF16 ? d->row_bytes / 2 : d->row_bytes;
+    const int64_t kv_elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1,
+                  row_w = d->kv == ROPEKV_KV_BF16 ? d->row_bytes / 2 : d->row_bytes;
     const int64_t idx_pos = d->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = d->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     if (T < 0 || T > INT32_MAX || a->kv_rows < 0 || a->min_slot < 0) c.refuse = 1;
     if (c.refuse) return c;
@@ -127,7 +158,8 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     if (K > 0) {
         const int64_t w = d->layout == ROPEKV_KV_SPLIT ? L : row_w;
         claim_cache(&c, KV, a->kv_rows, B, a->kv_st, paged ? a->kv_block_st : 0, w, kv_elem);
-        if (d->layout == ROPEKV_KV_SPLIT) claim_cache(&c, KV_ROPE, a->kv_rows, B, a->kv_rope_st, a->kv_rope_block_st, R, kv_elem);
+        if (d->layout == ROPEKV_KV_SPLIT)
+            claim_cache(&c, KV_ROPE, a->kv_rows, B, a->kv_rope_st, a->kv_rope_block_st, R, kv_elem);
         c.bytes[SLOTS] = K * idx_slot;
     }
     if (d->op == ROPEKV_OP_READ) {
@@ -192,7 +224,8 @@ static uint64_t next(rng *r) {
 
 /* An index value: in [0, n) mostly, else at the edges, negative, past 2^31 or at INT64's ends. */
 static int64_t index_value(rng *r, int64_t n) {
-    static const int64_t WILD[] = {-1, -2, 0, INT32_MAX, (int64_t)INT32_MAX + 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40};
+    static const int64_t WILD[] = {
+        -1, -2, 0, INT32_MAX, (int64_t)INT32_MAX + 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40};
     const uint64_t k = next(r) % 8;
     if (k < 5 && n > 0) return (int64_t)(next(r) % (uint64_t)n);
     if (k == 5 && n > 0) return n - 1 + (int64_t)(next(r) % 3); /* the last, and just past */
@@ -263,8 +296,8 @@ static const void **field(ropekv_args *a, int b) {
 
 /* A refusal names a field (or the args themselves). */
 static int names_a_field(const char *msg) {
-    static const char *const MORE[] = {"tokens", "heads", "max_pos", "kv_rows", "kv_tokens", "min_slot",
-                                       "kv_block_size", "cos/sin", "kv_st", "args"};
+    static const char *const MORE[] = {"tokens",   "heads",         "max_pos", "kv_rows", "kv_tokens",
+                                       "min_slot", "kv_block_size", "cos/sin", "kv_st",   "args"};
     for (int b = 0; b < NBUF; b++)
         if (strstr(msg, NAMES[b])) return 1;
     for (size_t i = 0; i < sizeof MORE / sizeof MORE[0]; i++)
@@ -343,8 +376,9 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
         goto out;
     }
     if (c.refuse) {
-        snprintf(why, cap, "launched args that claim no buffer (a negative stride, a count out of range or more "
-                           "than 2^57 bytes)");
+        snprintf(why, cap,
+                 "launched args that claim no buffer (a negative stride, a count out of range or more "
+                 "than 2^57 bytes)");
         rc = 1;
         goto out;
     }

@@ -12,6 +12,7 @@
 #ifndef RK_ARGS_ORACLE_H
 #define RK_ARGS_ORACLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rk.h"
@@ -46,6 +47,14 @@ typedef struct rk_draw {
     ropekv_args a;
     uint64_t seed;
 } rk_draw;
+
+/* The int64 fields of ropekv_args a draw sets (offsets), in the order of a fuzz input (rk_draw_of_bytes). */
+#define RK_ORACLE_NFIELDS 21
+extern const size_t rk_oracle_fields[RK_ORACLE_NFIELDS];
+
+/* A draw from bytes (the fuzz target's input): variant, out_rope, then each field of rk_oracle_fields as 8
+ * little-endian bytes, then the seed; missing bytes are zero. */
+rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n);
 
 /* 0 when the property holds for d; 1 with why when it does not. */
 int rk_oracle_check(rk_oracle *o, const rk_draw *d, char *why, size_t cap);
