@@ -248,7 +248,7 @@ ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
  * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
  * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets reach
- * 2^31 elements, is built (cache, then compiler) by the first such launch. */
+ * 2^31 bytes, is built (cache, then compiler) by the first such launch. */
 ROPEKV_API ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
 ROPEKV_API void ropekv_kernel_release(ropekv_kernel *k);
 
@@ -299,7 +299,7 @@ ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kerne
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
  * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31
- * elements builds the kernel's 64-bit entry first (see ropekv_kernel_get); if that build fails it
+ * bytes builds the kernel's 64-bit entry first (see ropekv_kernel_get); if that build fails it
  * returns its status (e.g. ROPEKV_ERR_COMPILE, with the compiler's log) and the next such launch
  * tries again. */
 ROPEKV_API ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);

@@ -19,15 +19,17 @@ void rk_args_from_api(const ropekv_args *a, rk_args *r) {
 
 static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
-/* Element offsets are kept below 2^62, so that in bytes (2 a bf16 element) they stay inside a signed
- * 64-bit address computation. */
-#define EXTENT_MAX ((int64_t)1 << 62)
+/* No tensor may span more than 2^57 bytes: no address space is larger (x86-64 with 5-level paging, AArch64's
+ * 52 bits, the GPUs' virtual addresses), so args that claim more describe no buffer; below it every offset,
+ * in elements or in bytes, is a signed 64-bit number with room to spare. */
+#define BYTES_MAX ((int64_t)1 << 57)
 
-/* n * st + w for n, st, w >= 0, or -1 when it passes EXTENT_MAX (caller values: never overflows). */
+/* n * st + w for n, st, w >= 0, or -1 when it passes BYTES_MAX (an element is at least a byte; caller values:
+ * never overflows). */
 static int64_t extent(int64_t n, int64_t st, int64_t w) {
     int64_t p, e;
     if (n < 0 || st < 0 || w < 0 || __builtin_mul_overflow(n, st, &p) || __builtin_add_overflow(p, w, &e) ||
-        e > EXTENT_MAX)
+        e > BYTES_MAX)
         return -1;
     return e;
 }
@@ -42,7 +44,7 @@ static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w
     return ok_th || ok_ht;
 }
 
-/* Largest element offset touched through (st, sh) plus one row, or -1 past EXTENT_MAX. */
+/* Largest element offset touched through (st, sh) plus one row, or -1 past BYTES_MAX. */
 static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
     const int64_t inner = extent(H - 1, sh, w);
     return inner < 0 ? -1 : extent(T - 1, st, inner);
@@ -58,6 +60,8 @@ static ropekv_status cache_part(const char *name, const char *est_name, const vo
     const int64_t per_block = rows < B ? rows : B, blocks = rows == 0 ? 0 : (rows - 1) / B + 1;
     const int64_t block_w = per_block > 0 ? extent(per_block - 1, est, w) : 0;
     CHECK(base, ROPEKV_ERR_NULL, "%s is NULL", name);
+    CHECK(est >= 0 && bst >= 0, ROPEKV_ERR_STRIDE, "%s: %s %lld or its block stride %lld is negative", name, est_name,
+          (long long)est, (long long)bst);
     CHECK(per_block <= 1 || est >= w, ROPEKV_ERR_STRIDE, "%s: %s %lld < row width %lld", name, est_name, (long long)est,
           (long long)w);
     CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
@@ -66,30 +70,38 @@ static ropekv_status cache_part(const char *name, const char *est_name, const vo
     CHECK(aligned(base, (size_t)align) && est % unit == 0 && (blocks <= 1 || bst % unit == 0), ROPEKV_ERR_ALIGN,
           "%s must be %d-byte aligned with strides a multiple of %d elements", name, align, unit);
     *ext = blocks > 0 && block_w >= 0 ? extent(blocks - 1, blocks > 1 ? bst : 0, block_w) : blocks > 0 ? -1 : 0;
-    CHECK(*ext >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements", name);
     return ROPEKV_OK;
 }
 
-/* A tensor's extent in elements, or -1 when its strides and sizes pass 2^62. */
+/* A tensor the launch touches: its base, its extent in elements (-1 past BYTES_MAX) and an element's bytes. */
 typedef struct tensor_span {
     const char *what;
-    int64_t elems;
+    const void *base;
+    int64_t elems, elem_bytes;
 } tensor_span;
 
-/* The last rule of every launch and its index width: no tensor may reach past 2^62 elements, and the 64-bit
- * entry runs once a chunk index (with a block's worth of slack) or an element offset can reach 2^31 - 1. */
+/* The last rule of every launch and its index width: no tensor may span more than BYTES_MAX bytes or end past
+ * the top of the address space, and the 64-bit entry runs once a chunk index (with a block's worth of slack)
+ * or a byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in
+ * its index type). Positions and slots are indexed by token, below 2^31. */
 static ropekv_status index_width(const rk_desc *p, const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
     int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
     for (size_t i = 0; i < n; i++) {
-        CHECK(s[i].elems >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^62 elements", s[i].what);
-        if (s[i].elems > reach) reach = s[i].elems;
+        const int64_t bytes = s[i].elems >= 0 && s[i].elems <= BYTES_MAX / s[i].elem_bytes
+                                  ? s[i].elems * s[i].elem_bytes
+                                  : -1;
+        CHECK(bytes >= 0 && bytes <= BYTES_MAX, ROPEKV_ERR_SHAPE,
+              "%s: its strides and sizes reach past 2^57 bytes, more than any address space", s[i].what);
+        CHECK((uintptr_t)s[i].base <= UINTPTR_MAX - (uint64_t)bytes, ROPEKV_ERR_SHAPE,
+              "%s: its %lld bytes from %p pass the end of the address space", s[i].what, (long long)bytes, s[i].base);
+        if (bytes > reach) reach = bytes;
     }
     pl->wide = reach >= INT32_MAX;
     return ROPEKV_OK;
 }
 
 /* The cache parts of the variant's layout: their pointers, strides and alignment; *kv and *rope: their
- * extents in elements. */
+ * extents in elements (-1 past BYTES_MAX). */
 static ropekv_status cache_check(const rk_desc *p, const ropekv_args *a, int64_t *kv, int64_t *rope, rk_err *err) {
     const int64_t R = p->R;
     const int tile = p->kv == ROPEKV_KV_FP8_TILE, fp8 = p->kv == ROPEKV_KV_FP8_E4M3;
@@ -139,11 +151,12 @@ static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan 
     rk_args_from_api(a, &pl->args);
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
+    const int64_t kv_bytes = p->kv == ROPEKV_KV_BF16 ? 2 : 1;
     const tensor_span spans[] = {
-        {"kv_cache", kv_extent},
-        {"kv_rope_cache", rope_extent},
-        {"out", T > 0 ? span(T, 1, a->out_st, 0, split_out ? L : W) : 0},
-        {"out_rope", T > 0 && split_out ? span(T, 1, a->out_rope_st, 0, R) : 0},
+        {"kv_cache", a->kv_cache, kv_extent, kv_bytes},
+        {"kv_rope_cache", a->kv_rope_cache, rope_extent, kv_bytes},
+        {"out", a->out, T > 0 ? span(T, 1, a->out_st, 0, split_out ? L : W) : 0, 2},
+        {"out_rope", a->out_rope, T > 0 && split_out ? span(T, 1, a->out_rope_st, 0, R) : 0, 2},
     };
     return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
 }
@@ -232,16 +245,18 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
           (long long)H);
     /* every tensor's extent in elements (all 0 without rows: P == 0) */
-    const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2;
+    const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2, cs_bytes = p->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
+    const int64_t cs_elems = tables ? extent(a->max_pos, cs_w, 0) : 0, kv_bytes = p->kv == ROPEKV_KV_BF16 ? 2 : 1;
     const tensor_span spans[] = {
-        {"q_nope", absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0},
-        {"q_pe", has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0},
-        {"q_out", (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0},
-        {"k_nope", has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0},
-        {"k_pe", has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0},
-        {"kv_cache", kv_extent},
-        {"kv_rope_cache", rope_extent},
-        {"the cos/sin tables (max_pos rows)", tables ? extent(a->max_pos, cs_w, 0) : 0},
+        {"q_nope", a->q_nope, absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0, 2},
+        {"q_pe", a->q_pe, has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0, 2},
+        {"q_out", a->q_out, (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0, q8 ? 1 : 2},
+        {"k_nope", a->k_nope, has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0, 2},
+        {"k_pe", a->k_pe, has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0, 2},
+        {"kv_cache", a->kv_cache, kv_extent, kv_bytes},
+        {"kv_rope_cache", a->kv_rope_cache, rope_extent, kv_bytes},
+        {"the cos/sin tables (max_pos rows)", a->cos_sin, cs_elems, cs_bytes},
+        {"the sin table (max_pos rows)", a->sin, p->cos_sin == RK_CS_F32_CAT ? 0 : cs_elems, cs_bytes},
     };
     return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
 }

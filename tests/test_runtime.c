@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "args_check.h"
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
@@ -423,9 +424,9 @@ static void test_argument_checks(void **state) {
     CASE(cos_sin, (const char *)cs + 4, ROPEKV_ERR_ALIGN, "cos/sin");
     CASE(k_scale, (const float *)((const char *)kscale + 2), ROPEKV_ERR_ALIGN, "k_scale");
     /* strides and sizes whose extents would overflow: a named error, no arithmetic past 64 bits */
-    CASE(q_nope_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_nope: its strides and sizes reach past 2^62");
+    CASE(q_nope_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_nope: its strides and sizes reach past 2^57 bytes");
     CASE(q_out_st, (int64_t)1 << 62, ROPEKV_ERR_SHAPE, "q_out");
-    CASE(q_pe_sh, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_pe"); /* head-major: disjoint, but past 2^62 */
+    CASE(q_pe_sh, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "q_pe"); /* head-major: disjoint, but past 2^57 bytes */
     CASE(k_pe_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "k_pe");
     CASE(kv_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "kv_cache");
     CASE(max_pos, INT64_MAX, ROPEKV_ERR_SHAPE, "cos/sin");
@@ -458,6 +459,87 @@ static void test_argument_checks(void **state) {
     a.kv_st = 3;
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
     assert_non_null(strstr(why, "kv_st"));
+    ropekv_destroy(c);
+}
+
+/* Extents are counted in bytes: a tensor whose element count fits but whose bytes pass 2^57 (no address space
+ * is larger) or pass the top of the address space describes no buffer and is refused, naming it. Before, an f32
+ * table of 2^62 elements (2^64 bytes) passed, and positions clamped to max_pos - 1 then addressed past it. */
+static void test_extents_in_bytes(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    char why[512];
+    ropekv_args a = good_args();
+    a.max_pos = (int64_t)1 << 56; /* x R = 2^62 f32 elements */
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "cos/sin tables (max_pos rows): its strides and sizes reach past 2^57 bytes"));
+    a.max_pos = ((int64_t)1 << 57) / (4 * R); /* exactly 2^57 bytes: accepted */
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_OK);
+    a.max_pos++;
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
+    /* a bf16 query output of 2^62 elements is 2^63 bytes, past INT64_MAX */
+    a = good_args();
+    a.q_out_st = (((int64_t)1 << 62) - H * W) / (T - 1) / 8 * 8;
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "q_out"));
+    /* an fp8 cache one byte row past 2^57 bytes, and one that ends past the top of the address space */
+    a = good_args();
+    a.kv_rows = ((int64_t)1 << 57) / W;
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_OK);
+    a.kv_rows++;
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "kv_cache: its strides and sizes reach past 2^57 bytes"));
+    a = good_args();
+    a.kv_cache = (void *)(UINTPTR_MAX - 2047); /* 2 KiB below the top, 8-byte aligned */
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "kv_cache: its 3456 bytes from"));
+    assert_non_null(strstr(why, "pass the end of the address space"));
+    ropekv_destroy(c);
+}
+
+/* The 64-bit entry is chosen from byte offsets: the kernel turns a bf16 cache's element offsets into byte
+ * offsets in its index type, so a bf16 cache of fewer than 2^31 elements but more than 2^31 bytes needs it.
+ * Before, such a launch took the 32-bit entry, whose byte offset of a row past 2^30 elements wrapped. */
+static void test_index_width_in_bytes(void **state) {
+    (void)state;
+    ropekv_variant v = DS_FP8;
+    v.kv = ROPEKV_KV_BF16;
+    const rk_desc *d = rk_test_ref_variant(&cat, "deepseek_v3", &v);
+    assert_non_null(d);
+    rk_plan pl;
+    rk_err err = {0};
+    ropekv_args a = good_args();
+    a.kv_rows = ((int64_t)1 << 30) / W - 1; /* under 2^30 elements: both offsets fit */
+    assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
+    assert_int_equal(pl.wide, 0);
+    a.kv_rows = (INT32_MAX - W) / W; /* under 2^31 elements, over 2^31 bytes */
+    assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
+    assert_int_equal(pl.wide, 1);
+    /* an fp8 cache counts bytes already: the same rows fit */
+    assert_int_equal(rk_args_check(rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8), &a, &pl, &err), ROPEKV_OK);
+    assert_int_equal(pl.wide, 0);
+}
+
+/* A negative cache stride is a stride error naming it, even where it is never multiplied (one entry a block). */
+static void test_negative_cache_strides(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_variant v = {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_PAGED};
+    char why[512];
+    ropekv_args a = good_args();
+    static float cs2[8 * 32 * 2];
+    a.cos_sin = a.sin = cs2;
+    a.kv_block_size = 1;
+    a.kv_block_st = W;
+    a.kv_st = -8;
+    a.kv_rows = 2;
+    assert_int_equal(ropekv_query(c, &v, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(why, "kv_cache: kv_st -8 or its block stride 576 is negative"));
+    a.kv_st = W;
+    a.kv_rows = 1;
+    a.kv_block_st = -8; /* one block: never multiplied */
+    assert_int_equal(ropekv_query(c, &v, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(why, "block stride -8 is negative"));
     ropekv_destroy(c);
 }
 
@@ -912,6 +994,9 @@ int main(void) {
         cmocka_unit_test(test_kernel_info),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_extents_in_bytes),
+        cmocka_unit_test(test_index_width_in_bytes),
+        cmocka_unit_test(test_negative_cache_strides),
         cmocka_unit_test(test_fp8_query),
         cmocka_unit_test(test_kv_layouts),
         cmocka_unit_test(test_read_round_trip),

@@ -1,0 +1,23 @@
+/* Fuzz target: launch arguments from arbitrary bytes (tests/support/args_oracle.h).
+ *
+ * The input is a draw (rk_draw_of_bytes): a variant, whether the read-back op splits its output, every int64
+ * size, stride and count of ropekv_args, and the seed of the buffers' contents, positions and slots. On the
+ * host backend (the variants compiled once, on the first input) the launch must be refused with a named error
+ * and write nothing, or equal the CPU reference on copies; every buffer has guard pages on both sides. The
+ * seed corpus (tests/fuzz/corpus/args) has a valid draw per variant and near-overflow ones (CAMPAIGN.md). */
+#include "args_oracle.h"
+#include "fuzz.h"
+
+static rk_oracle oracle;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int opened;
+    char why[2048];
+    if (!opened) {
+        FUZZ_CHECK(rk_oracle_open(&oracle, why, sizeof why) == 0, "%s", why);
+        opened = 1;
+    }
+    const rk_draw d = rk_draw_of_bytes(data, size);
+    FUZZ_CHECK(rk_oracle_check(&oracle, &d, why, sizeof why) == 0, "variant %u: %s", d.variant, why);
+    return 0;
+}

@@ -1,0 +1,408 @@
+/* The launch-argument property (args_oracle.h): guard-paged buffers sized from the claims of the args, the
+ * launch, and the CPU reference on copies. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "args_oracle.h"
+
+typedef __int128 i128;
+#define ADDRESS_SPACE ((i128)1 << 57) /* no claim past it is a buffer */
+
+static const struct {
+    const char *spec;
+    ropekv_variant v;
+} VARIANTS[RK_ORACLE_VARIANTS] = {
+    {"deepseek_v3", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED}},
+    {"deepseek_v3",
+     {.kv = ROPEKV_KV_FP8_E4M3,
+      .q = ROPEKV_Q_ZERO_COPY,
+      .positions = ROPEKV_INDEX_INT32,
+      .slots = ROPEKV_INDEX_INT32,
+      .q_dtype = ROPEKV_Q_FP8_E4M3,
+      .layout = ROPEKV_KV_PAGED}},
+    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
+    {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .op = ROPEKV_OP_READ}},
+    {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .op = ROPEKV_OP_READ}},
+};
+
+int rk_oracle_open(rk_oracle *o, char *why, size_t cap) {
+    memset(o, 0, sizeof *o);
+    rk_err err = {0};
+    if (rk_catalog_load_embedded(&o->cat, &err) != ROPEKV_OK) {
+        snprintf(why, cap, "catalog: %s", err.msg);
+        return -1;
+    }
+    ropekv_options opt = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1};
+    ropekv_status s = ropekv_create(&o->ctx, &opt);
+    if (s != ROPEKV_OK) {
+        snprintf(why, cap, "ropekv_create: %s", ropekv_status_name(s));
+        return -1;
+    }
+    const rk_arch *host = rk_arch_find(&o->cat.archs, "host");
+    for (int i = 0; i < RK_ORACLE_VARIANTS; i++) {
+        ropekv_variant v = VARIANTS[i].v;
+        v.spec = VARIANTS[i].spec;
+        o->var[i].v = v;
+        rk_choice c = {v.kv, v.q, v.positions, v.slots, v.q_dtype, v.layout, v.op};
+        if (rk_desc_make(rk_catalog_find(&o->cat, v.spec), host, &c, &o->var[i].d, &err) != ROPEKV_OK) {
+            snprintf(why, cap, "variant %d: %s", i, err.msg);
+            return -1;
+        }
+        s = ropekv_kernel_get(o->ctx, &v, &o->var[i].k);
+        if (s != ROPEKV_OK) {
+            snprintf(why, cap, "variant %d: %s: %s", i, ropekv_status_name(s), ropekv_last_error(o->ctx));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void rk_oracle_close(rk_oracle *o) {
+    for (int i = 0; i < RK_ORACLE_VARIANTS; i++) ropekv_kernel_release(o->var[i].k);
+    ropekv_destroy(o->ctx);
+    memset(o, 0, sizeof *o);
+}
+
+#define F(name) offsetof(ropekv_args, name)
+const size_t rk_oracle_fields[RK_ORACLE_NFIELDS] = {F(tokens),        F(heads),       F(q_nope_st),
+                                                    F(q_nope_sh),     F(q_pe_st),     F(q_pe_sh),
+                                                    F(q_out_st),      F(q_out_sh),    F(k_nope_st),
+                                                    F(k_pe_st),       F(kv_st),       F(kv_rows),
+                                                    F(max_pos),       F(kv_tokens),   F(min_slot),
+                                                    F(kv_block_size), F(kv_block_st), F(kv_rope_block_st),
+                                                    F(kv_rope_st),    F(out_st),      F(out_rope_st)};
+#undef F
+
+static uint64_t le(const uint8_t *p, size_t n, size_t at) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | (at + (size_t)i < n ? p[at + (size_t)i] : 0);
+    return v;
+}
+
+rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n) {
+    rk_draw d;
+    memset(&d, 0, sizeof d);
+    d.variant = n > 0 ? p[0] : 0;
+    d.out_rope = n > 1 ? p[1] & 1 : 0;
+    for (int i = 0; i < RK_ORACLE_NFIELDS; i++) {
+        const int64_t v = (int64_t)le(p, n, 2 + 8 * (size_t)i);
+        memcpy((char *)&d.a + rk_oracle_fields[i], &v, sizeof v);
+    }
+    d.seed = le(p, n, 2 + 8 * RK_ORACLE_NFIELDS);
+    return d;
+}
+
+/* ---- what the args claim -------------------------------------------------------------------------- */
+/* The buffers, in the order of ropekv_args. */
+enum { Q_NOPE, Q_PE, Q_OUT, K_NOPE, K_PE, KV, KV_ROPE, POS, SLOTS, COS, SIN, K_SCALE, Q_SCALE, OUT, OUT_ROPE, NBUF };
+static const char *const NAMES[NBUF] = {"q_nope",   "q_pe",          "q_out",     "k_nope", "k_pe",
+                                        "kv_cache", "kv_rope_cache", "positions", "slots",  "cos_sin",
+                                        "sin",      "k_scale",       "q_scale",   "out",    "out_rope"};
+
+/* A claim: the bytes a tensor the launch touches spans (0: not touched), or why it must be refused. */
+typedef struct claims {
+    i128 bytes[NBUF];
+    int refuse; /* 1: a count out of range, a negative stride or a claim past the address space */
+} claims;
+
+/* Rows (n1, n2) of w elements at strides (s1, s2), elem bytes each: the span, or refuse for a negative stride. */
+static void claim(claims *c, int b, int64_t n1, int64_t n2, int64_t s1, int64_t s2, int64_t w, int64_t elem) {
+    if (n1 <= 0 || n2 <= 0) return;
+    if (s1 < 0 || s2 < 0) c->refuse = 1;
+    i128 e = ((i128)(n1 - 1) * (s1 < 0 ? 0 : s1) + (i128)(n2 - 1) * (s2 < 0 ? 0 : s2) + w) * elem;
+    if (e > ADDRESS_SPACE) c->refuse = 1;
+    c->bytes[b] = e;
+}
+
+/* The rows of slots [0, rows) of a cache (ropekv_kv_layout): block s / B at bst, entry s % B at est. */
+static void claim_cache(claims *c, int b, int64_t rows, int64_t B, int64_t est, int64_t bst, int64_t w, int64_t elem) {
+    if (rows <= 0) return;
+    if (est < 0 || bst < 0) c->refuse = 1;
+    est = est < 0 ? 0 : est;
+    bst = bst < 0 ? 0 : bst;
+    const int64_t last = rows - 1, full = rows < B ? rows - 1 : B - 1; /* the last slot; a full block's last entry */
+    i128 e = (i128)(last / B) * bst + (i128)(last % B) * est + w;
+    if (last / B > 0) { /* the block before the last one may end later when blocks overlap */
+        i128 f = (i128)(last / B - 1) * bst + (i128)full * est + w;
+        e = f > e ? f : e;
+    }
+    e *= elem;
+    if (e > ADDRESS_SPACE) c->refuse = 1;
+    c->bytes[b] = e;
+}
+
+static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
+    claims c;
+    memset(&c, 0, sizeof c);
+    const int64_t L = d->L, R = d->R, W = L + R, T = a->tokens, H = a->heads;
+    const int paged = d->layout != ROPEKV_KV_FLAT;
+    const int64_t B = paged ? a->kv_block_size : (a->kv_rows > 0 ? a->kv_rows : 1);
+    const int64_t kv_elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1,
+                  row_w = d->kv == ROPEKV_KV_BF16 ? d->row_bytes / 2 : d->row_bytes;
+    const int64_t idx_pos = d->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = d->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
+    if (T < 0 || T > INT32_MAX || a->kv_rows < 0 || a->min_slot < 0) c.refuse = 1;
+    if (c.refuse) return c;
+    /* the cache, read for T tokens or written for K */
+    int64_t K = T;
+    if (d->op == ROPEKV_OP_WRITE) {
+        if (H < 1 || H > 65536 || a->max_pos < 1 || a->kv_tokens < -1 || a->kv_tokens > INT32_MAX) c.refuse = 1;
+        if (c.refuse) return c;
+        K = a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
+    }
+    if (K > 0 && paged && (B < 1 || B > INT32_MAX)) c.refuse = 1;
+    if (c.refuse) return c;
+    if (K > 0) {
+        const int64_t w = d->layout == ROPEKV_KV_SPLIT ? L : row_w;
+        claim_cache(&c, KV, a->kv_rows, B, a->kv_st, paged ? a->kv_block_st : 0, w, kv_elem);
+        if (d->layout == ROPEKV_KV_SPLIT)
+            claim_cache(&c, KV_ROPE, a->kv_rows, B, a->kv_rope_st, a->kv_rope_block_st, R, kv_elem);
+        c.bytes[SLOTS] = K * idx_slot;
+    }
+    if (d->op == ROPEKV_OP_READ) {
+        claim(&c, OUT, T, 1, a->out_st, 0, out_rope ? L : W, 2);
+        if (out_rope) claim(&c, OUT_ROPE, T, 1, a->out_rope_st, 0, R, 2);
+        c.bytes[K_SCALE] = 4;
+        return c;
+    }
+    const int absorbed = d->q == ROPEKV_Q_ABSORBED, zc = d->q == ROPEKV_Q_ZERO_COPY;
+    if (absorbed) claim(&c, Q_NOPE, T, H, a->q_nope_st, a->q_nope_sh, L, 2);
+    if (d->q != ROPEKV_Q_NONE) claim(&c, Q_PE, T, H, a->q_pe_st, a->q_pe_sh, R, 2);
+    if (absorbed || zc) claim(&c, Q_OUT, T, H, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
+    claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
+    claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
+    const int64_t P = T > K ? T : K;
+    c.bytes[POS] = P * idx_pos;
+    if (d->rope != RK_ROPE_NONE && ((d->q != ROPEKV_Q_NONE && T > 0) || K > 0)) {
+        const int64_t cs_w = d->cos_sin == RK_CS_F32_CAT ? R : R / 2, cs_elem = d->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
+        claim(&c, COS, a->max_pos, 1, cs_w, 0, cs_w, cs_elem);
+        if (d->cos_sin != RK_CS_F32_CAT) claim(&c, SIN, a->max_pos, 1, cs_w, 0, cs_w, cs_elem);
+    }
+    c.bytes[K_SCALE] = c.bytes[Q_SCALE] = 4;
+    return c;
+}
+
+/* ---- guarded buffers -------------------------------------------------------------------------------- */
+/* n bytes ending 16-byte aligned at most 15 bytes before a PROT_NONE page, after the PROT_NONE page before
+ * them; region: the whole writable part (compared as a whole). */
+typedef struct gbuf {
+    uint8_t *map, *region, *p;
+    size_t map_len, region_len;
+} gbuf;
+
+static int gbuf_map(gbuf *g, size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded = (n + 15) / 16 * 16;
+    g->region_len = (rounded + page - 1) / page * page;
+    if (g->region_len == 0) g->region_len = page;
+    g->map_len = g->region_len + 2 * page;
+    g->map = mmap(NULL, g->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) return g->map = NULL, -1;
+    g->region = g->map + page;
+    if (mprotect(g->region, g->region_len, PROT_READ | PROT_WRITE) != 0) return -1;
+    g->p = g->region + g->region_len - rounded;
+    return 0;
+}
+
+static void gbuf_unmap(gbuf *g) {
+    if (g->map) munmap(g->map, g->map_len);
+    memset(g, 0, sizeof *g);
+}
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t next(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+/* An index value: in [0, n) mostly, else at the edges, negative, past 2^31 or at INT64's ends. */
+static int64_t index_value(rng *r, int64_t n) {
+    static const int64_t WILD[] = {
+        -1, -2, 0, INT32_MAX, (int64_t)INT32_MAX + 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40};
+    const uint64_t k = next(r) % 8;
+    if (k < 5 && n > 0) return (int64_t)(next(r) % (uint64_t)n);
+    if (k == 5 && n > 0) return n - 1 + (int64_t)(next(r) % 3); /* the last, and just past */
+    return WILD[next(r) % (sizeof WILD / sizeof WILD[0])];
+}
+
+static void store_index(void *p, int64_t i, int64_t v, int wide) {
+    if (wide) ((int64_t *)p)[i] = v;
+    else ((int32_t *)p)[i] = (int32_t)v; /* the int32 variants see the value truncated: still any int32 */
+}
+
+/* Contents: moderate bf16 values for the bf16 inputs, [-1, 1] for the tables, random bytes elsewhere (an
+ * fp8_tile cache gets bytes below 0x40: finite fp8 codes and positive finite scales). */
+static void fill(const rk_desc *d, int b, gbuf *g, rng *r, int64_t pos_n, int64_t slot_n, int64_t max_pos,
+                 int64_t kv_rows) {
+    const size_t n = g->region_len;
+    for (size_t i = 0; i < n; i++) g->region[i] = (uint8_t)next(r);
+    const int64_t len = (int64_t)(g->region + n - g->p);
+    if (b == Q_NOPE || b == Q_PE || b == K_NOPE || b == K_PE || (b == COS && d->cos_sin == RK_CS_BF16_SPLIT) ||
+        (b == SIN && d->cos_sin == RK_CS_BF16_SPLIT)) {
+        const int table = b == COS || b == SIN;
+        for (int64_t i = 0; i + 1 < len; i += 2) {
+            float f = ((float)(next(r) % 2001) - 1000.0f) / (table ? 1000.0f : 200.0f);
+            const uint16_t h = rk_f32_to_bf16(f);
+            memcpy(g->p + i, &h, 2);
+        }
+    } else if (b == COS || b == SIN) {
+        for (int64_t i = 0; i + 3 < len; i += 4) {
+            float f = ((float)(next(r) % 2001) - 1000.0f) / 1000.0f;
+            memcpy(g->p + i, &f, 4);
+        }
+    } else if (b == KV && d->kv == ROPEKV_KV_FP8_TILE) {
+        for (size_t i = 0; i < n; i++) g->region[i] &= 0x3f;
+    } else if (b == K_SCALE || b == Q_SCALE) {
+        const float s = b == K_SCALE ? 0.37f : 0.5f;
+        memcpy(g->p, &s, 4);
+    } else if (b == POS) {
+        const int wide = d->pos == ROPEKV_INDEX_INT64;
+        for (int64_t i = 0; i < pos_n && (i + 1) * (wide ? 8 : 4) <= len; i++)
+            store_index(g->p, i, index_value(r, max_pos), wide);
+    } else if (b == SLOTS) {
+        const int wide = d->slot == ROPEKV_INDEX_INT64;
+        for (int64_t i = 0; i < slot_n && (i + 1) * (wide ? 8 : 4) <= len; i++)
+            store_index(g->p, i, index_value(r, kv_rows), wide);
+    }
+}
+
+/* ---- the check ------------------------------------------------------------------------------------------ */
+static const void **field(ropekv_args *a, int b) {
+    switch (b) {
+    case Q_NOPE: return (const void **)&a->q_nope;
+    case Q_PE: return (const void **)&a->q_pe;
+    case Q_OUT: return (const void **)&a->q_out;
+    case K_NOPE: return (const void **)&a->k_nope;
+    case K_PE: return (const void **)&a->k_pe;
+    case KV: return (const void **)&a->kv_cache;
+    case KV_ROPE: return (const void **)&a->kv_rope_cache;
+    case POS: return (const void **)&a->positions;
+    case SLOTS: return (const void **)&a->slots;
+    case COS: return (const void **)&a->cos_sin;
+    case SIN: return (const void **)&a->sin;
+    case K_SCALE: return (const void **)&a->k_scale;
+    case Q_SCALE: return (const void **)&a->q_scale;
+    case OUT: return (const void **)&a->out;
+    default: return (const void **)&a->out_rope;
+    }
+}
+
+/* A refusal names a field (or the args themselves). */
+static int names_a_field(const char *msg) {
+    static const char *const MORE[] = {"tokens",   "heads",         "max_pos", "kv_rows", "kv_tokens",
+                                       "min_slot", "kv_block_size", "cos/sin", "kv_st",   "args"};
+    for (int b = 0; b < NBUF; b++)
+        if (strstr(msg, NAMES[b])) return 1;
+    for (size_t i = 0; i < sizeof MORE / sizeof MORE[0]; i++)
+        if (strstr(msg, MORE[i])) return 1;
+    return 0;
+}
+
+static void rk_args_of(const ropekv_args *p, int64_t K, rk_args *a) {
+    memset(a, 0, sizeof *a);
+#define ORACLE_COPY_(type, name) memcpy(&a->name, &p->name, sizeof a->name);
+    RK_ARGS_CALLER(ORACLE_COPY_)
+#undef ORACLE_COPY_
+    a->kv_tokens = K;
+}
+
+int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
+    const unsigned vi = dr->variant % RK_ORACLE_VARIANTS;
+    const rk_desc *d = &o->var[vi].d;
+    ropekv_kernel *k = o->var[vi].k;
+    ropekv_args a = dr->a;
+    const int out_rope = d->op == ROPEKV_OP_READ && dr->out_rope;
+    const claims c = claims_of(d, &a, out_rope);
+    int mapped = 1; /* every claim small enough to map */
+    for (int b = 0; b < NBUF; b++)
+        if (c.bytes[b] > RK_ORACLE_CAP) mapped = 0;
+    /* buffers: the claims when they can be mapped, else (the args must be refused; or the launch does not
+     * touch the tensor) 64-byte stand-ins */
+    gbuf ker[NBUF], ref[NBUF];
+    memset(ker, 0, sizeof ker);
+    memset(ref, 0, sizeof ref);
+    rng r = {dr->seed * 0x9e3779b97f4a7c15ull + 1};
+    int rc = 0;
+    const int64_t T = a.tokens, K = d->op == ROPEKV_OP_READ ? T : a.kv_tokens == -1 ? 0 : a.kv_tokens ? a.kv_tokens : T;
+    if (!mapped && !c.refuse) { /* possible, but too large to map here: the checks alone */
+        for (int b = 0; b < NBUF; b++) *field(&a, b) = c.bytes[b] ? (const void *)(uintptr_t)4096 : NULL;
+        ropekv_status s = ropekv_query(o->ctx, &o->var[vi].v, &a, why, cap);
+        if (s != ROPEKV_OK && !names_a_field(why)) {
+            snprintf(why + strlen(why), cap - strlen(why), " [query: %s names no field]", ropekv_status_name(s));
+            return 1;
+        }
+        why[0] = '\0';
+        o->queried++;
+        return 0;
+    }
+    for (int b = 0; b < NBUF; b++) {
+        const size_t n = mapped && !c.refuse && c.bytes[b] ? (size_t)c.bytes[b] : 64;
+        if (b == OUT_ROPE && !out_rope) continue; /* its pointer chooses where the rope parts go */
+        if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (next(&r) & 1)) continue; /* untouched: NULL half the time */
+        if (gbuf_map(&ker[b], n) || gbuf_map(&ref[b], n)) {
+            snprintf(why, cap, "mmap of %zu bytes failed", n);
+            rc = 1;
+            goto out;
+        }
+        const int64_t P = T > K ? T : K;
+        fill(d, b, &ker[b], &r, P, K, a.max_pos, a.kv_rows);
+        memcpy(ref[b].region, ker[b].region, ker[b].region_len);
+        *field(&a, b) = ker[b].p;
+    }
+    ropekv_status s = ropekv_launch(k, &a, NULL);
+    if (s != ROPEKV_OK) {
+        const char *msg = ropekv_last_error(o->ctx);
+        if (s != ROPEKV_ERR_NULL && s != ROPEKV_ERR_SHAPE && s != ROPEKV_ERR_STRIDE && s != ROPEKV_ERR_ALIGN &&
+            s != ROPEKV_ERR_ARG) {
+            snprintf(why, cap, "refused with %s: %s", ropekv_status_name(s), msg);
+            rc = 1;
+        } else if (!names_a_field(msg)) {
+            snprintf(why, cap, "refused with %s, naming no field: %s", ropekv_status_name(s), msg);
+            rc = 1;
+        }
+        for (int b = 0; b < NBUF && !rc; b++)
+            if (ker[b].map && memcmp(ker[b].region, ref[b].region, ker[b].region_len) != 0) {
+                snprintf(why, cap, "refused with %s but %s was written", ropekv_status_name(s), NAMES[b]);
+                rc = 1;
+            }
+        o->refused++;
+        goto out;
+    }
+    if (c.refuse) {
+        snprintf(why, cap,
+                 "launched args that claim no buffer (a negative stride, a count out of range or more "
+                 "than 2^57 bytes)");
+        rc = 1;
+        goto out;
+    }
+    /* the reference on the copies */
+    ropekv_args ra = a;
+    for (int b = 0; b < NBUF; b++) *field(&ra, b) = ref[b].p;
+    rk_args ref_args;
+    rk_args_of(&ra, d->op == ROPEKV_OP_READ ? 0 : K, &ref_args);
+    rk_ref_run(d, &ref_args);
+    for (int b = 0; b < NBUF && !rc; b++) {
+        if (!ker[b].map) continue;
+        for (size_t i = 0; i < ker[b].region_len; i++)
+            if (ker[b].region[i] != ref[b].region[i]) {
+                snprintf(why, cap, "%s differs from the reference at byte %lld of %lld", NAMES[b],
+                         (long long)(ker[b].region + i - ker[b].p), (long long)c.bytes[b]);
+                rc = 1;
+                break;
+            }
+    }
+    o->launched++;
+out:
+    for (int b = 0; b < NBUF; b++) {
+        gbuf_unmap(&ker[b]);
+        gbuf_unmap(&ref[b]);
+    }
+    return rc;
+}

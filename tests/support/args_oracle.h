@@ -1,0 +1,62 @@
+/* The launch-argument property, shared by tests/test_args_random.c and the fuzz target tests/fuzz/fuzz_args.c:
+ * for any numbers in a ropekv_args (sizes, strides, counts, any int64) and any positions and slots, on a host
+ * kernel, ropekv_launch either
+ *   - refuses with a named error (NULL, SHAPE, STRIDE, ALIGN or ARG, the message naming a field) and leaves
+ *     every buffer byte for byte as it was, or
+ *   - succeeds, and every buffer equals what the CPU reference makes of copies of them.
+ * Every buffer is mapped with PROT_NONE guard pages before and after it, ending at its last byte, and is
+ * exactly as large as the args claim (computed here, independently of the library's checks), so an access
+ * outside the claims crashes. Args that claim more than the address space holds (2^57 bytes), a negative
+ * stride of a tensor the launch touches or a count outside its documented range must be refused; claims too
+ * large to map here (RK_ORACLE_CAP) but possible are only checked with ropekv_query. Links the library. */
+#ifndef RK_ARGS_ORACLE_H
+#define RK_ARGS_ORACLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rk.h"
+#include "ropekv.h"
+
+#define RK_ORACLE_VARIANTS 5
+#define RK_ORACLE_CAP ((int64_t)4 << 20) /* bytes of the largest buffer mapped for a launch */
+
+typedef struct rk_oracle {
+    rk_catalog cat;
+    ropekv_ctx *ctx;
+    struct {
+        ropekv_variant v;
+        ropekv_kernel *k;
+        rk_desc d;
+    } var[RK_ORACLE_VARIANTS];
+    long launched, refused, queried; /* draws that ran and matched, were refused, were too large to map */
+} rk_oracle;
+
+/* A host context (no disk cache) and the variants' kernels, compiled here: bf16 flat, fp8_e4m3 paged with an
+ * fp8 query and int32 indices, bf16 split (DeepSeek-V2-Lite's bf16 tables), and the read-back op on fp8_e4m3
+ * paged and fp8_tile flat rows. 0, or -1 with why. */
+int rk_oracle_open(rk_oracle *o, char *why, size_t cap);
+void rk_oracle_close(rk_oracle *o);
+
+/* One draw: the variant (taken modulo RK_ORACLE_VARIANTS), the numbers of a (its pointers are ignored: the
+ * oracle maps the buffers), whether the read-back op writes its rope parts to out_rope, and the seed of the
+ * buffers' contents and of the positions and slots (in range, at the edges, negative, past 2^31 and INT64). */
+typedef struct rk_draw {
+    unsigned variant;
+    int out_rope;
+    ropekv_args a;
+    uint64_t seed;
+} rk_draw;
+
+/* The int64 fields of ropekv_args a draw sets (offsets), in the order of a fuzz input (rk_draw_of_bytes). */
+#define RK_ORACLE_NFIELDS 21
+extern const size_t rk_oracle_fields[RK_ORACLE_NFIELDS];
+
+/* A draw from bytes (the fuzz target's input): variant, out_rope, then each field of rk_oracle_fields as 8
+ * little-endian bytes, then the seed; missing bytes are zero. */
+rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n);
+
+/* 0 when the property holds for d; 1 with why when it does not. */
+int rk_oracle_check(rk_oracle *o, const rk_draw *d, char *why, size_t cap);
+
+#endif

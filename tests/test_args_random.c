@@ -1,0 +1,137 @@
+/* Launch arguments drawn at random, near-overflow values among them (tests/support/args_oracle.h): each draw
+ * is refused with a named error and writes nothing, or launches and equals the CPU reference, with guard pages
+ * around every buffer. Fixed seeds: the same draws every run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "args_oracle.h"
+#include "testutil.h"
+
+static char dir[] = "/tmp/ropekv-test-args-XXXXXX";
+static rk_oracle oracle;
+
+static int setup(void **state) {
+    (void)state;
+    char why[2048];
+    if (rk_test_setup(dir, NULL) != 0) return -1;
+    if (rk_oracle_open(&oracle, why, sizeof why) != 0) {
+        fprintf(stderr, "%s\n", why);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rk_oracle_close(&oracle);
+    rk_test_remove_tree(dir);
+    return 0;
+}
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t next(rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static int64_t below(rng *r, int64_t n) { return (int64_t)(next(r) % (uint64_t)n); }
+
+/* Values at the edges of every range the checks guard: zero, negatives, 2^31, the address space, INT64. */
+static const int64_t WILD[] = {0,
+                               1,
+                               -1,
+                               -8,
+                               8,
+                               4096,
+                               INT32_MAX,
+                               (int64_t)INT32_MAX + 1,
+                               (int64_t)1 << 32,
+                               (int64_t)1 << 40,
+                               (int64_t)1 << 54,
+                               (int64_t)1 << 56,
+                               (int64_t)1 << 57,
+                               ((int64_t)1 << 57) + 8,
+                               (int64_t)1 << 61,
+                               ((int64_t)1 << 62) - 8,
+                               (int64_t)1 << 62,
+                               INT64_MAX - 7,
+                               INT64_MAX,
+                               INT64_MIN,
+                               INT64_MIN + 8,
+                               -((int64_t)1 << 40)};
+
+/* A launch as an engine lays it out (small, padded strides, either nesting order of the query), then up to
+ * three fields replaced by a value of WILD or moved by a few elements. */
+static rk_draw draw(rng *r) {
+    rk_draw d = {.variant = (unsigned)below(r, RK_ORACLE_VARIANTS), .out_rope = (int)below(r, 2), .seed = next(r)};
+    const rk_desc *v = &oracle.var[d.variant].d;
+    const int64_t L = v->L, R = v->R, W = L + R, T = below(r, 7), H = 1 + below(r, 4), pad = 8 * below(r, 3);
+    const int64_t row_w = v->kv == ROPEKV_KV_BF16 ? v->row_bytes / 2 : v->row_bytes;
+    const int64_t B = 1 + below(r, 4), row_pad = v->kv == ROPEKV_KV_FP8_TILE ? 2 * pad : pad;
+    ropekv_args *a = &d.a;
+    a->tokens = T;
+    a->heads = H;
+    a->q_nope_sh = L + pad;
+    a->q_pe_sh = R + pad;
+    a->q_out_sh = W + pad;
+    a->q_nope_st = H * a->q_nope_sh;
+    a->q_pe_st = H * a->q_pe_sh;
+    a->q_out_st = H * a->q_out_sh;
+    if (below(r, 4) == 0 && T > 0) { /* head-major */
+        a->q_out_st = a->q_out_sh;
+        a->q_out_sh = T * a->q_out_st;
+    }
+    a->k_nope_st = L + pad;
+    a->k_pe_st = R + pad;
+    a->kv_tokens = below(r, 3) == 0 ? below(r, 9) - 1 : 0;
+    a->min_slot = below(r, 3) == 0 ? below(r, 3) : 0;
+    a->max_pos = 1 + below(r, 16);
+    a->kv_rows = below(r, 12);
+    a->kv_block_size = B;
+    a->kv_st = (v->layout == ROPEKV_KV_SPLIT ? L : row_w) + row_pad;
+    a->kv_block_st = B * a->kv_st + 16 * below(r, 2);
+    a->kv_rope_st = R + pad;
+    a->kv_rope_block_st = B * a->kv_rope_st + 16 * below(r, 2);
+    a->out_st = (d.out_rope ? L : W) + pad;
+    a->out_rope_st = R + pad;
+    for (int64_t n = below(r, 4); n > 0; n--) {
+        int64_t *f = (int64_t *)((char *)a + rk_oracle_fields[below(r, RK_ORACLE_NFIELDS)]);
+        if (below(r, 4) == 0) *f += 8 * (below(r, 5) - 2);
+        else *f = WILD[below(r, sizeof WILD / sizeof WILD[0])];
+    }
+    return d;
+}
+
+static void test_random_args(void **state) {
+    (void)state;
+    enum { DRAWS = 3000 };
+    rng r = {0x5eed5eedull};
+    char why[2048];
+    for (int i = 0; i < DRAWS; i++) {
+        const rk_draw d = draw(&r);
+        if (rk_oracle_check(&oracle, &d, why, sizeof why) != 0)
+            fail_msg("draw %d (variant %u, tokens %lld, heads %lld, kv_rows %lld): %s", i, d.variant,
+                     (long long)d.a.tokens, (long long)d.a.heads, (long long)d.a.kv_rows, why);
+    }
+    print_message("%ld launched, %ld refused, %ld too large to map (checked with ropekv_query)\n", oracle.launched,
+                  oracle.refused, oracle.queried);
+    /* the draws reach every outcome */
+    assert_true(oracle.launched > DRAWS / 5 && oracle.refused > DRAWS / 5 && oracle.queried > 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_args),
+    };
+    return cmocka_run_group_tests_name("args_random", tests, setup, teardown);
+}
