@@ -8,13 +8,13 @@
 
 #include "ropekv.h"
 
-#define CHECK(cond, ...)                        \
-    do {                                        \
-        if (!(cond)) {                          \
-            fprintf(stderr, "FAIL: " __VA_ARGS__); \
+#define CHECK(cond, ...)                                               \
+    do {                                                               \
+        if (!(cond)) {                                                 \
+            fprintf(stderr, "FAIL: " __VA_ARGS__);                     \
             fprintf(stderr, " (%s)\n", c ? ropekv_last_error(c) : ""); \
-            return 1;                           \
-        }                                       \
+            return 1;                                                  \
+        }                                                              \
     } while (0)
 
 enum { T = 3, H = 2, L = 512, R = 64, W = L + R, B = 4, ROWS = 8 };
@@ -32,10 +32,29 @@ int main(void) {
     CHECK(ropekv_kernel_prepare(k, ROPEKV_ENTRY_64) == ROPEKV_OK, "bundled 64-bit entry");
     for (int i = 0; i < T * H * W; i++) q[i] = (uint16_t)(0x3c00 + i % 512);
     for (int i = 0; i < T * W; i++) kn[i] = (uint16_t)(0x3c00 + i % 300);
-    ropekv_args a = {.tokens = T, .heads = H, .q_nope = q, .q_nope_st = H * W, .q_nope_sh = W, .q_pe = q + L,
-                     .q_pe_st = H * W, .q_pe_sh = W, .q_out = qo, .q_out_st = H * W, .q_out_sh = W, .k_nope = kn,
-                     .k_nope_st = W, .k_pe = kn + L, .k_pe_st = W, .kv_cache = kv, .kv_st = W, .kv_rows = ROWS,
-                     .positions = pos, .slots = slots, .cos_sin = cs, .max_pos = 8, .kv_block_size = B,
+    ropekv_args a = {.tokens = T,
+                     .heads = H,
+                     .q_nope = q,
+                     .q_nope_st = H * W,
+                     .q_nope_sh = W,
+                     .q_pe = q + L,
+                     .q_pe_st = H * W,
+                     .q_pe_sh = W,
+                     .q_out = qo,
+                     .q_out_st = H * W,
+                     .q_out_sh = W,
+                     .k_nope = kn,
+                     .k_nope_st = W,
+                     .k_pe = kn + L,
+                     .k_pe_st = W,
+                     .kv_cache = kv,
+                     .kv_st = W,
+                     .kv_rows = ROWS,
+                     .positions = pos,
+                     .slots = slots,
+                     .cos_sin = cs,
+                     .max_pos = 8,
+                     .kv_block_size = B,
                      .kv_block_st = B * W};
     CHECK(ropekv_launch(k, &a, NULL) == ROPEKV_OK, "launch");
     CHECK(memcmp(qo, q, 2 * L) == 0 && memcmp(kv + 5 * W, kn, 2 * L) == 0, "the launch wrote its rows");
@@ -43,7 +62,8 @@ int main(void) {
     a.kv_block_st = B * W;
     CHECK(ropekv_launch(k, &a, NULL) == ROPEKV_OK, "wide launch");
     ropekv_stats st;
-    CHECK(ropekv_get_stats(c, &st) == ROPEKV_OK && st.compiles == 0 && st.disk_hits == 2, "two bundle hits, no compile");
+    CHECK(ropekv_get_stats(c, &st) == ROPEKV_OK && st.compiles == 0 && st.disk_hits == 2,
+          "two bundle hits, no compile");
     ropekv_kernel_release(k);
     ropekv_variant other = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
     CHECK(ropekv_kernel_get(c, &other, &k) == ROPEKV_ERR_COMPILE, "a variant not in the bundle");

@@ -118,6 +118,7 @@ static void test_corrupt_entry_rebuilt(void **state) {
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     DIR *d = opendir(cache);
     struct dirent *e;
@@ -139,6 +140,7 @@ static void test_corrupt_entry_rebuilt(void **state) {
     ropekv_stats st;
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.cache_rejects == 1 && st.compiles == 1 && st.disk_hits == 0);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     assert_int_equal(rk_test_count_files(cache).entries, 1);
 }
@@ -153,6 +155,7 @@ static void test_unsafe_cache_dir(void **state) {
     ropekv_ctx *c = open_ctx(dir);
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     assert_int_equal(rk_test_count_files(dir).entries, 0);
     rmdir(dir);
@@ -242,6 +245,7 @@ static void test_threads_share_one_compile(void **state) {
         assert_int_equal(a[i].rc, ROPEKV_OK);
         assert_ptr_equal(a[i].k, a[0].k);
     }
+    for (int i = 0; i < 8; i++) ropekv_kernel_release(a[i].k);
     ropekv_destroy(c);
 }
 
@@ -573,6 +577,7 @@ static void test_argument_checks(void **state) {
     a.kv_st = 3;
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
     assert_non_null(strstr(why, "kv_st"));
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
 }
 
@@ -984,6 +989,7 @@ static void test_runtime_spec(void **state) {
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
     assert_non_null(strstr(ropekv_kernel_name(k), "neox"));
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
 }
 
