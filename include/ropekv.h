@@ -14,7 +14,8 @@
  *     ropekv_kernel_release(k); ropekv_destroy(ctx);
  *
  * Thread safety: every function may be called from many threads at once on the same context,
- * except ropekv_destroy (no other call on that context may be running or follow) and
+ * except ropekv_destroy (no other call on that context may be running or follow, though kernels
+ * still held stay usable: see ropekv_kernel_get) and
  * ropekv_last_error (the text of the most recent failure on the context, whichever thread made it;
  * read it from the thread that got the error, before that thread's next call, when several threads
  * can fail at once). Handles are opaque; destroy/release functions accept NULL. */
@@ -94,7 +95,8 @@ typedef struct ropekv_options {
     ropekv_backend backend;
     int device;            /* device ordinal for hip/cuda */
     const char *target;    /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
-    const char *cache_dir; /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv */
+    const char *cache_dir; /* NULL: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv.
+                                  A system directory (/, /etc, /usr, ...) is refused with a warning */
     int disk_cache;        /* 0: default (on unless $ROPEKV_DISABLE_CACHE=1); 1 on; -1 off */
     int log;               /* 0: default ($ROPEKV_LOG=1 logs to stderr); 1 on; -1 off */
     int pdl;               /* programmatic dependent launch where the target's row enables it (sm_90):
@@ -106,11 +108,18 @@ typedef struct ropekv_options {
                                   per call). Only correct when that kernel does not write them: engines
                                   write positions and slots once per step and never touch the tables.
                                   0: default (off unless $ROPEKV_PDL_PREFETCH=1); 1 on; -1 off */
+    const char *cache_ro;  /* read-only cache layers: directories separated by ':' (like $PATH), searched in
+                                  order before cache_dir and never written (a cache baked into an image, a
+                                  bundle of `ropekv-gen build --bundle`). Entries are validated as disk
+                                  entries are; an invalid one is skipped (a cache_reject), never removed. A
+                                  layer must be owned by this user or root and not writable by group or
+                                  others. Used with disk_cache off too. NULL: $ROPEKV_CACHE_RO */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
  * failed create go to stderr only when logging is on. */
 ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
+/* Gives up the handle; the context is freed now, or when its last kernel is released. */
 ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);
 
 /* Details of the most recent failure on ctx: compiler log, path, Lua traceback. Never NULL. */
@@ -129,9 +138,10 @@ ROPEKV_API ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file
 /* Counters of a context since its creation (monitoring, and tests of the cache). Thread-safe. */
 typedef struct ropekv_stats {
     uint64_t memory_hits;   /* ropekv_kernel_get answered from the context */
-    uint64_t disk_hits;     /* code objects loaded from the disk cache */
+    uint64_t disk_hits;     /* code objects loaded from the disk cache or a read-only layer */
     uint64_t compiles;      /* compiler runs */
-    uint64_t cache_rejects; /* invalid disk entries removed (corrupt, truncated, foreign, not loadable) */
+    uint64_t cache_rejects; /* invalid disk entries removed (corrupt, truncated, foreign, not loadable), or
+                               skipped in a read-only layer */
 } ropekv_stats;
 ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
 
@@ -248,9 +258,25 @@ ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
  * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
  * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets reach
- * 2^31 bytes, is built (cache, then compiler) by the first such launch. */
+ * 2^31 bytes, is built (cache, then compiler) by ropekv_kernel_prepare or by the first such launch.
+ *
+ * Lifetimes: a kernel reference keeps its context alive. ropekv_destroy with kernels still held
+ * gives up the caller's handle only: the context's code, device and memory stay until the last
+ * kernel is released, and those kernels still work (launch, prepare, info, name, release; their
+ * errors are recorded on the context, which the caller can no longer read). Tear down in either
+ * order; every kernel obtained must be released once, or the context is never freed. */
 ROPEKV_API ropekv_status ropekv_kernel_get(ropekv_ctx *ctx, const ropekv_variant *v, ropekv_kernel **out);
 ROPEKV_API void ropekv_kernel_release(ropekv_kernel *k);
+
+/* Builds a kernel's entries now rather than on first need, so that nothing compiles later (e.g. during
+ * CUDA/HIP graph capture, where a compile or module load would break the capture). entries is an OR of
+ * the flags below; ROPEKV_ENTRY_32 is always built by ropekv_kernel_get, so prepare(k, ROPEKV_ENTRY_64)
+ * is the useful call: it builds the 64-bit entry (disk cache, else the compiler) if it is not built
+ * yet, and returns the build's status (ROPEKV_ERR_COMPILE with the compiler's log). Another bit is
+ * ROPEKV_ERR_ARG. */
+#define ROPEKV_ENTRY_32 1u /* the 32-bit-index entry */
+#define ROPEKV_ENTRY_64 2u /* the 64-bit-index entry, for launches whose offsets reach 2^31 elements */
+ROPEKV_API ropekv_status ropekv_kernel_prepare(ropekv_kernel *k, unsigned entries);
 
 /* The extern "C" kernel name, which spells every parameter of the code (for logs and cache listings;
  * read the parameters with ropekv_kernel_info, not from the name). */
@@ -299,7 +325,7 @@ ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kerne
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
  * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31
- * bytes builds the kernel's 64-bit entry first (see ropekv_kernel_get); if that build fails it
+ * bytes builds the kernel's 64-bit entry first, unless ropekv_kernel_prepare did; if that build fails it
  * returns its status (e.g. ROPEKV_ERR_COMPILE, with the compiler's log) and the next such launch
  * tries again. */
 ROPEKV_API ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *args, void *stream);

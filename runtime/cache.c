@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -100,29 +101,84 @@ static int make_dirs(char *path, mode_t leaf) {
     return -1;
 }
 
-void rk_cache_open(rk_cache *c, const char *dir) {
-    if (!c) return;
-    memset(c, 0, sizeof *c);
+/* A directory of the system (after realpath) that is never a writable cache: the root, the top-level
+ * system directories themselves, and anything under the kernel's pseudo file systems. */
+static int system_dir(const char *real) {
+    static const char *const top[] = {"/",       "/bin",  "/boot", "/dev",   "/etc",  "/lib", "/lib32", "/lib64",
+                                      "/libx32", "/proc", "/run",  "/sbin",  "/srv",  "/sys", "/usr",   "/var",
+                                      "/opt",    "/home", "/mnt",  "/media", "/root", "/tmp"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (strcmp(real, top[i]) == 0) return 1;
+    return strncmp(real, "/proc/", 6) == 0 || strncmp(real, "/sys/", 5) == 0;
+}
+
+/* Drops trailing slashes and copies dir into c->dir; 0, or -1 with the reason in c->why. */
+static int set_dir(rk_cache *c, const char *dir) {
     if (!dir || !*dir) {
         say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
-        return;
+        return -1;
     }
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') /* "dir/" would make lstat follow a symlink */
         n--;
     if (n + 1 > sizeof c->dir - 128) {
         say(c->why, sizeof c->why, "cache directory path is too long (%zu bytes)" MEMORY_ONLY, n);
-        return;
+        return -1;
     }
     memcpy(c->dir, dir, n);
     c->dir[n] = '\0';
+    return 0;
+}
+
+void rk_cache_open_ro(rk_cache *c, const char *dir) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    c->readonly = 1;
+    if (set_dir(c, dir) != 0) return;
     const char *d = c->dir;
+    struct stat st;
+    if (lstat(d, &st) != 0) {
+        errtext e = errstr(errno);
+        say(c->why, sizeof c->why, "cannot inspect read-only cache layer %s: %s; not used", d, e.s);
+    } else if (S_ISLNK(st.st_mode)) {
+        say(c->why, sizeof c->why, "read-only cache layer %s is a symbolic link; not used", d);
+    } else if (!S_ISDIR(st.st_mode)) {
+        say(c->why, sizeof c->why, "read-only cache layer %s is not a directory; not used", d);
+    } else if (st.st_uid != geteuid() && st.st_uid != 0) {
+        say(c->why, sizeof c->why,
+            "read-only cache layer %s is owned by uid %lu, neither this user (uid %lu) nor root; not used", d,
+            (unsigned long)st.st_uid, (unsigned long)geteuid());
+    } else if (st.st_mode & 022) {
+        say(c->why, sizeof c->why, "read-only cache layer %s is writable by %s (mode 0%03o); not used", d,
+            (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+    } else if (access(d, R_OK | X_OK) != 0) {
+        errtext e = errstr(errno);
+        say(c->why, sizeof c->why, "read-only cache layer %s is not readable: %s; not used", d, e.s);
+    } else {
+        c->dev = (uint64_t)st.st_dev;
+        c->ino = (uint64_t)st.st_ino;
+        c->usable = 1;
+    }
+}
+
+void rk_cache_open(rk_cache *c, const char *dir) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    if (set_dir(c, dir) != 0) return;
+    const char *d = c->dir;
+    const size_t n = strlen(d);
 
     char tmp[sizeof c->dir];
     memcpy(tmp, c->dir, n + 1);
     if (make_dirs(tmp, 0700) != 0) {
         errtext e = errstr(errno);
         say(c->why, sizeof c->why, "cannot create cache directory %s: %s" MEMORY_ONLY, d, e.s);
+        return;
+    }
+    char real[PATH_MAX];
+    if (realpath(d, real) && system_dir(real)) {
+        say(c->why, sizeof c->why,
+            "cache directory %s is the system directory %s; refusing to write kernels there" MEMORY_ONLY, d, real);
         return;
     }
     struct stat st;
@@ -181,7 +237,7 @@ static int open_dir(const rk_cache *c, char *why, size_t cap) {
         close(fd);
         return -1;
     }
-    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    if ((st.st_uid != geteuid() && !(c->readonly && st.st_uid == 0)) || (st.st_mode & 022)) {
         say(why, cap, "cache directory %s changed owner or permissions (uid %lu, mode 0%03o)", c->dir,
             (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
         close(fd);
@@ -369,7 +425,12 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
         }
         free(buf);
         say(why, why_cap, "corrupt cache entry %s: %s", path, what);
-        remove_invalid(dfd, name, &st, why, why_cap);
+        if (c->readonly) {
+            size_t used = why ? strlen(why) : 0;
+            if (why && used < why_cap) snprintf(why + used, why_cap - used, "; skipped (a read-only layer)");
+        } else {
+            remove_invalid(dfd, name, &st, why, why_cap);
+        }
     }
     close(dfd);
     return rc;
@@ -397,8 +458,10 @@ static int write_all(int fd, const void *p, size_t n) {
 rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], const void *data, size_t len, char *why,
                          size_t why_cap) {
     say(why, why_cap, "%s", "");
-    if (!c || !c->usable) {
-        say(why, why_cap, "cache directory is not usable");
+    if (!c || !c->usable || c->readonly) {
+        say(why, why_cap,
+            c && c->readonly ? "cache directory %s is a read-only layer" : "cache directory is not usable",
+            c ? c->dir : "");
         return RK_CACHE_ERROR;
     }
     if (!digest || (!data && len)) {
@@ -502,7 +565,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
 /* ---- locks ------------------------------------------------------------------------------------------ */
 
 int rk_cache_lock(const rk_cache *c, const unsigned char digest[32]) {
-    if (!c || !c->usable || !digest) return -1;
+    if (!c || !c->usable || c->readonly || !digest) return -1;
     int dfd = open_dir(c, NULL, 0);
     if (dfd < 0) return -1;
     char name[NAME_CAP];
@@ -553,7 +616,7 @@ static int is_ours(const char *name) {
 }
 
 int rk_cache_clear(const rk_cache *c) {
-    if (!c || !c->usable) return -1;
+    if (!c || !c->usable || c->readonly) return -1;
     int dfd = open_dir(c, NULL, 0);
     if (dfd < 0) return -1;
     DIR *d = fdopendir(dfd);

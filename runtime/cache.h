@@ -54,6 +54,7 @@ typedef struct rk_cache {
     int usable; /* 0: memory-only (directory unusable; reason in why) */
     char why[512];
     uint64_t dev, ino; /* the directory rk_cache_open checked: every later operation insists on it */
+    int readonly;      /* opened by rk_cache_open_ro */
 } rk_cache;
 
 /* Opens (creating with mode 0700 if needed, missing parents 0755) the cache directory; trailing
@@ -68,6 +69,21 @@ typedef struct rk_cache {
  * ("cache directory /x was replaced by a symbolic link", "cannot open cache directory /x: No such file
  * or directory"), and lock and clear return -1; nothing is ever read or written through it. */
 void rk_cache_open(rk_cache *c, const char *dir);
+
+/* The root, the top-level system directories (/bin, /boot, /dev, /etc, /lib*, /opt, /proc, /run, /sbin,
+ * /srv, /sys, /usr, /var, /home, /tmp, ...) and anything under /proc or /sys, after realpath(3), are
+ * refused by rk_cache_open too: "cache directory /x is the system directory /usr; refusing to write
+ * kernels there; using memory-only caching" (as root every ownership check would pass there).
+ *
+ * A read-only layer: a directory of entries made elsewhere (a cache baked into a container image, a
+ * bundle of `ropekv-gen build --bundle`), searched but never written. Nothing is created; the
+ * directory must not be a symlink, must be owned by this user or by root, not writable by group or
+ * others, and readable, checked here and before every read as for rk_cache_open (reason in c->why:
+ * "read-only cache layer /x is writable by others (mode 0777); not used"). rk_cache_get reads and
+ * validates entries as for a writable cache, but an invalid entry is only reported ("corrupt cache
+ * entry <path>: <reason>; skipped (a read-only layer)"), never removed; put fails, lock and clear
+ * return -1. */
+void rk_cache_open_ro(rk_cache *c, const char *dir);
 
 /* Reads the entry for digest. On RK_CACHE_OK *data (malloc'd, the caller frees; non-NULL even for an
  * empty payload) / *len hold the payload. No entry: RK_CACHE_MISS with why = "". Invalid entries

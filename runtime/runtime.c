@@ -40,6 +40,8 @@ const char *ropekv_status_message(ropekv_status s) {
 }
 
 /* ---- context ---------------------------------------------------------------------------------- */
+#define RK_MAX_RO_LAYERS 8 /* read-only cache layers per context; more are ignored with a warning */
+
 struct ropekv_kernel {
     ropekv_ctx *ctx;
     /* lookup key: the spec's name and generation, and the caller's choices */
@@ -71,6 +73,9 @@ struct ropekv_ctx {
     rk_arch_table archs;
     const rk_arch *arch; /* the arch row the device maps to */
     rk_cache cache;
+    rk_cache ro[RK_MAX_RO_LAYERS]; /* read-only layers, searched in order before cache */
+    char ro_compiler[RK_MAX_RO_LAYERS][sizeof(((rk_device *)0)->compiler_id)]; /* the identity each keys with */
+    int n_ro;
     int log;
     int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
     int pdl_prefetch; /* ... reading the static inputs before the wait */
@@ -79,6 +84,9 @@ struct ropekv_ctx {
     int n_specs;
     unsigned generation;
     ropekv_kernel *kernels;
+    /* Under mu: 1 for the caller's handle until ropekv_destroy, plus 1 per kernel reference held; the
+     * context is freed when it reaches 0, so a kernel released after ropekv_destroy is still safe. */
+    int refs;
     ropekv_stats stats; /* under mu */
     char error[8192];
 };
@@ -144,6 +152,57 @@ static void cache_dir(const ropekv_options *o, char *out, size_t cap) {
     else out[0] = '\0';
 }
 
+/* The digest of a bundle's compiler note for the context's backend and target: an entry (the cache's own
+ * format) whose payload is the identity of the compiler that built the bundle's kernels. A read-only
+ * layer holding one keys its lookups with that identity, so a machine without the compiler (or with
+ * another version) finds them; other layers key with the local compiler's. */
+static void compiler_note_digest(const ropekv_ctx *c, unsigned char out[32]) {
+    char fmt[16];
+    snprintf(fmt, sizeof fmt, "%u", RK_CACHE_FORMAT);
+    rk_sha256 h;
+    rk_sha256_init(&h);
+    rk_sha256_field(&h, "compiler note", strlen("compiler note"));
+    rk_sha256_field(&h, fmt, strlen(fmt));
+    rk_sha256_field(&h, ROPEKV_VERSION_STRING, strlen(ROPEKV_VERSION_STRING));
+    rk_sha256_field(&h, c->dev.ops->name, strlen(c->dev.ops->name));
+    rk_sha256_field(&h, c->dev.target, strlen(c->dev.target));
+    rk_sha256_final(&h, out);
+}
+
+/* The read-only cache layers of a colon-separated list (empty names are skipped). One that cannot be
+ * used is warned about and left out. A layer holding a compiler note (a bundle) keys with its identity. */
+static void open_read_only(ropekv_ctx *c, const char *list) {
+    for (const char *p = list; p && *p; p += *p == ':') {
+        const size_t n = strcspn(p, ":");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)n, p);
+        p += n;
+        if (!dir[0]) continue;
+        if (c->n_ro == RK_MAX_RO_LAYERS) {
+            fprintf(stderr, "ropekv: warning: more than %d read-only cache layers; %s and later ones not used\n",
+                    RK_MAX_RO_LAYERS, dir);
+            return;
+        }
+        rk_cache *l = &c->ro[c->n_ro];
+        rk_cache_open_ro(l, dir);
+        if (!l->usable) {
+            fprintf(stderr, "ropekv: warning: %s\n", l->why);
+            continue;
+        }
+        unsigned char digest[32];
+        rk_codeobj note = {0};
+        compiler_note_digest(c, digest);
+        char *id = c->ro_compiler[c->n_ro];
+        if (rk_cache_get(l, digest, &note.data, &note.len, NULL, 0) == RK_CACHE_OK &&
+            note.len < sizeof c->ro_compiler[0] && !memchr(note.data, '\0', note.len))
+            snprintf(id, sizeof c->ro_compiler[0], "%.*s", (int)note.len, (const char *)note.data);
+        else snprintf(id, sizeof c->ro_compiler[0], "%s", c->dev.compiler_id);
+        rk_code_free(&note);
+        logf_(c, "read-only cache layer %s (kernels of %s)", l->dir, id);
+        c->n_ro++;
+    }
+}
+
 /* The arch row a device target maps to: its base name ("gfx942" of "gfx942:sramecc+:xnack-"), or
  * for NVIDIA the newest sm_XY row not newer than the device. */
 static const rk_arch *arch_for_target(const rk_arch_table *t, const char *target) {
@@ -173,6 +232,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     if (!c) return ROPEKV_ERR_NOMEM;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->built, NULL);
+    c->refs = 1;
     c->log = o && o->log ? o->log > 0 : env_flag("ROPEKV_LOG");
     c->pdl = o && o->pdl ? o->pdl > 0 : !env("ROPEKV_PDL") || env_flag("ROPEKV_PDL");
     c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : env_flag("ROPEKV_PDL_PREFETCH");
@@ -240,6 +300,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     rk_sha256_final(&h, c->template_hash);
     rk_buf_free(&tpl);
 
+    open_read_only(c, o && o->cache_ro ? o->cache_ro : env("ROPEKV_CACHE_RO"));
     char dir[4096];
     cache_dir(o, dir, sizeof dir);
     int disk = o && o->disk_cache ? o->disk_cache > 0 : !env_flag("ROPEKV_DISABLE_CACHE");
@@ -255,8 +316,8 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     return ROPEKV_OK;
 }
 
-void ropekv_destroy(ropekv_ctx *c) {
-    if (!c) return;
+/* Frees the context and every kernel: its last reference is gone. */
+static void ctx_free(ropekv_ctx *c) {
     ropekv_kernel *k = c->kernels;
     while (k) {
         ropekv_kernel *n = k->next;
@@ -271,6 +332,18 @@ void ropekv_destroy(ropekv_ctx *c) {
     pthread_cond_destroy(&c->built);
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+/* Drops one reference (the caller's handle, or one kernel reference); the last one frees it all. */
+static void ctx_unref(ropekv_ctx *c) {
+    pthread_mutex_lock(&c->mu);
+    const int last = --c->refs == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (last) ctx_free(c);
+}
+
+void ropekv_destroy(ropekv_ctx *c) {
+    if (c) ctx_unref(c);
 }
 
 /* ---- specs ------------------------------------------------------------------------------------------ */
@@ -426,7 +499,8 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
 }
 
 /* ---- the cache key ------------------------------------------------------------------------------------ */
-static void key_digest(const ropekv_ctx *c, const rk_desc *d, const char *src, size_t len, unsigned char out[32]) {
+static void key_digest(const ropekv_ctx *c, const char *compiler_id, const rk_desc *d, const char *src, size_t len,
+                       unsigned char out[32]) {
     unsigned char src_hash[32];
     rk_sha256 h;
     rk_sha256_init(&h);
@@ -442,15 +516,73 @@ static void key_digest(const ropekv_ctx *c, const rk_desc *d, const char *src, s
     rk_sha256_field(&h, d->name, strlen(d->name));
     rk_sha256_field(&h, src_hash, 32);
     rk_sha256_field(&h, c->dev.ops->name, strlen(c->dev.ops->name));
-    rk_sha256_field(&h, c->dev.compiler_id, strlen(c->dev.compiler_id));
+    rk_sha256_field(&h, compiler_id, strlen(compiler_id));
     rk_sha256_field(&h, c->dev.target, strlen(c->dev.target));
     rk_sha256_field(&h, c->dev.options, strlen(c->dev.options));
     rk_sha256_field(&h, c->arch->options, strlen(c->arch->options));
     rk_sha256_final(&h, out);
 }
 
+/* Writes the compiler note into the context's writable cache (`ropekv-gen build --bundle`). Internal: not
+ * exported. 0, or -1 with the reason in why. */
+int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap);
+int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap) {
+    unsigned char digest[32];
+    compiler_note_digest(c, digest);
+    return rk_cache_put(&c->cache, digest, c->dev.compiler_id, strlen(c->dev.compiler_id), why, cap) == RK_CACHE_OK
+               ? 0
+               : -1;
+}
 
-/* Source -> digest -> disk cache or compiler -> loaded module holding one entry (templates/kernel.hip,
+
+/* Loads code object co as entry `wide` of k (k->module[wide], *fn); an object lacking that entry is
+ * ROPEKV_ERR_COMPILE. The reason of a failure goes to log. */
+static int load_code(ropekv_ctx *c, ropekv_kernel *k, int wide, const rk_codeobj *co, void **fn, rk_buf *log) {
+    void *fns[2] = {NULL, NULL};
+    int rc = c->dev.ops->load(&c->dev, co, k->d.name, &k->module[wide], fns, log);
+    if (rc == ROPEKV_OK && !fns[wide]) {
+        c->dev.ops->unload(&c->dev, k->module[wide]);
+        k->module[wide] = NULL;
+        rk_buf_printf(log, "the code object lacks %s%s", k->d.name, wide ? "_i64" : "");
+        rc = ROPEKV_ERR_COMPILE;
+    }
+    if (rc == ROPEKV_OK) *fn = fns[wide];
+    return rc;
+}
+
+/* The read-only layers, in order: 1 when one holds a valid entry of this source that loads (then it is
+ * k's entry `wide`). An invalid entry, or one that does not load, is warned about, counted as a reject
+ * and skipped, never removed. */
+static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char *text, size_t len, void **fn) {
+    for (int i = 0; i < c->n_ro; i++) {
+        unsigned char digest[32];
+        char why[1024] = "";
+        rk_codeobj co = {0};
+        key_digest(c, c->ro_compiler[i], &k->d, text, len, digest);
+        int got = rk_cache_get(&c->ro[i], digest, &co.data, &co.len, why, sizeof why);
+        if (got != RK_CACHE_OK) {
+            if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
+            if (got == RK_CACHE_MISS && why[0]) count(c, &c->stats.cache_rejects);
+            continue;
+        }
+        rk_buf log = {0};
+        int rc = load_code(c, k, wide, &co, fn, &log);
+        if (rc == ROPEKV_OK) {
+            logf_(c, "read-only cache hit %s in %s", k->d.name, c->ro[i].dir);
+            count(c, &c->stats.disk_hits);
+        } else {
+            fprintf(stderr, "ropekv: warning: an entry of %s in read-only cache layer %s does not load (%s); skipped\n",
+                    k->d.name, c->ro[i].dir, log.p ? log.p : "");
+            count(c, &c->stats.cache_rejects);
+        }
+        rk_buf_free(&log);
+        rk_code_free(&co);
+        if (rc == ROPEKV_OK) return 1;
+    }
+    return 0;
+}
+
+/* Source -> digest -> read-only layers, writable disk cache or compiler -> loaded module holding one entry (templates/kernel.hip,
  * RK_ENTRIES): the 32-bit one (wide = 0) or the 64-bit one (wide = 1), stored in k->module[wide] and
  * *fn. Each is its own cache entry: the source differs by its first line. Runs without the context lock. */
 static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn) {
@@ -469,7 +601,11 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
     size_t len = src.len;
     unsigned char digest[32];
     char hex[65], why[1024] = "";
-    key_digest(c, d, text, len, digest);
+    if (from_read_only(c, k, wide, text, len, fn)) {
+        rk_buf_free(&src);
+        return ROPEKV_OK;
+    }
+    key_digest(c, c->dev.compiler_id, d, text, len, digest);
     rk_sha256_hex(digest, hex);
     rk_codeobj co = {0};
     int from_disk = 0, lock = -1;
@@ -501,16 +637,8 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
             count(c, &c->stats.disk_hits);
         }
         log.len = 0;
-        void *fns[2] = {NULL, NULL};
-        rc = c->dev.ops->load(&c->dev, &co, d->name, &k->module[wide], fns, &log);
-        if (rc == ROPEKV_OK && !fns[wide]) {
-            c->dev.ops->unload(&c->dev, k->module[wide]);
-            k->module[wide] = NULL;
-            rk_buf_printf(&log, "the code object lacks %s%s", d->name, wide ? "_i64" : "");
-            rc = ROPEKV_ERR_COMPILE;
-        }
+        rc = load_code(c, k, wide, &co, fn, &log);
         if (rc == ROPEKV_OK) {
-            *fn = fns[wide];
             /* Only a code object that loads is worth keeping. */
             if (!from_disk && c->cache.usable &&
                 rk_cache_put(&c->cache, digest, co.data, co.len, why, sizeof why) != RK_CACHE_OK)
@@ -563,6 +691,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
         ropekv_status s = k->status;
         if (s == ROPEKV_OK) {
             k->refs++;
+            c->refs++;
             c->stats.memory_hits++;
             *out = k;
             pthread_mutex_unlock(&c->mu);
@@ -599,6 +728,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
         k->fn[0] = fn;
         k->status = ROPEKV_OK;
         k->refs = 1;
+        c->refs++;
         k->state = 1;
         *out = k;
     } else {
@@ -615,9 +745,12 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
 
 void ropekv_kernel_release(ropekv_kernel *k) {
     if (!k) return;
-    pthread_mutex_lock(&k->ctx->mu);
-    if (k->refs > 0) k->refs--; /* modules stay loaded in the context's cache until destroy */
-    pthread_mutex_unlock(&k->ctx->mu);
+    ropekv_ctx *c = k->ctx;
+    pthread_mutex_lock(&c->mu);
+    const int held = k->refs > 0;
+    if (held) k->refs--; /* modules stay loaded in the context's cache until the context is freed */
+    pthread_mutex_unlock(&c->mu);
+    if (held) ctx_unref(c);
 }
 
 const char *ropekv_kernel_name(const ropekv_kernel *k) { return k ? k->d.name : ""; }
@@ -668,7 +801,8 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
     return ROPEKV_OK;
 }
 
-/* The 64-bit entry, built by the first launch that needs it (2^31 or more elements in reach); threads
+/* The 64-bit entry, built by ropekv_kernel_prepare or the first launch that needs it (2^31 or more
+ * elements in reach); threads
  * that need it meanwhile wait. A failed build is reported to the launch and tried again by the next. */
 static ropekv_status wide_entry(ropekv_kernel *k, void **fn) {
     ropekv_ctx *c = k->ctx;
@@ -687,6 +821,15 @@ static ropekv_status wide_entry(ropekv_kernel *k, void **fn) {
     pthread_cond_broadcast(&c->built);
     pthread_mutex_unlock(&c->mu);
     return s;
+}
+
+ropekv_status ropekv_kernel_prepare(ropekv_kernel *k, unsigned entries) {
+    if (!k) return ROPEKV_ERR_NULL;
+    if (entries & ~(unsigned)(ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64))
+        return fail(k->ctx, ROPEKV_ERR_ARG,
+                    "kernel_prepare: entries 0x%x has bits other than ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64", entries);
+    void *fn; /* the 32-bit entry is built by ropekv_kernel_get */
+    return entries & ROPEKV_ENTRY_64 ? wide_entry(k, &fn) : ROPEKV_OK;
 }
 
 ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream) {

@@ -888,6 +888,62 @@ static void test_clear(void **state) {
 
 /* ---- the parser under garbage ---------------------------------------------------------------------- */
 
+/* System directories are refused as a writable cache, after realpath (nothing is created in them). */
+static void test_system_dirs_refused(void **state) {
+    (void)state;
+    const char *dirs[] = {"/", "/usr/", "/etc/../usr", "/proc/self", "/var"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        rk_cache c;
+        rk_cache_open(&c, dirs[i]);
+        assert_int_equal(c.usable, 0);
+        if (!strstr(c.why, "system directory")) fail_msg("%s: %s", dirs[i], c.why);
+    }
+}
+
+/* A read-only layer: entries are read and validated as in a writable cache; an invalid one is reported
+ * and skipped, never removed; nothing is ever written, locked or cleared there. */
+static void test_read_only_layer(void **state) {
+    fixture *f = *state;
+    unsigned char d[32], bad[32];
+    make_digest(20, d);
+    make_digest(21, bad);
+    unsigned char *p = make_payload(d, 400);
+    assert_int_equal(rk_cache_put(&f->c, d, p, 400, NULL, 0), RK_CACHE_OK);
+    char path[PATH], why[1024];
+    entry_file(f, bad, ".rkco", path);
+    assert_int_equal(rk_write_file(path, "garbage", 7), 0);
+
+    rk_cache ro;
+    rk_cache_open_ro(&ro, f->dir);
+    assert_int_equal(ro.usable, 1);
+    expect_get(&ro, d, p, 400);
+    unsigned char *data = NULL;
+    size_t len = 0;
+    assert_int_equal(rk_cache_get(&ro, bad, &data, &len, why, sizeof why), RK_CACHE_MISS);
+    assert_non_null(strstr(why, "skipped (a read-only layer)"));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0); /* still there */
+    assert_int_equal(rk_cache_put(&ro, bad, p, 400, why, sizeof why), RK_CACHE_ERROR);
+    assert_non_null(strstr(why, "read-only layer"));
+    assert_int_equal(rk_cache_lock(&ro, d), -1);
+    assert_int_equal(rk_cache_clear(&ro), -1);
+    assert_int_equal(rk_test_count_files(f->dir).entries, 2);
+
+    /* unusable layers: missing, writable by others; nothing is created */
+    char missing[PATH];
+    snprintf(missing, sizeof missing, "%s/missing", f->root);
+    rk_cache_open_ro(&ro, missing);
+    assert_int_equal(ro.usable, 0);
+    assert_non_null(strstr(ro.why, "cannot inspect read-only cache layer"));
+    assert_int_not_equal(stat(missing, &st), 0);
+    assert_int_equal(chmod(f->dir, 0777), 0);
+    rk_cache_open_ro(&ro, f->dir);
+    assert_int_equal(ro.usable, 0);
+    assert_non_null(strstr(ro.why, "writable by others"));
+    assert_int_equal(chmod(f->dir, 0700), 0);
+    free(p);
+}
+
 static void test_parse_garbage(void **state) {
     (void)state;
     uint64_t x = 0x243f6a8885a308d3ull;
@@ -950,6 +1006,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_sha256_field),
         cmocka_unit_test(test_parse_garbage),
+        cmocka_unit_test(test_system_dirs_refused),
+        cmocka_unit_test_setup_teardown(test_read_only_layer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_written_temp_is_ignored, setup, teardown),

@@ -119,6 +119,7 @@ static void test_corrupt_entry_rebuilt(void **state) {
     ropekv_ctx *c = open_ctx(cache);
     ropekv_kernel *k = NULL;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     DIR *d = opendir(cache);
     struct dirent *e;
@@ -140,6 +141,7 @@ static void test_corrupt_entry_rebuilt(void **state) {
     ropekv_stats st;
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.cache_rejects == 1 && st.compiles == 1 && st.disk_hits == 0);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     assert_int_equal(rk_test_count_files(cache).entries, 1);
 }
@@ -154,9 +156,67 @@ static void test_unsafe_cache_dir(void **state) {
     ropekv_ctx *c = open_ctx(dir);
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
     assert_int_equal(rk_test_count_files(dir).entries, 0);
     rmdir(dir);
+}
+
+/* Read-only layers ($ROPEKV_CACHE_RO or opts.cache_ro, ':'-separated) are searched in order before the
+ * writable directory, with the disk cache off too; a corrupt entry there is skipped and counted, never
+ * removed; a system directory is refused as the writable cache. */
+static void test_read_only_layers(void **state) {
+    (void)state;
+    char a[256], b[256], list[600];
+    snprintf(a, sizeof a, "%s/layer-a", cache);
+    snprintf(b, sizeof b, "%s/layer-b", cache);
+    ropekv_ctx *c = open_ctx(a); /* fills layer a */
+    ropekv_kernel *k;
+    ropekv_stats st;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+
+    snprintf(list, sizeof list, "%s/none::%s", cache, a); /* a missing layer is warned about and skipped */
+    setenv("ROPEKV_CACHE_RO", list, 1); /* keyed with this compiler's identity (a bundle carries its own) */
+    c = open_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.disk_hits == 1 && st.compiles == 0);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    unsetenv("ROPEKV_CACHE_RO");
+
+    /* corrupt in the layer: skipped (one reject), compiled into the writable b, the layer untouched */
+    DIR *dir = opendir(a);
+    struct dirent *e;
+    char path[600] = "";
+    while ((e = readdir(dir)))
+        if (strstr(e->d_name, ".rkco")) snprintf(path, sizeof path, "%s/%s", a, e->d_name);
+    closedir(dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(0x5a ^ fgetc(f), f);
+    fclose(f);
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = b, .disk_cache = 1, .cache_ro = a};
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.cache_rejects == 1 && st.compiles == 1 && st.disk_hits == 0);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    assert_int_equal(rk_test_count_files(a).entries, 1);
+    assert_int_equal(rk_test_count_files(b).entries, 1);
+
+    /* the root as the writable cache: refused (one warning), memory-only, nothing written there */
+    const int before = rk_test_count_files("/").entries;
+    ropekv_options root = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = "/", .disk_cache = 1};
+    assert_int_equal(ropekv_create(&c, &root), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    assert_int_equal(rk_test_count_files("/").entries, before);
 }
 
 typedef struct thread_arg {
@@ -186,6 +246,7 @@ static void test_threads_share_one_compile(void **state) {
         assert_int_equal(a[i].rc, ROPEKV_OK);
         assert_ptr_equal(a[i].k, a[0].k);
     }
+    for (int i = 0; i < 8; i++) ropekv_kernel_release(a[i].k);
     ropekv_destroy(c);
 }
 
@@ -376,6 +437,64 @@ static void test_wide_entry_on_first_need(void **state) {
     ropekv_destroy(c);
 }
 
+/* ropekv_kernel_prepare builds the 64-bit entry now: a later launch that needs it compiles nothing
+ * (as inside graph capture). Unknown entry bits are ROPEKV_ERR_ARG. */
+static void test_prepare_wide_entry(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    ropekv_stats before, after;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_prepare(k, 4), ROPEKV_ERR_ARG);
+    assert_non_null(strstr(ropekv_last_error(c), "ROPEKV_ENTRY_64"));
+    assert_int_equal(ropekv_kernel_prepare(NULL, ROPEKV_ENTRY_64), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_32), ROPEKV_OK);
+    assert_int_equal(ropekv_get_stats(c, &before), ROPEKV_OK);
+    assert_true(before.compiles == 1);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_64), ROPEKV_OK); /* already built: nothing to do */
+    assert_int_equal(ropekv_get_stats(c, &before), ROPEKV_OK);
+    assert_true(before.compiles == 2);
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i % 8;
+    ropekv_args wide = good_args();
+    wide.kv_rows = INT32_MAX / W + 1;     /* the offsets need the 64-bit entry */
+    setenv("CXX", "/nonexistent/c++", 1); /* a compile now would fail the launch */
+    expect(c, k, wide, ROPEKV_OK, NULL);
+    unsetenv("CXX");
+    assert_int_equal(ropekv_get_stats(c, &after), ROPEKV_OK);
+    assert_true(after.compiles == before.compiles);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
+/* A kernel keeps its context alive: destroyed first, the context lives until the last kernel is
+ * released, and the kernels still launch meanwhile (the asan preset checks nothing leaks or is used
+ * after it is freed). */
+static void test_release_after_destroy(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k, *k2, *r;
+    ropekv_variant rv = DS_FP8;
+    rv.op = ROPEKV_OP_READ;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &rv, &r), ROPEKV_OK);
+    ropekv_destroy(c);
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i % 8;
+    ropekv_args a = good_args();
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_OK);
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.spec, "deepseek_v3");
+    a.kv_st = 1; /* a failing launch records its error on the context, which is still there */
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_ERR_STRIDE);
+    ropekv_kernel_release(k);
+    ropekv_kernel_release(r);
+    a = good_args();
+    assert_int_equal(ropekv_launch(k2, &a, NULL), ROPEKV_OK);
+    ropekv_kernel_release(k2); /* the last reference: everything is freed */
+}
+
 static void test_argument_checks(void **state) {
     (void)state;
     ropekv_ctx *c = open_ctx(NULL);
@@ -459,6 +578,7 @@ static void test_argument_checks(void **state) {
     a.kv_st = 3;
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
     assert_non_null(strstr(why, "kv_st"));
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
 }
 
@@ -951,6 +1071,7 @@ static void test_runtime_spec(void **state) {
     ropekv_kernel *k;
     assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
     assert_non_null(strstr(ropekv_kernel_name(k), "neox"));
+    ropekv_kernel_release(k);
     ropekv_destroy(c);
 }
 
@@ -1001,6 +1122,9 @@ int main(void) {
         cmocka_unit_test(test_kv_layouts),
         cmocka_unit_test(test_read_round_trip),
         cmocka_unit_test(test_slots_near_2_31),
+        cmocka_unit_test(test_prepare_wide_entry),
+        cmocka_unit_test(test_read_only_layers),
+        cmocka_unit_test(test_release_after_destroy),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };

@@ -1,5 +1,6 @@
 /* ropekv-gen: list, emit and self-test the kernel variants that the spec files describe.
  * The CLI only parses arguments; the work is done by the gen library and the runtime backends. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "pool.h"
 #include "rk.h"
 #include "check.h"
+#include "ropekv.h"
 
 #define MAX_VARIANTS (RK_MAX_SPECS * 64)
 
@@ -23,8 +25,9 @@ typedef struct opts {
     int jobs;                          /* selftest, build */
     const char *targets[RK_MAX_ARCHS]; /* build, inspect */
     int n_targets;
-    int strict;      /* build */
-    const char *key; /* inspect */
+    int strict;         /* build */
+    const char *key;    /* inspect */
+    const char *bundle; /* build --bundle DIR */
 } opts;
 
 static const char USAGE[] =
@@ -34,7 +37,7 @@ static const char USAGE[] =
     "  list               one variant per line: key, then kernel name\n"
     "  emit --out DIR     one HIP source per variant and DIR/manifest.json\n"
     "  selftest [--jobs N] run every variant on the host backend against the CPU reference\n"
-    "  build [--target T]... [--jobs N] [--strict]\n"
+    "  build [--target T]... [--jobs N] [--strict] [--bundle DIR]\n"
     "                     compile every variant with its target's compiler; a table of registers,\n"
     "                     scratch, spills, code size and hardware conversions per variant\n"
     "  inspect KEY [--target T]\n"
@@ -88,6 +91,12 @@ static const char *const HELP_BUILD =
     "  --jobs N     worker processes (default: the number of CPUs)\n"
     "  --strict     also fail when a device variant uses scratch or spills (or they are not known), or\n"
     "               an fp8 variant on a target with fp8_hw lacks the hardware fp8 conversion\n"
+    "  --bundle DIR write the code of every variant chosen (both entries, 32- and 64-bit) into DIR as\n"
+    "               the runtime's own cache entries, keyed as the runtime keys them, plus the identity\n"
+    "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
+    "               as a read-only layer ($ROPEKV_CACHE_RO) runs them without any compiler. Builds through\n"
+    "               the runtime, so the target's backend must open here (host: always; a GPU target: its\n"
+    "               device and driver); no table is printed\n"
     "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
     "log of each failure is printed on stderr.\n";
 static const char *const HELP_INSPECT =
@@ -302,6 +311,89 @@ static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const c
     return NULL;
 }
 
+/* ---- bundles ---------------------------------------------------------------------------------- */
+int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap); /* runtime.c, internal */
+
+/* Builds the n variants (one target) through the runtime into the cache directory dir: the same code,
+ * keys and entry format a runtime finds in a read-only layer. Appends "kernel KEY NAME" lines to man. */
+static int bundle_target(const opts *o, const rk_arch *a, const rk_desc *v, int n, const char *dir, rk_buf *man) {
+    ropekv_options opt = {.backend = a->vendor == RK_VENDOR_AMD      ? ROPEKV_BACKEND_HIP
+                                     : a->vendor == RK_VENDOR_NVIDIA ? ROPEKV_BACKEND_CUDA
+                                                                     : ROPEKV_BACKEND_HOST,
+                          .target = a->name,
+                          .cache_dir = dir,
+                          .disk_cache = 1,
+                          .cache_ro = ""};
+    ropekv_ctx *c;
+    ropekv_status s = ropekv_create(&c, &opt);
+    if (s != ROPEKV_OK) {
+        fprintf(stderr, "ropekv-gen build --bundle: no %s backend for target %s here: %s (ROPEKV_LOG=1 says why)\n",
+                a->vendor == RK_VENDOR_AMD      ? "hip"
+                : a->vendor == RK_VENDOR_NVIDIA ? "cuda"
+                                                : "host",
+                a->name, ropekv_status_name(s));
+        return 1;
+    }
+    int failed = 0;
+    for (int i = 0; i < o->n_extra && !failed; i++)
+        if ((s = ropekv_load_spec(c, o->extra_specs[i])) != ROPEKV_OK) failed = 1;
+    for (int i = 0; i < n && !failed; i++) {
+        const rk_choice ch = rk_desc_choice(&v[i]);
+        ropekv_variant rv = {v[i].spec->name, ch.kv, ch.q, ch.pos, ch.slot, ch.q_dtype, ch.layout, ch.op};
+        ropekv_kernel *k = NULL;
+        s = ropekv_kernel_get(c, &rv, &k);
+        if (s == ROPEKV_OK) s = ropekv_kernel_prepare(k, ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64);
+        ropekv_kernel_release(k);
+        if (s != ROPEKV_OK) failed = 1;
+        else {
+            fprintf(stderr, "[%d/%d] %s\n", i + 1, n, v[i].key);
+            rk_buf_printf(man, "kernel %s %s\n", v[i].key, v[i].name);
+        }
+    }
+    char why[1024];
+    if (failed) fprintf(stderr, "ropekv-gen build --bundle: %s\n", ropekv_last_error(c));
+    else if (rk_ctx_write_compiler_note(c, why, sizeof why) != 0) {
+        fprintf(stderr, "ropekv-gen build --bundle: %s\n", why);
+        failed = 1;
+    }
+    ropekv_destroy(c);
+    return failed;
+}
+
+/* build --bundle: the chosen variants, target by target, into o->bundle; then its manifest. The lock
+ * files the runtime left behind are removed (a bundle is read-only). */
+static int cmd_bundle(const opts *o, const rk_build_item *items, int m) {
+    rk_buf man = {0};
+    rk_buf_printf(&man, "ropekv-bundle 1\nropekv %s\n", ROPEKV_VERSION_STRING);
+    rk_desc *group = malloc(sizeof *group * (size_t)m);
+    int rc = group ? 0 : 1;
+    for (int i = 0; i < m && rc == 0; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = items[j].v.arch == items[i].v.arch;
+        if (seen) continue;
+        int n = 0;
+        for (int j = i; j < m; j++)
+            if (items[j].v.arch == items[i].v.arch) group[n++] = items[j].v;
+        rc = bundle_target(o, items[i].v.arch, group, n, o->bundle, &man);
+    }
+    free(group);
+    DIR *d = rc == 0 ? opendir(o->bundle) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len == 69 && strcmp(e->d_name + 64, ".lock") == 0) unlinkat(dirfd(d), e->d_name, 0);
+    }
+    if (d) closedir(d);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ropekv-bundle.txt", o->bundle);
+    if (rc == 0 && write_file(path, man.p, man.len) != 0) {
+        fprintf(stderr, "ropekv-gen build --bundle: cannot write %s: %s\n", path, strerror(errno));
+        rc = 1;
+    }
+    if (rc == 0) fprintf(stderr, "build: %d variants bundled in %s\n", m, o->bundle);
+    rk_buf_free(&man);
+    return rc;
+}
+
 static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int n) {
     const rk_arch *want[RK_MAX_ARCHS];
     for (int t = 0; t < o->n_targets; t++)
@@ -342,6 +434,12 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
         free(items);
         free(res);
         return 1;
+    }
+    if (o->bundle) {
+        int rc = cmd_bundle(o, items, m);
+        free(items);
+        free(res);
+        return rc;
     }
     int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (jobs < 1) jobs = 1;
@@ -535,6 +633,8 @@ int main(int argc, char **argv) {
             o.out = argv[++i];
         } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build")) && !strcmp(argv[i], "--jobs") && i + 1 < argc) {
             o.jobs = atoi(argv[++i]);
+        } else if (!strcmp(cmd, "build") && !strcmp(argv[i], "--bundle") && i + 1 < argc) {
+            o.bundle = argv[++i];
         } else if (!strcmp(cmd, "build") && !strcmp(argv[i], "--strict")) {
             o.strict = 1;
         } else if ((!strcmp(cmd, "build") || (!strcmp(cmd, "inspect") && o.n_targets == 0)) &&

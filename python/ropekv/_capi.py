@@ -61,6 +61,7 @@ class ropekv_options(ctypes.Structure):
         ("log", ctypes.c_int),
         ("pdl", ctypes.c_int),
         ("pdl_prefetch", ctypes.c_int),
+        ("cache_ro", ctypes.c_char_p),  # read-only cache layers, ':'-separated (None: $ROPEKV_CACHE_RO)
     ]
 
 
@@ -203,7 +204,10 @@ _PROTOTYPES = {
     "ropekv_kernel_name": (ctypes.c_char_p, [_kernel_p]),
     "ropekv_kernel_info": (_status, [_kernel_p, ctypes.POINTER(ropekv_kernel_params)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
+    "ropekv_kernel_prepare": (_status, [_kernel_p, ctypes.c_uint]),
 }
+
+ENTRY_32, ENTRY_64 = 1, 2  # ropekv_kernel_prepare's entries (ROPEKV_ENTRY_32, ROPEKV_ENTRY_64)
 
 # ropekv_launch with the argument block as bytes (ARGS_PACK): the same function, another prototype
 _LAUNCH_PACKED = ctypes.CFUNCTYPE(_status, _kernel_p, ctypes.c_char_p, ctypes.c_void_p)

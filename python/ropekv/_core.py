@@ -496,6 +496,15 @@ class Kernel:
         args, keep = self.args(**tensors)
         return BoundLaunch(self, args, keep, stream)
 
+    def prepare(self, wide=True):
+        """Builds the kernel's entries now (ropekv_kernel_prepare): with wide=True the 64-bit entry too, which
+        otherwise the first launch whose offsets reach 2^31 elements builds. Call it before capturing a CUDA
+        graph so that nothing compiles during the capture. Raises RopekvError when the build fails."""
+        entries = _capi.ENTRY_32 | (_capi.ENTRY_64 if wide else 0)
+        s = self.ctx._lib.ropekv_kernel_prepare(self._handle(), entries)
+        if s != 0:
+            self.ctx._raise(s)
+
 
 class BoundLaunch:
     """A kernel launch with fixed tensors (Kernel.bind): call it to launch again."""

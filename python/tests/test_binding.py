@@ -367,6 +367,29 @@ def test_context_host_basics():
     assert set(st) == {"memory_hits", "disk_hits", "compiles", "cache_rejects"}
 
 
+def test_kernel_prepare_host():
+    """Kernel.prepare builds the 64-bit entry ahead of time; a second call compiles nothing; a Kernel keeps its
+    Context object alive, and close() stays idempotent."""
+    c = ropekv.Context("host", disk_cache=False)
+    k = c.kernel("deepseek_v3", kv="bf16", q="absorbed")
+    before = c.stats()["compiles"]
+    k.prepare(wide=True)
+    after = c.stats()["compiles"]
+    assert after == before + 1, (before, after)
+    k.prepare()
+    k.prepare(wide=False)
+    assert c.stats()["compiles"] == after
+    assert k.ctx is c
+    c.close()
+    c.close()
+    try:
+        k.prepare()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("prepare on a closed context did not raise")
+
+
 def test_load_spec_text_host():
     c = ropekv.Context("host", disk_cache=False)
     try:
