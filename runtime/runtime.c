@@ -321,14 +321,13 @@ ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     int rc = ROPEKV_OK;
     while (rc == ROPEKV_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         rc = rk_buf_put(&b, chunk, n);
-        if (b.len > (1u << 20)) rc = ROPEKV_ERR_SPEC_LIMIT;
+        if (b.len > RK_SPEC_TEXT_MAX) break; /* enough to be refused by the loader's cap */
     }
     int bad = ferror(f);
     fclose(f);
-    ropekv_status s = rc == ROPEKV_ERR_SPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
-                      : rc != ROPEKV_OK           ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
-                      : bad                       ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
-                                                  : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
+    ropekv_status s = rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
+                      : bad           ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
+                                      : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
     rk_buf_free(&b);
     return s;
 }
