@@ -109,7 +109,8 @@ typedef struct ropekv_options {
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
- * failed create go to stderr only when logging is on. */
+ * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG),
+ * always named there. */
 ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
 ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);
 

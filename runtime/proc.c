@@ -107,8 +107,16 @@ int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out,
     }
     if (timed_out) *status = RK_RUN_TIMED_OUT;
     else if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
-    else if (WIFSIGNALED(ws)) *status = 128 + WTERMSIG(ws);
+    else if (WIFSIGNALED(ws)) *status = RK_RUN_SIGNALED(WTERMSIG(ws));
     return rc;
+}
+
+void rk_run_status_text(int status, char *out, size_t cap) {
+    if (status == RK_RUN_TIMED_OUT) snprintf(out, cap, "timed out");
+    else if (status <= RK_RUN_SIGNALED(1))
+        snprintf(out, cap, "killed by signal %d (%s)", RK_RUN_SIGNALED(0) - status,
+                 strsignal(RK_RUN_SIGNALED(0) - status));
+    else snprintf(out, cap, "exit status %d", status);
 }
 
 int rk_mktmpdir(char *path, size_t cap, const char *prefix) {

@@ -30,14 +30,17 @@ enum {
     RK_RUN_NO_STDERR = 1, /* the program's stderr goes to /dev/null, not to out */
 };
 #define RK_RUN_TIMED_OUT (-2)
+#define RK_RUN_SIGNALED(sig) (-1000 - (sig)) /* *status of a program killed by signal sig */
 /* Runs argv[0] (searched in PATH when it has no '/') with argv, no shell, stdin from /dev/null,
  * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in
- * *status: the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in
+ * *status: the exit code, or RK_RUN_SIGNALED(signal)); ROPEKV_ERR_IO when it could not be started (reason in
  * out); ROPEKV_ERR_NOMEM when out could not hold its output (it still ran to its end).
  * timeout_s > 0: the program runs in its own process group, and when it has not finished after
  * timeout_s seconds the whole group (what it started too) is killed and *status is
  * RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
 int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status);
+/* How a run ended, for people: "exit status 1", "killed by signal 9 (Killed)", "timed out". */
+void rk_run_status_text(int status, char *out, size_t cap);
 
 /* Creates a private (0700) temporary directory under $TMPDIR (else /tmp, also when $TMPDIR is
  * unusable) named <prefix>-XXXXXX (prefix NULL: "ropekv"). ROPEKV_OK or ROPEKV_ERR_IO (errno set). */

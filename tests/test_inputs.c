@@ -1,5 +1,8 @@
 /* Bad inputs from the process around the library, on the host backend:
  *   - spec text: the 1 MiB cap on every entry point (exactly 1 MiB loads, one byte more is refused);
+ *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
+ *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
+ *   - $CXX: a command with arguments; a compiler that fails silently or is killed by a signal;
  * An optional argument is a cmocka test filter (e.g. "test_spec*"). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "env.h"
+#include "host_compile.h"
 #include "proc.h"
 #include "rk.h"
 #include "ropekv.h"
@@ -38,6 +43,45 @@ static int teardown(void **state) {
 }
 
 static void sub(char *out, const char *name) { snprintf(out, PATH, "%s/%s", root, name); }
+
+static void write_text(const char *path, const char *text, mode_t mode) {
+    assert_int_equal(rk_test_write_file(path, text, strlen(text), mode), ROPEKV_OK);
+}
+
+/* stderr goes to a file while capturing; end_capture returns what was written (static buffer). */
+static int saved_err = -1;
+static char capture_path[PATH];
+
+static void begin_capture(void) {
+    fflush(stderr);
+    sub(capture_path, "stderr.txt");
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static const char *end_capture(void) {
+    static char text[16384];
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rk_codeobj f;
+    text[0] = '\0';
+    if (rk_read_file(capture_path, &f) == ROPEKV_OK) snprintf(text, sizeof text, "%s", (const char *)f.data);
+    rk_code_free(&f);
+    unlink(capture_path);
+    fputs(text, stderr); /* still shown */
+    return text;
+}
+
+/* How many times s occurs in text. */
+static int occurrences(const char *text, const char *s) {
+    int n = 0;
+    for (const char *p = strstr(text, s); p; p = strstr(p + 1, s)) n++;
+    return n;
+}
 
 /* ---- spec text: 1 MiB ----------------------------------------------------------------------------- */
 /* A valid spec padded with a comment to n bytes (malloc'd). */
@@ -89,9 +133,142 @@ static void test_spec_size_cap(void **state) {
     ropekv_destroy(c);
 }
 
+/* ---- ROPEKV_* variables ------------------------------------------------------------------------------ */
+static void test_env_values(void **state) {
+    (void)state;
+    static const struct {
+        const char *v;
+        int want; /* -1: invalid, the default (0 for ROPEKV_LOG) with a warning */
+    } flags[] = {{"1", 1},  {"true", 1}, {"YES", 1}, {"on", 1},     {"0", 0},  {"false", 0},
+                 {"No", 0}, {"off", 0},  {"2", -1},  {"maybe", -1}, {"1 ", -1}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        setenv("ROPEKV_LOG", flags[i].v, 1);
+        begin_capture();
+        int got = rk_env_flag(RK_ENV_LOG);
+        rk_env_flag(RK_ENV_LOG); /* warned about once */
+        const char *err = end_capture();
+        assert_int_equal(got, flags[i].want < 0 ? 0 : flags[i].want);
+        assert_int_equal(occurrences(err, "ROPEKV_LOG="), flags[i].want < 0);
+    }
+    unsetenv("ROPEKV_LOG");
+    setenv("ROPEKV_PDL", "bogus", 1); /* default on */
+    assert_int_equal(rk_env_flag(RK_ENV_PDL), 1);
+    unsetenv("ROPEKV_PDL");
+    assert_int_equal(rk_env_flag(RK_ENV_PDL), 1);
+
+    static const struct {
+        const char *v;
+        long want; /* -1: invalid */
+    } seconds[] = {
+        {"0", 0},    {"5", 5},  {"31536000", 31536000},      {"31536001", -1}, {"abc", -1}, {"-1", -1}, {"1e99", -1},
+        {"10s", -1}, {"", 120}, {"99999999999999999999", -1}};
+    for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
+        setenv("ROPEKV_COMPILE_TIMEOUT", seconds[i].v, 1);
+        begin_capture();
+        long got = rk_host_compile_timeout();
+        const char *err = end_capture();
+        assert_int_equal(got, seconds[i].want < 0 ? RK_COMPILE_TIMEOUT_DEFAULT : seconds[i].want);
+        if (seconds[i].want < 0) assert_non_null(strstr(err, "ROPEKV_COMPILE_TIMEOUT="));
+        if (seconds[i].want < 0) assert_non_null(strstr(err, "using 120"));
+    }
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+
+    int major = -1, minor = -1;
+    setenv("ROPEKV_HIPRTC_VERSION", "6.2", 1);
+    assert_int_equal(rk_env_version(RK_ENV_HIPRTC_VERSION, &major, &minor), 1);
+    assert_true(major == 6 && minor == 2);
+    static const char *const bad_versions[] = {"6", "6.2abc", "-6.2", "six"};
+    for (size_t i = 0; i < 4; i++) {
+        setenv("ROPEKV_HIPRTC_VERSION", bad_versions[i], 1);
+        begin_capture();
+        assert_int_equal(rk_env_version(RK_ENV_HIPRTC_VERSION, &major, &minor), 0);
+        assert_non_null(strstr(end_capture(), "ROPEKV_HIPRTC_VERSION="));
+    }
+    unsetenv("ROPEKV_HIPRTC_VERSION");
+}
+
+static void test_env_at_create(void **state) {
+    (void)state;
+    /* an invalid flag or number: a warning when the context is created, and the default */
+    setenv("ROPEKV_DISABLE_CACHE", "please", 1);
+    setenv("ROPEKV_COMPILE_TIMEOUT", "forever", 1);
+    begin_capture();
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    const char *err = end_capture();
+    assert_non_null(c);
+    ropekv_destroy(c);
+    assert_non_null(strstr(err, "ROPEKV_DISABLE_CACHE=please"));
+    assert_non_null(strstr(err, "ROPEKV_COMPILE_TIMEOUT=forever"));
+    unsetenv("ROPEKV_DISABLE_CACHE");
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+
+    /* an invalid backend is an error (another backend would surprise), unless the options choose one */
+    setenv("ROPEKV_BACKEND", "gpu", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    assert_null(c);
+    assert_non_null(strstr(end_capture(), "ROPEKV_BACKEND=gpu: expected one of: hip cuda host"));
+    c = rk_test_host_ctx(NULL);
+    assert_non_null(c);
+    ropekv_destroy(c);
+    setenv("ROPEKV_BACKEND", "host", 1);
+}
+
+/* ---- $CXX ------------------------------------------------------------------------------------------- */
+static void test_cxx(void **state) {
+    (void)state;
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    char cxx[PATH], mark[PATH], command[2 * PATH];
+    sub(cxx, "cxx-with-args.sh");
+    sub(mark, "cxx-with-args.ran");
+    ropekv_kernel *k = NULL;
+
+    /* a command with arguments: split at blanks, no shell */
+    snprintf(command, sizeof command,
+             "#!/bin/sh\n[ \"$1\" = --marker ] || exit 9\necho \"$2\" > '%s'\nshift 2\nexec c++ \"$@\"\n", mark);
+    write_text(cxx, command, 0700);
+    snprintf(command, sizeof command, "  %s --marker   'quoted  ", cxx);
+    setenv("CXX", command, 1);
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    rk_codeobj ran;
+    assert_int_equal(rk_read_file(mark, &ran), ROPEKV_OK);
+    assert_string_equal((const char *)ran.data, "'quoted\n"); /* quotes are not interpreted */
+    rk_code_free(&ran);
+
+    /* fails without a word: the exit status names it */
+    setenv("CXX", "false", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "false failed (exit status 1), printing nothing"));
+    ropekv_destroy(c);
+
+    /* killed by a signal, after a word */
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && exit 1\necho 'about to crash' >&2\nkill -SEGV $$\n", 0700);
+    setenv("CXX", cxx, 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "killed by signal 11"));
+    assert_non_null(strstr(ropekv_last_error(c), "about to crash"));
+    ropekv_destroy(c);
+
+    /* cannot be started */
+    setenv("CXX", "/nonexistent/c++ -O2", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++: cannot run"));
+    ropekv_destroy(c);
+    unsetenv("CXX");
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_size_cap),
+        cmocka_unit_test(test_env_values),
+        cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_cxx),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("inputs", tests, setup, teardown);
