@@ -24,8 +24,8 @@ static const struct {
     [RK_ENV_LOG] = {"ROPEKV_LOG", FLAG, 0, 0, 1, NULL},
     [RK_ENV_PDL] = {"ROPEKV_PDL", FLAG, 1, 0, 1, NULL},
     [RK_ENV_PDL_PREFETCH] = {"ROPEKV_PDL_PREFETCH", FLAG, 0, 0, 1, NULL},
-    [RK_ENV_COMPILE_TIMEOUT] = {"ROPEKV_COMPILE_TIMEOUT", NUMBER, RK_COMPILE_TIMEOUT_DEFAULT, 0,
-                                RK_COMPILE_TIMEOUT_MAX, NULL},
+    [RK_ENV_COMPILE_TIMEOUT] = {"ROPEKV_COMPILE_TIMEOUT", NUMBER, RK_COMPILE_TIMEOUT_DEFAULT, 0, RK_COMPILE_TIMEOUT_MAX,
+                                NULL},
     [RK_ENV_NVRTC] = {"ROPEKV_NVRTC", TEXT, 0, 0, 0, NULL},
     [RK_ENV_HIPRTC] = {"ROPEKV_HIPRTC", TEXT, 0, 0, 0, NULL},
     [RK_ENV_LIBCUDA] = {"ROPEKV_LIBCUDA", TEXT, 0, 0, 0, NULL},
@@ -51,7 +51,8 @@ static void warn(rk_env_id id, const char *v, const char *expected, const char *
     int again = warned[id] == h;
     warned[id] = h;
     pthread_mutex_unlock(&mu);
-    if (!again) fprintf(stderr, "ropekv: warning: %s=%.200s: expected %s; using %s\n", table[id].name, v, expected, using);
+    if (!again)
+        fprintf(stderr, "ropekv: warning: %s=%.200s: expected %s; using %s\n", table[id].name, v, expected, using);
 }
 
 /* 1 or 0 for a flag's spelling, -1 for anything else. */
@@ -113,8 +114,7 @@ int rk_env_version(rk_env_id id, int *major, int *minor) {
     const char *v = rk_env_text(id);
     int a, b, n = 0;
     if (!v) return 0;
-    if (sscanf(v, "%3d.%3d%n", &a, &b, &n) == 2 && v[n] == '\0' && a >= 0 && b >= 0 && v[0] >= '0' &&
-        v[0] <= '9') {
+    if (sscanf(v, "%3d.%3d%n", &a, &b, &n) == 2 && v[n] == '\0' && a >= 0 && b >= 0 && v[0] >= '0' && v[0] <= '9') {
         *major = a;
         *minor = b;
         return 1;

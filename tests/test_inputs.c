@@ -3,18 +3,23 @@
  *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
  *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
  *   - $CXX: a command with arguments; a compiler that fails silently or is killed by a signal;
+ *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
+ *     when a context opens (and only those); an unusable $TMPDIR named as such.
  * An optional argument is a cmocka test filter (e.g. "test_spec*"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -263,12 +268,143 @@ static void test_cxx(void **state) {
     unsetenv("CXX");
 }
 
+/* ---- temporary directories --------------------------------------------------------------------- */
+/* The number of entries in dir. */
+static int entries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* path's modification time, age_s seconds ago (the link itself for a symbolic link). */
+static void age(const char *path, long age_s) {
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static void test_tmp_sweep(void **state) {
+    (void)state;
+    char tmp[PATH], path[2 * PATH], inner[3 * PATH], target[PATH];
+    sub(tmp, "tmp");
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    setenv("TMPDIR", tmp, 1);
+    pid_t dead = fork(); /* a pid that is no running process (once reaped) */
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    const long uid = (long)getuid(), day = 86400;
+    /* a compile killed mid-way: its directory with a file and a subdirectory, a day old */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-aaaaaa", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/kernel.cpp", path);
+    write_text(inner, "x", 0600);
+    snprintf(inner, sizeof inner, "%s/sub", path);
+    assert_int_equal(mkdir(inner, 0700), 0);
+    age(path, day);
+    /* a loaded object killed before its unlink, a day old */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-load-bbbbbb.so", tmp, uid, (long)dead);
+    write_text(path, "x", 0600);
+    age(path, day);
+    /* left alone: a fresh one of a dead process (it may be another pid namespace's, still compiling),
+     * an old one of a live process, a symbolic link, another user's name, a name not ours */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-cccccc", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-dddddd", tmp, uid, (long)getppid());
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    sub(target, "precious");
+    assert_int_equal(mkdir(target, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/file", target);
+    write_text(inner, "keep me", 0600);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-eeeeee", tmp, uid, (long)dead);
+    assert_int_equal(symlink(target, path), 0);
+    age(path, day);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-ffffff", tmp, uid + 1, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    snprintf(path, sizeof path, "%s/ropekv-%ld-%ld-host-gggggg", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    assert_int_equal(entries(tmp), 7);
+
+    ropekv_ctx *c = rk_test_host_ctx(NULL); /* opening a host context sweeps */
+    assert_non_null(c);
+    assert_int_equal(entries(tmp), 5);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-aaaaaa", tmp, uid, (long)dead);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(access(inner, F_OK), 0); /* the link's target is untouched */
+    assert_int_equal(rk_tmp_sweep(60), 0);    /* a second sweep finds nothing; racing ones are harmless */
+
+    /* compiles leave nothing behind, whether they succeed or fail */
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    setenv("CXX", "false", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    ropekv_destroy(c);
+    unsetenv("CXX");
+    assert_int_equal(entries(tmp), 5);
+    unsetenv("TMPDIR");
+}
+
+static void test_tmpdir_unusable(void **state) {
+    (void)state;
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    char missing[PATH], file[PATH], readonly[PATH], want[2 * PATH];
+    sub(missing, "no-such-dir");
+    sub(file, "a-file");
+    sub(readonly, "read-only");
+    write_text(file, "x", 0600);
+    assert_int_equal(mkdir(readonly, 0500), 0);
+    const struct {
+        const char *dir, *why;
+    } cases[] = {{missing, "no such directory"}, {file, "not a directory"}, {readonly, "not writable"}};
+    for (size_t i = 0; i < 3; i++) {
+        if (cases[i].dir == readonly && geteuid() == 0) continue; /* root writes anywhere */
+        setenv("TMPDIR", cases[i].dir, 1);
+        ropekv_ctx *c = rk_test_host_ctx(NULL);
+        assert_non_null(c);
+        ropekv_kernel *k = NULL;
+        assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_IO);
+        snprintf(want, sizeof want, "TMPDIR=%s: %s", cases[i].dir, cases[i].why);
+        print_message("%s\n", ropekv_last_error(c));
+        assert_non_null(strstr(ropekv_last_error(c), want));
+        assert_null(strstr(ropekv_last_error(c), "cannot")); /* one message, not two run together */
+        ropekv_destroy(c);
+    }
+    unsetenv("TMPDIR");
+    /* noexec cannot be mounted here: the detection, on a noexec mount the system has, if any */
+    FILE *f = fopen("/proc/mounts", "r");
+    char dev[256], dir[1024], type[64], options[1024];
+    int checked = 0;
+    while (f && !checked && fscanf(f, "%255s %1023s %63s %1023s %*d %*d", dev, dir, type, options) == 4) {
+        if (!strstr(options, "noexec") || access(dir, W_OK | X_OK) != 0) continue;
+        setenv("TMPDIR", dir, 1);
+        char why[512];
+        assert_int_equal(rk_tmp_check(1, why, sizeof why), -1);
+        assert_non_null(strstr(why, "noexec"));
+        assert_int_equal(rk_tmp_check(0, why, sizeof why), 0);
+        checked = 1;
+    }
+    if (f) fclose(f);
+    if (!checked) print_message("no writable noexec mount here: the noexec check is not exercised\n");
+    unsetenv("TMPDIR");
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_size_cap),
-        cmocka_unit_test(test_env_values),
-        cmocka_unit_test(test_env_at_create),
-        cmocka_unit_test(test_cxx),
+        cmocka_unit_test(test_spec_size_cap), cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_cxx),           cmocka_unit_test(test_tmp_sweep),  cmocka_unit_test(test_tmpdir_unusable),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("inputs", tests, setup, teardown);
