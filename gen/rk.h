@@ -221,7 +221,10 @@ typedef struct rk_spec {
 } rk_spec;
 
 /* Load a spec file's text in the Lua sandbox and validate it.
- * file is used in messages only. Binary chunks are refused. */
+ * file is used in messages only. Binary chunks are refused. Text longer than RK_SPEC_TEXT_MAX bytes is
+ * refused before it runs (ROPEKV_ERR_SPEC_LIMIT): every way a spec comes in (ropekv_load_spec,
+ * ropekv_load_spec_text, ropekv-gen --spec, the built-in ones) goes through here. */
+#define RK_SPEC_TEXT_MAX ((size_t)1 << 20)
 int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err);
 int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out, rk_err *err);
 

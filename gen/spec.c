@@ -917,6 +917,10 @@ static int convert(lua_State *L) {
 static int run_job(const char *text, size_t len, job *j) {
     sandbox sb = {0};
     if (text == NULL) return rk_fail(j->err, ROPEKV_ERR_IO, "%s: no text", j->file);
+    if (len > RK_SPEC_TEXT_MAX)
+        return rk_fail(j->err, ROPEKV_ERR_SPEC_LIMIT,
+                       "%s: %zu bytes, larger than the %zu bytes (1 MiB) a spec may have", j->file, len,
+                       RK_SPEC_TEXT_MAX);
     lua_State *L = lua_newstate(sb_alloc, &sb);
     if (L == NULL) return rk_fail(j->err, ROPEKV_ERR_NOMEM, "%s: cannot create a Lua state", j->file);
     int rc = ROPEKV_OK;

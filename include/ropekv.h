@@ -50,7 +50,7 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_OK, 0, "success")                                                                      \
     X(ROPEKV_ERR_SPEC_SYNTAX, 100, "the spec file does not parse (or is a binary chunk)")           \
     X(ROPEKV_ERR_SPEC_RUNTIME, 101, "the spec file raised an error while running")                  \
-    X(ROPEKV_ERR_SPEC_LIMIT, 102, "the spec file exceeded the sandbox's memory or instruction cap") \
+    X(ROPEKV_ERR_SPEC_LIMIT, 102, "the spec exceeded a cap: text size, memory, instructions, time") \
     X(ROPEKV_ERR_SPEC_INVALID, 103, "the spec file failed validation")                              \
     X(ROPEKV_ERR_SPEC_TARGET, 104, "the spec names an unknown target")                              \
     X(ROPEKV_ERR_NO_SPEC, 110, "no spec of this name is loaded")                                    \
@@ -117,7 +117,8 @@ typedef struct ropekv_options {
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
- * failed create go to stderr only when logging is on. */
+ * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG),
+ * always named there. */
 ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
 /* Gives up the handle; the context is freed now, or when its last kernel is released. */
 ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);
@@ -132,7 +133,8 @@ ROPEKV_API const char *ropekv_target(const ropekv_ctx *ctx);
 /* Loads one more model spec at run time (a spec of the same name replaces the built-in one; its
  * kernels are rebuilt on next use). The file runs in the Lua sandbox once, here, never on launch. */
 ROPEKV_API ropekv_status ropekv_load_spec(ropekv_ctx *ctx, const char *path);
-/* The same from text in memory; file names the text in messages. */
+/* The same from text in memory; file names the text in messages. Either refuses a spec of more than
+ * 1 MiB (1048576 bytes) with ROPEKV_ERR_SPEC_LIMIT. */
 ROPEKV_API ropekv_status ropekv_load_spec_text(ropekv_ctx *ctx, const char *file, const char *text, size_t len);
 
 /* Counters of a context since its creation (monitoring, and tests of the cache). Thread-safe. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "backend.h"
 #include "cuda_api.h"
 
@@ -20,7 +21,7 @@ static char cu_why[256];
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
 static void cu_load(void) {
-    const char *path = getenv("ROPEKV_LIBCUDA");
+    const char *path = rk_env_text(RK_ENV_LIBCUDA);
     const char *candidate[] = {path && *path ? path : "libcuda.so.1"};
     rk_dl dl;
     if (rk_dl_open(&dl, candidate, 1, NULL) != ROPEKV_OK) {

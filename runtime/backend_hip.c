@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "backend.h"
 #include "dl.h"
 
@@ -48,7 +49,7 @@ static char hip_why[256];
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 
 static void hip_load(void) {
-    const char *env = getenv("ROPEKV_LIBHIP");
+    const char *env = rk_env_text(RK_ENV_LIBHIP);
     const char *names[] = {env && *env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
                            "libamdhip64.so.5"};
     rk_dl dl;

@@ -12,11 +12,6 @@
 #include "backend.h"
 #include "host_compile.h"
 
-static const char *tmp_root(void) {
-    const char *t = getenv("TMPDIR");
-    return t && *t ? t : "/tmp";
-}
-
 /* First line of `$CXX --version`: the compiler's identity for cache keys. A compiler that does not
  * answer in time (rk_host_compiler_version) is named by its command alone. ROPEKV_OK or
  * ROPEKV_ERR_NOMEM. */
@@ -36,6 +31,10 @@ static int host_open(rk_device *d, int ordinal, const char *target_override, rk_
     }
     snprintf(d->target, sizeof d->target, "host");
     if (compiler_identity(d->compiler_id, sizeof d->compiler_id) != ROPEKV_OK) return ROPEKV_ERR_NOMEM;
+    /* The work directories of compiles killed with their process: older than any compile of ours may
+     * take (a process with a longer limit is still running, and rk_tmp_sweep leaves it alone). */
+    long limit = rk_host_compile_timeout();
+    rk_tmp_sweep((limit > 0 && limit > RK_COMPILE_TIMEOUT_DEFAULT ? limit : RK_COMPILE_TIMEOUT_DEFAULT) + 600);
     snprintf(d->options, sizeof d->options, "-std=c++17 -O2 -fPIC -shared -ffp-contract=off -fno-math-errno");
     return ROPEKV_OK;
 }
@@ -46,8 +45,12 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
     (void)arch;
     char dir[4096], msg[8192], so[4400];
     memset(out, 0, sizeof *out);
-    if (rk_mktmpdir(dir, sizeof dir, "ropekv-host") != ROPEKV_OK) {
-        rk_buf_printf(log, "cannot create a directory under %s: %s", tmp_root(), strerror(errno));
+    if (rk_tmp_check(1, msg, sizeof msg) != 0) { /* one message naming TMPDIR, before anything fails */
+        rk_buf_printf(log, "%s", msg);
+        return ROPEKV_ERR_IO;
+    }
+    if (rk_mktmpdir(dir, sizeof dir, "host") != ROPEKV_OK) {
+        rk_buf_printf(log, "cannot create a directory under %s: %s", rk_tmp_base(), strerror(errno));
         return ROPEKV_ERR_IO;
     }
     rk_host_kernel k;
@@ -71,8 +74,13 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
 
 static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {
     (void)d;
-    char path[4096], msg[1024];
-    snprintf(path, sizeof path, "%s/ropekv-%s-XXXXXX.so", tmp_root(), "load");
+    char path[4096], prefix[128], msg[1024];
+    if (rk_tmp_check(1, msg, sizeof msg) != 0) {
+        rk_buf_printf(log, "%s", msg);
+        return ROPEKV_ERR_IO;
+    }
+    rk_tmp_prefix(prefix, sizeof prefix, "load");
+    snprintf(path, sizeof path, "%s/%sXXXXXX.so", rk_tmp_base(), prefix);
     int fd = mkstemps(path, 3);
     if (fd < 0) {
         rk_buf_printf(log, "cannot create %s: %s", path, strerror(errno));

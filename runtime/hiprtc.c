@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "compilers.h"
 #include "dl.h"
 
@@ -64,7 +65,7 @@ static int version_from_name(const char *path, int *major, int *minor) {
 }
 
 static void hip_load(void) {
-    const char *env = getenv("ROPEKV_HIPRTC");
+    const char *env = rk_env_text(RK_ENV_HIPRTC);
     const char *names[] = {"libhiprtc.so",
                            "libhiprtc.so.7",
                            "libhiprtc.so.6",
@@ -100,8 +101,7 @@ static void hip_load(void) {
     /* hiprtcVersion() answers 9.0 on every ROCm release, so the release comes from the library's
      * file name, else from $ROPEKV_HIPRTC_VERSION, else the narrowest allow-list (ROCm 5.0). */
     if (!version_from_name(g_hip.path, &g_hip.major, &g_hip.minor)) {
-        const char *v = getenv("ROPEKV_HIPRTC_VERSION");
-        if (!v || sscanf(v, "%d.%d", &g_hip.major, &g_hip.minor) != 2) {
+        if (!rk_env_version(RK_ENV_HIPRTC_VERSION, &g_hip.major, &g_hip.minor)) {
             g_hip.major = 5;
             g_hip.minor = 0;
         }

@@ -15,26 +15,35 @@ const char *rk_host_compiler(void) {
     return cxx && *cxx ? cxx : "c++";
 }
 
-/* Seconds a compiler run may take: $ROPEKV_COMPILE_TIMEOUT (a positive integer; 0 means no limit),
- * default RK_COMPILE_TIMEOUT_DEFAULT. */
-int rk_host_compile_timeout(void) {
-    const char *v = getenv("ROPEKV_COMPILE_TIMEOUT");
-    char *end;
-    if (!v || !*v) return RK_COMPILE_TIMEOUT_DEFAULT;
-    errno = 0;
-    long t = strtol(v, &end, 10);
-    if (*end || errno || t < 0 || t > 86400 * 365) return RK_COMPILE_TIMEOUT_DEFAULT;
-    return (int)t;
+int rk_host_compile_timeout(void) { return (int)rk_env_number(RK_ENV_COMPILE_TIMEOUT); }
+
+int rk_host_compiler_argv(const char **argv, int cap, char **store, int *n) {
+    int rc = rk_split_options(rk_host_compiler(), argv, 0, cap, store, n);
+    if (rc == ROPEKV_OK && *n == 0) { /* $CXX of blanks only */
+        argv[(*n)++] = "c++";
+        argv[*n] = NULL;
+    }
+    return rc;
 }
 
 int rk_host_compiler_version(char *line, size_t cap) {
     int timeout = rk_host_compile_timeout();
     if (!line || !cap) return ROPEKV_ERR_COMPILE;
     line[0] = '\0';
-    const char *argv[] = {rk_host_compiler(), "--version", NULL};
+    const char *argv[64];
+    char *store;
+    int n;
+    int rc = rk_host_compiler_argv(argv, 62, &store, &n);
+    if (rc != ROPEKV_OK) {
+        free(store);
+        return rc;
+    }
+    argv[n++] = "--version";
+    argv[n] = NULL;
     rk_buf out = {0};
     int status = -1;
-    int rc = rk_run(argv, timeout > 0 && timeout < 10 ? timeout : 10, RK_RUN_NO_STDERR, &out, &status);
+    rc = rk_run(argv, timeout > 0 && timeout < 10 ? timeout : 10, RK_RUN_NO_STDERR, &out, &status);
+    free(store);
     if (rc == ROPEKV_OK && status == 0 && out.len) snprintf(line, cap, "%.*s", (int)strcspn(out.p, "\n"), out.p);
     rk_buf_free(&out);
     if (rc == ROPEKV_ERR_NOMEM) return rc;
@@ -75,35 +84,43 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
         unlink(cpp);
         return ROPEKV_ERR_IO;
     }
-    const char *argv[] = {rk_host_compiler(),
-                          "-std=c++17",
-                          "-O2",
-                          "-fPIC",
-                          "-shared",
-                          "-ffp-contract=off",
-                          "-fno-math-errno",
-                          "-w",
-                          "-x",
-                          "c++",
-                          "-o",
-                          tmp,
-                          cpp,
-                          NULL};
+    static const char *const options[] = {"-std=c++17",      "-O2", "-fPIC", "-shared", "-ffp-contract=off",
+                                          "-fno-math-errno", "-w",  "-x",    "c++",     "-o"};
+    const char *argv[128];
+    char *store, how[96];
+    int n, rc = rk_host_compiler_argv(argv, 128 - 13, &store, &n);
+    if (rc != ROPEKV_OK) {
+        snprintf(log, log_cap, "$CXX (%s): %s", rk_host_compiler(),
+                 rc == ROPEKV_ERR_NOMEM ? "out of memory" : "too many words");
+        free(store);
+        unlink(cpp);
+        return rc;
+    }
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) argv[n++] = options[i];
+    argv[n++] = tmp;
+    argv[n++] = cpp;
+    argv[n] = NULL;
     int timeout = rk_host_compile_timeout();
     rk_buf out_log = {0};
     int status = -1;
-    int rc = rk_run(argv, timeout, 0, &out_log, &status);
+    rc = rk_run(argv, timeout, 0, &out_log, &status);
+    rk_run_status_text(status, how, sizeof how);
     if (rc == ROPEKV_ERR_NOMEM) {
-        snprintf(log, log_cap, "out of memory reading the output of %s", argv[0]);
+        snprintf(log, log_cap, "out of memory reading the output of %s", rk_host_compiler());
     } else if (status == RK_RUN_TIMED_OUT) {
-        snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", argv[0], timeout);
+        snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", rk_host_compiler(),
+                 timeout);
         rc = ROPEKV_ERR_COMPILE;
-    } else if (rc != ROPEKV_OK || status != 0) { /* could not be started, or failed: its words say why */
+    } else if (rc != ROPEKV_OK) { /* could not be started: rk_run's words say why */
         snprintf(log, log_cap, "%s", out_log.len ? out_log.p : "");
+        rc = ROPEKV_ERR_COMPILE;
+    } else if (status != 0) {
+        snprintf(log, log_cap, "%s failed (%s)%s%s", rk_host_compiler(), how,
+                 out_log.len ? ":\n" : ", printing nothing", out_log.len ? out_log.p : "");
         rc = ROPEKV_ERR_COMPILE;
     } else if (rename(tmp, so) != 0) {
         if (errno == ENOENT) {
-            snprintf(log, log_cap, "%s exited 0 without writing %s", argv[0], tmp);
+            snprintf(log, log_cap, "%s exited 0 without writing %s", rk_host_compiler(), tmp);
             rc = ROPEKV_ERR_COMPILE;
         } else {
             snprintf(log, log_cap, "cannot rename %s: %s", tmp, strerror(errno));
@@ -111,6 +128,7 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
         }
     }
     rk_buf_free(&out_log);
+    free(store);
     unlink(cpp);
     unlink(tmp);
     return rc == ROPEKV_OK ? rk_host_load(so, name, out, log, log_cap) : rc;

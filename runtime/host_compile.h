@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "env.h"
 #include "rk.h"
 
 typedef struct rk_host_kernel {
@@ -15,12 +16,15 @@ typedef struct rk_host_kernel {
     void (*entry64)(rk_args); /* <name>_i64 (NULL when built without it) */
 } rk_host_kernel;
 
-/* The compiler command: $CXX if set, else "c++". */
+/* The compiler command: $CXX if set, else "c++". It may carry arguments ("ccache g++",
+ * "clang++ -stdlib=libc++"): split at blanks, no shell, quotes not interpreted. */
 const char *rk_host_compiler(void);
+/* The command's words in argv[0..*n) followed by a NULL (capacity cap); they live in *store (free
+ * it, also on failure). ROPEKV_OK, ROPEKV_ERR_NOMEM, or ROPEKV_ERR_COMPILE (too many words). */
+int rk_host_compiler_argv(const char **argv, int cap, char **store, int *n);
 
 /* Seconds one compiler run may take before it is killed: $ROPEKV_COMPILE_TIMEOUT (0: no limit),
- * default RK_COMPILE_TIMEOUT_DEFAULT. Read on every compile. */
-#define RK_COMPILE_TIMEOUT_DEFAULT 120
+ * default RK_COMPILE_TIMEOUT_DEFAULT (env.h). Read on every compile. */
 int rk_host_compile_timeout(void);
 
 /* The first line of `$CXX --version` (run like a compile, with at most 10 s; its stderr is not
@@ -29,9 +33,9 @@ int rk_host_compile_timeout(void);
 int rk_host_compiler_version(char *line, size_t cap);
 
 /* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
- * On failure returns ROPEKV_ERR_IO (cannot write), or ROPEKV_ERR_COMPILE with the compiler's log in log (a compiler
- * that runs past the time limit is killed, with its whole process group, and the log says
- * "<compiler> timed out after N s"). */
+ * On failure returns ROPEKV_ERR_IO (cannot write), or ROPEKV_ERR_COMPILE with how the compiler ended
+ * ("exit status 1", "killed by signal 11 (...)", or "timed out after N s": a compiler that runs past
+ * the time limit is killed with its whole process group) and its log in log. */
 int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out, char *log,
                   size_t log_cap);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "compilers.h"
 #include "dl.h"
 
@@ -42,7 +43,7 @@ static nvrtc_api g_nv;
 static pthread_once_t g_nv_once = PTHREAD_ONCE_INIT;
 
 static void nv_load(void) {
-    const char *env = getenv("ROPEKV_NVRTC");
+    const char *env = rk_env_text(RK_ENV_NVRTC);
     const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"};
     rk_dl dl;
     if (env && *env) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -107,45 +108,100 @@ int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out,
     }
     if (timed_out) *status = RK_RUN_TIMED_OUT;
     else if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
-    else if (WIFSIGNALED(ws)) *status = 128 + WTERMSIG(ws);
+    else if (WIFSIGNALED(ws)) *status = RK_RUN_SIGNALED(WTERMSIG(ws));
     return rc;
 }
 
-int rk_mktmpdir(char *path, size_t cap, const char *prefix) {
-    const char *base = getenv("TMPDIR");
-    if (!base || !*base) base = "/tmp";
-    if (!prefix) prefix = "ropekv";
-    int n = snprintf(path, cap, "%s/%s-XXXXXX", base, prefix);
+void rk_run_status_text(int status, char *out, size_t cap) {
+    if (status == RK_RUN_TIMED_OUT) snprintf(out, cap, "timed out");
+    else if (status <= RK_RUN_SIGNALED(1))
+        snprintf(out, cap, "killed by signal %d (%s)", RK_RUN_SIGNALED(0) - status,
+                 strsignal(RK_RUN_SIGNALED(0) - status));
+    else snprintf(out, cap, "exit status %d", status);
+}
+
+const char *rk_tmp_base(void) {
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : "/tmp";
+}
+
+int rk_tmp_check(int need_exec, char *why, size_t cap) {
+    const char *base = rk_tmp_base(), *set = getenv("TMPDIR"), *problem = NULL;
+    struct stat st;
+    struct statvfs vfs;
+    if (stat(base, &st) != 0) problem = errno == ENOENT ? "no such directory" : strerror(errno);
+    else if (!S_ISDIR(st.st_mode)) problem = "not a directory";
+    else if (access(base, W_OK | X_OK) != 0) problem = "not writable";
+    else if (need_exec && statvfs(base, &vfs) == 0 && (vfs.f_flag & ST_NOEXEC))
+        problem = "on a noexec mount, so the host backend cannot load the kernels it builds there";
+    if (!problem) return 0;
+    if (set && *set) snprintf(why, cap, "TMPDIR=%s: %s", base, problem);
+    else snprintf(why, cap, "%s (TMPDIR is not set): %s", base, problem);
+    return -1;
+}
+
+void rk_tmp_prefix(char *out, size_t cap, const char *what) {
+    snprintf(out, cap, "ropekv-tmp-%ld-%ld-%s-", (long)getuid(), (long)getpid(), what ? what : "dir");
+}
+
+int rk_mktmpdir(char *path, size_t cap, const char *what) {
+    char prefix[128];
+    rk_tmp_prefix(prefix, sizeof prefix, what);
+    int n = snprintf(path, cap, "%s/%sXXXXXX", rk_tmp_base(), prefix);
     if (n < 0 || (size_t)n >= cap) {
         errno = ENAMETOOLONG;
         return ROPEKV_ERR_IO;
     }
-    if (!mkdtemp(path)) {
-        /* An unusable $TMPDIR: fall back to /tmp once. */
-        if (strcmp(base, "/tmp") == 0) return ROPEKV_ERR_IO;
-        int e = errno;
-        n = snprintf(path, cap, "/tmp/%s-XXXXXX", prefix);
-        if (n < 0 || (size_t)n >= cap || !mkdtemp(path)) {
-            errno = e;
-            return ROPEKV_ERR_IO;
-        }
-    }
-    return ROPEKV_OK;
+    return mkdtemp(path) ? ROPEKV_OK : ROPEKV_ERR_IO; /* mkdtemp makes it 0700 */
 }
 
-void rk_rmtmpdir(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char p[4096];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            int n = snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            if (n > 0 && (size_t)n < sizeof p) unlink(p);
-        }
-        closedir(d);
+/* Removes name (in the directory open as dfd) and, when it is a directory, everything under it, never
+ * following a symbolic link. Entries that vanish meanwhile (another sweep) are fine. */
+static void remove_at(int dfd, const char *name, int depth) {
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT || depth > 32) return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
     }
-    rmdir(path);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) remove_at(fd, e->d_name, depth + 1);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+void rk_rmtmpdir(const char *path) { remove_at(AT_FDCWD, path, 0); }
+
+int rk_tmp_sweep(long max_age_s) {
+    char mine[64];
+    snprintf(mine, sizeof mine, "ropekv-tmp-%ld-", (long)getuid());
+    const size_t n = strlen(mine);
+    int dfd = open(rk_tmp_base(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return 0;
+    }
+    int removed = 0;
+    const time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        struct stat st;
+        if (strncmp(e->d_name, mine, n) != 0) continue;
+        long pid = strtol(e->d_name + n, &end, 10);
+        if (end == e->d_name + n || *end != '-' || pid <= 0) continue;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != getuid()) continue;
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) continue; /* symbolic links included */
+        if (now - st.st_mtime <= max_age_s) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive */
+        remove_at(dfd, e->d_name, 0);
+        removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 int rk_write_file(const char *path, const void *p, size_t n) {

@@ -30,20 +30,38 @@ enum {
     RK_RUN_NO_STDERR = 1, /* the program's stderr goes to /dev/null, not to out */
 };
 #define RK_RUN_TIMED_OUT (-2)
+#define RK_RUN_SIGNALED(sig) (-1000 - (sig)) /* *status of a program killed by signal sig */
 /* Runs argv[0] (searched in PATH when it has no '/') with argv, no shell, stdin from /dev/null,
  * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in
- * *status: the exit code, or 128 + signal); ROPEKV_ERR_IO when it could not be started (reason in
+ * *status: the exit code, or RK_RUN_SIGNALED(signal)); ROPEKV_ERR_IO when it could not be started (reason in
  * out); ROPEKV_ERR_NOMEM when out could not hold its output (it still ran to its end).
  * timeout_s > 0: the program runs in its own process group, and when it has not finished after
  * timeout_s seconds the whole group (what it started too) is killed and *status is
  * RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
 int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status);
+/* How a run ended, for people: "exit status 1", "killed by signal 9 (Killed)", "timed out". */
+void rk_run_status_text(int status, char *out, size_t cap);
 
-/* Creates a private (0700) temporary directory under $TMPDIR (else /tmp, also when $TMPDIR is
- * unusable) named <prefix>-XXXXXX (prefix NULL: "ropekv"). ROPEKV_OK or ROPEKV_ERR_IO (errno set). */
-int rk_mktmpdir(char *path, size_t cap, const char *prefix);
-/* Removes the files directly inside path, then path itself. */
+/* Temporary files and directories live in $TMPDIR (set and not empty), else /tmp, named
+ * ropekv-tmp-<uid>-<pid>-<what>-XXXXXX, so that rk_tmp_sweep can find the ones a killed process
+ * left behind. */
+const char *rk_tmp_base(void);
+/* 0 when rk_tmp_base() is a directory this process can create files in and, with need_exec, load
+ * code from (not on a noexec mount); else -1 and why names the variable and the reason:
+ * "TMPDIR=/x: no such directory". */
+int rk_tmp_check(int need_exec, char *why, size_t cap);
+/* The name prefix of this process's temporary entries ("ropekv-tmp-1000-4242-<what>-"). */
+void rk_tmp_prefix(char *out, size_t cap, const char *what);
+/* Creates a private (0700) temporary directory rk_tmp_base()/<rk_tmp_prefix(what)>XXXXXX (what NULL:
+ * "dir"). ROPEKV_OK or ROPEKV_ERR_IO (errno set; rk_tmp_check says why in words). */
+int rk_mktmpdir(char *path, size_t cap, const char *what);
+/* Removes path and everything under it, never following a symbolic link. */
 void rk_rmtmpdir(const char *path);
+/* Removes the temporary entries of processes that are gone: entries of rk_tmp_base() named
+ * ropekv-tmp-<our uid>-<pid>-..., owned by our uid, not symbolic links (never followed), not modified
+ * for more than max_age_s seconds, whose pid is no running process. Two processes sweeping at once
+ * is harmless. Returns the number removed. */
+int rk_tmp_sweep(long max_age_s);
 
 /* Writes n bytes to path (created 0600, truncated); ROPEKV_OK or ROPEKV_ERR_IO (errno set). */
 int rk_write_file(const char *path, const void *p, size_t n);

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "args_check.h"
 #include "cache.h"
+#include "env.h"
 #include "proc.h"
 #include "rk.h"
 #include "ropekv.h"
@@ -133,19 +134,15 @@ const char *ropekv_last_error(const ropekv_ctx *c) { return c ? c->error : "no c
 const char *ropekv_backend_name(const ropekv_ctx *c) { return c ? c->dev.ops->name : ""; }
 const char *ropekv_target(const ropekv_ctx *c) { return c ? c->dev.target : ""; }
 
+/* A variable that is not ropekv's (XDG_CACHE_HOME, HOME) when set and not empty; ropekv's are env.h's. */
 static const char *env(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
 
-static int env_flag(const char *name) {
-    const char *v = env(name);
-    return v && strcmp(v, "0") != 0;
-}
-
 /* Default cache directory: $ROPEKV_CACHE_DIR, $XDG_CACHE_HOME/ropekv, ~/.cache/ropekv. */
 static void cache_dir(const ropekv_options *o, char *out, size_t cap) {
-    const char *d = o && o->cache_dir ? o->cache_dir : env("ROPEKV_CACHE_DIR");
+    const char *d = o && o->cache_dir ? o->cache_dir : rk_env_text(RK_ENV_CACHE_DIR);
     if (d) snprintf(out, cap, "%s", d);
     else if (env("XDG_CACHE_HOME")) snprintf(out, cap, "%s/ropekv", env("XDG_CACHE_HOME"));
     else if (env("HOME")) snprintf(out, cap, "%s/.cache/ropekv", env("HOME"));
@@ -233,9 +230,10 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->built, NULL);
     c->refs = 1;
-    c->log = o && o->log ? o->log > 0 : env_flag("ROPEKV_LOG");
-    c->pdl = o && o->pdl ? o->pdl > 0 : !env("ROPEKV_PDL") || env_flag("ROPEKV_PDL");
-    c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : env_flag("ROPEKV_PDL_PREFETCH");
+    rk_env_warn_invalid();
+    c->log = o && o->log ? o->log > 0 : rk_env_flag(RK_ENV_LOG);
+    c->pdl = o && o->pdl ? o->pdl > 0 : rk_env_flag(RK_ENV_PDL);
+    c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : rk_env_flag(RK_ENV_PDL_PREFETCH);
 
     rk_err err = {0};
     size_t len;
@@ -250,19 +248,15 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
 
     /* Backend: forced by option or $ROPEKV_BACKEND, else the first one with a device. */
     ropekv_backend want = o ? o->backend : ROPEKV_BACKEND_AUTO;
-    const char *eb = env("ROPEKV_BACKEND");
-    if (want == ROPEKV_BACKEND_AUTO && eb) {
-        want = !strcmp(eb, "hip")    ? ROPEKV_BACKEND_HIP
-               : !strcmp(eb, "cuda") ? ROPEKV_BACKEND_CUDA
-               : !strcmp(eb, "host") ? ROPEKV_BACKEND_HOST
-                                     : (ropekv_backend)-1;
-        if (want == (ropekv_backend)-1) {
-            logf_(c, "ROPEKV_BACKEND=%s: expected hip, cuda or host", eb);
-            ropekv_destroy(c);
-            return ROPEKV_ERR_ARG;
-        }
+    char why[512];
+    const int eb = rk_env_choice(RK_ENV_BACKEND, why, sizeof why); /* hip cuda host: 0 1 2 */
+    if (want == ROPEKV_BACKEND_AUTO && eb == -2) {                 /* not the default: another backend would surprise */
+        fprintf(stderr, "ropekv: error: %s\n", why);
+        ropekv_destroy(c);
+        return ROPEKV_ERR_ARG;
     }
-    const char *target = o && o->target ? o->target : env("ROPEKV_TARGET");
+    if (want == ROPEKV_BACKEND_AUTO && eb >= 0) want = (ropekv_backend)(eb + 1);
+    const char *target = o && o->target ? o->target : rk_env_text(RK_ENV_TARGET);
     int ordinal = o ? o->device : 0;
     rk_buf log = {0};
     const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
@@ -300,10 +294,10 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     rk_sha256_final(&h, c->template_hash);
     rk_buf_free(&tpl);
 
-    open_read_only(c, o && o->cache_ro ? o->cache_ro : env("ROPEKV_CACHE_RO"));
+    open_read_only(c, o && o->cache_ro ? o->cache_ro : rk_env_text(RK_ENV_CACHE_RO));
     char dir[4096];
     cache_dir(o, dir, sizeof dir);
-    int disk = o && o->disk_cache ? o->disk_cache > 0 : !env_flag("ROPEKV_DISABLE_CACHE");
+    int disk = o && o->disk_cache ? o->disk_cache > 0 : !rk_env_flag(RK_ENV_DISABLE_CACHE);
     if (disk && dir[0]) {
         rk_cache_open(&c->cache, dir);
         if (!c->cache.usable) fprintf(stderr, "ropekv: warning: %s\n", c->cache.why);
@@ -394,14 +388,13 @@ ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     int rc = ROPEKV_OK;
     while (rc == ROPEKV_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         rc = rk_buf_put(&b, chunk, n);
-        if (b.len > (1u << 20)) rc = ROPEKV_ERR_SPEC_LIMIT;
+        if (b.len > RK_SPEC_TEXT_MAX) break; /* enough to be refused by the loader's cap */
     }
     int bad = ferror(f);
     fclose(f);
-    ropekv_status s = rc == ROPEKV_ERR_SPEC_LIMIT ? fail(c, ROPEKV_ERR_SPEC_LIMIT, "%s: larger than 1 MiB", path)
-                      : rc != ROPEKV_OK           ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
-                      : bad                       ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
-                                                  : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
+    ropekv_status s = rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
+                      : bad           ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
+                                      : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
     rk_buf_free(&b);
     return s;
 }

@@ -1,0 +1,134 @@
+/* The ROPEKV_* variables of env.h: the table, the parsers, and the warnings. */
+#include "env.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { TEXT, FLAG, NUMBER, CHOICE, VERSION } kind;
+
+static const struct {
+    const char *name;
+    kind kind;
+    long def, min, max;  /* FLAG, NUMBER */
+    const char *choices; /* CHOICE: space-separated; an invalid value is an error, not a warning */
+} table[RK_ENV_COUNT] = {
+    [RK_ENV_BACKEND] = {"ROPEKV_BACKEND", CHOICE, 0, 0, 0, "hip cuda host"},
+    [RK_ENV_TARGET] = {"ROPEKV_TARGET", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_CACHE_DIR] = {"ROPEKV_CACHE_DIR", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_CACHE_RO] = {"ROPEKV_CACHE_RO", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_DISABLE_CACHE] = {"ROPEKV_DISABLE_CACHE", FLAG, 0, 0, 1, NULL},
+    [RK_ENV_LOG] = {"ROPEKV_LOG", FLAG, 0, 0, 1, NULL},
+    [RK_ENV_PDL] = {"ROPEKV_PDL", FLAG, 1, 0, 1, NULL},
+    [RK_ENV_PDL_PREFETCH] = {"ROPEKV_PDL_PREFETCH", FLAG, 0, 0, 1, NULL},
+    [RK_ENV_COMPILE_TIMEOUT] = {"ROPEKV_COMPILE_TIMEOUT", NUMBER, RK_COMPILE_TIMEOUT_DEFAULT, 0, RK_COMPILE_TIMEOUT_MAX,
+                                NULL},
+    [RK_ENV_NVRTC] = {"ROPEKV_NVRTC", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_HIPRTC] = {"ROPEKV_HIPRTC", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_LIBCUDA] = {"ROPEKV_LIBCUDA", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_LIBHIP] = {"ROPEKV_LIBHIP", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_HIPRTC_VERSION] = {"ROPEKV_HIPRTC_VERSION", VERSION, 0, 0, 0, NULL},
+};
+
+const char *rk_env_name(rk_env_id id) { return table[id].name; }
+
+const char *rk_env_text(rk_env_id id) {
+    const char *v = getenv(table[id].name);
+    return v && *v ? v : NULL;
+}
+
+/* Warns about an invalid value once per variable and value (a hash of the last one warned about). */
+static void warn(rk_env_id id, const char *v, const char *expected, const char *using) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t warned[RK_ENV_COUNT];
+    uint64_t h = 1469598103934665603u; /* FNV-1a, never 0 for a value */
+    for (const char *p = v; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+    h |= 1;
+    pthread_mutex_lock(&mu);
+    int again = warned[id] == h;
+    warned[id] = h;
+    pthread_mutex_unlock(&mu);
+    if (!again)
+        fprintf(stderr, "ropekv: warning: %s=%.200s: expected %s; using %s\n", table[id].name, v, expected, using);
+}
+
+/* 1 or 0 for a flag's spelling, -1 for anything else. */
+static int parse_flag(const char *v) {
+    static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, on[i]) == 0) return 1;
+        if (strcasecmp(v, off[i]) == 0) return 0;
+    }
+    return -1;
+}
+
+int rk_env_flag(rk_env_id id) {
+    const char *v = rk_env_text(id);
+    int f = v ? parse_flag(v) : -1;
+    if (v && f < 0) warn(id, v, "1, true, yes, on, 0, false, no or off", table[id].def ? "1" : "0");
+    return f < 0 ? (int)table[id].def : f;
+}
+
+long rk_env_number(rk_env_id id) {
+    const char *v = rk_env_text(id);
+    if (!v) return table[id].def;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (*end || errno || end == v || n < table[id].min || n > table[id].max) {
+        char expected[96], using[32];
+        snprintf(expected, sizeof expected, "a whole number from %ld to %ld", table[id].min, table[id].max);
+        snprintf(using, sizeof using, "%ld", table[id].def);
+        warn(id, v, expected, using);
+        return table[id].def;
+    }
+    return n;
+}
+
+/* The index of v in the space-separated list, or -1. */
+static int choice_index(const char *list, const char *v) {
+    size_t n = strlen(v);
+    int i = 0;
+    for (const char *p = list; *p; i++) {
+        size_t w = strcspn(p, " ");
+        if (w == n && strncmp(p, v, n) == 0) return i;
+        p += w;
+        p += *p == ' ';
+    }
+    return -1;
+}
+
+int rk_env_choice(rk_env_id id, char *why, size_t cap) {
+    const char *v = rk_env_text(id);
+    int i = v ? choice_index(table[id].choices, v) : -1;
+    if (v && i < 0) {
+        snprintf(why, cap, "%s=%.200s: expected one of: %s", table[id].name, v, table[id].choices);
+        return -2;
+    }
+    return i;
+}
+int rk_env_version(rk_env_id id, int *major, int *minor) {
+    const char *v = rk_env_text(id);
+    int a, b, n = 0;
+    if (!v) return 0;
+    if (sscanf(v, "%3d.%3d%n", &a, &b, &n) == 2 && v[n] == '\0' && a >= 0 && b >= 0 && v[0] >= '0' && v[0] <= '9') {
+        *major = a;
+        *minor = b;
+        return 1;
+    }
+    warn(id, v, "a version MAJOR.MINOR such as 6.2", "the default");
+    return 0;
+}
+
+void rk_env_warn_invalid(void) {
+    int major, minor;
+    for (int i = 0; i < RK_ENV_COUNT; i++) {
+        if (table[i].kind == FLAG) rk_env_flag((rk_env_id)i);
+        if (table[i].kind == NUMBER) rk_env_number((rk_env_id)i);
+        if (table[i].kind == VERSION) rk_env_version((rk_env_id)i, &major, &minor);
+    }
+}

@@ -1,0 +1,411 @@
+/* Bad inputs from the process around the library, on the host backend:
+ *   - spec text: the 1 MiB cap on every entry point (exactly 1 MiB loads, one byte more is refused);
+ *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
+ *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
+ *   - $CXX: a command with arguments; a compiler that fails silently or is killed by a signal;
+ *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
+ *     when a context opens (and only those); an unusable $TMPDIR named as such.
+ * An optional argument is a cmocka test filter (e.g. "test_spec*"). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "env.h"
+#include "host_compile.h"
+#include "proc.h"
+#include "rk.h"
+#include "ropekv.h"
+#include "testutil.h"
+
+#define PATH 4400
+
+static char root[] = "/tmp/ropekv-test-inputs-XXXXXX";
+
+static int setup(void **state) {
+    (void)state;
+    unsetenv("CXX");
+    return rk_test_setup(root, NULL);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rk_test_remove_tree(root);
+    return 0;
+}
+
+static void sub(char *out, const char *name) { snprintf(out, PATH, "%s/%s", root, name); }
+
+static void write_text(const char *path, const char *text, mode_t mode) {
+    assert_int_equal(rk_test_write_file(path, text, strlen(text), mode), ROPEKV_OK);
+}
+
+/* stderr goes to a file while capturing; end_capture returns what was written (static buffer). */
+static int saved_err = -1;
+static char capture_path[PATH];
+
+static void begin_capture(void) {
+    fflush(stderr);
+    sub(capture_path, "stderr.txt");
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static const char *end_capture(void) {
+    static char text[16384];
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rk_codeobj f;
+    text[0] = '\0';
+    if (rk_read_file(capture_path, &f) == ROPEKV_OK) snprintf(text, sizeof text, "%s", (const char *)f.data);
+    rk_code_free(&f);
+    unlink(capture_path);
+    fputs(text, stderr); /* still shown */
+    return text;
+}
+
+/* How many times s occurs in text. */
+static int occurrences(const char *text, const char *s) {
+    int n = 0;
+    for (const char *p = strstr(text, s); p; p = strstr(p + 1, s)) n++;
+    return n;
+}
+
+/* ---- spec text: 1 MiB ----------------------------------------------------------------------------- */
+/* A valid spec padded with a comment to n bytes (malloc'd). */
+static char *spec_of_size(size_t n) {
+    static const char head[] = "return { name = 'big_model', kv_lora_rank = 128, qk_rope_head_dim = 32, "
+                               "rope = 'neox', cos_sin = 'f32_split', targets = { 'host' } }\n--";
+    char *t = malloc(n);
+    assert_non_null(t);
+    assert_true(n > sizeof head);
+    memcpy(t, head, sizeof head - 1);
+    memset(t + sizeof head - 1, 'x', n - (sizeof head - 1));
+    t[n - 1] = '\n';
+    return t;
+}
+
+static void test_spec_size_cap(void **state) {
+    (void)state;
+    const size_t cap = (size_t)1 << 20;
+    assert_int_equal(RK_SPEC_TEXT_MAX, cap);
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    assert_non_null(c);
+    char path[PATH];
+    sub(path, "big.lua");
+    for (size_t n = cap; n <= cap + 1; n++) {
+        char *text = spec_of_size(n);
+        ropekv_status want = n == cap ? ROPEKV_OK : ROPEKV_ERR_SPEC_LIMIT;
+        /* from memory, from a file, and the loader under ropekv-gen --spec and the built-in specs */
+        assert_int_equal(ropekv_load_spec_text(c, "big.lua", text, n), want);
+        if (want != ROPEKV_OK) assert_non_null(strstr(ropekv_last_error(c), "larger than the 1048576 bytes"));
+        assert_int_equal(rk_test_write_file(path, text, n, 0600), ROPEKV_OK);
+        assert_int_equal(ropekv_load_spec(c, path), want);
+        if (want != ROPEKV_OK) assert_non_null(strstr(ropekv_last_error(c), path));
+        rk_err err = {0};
+        rk_arch_table archs;
+        size_t alen;
+        const char *atext = rk_embedded("archs.lua", &alen);
+        assert_int_equal(rk_archs_load("archs.lua", atext, alen, &archs, &err), ROPEKV_OK);
+        rk_spec s;
+        assert_int_equal(rk_spec_load("big.lua", text, n, &archs, &s, &err), want);
+        free(text);
+    }
+    /* a file far over the cap is refused without reading it all */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 64L << 20, SEEK_SET), 0);
+    fputc('\n', f);
+    fclose(f);
+    assert_int_equal(ropekv_load_spec(c, path), ROPEKV_ERR_SPEC_LIMIT);
+    ropekv_destroy(c);
+}
+
+/* ---- ROPEKV_* variables ------------------------------------------------------------------------------ */
+static void test_env_values(void **state) {
+    (void)state;
+    static const struct {
+        const char *v;
+        int want; /* -1: invalid, the default (0 for ROPEKV_LOG) with a warning */
+    } flags[] = {{"1", 1},  {"true", 1}, {"YES", 1}, {"on", 1},     {"0", 0},  {"false", 0},
+                 {"No", 0}, {"off", 0},  {"2", -1},  {"maybe", -1}, {"1 ", -1}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        setenv("ROPEKV_LOG", flags[i].v, 1);
+        begin_capture();
+        int got = rk_env_flag(RK_ENV_LOG);
+        rk_env_flag(RK_ENV_LOG); /* warned about once */
+        const char *err = end_capture();
+        assert_int_equal(got, flags[i].want < 0 ? 0 : flags[i].want);
+        assert_int_equal(occurrences(err, "ROPEKV_LOG="), flags[i].want < 0);
+    }
+    unsetenv("ROPEKV_LOG");
+    setenv("ROPEKV_PDL", "bogus", 1); /* default on */
+    assert_int_equal(rk_env_flag(RK_ENV_PDL), 1);
+    unsetenv("ROPEKV_PDL");
+    assert_int_equal(rk_env_flag(RK_ENV_PDL), 1);
+
+    static const struct {
+        const char *v;
+        long want; /* -1: invalid */
+    } seconds[] = {
+        {"0", 0},    {"5", 5},  {"31536000", 31536000},      {"31536001", -1}, {"abc", -1}, {"-1", -1}, {"1e99", -1},
+        {"10s", -1}, {"", 120}, {"99999999999999999999", -1}};
+    for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
+        setenv("ROPEKV_COMPILE_TIMEOUT", seconds[i].v, 1);
+        begin_capture();
+        long got = rk_host_compile_timeout();
+        const char *err = end_capture();
+        assert_int_equal(got, seconds[i].want < 0 ? RK_COMPILE_TIMEOUT_DEFAULT : seconds[i].want);
+        if (seconds[i].want < 0) assert_non_null(strstr(err, "ROPEKV_COMPILE_TIMEOUT="));
+        if (seconds[i].want < 0) assert_non_null(strstr(err, "using 120"));
+    }
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+
+    int major = -1, minor = -1;
+    setenv("ROPEKV_HIPRTC_VERSION", "6.2", 1);
+    assert_int_equal(rk_env_version(RK_ENV_HIPRTC_VERSION, &major, &minor), 1);
+    assert_true(major == 6 && minor == 2);
+    static const char *const bad_versions[] = {"6", "6.2abc", "-6.2", "six"};
+    for (size_t i = 0; i < 4; i++) {
+        setenv("ROPEKV_HIPRTC_VERSION", bad_versions[i], 1);
+        begin_capture();
+        assert_int_equal(rk_env_version(RK_ENV_HIPRTC_VERSION, &major, &minor), 0);
+        assert_non_null(strstr(end_capture(), "ROPEKV_HIPRTC_VERSION="));
+    }
+    unsetenv("ROPEKV_HIPRTC_VERSION");
+}
+
+static void test_env_at_create(void **state) {
+    (void)state;
+    /* an invalid flag or number: a warning when the context is created, and the default */
+    setenv("ROPEKV_DISABLE_CACHE", "please", 1);
+    setenv("ROPEKV_COMPILE_TIMEOUT", "forever", 1);
+    begin_capture();
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    const char *err = end_capture();
+    assert_non_null(c);
+    ropekv_destroy(c);
+    assert_non_null(strstr(err, "ROPEKV_DISABLE_CACHE=please"));
+    assert_non_null(strstr(err, "ROPEKV_COMPILE_TIMEOUT=forever"));
+    unsetenv("ROPEKV_DISABLE_CACHE");
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
+
+    /* an invalid backend is an error (another backend would surprise), unless the options choose one */
+    setenv("ROPEKV_BACKEND", "gpu", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    assert_null(c);
+    assert_non_null(strstr(end_capture(), "ROPEKV_BACKEND=gpu: expected one of: hip cuda host"));
+    c = rk_test_host_ctx(NULL);
+    assert_non_null(c);
+    ropekv_destroy(c);
+    setenv("ROPEKV_BACKEND", "host", 1);
+}
+
+/* ---- $CXX ------------------------------------------------------------------------------------------- */
+static void test_cxx(void **state) {
+    (void)state;
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    char cxx[PATH], mark[PATH], command[2 * PATH];
+    sub(cxx, "cxx-with-args.sh");
+    sub(mark, "cxx-with-args.ran");
+    ropekv_kernel *k = NULL;
+
+    /* a command with arguments: split at blanks, no shell */
+    snprintf(command, sizeof command,
+             "#!/bin/sh\n[ \"$1\" = --marker ] || exit 9\necho \"$2\" > '%s'\nshift 2\nexec c++ \"$@\"\n", mark);
+    write_text(cxx, command, 0700);
+    snprintf(command, sizeof command, "  %s --marker   'quoted  ", cxx);
+    setenv("CXX", command, 1);
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    rk_codeobj ran;
+    assert_int_equal(rk_read_file(mark, &ran), ROPEKV_OK);
+    assert_string_equal((const char *)ran.data, "'quoted\n"); /* quotes are not interpreted */
+    rk_code_free(&ran);
+
+    /* fails without a word: the exit status names it */
+    setenv("CXX", "false", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "false failed (exit status 1), printing nothing"));
+    ropekv_destroy(c);
+
+    /* killed by a signal, after a word */
+    write_text(cxx, "#!/bin/sh\n[ \"$1\" = --version ] && exit 1\necho 'about to crash' >&2\nkill -SEGV $$\n", 0700);
+    setenv("CXX", cxx, 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "killed by signal 11"));
+    assert_non_null(strstr(ropekv_last_error(c), "about to crash"));
+    ropekv_destroy(c);
+
+    /* cannot be started */
+    setenv("CXX", "/nonexistent/c++ -O2", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++: cannot run"));
+    ropekv_destroy(c);
+    unsetenv("CXX");
+}
+
+/* ---- temporary directories --------------------------------------------------------------------- */
+/* The number of entries in dir. */
+static int entries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* path's modification time, age_s seconds ago (the link itself for a symbolic link). */
+static void age(const char *path, long age_s) {
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static void test_tmp_sweep(void **state) {
+    (void)state;
+    char tmp[PATH], path[2 * PATH], inner[3 * PATH], target[PATH];
+    sub(tmp, "tmp");
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    setenv("TMPDIR", tmp, 1);
+    pid_t dead = fork(); /* a pid that is no running process (once reaped) */
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    const long uid = (long)getuid(), day = 86400;
+    /* a compile killed mid-way: its directory with a file and a subdirectory, a day old */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-aaaaaa", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/kernel.cpp", path);
+    write_text(inner, "x", 0600);
+    snprintf(inner, sizeof inner, "%s/sub", path);
+    assert_int_equal(mkdir(inner, 0700), 0);
+    age(path, day);
+    /* a loaded object killed before its unlink, a day old */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-load-bbbbbb.so", tmp, uid, (long)dead);
+    write_text(path, "x", 0600);
+    age(path, day);
+    /* left alone: a fresh one of a dead process (it may be another pid namespace's, still compiling),
+     * an old one of a live process, a symbolic link, another user's name, a name not ours */
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-cccccc", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-dddddd", tmp, uid, (long)getppid());
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    sub(target, "precious");
+    assert_int_equal(mkdir(target, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/file", target);
+    write_text(inner, "keep me", 0600);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-eeeeee", tmp, uid, (long)dead);
+    assert_int_equal(symlink(target, path), 0);
+    age(path, day);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-ffffff", tmp, uid + 1, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    snprintf(path, sizeof path, "%s/ropekv-%ld-%ld-host-gggggg", tmp, uid, (long)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    age(path, day);
+    assert_int_equal(entries(tmp), 7);
+
+    ropekv_ctx *c = rk_test_host_ctx(NULL); /* opening a host context sweeps */
+    assert_non_null(c);
+    assert_int_equal(entries(tmp), 5);
+    snprintf(path, sizeof path, "%s/ropekv-tmp-%ld-%ld-host-aaaaaa", tmp, uid, (long)dead);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(access(inner, F_OK), 0); /* the link's target is untouched */
+    assert_int_equal(rk_tmp_sweep(60), 0);    /* a second sweep finds nothing; racing ones are harmless */
+
+    /* compiles leave nothing behind, whether they succeed or fail */
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    setenv("CXX", "false", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    ropekv_destroy(c);
+    unsetenv("CXX");
+    assert_int_equal(entries(tmp), 5);
+    unsetenv("TMPDIR");
+}
+
+static void test_tmpdir_unusable(void **state) {
+    (void)state;
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    char missing[PATH], file[PATH], readonly[PATH], want[2 * PATH];
+    sub(missing, "no-such-dir");
+    sub(file, "a-file");
+    sub(readonly, "read-only");
+    write_text(file, "x", 0600);
+    assert_int_equal(mkdir(readonly, 0500), 0);
+    const struct {
+        const char *dir, *why;
+    } cases[] = {{missing, "no such directory"}, {file, "not a directory"}, {readonly, "not writable"}};
+    for (size_t i = 0; i < 3; i++) {
+        if (cases[i].dir == readonly && geteuid() == 0) continue; /* root writes anywhere */
+        setenv("TMPDIR", cases[i].dir, 1);
+        ropekv_ctx *c = rk_test_host_ctx(NULL);
+        assert_non_null(c);
+        ropekv_kernel *k = NULL;
+        assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_IO);
+        snprintf(want, sizeof want, "TMPDIR=%s: %s", cases[i].dir, cases[i].why);
+        print_message("%s\n", ropekv_last_error(c));
+        assert_non_null(strstr(ropekv_last_error(c), want));
+        assert_null(strstr(ropekv_last_error(c), "cannot")); /* one message, not two run together */
+        ropekv_destroy(c);
+    }
+    unsetenv("TMPDIR");
+    /* noexec cannot be mounted here: the detection, on a noexec mount the system has, if any */
+    FILE *f = fopen("/proc/mounts", "r");
+    char dev[256], dir[1024], type[64], options[1024];
+    int checked = 0;
+    while (f && !checked && fscanf(f, "%255s %1023s %63s %1023s %*d %*d", dev, dir, type, options) == 4) {
+        if (!strstr(options, "noexec") || access(dir, W_OK | X_OK) != 0) continue;
+        setenv("TMPDIR", dir, 1);
+        char why[512];
+        assert_int_equal(rk_tmp_check(1, why, sizeof why), -1);
+        assert_non_null(strstr(why, "noexec"));
+        assert_int_equal(rk_tmp_check(0, why, sizeof why), 0);
+        checked = 1;
+    }
+    if (f) fclose(f);
+    if (!checked) print_message("no writable noexec mount here: the noexec check is not exercised\n");
+    unsetenv("TMPDIR");
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_size_cap), cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_cxx),           cmocka_unit_test(test_tmp_sweep),  cmocka_unit_test(test_tmpdir_unusable),
+    };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("inputs", tests, setup, teardown);
+}
