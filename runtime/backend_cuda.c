@@ -70,11 +70,11 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
         rk_buf_printf(log, "cuda: %s", why);
         return ROPEKV_ERR_BACKEND;
     }
-    if (rk_nvrtc_available(&major, &minor, why, sizeof why) != 0) {
-        rk_buf_printf(log, "cuda: %s", why);
-        return ROPEKV_ERR_BACKEND;
-    }
-    snprintf(d->compiler_id, sizeof d->compiler_id, "nvrtc %d.%d", major, minor);
+    /* Without nvrtc the backend still opens: kernels then come only from read-only cache layers (bundles),
+     * and a compile fails naming the reason (cuda_compile). */
+    if (rk_nvrtc_available(&major, &minor, why, sizeof why) == 0)
+        snprintf(d->compiler_id, sizeof d->compiler_id, "nvrtc %d.%d", major, minor);
+    else snprintf(d->compiler_id, sizeof d->compiler_id, "no nvrtc");
     if (cu->cuDeviceGetCount(&n) != 0 || ordinal < 0 || ordinal >= n) {
         rk_buf_printf(log, "cuda: no device %d (%d present)", ordinal, n);
         return ROPEKV_ERR_BACKEND;
@@ -101,6 +101,12 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
 static int cuda_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
                         rk_codeobj *out, rk_buf *log) {
     (void)name;
+    char why[256];
+    if (rk_nvrtc_available(NULL, NULL, why, sizeof why) != 0) {
+        rk_buf_printf(log, "no compiler: %s; without nvrtc only kernels of a read-only cache layer run "
+                           "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n", why);
+        return ROPEKV_ERR_COMPILE;
+    }
     return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);
 }
 

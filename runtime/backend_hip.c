@@ -105,11 +105,11 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         rk_buf_printf(log, "hip: no device %d (%s)", ordinal, e ? hip.error_string(e) : "too few devices");
         return ROPEKV_ERR_BACKEND;
     }
-    if (rk_hiprtc_available(&major, &minor, why, sizeof why) != 0) {
-        rk_buf_printf(log, "hip: %s", why);
-        return ROPEKV_ERR_BACKEND;
-    }
-    snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
+    /* Without hiprtc the backend still opens: kernels then come only from read-only cache layers (bundles),
+     * and a compile fails naming the reason (hip_compile). */
+    const int have_rtc = rk_hiprtc_available(&major, &minor, why, sizeof why) == 0;
+    if (have_rtc) snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
+    else snprintf(d->compiler_id, sizeof d->compiler_id, "no hiprtc");
     if (target_override) {
         snprintf(d->target, sizeof d->target, "%s", target_override);
     } else {
@@ -126,7 +126,7 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
             return ROPEKV_ERR_DEVICE;
         }
     }
-    if (!rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
+    if (have_rtc && !rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
         snprintf(d->refused, sizeof d->refused, "%s", why);
     snprintf(d->options, sizeof d->options, "--offload-arch=%s -O3 -ffp-contract=off -std=c++17", d->target);
     hip_state *s = calloc(1, sizeof *s);
@@ -139,6 +139,12 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
 static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
                        rk_codeobj *out, rk_buf *log) {
     (void)name;
+    char why[512];
+    if (rk_hiprtc_available(NULL, NULL, why, sizeof why) != 0) {
+        rk_buf_printf(log, "no compiler: %s; without hiprtc only kernels of a read-only cache layer run "
+                           "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n", why);
+        return ROPEKV_ERR_COMPILE;
+    }
     return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);
 }
 
