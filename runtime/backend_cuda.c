@@ -103,8 +103,10 @@ static int cuda_compile(rk_device *d, const char *src, size_t len, const char *n
     (void)name;
     char why[256];
     if (rk_nvrtc_available(NULL, NULL, why, sizeof why) != 0) {
-        rk_buf_printf(log, "no compiler: %s; without nvrtc only kernels of a read-only cache layer run "
-                           "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n", why);
+        rk_buf_printf(log,
+                      "no compiler: %s; without nvrtc only kernels of a read-only cache layer run "
+                      "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n",
+                      why);
         return ROPEKV_ERR_COMPILE;
     }
     return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);

@@ -141,8 +141,10 @@ static int hip_compile(rk_device *d, const char *src, size_t len, const char *na
     (void)name;
     char why[512];
     if (rk_hiprtc_available(NULL, NULL, why, sizeof why) != 0) {
-        rk_buf_printf(log, "no compiler: %s; without hiprtc only kernels of a read-only cache layer run "
-                           "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n", why);
+        rk_buf_printf(log,
+                      "no compiler: %s; without hiprtc only kernels of a read-only cache layer run "
+                      "(ROPEKV_CACHE_RO, a bundle of `ropekv-gen build --bundle`)\n",
+                      why);
         return ROPEKV_ERR_COMPILE;
     }
     return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);

@@ -124,11 +124,44 @@ int rk_env_version(rk_env_id id, int *major, int *minor) {
     return 0;
 }
 
+/* ROPEKV_* names read outside the library (the Python binding, its wheel build, ropekv-gen's offline tools):
+ * known, so not warned about as misspellings. */
+static const char *const elsewhere[] = {"ROPEKV_LIB", "ROPEKV_BUILD_DIR", "ROPEKV_CLANG", "ROPEKV_LLVM_SUFFIX"};
+
+/* 1 when name (NAME=value, of environ) is a ROPEKV_* variable nobody reads: most likely a misspelling. */
+static int unknown_name(const char *entry) {
+    const size_t n = strcspn(entry, "=");
+    if (strncmp(entry, "ROPEKV_", 7) != 0) return 0;
+    for (int i = 0; i < RK_ENV_COUNT; i++)
+        if (strlen(table[i].name) == n && strncmp(entry, table[i].name, n) == 0) return 0;
+    for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++)
+        if (strlen(elsewhere[i]) == n && strncmp(entry, elsewhere[i], n) == 0) return 0;
+    return 1;
+}
+
 void rk_env_warn_invalid(void) {
+    extern char **environ;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char warned[8][64]; /* the unknown names warned about (once each; a few are kept) */
     int major, minor;
     for (int i = 0; i < RK_ENV_COUNT; i++) {
         if (table[i].kind == FLAG) rk_env_flag((rk_env_id)i);
         if (table[i].kind == NUMBER) rk_env_number((rk_env_id)i);
         if (table[i].kind == VERSION) rk_env_version((rk_env_id)i, &major, &minor);
     }
+    pthread_mutex_lock(&mu);
+    for (char **e = environ; e && *e; e++) {
+        if (!unknown_name(*e)) continue;
+        const size_t n = strcspn(*e, "="), kept = n < sizeof warned[0] - 1 ? n : sizeof warned[0] - 1;
+        int seen = 0, free_slot = -1;
+        for (int i = 0; i < 8 && !seen; i++) {
+            seen = warned[i][0] && strlen(warned[i]) == kept && strncmp(warned[i], *e, kept) == 0;
+            if (!warned[i][0] && free_slot < 0) free_slot = i;
+        }
+        if (seen) continue;
+        if (free_slot >= 0) snprintf(warned[free_slot], sizeof warned[0], "%.*s", (int)kept, *e);
+        fprintf(stderr, "ropekv: warning: %.*s is not a variable ropekv reads (a misspelling? README lists them)\n",
+                (int)(n < 200 ? n : 200), *e);
+    }
+    pthread_mutex_unlock(&mu);
 }

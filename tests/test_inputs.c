@@ -207,6 +207,24 @@ static void test_env_at_create(void **state) {
     unsetenv("ROPEKV_DISABLE_CACHE");
     unsetenv("ROPEKV_COMPILE_TIMEOUT");
 
+    /* a ROPEKV_* name nobody reads (a misspelling): one warning naming it, however many contexts open; the
+     * names read outside the library are not warned about */
+    setenv("ROPEKV_DISABLE_CAHCE", "1", 1);
+    setenv("ROPEKV_LIB", "/nowhere/libropekv.so", 1);
+    begin_capture();
+    for (int i = 0; i < 2; i++) {
+        c = rk_test_host_ctx(NULL);
+        assert_non_null(c);
+        ropekv_destroy(c);
+    }
+    err = end_capture();
+    const char *w = strstr(err, "ROPEKV_DISABLE_CAHCE is not a variable ropekv reads");
+    assert_non_null(w);
+    assert_null(strstr(w + 1, "ROPEKV_DISABLE_CAHCE is not"));
+    assert_null(strstr(err, "ROPEKV_LIB"));
+    unsetenv("ROPEKV_DISABLE_CAHCE");
+    unsetenv("ROPEKV_LIB");
+
     /* an invalid backend is an error (another backend would surprise), unless the options choose one */
     setenv("ROPEKV_BACKEND", "gpu", 1);
     begin_capture();
