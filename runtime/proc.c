@@ -155,6 +155,13 @@ int rk_mktmpdir(char *path, size_t cap, const char *what) {
     return mkdtemp(path) ? ROPEKV_OK : ROPEKV_ERR_IO; /* mkdtemp makes it 0700 */
 }
 
+const char *rk_tmp_failure(char *why, size_t cap) {
+    const int e = errno;
+    if (rk_tmp_check(0, why, cap) != 0) return why;
+    snprintf(why, cap, "%s: %s", rk_tmp_base(), strerror(e));
+    return why;
+}
+
 /* Removes name (in the directory open as dfd) and, when it is a directory, everything under it, never
  * following a symbolic link. Entries that vanish meanwhile (another sweep) are fine. */
 static void remove_at(int dfd, const char *name, int depth) {

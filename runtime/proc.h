@@ -55,6 +55,9 @@ void rk_tmp_prefix(char *out, size_t cap, const char *what);
 /* Creates a private (0700) temporary directory rk_tmp_base()/<rk_tmp_prefix(what)>XXXXXX (what NULL:
  * "dir"). ROPEKV_OK or ROPEKV_ERR_IO (errno set; rk_tmp_check says why in words). */
 int rk_mktmpdir(char *path, size_t cap, const char *what);
+/* Why rk_mktmpdir just failed, in words, into why: rk_tmp_check's reason (naming TMPDIR) when it has
+ * one, else the directory and errno's text. Returns why. */
+const char *rk_tmp_failure(char *why, size_t cap);
 /* Removes path and everything under it, never following a symbolic link. */
 void rk_rmtmpdir(const char *path);
 /* Removes the temporary entries of processes that are gone: entries of rk_tmp_base() named

@@ -475,6 +475,16 @@ static void test_clang_errors(void **state) {
     rk_buf_free(&log);
     assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx1030:xnack-", NULL, &co, &log), ROPEKV_ERR_TARGET);
     rk_buf_free(&log);
+    /* An unusable TMPDIR: the offline drivers name it and the reason, as the runtime does. */
+    const char *saved = getenv("TMPDIR");
+    char keep[4096] = "";
+    if (saved) snprintf(keep, sizeof keep, "%s", saved);
+    setenv("TMPDIR", "/nonexistent-ropekv-tmpdir", 1);
+    assert_int_equal(rk_clang_compile(k_src, strlen(k_src), "gfx942", NULL, &co, &log), ROPEKV_ERR_IO);
+    assert_true(has(&log, "cannot create a temporary directory: TMPDIR=/nonexistent-ropekv-tmpdir"));
+    rk_buf_free(&log);
+    if (saved) setenv("TMPDIR", keep, 1);
+    else unsetenv("TMPDIR");
     /* Not a code object: inspection fails cleanly. */
     rk_codeobj junk = {(unsigned char *)"not an elf file at all", 22};
     rk_compile_info info;

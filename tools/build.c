@@ -43,7 +43,8 @@ static void keep_log(char *dst, size_t cap, const char *src, size_t len) {
 static void cubin_sass(const rk_codeobj *co, rk_buf *sass) {
     char dir[4096], file[4200];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
-        rk_buf_printf(sass, "(cannot create a temporary directory)\n");
+        char why[512];
+        rk_buf_printf(sass, "(cannot create a temporary directory: %s)\n", rk_tmp_failure(why, sizeof why));
         return;
     }
     snprintf(file, sizeof file, "%s/kernel.cubin", dir);
@@ -76,7 +77,8 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
                       rk_buf *log) {
     char dir[4096], so[4400];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
-        rk_buf_printf(log, "host: cannot create a temporary directory\n");
+        char why[512];
+        rk_buf_printf(log, "host: cannot create a temporary directory: %s\n", rk_tmp_failure(why, sizeof why));
         return ROPEKV_ERR_IO;
     }
     char *clog = malloc(RK_BUILD_LOG);

@@ -101,7 +101,9 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
     }
     char dir[4096], in[4200], co[4200], arch[160];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
-        if (log) rk_buf_printf(log, "clang: cannot create a temporary directory: %s\n", strerror(errno));
+        char why[512];
+        if (log)
+            rk_buf_printf(log, "clang: cannot create a temporary directory: %s\n", rk_tmp_failure(why, sizeof why));
         return ROPEKV_ERR_IO;
     }
     snprintf(in, sizeof in, "%s/kernel.hip", dir);

@@ -201,7 +201,10 @@ int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *in
     if (!co || !co->data || co->len == 0 || !info) return ROPEKV_ERR_IO;
     char dir[4096], file[4200], readelf[64], objdump[64];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
-        if (disasm) rk_buf_printf(disasm, "inspect: cannot create a temporary directory\n");
+        char why[512];
+        if (disasm)
+            rk_buf_printf(disasm, "inspect: cannot create a temporary directory: %s\n",
+                          rk_tmp_failure(why, sizeof why));
         return ROPEKV_ERR_IO;
     }
     snprintf(file, sizeof file, "%s/code.co", dir);
