@@ -20,6 +20,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -213,6 +215,7 @@ void rk_cache_open(rk_cache *c, const char *dir) {
     c->dev = (uint64_t)st.st_dev;
     c->ino = (uint64_t)st.st_ino;
     c->usable = 1;
+    (void)rk_cache_sweep_tmp(c, RK_CACHE_TMP_AGE); /* what writers killed mid-write left */
 }
 
 /* Opens the directory for one operation: not through a symlink, and only while it is still the
@@ -613,6 +616,34 @@ static int is_ours(const char *name) {
     }
     const char *rest = name + 64;
     return strcmp(rest, ".rkco") == 0 || strcmp(rest, ".lock") == 0 || strncmp(rest, ".rkco.tmp.", 10) == 0;
+}
+
+int rk_cache_sweep_tmp(const rk_cache *c, long max_age_s) {
+    if (!c || !c->usable || c->readonly) return -1;
+    int dfd = open_dir(c, NULL, 0);
+    if (dfd < 0) return -1;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -1;
+    }
+    const time_t now = time(NULL);
+    int removed = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        const char *name = ent->d_name;
+        if (strlen(name) < 64 + 10 || !is_ours(name) || strncmp(name + 64, ".rkco.tmp.", 10) != 0) continue;
+        char *end;
+        const long pid = strtol(name + 74, &end, 10);
+        struct stat st;
+        if (end == name + 74 || *end != '.' || pid <= 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || now - st.st_mtime <= max_age_s)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still be writing */
+        if (unlinkat(dfd, name, 0) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 int rk_cache_clear(const rk_cache *c) {

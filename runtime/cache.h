@@ -113,6 +113,12 @@ void rk_cache_unlock(int fd);
  * Other files are left alone. A put running meanwhile may fail (its temp file vanished); none is
  * corrupted. */
 int rk_cache_clear(const rk_cache *c);
+/* Removes the temporary entry files (<digest>.rkco.tmp.<pid>.<n>) that writers killed mid-write left in c's
+ * writable directory: regular files owned by this user, older than max_age_s seconds, whose pid is no running
+ * process. rk_cache_open runs it with RK_CACHE_TMP_AGE; returns the number removed (-1: the directory cannot be
+ * read). A sweep racing a writer or another sweep is harmless (a live writer's pid is running). */
+int rk_cache_sweep_tmp(const rk_cache *c, long max_age_s);
+#define RK_CACHE_TMP_AGE 600L
 
 /* Parses an entry held in memory (the reader's validation, also the fuzz target):
  * RK_CACHE_OK with *payload pointing inside buf, else RK_CACHE_MISS with why (a short reason such as

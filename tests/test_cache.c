@@ -781,6 +781,58 @@ static void test_killed_writer(void **state) {
     assert_int_equal(after.entries + after.temps + after.locks + after.other, 0);
 }
 
+/* A file named name in dir, its mtime age_s seconds ago (a symbolic link to target when target is set). */
+static void aged_file(const char *dir, const char *name, long age_s, const char *target) {
+    char path[PATH];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (target) {
+        assert_int_equal(symlink(target, path), 0);
+    } else {
+        int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    const struct timespec t[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static int present(const char *dir, const char *name) {
+    char path[PATH];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* Opening a cache sweeps the temp files writers killed mid-write left: its process gone and older than
+ * RK_CACHE_TMP_AGE. A fresh one, a live process's, a symbolic link and published entries stay. */
+static void test_sweep_killed_temps(void **state) {
+    fixture *f = *state;
+    pid_t dead = rk_test_fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(rk_test_wait(dead), 0); /* its pid is no running process now */
+    const char *hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    char dead_old[128], dead_fresh[128], live_old[128], link_old[128], entry[128];
+    snprintf(dead_old, sizeof dead_old, "%s.rkco.tmp.%ld.0", hex, (long)dead);
+    snprintf(dead_fresh, sizeof dead_fresh, "%s.rkco.tmp.%ld.1", hex, (long)dead);
+    snprintf(live_old, sizeof live_old, "%s.rkco.tmp.%ld.2", hex, (long)getpid());
+    snprintf(link_old, sizeof link_old, "%s.rkco.tmp.%ld.3", hex, (long)dead);
+    snprintf(entry, sizeof entry, "%s.rkco", hex);
+    const long old = 2 * RK_CACHE_TMP_AGE;
+    aged_file(f->dir, dead_old, old, NULL);
+    aged_file(f->dir, dead_fresh, 0, NULL);
+    aged_file(f->dir, live_old, old, NULL);
+    aged_file(f->dir, link_old, old, f->root);
+    aged_file(f->dir, entry, old, NULL);
+    rk_cache c2;
+    rk_cache_open(&c2, f->dir);
+    assert_true(c2.usable);
+    assert_false(present(f->dir, dead_old));
+    assert_true(present(f->dir, dead_fresh) && present(f->dir, live_old) && present(f->dir, link_old));
+    assert_true(present(f->dir, entry));
+    assert_int_equal(rk_cache_sweep_tmp(&c2, RK_CACHE_TMP_AGE), 0); /* a second sweep finds nothing */
+}
+
 /* Child: takes the lock for d, reports through fd, and holds it until killed. */
 static void hold_lock(const rk_cache *c, const unsigned char d[32], int fd) {
     int l = rk_cache_lock(c, d);
@@ -1019,6 +1071,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_concurrent_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_unlocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sweep_killed_temps, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("cache", tests, NULL, NULL);
