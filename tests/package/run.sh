@@ -3,7 +3,8 @@
 #   1. cmake --install BUILD --prefix TMP/prefix
 #   2. this directory's consumer project, configured with CMAKE_PREFIX_PATH=TMP/prefix: find_package(ropekv)
 #      links consumer (ropekv::ropekv) and consumer_static (ropekv::ropekv_static), and
-#      ropekv_add_kernels() emits and compiles (host target) the kernels of my_model.lua
+#      ropekv_add_kernels() emits, compiles and bundles (host target) the kernels of my_model.lua; the
+#      consumer runs again from the bundle alone (no compiler, no writable cache)
 #   3. consumer.c compiled by hand with `pkg-config ropekv` and `pkg-config ropekv-static`
 # Every program runs consumer.c's checks on my_model.lua: the shared ones with LD_LIBRARY_PATH naming
 # only the prefix's lib directory, the static ones with none.
@@ -11,7 +12,7 @@
 # CFLAGS and LDFLAGS apply to every consumer build (a sanitizer build's library needs its flags).
 set -eu
 [ $# -ge 1 ] || {
-    sed -n '2,9s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,12s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +55,10 @@ cmake --build "$tmp/consumer" -j2
 [ -f "$tmp/consumer/my_kernels/manifest.json" ] && ls "$tmp/consumer/my_kernels/"my_model.rk_L128_R32_*_host.hip >/dev/null
 LD_LIBRARY_PATH=$libdir "$tmp/consumer/consumer" "$spec"
 env -u LD_LIBRARY_PATH "$tmp/consumer/consumer_static" "$spec"
+step "the bundle ropekv_add_kernels(BUNDLE) made: the consumer with no compiler and no writable cache"
+[ -f "$tmp/consumer/my_bundle/ropekv-bundle.txt" ]
+LD_LIBRARY_PATH=$libdir ROPEKV_CACHE_RO="$tmp/consumer/my_bundle" ROPEKV_DISABLE_CACHE=1 CXX=/nonexistent/c++ \
+    PATH=/nonexistent "$tmp/consumer/consumer" "$spec"
 
 step "pkg-config: ropekv and ropekv-static"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
