@@ -11,7 +11,8 @@
 #   BUNDLE   also build every variant's code ahead of time into <dir> (relative: to the current binary
 #            directory), as `ropekv-gen build --bundle <dir>` does: a read-only cache layer
 #            ($ROPEKV_CACHE_RO, ropekv_options.cache_ro) with which a machine without any compiler runs
-#            them. Needs the target's backend on the build machine (host: a C++ compiler).
+#            them. Needs the target's compiler on the build machine (host: a C++ compiler; NVIDIA: nvrtc;
+#            AMD: hiprtc for the targets it builds), not its GPU.
 #   TARGETS  with COMPILE or BUNDLE, only these targets (rows of specs/archs.lua: sm_90, gfx942, host, ...)
 # The variable <name>_DIR is set to the output directory. Example:
 #     find_package(ropekv CONFIG REQUIRED)

@@ -114,6 +114,14 @@ typedef struct ropekv_options {
                                   entries are; an invalid one is skipped (a cache_reject), never removed. A
                                   layer must be owned by this user or root and not writable by group or
                                   others. Used with disk_cache off too. NULL: $ROPEKV_CACHE_RO */
+    int compile_only;      /* 1: no device. The context compiles kernels for `target` (required) with the
+                                  backend's compiler (nvrtc, hiprtc; the host's C++ compiler) and writes them
+                                  to its disk cache under the keys a device context of that target computes,
+                                  without loading them (how `ropekv-gen build --bundle` makes bundles on a
+                                  machine without the GPU); the backend must be chosen (options.backend or
+                                  $ROPEKV_BACKEND), and the target too (or $ROPEKV_TARGET). Its kernels
+                                  can be got, prepared and described, never launched (ROPEKV_ERR_BACKEND).
+                                  0: a device context */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a

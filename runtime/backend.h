@@ -15,10 +15,14 @@ typedef struct rk_device {
     void *state;           /* backend-private */
 } rk_device;
 
+#define RK_COMPILE_ONLY (-1) /* rk_backend_ops.open's ordinal for a context without a device */
+
 typedef struct rk_backend_ops {
     const char *name;
     /* Finds device `ordinal` (target_override, if non-NULL, replaces the detected target). ROPEKV_OK,
-     * or ROPEKV_ERR_BACKEND (not on this machine) / ROPEKV_ERR_DEVICE with the reason in log. */
+     * or ROPEKV_ERR_BACKEND (not on this machine) / ROPEKV_ERR_DEVICE with the reason in log.
+     * ordinal RK_COMPILE_ONLY: no device; the target is target_override and only compile is used (the
+     * identity, options and target are set exactly as a device of that target would have them). */
     int (*open)(rk_device *d, int ordinal, const char *target_override, rk_buf *log);
     /* Source -> code object for d->target, using the arch row's options. */
     int (*compile)(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,

@@ -63,18 +63,33 @@ typedef struct cuda_state {
     CUcontext ctx;
 } cuda_state;
 
+/* The compiler's identity and the options of d->target: part of every cache key, so one function sets them for
+ * device and compile-only contexts alike. */
+static void cuda_identity(rk_device *d, int have_nvrtc, int major, int minor) {
+    if (have_nvrtc) snprintf(d->compiler_id, sizeof d->compiler_id, "nvrtc %d.%d", major, minor);
+    else snprintf(d->compiler_id, sizeof d->compiler_id, "no nvrtc");
+    snprintf(d->options, sizeof d->options, "-arch=%s --std=c++17 --fmad=false", d->target);
+}
+
 static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
     int major = 0, minor = 0, n = 0;
     char why[256];
+    if (ordinal == RK_COMPILE_ONLY) { /* no driver, no device: the compiler is what is needed */
+        if (rk_nvrtc_available(&major, &minor, why, sizeof why) != 0) {
+            rk_buf_printf(log, "cuda (compile only): %s", why);
+            return ROPEKV_ERR_BACKEND;
+        }
+        snprintf(d->target, sizeof d->target, "%s", target_override);
+        cuda_identity(d, 1, major, minor);
+        return ROPEKV_OK;
+    }
     if (!rk_cuda_driver(RK_CUDA_BACKEND, why, sizeof why)) {
         rk_buf_printf(log, "cuda: %s", why);
         return ROPEKV_ERR_BACKEND;
     }
     /* Without nvrtc the backend still opens: kernels then come only from read-only cache layers (bundles),
      * and a compile fails naming the reason (cuda_compile). */
-    if (rk_nvrtc_available(&major, &minor, why, sizeof why) == 0)
-        snprintf(d->compiler_id, sizeof d->compiler_id, "nvrtc %d.%d", major, minor);
-    else snprintf(d->compiler_id, sizeof d->compiler_id, "no nvrtc");
+    const int have_nvrtc = rk_nvrtc_available(&major, &minor, why, sizeof why) == 0;
     if (cu->cuDeviceGetCount(&n) != 0 || ordinal < 0 || ordinal >= n) {
         rk_buf_printf(log, "cuda: no device %d (%d present)", ordinal, n);
         return ROPEKV_ERR_BACKEND;
@@ -93,7 +108,7 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
     }
     if (target_override) snprintf(d->target, sizeof d->target, "%s", target_override);
     else snprintf(d->target, sizeof d->target, "sm_%d%d", cc_major, cc_minor);
-    snprintf(d->options, sizeof d->options, "-arch=%s --std=c++17 --fmad=false", d->target);
+    cuda_identity(d, have_nvrtc, major, minor);
     d->state = s;
     return ROPEKV_OK;
 }

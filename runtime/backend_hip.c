@@ -91,9 +91,29 @@ typedef struct hip_state {
     int ordinal;
 } hip_state;
 
+/* The compiler's identity, the options of d->target and whether hiprtc can build it: part of every cache key (or
+ * of the context's refusal), so one function sets them for device and compile-only contexts alike. */
+static void hip_identity(rk_device *d, int have_rtc, int major, int minor) {
+    char why[512];
+    if (have_rtc) snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
+    else snprintf(d->compiler_id, sizeof d->compiler_id, "no hiprtc");
+    if (have_rtc && !rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
+        snprintf(d->refused, sizeof d->refused, "%s", why);
+    snprintf(d->options, sizeof d->options, "--offload-arch=%s -O3 -ffp-contract=off -std=c++17", d->target);
+}
+
 static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
     int major = 0, minor = 0, n = 0;
     char why[512];
+    if (ordinal == RK_COMPILE_ONLY) { /* no HIP runtime, no device: the compiler is what is needed */
+        if (rk_hiprtc_available(&major, &minor, why, sizeof why) != 0) {
+            rk_buf_printf(log, "hip (compile only): %s", why);
+            return ROPEKV_ERR_BACKEND;
+        }
+        snprintf(d->target, sizeof d->target, "%s", target_override);
+        hip_identity(d, 1, major, minor);
+        return ROPEKV_OK;
+    }
     pthread_once(&hip_once, hip_load);
     if (!hip_loaded) {
         rk_buf_printf(log, "hip: %s", hip_why);
@@ -108,8 +128,6 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     /* Without hiprtc the backend still opens: kernels then come only from read-only cache layers (bundles),
      * and a compile fails naming the reason (hip_compile). */
     const int have_rtc = rk_hiprtc_available(&major, &minor, why, sizeof why) == 0;
-    if (have_rtc) snprintf(d->compiler_id, sizeof d->compiler_id, "hiprtc %d.%d", major, minor);
-    else snprintf(d->compiler_id, sizeof d->compiler_id, "no hiprtc");
     if (target_override) {
         snprintf(d->target, sizeof d->target, "%s", target_override);
     } else {
@@ -126,9 +144,7 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
             return ROPEKV_ERR_DEVICE;
         }
     }
-    if (have_rtc && !rk_hiprtc_supports(major, minor, d->target, why, sizeof why))
-        snprintf(d->refused, sizeof d->refused, "%s", why);
-    snprintf(d->options, sizeof d->options, "--offload-arch=%s -O3 -ffp-contract=off -std=c++17", d->target);
+    hip_identity(d, have_rtc, major, minor);
     hip_state *s = calloc(1, sizeof *s);
     if (!s) return ROPEKV_ERR_NOMEM;
     s->ordinal = ordinal;

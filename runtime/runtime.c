@@ -77,6 +77,7 @@ struct ropekv_ctx {
     rk_cache ro[RK_MAX_RO_LAYERS]; /* read-only layers, searched in order before cache */
     char ro_compiler[RK_MAX_RO_LAYERS][sizeof(((rk_device *)0)->compiler_id)]; /* the identity each keys with */
     int n_ro;
+    int compile_only; /* ropekv_options.compile_only: kernels are compiled and cached, never loaded */
     int log;
     int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
     int pdl_prefetch; /* ... reading the static inputs before the wait */
@@ -258,6 +259,15 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     if (want == ROPEKV_BACKEND_AUTO && eb >= 0) want = (ropekv_backend)(eb + 1);
     const char *target = o && o->target ? o->target : rk_env_text(RK_ENV_TARGET);
     int ordinal = o ? o->device : 0;
+    if (o && o->compile_only) { /* no device: the backend and the target are the caller's */
+        if (want == ROPEKV_BACKEND_AUTO || !target) {
+            fprintf(stderr, "ropekv: error: a compile-only context needs options.backend and options.target\n");
+            ropekv_destroy(c);
+            return ROPEKV_ERR_ARG;
+        }
+        c->compile_only = 1;
+        ordinal = RK_COMPILE_ONLY;
+    }
     rk_buf log = {0};
     const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
     rc = ROPEKV_ERR_BACKEND;
@@ -530,7 +540,14 @@ int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap) {
 
 /* Loads code object co as entry `wide` of k (k->module[wide], *fn); an object lacking that entry is
  * ROPEKV_ERR_COMPILE. The reason of a failure goes to log. */
+/* The entry point a compile-only context gives its kernels: built and cached, never loaded nor launched. */
+static char not_loaded;
+
 static int load_code(ropekv_ctx *c, ropekv_kernel *k, int wide, const rk_codeobj *co, void **fn, rk_buf *log) {
+    if (c->compile_only) { /* no device to load into: the code object is only cached */
+        *fn = &not_loaded;
+        return ROPEKV_OK;
+    }
     void *fns[2] = {NULL, NULL};
     int rc = c->dev.ops->load(&c->dev, co, k->d.name, &k->module[wide], fns, log);
     if (rc == ROPEKV_OK && !fns[wide]) {
@@ -833,6 +850,9 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     ropekv_status s = rk_args_check(&k->d, a, &pl, &err);
     if (s != ROPEKV_OK) return fail(c, s, "%s", err.msg);
     if (pl.total == 0) return ROPEKV_OK;
+    if (c->compile_only)
+        return fail(c, ROPEKV_ERR_BACKEND, "%s: a compile-only context builds and caches kernels, never launches them",
+                    k->d.key);
     void *fn = __atomic_load_n(&k->fn[pl.wide], __ATOMIC_ACQUIRE);
     if (!fn && (s = wide_entry(k, &fn)) != ROPEKV_OK) return s;
     const int pdl = k->d.arch->pdl && c->pdl;

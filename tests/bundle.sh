@@ -1,6 +1,7 @@
 #!/bin/sh
 # ropekv-gen build --bundle for the host target, then tests/bundle_check.c with every compiler made
-# unavailable (no $CXX, an empty PATH) and the bundle as the only cache: a read-only layer.
+# unavailable (no $CXX, an empty PATH) and the bundle as the only cache: a read-only layer. Then bundles for
+# sm_90 and gfx90a on this machine without their GPUs (compile-only contexts), where their compilers are.
 # usage: bundle.sh ROPEKV_GEN BUNDLE_CHECK
 set -eu
 gen=$1 check=$2
@@ -15,3 +16,20 @@ chmod 0555 "$dir/b"
 env -u ROPEKV_CACHE_DIR ROPEKV_CACHE_RO="$dir/b" ROPEKV_DISABLE_CACHE=1 CXX=/nonexistent/c++ PATH=/nonexistent \
     "$check"
 chmod 0755 "$dir/b"
+
+# GPU targets need no device, only their compiler (a compile-only context): nvrtc for sm_90, hiprtc for
+# gfx90a, when this machine has them (each is skipped with its reason otherwise). The keys are a device
+# context's: a bundle made here is found by a runtime on the GPU (docs/cache.md).
+for t in sm_90 gfx90a; do
+    if "$gen" --filter "deepseek_v3/$t/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged" build --target "$t" \
+        --bundle "$dir/$t" 2>"$dir/$t.err"; then
+        grep -q "^kernel deepseek_v3/$t/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged " "$dir/$t/ropekv-bundle.txt"
+        test "$(ls "$dir/$t" | grep -c '\.rkco$')" -eq 3
+        echo "bundle for $t made without a device"
+    elif grep -q "no .* backend for target $t here" "$dir/$t.err"; then
+        echo "skipped the $t bundle: its compiler is not on this machine"
+    else
+        cat "$dir/$t.err" >&2
+        exit 1
+    fi
+done

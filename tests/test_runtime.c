@@ -219,6 +219,41 @@ static void test_read_only_layers(void **state) {
     assert_int_equal(rk_test_count_files("/").entries, before);
 }
 
+/* A compile-only context (ropekv_options.compile_only) compiles and caches under a device context's keys without
+ * loading: a device context given its directory finds the kernel (a disk hit, no compile) and launches it; the
+ * compile-only one refuses launches by name, and needs its backend and target chosen. */
+static void test_compile_only(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/compile-only", cache);
+    ropekv_ctx *c;
+    ropekv_options no_target = {.compile_only = 1, .backend = ROPEKV_BACKEND_HOST}; /* and no $ROPEKV_TARGET */
+    assert_int_equal(ropekv_create(&c, &no_target), ROPEKV_ERR_ARG);
+    ropekv_options o = {
+        .backend = ROPEKV_BACKEND_HOST, .target = "host", .cache_dir = dir, .disk_cache = 1, .compile_only = 1};
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64), ROPEKV_OK);
+    const rk_desc *rv = rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8);
+    char why[4096] = "";
+    assert_int_not_equal(rk_test_check_kernel(k, rv, why, sizeof why), 0); /* its launches are refused */
+    assert_non_null(strstr(ropekv_last_error(c), "a compile-only context builds and caches kernels, never launches"));
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    assert_int_equal(rk_test_count_files(dir).entries, 2); /* both entries */
+
+    ropekv_options dev = {.backend = ROPEKV_BACKEND_HOST, .cache_dir = dir, .disk_cache = 1};
+    assert_int_equal(ropekv_create(&c, &dev), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_stats st;
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.disk_hits == 1 && st.compiles == 0);
+    check_kernel(k, rv);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 typedef struct thread_arg {
     ropekv_ctx *c;
     ropekv_kernel *k;
@@ -1123,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(test_read_round_trip),
         cmocka_unit_test(test_slots_near_2_31),
         cmocka_unit_test(test_prepare_wide_entry),
+        cmocka_unit_test(test_compile_only),
         cmocka_unit_test(test_read_only_layers),
         cmocka_unit_test(test_release_after_destroy),
         cmocka_unit_test(test_runtime_spec),

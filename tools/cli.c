@@ -95,8 +95,8 @@ static const char *const HELP_BUILD =
     "               the runtime's own cache entries, keyed as the runtime keys them, plus the identity\n"
     "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
     "               as a read-only layer ($ROPEKV_CACHE_RO) runs them without any compiler. Builds through\n"
-    "               the runtime, so the target's backend must open here (host: always; a GPU target: its\n"
-    "               device and driver); no table is printed\n"
+    "               the runtime (a compile-only context for GPU targets: their compiler is needed here,\n"
+    "               nvrtc or hiprtc, not their GPU; the keys are a device's); no table is printed\n"
     "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
     "log of each failure is printed on stderr.\n";
 static const char *const HELP_INSPECT =
@@ -325,7 +325,9 @@ static int bundle_target(const opts *o, const rk_arch *a, const rk_desc *v, int 
                           .target = a->name,
                           .cache_dir = dir,
                           .disk_cache = 1,
-                          .cache_ro = ""};
+                          .cache_ro = "",
+                          /* GPU targets: no device needed, only the target's compiler (the keys are a device's) */
+                          .compile_only = a->vendor != RK_VENDOR_HOST};
     ropekv_ctx *c;
     ropekv_status s = ropekv_create(&c, &opt);
     if (s != ROPEKV_OK) {

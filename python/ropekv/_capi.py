@@ -62,6 +62,7 @@ class ropekv_options(ctypes.Structure):
         ("pdl", ctypes.c_int),
         ("pdl_prefetch", ctypes.c_int),
         ("cache_ro", ctypes.c_char_p),  # read-only cache layers, ':'-separated (None: $ROPEKV_CACHE_RO)
+        ("compile_only", ctypes.c_int),  # 1: no device; kernels are compiled and cached, never launched
     ]
 
 
