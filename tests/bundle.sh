@@ -9,7 +9,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/ropekv-bundle-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 "$gen" --filter deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged build --target host \
     --bundle "$dir/b"
-grep -q '^kernel deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged ' "$dir/b/ropekv-bundle.txt"
+grep -q '^kernel deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged .* host$' "$dir/b/ropekv-bundle.txt"
 test "$(ls "$dir/b" | grep -c '\.rkco$')" -eq 3 # the two entries and the compiler note
 ! ls "$dir/b" | grep -q '\.lock$'
 chmod 0555 "$dir/b"
@@ -20,10 +20,13 @@ chmod 0755 "$dir/b"
 # GPU targets need no device, only their compiler (a compile-only context): nvrtc for sm_90, hiprtc for
 # gfx90a, when this machine has them (each is skipped with its reason otherwise). The keys are a device
 # context's: a bundle made here is found by a runtime on the GPU (docs/cache.md).
-for t in sm_90 gfx90a; do
-    if "$gen" --filter "deepseek_v3/$t/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged" build --target "$t" \
+# An AMD target id may carry the device's feature flags: its own context, entries and compiler note.
+for t in sm_90 gfx90a gfx90a:sramecc+:xnack-; do
+    row=${t%%:*}
+    if "$gen" --filter "deepseek_v3/$row/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged" build --target "$t" \
         --bundle "$dir/$t" 2>"$dir/$t.err"; then
-        grep -q "^kernel deepseek_v3/$t/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged " "$dir/$t/ropekv-bundle.txt"
+        grep -q "^kernel deepseek_v3/$row/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged .* $t\$" \
+            "$dir/$t/ropekv-bundle.txt"
         test "$(ls "$dir/$t" | grep -c '\.rkco$')" -eq 3
         echo "bundle for $t made without a device"
     elif grep -q "no .* backend for target $t here" "$dir/$t.err"; then

@@ -96,7 +96,9 @@ static const char *const HELP_BUILD =
     "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
     "               as a read-only layer ($ROPEKV_CACHE_RO) runs them without any compiler. Builds through\n"
     "               the runtime (a compile-only context for GPU targets: their compiler is needed here,\n"
-    "               nvrtc or hiprtc, not their GPU; the keys are a device's); no table is printed\n"
+    "               nvrtc or hiprtc, not their GPU; the keys are a device's); no table is printed. With\n"
+    "               --bundle an AMD --target may carry the feature flags its devices report\n"
+    "               (gfx942:sramecc+:xnack-): a runtime finds a bundle by the device's full target id\n"
     "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
     "log of each failure is printed on stderr.\n";
 static const char *const HELP_INSPECT =
@@ -304,8 +306,13 @@ static int cmd_selftest(const opts *o, const rk_desc *v, int n) {
 
 /* ---- build and inspect ------------------------------------------------------------------------ */
 /* The arch row named t, or NULL after a message listing the rows. */
-static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const char *t) {
-    const rk_arch *a = rk_arch_find(&cat->archs, t);
+/* The arch row of target t: a row name, or with --bundle an AMD row with the device's feature flags, the
+ * full target id a device reports ("gfx942:sramecc+:xnack-"), which the bundle's keys then carry. */
+static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const char *t, int full_ids) {
+    char base[RK_NAME_MAX];
+    snprintf(base, sizeof base, "%.*s", (int)strcspn(t, ":"), t);
+    const rk_arch *a = rk_arch_find(&cat->archs, full_ids ? base : t);
+    if (a && strchr(t, ':') && a->vendor != RK_VENDOR_AMD) a = NULL; /* feature flags are AMD's */
     if (a) return a;
     fprintf(stderr, "ropekv-gen %s: unknown target '%s'; specs/archs.lua has:", cmd, t);
     for (int i = 0; i < cat->archs.n; i++) fprintf(stderr, " %s", cat->archs.a[i].name);
@@ -317,12 +324,14 @@ static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const c
 int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap); /* runtime.c, internal */
 
 /* Builds the n variants (one target) through the runtime into the cache directory dir: the same code,
- * keys and entry format a runtime finds in a read-only layer. Appends "kernel KEY NAME" lines to man. */
-static int bundle_target(const opts *o, const rk_arch *a, const rk_desc *v, int n, const char *dir, rk_buf *man) {
+ * keys and entry format a runtime finds in a read-only layer, for target (a row name, or an AMD row with
+ * feature flags). Appends "kernel KEY NAME TARGET" lines to man. */
+static int bundle_target(const opts *o, const rk_arch *a, const char *target, const rk_desc *v, int n, const char *dir,
+                         rk_buf *man) {
     ropekv_options opt = {.backend = a->vendor == RK_VENDOR_AMD      ? ROPEKV_BACKEND_HIP
                                      : a->vendor == RK_VENDOR_NVIDIA ? ROPEKV_BACKEND_CUDA
                                                                      : ROPEKV_BACKEND_HOST,
-                          .target = a->name,
+                          .target = target,
                           .cache_dir = dir,
                           .disk_cache = 1,
                           .cache_ro = "",
@@ -335,7 +344,7 @@ static int bundle_target(const opts *o, const rk_arch *a, const rk_desc *v, int 
                 a->vendor == RK_VENDOR_AMD      ? "hip"
                 : a->vendor == RK_VENDOR_NVIDIA ? "cuda"
                                                 : "host",
-                a->name, ropekv_status_name(s));
+                target, ropekv_status_name(s));
         return 1;
     }
     int failed = 0;
@@ -351,7 +360,7 @@ static int bundle_target(const opts *o, const rk_arch *a, const rk_desc *v, int 
         if (s != ROPEKV_OK) failed = 1;
         else {
             fprintf(stderr, "[%d/%d] %s\n", i + 1, n, v[i].key);
-            rk_buf_printf(man, "kernel %s %s\n", v[i].key, v[i].name);
+            rk_buf_printf(man, "kernel %s %s %s\n", v[i].key, v[i].name, target);
         }
     }
     char why[1024];
@@ -371,14 +380,24 @@ static int cmd_bundle(const opts *o, const rk_build_item *items, int m) {
     rk_buf_printf(&man, "ropekv-bundle 1\nropekv %s\n", ROPEKV_VERSION_STRING);
     rk_desc *group = malloc(sizeof *group * (size_t)m);
     int rc = group ? 0 : 1;
-    for (int i = 0; i < m && rc == 0; i++) {
+    /* one context per target id: each --target as given (a row, or an AMD row with feature flags), else each
+     * row the chosen variants have */
+    const int n_ids = o->n_targets ? o->n_targets : m;
+    for (int t = 0; t < n_ids && rc == 0; t++) {
+        const char *id = o->n_targets ? o->targets[t] : items[t].v.arch->name;
+        const size_t base = strcspn(id, ":");
         int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = items[j].v.arch == items[i].v.arch;
+        for (int u = 0; u < t && !seen; u++)
+            seen = strcmp(o->n_targets ? o->targets[u] : items[u].v.arch->name, id) == 0;
         if (seen) continue;
         int n = 0;
-        for (int j = i; j < m; j++)
-            if (items[j].v.arch == items[i].v.arch) group[n++] = items[j].v;
-        rc = bundle_target(o, items[i].v.arch, group, n, o->bundle, &man);
+        const rk_arch *a = NULL;
+        for (int j = 0; j < m; j++)
+            if (strlen(items[j].v.arch->name) == base && strncmp(items[j].v.arch->name, id, base) == 0) {
+                group[n++] = items[j].v;
+                a = items[j].v.arch;
+            }
+        if (n) rc = bundle_target(o, a, id, group, n, o->bundle, &man);
     }
     free(group);
     DIR *d = rc == 0 ? opendir(o->bundle) : NULL;
@@ -401,7 +420,7 @@ static int cmd_bundle(const opts *o, const rk_build_item *items, int m) {
 static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int n) {
     const rk_arch *want[RK_MAX_ARCHS];
     for (int t = 0; t < o->n_targets; t++)
-        if (!(want[t] = target_row("build", cat, o->targets[t]))) return 2;
+        if (!(want[t] = target_row("build", cat, o->targets[t], o->bundle != NULL))) return 2;
     rk_build_item *items = malloc(sizeof *items * (size_t)(n > 0 ? n : 1));
     rk_build_result *res = malloc(sizeof *res * (size_t)(n > 0 ? n : 1));
     if (!items || !res) {
@@ -508,7 +527,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     char key[256];
     snprintf(key, sizeof key, "%s", o->key);
     if (o->n_targets) {
-        const rk_arch *a = target_row("inspect", cat, o->targets[0]);
+        const rk_arch *a = target_row("inspect", cat, o->targets[0], 0);
         if (!a) return 2;
         re = malloc(sizeof *re * MAX_VARIANTS);
         int k = re ? rk_build_retarget(cat, a, re, MAX_VARIANTS) : -1;
