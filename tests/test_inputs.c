@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -401,7 +402,7 @@ static void test_tmpdir_unusable(void **state) {
         ropekv_destroy(c);
     }
     unsetenv("TMPDIR");
-    /* noexec cannot be mounted here: the detection, on a noexec mount the system has, if any */
+    /* noexec: the detection, on a writable noexec mount the system has, else on a tmpfs mounted noexec here */
     FILE *f = fopen("/proc/mounts", "r");
     char dev[256], dir[1024], type[64], options[1024];
     int checked = 0;
@@ -415,7 +416,21 @@ static void test_tmpdir_unusable(void **state) {
         checked = 1;
     }
     if (f) fclose(f);
-    if (!checked) print_message("no writable noexec mount here: the noexec check is not exercised\n");
+    char mnt[] = "/tmp/ropekv-test-noexec-XXXXXX";
+    if (!checked && mkdtemp(mnt)) { /* none: make one where this process may mount (root) */
+        if (mount("tmpfs", mnt, "tmpfs", MS_NOEXEC, "size=1m") == 0) {
+            setenv("TMPDIR", mnt, 1);
+            char why[512];
+            assert_int_equal(rk_tmp_check(1, why, sizeof why), -1);
+            assert_non_null(strstr(why, "noexec"));
+            assert_int_equal(rk_tmp_check(0, why, sizeof why), 0);
+            checked = 1;
+            umount(mnt);
+        }
+        rmdir(mnt);
+    }
+    if (!checked)
+        print_message("no writable noexec mount here, and none can be made: the noexec check is not exercised\n");
     unsetenv("TMPDIR");
 }
 
