@@ -106,8 +106,9 @@ static rk_draw draw(rng *r) {
     a->out_rope_st = R + pad;
     for (int64_t n = below(r, 4); n > 0; n--) {
         int64_t *f = (int64_t *)((char *)a + rk_oracle_fields[below(r, RK_ORACLE_NFIELDS)]);
-        if (below(r, 4) == 0) *f += 8 * (below(r, 5) - 2);
-        else *f = WILD[below(r, sizeof WILD / sizeof WILD[0])];
+        int64_t nudged;
+        if (below(r, 4) != 0) *f = WILD[below(r, sizeof WILD / sizeof WILD[0])];
+        else if (!__builtin_add_overflow(*f, 8 * (below(r, 5) - 2), &nudged)) *f = nudged; /* a wild value stays */
     }
     return d;
 }
