@@ -33,18 +33,8 @@ static int teardown(void **state) {
     return 0;
 }
 
-typedef struct rng {
-    uint64_t s;
-} rng;
 
-static uint64_t next(rng *r) {
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-
-static int64_t below(rng *r, int64_t n) { return (int64_t)(next(r) % (uint64_t)n); }
+static int64_t below(rk_rng *r, int64_t n) { return (int64_t)(rk_rng_next(r) % (uint64_t)n); }
 
 /* Values at the edges of every range the checks guard: zero, negatives, 2^31, the address space, INT64. */
 static const int64_t WILD[] = {0,
@@ -72,8 +62,10 @@ static const int64_t WILD[] = {0,
 
 /* A launch as an engine lays it out (small, padded strides, either nesting order of the query), then up to
  * three fields replaced by a value of WILD or moved by a few elements. */
-static rk_draw draw(rng *r) {
-    rk_draw d = {.variant = (unsigned)below(r, RK_ORACLE_VARIANTS), .out_rope = (int)below(r, 2), .seed = next(r)};
+static rk_draw draw(rk_rng *r) {
+    rk_draw d = {.variant = (unsigned)below(r, RK_ORACLE_VARIANTS),
+                 .out_rope = (int)below(r, 2),
+                 .seed = rk_rng_next(r)};
     const rk_desc *v = &oracle.var[d.variant].d;
     const int64_t L = v->L, R = v->R, W = L + R, T = below(r, 7), H = 1 + below(r, 4), pad = 8 * below(r, 3);
     const int64_t row_w = v->kv == ROPEKV_KV_BF16 ? v->row_bytes / 2 : v->row_bytes;
@@ -116,7 +108,7 @@ static rk_draw draw(rng *r) {
 static void test_random_args(void **state) {
     (void)state;
     enum { DRAWS = 3000 };
-    rng r = {0x5eed5eedull};
+    rk_rng r = {0x5eed5eedull};
     char why[2048];
     for (int i = 0; i < DRAWS; i++) {
         const rk_draw d = draw(&r);

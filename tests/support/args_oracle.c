@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "args_oracle.h"
+#include "check.h"
 
 typedef __int128 i128;
 #define ADDRESS_SPACE ((i128)1 << 57) /* no claim past it is a buffer */
@@ -211,25 +212,15 @@ static void gbuf_unmap(gbuf *g) {
     memset(g, 0, sizeof *g);
 }
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t next(rng *r) {
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
 
 /* An index value: in [0, n) mostly, else at the edges, negative, past 2^31 or at INT64's ends. */
-static int64_t index_value(rng *r, int64_t n) {
+static int64_t index_value(rk_rng *r, int64_t n) {
     static const int64_t WILD[] = {
         -1, -2, 0, INT32_MAX, (int64_t)INT32_MAX + 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40};
-    const uint64_t k = next(r) % 8;
-    if (k < 5 && n > 0) return (int64_t)(next(r) % (uint64_t)n);
-    if (k == 5 && n > 0) return n - 1 + (int64_t)(next(r) % 3); /* the last, and just past */
-    return WILD[next(r) % (sizeof WILD / sizeof WILD[0])];
+    const uint64_t k = rk_rng_next(r) % 8;
+    if (k < 5 && n > 0) return (int64_t)(rk_rng_next(r) % (uint64_t)n);
+    if (k == 5 && n > 0) return n - 1 + (int64_t)(rk_rng_next(r) % 3); /* the last, and just past */
+    return WILD[rk_rng_next(r) % (sizeof WILD / sizeof WILD[0])];
 }
 
 static void store_index(void *p, int64_t i, int64_t v, int wide) {
@@ -239,22 +230,22 @@ static void store_index(void *p, int64_t i, int64_t v, int wide) {
 
 /* Contents: moderate bf16 values for the bf16 inputs, [-1, 1] for the tables, random bytes elsewhere (an
  * fp8_tile cache gets bytes below 0x40: finite fp8 codes and positive finite scales). */
-static void fill(const rk_desc *d, int b, gbuf *g, rng *r, int64_t pos_n, int64_t slot_n, int64_t max_pos,
+static void fill(const rk_desc *d, int b, gbuf *g, rk_rng *r, int64_t pos_n, int64_t slot_n, int64_t max_pos,
                  int64_t kv_rows) {
     const size_t n = g->region_len;
-    for (size_t i = 0; i < n; i++) g->region[i] = (uint8_t)next(r);
+    for (size_t i = 0; i < n; i++) g->region[i] = (uint8_t)rk_rng_next(r);
     const int64_t len = (int64_t)(g->region + n - g->p);
     if (b == Q_NOPE || b == Q_PE || b == K_NOPE || b == K_PE || (b == COS && d->cos_sin == RK_CS_BF16_SPLIT) ||
         (b == SIN && d->cos_sin == RK_CS_BF16_SPLIT)) {
         const int table = b == COS || b == SIN;
         for (int64_t i = 0; i + 1 < len; i += 2) {
-            float f = ((float)(next(r) % 2001) - 1000.0f) / (table ? 1000.0f : 200.0f);
+            float f = ((float)(rk_rng_next(r) % 2001) - 1000.0f) / (table ? 1000.0f : 200.0f);
             const uint16_t h = rk_f32_to_bf16(f);
             memcpy(g->p + i, &h, 2);
         }
     } else if (b == COS || b == SIN) {
         for (int64_t i = 0; i + 3 < len; i += 4) {
-            float f = ((float)(next(r) % 2001) - 1000.0f) / 1000.0f;
+            float f = ((float)(rk_rng_next(r) % 2001) - 1000.0f) / 1000.0f;
             memcpy(g->p + i, &f, 4);
         }
     } else if (b == KV && d->kv == ROPEKV_KV_FP8_TILE) {
@@ -328,7 +319,7 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     gbuf ker[NBUF], ref[NBUF];
     memset(ker, 0, sizeof ker);
     memset(ref, 0, sizeof ref);
-    rng r = {dr->seed * 0x9e3779b97f4a7c15ull + 1};
+    rk_rng r = {dr->seed * 0x9e3779b97f4a7c15ull + 1};
     int rc = 0;
     const int64_t T = a.tokens, K = d->op == ROPEKV_OP_READ ? T : a.kv_tokens == -1 ? 0 : a.kv_tokens ? a.kv_tokens : T;
     if (!mapped && !c.refuse) { /* possible, but too large to map here: the checks alone */
@@ -345,7 +336,8 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     for (int b = 0; b < NBUF; b++) {
         const size_t n = mapped && !c.refuse && c.bytes[b] ? (size_t)c.bytes[b] : 64;
         if (b == OUT_ROPE && !out_rope) continue; /* its pointer chooses where the rope parts go */
-        if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (next(&r) & 1)) continue; /* untouched: NULL half the time */
+        if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (rk_rng_next(&r) & 1))
+            continue; /* untouched: NULL half the time */
         if (gbuf_map(&ker[b], n) || gbuf_map(&ref[b], n)) {
             snprintf(why, cap, "mmap of %zu bytes failed", n);
             rc = 1;

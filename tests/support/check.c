@@ -6,25 +6,15 @@
 #include "rk.h"
 #include "check.h"
 
-typedef struct rng {
-    uint64_t s;
-} rng;
 
-static uint64_t next(rng *r) {
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-
-static float uniform(rng *r, float lo, float hi) {
-    return lo + (hi - lo) * (float)((next(r) >> 40) * (1.0 / 16777216.0));
+static float uniform(rk_rng *r, float lo, float hi) {
+    return lo + (hi - lo) * (float)((rk_rng_next(r) >> 40) * (1.0 / 16777216.0));
 }
 
 /* A bf16 input value: mostly moderate numbers, with a few specials when asked. */
-static uint16_t bf16_input(rng *r, int specials) {
+static uint16_t bf16_input(rk_rng *r, int specials) {
     if (specials) {
-        switch (next(r) % 64) {
+        switch (rk_rng_next(r) % 64) {
         case 0: return 0x7fc0; /* NaN */
         case 1: return 0xff81; /* NaN with payload, sign */
         case 2: return 0x7f80; /* +inf */
@@ -35,8 +25,8 @@ static uint16_t bf16_input(rng *r, int specials) {
         }
     }
     float f = uniform(r, -6.0f, 6.0f);
-    if (next(r) % 8 == 0) f *= 1e-3f;  /* small values exercise fp8 subnormals */
-    if (next(r) % 16 == 0) f *= 64.0f; /* large values exercise saturation */
+    if (rk_rng_next(r) % 8 == 0) f *= 1e-3f;  /* small values exercise fp8 subnormals */
+    if (rk_rng_next(r) % 16 == 0) f *= 64.0f; /* large values exercise saturation */
     return rk_f32_to_bf16(f);
 }
 
@@ -314,16 +304,16 @@ static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64
 
 /* The read-back op's cache: every byte random (fp8 NaN codes and bf16 specials included), then each row's
  * fp8_tile scales set to scales an engine writes (mostly in [2^-10, 2), some FLT_MIN). */
-static void fill_read_cache(const rk_desc *v, const rk_args *a, set *s, const sizes *z, rng *r) {
-    for (int64_t i = 0; i < z->kv; i++) s->kv[i] = (uint8_t)next(r);
-    for (int64_t i = 0; i < z->kv_rope; i++) s->kv_rope[i] = (uint8_t)next(r);
+static void fill_read_cache(const rk_desc *v, const rk_args *a, set *s, const sizes *z, rk_rng *r) {
+    for (int64_t i = 0; i < z->kv; i++) s->kv[i] = (uint8_t)rk_rng_next(r);
+    for (int64_t i = 0; i < z->kv_rope; i++) s->kv_rope[i] = (uint8_t)rk_rng_next(r);
     if (v->kv != ROPEKV_KV_FP8_TILE) return;
     for (int64_t slot = 0; slot < a->kv_rows; slot++) {
         const int64_t row = v->layout == ROPEKV_KV_FLAT
                                 ? slot * a->kv_st
                                 : slot / a->kv_block_size * a->kv_block_st + slot % a->kv_block_size * a->kv_st;
         for (int k = 0; k < v->L / v->tile; k++) {
-            float scale = next(r) % 16 == 0 ? 0x1p-126f : uniform(r, 0x1p-10f, 2.0f);
+            float scale = rk_rng_next(r) % 16 == 0 ? 0x1p-126f : uniform(r, 0x1p-10f, 2.0f);
             memcpy(s->kv + row + v->scales_at + 4 * k, &scale, 4);
         }
     }
@@ -339,7 +329,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     const int64_t K = kv_tokens_of(v, sh), P = T > K ? T : K;
     const sizes z = sizes_for(v, T, K, H, sh->pad, sh->max_pos);
-    rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
+    rk_rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
     int rc = 2;
     ref.q = malloc(z.q ? (size_t)z.q : 1);
@@ -367,7 +357,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     *ref.q_scale = sh->q_scale != 0.0f ? sh->q_scale : 1.0f;
     /* positions: in range, at both ends, and out of range (clamped) */
     for (int64_t t = 0; t < P; t++) {
-        int64_t p = (int64_t)(next(&r) % (uint64_t)(sh->max_pos + 4)) - 2;
+        int64_t p = (int64_t)(rk_rng_next(&r) % (uint64_t)(sh->max_pos + 4)) - 2;
         if (t % 5 == 1) p = 0;
         if (t % 5 == 2) p = sh->max_pos - 1;
         if (idx_pos == 8) ((int64_t *)ref.pos)[t] = p;
@@ -377,12 +367,12 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
      * must stay as they are), some negative (padding) */
     for (int64_t t = 0; t < K; t++) {
         int64_t s = t;
-        if (sh->neg_every && t % sh->neg_every == sh->neg_every - 1) s = -1 - (int64_t)(next(&r) % 3);
+        if (sh->neg_every && t % sh->neg_every == sh->neg_every - 1) s = -1 - (int64_t)(rk_rng_next(&r) % 3);
         if (idx_slot == 8) ((int64_t *)ref.slots)[t] = s;
         else ((int32_t *)ref.slots)[t] = (int32_t)s;
     }
     for (int64_t t = K - 1; t > 0; t--) {
-        int64_t j = (int64_t)(next(&r) % (uint64_t)(t + 1));
+        int64_t j = (int64_t)(rk_rng_next(&r) % (uint64_t)(t + 1));
         if (idx_slot == 8) {
             int64_t *s = ref.slots, x = s[t];
             s[t] = s[j];

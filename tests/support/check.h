@@ -11,6 +11,18 @@
  * slices of one [T, H, L+R+pad] query buffer, k_nope and k_pe of one [T, L+R+pad] projection output),
  * runs the reference and the kernel on separate copies, and compares every output byte (outputs start
  * filled with a sentinel, so stray writes are caught too). */
+/* The test generators' xorshift64 stream (the harness, the argument oracle and test_args_random draw from it). */
+typedef struct rk_rng {
+    uint64_t s;
+} rk_rng;
+
+static inline uint64_t rk_rng_next(rk_rng *r) {
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
 typedef struct rk_shape {
     int64_t tokens, heads; /* query rows for tokens [0, tokens) */
     int64_t kv_tokens;     /* KV rows for tokens [0, kv_tokens): 0 the same as tokens, -1 none */
