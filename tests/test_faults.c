@@ -184,33 +184,14 @@ static void write_text(const char *path, const char *text, mode_t mode) {
     assert_int_equal(rk_test_write_file(path, text, strlen(text), mode), ROPEKV_OK);
 }
 
-/* stderr goes to a file while capturing; end_capture returns what was written (static buffer). */
-static int saved_err = -1;
-static char capture_path[PATH];
-
+/* stderr captured into root/stderr.txt (rk_test_capture_begin / _end) */
 static void begin_capture(void) {
-    fflush(stderr);
-    sub(capture_path, "stderr.txt");
-    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    saved_err = dup(2);
-    dup2(fd, 2);
-    close(fd);
+    char path[PATH];
+    sub(path, "stderr.txt");
+    assert_int_equal(rk_test_capture_begin(path), 0);
 }
 
-static const char *end_capture(void) {
-    static char text[16384];
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    rk_codeobj f;
-    text[0] = '\0';
-    if (rk_read_file(capture_path, &f) == ROPEKV_OK) snprintf(text, sizeof text, "%s", (const char *)f.data);
-    rk_code_free(&f);
-    unlink(capture_path);
-    fputs(text, stderr); /* still shown */
-    return text;
-}
+static const char *end_capture(void) { return rk_test_capture_end(); }
 
 /* ---- checking kernels against the reference ------------------------------------------------------ */
 static const ropekv_variant DS_FP8 = {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_ABSORBED};

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +98,34 @@ const rk_desc *rk_test_ref_variant(const rk_catalog *cat, const char *spec, cons
     snprintf(key, sizeof key, "%s/host/%s/%s/pos=%s/slot=%s", spec, kv[pv->kv], q[pv->q], idx[pv->positions],
              idx[pv->slots]);
     return rk_test_variant(cat, key);
+}
+
+static int saved_err = -1;
+static char capture_path[4096];
+
+int rk_test_capture_begin(const char *path) {
+    fflush(stderr);
+    snprintf(capture_path, sizeof capture_path, "%s", path);
+    int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return -1; /* nothing captured: rk_test_capture_end returns "" */
+    saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    return 0;
+}
+
+const char *rk_test_capture_end(void) {
+    static char text[16384];
+    text[0] = '\0';
+    if (saved_err < 0) return text;
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    saved_err = -1;
+    rk_codeobj f;
+    if (rk_read_file(capture_path, &f) == ROPEKV_OK) snprintf(text, sizeof text, "%s", (const char *)f.data);
+    rk_code_free(&f);
+    unlink(capture_path);
+    fputs(text, stderr); /* still shown */
+    return text;
 }

@@ -24,6 +24,11 @@ void rk_test_remove_tree(const char *path);
 
 /* Writes n bytes to path, then gives it mode. ROPEKV_OK or ROPEKV_ERR_IO. */
 int rk_test_write_file(const char *path, const void *p, size_t n, mode_t mode);
+/* stderr goes to the file path (created 0600) until rk_test_capture_end, which restores it, removes the file,
+ * echoes what was written to stderr and returns it (a static buffer of 16 KiB: the last capture's). Returns 0,
+ * or -1 when path cannot be created (nothing is captured). */
+int rk_test_capture_begin(const char *path);
+const char *rk_test_capture_end(void);
 
 /* fork() with stdout and stderr flushed first (nothing buffered is written twice). */
 pid_t rk_test_fork(void);
