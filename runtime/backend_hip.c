@@ -18,7 +18,10 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef struct ihipStream_t *hipStream_t;
 
 /* The HIP entry points used. ROCm 6 renamed the properties call (its struct changed); both hold
- * gcnArchName, so either will do. */
+ * gcnArchName, so either will do. hipFuncGetAttribute and hipGetErrorName only sharpen messages and checks
+ * (need 0: a library without them still runs). The warp size is not read: hipDeviceGetAttribute's enum
+ * values changed between ROCm 5 and 6 and hipDeviceProp_t's layout with them, so no one call reads it on
+ * every release. */
 #define HIP_API(X)                                                                                                \
     X(init, "hipInit", 1, hipError_t, (unsigned))                                                                 \
     X(device_count, "hipGetDeviceCount", 1, hipError_t, (int *))                                                  \
@@ -31,8 +34,12 @@ typedef struct ihipStream_t *hipStream_t;
       (hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, hipStream_t, void **, \
        void **))                                                                                                  \
     X(error_string, "hipGetErrorString", 1, const char *, (hipError_t))                                           \
+    X(error_name, "hipGetErrorName", 0, const char *, (hipError_t))                                               \
+    X(func_attribute, "hipFuncGetAttribute", 0, hipError_t, (int *, int, hipFunction_t))                          \
     X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                              \
     X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))
+
+enum { HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0 }; /* hipFunction_attribute, the same in every release */
 
 typedef struct hip_api {
     HIP_API(RK_DL_FIELD)
@@ -89,7 +96,18 @@ static int arch_name(const unsigned char *prop, size_t n, char *out, size_t cap)
 
 typedef struct hip_state {
     int ordinal;
+    /* Non-empty: the local hiprtc cannot build this device's target, and why. The device still runs the
+     * kernels of read-only layers (bundles); only a compile is refused (hip_compile). */
+    char no_compile[512];
 } hip_state;
+
+/* "hipModuleLoadData on gfx942:sramecc+:xnack- (device 0): hipErrorNoBinaryForGpu (209): no kernel image ...";
+ * target NULL before it is known. */
+static void hip_fail(rk_buf *log, const char *call, const char *target, int ordinal, hipError_t e) {
+    const char *name = hip.error_name ? hip.error_name(e) : NULL;
+    rk_buf_printf(log, "%s on %s%sdevice %d%s: %s%s(%d): %s", call, target ? target : "", target ? " (" : "", ordinal,
+                  target ? ")" : "", name ? name : "", name ? " " : "", e, hip.error_string(e));
+}
 
 /* The compiler's identity, the options of d->target and whether hiprtc can build it: part of every cache key (or
  * of the context's refusal), so one function sets them for device and compile-only contexts alike. */
@@ -119,18 +137,26 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         rk_buf_printf(log, "hip: %s", hip_why);
         return ROPEKV_ERR_BACKEND;
     }
-    hip.init(0);
-    hipError_t e = hip.device_count(&n);
+    hipError_t e = hip.init(0);
+    if (e != 0) {
+        rk_buf_printf(log, "hip: ");
+        hip_fail(log, "hipInit", NULL, ordinal, e);
+        return ROPEKV_ERR_BACKEND;
+    }
+    e = hip.device_count(&n);
     if (e != 0 || ordinal < 0 || ordinal >= n) {
-        rk_buf_printf(log, "hip: no device %d (%s)", ordinal, e ? hip.error_string(e) : "too few devices");
+        if (e != 0) {
+            rk_buf_printf(log, "hip: no device %d: ", ordinal);
+            hip_fail(log, "hipGetDeviceCount", NULL, ordinal, e);
+        } else {
+            rk_buf_printf(log, "hip: no device %d: hipGetDeviceCount reports %d", ordinal, n);
+        }
         return ROPEKV_ERR_BACKEND;
     }
     /* Without hiprtc the backend still opens: kernels then come only from read-only cache layers (bundles),
      * and a compile fails naming the reason (hip_compile). */
     const int have_rtc = rk_hiprtc_available(&major, &minor, why, sizeof why) == 0;
-    if (target_override) {
-        snprintf(d->target, sizeof d->target, "%s", target_override);
-    } else {
+    if (!target_override) {
         static unsigned char prop[16384];
         static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
         pthread_mutex_lock(&mu);
@@ -139,8 +165,11 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         int found = e == 0 ? arch_name(prop, sizeof prop, d->target, sizeof d->target) : -1;
         pthread_mutex_unlock(&mu);
         if (found != 0) {
-            rk_buf_printf(log, "hip: cannot read device %d's target (%s)", ordinal,
-                          e ? hip.error_string(e) : "no gfx name");
+            rk_buf_printf(log, "hip: cannot read device %d's target: ", ordinal);
+            if (e)
+                hip_fail(log, hip.properties_r0600 ? "hipGetDevicePropertiesR0600" : "hipGetDeviceProperties", NULL,
+                         ordinal, e);
+            else rk_buf_printf(log, "its properties hold no gfx name");
             return ROPEKV_ERR_DEVICE;
         }
     }
@@ -148,6 +177,9 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     hip_state *s = calloc(1, sizeof *s);
     if (!s) return ROPEKV_ERR_NOMEM;
     s->ordinal = ordinal;
+    /* A device context is more than its compiler: what hiprtc cannot build, a bundle may hold. */
+    snprintf(s->no_compile, sizeof s->no_compile, "%s", d->refused);
+    d->refused[0] = '\0';
     d->state = s;
     return ROPEKV_OK;
 }
@@ -155,6 +187,7 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
 static int hip_compile(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch,
                        rk_codeobj *out, rk_buf *log) {
     (void)name;
+    const hip_state *s = d->state;
     char why[512];
     if (rk_hiprtc_available(NULL, NULL, why, sizeof why) != 0) {
         rk_buf_printf(log,
@@ -163,18 +196,45 @@ static int hip_compile(rk_device *d, const char *src, size_t len, const char *na
                       why);
         return ROPEKV_ERR_COMPILE;
     }
+    if (s && s->no_compile[0]) {
+        rk_buf_printf(log,
+                      "%s; only kernels of a read-only cache layer run here (a bundle of `ropekv-gen build --bundle`)\n",
+                      s->no_compile);
+        return ROPEKV_ERR_TARGET;
+    }
     return rk_hiprtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, out, log);
 }
 
-/* Runs with the context's device current, then restores the caller's. */
-#define ON_DEVICE(s, body)                                              \
-    do {                                                                \
-        int prev_ = -1;                                                 \
-        hip.get_device(&prev_);                                         \
-        if (prev_ != (s)->ordinal) hip.set_device((s)->ordinal);        \
-        body;                                                           \
-        if (prev_ >= 0 && prev_ != (s)->ordinal) hip.set_device(prev_); \
-    } while (0)
+/* The context's device made current for a call (HIP's current device is the calling thread's); *prev receives
+ * the caller's, which leave_device restores. 0, or the error of hipSetDevice. */
+static hipError_t enter_device(const hip_state *s, int *prev) {
+    *prev = -1;
+    hip.get_device(prev);
+    return *prev == s->ordinal ? 0 : hip.set_device(s->ordinal);
+}
+static void leave_device(const hip_state *s, int prev) {
+    if (prev >= 0 && prev != s->ordinal) hip.set_device(prev);
+}
+
+/* Entry point `entry` of module m into *f. 0 found; 1 absent (a build of one entry, RK_ENTRIES, lacks the other),
+ * with HIP's error in *e; -1 with the reason in log when it is there but cannot run the runtime's blocks of
+ * d->block threads (refused here, by name, rather than failing every launch). */
+static int get_entry(const rk_device *d, const hip_state *s, hipModule_t m, const char *entry, hipFunction_t *f,
+                     hipError_t *e, rk_buf *log) {
+    if ((*e = hip.get_function(f, m, entry)) != 0) {
+        *f = NULL;
+        return 1;
+    }
+    int max = 0;
+    if (!hip.func_attribute || hip.func_attribute(&max, HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, *f) != 0 ||
+        max <= 0 || max >= d->block)
+        return 0;
+    rk_buf_printf(log,
+                  "%s on %s (device %d): hipFuncGetAttribute(HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) allows %d "
+                  "threads per block, the arch row launches %d",
+                  entry, d->target, s->ordinal, max, d->block);
+    return -1;
+}
 
 static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2],
                            rk_buf *log) {
@@ -182,24 +242,30 @@ static int hip_load_module(rk_device *d, const rk_codeobj *co, const char *name,
     char wide[256];
     snprintf(wide, sizeof wide, "%s_i64", name);
     hipModule_t m = NULL;
-    hipFunction_t f32 = NULL, f64 = NULL;
-    hipError_t e = 0, e32 = 0, e64 = 0;
-    ON_DEVICE(s, {
-        e = hip.module_load(&m, co->data);
-        if (e == 0) { /* a build of one entry (RK_ENTRIES) lacks the other */
-            e32 = hip.get_function(&f32, m, name);
-            e64 = hip.get_function(&f64, m, wide);
-            if (e32 != 0 && e64 != 0) e = e32;
-        }
-        if (e != 0 && m) hip.module_unload(m);
-    });
+    hipFunction_t f[2] = {NULL, NULL};
+    int prev, got[2] = {1, 1}, rc = ROPEKV_ERR_DEVICE;
+    hipError_t e = enter_device(s, &prev), e_fn[2] = {0, 0};
     if (e != 0) {
-        rk_buf_printf(log, "hipModuleLoadData/GetFunction %s: %s", name, hip.error_string(e));
-        return ROPEKV_ERR_DEVICE;
+        hip_fail(log, "hipSetDevice", d->target, s->ordinal, e);
+    } else if ((e = hip.module_load(&m, co->data)) != 0) {
+        hip_fail(log, "hipModuleLoadData", d->target, s->ordinal, e);
+    } else {
+        got[0] = get_entry(d, s, m, name, &f[0], &e_fn[0], log);
+        if (got[0] >= 0) got[1] = get_entry(d, s, m, wide, &f[1], &e_fn[1], log);
+        const int refused = got[0] < 0 || got[1] < 0, found = got[0] == 0 || got[1] == 0;
+        if (!refused && found) {
+            rc = ROPEKV_OK;
+        } else if (!refused) {
+            rk_buf_printf(log, "neither %s nor %s: ", name, wide);
+            hip_fail(log, "hipModuleGetFunction", d->target, s->ordinal, e_fn[0]);
+        }
+        if (rc != ROPEKV_OK) hip.module_unload(m);
     }
+    leave_device(s, prev);
+    if (rc != ROPEKV_OK) return rc;
     *module = m;
-    fn[0] = f32;
-    fn[1] = f64;
+    fn[0] = f[0];
+    fn[1] = f[1];
     return ROPEKV_OK;
 }
 
@@ -208,12 +274,16 @@ static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, 
     (void)pdl; /* no programmatic dependent launch here */
     hip_state *s = d->state;
     rk_args copy = *a;
-    void *params[] = {&copy};
-    hipError_t e = 0;
-    ON_DEVICE(s, e = hip.launch((hipFunction_t)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0,
-                                (hipStream_t)stream, params, NULL));
+    void *params[] = {&copy}; /* the kernel's one argument: rk_args by value */
+    int prev;
+    hipError_t e = enter_device(s, &prev);
+    const char *call = e ? "hipSetDevice" : "hipModuleLaunchKernel";
+    if (e == 0)
+        e = hip.launch((hipFunction_t)fn, (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0, (hipStream_t)stream, params,
+                       NULL);
+    leave_device(s, prev);
     if (e != 0) {
-        rk_buf_printf(log, "hipModuleLaunchKernel: %s", hip.error_string(e));
+        hip_fail(log, call, d->target, s->ordinal, e);
         return ROPEKV_ERR_LAUNCH;
     }
     return ROPEKV_OK;
@@ -221,7 +291,10 @@ static int hip_launch(rk_device *d, void *fn, const rk_args *a, int64_t blocks, 
 
 static void hip_unload(rk_device *d, void *module) {
     hip_state *s = d->state;
-    if (module) ON_DEVICE(s, hip.module_unload((hipModule_t)module));
+    int prev;
+    if (!module) return;
+    if (enter_device(s, &prev) == 0) hip.module_unload((hipModule_t)module);
+    leave_device(s, prev);
 }
 
 static void hip_close(rk_device *d) {

@@ -78,6 +78,8 @@ struct ropekv_ctx {
     char ro_compiler[RK_MAX_RO_LAYERS][sizeof(((rk_device *)0)->compiler_id)]; /* the identity each keys with */
     int n_ro;
     int compile_only; /* ropekv_options.compile_only: kernels are compiled and cached, never loaded */
+    /* a compile-only context's compiler when not the backend's (rk_ctx_use_compiler) */
+    int (*compile)(const char *src, size_t len, const char *target, const char *extra, rk_codeobj *out, rk_buf *log);
     int log;
     int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
     int pdl_prefetch; /* ... reading the static inputs before the wait */
@@ -281,6 +283,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
         c->dev.ops->close(&c->dev);
         rc = ROPEKV_ERR_TARGET;
     }
+    if (rc == ROPEKV_OK) c->dev.block = c->arch->block;
     if (rc != ROPEKV_OK) {
         logf_(c, "no backend: %s", log.p ? log.p : "");
         rk_buf_free(&log);
@@ -538,6 +541,20 @@ int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap) {
 }
 
 
+/* Makes a compile-only context build with fn under the identity id instead of its backend's compiler (keys and
+ * the compiler note then carry id): `ropekv-gen build --bundle` builds the AMD targets the local hiprtc cannot
+ * with clang offline. Internal: not exported. 0, or -1 for a device context. */
+int rk_ctx_use_compiler(ropekv_ctx *c, const char *id,
+                        int (*fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_buf *));
+int rk_ctx_use_compiler(ropekv_ctx *c, const char *id,
+                        int (*fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_buf *)) {
+    if (!c->compile_only) return -1;
+    c->compile = fn;
+    snprintf(c->dev.compiler_id, sizeof c->dev.compiler_id, "%s", id);
+    c->dev.refused[0] = '\0'; /* the refusal was the backend compiler's */
+    return 0;
+}
+
 /* Loads code object co as entry `wide` of k (k->module[wide], *fn); an object lacking that entry is
  * ROPEKV_ERR_COMPILE. The reason of a failure goes to log. */
 /* The entry point a compile-only context gives its kernels: built and cached, never loaded nor launched. */
@@ -635,7 +652,9 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
         if (!from_disk) {
             double t0 = rk_now_ms();
             count(c, &c->stats.compiles);
-            rc = c->dev.ops->compile(&c->dev, text, len, d->name, c->arch, &co, &log);
+            rc = c->compile
+                     ? c->compile(text, len, c->dev.target, c->arch->options[0] ? c->arch->options : NULL, &co, &log)
+                     : c->dev.ops->compile(&c->dev, text, len, d->name, c->arch, &co, &log);
             if (rc != ROPEKV_OK) {
                 s = fail(c, (ropekv_status)rc, "compiling %s (%s) for %s with %s:\n%s", d->key, d->name, c->dev.target,
                          c->dev.compiler_id, log.p ? log.p : "");

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "build.h"
+#include "clang.h"
 #include "host_compile.h"
 #include "pool.h"
 #include "rk.h"
@@ -96,7 +97,8 @@ static const char *const HELP_BUILD =
     "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
     "               as a read-only layer ($ROPEKV_CACHE_RO) runs them without any compiler. Builds through\n"
     "               the runtime (a compile-only context for GPU targets: their compiler is needed here,\n"
-    "               nvrtc or hiprtc, not their GPU; the keys are a device's); no table is printed. With\n"
+    "               nvrtc, hiprtc or for the AMD targets it cannot build clang++-22, not their GPU; the\n"
+    "               keys are a device's); no table is printed. With\n"
     "               --bundle an AMD --target may carry the feature flags its devices report\n"
     "               (gfx942:sramecc+:xnack-): a runtime finds a bundle by the device's full target id\n"
     "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
@@ -322,6 +324,8 @@ static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const c
 
 /* ---- bundles ---------------------------------------------------------------------------------- */
 int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap); /* runtime.c, internal */
+int rk_ctx_use_compiler(ropekv_ctx *c, const char *id,
+                        int (*fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_buf *));
 
 /* Builds the n variants (one target) through the runtime into the cache directory dir: the same code,
  * keys and entry format a runtime finds in a read-only layer, for target (a row name, or an AMD row with
@@ -348,6 +352,18 @@ static int bundle_target(const opts *o, const rk_arch *a, const char *target, co
         return 1;
     }
     int failed = 0;
+    /* An AMD target the local hiprtc cannot build: clang offline, as `build` compiles it. */
+    if (a->vendor == RK_VENDOR_AMD && rk_build_pick(a) == RK_CC_CLANG) {
+        char why[512];
+        if (rk_clang_available(why, sizeof why) != 0) {
+            fprintf(stderr,
+                    "ropekv-gen build --bundle: no hip backend for target %s here: hiprtc cannot build it, %s\n",
+                    target, why);
+            ropekv_destroy(c);
+            return 1;
+        }
+        rk_ctx_use_compiler(c, rk_clang_id(), rk_clang_compile);
+    }
     for (int i = 0; i < o->n_extra && !failed; i++)
         if ((s = ropekv_load_spec(c, o->extra_specs[i])) != ROPEKV_OK) failed = 1;
     for (int i = 0; i < n && !failed; i++) {
