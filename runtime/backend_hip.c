@@ -156,7 +156,9 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
     /* Without hiprtc the backend still opens: kernels then come only from read-only cache layers (bundles),
      * and a compile fails naming the reason (hip_compile). */
     const int have_rtc = rk_hiprtc_available(&major, &minor, why, sizeof why) == 0;
-    if (!target_override) {
+    if (target_override) {
+        snprintf(d->target, sizeof d->target, "%s", target_override);
+    } else {
         static unsigned char prop[16384];
         static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
         pthread_mutex_lock(&mu);
