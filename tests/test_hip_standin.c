@@ -88,8 +88,7 @@ static int make_bundle(const char *target) {
     snprintf(row, sizeof row, "%.*s", (int)strcspn(target, ":"), target);
     snprintf(filter, sizeof filter, VARIANT_KEY, row);
     snprintf(log, sizeof log, "%s/gen.log", g_dir);
-    char *argv[] = {RK_GEN,   "--filter", filter, "build", "--target", (char *)target, "--bundle", g_bundle,
-                    NULL};
+    char *argv[] = {RK_GEN, "--filter", filter, "build", "--target", (char *)target, "--bundle", g_bundle, NULL};
     if (run(argv, log) == 0) return 0;
     if (file_has(log, "no hip backend for target")) {
         print_message("skipped: ropekv-gen cannot build %s here (no clang-22)\n", target);
@@ -172,10 +171,10 @@ static void launch_and_check(ropekv_ctx *c, ropekv_kernel *k, int device) {
 
     rk_args want = pl.args; /* the caller's fields and the plan's; no pdl on AMD rows: no prefetch */
     want.prefetch = 0;
-#define FIELD(type, name)                                                                                     \
-    if (memcmp(got.kernarg + offsetof(rk_args, name), &want.name, 8) != 0)                                    \
-        fail_msg("kernarg field %s: got 0x%llx, the runtime's 0x%llx", #name,                                  \
-                 (unsigned long long)*(const uint64_t *)(got.kernarg + offsetof(rk_args, name)),               \
+#define FIELD(type, name)                                                                        \
+    if (memcmp(got.kernarg + offsetof(rk_args, name), &want.name, 8) != 0)                       \
+        fail_msg("kernarg field %s: got 0x%llx, the runtime's 0x%llx", #name,                    \
+                 (unsigned long long)*(const uint64_t *)(got.kernarg + offsetof(rk_args, name)), \
                  (unsigned long long)(uint64_t)(uintptr_t)want.name);
     RK_ARGS(FIELD)
 #undef FIELD
@@ -358,7 +357,8 @@ static void expect_bundle_refused(ropekv_ctx *c, const char *call, const char *e
     const char *err = rk_test_capture_end();
     assert_null(k);
     assert_int_equal(s, g_have_hiprtc ? ROPEKV_ERR_TARGET : ROPEKV_ERR_COMPILE);
-    if (!strstr(err, call) || !strstr(err, error)) fail_msg("the warning does not name %s and %s: %s", call, error, err);
+    if (!strstr(err, call) || !strstr(err, error))
+        fail_msg("the warning does not name %s and %s: %s", call, error, err);
     if (g_have_hiprtc && !strstr(ropekv_last_error(c), "cannot build"))
         fail_msg("ropekv_last_error: %s", ropekv_last_error(c));
     ropekv_get_stats(c, &after);
@@ -445,9 +445,21 @@ static void test_standin_refuses(void **state) {
     snprintf(obj, sizeof obj, "%s/probe.o", g_dir);
     snprintf(log, sizeof log, "%s/clang.log", g_dir);
     assert_int_equal(rk_test_write_file(src, k_probe_src, strlen(k_probe_src), 0600), ROPEKV_OK);
-    char *argv[] = {"clang++-22", "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output",
-                    "--offload-arch=gfx942:sramecc+:xnack-", "-nogpuinc", "-nogpulib", "-O2",
-                    "-mcode-object-version=5", "-c", src, "-o", obj, NULL};
+    char *argv[] = {"clang++-22",
+                    "-x",
+                    "hip",
+                    "--cuda-device-only",
+                    "--no-gpu-bundle-output",
+                    "--offload-arch=gfx942:sramecc+:xnack-",
+                    "-nogpuinc",
+                    "-nogpulib",
+                    "-O2",
+                    "-mcode-object-version=5",
+                    "-c",
+                    src,
+                    "-o",
+                    obj,
+                    NULL};
     if (run(argv, log) != 0) fail_msg("clang++-22 failed; see %s", log);
     static unsigned char code[1 << 20];
     FILE *f = fopen(obj, "rb");

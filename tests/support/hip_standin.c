@@ -198,10 +198,19 @@ typedef struct module {
     function fn[RK_AMD_MAX_KERNELS];
 } module;
 
-#define CALLS(X)                                                                                                \
-    X(hipInit) X(hipGetDeviceCount) X(hipGetDevice) X(hipSetDevice) X(hipGetDevicePropertiesR0600)            \
-        X(hipModuleLoadData) X(hipModuleUnload) X(hipModuleGetFunction) X(hipModuleLaunchKernel) \
-            X(hipFuncGetAttribute)
+/* clang-format off */
+#define CALLS(X)                       \
+    X(hipInit)                         \
+    X(hipGetDeviceCount)               \
+    X(hipGetDevice)                    \
+    X(hipSetDevice)                    \
+    X(hipGetDevicePropertiesR0600)     \
+    X(hipModuleLoadData)               \
+    X(hipModuleUnload)                 \
+    X(hipModuleGetFunction)            \
+    X(hipModuleLaunchKernel)           \
+    X(hipFuncGetAttribute)
+/* clang-format on */
 #define CALL_INDEX(name) CALL_##name,
 enum { CALLS(CALL_INDEX) N_CALLS };
 #define CALL_NAME(name) #name,
@@ -267,8 +276,7 @@ static void configure_locked(void) {
         char *eq = strchr(call, '=');
         if (eq) *eq = '\0', error = atoi(eq + 1);
         if (!eq || set_fail_locked(call, error) != 0)
-            fprintf(stderr, "hip stand-in: RK_HIP_STANDIN_FAIL: '%s' is not CALL=ERROR of an entry point here\n",
-                    call);
+            fprintf(stderr, "hip stand-in: RK_HIP_STANDIN_FAIL: '%s' is not CALL=ERROR of an entry point here\n", call);
     }
     g_configured = 1;
 }
@@ -279,15 +287,15 @@ static hipError_t enter(int call) {
     if (!g_configured) configure_locked();
     return g_fail[call];
 }
-#define ENTER(call)                                    \
-    do {                                               \
-        hipError_t injected_ = enter(CALL_##call);     \
+#define ENTER(call)                                     \
+    do {                                                \
+        hipError_t injected_ = enter(CALL_##call);      \
         if (injected_ != hipSuccess) UNLOCK(injected_); \
     } while (0)
-#define UNLOCK(e)                        \
-    do {                                 \
-        pthread_mutex_unlock(&g_mu);     \
-        return (e);                      \
+#define UNLOCK(e)                    \
+    do {                             \
+        pthread_mutex_unlock(&g_mu); \
+        return (e);                  \
     } while (0)
 
 /* ---- control (hip_standin.h) ---------------------------------------------------------------------------- */
@@ -543,7 +551,8 @@ static void fill_hidden(unsigned char *seg, const rk_amd_kernel *k, const unsign
             snprintf(name, sizeof name, "hidden_group_size_%c", 'x' + d);
             if (!strcmp(v, name)) put(seg, a, block[d]);
         }
-        if (!strcmp(v, "hidden_grid_dims")) put(seg, a, grid[2] > 1 || block[2] > 1 ? 3 : grid[1] > 1 || block[1] > 1 ? 2 : 1);
+        if (!strcmp(v, "hidden_grid_dims"))
+            put(seg, a, grid[2] > 1 || block[2] > 1 ? 3 : grid[1] > 1 || block[1] > 1 ? 2 : 1);
     }
 }
 
@@ -598,8 +607,8 @@ EXPORT hipError_t hipModuleLaunchKernel(const function *f, unsigned gx, unsigned
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     const uint64_t threads = (uint64_t)bx * by * bz;
     const int wave = k->wave ? (int)k->wave : d->proc->warp;
-    if (!gx || !gy || !gz || gx > INT32_MAX || gy > 65536 || gz > 65536 || (uint64_t)gx * bx > UINT32_MAX ||
-        !threads || threads > MAX_BLOCK || threads > max_threads(k) || threads % (uint64_t)wave) {
+    if (!gx || !gy || !gz || gx > INT32_MAX || gy > 65536 || gz > 65536 || (uint64_t)gx * bx > UINT32_MAX || !threads ||
+        threads > MAX_BLOCK || threads > max_threads(k) || threads % (uint64_t)wave) {
         fprintf(stderr,
                 "hip stand-in: hipModuleLaunchKernel: %s: grid %ux%ux%u, block %ux%ux%u refused (kernel's maximum "
                 "workgroup size %u, wave %d)\n",
@@ -612,8 +621,10 @@ EXPORT hipError_t hipModuleLaunchKernel(const function *f, unsigned gx, unsigned
     int used_extra = 0;
     hipError_t e = pack(seg, k, params, extra, &used_extra);
     if (e != hipSuccess) {
-        fprintf(stderr, "hip stand-in: hipModuleLaunchKernel: %s: the arguments do not pack into its %u-byte kernarg "
-                        "segment\n", k->name, k->kernarg_size);
+        fprintf(stderr,
+                "hip stand-in: hipModuleLaunchKernel: %s: the arguments do not pack into its %u-byte kernarg "
+                "segment\n",
+                k->name, k->kernarg_size);
         UNLOCK(e);
     }
     fill_hidden(seg, k, grid, block);

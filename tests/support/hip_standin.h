@@ -24,14 +24,14 @@
 
 /* What the last successful hipModuleLaunchKernel got. */
 typedef struct rk_hip_standin_launch {
-    unsigned long count;  /* successful launches since the last reset */
-    int device;           /* the current device at the launch */
-    char kernel[256];     /* the function's name (.name) */
+    unsigned long count; /* successful launches since the last reset */
+    int device;          /* the current device at the launch */
+    char kernel[256];    /* the function's name (.name) */
     unsigned grid[3], block[3];
-    unsigned shared;      /* sharedMemBytes */
-    void *stream;         /* as passed */
-    int extra;            /* 1: the arguments came as `extra` (HIP_LAUNCH_PARAM_BUFFER_*), 0: as kernelParams */
-    size_t kernarg_size;  /* the packed kernarg segment: .kernarg_segment_size bytes */
+    unsigned shared;     /* sharedMemBytes */
+    void *stream;        /* as passed */
+    int extra;           /* 1: the arguments came as `extra` (HIP_LAUNCH_PARAM_BUFFER_*), 0: as kernelParams */
+    size_t kernarg_size; /* the packed kernarg segment: .kernarg_segment_size bytes */
     unsigned char kernarg[RK_HIP_STANDIN_KERNARG_MAX];
 } rk_hip_standin_launch;
 
