@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fused MLA RoPE + KV-cache write: ropekv against its peers, DeepSeek-V3 shapes, on one GPU.
+"""Fused MLA RoPE + KV-cache write: ropekv against its peers, DeepSeek-V3 shapes, on one GPU (NVIDIA or AMD).
 
     python3 bench/bench_mla.py --out bench/results            # the full sweep
     python3 bench/bench_mla.py --quick --out /tmp/r           # T in {1, 128, 2048}, H = 16, bf16
@@ -16,8 +16,8 @@ spec being benchmarked (--spec; deepseek_v3: x * (1 / q_scale) on the float32 ro
 kimi_k2: x / q_scale on the rope rounded to bf16 first, vLLM style), clamped to +-448, e4m3 (OCP).
 
 Methods (all measured in this one process, see bench/README.md):
-  ropekv   the library through its Python binding (cuda backend, absorbed form), default options: on sm_90
-           launches use programmatic dependent launch (PDL: each call's launch overlaps the previous
+  ropekv   the library through its Python binding (cuda backend, hip under ROCm; absorbed form), default
+           options: on sm_90 launches use programmatic dependent launch (PDL: each call's launch overlaps the previous
            kernel's tail; the kernel waits for it before touching memory)
   ropekv_nopdl  the same kernel launched without PDL (Context(pdl=False)); not a peer
   ropekv_fp8q  the absorbed form with an fp8 e4m3 query output (q_dtype="fp8_e4m3", q_scale) in the same
@@ -37,6 +37,8 @@ Methods (all measured in this one process, see bench/README.md):
            fp8 query (absorbed) and KV row, with ropekv's arithmetic (an explicit fma for the rope,
            tl.div_rn for the scale's reciprocal or quotient, clamp, round to nearest even): expected
            bit-identical to the reference; without and with PDL
+  aiter    (ROCm, where aiter imports) aiter's fused_qk_rope_cat_and_cache_mla given our tensors (aiter_args):
+           the same job as ropekv (absorbed, bf16 query), checked with the peers' tolerance
   compile  torch.compile of the unfused PyTorch sequence below
   eager    the unfused PyTorch sequence engines ran: rope on q_pe and k_pe with torch ops, torch.cat for
            q_out and the KV row, the fp8 cast, index_copy_ into the cache (negative slots masked to a
@@ -52,8 +54,8 @@ x0*c - x1*s, which can be many steps of a result that cancels. A method that fai
 not timed. 'bit-identical' in the table is ropekv's fraction of codes equal to the reference's (100%
 expected); the csv has it for every method.
 
-Timing: CALLS calls captured in one CUDA graph, replayed REPS times, the median per-call time (when a
-capture fails: back-to-back launches timed with CUDA events, marked *). Each replay is queued behind
+Timing: CALLS calls captured in one CUDA graph (a hipGraph under ROCm PyTorch), replayed REPS times, the median
+per-call time (when a capture fails: back-to-back launches timed with CUDA events, marked *). Each replay is queued behind
 ~0.5 ms of GPU spinning (torch.cuda._sleep), so the start event is taken when the GPU reaches it rather
 than while the host is still submitting the replay. Floors in the same run: an empty
 kernel, a kernel that reads 16 B and writes 16 B, and the device copy bandwidth (a 2 GiB copy, bytes read +
@@ -70,12 +72,17 @@ main_job, bench/README.md). --mode read: ropekv's read-back kernels (fp8_tile pa
 a Triton gather + dequant kernel, torch.compile and eager. Both check every method against a PyTorch reference of the
 job and compare the Triton peers' outputs with ropekv's byte for byte.
 
+Under ROCm PyTorch (torch.version.hip set, torch.cuda is HIP) the same code runs on the AMD GPU; what has no AMD
+counterpart is reported n/a with the reason: the Triton PDL methods (NVIDIA sm_90+), and on a target whose fp8 is
+FNUZ (gfx942) the ropekv fp8 methods (this script checks OCP e4m3).
+
 --cpu runs the PyTorch methods (eager, eager_fp8q) and the ropekv methods (the host backend: the kernels compiled
 for the CPU) with the checks on the CPU at the given shapes, with CPU times and a CPU copy bandwidth: a check of
 the script (inputs, reference, checks, tables) and of the host backend against the reference, not numbers."""
 import argparse
 import csv
 import datetime
+import importlib
 import os
 import re
 import statistics
@@ -114,11 +121,11 @@ FORMS = {
     "ropekv_inplace_fp8q": ("inplace", True), "ropekv_none": ("none", False),
     "triton": ("absorbed", False), "triton_pdl": ("absorbed", False), "triton_prefetch": ("absorbed", False),
     "triton_fp8q": ("absorbed", True), "triton_fp8q_pdl": ("absorbed", True),
-    "compile": ("absorbed", False), "eager": ("absorbed", False),
+    "compile": ("absorbed", False), "eager": ("absorbed", False), "aiter": ("absorbed", False),
     "compile_fp8q": ("absorbed", True), "eager_fp8q": ("absorbed", True),
 }
 ALL_METHODS = list(FORMS)
-PEERS = ["triton", "triton_pdl", "compile", "eager"]
+PEERS = ["triton", "triton_pdl", "compile", "eager", "aiter"]
 PREFETCH_PEERS = ["triton_prefetch"]  # compared with ropekv_prefetch only (the same contract)
 FP8Q_PEERS = ["triton_fp8q", "triton_fp8q_pdl", "compile_fp8q", "eager_fp8q"]  # compared with ropekv_fp8q
 CPU_METHODS = ["eager", "eager_fp8q"] + [m for m in FORMS if m.startswith("ropekv")]  # what --cpu can run
@@ -146,11 +153,34 @@ MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHO
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
+# The GPU torch.cuda drives: NVIDIA (CUDA PyTorch) or AMD (ROCm PyTorch, where torch.cuda is HIP, torch.version.hip
+# is set, and torch.cuda.CUDAGraph / Event are hipGraph / hipEvent behind the same calls). Set by main().
+GPU = {"backend": "cuda", "runtime": "-"}
+PDL_ONLY = ("programmatic dependent launch (Triton's gdc_wait / gdc_launch_dependents, launch_pdl) is NVIDIA sm_90+ "
+            "only: n/a under ROCm")
 rkref = None  # ropekv.reference (ropekv's arithmetic in PyTorch), imported with torch
 
 
 def log(msg):
     print("[%7.1fs] %s" % (time.time() - T0, msg), flush=True)
+
+
+def gpu_platform(torch):
+    """(ropekv backend, runtime label) of the GPU torch.cuda drives: ("hip", "HIP 6.4.x") under ROCm PyTorch,
+    ("cuda", "CUDA 12.8") under CUDA PyTorch."""
+    hip = getattr(torch.version, "hip", None)
+    return ("hip", "HIP %s" % hip) if hip else ("cuda", "CUDA %s" % torch.version.cuda)
+
+
+def rk_backend(cpu):
+    """The ropekv backend of this run: the host backend with --cpu, else the GPU's."""
+    return "host" if cpu else GPU["backend"]
+
+
+def require_pdl():
+    """A PDL method's first step: raises (the method is reported n/a with the reason) where there is no PDL."""
+    if GPU["backend"] != "cuda":
+        raise RuntimeError(PDL_ONLY)
 
 
 def default_methods(spec):
@@ -591,6 +621,15 @@ class Problem:
         return op_bytes(self.T, self.H, self.fp8, form, q_fp8)
 
 
+def require_ocp(info):
+    """The script's reference, checks and peers make OCP e4m3 (float8_e4m3fn); a target whose fp8 bytes are FNUZ
+    (gfx942: MI300X) writes another format, so its fp8 kernels are reported n/a with this reason."""
+    for what, fmt in (("cache", info.fp8_format), ("query", info.q_fp8_format)):
+        if fmt == "fnuz":
+            raise RuntimeError("%s: the fp8 %s of this target is FNUZ (e4m3fnuz); this script checks OCP e4m3 only"
+                               % (info.key, what))
+
+
 # ---- methods: each returns (fn, outputs) where fn() runs one call and outputs() gives a dict of its outputs ------
 # ("q_out" for absorbed and zero_copy, "q_pe" for inplace, "cache" always)
 def ropekv_kernel(state, ctx_key, form, q_fp8, kv):
@@ -605,6 +644,7 @@ def ropekv_kernel(state, ctx_key, form, q_fp8, kv):
         if k.info.q_dtype != want or k.info.kv != kv or k.info.q != form:
             raise RuntimeError("asked for q form %s, %s query, kv %s; the library gave %s (%s)"
                                % (form, want, kv, k.info.key, k.name))
+        require_ocp(k.info)
         if ctx_key == "ctx":
             label = "%s%s, kv %s" % (form, " fp8 q" if q_fp8 else "", kv)
             state["meta"]["kernels"][label] = (k.name, (time.perf_counter() - t0) * 1e3)
@@ -646,6 +686,8 @@ def _ropekv_form(form, q_fp8):
 
 
 def method_triton(state, pb, pdl=False, prefetch=False):
+    if pdl:
+        require_pdl()
     kern = triton_kernels()["mla"]
     q_out, cache = pb.new_q_out(), pb.new_cache()
     grid = (pb.T, pb.H + 1)
@@ -673,6 +715,8 @@ def method_triton_prefetch(state, pb):
 
 
 def method_triton_fp8q(state, pb, pdl=False):
+    if pdl:
+        require_pdl()
     kern = triton_kernels()["mla_fp8q"]
     pol = pb.policy
     q_out, cache = pb.new_q_out(q_fp8=True), pb.new_cache()
@@ -716,6 +760,58 @@ def method_eager(state, pb):
     return _torch_method(mla_rope_kv_unfused, pb)
 
 
+# aiter (ROCm/aiter): its Triton fused_qk_rope_cat_and_cache_mla, the op AMD's engines (SGLang, ATOM) call for this
+# job. Where it sits moved between releases; both places are tried.
+AITER_MODULES = ("aiter.ops.triton.fusions.fused_kv_cache", "aiter.ops.triton.fused_kv_cache")
+
+
+def aiter_op():
+    """aiter's fused_qk_rope_cat_and_cache_mla; raises ImportError saying why when aiter or the op is missing."""
+    import aiter  # noqa: F401  (ROCm only: the reason in the error where it is not installed)
+    for name in AITER_MODULES:
+        try:
+            return importlib.import_module(name).fused_qk_rope_cat_and_cache_mla
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("aiter has no fused_qk_rope_cat_and_cache_mla (looked in %s)" % ", ".join(AITER_MODULES))
+
+
+def aiter_args(pb, q_out, cache, k_pe_out):
+    """(args, kwargs) of fused_qk_rope_cat_and_cache_mla doing ropekv's absorbed job (bf16 query) on our tensors:
+      q_nope, q_pe       [T, H, L], [T, H, R]: the strided slices of the query, as they are
+      k_nope, k_pe       [T, 1, L], [T, 1, R]: one KV head (MLA's latent), views of the projection output
+      kv_cache           [rows, 1, W]: the paged cache [blocks, 16, W] seen flat (slot s is row s: the same bytes)
+      slot_mapping, pos  the slots and positions (int64)
+      cos, sin           [max_pos, R/2] each: the two halves of the float32 cos_sin_cache (tables R/2 wide make
+                         aiter take entry d // 2 for both elements of a GPT-J pair, as ropekv does)
+      k_scale            the fp8 cache's scale, applied only to an fp8 cache: stored = x * (1 / k_scale), the
+                         deepseek_v3 (mul_recip) convention; a bf16 cache is written unscaled
+      is_neox=False      GPT-J rope (interleaved pairs), DeepSeek's
+      q_out, k_pe_out    preallocated, so the timed call allocates nothing
+    What it does differently: it also writes k_pe_out, the rotated k_pe ([T, 1, R] bf16: 128 bytes a token more than
+    the job); it clamps nothing before the fp8 cast; its fp8 is aiter's platform e4m3 (FNUZ on gfx942, whose cache
+    dtype our OCP cache is not: there it refuses the call and is reported n/a); its rope is x * cos + rot(x) * sin in
+    float32, two roundings (or an fma where the compiler contracts them), so it is checked with the two-rounding
+    tolerance, as triton and eager are, not bit for bit (its bit-identical fraction is in the csv); an fp8 q_out
+    (q_out_dtype) would be a plain cast without q_scale, not the fp8q job, so it has no fp8q method."""
+    half = R // 2
+    args = (pb.q_nope, pb.q_pe, pb.k_nope.unsqueeze(1), pb.k_pe.unsqueeze(1), cache.view(-1, 1, W), pb.slots,
+            pb.positions, pb.cos_sin_cache[:, :half], pb.cos_sin_cache[:, half:], pb.k_scale, False)
+    return args, dict(apply_scale=pb.fp8, q_out=q_out, k_pe_out=k_pe_out)
+
+
+def method_aiter(state, pb):
+    op = aiter_op()
+    q_out, cache = pb.new_q_out(), pb.new_cache()
+    k_pe_out = pb.torch.empty(pb.T, 1, R, device=pb.dev, dtype=pb.torch.bfloat16)
+    args, kw = aiter_args(pb, q_out, cache, k_pe_out)
+
+    def fn():
+        op(*args, **kw)
+
+    return fn, lambda: {"q_out": q_out, "cache": cache}
+
+
 def method_eager_fp8q(state, pb):
     return _torch_method(mla_rope_kv_unfused_fp8q, pb, q_fp8=True)
 
@@ -738,7 +834,7 @@ def method_compile_fp8q(state, pb):
 METHODS = {"ropekv": method_ropekv, "ropekv_nopdl": method_ropekv_nopdl, "ropekv_prefetch": method_ropekv_prefetch,
            "triton": method_triton, "triton_pdl": method_triton_pdl, "triton_prefetch": method_triton_prefetch,
            "triton_fp8q": method_triton_fp8q, "triton_fp8q_pdl": method_triton_fp8q_pdl,
-           "compile": method_compile, "eager": method_eager, "compile_fp8q": method_compile_fp8q,
+           "compile": method_compile, "eager": method_eager, "aiter": method_aiter, "compile_fp8q": method_compile_fp8q,
            "eager_fp8q": method_eager_fp8q}
 for _m, (_form, _q8) in FORMS.items():
     if _m not in METHODS:  # ropekv_fp8q and the other q forms on the default context
@@ -946,7 +1042,7 @@ def check(torch, pb, ref, outs, form="absorbed", q_fp8=False, chunk_elems=1 << 2
 def gpu_busy(torch):
     """Queue ~0.5 ms of GPU spinning, so that the start event recorded next is taken when the GPU reaches
     it and not while the host is still submitting the work after it (that host time is not GPU time)."""
-    torch.cuda._sleep(1_000_000)
+    torch.cuda._sleep(1_000_000)  # ROCm PyTorch has it too (a clock64 spin: its length follows the GPU's clock)
 
 
 def time_graph(torch, fn, calls, reps):
@@ -1105,7 +1201,7 @@ def write_outputs(args, meta, floors, rows, methods):
     lines = []
     lines.append("# MLA RoPE + KV-cache write: ropekv vs peers on %s" % meta["gpu"])
     lines.append("")
-    lines.append("- date: %s; GPU: %s (%d SMs); torch %s (CUDA %s); triton %s; ropekv %s (target %s)" % (
+    lines.append("- date: %s; GPU: %s (%d SMs / CUs); torch %s (%s); triton %s; ropekv %s (target %s)" % (
         meta["datetime"], meta["gpu"], meta["sms"], meta["torch"], meta["cuda"], meta["triton"], meta["ropekv"],
         meta["target"]))
     if args.cpu:
@@ -1245,7 +1341,7 @@ def write_outputs(args, meta, floors, rows, methods):
 PLOT_STYLE = {"ropekv": ("C3", "o"), "ropekv_nopdl": ("C5", "o"), "ropekv_prefetch": ("C6", "o"),
               "ropekv_fp8q": ("C3", "D"), "ropekv_zero_copy": ("C8", "o"), "ropekv_zero_copy_fp8q": ("C8", "D"),
               "ropekv_inplace": ("C7", "o"), "ropekv_inplace_fp8q": ("C7", "D"), "ropekv_none": ("k", "x"),
-              "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"),
+              "triton": ("C0", "s"), "triton_pdl": ("C4", "s"), "triton_prefetch": ("C9", "s"), "aiter": ("C1", "^"),
               "triton_fp8q": ("C0", "P"), "triton_fp8q_pdl": ("C4", "P"),
               "compile": ("C2", "^"), "eager": ("C1", "v"), "compile_fp8q": ("C2", "<"), "eager_fp8q": ("C1", ">"),
               "ropekv_v32": ("C3", "o"), "ropekv_v32_none": ("C3", "x"), "triton_v32": ("C0", "s"),
@@ -1562,6 +1658,7 @@ def _job_kernel(state, method, kv):
         got = (k.info.kv, k.info.layout, k.info.op, k.info.q)
         if got != want:
             raise RuntimeError("asked for %s; the library gave %s (%s)" % (want, k.info.key, k.name))
+        require_ocp(k.info)
         if k.info.kv == "fp8_tile" and (k.info.row_bytes, k.info.fp8_tile, k.info.fp8_tile_scales_at,
                                         k.info.fp8_tile_rope_at, k.info.fp8_tile_scale) != (
                 ROW_BYTES, TILE, SCALES_AT, ROPE_AT, "f32"):
@@ -1590,6 +1687,8 @@ def method_ropekv_v32(state, pb, method):
 
 
 def method_triton_v32(state, pb, method):
+    if method.endswith("_pdl"):
+        require_pdl()
     kern = triton_kernels()["v32"]
     absorbed = V32_FORMS[method] == "absorbed"
     cache = pb.new_cache()
@@ -1639,6 +1738,8 @@ def method_ropekv_read(state, pb, method):
 
 
 def method_triton_read(state, pb, method):
+    if method.endswith("_pdl"):
+        require_pdl()
     kern = triton_kernels()["read"]
     out = {"out": pb.new_out()}
     c = pb.cache
@@ -1706,7 +1807,7 @@ def main_job(args, meta, dev):
     if rk:
         import ropekv
         meta["ropekv"] = ropekv.version()
-        ctx = ropekv.Context("host" if cpu else "cuda", device=args.device)
+        ctx = ropekv.Context(rk_backend(cpu), device=args.device)
         state["ctx"] = ctx
         meta["target"] = ctx.target
         for kv in args.kv_list:
@@ -1865,7 +1966,7 @@ def write_job_outputs(args, meta, floors, rows, methods):
     else:
         lines.append("# KV-cache read-back (rows by slot, dequantized to bf16): ropekv vs peers on %s" % meta["gpu"])
     lines.append("")
-    lines.append("- date: %s; GPU: %s (%d SMs); torch %s (CUDA %s); triton %s; ropekv %s (target %s)" % (
+    lines.append("- date: %s; GPU: %s (%d SMs / CUs); torch %s (%s); triton %s; ropekv %s (target %s)" % (
         meta["datetime"], meta["gpu"], meta["sms"], meta["torch"], meta["cuda"], meta["triton"], meta["ropekv"],
         meta["target"]))
     if args.cpu:
@@ -2016,18 +2117,20 @@ def main(argv=None):
     import ropekv.reference as rkref
     cpu = args.cpu
     if not cpu and not torch.cuda.is_available():
-        print("bench_mla: no CUDA device (--cpu checks the script on the CPU)", file=sys.stderr)
+        print("bench_mla: no GPU: torch.cuda (CUDA or ROCm PyTorch) sees none (--cpu checks the script on the CPU)",
+              file=sys.stderr)
         return 2
     if cpu:
         dev = torch.device("cpu")
         meta_gpu, sms, cuda_v = "cpu", 0, "-"
     else:
+        GPU["backend"], GPU["runtime"] = gpu_platform(torch)
         torch.cuda.set_device(args.device)
         torch.cuda.init()
         torch.cuda.current_device()
         dev = torch.device("cuda", args.device)
         props = torch.cuda.get_device_properties(dev)
-        meta_gpu, sms, cuda_v = torch.cuda.get_device_name(dev), props.multi_processor_count, torch.version.cuda
+        meta_gpu, sms, cuda_v = torch.cuda.get_device_name(dev), props.multi_processor_count, GPU["runtime"]
         for name, val in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096),
                           ("accumulated_cache_size_limit", 4096)):
             try:  # one compiled function serves every shape: let it recompile as often as the sweep needs
@@ -2053,8 +2156,18 @@ def main(argv=None):
     methods = list(args.method_list)
     state = {"args": args, "meta": meta, "kernels": {}}
     unsupported = {}
+    if "aiter" in methods:
+        try:
+            aiter_op()
+        except Exception as e:  # noqa: BLE001
+            why = "aiter is not available (%s: %s)" % (type(e).__name__, str(e).split("\n")[0][:200])
+            if args.methods:  # asked for: a column of n/a with the reason
+                unsupported["aiter"] = why
+            else:  # a default peer only where it imports (ROCm with aiter installed)
+                methods.remove("aiter")
+            log("aiter: %s" % why)
     for m in methods:
-        if FORMS[m][0] not in policy["q_forms"]:
+        if FORMS[m][0] not in policy["q_forms"] and m not in unsupported:
             unsupported[m] = "spec %s does not list q form %s" % (args.spec, FORMS[m][0])
             log("%s: n/a (%s)" % (m, unsupported[m]))
     rk_main = [m for m in methods if m.startswith("ropekv") and m not in ("ropekv_nopdl", "ropekv_prefetch")
@@ -2063,7 +2176,7 @@ def main(argv=None):
         import ropekv
         meta["ropekv"] = ropekv.version()
     if rk_main:
-        backend = "host" if cpu else "cuda"
+        backend = rk_backend(cpu)
         ctx = ropekv.Context(backend, device=args.device)
         state["ctx"] = ctx
         meta["target"] = ctx.target
@@ -2082,7 +2195,7 @@ def main(argv=None):
     for m, name, opts in (("ropekv_nopdl", "nopdl", {"pdl": False}),
                           ("ropekv_prefetch", "prefetch", {"pdl": True, "pdl_prefetch": True})):
         if m in methods:
-            state["ctx_" + name] = ropekv.Context("host" if cpu else "cuda", device=args.device, **opts)
+            state["ctx_" + name] = ropekv.Context(rk_backend(cpu), device=args.device, **opts)
             for kv in args.kv_list:
                 ropekv_kernel(state, "ctx_" + name, "absorbed", False, kv)
     log("%s, torch %s, triton %s" % ("CPU (--cpu)" if cpu else "GPU " + meta["gpu"], meta["torch"], meta["triton"]))

@@ -5,7 +5,8 @@
 
 The bytes each job moves, the e4m3 codes made without a float8 dtype, that the checks pass the PyTorch methods
 and catch a wrong output, and a --cpu run's tables (the BW % columns); the same for --mode v32 (the fp8_tile
-row, its reference against a scalar model of the format) and --mode read."""
+row, its reference against a scalar model of the format) and --mode read; the ROCm platform choices, and the
+aiter peer's argument mapping through a stand-in of its op."""
 import csv
 import glob
 import importlib.util
@@ -111,6 +112,113 @@ def test_checks_pass_and_catch():
                     qo[0, 0, 3] += 1.0
                 ok, steps, exact, bad = bm.check(torch, pb, ref, o, form, q8)
                 assert not ok and bad == 2, (spec, kv, m, bad)
+
+
+def test_rocm_platform():
+    """Under ROCm PyTorch (torch.version.hip set) the ropekv methods use the hip backend and the PDL methods are n/a
+    with the reason; under CUDA PyTorch, cuda and PDL."""
+    import types
+    saved = dict(bm.GPU)
+    try:
+        rocm = types.SimpleNamespace(version=types.SimpleNamespace(hip="6.4.43483", cuda=None))
+        cuda = types.SimpleNamespace(version=types.SimpleNamespace(hip=None, cuda="12.8"))
+        assert bm.gpu_platform(rocm) == ("hip", "HIP 6.4.43483") and bm.gpu_platform(cuda) == ("cuda", "CUDA 12.8")
+        bm.GPU["backend"], bm.GPU["runtime"] = bm.gpu_platform(rocm)
+        assert bm.rk_backend(False) == "hip" and bm.rk_backend(True) == "host"
+        for m in ("triton_pdl", "triton_prefetch", "triton_fp8q_pdl"):
+            try:
+                bm.METHODS[m]({"args": None}, None)
+            except RuntimeError as e:
+                assert "NVIDIA sm_90+ only" in str(e), (m, e)
+            else:
+                raise AssertionError("%s ran under ROCm" % m)
+        bm.GPU["backend"] = "cuda"
+        bm.require_pdl()
+    finally:
+        bm.GPU.clear()
+        bm.GPU.update(saved)
+
+
+def _fake_aiter(torch):
+    """A stand-in for aiter's fused_qk_rope_cat_and_cache_mla (ROCm only: not installable here), written from its
+    documented arguments in PyTorch on the CPU: the shape rules it asserts, GPT-J rope of q_pe and k_pe with cos / sin
+    tables R/2 wide (entry d // 2 for element d) in float32 (two roundings, as its Triton kernel), q_out = cat(q_nope,
+    rope(q_pe)), kv_cache[slot, 0] = cat(k_nope, rope(k_pe)) (times 1 / k_scale with apply_scale) for slots >= 0,
+    k_pe_out = rope(k_pe). It tests the script's mapping of its tensors to aiter's arguments, not aiter."""
+    def op(q_nope, q_pe, k_nope, k_pe, kv_cache, slot_mapping, pos, cos, sin, k_scale, is_neox,
+           num_decode_toks_for_zeros=0, apply_scale=True, q_out=None, decode_q_pe_out=None, k_pe_out=None,
+           q_out_dtype=None):
+        b, qh, dn = q_nope.shape
+        bk, kh, dkn = k_nope.shape
+        dp = q_pe.shape[2]
+        assert q_pe.shape[:2] == (b, qh) and k_pe.shape == (bk, kh, dp) and dkn == dn and b <= bk
+        assert kv_cache.dim() == 3 and kv_cache.shape[1] == kh and kv_cache.shape[2] == dn + dp
+        assert kv_cache.stride(2) == 1 and slot_mapping.shape == (bk,) and pos.shape[0] >= b
+        assert cos.shape == sin.shape and cos.shape[-1] == dp // 2 and not is_neox  # the form the script uses
+        assert q_out.shape == (b, qh, dn + dp) and k_pe_out.shape == (bk, kh, dp)
+        c = cos[pos].float().repeat_interleave(2, -1)[:, None, :]
+        s = sin[pos].float().repeat_interleave(2, -1)[:, None, :]
+
+        def rope(x):
+            x = x.float()
+            rot = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).reshape(x.shape)
+            return x * c[:x.shape[0]] + rot * s[:x.shape[0]]
+
+        q_out[..., :dn] = q_nope
+        q_out[..., dn:] = rope(q_pe).to(q_out.dtype)
+        kr = rope(k_pe)
+        k_pe_out.copy_(kr.to(k_pe_out.dtype))
+        row = torch.cat([k_nope.float(), kr], -1)
+        if apply_scale:
+            row = row * (1.0 / k_scale.float())
+        for t in range(bk):
+            if int(slot_mapping[t]) >= 0:
+                bf16 = kv_cache.dtype == torch.bfloat16
+                kv_cache[int(slot_mapping[t])] = row[t].to(torch.bfloat16) if bf16 else bm.to_fp8(row[t])
+        return q_out, decode_q_pe_out, k_pe_out, kv_cache
+
+    return op
+
+
+def test_aiter_mapping():
+    """The aiter peer's arguments (aiter_args) drive a stand-in of aiter's op to outputs that pass the checks, for both
+    cache dtypes; the same mapping with cos and sin swapped fails them (the test can fail)."""
+    torch = _torch()
+    import types
+    names = ["aiter", "aiter.ops", "aiter.ops.triton", bm.AITER_MODULES[0]]
+    saved = {n: sys.modules.get(n) for n in names}
+    for n in names:
+        sys.modules[n] = types.ModuleType(n)
+    sys.modules[bm.AITER_MODULES[0]].fused_qk_rope_cat_and_cache_mla = _fake_aiter(torch)
+    real_args = bm.aiter_args
+    try:
+        cs = _cos_sin(torch)
+        for kv in ("bf16", "fp8_e4m3"):
+            pb = bm.Problem(torch, 9, 3, kv, torch.device("cpu"), cs, torch.tensor([0.5]), 7, None,
+                            dict(bm.SPECS["deepseek_v3"]))
+            pb.ref = ref = bm.Reference(torch, pb)
+            fn, outputs = bm.METHODS["aiter"]({"args": None}, pb)
+            fn()
+            ok, steps, exact, bad = bm.check(torch, pb, ref, outputs(), "absorbed", False)
+            assert ok, (kv, steps, bad)
+
+            def swapped(*a):
+                args, kw = real_args(*a)
+                return args[:7] + (args[8], args[7]) + args[9:], kw
+
+            bm.aiter_args = swapped
+            fn, outputs = bm.METHODS["aiter"]({"args": None}, pb)
+            fn()
+            ok, steps, exact, bad = bm.check(torch, pb, ref, outputs(), "absorbed", False)
+            assert not ok and bad > 0, (kv, bad)
+            bm.aiter_args = real_args
+    finally:
+        bm.aiter_args = real_args
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
 
 
 def test_cpu_run():

@@ -18,6 +18,7 @@ typedef enum rk_env_id {
     RK_ENV_LOG,             /* flag, default 0 */
     RK_ENV_PDL,             /* flag, default 1 */
     RK_ENV_PDL_PREFETCH,    /* flag, default 0 */
+    RK_ENV_FORCE_I64,       /* flag, default 0 */
     RK_ENV_COMPILE_TIMEOUT, /* seconds, 0..RK_COMPILE_TIMEOUT_MAX, default RK_COMPILE_TIMEOUT_DEFAULT */
     RK_ENV_NVRTC,           /* text: library paths for dlopen */
     RK_ENV_HIPRTC,

@@ -83,6 +83,7 @@ struct ropekv_ctx {
     int log;
     int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
     int pdl_prefetch; /* ... reading the static inputs before the wait */
+    int force_i64;    /* $ROPEKV_FORCE_I64: every launch runs the 64-bit entry (tests of that entry on small shapes) */
     unsigned char template_hash[32];
     ctx_spec *specs; /* built-in specs read on first use, and specs loaded at run time */
     int n_specs;
@@ -237,6 +238,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     c->log = o && o->log ? o->log > 0 : rk_env_flag(RK_ENV_LOG);
     c->pdl = o && o->pdl ? o->pdl > 0 : rk_env_flag(RK_ENV_PDL);
     c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : rk_env_flag(RK_ENV_PDL_PREFETCH);
+    c->force_i64 = rk_env_flag(RK_ENV_FORCE_I64);
 
     rk_err err = {0};
     size_t len;
@@ -872,7 +874,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     if (c->compile_only)
         return fail(c, ROPEKV_ERR_BACKEND, "%s: a compile-only context builds and caches kernels, never launches them",
                     k->d.key);
-    void *fn = __atomic_load_n(&k->fn[pl.wide], __ATOMIC_ACQUIRE);
+    void *fn = __atomic_load_n(&k->fn[pl.wide || c->force_i64], __ATOMIC_ACQUIRE);
     if (!fn && (s = wide_entry(k, &fn)) != ROPEKV_OK) return s;
     const int pdl = k->d.arch->pdl && c->pdl;
     pl.args.prefetch = pdl && c->pdl_prefetch;
