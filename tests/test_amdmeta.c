@@ -144,7 +144,10 @@ static void w_elf(wbuf *w, const void *desc, size_t n, const char *name, unsigne
     w->n = 0;
     const size_t namesz = strlen(name) + 1, name_pad = (namesz + 3) & ~(size_t)3, desc_pad = (n + 3) & ~(size_t)3;
     const size_t note_size = 12 + name_pad + desc_pad, shoff = 64 + note_size;
-    put(w, "\x7f" "ELF", 4);
+    put(w,
+        "\x7f"
+        "ELF",
+        4);
     put1(w, 2); /* ELFCLASS64 */
     put1(w, 1); /* little-endian */
     put1(w, 1);
@@ -310,11 +313,15 @@ static void test_mp_huge_lengths(void **state) {
         const char *err;
     } cases[] = {
         {"\xdb\xff\xff\xff\xff", 5, "str of 4294967295 bytes"},
-        {"\xc6\xff\xff\xff\xf0" "ab", 7, "bin of 4294967280 bytes"},
+        {"\xc6\xff\xff\xff\xf0"
+         "ab",
+         7, "bin of 4294967280 bytes"},
         {"\xdd\xff\xff\xff\xff", 5, "array of 4294967295 elements"},
         {"\xdf\x7f\xff\xff\xff\x01\x02", 7, "map of 2147483647 elements"},
         {"\xde\x00\x02\x01\x02\x03", 6, "map of 2 elements, 3 bytes left"},
-        {"\xa5" "abcd", 5, "fixstr of 5 bytes, 4 left"},
+        {"\xa5"
+         "abcd",
+         5, "fixstr of 5 bytes, 4 left"},
         {"\xc9\xff\xff\xff\xff\x01", 6, "ext of 4294967295 bytes"},
         {"\xcf\x01\x02", 3, "uint needs 8 bytes, 2 left"},
         {"\xda\x01", 2, "str length needs 2 bytes, 1 left"},
@@ -564,8 +571,16 @@ static void test_target_ids(void **state) {
     assert_true(x == RK_AMD_FEATURE_OFF && s == RK_AMD_FEATURE_ON);
     assert_int_equal(rk_amd_target_parse("gfx1100:xnack+", mach, sizeof mach, &x, &s), 0);
     assert_true(x == RK_AMD_FEATURE_ON && s == RK_AMD_FEATURE_ANY);
-    const char *bad[] = {"", "sm_90", "gfx", "gfx942:", "gfx942:xnack", "gfx942:tgsplit+", "gfx942:xnack+:xnack-",
-                         "gfx9g2", "amdgcn-amd-amdhsa-gfx942", "gfx942 "};
+    const char *bad[] = {"",
+                         "sm_90",
+                         "gfx",
+                         "gfx942:",
+                         "gfx942:xnack",
+                         "gfx942:tgsplit+",
+                         "gfx942:xnack+:xnack-",
+                         "gfx9g2",
+                         "amdgcn-amd-amdhsa-gfx942",
+                         "gfx942 "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (rk_amd_target_parse(bad[i], mach, sizeof mach, &x, &s) == 0) fail_msg("'%s' was parsed", bad[i]);
     assert_int_equal(rk_amd_target_parse("gfx942", mach, 4, &x, &s), -1); /* no room */
@@ -609,12 +624,13 @@ static void test_target_ids(void **state) {
 /* ---- a real code object --------------------------------------------------------------------------------- */
 /* Two entries taking one 360-byte block by value (rk_args' size), as the generated kernels do; the
  * second reads the work-group size, which gives it the code object v5 hidden arguments. */
-static const char k_real[] = "struct blk { long a[45]; };\n"
-                             "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, 256)))\n"
-                             "void kern(blk b) { if (b.a[0]) ((long *)b.a[1])[__builtin_amdgcn_workgroup_id_x()] = b.a[2]; }\n"
-                             "extern \"C\" __attribute__((global)) void kern_i64(blk b) {\n"
-                             "    ((long *)b.a[1])[__builtin_amdgcn_workgroup_size_x()] = b.a[2];\n"
-                             "}\n";
+static const char k_real[] =
+    "struct blk { long a[45]; };\n"
+    "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, 256)))\n"
+    "void kern(blk b) { if (b.a[0]) ((long *)b.a[1])[__builtin_amdgcn_workgroup_id_x()] = b.a[2]; }\n"
+    "extern \"C\" __attribute__((global)) void kern_i64(blk b) {\n"
+    "    ((long *)b.a[1])[__builtin_amdgcn_workgroup_size_x()] = b.a[2];\n"
+    "}\n";
 
 static void test_read_real(void **state) {
     (void)state;
@@ -655,8 +671,8 @@ static void test_read_real(void **state) {
     assert_int_equal(h->max_flat_wg, 1024);
     assert_true(h->n_args > 1);
     assert_int_equal(h->kernarg_size, 360 + 256); /* v5: the whole 256-byte hidden block */
-    print_message("gfx942: kern %d vgprs, %d sgprs, %lld bytes; kern_i64 %d args, kernarg %u bytes\n", k->vgpr,
-                  k->sgpr, (long long)k->code_size, h->n_args, h->kernarg_size);
+    print_message("gfx942: kern %d vgprs, %d sgprs, %lld bytes; kern_i64 %d args, kernarg %u bytes\n", k->vgpr, k->sgpr,
+                  (long long)k->code_size, h->n_args, h->kernarg_size);
     char compat[256];
     assert_int_equal(rk_amd_target_compatible(&c, "gfx942:sramecc+:xnack-", compat, sizeof compat), 1);
 
@@ -664,7 +680,8 @@ static void test_read_real(void **state) {
     unsigned char *p = co.data;
     size_t at = 0;
     for (size_t i = 12; i + 8 <= co.len && !at; i++)
-        if (!memcmp(p + i, "AMDGPU\0", 7) && !memcmp(p + i - 12, "\x07\0\0\0", 4) && !memcmp(p + i - 4, "\x20\0\0\0", 4))
+        if (!memcmp(p + i, "AMDGPU\0", 7) && !memcmp(p + i - 12, "\x07\0\0\0", 4) &&
+            !memcmp(p + i - 4, "\x20\0\0\0", 4))
             at = i - 12;
     assert_true(at > 0);
     uint32_t descsz;
@@ -688,9 +705,10 @@ static void test_read_real(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mp_types),    cmocka_unit_test(test_mp_huge_lengths), cmocka_unit_test(test_mp_nesting_bomb),
-        cmocka_unit_test(test_read_built),  cmocka_unit_test(test_read_wrong),      cmocka_unit_test(test_read_bundle),
-        cmocka_unit_test(test_target_ids),  cmocka_unit_test(test_read_real),
+        cmocka_unit_test(test_mp_types),        cmocka_unit_test(test_mp_huge_lengths),
+        cmocka_unit_test(test_mp_nesting_bomb), cmocka_unit_test(test_read_built),
+        cmocka_unit_test(test_read_wrong),      cmocka_unit_test(test_read_bundle),
+        cmocka_unit_test(test_target_ids),      cmocka_unit_test(test_read_real),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,7 +86,7 @@ static const char *const HELP_BUILD =
     "  BF16                   the hardware f32->bf16 conversion v_cvt_pk_bf16_f32 is used (looked for on\n"
     "                         AMD targets with bf16_hw; - elsewhere; `inspect` looks on every target)\n"
     "then one summary row per target (largest figures, total compile time). A figure that could not\n"
-    "be read (AMD needs llvm-readelf-22 and llvm-objdump-22) is -.\n"
+    "be read (the AMD FP8 and BF16 columns need llvm-objdump-22) is -.\n"
     "  --target T   only variants for target T (repeatable)\n"
     "  --jobs N     worker processes (default: the number of CPUs)\n"
     "  --strict     also fail when a device variant uses scratch or spills (or they are not known), or\n"
