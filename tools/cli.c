@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "build.h"
 #include "host_compile.h"
 #include "pool.h"
@@ -502,6 +503,23 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
     return failed || violations ? 1 : 0;
 }
 
+/* The launch ABI check's verdict and each entry's facts (an AMD build). */
+static void print_abi(const rk_desc *v, const rk_build_result *r, const rk_codeobj *code) {
+    printf("launch ABI: %s%s (rk_args %zu bytes, block %d, wave %d)\n",
+           r->abi ? "ok" : "MISMATCH: ", r->abi ? "" : r->abi_why, sizeof(rk_args), v->arch->block, v->arch->wave);
+    rk_amd_code *c = malloc(sizeof *c);
+    char line[256];
+    if (c && rk_amd_read(code->data, code->len, c, NULL, 0) == 0)
+        for (int i = 0; i < c->n_kernels; i++) {
+            rk_amd_abi_facts(&c->kernels[i], line, sizeof line);
+            const char *name = c->kernels[i].name;
+            const size_t n = strlen(v->name);
+            const int ours = strncmp(name, v->name, n) == 0; /* <name> or <name>_i64: print the suffix */
+            printf("  %s%s: %s\n", ours ? "<name>" : "", name + (ours ? n : 0), line);
+        }
+    free(c);
+}
+
 /* "spec/target/rest" -> "spec/rest" (the key without its target). */
 static void key_without_target(const char *key, char *out, size_t cap) {
     const char *a = strchr(key, '/');
@@ -592,6 +610,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     rk_build_table_header(stdout);
     rk_build_table_row(stdout, &v, r);
     if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
+    if (r->abi >= 0) print_abi(&v, r, &code);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
     if (rc == ROPEKV_OK) {
