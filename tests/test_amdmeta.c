@@ -494,6 +494,20 @@ static void test_read_wrong(void **state) {
     w_elf(&e, k.b, k.n, "AMDGPU", 32, 224, GFX942_V4_FLAGS);
     assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), -1);
     assert_non_null(strstr(why, "more than 48"));
+    /* an argument without its offset */
+    k.n = 0;
+    w_map(&k, 1);
+    w_str(&k, "amdhsa.kernels");
+    w_arr(&k, 1);
+    w_map(&k, 1);
+    w_str(&k, ".args");
+    w_arr(&k, 1);
+    w_map(&k, 2);
+    kv_str(&k, ".value_kind", "by_value");
+    kv_uint(&k, ".size", 8);
+    w_elf(&e, k.b, k.n, "AMDGPU", 32, 224, GFX942_V4_FLAGS);
+    assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), -1);
+    assert_non_null(strstr(why, "an argument lacks .offset"));
     /* a number where a string belongs, a string where a number does */
     k.n = 0;
     w_map(&k, 1);

@@ -281,25 +281,33 @@ static int read_arg(rk_mp *m, rk_amd_arg *a) {
     uint32_t n;
     if (mp_expect(m, RK_MP_MAP, "an entry of .args", &n) || mp_enter(m)) return -1;
     memset(a, 0, sizeof *a);
-    int have_kind = 0, have_offset = 0, have_size = 0;
+    int seen = 0; /* bits: 1 .value_kind, 2 .offset, 4 .size */
     for (uint32_t i = 0; i < n; i++) {
         rk_mp_value k;
         if (rk_mp_next(m, &k) || mp_skip_children(m, &k)) return -1;
         int rc;
-        if (is_key(&k, ".value_kind"))
-            rc = mp_string(m, ".value_kind", a->value_kind, sizeof a->value_kind, 0), have_kind = 1;
-        else if (is_key(&k, ".name")) rc = mp_string(m, ".args .name", a->name, sizeof a->name, 1);
-        else if (is_key(&k, ".offset")) rc = mp_u32(m, ".offset", &a->offset), have_offset = 1;
-        else if (is_key(&k, ".size")) rc = mp_u32(m, ".size", &a->size), have_size = 1;
-        else rc = rk_mp_skip(m);
+        if (is_key(&k, ".value_kind")) {
+            rc = mp_string(m, ".value_kind", a->value_kind, sizeof a->value_kind, 0);
+            seen |= 1;
+        } else if (is_key(&k, ".offset")) {
+            rc = mp_u32(m, ".offset", &a->offset);
+            seen |= 2;
+        } else if (is_key(&k, ".size")) {
+            rc = mp_u32(m, ".size", &a->size);
+            seen |= 4;
+        } else if (is_key(&k, ".name")) {
+            rc = mp_string(m, ".args .name", a->name, sizeof a->name, 1);
+        } else {
+            rc = rk_mp_skip(m);
+        }
         if (rc) return -1;
     }
     m->depth--;
-    if (!have_kind || !have_offset || !have_size)
+    if (seen != 7)
         return fail(m->why, m->cap, "metadata: an argument lacks %s",
-                    !have_kind     ? ".value_kind"
-                    : !have_offset ? ".offset"
-                                   : ".size");
+                    !(seen & 1)   ? ".value_kind"
+                    : !(seen & 2) ? ".offset"
+                                  : ".size");
     return 0;
 }
 
