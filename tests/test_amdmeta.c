@@ -16,6 +16,7 @@
 
 #include "abi.h"
 #include "amdgpu_meta.h"
+#include "build.h"
 #include "clang.h"
 
 /* ---- a MessagePack writer for the tests ------------------------------------------------------------ */
@@ -864,6 +865,19 @@ static void test_abi_check(void **state) {
     k.wave = 32;
     k.private_size = 4;
     check_fails(&k, 3, &d, ".wavefront_size 32, the gfx942 row's wave is 64; .private_segment_fixed_size 4");
+
+    /* `ropekv-gen build --strict` counts a failed check as a violation */
+    static rk_build_result r;
+    memset(&r, 0, sizeof r);
+    r.rc = ROPEKV_OK;
+    r.cc = RK_CC_CLANG;
+    r.info.fp8_cvt = 1;
+    r.abi = 1;
+    assert_int_equal(rk_build_strict_violation(&d, &r, why, sizeof why), 0);
+    r.abi = 0;
+    snprintf(r.abi_why, sizeof r.abi_why, "the entry: .wavefront_size 32");
+    assert_int_equal(rk_build_strict_violation(&d, &r, why, sizeof why), 1);
+    assert_string_equal(why, "launch ABI check: the entry: .wavefront_size 32");
 }
 
 int main(void) {

@@ -311,6 +311,10 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
         else snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
         return 1;
     }
+    if (r->abi == 0) {
+        snprintf(why, cap, "launch ABI check: %s", r->abi_why);
+        return 1;
+    }
     if (rk_desc_writes_fp8(v) && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
         snprintf(why, cap, "fp8 output on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
         return 1;

@@ -82,8 +82,9 @@ int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress,
 void rk_build_table_header(FILE *f);
 void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r);
 
-/* 1 when the result breaks a strict rule: scratch or spills above 0 (or not known), or an fp8
- * variant on a target with arch->fp8_hw lacking the hardware fp8 conversion. why says which. */
+/* 1 when the result breaks a strict rule: scratch or spills above 0 (or not known), an fp8
+ * variant on a target with arch->fp8_hw lacking the hardware fp8 conversion, or an AMD code
+ * object failing the launch ABI check (abi 0). why says which. */
 int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap);
 
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */
