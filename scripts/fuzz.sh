@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the libFuzzer targets of tests/fuzz (the fuzz preset: build-fuzz/, clang, ASan, UBSan), runs them.
 #   usage: scripts/fuzz.sh TARGET|all [SECONDS] [extra libFuzzer arguments...]
-#   TARGET: spec | render | cache | args; SECONDS per target (default 15).
+#   TARGET: spec | render | cache | args | amdmeta; SECONDS per target (default 15).
 # Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
 # finds goes to build-fuzz/corpus/<t>, crashes to build-fuzz/artifacts/<t>/, its log to
 # build-fuzz/logs/<t>.log (with -jobs=N also build-fuzz/run/<t>/fuzz-<job>.log, one per job).
@@ -28,8 +28,8 @@ if [ $# -ge 1 ]; then
     shift
 fi
 case $what in
-all) targets="spec render cache args" ;;
-spec | render | cache | args) targets=$what ;;
+all) targets="spec render cache args amdmeta" ;;
+spec | render | cache | args | amdmeta) targets=$what ;;
 *) usage ;;
 esac
 case $secs in
@@ -56,13 +56,14 @@ cmake --build "$bdir" -j"$(nproc)" --target $tnames >/dev/null
 
 # Input size limits: specs and templates are small text files; the corpus's
 # cache entries are at most a few hundred bytes (the format's limits are tested on headers); an args
-# draw is 2 + 21 * 8 + 8 bytes.
+# draw is 2 + 21 * 8 + 8 bytes; small AMDGPU code objects are a few KiB.
 max_len() {
     case $1 in
     spec) echo 8192 ;;
     render) echo 4096 ;;
     cache) echo 2048 ;;
-    args) echo 256 ;; # a draw is 178 bytes
+    args) echo 256 ;;        # a draw is 178 bytes
+    amdmeta) echo 16384 ;;   # the seed code objects are 2-12 KiB
     esac
 }
 

@@ -1,7 +1,8 @@
 /* The AMDGPU code object reader (tools/amdgpu_meta.h): MessagePack decoding of hand-built buffers of every
  * type, a metadata note built here (every byte of it truncated, nested too deep, with huge lengths, under
  * another name or type), a non-AMDGPU ELF, a clang offload bundle; a real code object from clang-22 for
- * gfx942 (skipped with a message without it); target ids and their compatibility. */
+ * gfx942 (skipped with a message without it); target ids and their compatibility; the launch ABI check
+ * (tools/abi.h) on metadata doctored to break each of its rules. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "amdgpu_meta.h"
+#include "build.h"
 #include "clang.h"
 
 /* ---- a MessagePack writer for the tests ------------------------------------------------------------ */
@@ -122,7 +125,7 @@ static void w_kernel(wbuf *w, const char *name, unsigned wave) {
     put1(w, 0x55);
 }
 
-static void w_metadata(wbuf *w) {
+static void w_metadata_for(wbuf *w, const char *target) {
     w_map(w, 4);
     w_str(w, "amdhsa.kernels");
     w_arr(w, 2);
@@ -130,12 +133,14 @@ static void w_metadata(wbuf *w) {
     w_kernel(w, "kern_i64", 64);
     w_str(w, "amdhsa.printf");
     w_arr(w, 0);
-    kv_str(w, "amdhsa.target", "amdgcn-amd-amdhsa--gfx942:sramecc+");
+    kv_str(w, "amdhsa.target", target);
     w_str(w, "amdhsa.version");
     w_arr(w, 2);
     w_uint(w, 1);
     w_uint(w, 2);
 }
+
+static void w_metadata(wbuf *w) { w_metadata_for(w, "amdgcn-amd-amdhsa--gfx942:sramecc+"); }
 
 /* An AMDGPU ELF64 (v5: EI_ABIVERSION 3) with one SHT_NOTE section holding the note (name, type) with
  * descriptor desc[0, n), and the section headers at the end. machine 224 unless told. */
@@ -144,7 +149,10 @@ static void w_elf(wbuf *w, const void *desc, size_t n, const char *name, unsigne
     w->n = 0;
     const size_t namesz = strlen(name) + 1, name_pad = (namesz + 3) & ~(size_t)3, desc_pad = (n + 3) & ~(size_t)3;
     const size_t note_size = 12 + name_pad + desc_pad, shoff = 64 + note_size;
-    put(w, "\x7f" "ELF", 4);
+    put(w,
+        "\x7f"
+        "ELF",
+        4);
     put1(w, 2); /* ELFCLASS64 */
     put1(w, 1); /* little-endian */
     put1(w, 1);
@@ -310,11 +318,15 @@ static void test_mp_huge_lengths(void **state) {
         const char *err;
     } cases[] = {
         {"\xdb\xff\xff\xff\xff", 5, "str of 4294967295 bytes"},
-        {"\xc6\xff\xff\xff\xf0" "ab", 7, "bin of 4294967280 bytes"},
+        {"\xc6\xff\xff\xff\xf0"
+         "ab",
+         7, "bin of 4294967280 bytes"},
         {"\xdd\xff\xff\xff\xff", 5, "array of 4294967295 elements"},
         {"\xdf\x7f\xff\xff\xff\x01\x02", 7, "map of 2147483647 elements"},
         {"\xde\x00\x02\x01\x02\x03", 6, "map of 2 elements, 3 bytes left"},
-        {"\xa5" "abcd", 5, "fixstr of 5 bytes, 4 left"},
+        {"\xa5"
+         "abcd",
+         5, "fixstr of 5 bytes, 4 left"},
         {"\xc9\xff\xff\xff\xff\x01", 6, "ext of 4294967295 bytes"},
         {"\xcf\x01\x02", 3, "uint needs 8 bytes, 2 left"},
         {"\xda\x01", 2, "str length needs 2 bytes, 1 left"},
@@ -483,6 +495,20 @@ static void test_read_wrong(void **state) {
     w_elf(&e, k.b, k.n, "AMDGPU", 32, 224, GFX942_V4_FLAGS);
     assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), -1);
     assert_non_null(strstr(why, "more than 48"));
+    /* an argument without its offset */
+    k.n = 0;
+    w_map(&k, 1);
+    w_str(&k, "amdhsa.kernels");
+    w_arr(&k, 1);
+    w_map(&k, 1);
+    w_str(&k, ".args");
+    w_arr(&k, 1);
+    w_map(&k, 2);
+    kv_str(&k, ".value_kind", "by_value");
+    kv_uint(&k, ".size", 8);
+    w_elf(&e, k.b, k.n, "AMDGPU", 32, 224, GFX942_V4_FLAGS);
+    assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), -1);
+    assert_non_null(strstr(why, "an argument lacks .offset"));
     /* a number where a string belongs, a string where a number does */
     k.n = 0;
     w_map(&k, 1);
@@ -564,8 +590,16 @@ static void test_target_ids(void **state) {
     assert_true(x == RK_AMD_FEATURE_OFF && s == RK_AMD_FEATURE_ON);
     assert_int_equal(rk_amd_target_parse("gfx1100:xnack+", mach, sizeof mach, &x, &s), 0);
     assert_true(x == RK_AMD_FEATURE_ON && s == RK_AMD_FEATURE_ANY);
-    const char *bad[] = {"", "sm_90", "gfx", "gfx942:", "gfx942:xnack", "gfx942:tgsplit+", "gfx942:xnack+:xnack-",
-                         "gfx9g2", "amdgcn-amd-amdhsa-gfx942", "gfx942 "};
+    const char *bad[] = {"",
+                         "sm_90",
+                         "gfx",
+                         "gfx942:",
+                         "gfx942:xnack",
+                         "gfx942:tgsplit+",
+                         "gfx942:xnack+:xnack-",
+                         "gfx9g2",
+                         "amdgcn-amd-amdhsa-gfx942",
+                         "gfx942 "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (rk_amd_target_parse(bad[i], mach, sizeof mach, &x, &s) == 0) fail_msg("'%s' was parsed", bad[i]);
     assert_int_equal(rk_amd_target_parse("gfx942", mach, 4, &x, &s), -1); /* no room */
@@ -609,12 +643,13 @@ static void test_target_ids(void **state) {
 /* ---- a real code object --------------------------------------------------------------------------------- */
 /* Two entries taking one 360-byte block by value (rk_args' size), as the generated kernels do; the
  * second reads the work-group size, which gives it the code object v5 hidden arguments. */
-static const char k_real[] = "struct blk { long a[45]; };\n"
-                             "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, 256)))\n"
-                             "void kern(blk b) { if (b.a[0]) ((long *)b.a[1])[__builtin_amdgcn_workgroup_id_x()] = b.a[2]; }\n"
-                             "extern \"C\" __attribute__((global)) void kern_i64(blk b) {\n"
-                             "    ((long *)b.a[1])[__builtin_amdgcn_workgroup_size_x()] = b.a[2];\n"
-                             "}\n";
+static const char k_real[] =
+    "struct blk { long a[45]; };\n"
+    "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, 256)))\n"
+    "void kern(blk b) { if (b.a[0]) ((long *)b.a[1])[__builtin_amdgcn_workgroup_id_x()] = b.a[2]; }\n"
+    "extern \"C\" __attribute__((global)) void kern_i64(blk b) {\n"
+    "    ((long *)b.a[1])[__builtin_amdgcn_workgroup_size_x()] = b.a[2];\n"
+    "}\n";
 
 static void test_read_real(void **state) {
     (void)state;
@@ -655,16 +690,24 @@ static void test_read_real(void **state) {
     assert_int_equal(h->max_flat_wg, 1024);
     assert_true(h->n_args > 1);
     assert_int_equal(h->kernarg_size, 360 + 256); /* v5: the whole 256-byte hidden block */
-    print_message("gfx942: kern %d vgprs, %d sgprs, %lld bytes; kern_i64 %d args, kernarg %u bytes\n", k->vgpr,
-                  k->sgpr, (long long)k->code_size, h->n_args, h->kernarg_size);
+    print_message("gfx942: kern %d vgprs, %d sgprs, %lld bytes; kern_i64 %d args, kernarg %u bytes\n", k->vgpr, k->sgpr,
+                  (long long)k->code_size, h->n_args, h->kernarg_size);
     char compat[256];
     assert_int_equal(rk_amd_target_compatible(&c, "gfx942:sramecc+:xnack-", compat, sizeof compat), 1);
+    /* the launch ABI check passes, the hidden arguments of kern_i64 at clang's v5 places included */
+    rk_arch row = {.name = "gfx942", .vendor = RK_VENDOR_AMD, .wave = 64, .block = 256};
+    rk_desc d;
+    memset(&d, 0, sizeof d);
+    d.arch = &row;
+    snprintf(d.name, sizeof d.name, "kern");
+    if (!rk_amd_abi_check(&c, &d, why, sizeof why)) fail_msg("%s", why);
 
     /* The real note's descriptor cut at every byte (its size field rewritten in place). */
     unsigned char *p = co.data;
     size_t at = 0;
     for (size_t i = 12; i + 8 <= co.len && !at; i++)
-        if (!memcmp(p + i, "AMDGPU\0", 7) && !memcmp(p + i - 12, "\x07\0\0\0", 4) && !memcmp(p + i - 4, "\x20\0\0\0", 4))
+        if (!memcmp(p + i, "AMDGPU\0", 7) && !memcmp(p + i - 12, "\x07\0\0\0", 4) &&
+            !memcmp(p + i - 4, "\x20\0\0\0", 4))
             at = i - 12;
     assert_true(at > 0);
     uint32_t descsz;
@@ -686,11 +729,164 @@ static void test_read_real(void **state) {
     rk_buf_free(&log);
 }
 
+/* ---- the launch ABI check --------------------------------------------------------------------------------- */
+static void check_fails(const rk_amd_kernel *k, int abi_version, const rk_desc *d, const char *want) {
+    char why[512];
+    assert_int_equal(rk_amd_abi_check_kernel(k, abi_version, d, why, sizeof why), 0);
+    if (!strstr(why, want)) fail_msg("'%s' lacks '%s'", why, want);
+}
+
+static void test_abi_check(void **state) {
+    (void)state;
+    rk_arch gfx942 = {.name = "gfx942", .vendor = RK_VENDOR_AMD, .wave = 64, .block = 256};
+    rk_arch gfx950 = gfx942, gfx1201 = gfx942;
+    snprintf(gfx950.name, sizeof gfx950.name, "gfx950");
+    snprintf(gfx1201.name, sizeof gfx1201.name, "gfx1201");
+    gfx1201.wave = 32;
+    rk_desc d;
+    memset(&d, 0, sizeof d);
+    d.arch = &gfx942;
+    snprintf(d.name, sizeof d.name, "kern");
+    assert_int_equal(sizeof(rk_args), 360); /* the metadata built here takes 360 bytes */
+
+    /* the code object built here: gfx942, every feature any, both entries, v5 */
+    wbuf m = {0};
+    w_metadata_for(&m, "amdgcn-amd-amdhsa--gfx942");
+    static wbuf e;
+    w_elf(&e, m.b, m.n, "AMDGPU", 32, 224, 0x54c);
+    static rk_amd_code c;
+    char why[512];
+    if (rk_amd_read(e.b, e.n, &c, why, sizeof why)) fail_msg("%s", why);
+    if (!rk_amd_abi_check(&c, &d, why, sizeof why)) fail_msg("%s", why);
+    char facts[256];
+    rk_amd_abi_facts(&c.kernels[0], facts, sizeof facts);
+    assert_string_equal(facts, "kernarg 616 bytes, align 8; explicit arg: by_value at 0, 360 bytes; 1 hidden; wave 64; "
+                               "max flat work group 256");
+    /* for another row, another processor or a restricted feature: no */
+    d.arch = &gfx950;
+    assert_int_equal(rk_amd_abi_check(&c, &d, why, sizeof why), 0);
+    assert_non_null(strstr(why, "for gfx942, the device is gfx950"));
+    d.arch = &gfx942;
+    m.n = 0;
+    w_metadata_for(&m, "amdgcn-amd-amdhsa--gfx942:sramecc+");
+    w_elf(&e, m.b, m.n, "AMDGPU", 32, 224, GFX942_V4_FLAGS);
+    assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), 0);
+    assert_int_equal(rk_amd_abi_check(&c, &d, why, sizeof why), 0);
+    assert_non_null(strstr(why, "sramecc on (+), the device does not name it"));
+    /* an entry missing */
+    m.n = 0;
+    w_metadata_for(&m, "amdgcn-amd-amdhsa--gfx942");
+    w_elf(&e, m.b, m.n, "AMDGPU", 32, 224, 0x54c);
+    assert_int_equal(rk_amd_read(e.b, e.n, &c, why, sizeof why), 0);
+    snprintf(c.kernels[1].name, sizeof c.kernels[1].name, "kern_i32");
+    snprintf(c.kernels[1].symbol, sizeof c.kernels[1].symbol, "kern_i32.kd");
+    assert_int_equal(rk_amd_abi_check(&c, &d, why, sizeof why), 0);
+    assert_non_null(strstr(why, "no kernel kern_i64"));
+
+    const rk_amd_kernel good = c.kernels[0];
+    rk_amd_kernel k = good;
+    assert_int_equal(rk_amd_abi_check_kernel(&k, 3, &d, why, sizeof why), 1);
+    /* the argument of another size; two explicit arguments; not by value */
+    k.args[0].size = 352;
+    check_fails(&k, 3, &d, "the argument is 352 bytes, sizeof(rk_args) is 360");
+    k = good;
+    k.args[1] = k.args[0];
+    k.args[1].offset = 360;
+    k.args[1].size = 8;
+    snprintf(k.args[1].value_kind, sizeof k.args[1].value_kind, "global_buffer");
+    check_fails(&k, 3, &d, "explicit argument 1 (global_buffer at 360)");
+    k = good;
+    snprintf(k.args[0].value_kind, sizeof k.args[0].value_kind, "global_buffer");
+    check_fails(&k, 3, &d, "the argument is global_buffer, not by_value");
+    k = good;
+    k.args[0].offset = 8;
+    check_fails(&k, 3, &d, "the argument is at offset 8, not 0");
+    k = good;
+    k.n_args = 0;
+    check_fails(&k, 3, &d, "no explicit argument");
+    /* wave 32 against the row's 64, and the other way round */
+    k = good;
+    k.wave = 32;
+    check_fails(&k, 3, &d, ".wavefront_size 32, the gfx942 row's wave is 64");
+    d.arch = &gfx1201;
+    check_fails(&good, 3, &d, ".wavefront_size 64, the gfx1201 row's wave is 32");
+    d.arch = &gfx942;
+    /* a block larger than the kernel's max flat work-group size; a block not a multiple of the wave */
+    k = good;
+    k.max_flat_wg = 128;
+    check_fails(&k, 3, &d, "block 256 > .max_flat_workgroup_size 128");
+    rk_arch odd = gfx942;
+    odd.block = 96;
+    d.arch = &odd;
+    check_fails(&good, 3, &d, "block 96 is not a multiple of the wave 64");
+    d.arch = &gfx942;
+    /* hidden arguments: inside rk_args, past the segment, misaligned, off their v5 place */
+    k = good;
+    k.args[1].offset = 356;
+    check_fails(&k, 3, &d, "hidden_block_count_x at 356, inside the rk_args block");
+    k = good;
+    k.kernarg_size = 362;
+    check_fails(&k, 3, &d, "past .kernarg_segment_size 362");
+    k = good;
+    k.args[1].offset = 362;
+    check_fails(&k, 3, &d, "hidden_block_count_x at 362, not aligned to 4");
+    k = good;
+    k.args[1].offset = 364;
+    check_fails(&k, 3, &d, "the v5 implicit block puts it at 360");
+    assert_int_equal(rk_amd_abi_check_kernel(&k, 2, &d, why, sizeof why), 1); /* v4 has no fixed places */
+    k = good;                                                                 /* the hidden one listed first */
+    k.args[0] = good.args[1];
+    k.args[1] = good.args[0];
+    check_fails(&k, 3, &d, "explicit argument 1 after a hidden one");
+    /* segment size and alignment */
+    k = good;
+    k.kernarg_size = 300;
+    check_fails(&k, 3, &d, ".kernarg_segment_size 300 < sizeof(rk_args) 360");
+    k = good;
+    k.kernarg_align = 4;
+    check_fails(&k, 3, &d, ".kernarg_segment_align 4, rk_args needs 8");
+    /* scratch, dynamic stack, LDS */
+    k = good;
+    k.private_size = 16;
+    check_fails(&k, 3, &d, ".private_segment_fixed_size 16");
+    k = good;
+    k.dynamic_stack = 1;
+    check_fails(&k, 3, &d, ".uses_dynamic_stack");
+    k = good;
+    k.group_size = 65537;
+    check_fails(&k, 3, &d, ".group_segment_fixed_size 65537 > the device's 65536 bytes of LDS");
+    d.arch = &gfx950;
+    assert_int_equal(rk_amd_abi_check_kernel(&k, 3, &d, why, sizeof why), 1); /* 160 KiB on gfx950 */
+    k.group_size = 160 * 1024 + 1;
+    check_fails(&k, 3, &d, "163840 bytes of LDS");
+    /* several rules broken: each is named */
+    d.arch = &gfx942;
+    k = good;
+    k.wave = 32;
+    k.private_size = 4;
+    check_fails(&k, 3, &d, ".wavefront_size 32, the gfx942 row's wave is 64; .private_segment_fixed_size 4");
+
+    /* `ropekv-gen build --strict` counts a failed check as a violation */
+    static rk_build_result r;
+    memset(&r, 0, sizeof r);
+    r.rc = ROPEKV_OK;
+    r.cc = RK_CC_CLANG;
+    r.info.fp8_cvt = 1;
+    r.abi = 1;
+    assert_int_equal(rk_build_strict_violation(&d, &r, why, sizeof why), 0);
+    r.abi = 0;
+    snprintf(r.abi_why, sizeof r.abi_why, "the entry: .wavefront_size 32");
+    assert_int_equal(rk_build_strict_violation(&d, &r, why, sizeof why), 1);
+    assert_string_equal(why, "launch ABI check: the entry: .wavefront_size 32");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mp_types),    cmocka_unit_test(test_mp_huge_lengths), cmocka_unit_test(test_mp_nesting_bomb),
-        cmocka_unit_test(test_read_built),  cmocka_unit_test(test_read_wrong),      cmocka_unit_test(test_read_bundle),
-        cmocka_unit_test(test_target_ids),  cmocka_unit_test(test_read_real),
+        cmocka_unit_test(test_mp_types),        cmocka_unit_test(test_mp_huge_lengths),
+        cmocka_unit_test(test_mp_nesting_bomb), cmocka_unit_test(test_read_built),
+        cmocka_unit_test(test_read_wrong),      cmocka_unit_test(test_read_bundle),
+        cmocka_unit_test(test_target_ids),      cmocka_unit_test(test_read_real),
+        cmocka_unit_test(test_abi_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

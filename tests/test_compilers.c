@@ -91,7 +91,7 @@ static int clang_here(void) {
 static int llvm_tools_here(void) {
     const char *sfx = getenv("ROPEKV_LLVM_SUFFIX");
     char tool[64];
-    snprintf(tool, sizeof tool, "llvm-readelf%s", sfx ? sfx : "-22");
+    snprintf(tool, sizeof tool, "llvm-objdump%s", sfx ? sfx : "-22");
     const char *argv[] = {tool, "--version", NULL};
     int st = -1;
     rk_buf out = {0};

@@ -6,6 +6,8 @@
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
  * before its first global store and read nothing through ld.global.nc (ptxas moves such loads above
  * the wait), and rows without pdl must not wait at all.
+ * Every AMD code object must pass the launch ABI check (tools/abi.h): its metadata against the rk_args
+ * block, wave and block size the runtime launches with.
  * Identical kernels (same name) are compiled once. A compiler that is not installed skips its part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,6 +161,8 @@ static int check_built(rk_compiler cc, int *checked) {
             WHY(" row %s has pdl = %s but the PTX's gate is %d (1: every entry waits before its first "
                 "global store and reads no ld.global.nc; 0: no wait);",
                 a->name, a->pdl ? "true" : "false", r->pdl_gate);
+        if (a->vendor == RK_VENDOR_AMD && r->abi != 1)
+            WHY(" launch ABI check %s: %s;", r->abi < 0 ? "not run" : "failed", r->abi_why);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 output on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
 #undef WHY

@@ -63,8 +63,7 @@ static int mp_word(rk_mp *m, int n, uint64_t *v, const char *what) {
 /* A string or binary payload of n bytes. */
 static int mp_bytes(rk_mp *m, uint64_t n, rk_mp_value *v, const char *what) {
     if (n > mp_left(m))
-        return fail(m->why, m->cap, "MessagePack: %s of %llu bytes, %zu left", what, (unsigned long long)n,
-                    mp_left(m));
+        return fail(m->why, m->cap, "MessagePack: %s of %llu bytes, %zu left", what, (unsigned long long)n, mp_left(m));
     v->s = (const char *)m->p;
     v->n = (uint32_t)n;
     m->p += n;
@@ -149,9 +148,7 @@ int rk_mp_next(rk_mp *m, rk_mp_value *v) {
     case 0xcc:
     case 0xcd:
     case 0xce:
-    case 0xcf:
-        v->kind = RK_MP_UINT;
-        return mp_word(m, 1 << (t - 0xcc), &v->u, "uint");
+    case 0xcf: v->kind = RK_MP_UINT; return mp_word(m, 1 << (t - 0xcc), &v->u, "uint");
     case 0xd0:
     case 0xd1:
     case 0xd2:
@@ -239,8 +236,9 @@ static int mp_uint(rk_mp *m, const char *key, uint64_t max, uint64_t *out) {
         if (mp_skip_children(m, &v)) return -1;
         return fail(m->why, m->cap, "metadata: %s is not a non-negative integer", key);
     }
-    if (v.u > max) return fail(m->why, m->cap, "metadata: %s is %llu, more than %llu", key, (unsigned long long)v.u,
-                               (unsigned long long)max);
+    if (v.u > max)
+        return fail(m->why, m->cap, "metadata: %s is %llu, more than %llu", key, (unsigned long long)v.u,
+                    (unsigned long long)max);
     *out = v.u;
     return 0;
 }
@@ -283,21 +281,33 @@ static int read_arg(rk_mp *m, rk_amd_arg *a) {
     uint32_t n;
     if (mp_expect(m, RK_MP_MAP, "an entry of .args", &n) || mp_enter(m)) return -1;
     memset(a, 0, sizeof *a);
-    int have_kind = 0, have_offset = 0, have_size = 0;
+    int seen = 0; /* bits: 1 .value_kind, 2 .offset, 4 .size */
     for (uint32_t i = 0; i < n; i++) {
         rk_mp_value k;
         if (rk_mp_next(m, &k) || mp_skip_children(m, &k)) return -1;
         int rc;
-        if (is_key(&k, ".value_kind")) rc = mp_string(m, ".value_kind", a->value_kind, sizeof a->value_kind, 0), have_kind = 1;
-        else if (is_key(&k, ".name")) rc = mp_string(m, ".args .name", a->name, sizeof a->name, 1);
-        else if (is_key(&k, ".offset")) rc = mp_u32(m, ".offset", &a->offset), have_offset = 1;
-        else if (is_key(&k, ".size")) rc = mp_u32(m, ".size", &a->size), have_size = 1;
-        else rc = rk_mp_skip(m);
+        if (is_key(&k, ".value_kind")) {
+            rc = mp_string(m, ".value_kind", a->value_kind, sizeof a->value_kind, 0);
+            seen |= 1;
+        } else if (is_key(&k, ".offset")) {
+            rc = mp_u32(m, ".offset", &a->offset);
+            seen |= 2;
+        } else if (is_key(&k, ".size")) {
+            rc = mp_u32(m, ".size", &a->size);
+            seen |= 4;
+        } else if (is_key(&k, ".name")) {
+            rc = mp_string(m, ".args .name", a->name, sizeof a->name, 1);
+        } else {
+            rc = rk_mp_skip(m);
+        }
         if (rc) return -1;
     }
     m->depth--;
-    if (!have_kind || !have_offset || !have_size)
-        return fail(m->why, m->cap, "metadata: an argument lacks %s", !have_kind ? ".value_kind" : !have_offset ? ".offset" : ".size");
+    if (seen != 7)
+        return fail(m->why, m->cap, "metadata: an argument lacks %s",
+                    !(seen & 1)   ? ".value_kind"
+                    : !(seen & 2) ? ".offset"
+                                  : ".size");
     return 0;
 }
 
@@ -328,7 +338,8 @@ static int read_kernel(rk_mp *m, rk_amd_kernel *kn) {
         else if (is_key(&k, ".uses_dynamic_stack")) {
             rk_mp_value v;
             rc = rk_mp_next(m, &v) || mp_skip_children(m, &v);
-            if (!rc && v.kind != RK_MP_BOOL) rc = fail(m->why, m->cap, "metadata: .uses_dynamic_stack is not a boolean");
+            if (!rc && v.kind != RK_MP_BOOL)
+                rc = fail(m->why, m->cap, "metadata: .uses_dynamic_stack is not a boolean");
             kn->dynamic_stack = (int)v.u;
         } else if (is_key(&k, ".args")) {
             uint32_t na;
@@ -407,10 +418,10 @@ static const struct {
     unsigned mach;
     const char *name;
 } MACHS[] = {
-    {0x030, "gfx908"},  {0x03f, "gfx90a"},  {0x040, "gfx940"},  {0x04b, "gfx941"},  {0x04c, "gfx942"},
-    {0x04f, "gfx950"},  {0x036, "gfx1030"}, {0x041, "gfx1100"}, {0x046, "gfx1101"}, {0x047, "gfx1102"},
-    {0x044, "gfx1103"}, {0x043, "gfx1150"}, {0x04a, "gfx1151"}, {0x048, "gfx1200"}, {0x04e, "gfx1201"},
-    {0x049, "gfx1250"},
+    {0x030, "gfx908"},  {0x03f, "gfx90a"},  {0x040, "gfx940"},  {0x04b, "gfx941"},
+    {0x04c, "gfx942"},  {0x04f, "gfx950"},  {0x036, "gfx1030"}, {0x041, "gfx1100"},
+    {0x046, "gfx1101"}, {0x047, "gfx1102"}, {0x044, "gfx1103"}, {0x043, "gfx1150"},
+    {0x04a, "gfx1151"}, {0x048, "gfx1200"}, {0x04e, "gfx1201"}, {0x049, "gfx1250"},
 };
 
 const char *rk_amd_mach_name(uint32_t e_flags) {
@@ -508,7 +519,10 @@ static void kernel_code_sizes(const elf *e, rk_amd_code *c) {
 
 static rk_amd_feature feature_v4(uint32_t flags, uint32_t mask) {
     const uint32_t v = (flags & mask) / (mask & -mask); /* the field's two bits */
-    return v == 0 ? RK_AMD_FEATURE_UNSUPPORTED : v == 1 ? RK_AMD_FEATURE_ANY : v == 2 ? RK_AMD_FEATURE_OFF : RK_AMD_FEATURE_ON;
+    return v == 0   ? RK_AMD_FEATURE_UNSUPPORTED
+           : v == 1 ? RK_AMD_FEATURE_ANY
+           : v == 2 ? RK_AMD_FEATURE_OFF
+                    : RK_AMD_FEATURE_ON;
 }
 
 /* ---- the offload bundle -------------------------------------------------------------------------------- */
@@ -517,7 +531,10 @@ static const char BUNDLE_MAGIC[] = "__CLANG_OFFLOAD_BUNDLE__"; /* 24 bytes, no N
 int rk_amd_elf_image(const void *p, size_t n, const unsigned char **img, size_t *len, char *why, size_t cap) {
     const unsigned char *b = p;
     if (!b || n < 4) return fail(why, cap, "not a code object: %zu bytes", n);
-    if (memcmp(b, "\x7f" "ELF", 4) == 0) {
+    if (memcmp(b,
+               "\x7f"
+               "ELF",
+               4) == 0) {
         *img = b;
         *len = n;
         return 0;
@@ -531,10 +548,14 @@ int rk_amd_elf_image(const void *p, size_t n, const unsigned char **img, size_t 
     size_t at = ml + 8;
     int found = 0;
     for (uint64_t i = 0; i < count; i++) {
-        if (n - at < 24) return fail(why, cap, "offload bundle: entry %llu of %llu truncated", (unsigned long long)i, (unsigned long long)count);
+        if (n - at < 24)
+            return fail(why, cap, "offload bundle: entry %llu of %llu truncated", (unsigned long long)i,
+                        (unsigned long long)count);
         const uint64_t off = le(b + at, 8), size = le(b + at + 8, 8), idlen = le(b + at + 16, 8);
         at += 24;
-        if (idlen > n - at) return fail(why, cap, "offload bundle: entry %llu's id of %llu bytes overruns the file", (unsigned long long)i, (unsigned long long)idlen);
+        if (idlen > n - at)
+            return fail(why, cap, "offload bundle: entry %llu's id of %llu bytes overruns the file",
+                        (unsigned long long)i, (unsigned long long)idlen);
         const char *id = (const char *)b + at;
         at += (size_t)idlen;
         if (off > n || size > n - off)
@@ -551,8 +572,13 @@ int rk_amd_elf_image(const void *p, size_t n, const unsigned char **img, size_t 
             }
         }
     }
-    if (!found) return fail(why, cap, "offload bundle: no hipv4-amdgcn-amd-amdhsa entry among %llu", (unsigned long long)count);
-    if (*len < 4 || memcmp(*img, "\x7f" "ELF", 4) != 0) return fail(why, cap, "offload bundle: the amdgcn entry is not an ELF");
+    if (!found)
+        return fail(why, cap, "offload bundle: no hipv4-amdgcn-amd-amdhsa entry among %llu", (unsigned long long)count);
+    if (*len < 4 || memcmp(*img,
+                           "\x7f"
+                           "ELF",
+                           4) != 0)
+        return fail(why, cap, "offload bundle: the amdgcn entry is not an ELF");
     return 0;
 }
 
@@ -567,7 +593,8 @@ int rk_amd_read(const void *p, size_t n, rk_amd_code *out, char *why, size_t cap
     if (h[4] != 2 || h[5] != 1) return fail(why, cap, "ELF: not ELF64 little-endian (class %u, data %u)", h[4], h[5]);
     const unsigned machine = (unsigned)le(h + 18, 2);
     if (machine != EM_AMDGPU) return fail(why, cap, "ELF: machine %u, not AMDGPU (%d)", machine, EM_AMDGPU);
-    if (h[7] != ELFOSABI_AMDGPU_HSA) return fail(why, cap, "ELF: OS ABI %u, not AMDGPU HSA (%d)", h[7], ELFOSABI_AMDGPU_HSA);
+    if (h[7] != ELFOSABI_AMDGPU_HSA)
+        return fail(why, cap, "ELF: OS ABI %u, not AMDGPU HSA (%d)", h[7], ELFOSABI_AMDGPU_HSA);
     out->abi_version = h[8];
     out->e_flags = (uint32_t)le(h + 48, 4);
     e.phoff = le(h + 32, 8);

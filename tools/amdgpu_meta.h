@@ -52,14 +52,14 @@ typedef struct rk_amd_code {
     int abi_version;                  /* e_ident[EI_ABIVERSION]: 1 (v3), 2 (v4), 3 (v5), 4 (v6) */
     int version_major, version_minor; /* amdhsa.version */
     char mach[24];                    /* the processor e_flags name: "gfx942"; "" when e_flags names none known */
-    rk_amd_feature xnack, sramecc;    /* from e_flags (v4 and later) */
+    rk_amd_feature xnack, sramecc;    /* from e_flags (v4 and later; v3's one bit gives ON or OFF) */
     char target[160];                 /* amdhsa.target: "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-" */
     int n_kernels;
     rk_amd_kernel kernels[RK_AMD_MAX_KERNELS];
 } rk_amd_code;
 
-/* The processor e_flags names (EF_AMDGPU_MACH, its low 8 bits): "gfx942"; NULL for one not in the table
- * (gfx908, gfx90a, gfx940-942, gfx950, gfx1030, gfx1100-1103, gfx1150/1151, gfx1200/1201, gfx1250). */
+/* The processor e_flags names (EF_AMDGPU_MACH, its low 8 bits): "gfx942". The table holds gfx908, gfx90a,
+ * gfx940-942, gfx950, gfx1030, gfx1100-1103, gfx1150/1151, gfx1200/1201 and gfx1250; NULL for others. */
 const char *rk_amd_mach_name(uint32_t e_flags);
 
 /* The AMDGPU ELF image in p[0, n): p itself when it starts with the ELF magic, else the one

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "host_compile.h"
 #include "pool.h"
 
@@ -131,11 +132,21 @@ static int pdl_gate(const char *ptx) {
     return early ? 2 : waits && strstr(ptx, "ld.global.nc") ? 3 : waits ? 1 : 0;
 }
 
+/* The launch ABI check of an AMD code object into r->abi and r->abi_why. */
+static void abi_check(const rk_desc *v, const rk_codeobj *co, rk_build_result *r) {
+    rk_amd_code *c = malloc(sizeof *c);
+    r->abi = 0;
+    if (!c) snprintf(r->abi_why, sizeof r->abi_why, "out of memory for the code object's metadata");
+    else if (rk_amd_read(co->data, co->len, c, r->abi_why, sizeof r->abi_why) == 0)
+        r->abi = rk_amd_abi_check(c, v, r->abi_why, sizeof r->abi_why);
+    free(c);
+}
+
 int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r, const rk_build_outputs *out) {
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
     r->cc = cc;
-    r->bf16_cvt = r->pdl_gate = -1;
+    r->bf16_cvt = r->pdl_gate = r->abi = -1;
     r->pid = (int)getpid();
     rk_buf src = {0}, log = {0}, dis = {0};
     rk_codeobj co = {0};
@@ -158,6 +169,7 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
                 r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
                 if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
             }
+            if (rc == ROPEKV_OK && cc != RK_CC_NVRTC) abi_check(v, &co, r);
             if (rc == ROPEKV_OK && cc == RK_CC_NVRTC && out && out->sass) cubin_sass(&co, out->sass);
             break;
         case RK_CC_HOST: rc = build_host(v, &src, r, out, &log); break;
@@ -221,7 +233,7 @@ static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why
     rk_info_reset(&r->info);
     r->rc = ROPEKV_ERR_COMPILE;
     r->cc = m->items[i].cc;
-    r->bf16_cvt = r->pdl_gate = -1;
+    r->bf16_cvt = r->pdl_gate = r->abi = -1;
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
     r->state = 2;
@@ -297,6 +309,10 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
         if (r->info.scratch < 0 || r->info.spills < 0)
             snprintf(why, cap, "scratch/spills not known (are the llvm-22 tools installed?)");
         else snprintf(why, cap, "%d bytes scratch, %d spills", r->info.scratch, r->info.spills);
+        return 1;
+    }
+    if (r->abi == 0) {
+        snprintf(why, cap, "launch ABI check: %s", r->abi_why);
         return 1;
     }
     if (rk_desc_writes_fp8(v) && v->arch->fp8_hw && r->info.fp8_cvt != 1) {

@@ -25,12 +25,15 @@ typedef struct rk_build_result {
     int rc;         /* ROPEKV_OK, else the compile's error code (log says why) */
     rk_compiler cc; /* the compiler used */
     rk_compile_info info;
-    int bf16_cvt;           /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
+    int bf16_cvt; /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
                               * v_cvt_pk_bf16_f32, NVIDIA cvt.rn.bf16x2.f32); -1: not scanned */
-    int pdl_gate;           /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
+    int pdl_gate; /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
                               * its first global store; 2 an entry stores first (a defect for rows
                               * with pdl); 3 it waits but reads through ld.global.nc, which ptxas
                               * may move above the wait (a defect); -1: not scanned */
+    int abi;      /* the launch ABI check of an AMD code object (abi.h): 1 passed, 0 failed
+                              * (abi_why says why), -1 not an AMD build or not compiled */
+    char abi_why[256];
     int pid;                /* worker process that ran it */
     char log[RK_BUILD_LOG]; /* the compiler's log (NUL-terminated, possibly cut) */
 } rk_build_result;
@@ -79,8 +82,9 @@ int rk_build_matrix(const rk_build_item *items, int n, int jobs, FILE *progress,
 void rk_build_table_header(FILE *f);
 void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r);
 
-/* 1 when the result breaks a strict rule: scratch or spills above 0 (or not known), or an fp8
- * variant on a target with arch->fp8_hw lacking the hardware fp8 conversion. why says which. */
+/* 1 when the result breaks a strict rule: scratch or spills above 0 (or not known), an fp8
+ * variant on a target with arch->fp8_hw lacking the hardware fp8 conversion, or an AMD code
+ * object failing the launch ABI check (abi 0). why says which. */
 int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap);
 
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */

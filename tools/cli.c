@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "build.h"
 #include "clang.h"
 #include "host_compile.h"
@@ -87,11 +88,12 @@ static const char *const HELP_BUILD =
     "  BF16                   the hardware f32->bf16 conversion v_cvt_pk_bf16_f32 is used (looked for on\n"
     "                         AMD targets with bf16_hw; - elsewhere; `inspect` looks on every target)\n"
     "then one summary row per target (largest figures, total compile time). A figure that could not\n"
-    "be read (AMD needs llvm-readelf-22 and llvm-objdump-22) is -.\n"
+    "be read (the AMD FP8 and BF16 columns need llvm-objdump-22) is -.\n"
     "  --target T   only variants for target T (repeatable)\n"
     "  --jobs N     worker processes (default: the number of CPUs)\n"
     "  --strict     also fail when a device variant uses scratch or spills (or they are not known), or\n"
-    "               an fp8 variant on a target with fp8_hw lacks the hardware fp8 conversion\n"
+    "               an fp8 variant on a target with fp8_hw lacks the hardware fp8 conversion, or an AMD\n"
+    "               code object fails the launch ABI check (docs/amd.md)\n"
     "  --bundle DIR write the code of every variant chosen (both entries, 32- and 64-bit) into DIR as\n"
     "               the runtime's own cache entries, keyed as the runtime keys them, plus the identity\n"
     "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
@@ -518,6 +520,23 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
     return failed || violations ? 1 : 0;
 }
 
+/* The launch ABI check's verdict and each entry's facts (an AMD build). */
+static void print_abi(const rk_desc *v, const rk_build_result *r, const rk_codeobj *code) {
+    printf("launch ABI: %s%s (rk_args %zu bytes, block %d, wave %d)\n",
+           r->abi ? "ok" : "MISMATCH: ", r->abi ? "" : r->abi_why, sizeof(rk_args), v->arch->block, v->arch->wave);
+    rk_amd_code *c = malloc(sizeof *c);
+    char line[256];
+    if (c && rk_amd_read(code->data, code->len, c, NULL, 0) == 0)
+        for (int i = 0; i < c->n_kernels; i++) {
+            rk_amd_abi_facts(&c->kernels[i], line, sizeof line);
+            const char *name = c->kernels[i].name;
+            const size_t n = strlen(v->name);
+            const int ours = strncmp(name, v->name, n) == 0; /* <name> or <name>_i64: print the suffix */
+            printf("  %s%s: %s\n", ours ? "<name>" : "", name + (ours ? n : 0), line);
+        }
+    free(c);
+}
+
 /* "spec/target/rest" -> "spec/rest" (the key without its target). */
 static void key_without_target(const char *key, char *out, size_t cap) {
     const char *a = strchr(key, '/');
@@ -608,6 +627,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     rk_build_table_header(stdout);
     rk_build_table_row(stdout, &v, r);
     if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
+    if (r->abi >= 0) print_abi(&v, r, &code);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
     if (rc == ROPEKV_OK) {

@@ -1,6 +1,6 @@
-/* The figures of a compile: AMDGPU code objects read with the llvm tools (metadata notes, symbol
- * sizes, disassembly), ptxas's verbose report, ELF machine-code sections; and the compile that
- * gathers them for the tools (rk_compile_inspect). */
+/* The figures of a compile: AMDGPU code objects (metadata and symbol sizes read by amdgpu_meta.h,
+ * disassembly by llvm-objdump), ptxas's verbose report, ELF machine-code sections; and the compile
+ * that gathers them for the tools (rk_compile_inspect). */
 #include "inspect.h"
 
 #include <stdint.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amdgpu_meta.h"
 #include "clang.h"
 
 void rk_info_reset(rk_compile_info *info) {
@@ -27,118 +28,25 @@ static void llvm_tool(char *out, size_t cap, const char *tool) {
 
 static int max_of(int a, int b) { return a > b ? a : b; }
 
-/* One kernel's figures from the metadata. */
-typedef struct kmeta {
-    char name[256], symbol[256];
-    int vgpr, agpr, sgpr, scratch, lds, vspill, sspill;
-} kmeta;
-
-static void kmeta_reset(kmeta *k) {
-    k->name[0] = k->symbol[0] = '\0';
-    k->vgpr = k->agpr = k->sgpr = k->scratch = k->lds = k->vspill = k->sspill = -1;
-}
-
-static int kmeta_is(const kmeta *k, const char *kernel) {
-    if (!kernel) return k->name[0] != '\0';
-    if (strcmp(k->name, kernel) == 0) return 1;
-    size_t n = strlen(kernel);
-    return strncmp(k->symbol, kernel, n) == 0 && strcmp(k->symbol + n, ".kd") == 0;
-}
-
-static int indent_of(const char *l) {
-    int i = 0;
-    while (l[i] == ' ') i++;
-    return i;
-}
-
-/* "  .key:   value" -> key and value (quotes stripped) in the caller's buffers. */
-static int split_kv(const char *l, char *key, size_t kcap, char *val, size_t vcap) {
-    while (*l == ' ' || *l == '-') l++;
-    const char *colon = strchr(l, ':');
-    if (!colon || *l != '.') return 0;
-    size_t kn = (size_t)(colon - l);
-    if (kn >= kcap) return 0;
-    memcpy(key, l, kn);
-    key[kn] = '\0';
-    const char *v = colon + 1;
-    while (*v == ' ') v++;
-    size_t vn = strlen(v);
-    while (vn > 0 && (v[vn - 1] == ' ' || v[vn - 1] == '\r')) vn--;
-    if (vn >= 2 && (v[0] == '\'' || v[0] == '"') && v[vn - 1] == v[0]) {
-        v++;
-        vn -= 2;
-    }
-    if (vn >= vcap) vn = vcap - 1;
-    memcpy(val, v, vn);
-    val[vn] = '\0';
-    return 1;
-}
-
-static void kmeta_set(kmeta *k, const char *key, const char *val) {
-    int *slot = NULL;
-    if (strcmp(key, ".name") == 0) snprintf(k->name, sizeof k->name, "%s", val);
-    else if (strcmp(key, ".symbol") == 0) snprintf(k->symbol, sizeof k->symbol, "%s", val);
-    else if (strcmp(key, ".vgpr_count") == 0) slot = &k->vgpr;
-    else if (strcmp(key, ".agpr_count") == 0) slot = &k->agpr;
-    else if (strcmp(key, ".sgpr_count") == 0) slot = &k->sgpr;
-    else if (strcmp(key, ".private_segment_fixed_size") == 0) slot = &k->scratch;
-    else if (strcmp(key, ".group_segment_fixed_size") == 0) slot = &k->lds;
-    else if (strcmp(key, ".vgpr_spill_count") == 0) slot = &k->vspill;
-    else if (strcmp(key, ".sgpr_spill_count") == 0) slot = &k->sspill;
-    if (slot) *slot = atoi(val);
-}
-
-static void fold(rk_compile_info *info, const kmeta *k, int first) {
-    int spills = (k->vspill < 0 && k->sspill < 0) ? -1 : max_of(k->vspill, 0) + max_of(k->sspill, 0);
+/* One kernel's metadata figures folded into info (the first one sets them). */
+static void fold(rk_compile_info *info, const rk_amd_kernel *k, int first) {
+    const int spills = (k->vgpr_spill < 0 && k->sgpr_spill < 0) ? -1
+                                                                : max_of(k->vgpr_spill, 0) + max_of(k->sgpr_spill, 0);
+    const int scratch = k->private_size > INT32_MAX ? INT32_MAX : (int)k->private_size;
+    const int lds = k->group_size > INT32_MAX ? INT32_MAX : (int)k->group_size;
     if (first) {
         info->regs = k->vgpr;
         info->sgprs = k->sgpr;
-        info->scratch = k->scratch;
-        info->lds = k->lds;
+        info->scratch = scratch;
+        info->lds = lds;
         info->spills = spills;
     } else {
         info->regs = max_of(info->regs, k->vgpr);
         info->sgprs = max_of(info->sgprs, k->sgpr);
-        info->scratch = max_of(info->scratch, k->scratch);
-        info->lds = max_of(info->lds, k->lds);
+        info->scratch = max_of(info->scratch, scratch);
+        info->lds = max_of(info->lds, lds);
         info->spills = max_of(info->spills, spills);
     }
-}
-
-/* Walks the amdhsa.kernels list of `llvm-readelf --notes`; folds the matching kernels into info.
- * Returns how many matched. */
-static int parse_notes(const char *text, const char *kernel, rk_compile_info *info) {
-    const char *p = strstr(text, "amdhsa.kernels:");
-    if (!p) return 0;
-    p = strchr(p, '\n');
-    int item = -1, found = 0, have = 0;
-    kmeta k;
-    kmeta_reset(&k);
-    char line[1024], key[128], val[512];
-    while (p && *p) {
-        p++;
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n >= sizeof line) n = sizeof line - 1;
-        memcpy(line, p, n);
-        line[n] = '\0';
-        p = e;
-        int ind = indent_of(line);
-        if (line[ind] == '\0') continue;
-        if (ind == 0) break; /* the next top-level key ends the list */
-        if (line[ind] == '-' && (item < 0 || ind == item)) {
-            if (have && kmeta_is(&k, kernel)) fold(info, &k, found++ == 0);
-            item = ind;
-            kmeta_reset(&k);
-            have = 1;
-            if (split_kv(line, key, sizeof key, val, sizeof val)) kmeta_set(&k, key, val);
-            continue;
-        }
-        if (have && ind == item + 2 && line[ind] == '.' && split_kv(line, key, sizeof key, val, sizeof val))
-            kmeta_set(&k, key, val);
-    }
-    if (have && kmeta_is(&k, kernel)) fold(info, &k, found++ == 0);
-    return found;
 }
 
 /* The line starting at p (copied, NUL-terminated) and the start of the next one. */
@@ -149,31 +57,6 @@ static const char *next_line(const char *p, char *line, size_t cap) {
     memcpy(line, p, n);
     line[n] = '\0';
     return e ? e + 1 : p + strlen(p);
-}
-
-/* Code size from `llvm-readelf -S -s`: the kernel's FUNC symbol size, or .text for NULL. */
-static int parse_code_size(const char *text, const char *kernel) {
-    char line[1024];
-    for (const char *p = text; *p;) {
-        p = next_line(p, line, sizeof line);
-        if (!kernel) {
-            const char *b = strchr(line, ']');
-            if (line[indent_of(line)] != '[' || !b) continue;
-            char name[64], type[64];
-            unsigned long long addr, off, size;
-            if (sscanf(b + 1, "%63s %63s %llx %llx %llx", name, type, &addr, &off, &size) == 5 &&
-                strcmp(name, ".text") == 0)
-                return (int)size;
-        } else {
-            char num[32], value[64], type[32], bind[32], vis[32], ndx[32], name[512];
-            unsigned long long size;
-            if (sscanf(line, "%31s %63s %llu %31s %31s %31s %31s %511s", num, value, &size, type, bind, vis, ndx,
-                       name) == 8 &&
-                strcmp(type, "FUNC") == 0 && strcmp(name, kernel) == 0)
-                return (int)size;
-        }
-    }
-    return -1;
 }
 
 /* 1 when the disassembly (of kernel, or of everything for NULL) holds a hardware f32 -> fp8
@@ -197,52 +80,62 @@ static int parse_fp8(const char *text, const char *kernel) {
     return 0;
 }
 
-int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm) {
-    if (!co || !co->data || co->len == 0 || !info) return ROPEKV_ERR_IO;
-    char dir[4096], file[4200], readelf[64], objdump[64];
+/* `llvm-objdump -d` of the ELF image into dis; ROPEKV_OK, or ROPEKV_ERR_IO with the reason in dis. */
+static int disassemble(const unsigned char *img, size_t len, rk_buf *dis) {
+    char dir[4096], file[4200], objdump[64];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         char why[512];
-        if (disasm)
-            rk_buf_printf(disasm, "inspect: cannot create a temporary directory: %s\n",
-                          rk_tmp_failure(why, sizeof why));
+        rk_buf_printf(dis, "inspect: cannot create a temporary directory: %s\n", rk_tmp_failure(why, sizeof why));
         return ROPEKV_ERR_IO;
     }
     snprintf(file, sizeof file, "%s/code.co", dir);
-    int rc = rk_write_file(file, co->data, co->len);
-    rk_buf notes = {0}, dis = {0};
+    int rc = rk_write_file(file, img, len);
     if (rc != ROPEKV_OK) {
-        if (disasm) rk_buf_printf(disasm, "inspect: cannot write %s\n", file);
-        goto done;
+        rk_buf_printf(dis, "inspect: cannot write %s\n", file);
+    } else {
+        llvm_tool(objdump, sizeof objdump, "objdump");
+        const char *argv[] = {objdump, "-d", file, NULL};
+        int st = -1;
+        rc = rk_run(argv, 0, 0, dis, &st);
+        if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
     }
-    llvm_tool(readelf, sizeof readelf, "readelf");
-    llvm_tool(objdump, sizeof objdump, "objdump");
-
-    int st = -1;
-    const char *argv1[] = {readelf, "--wide", "--notes", "-S", "-s", file, NULL};
-    rc = rk_run(argv1, 0, 0, &notes, &st);
-    if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
-    if (rc != ROPEKV_OK) {
-        if (disasm && notes.len) rk_buf_put(disasm, notes.p, notes.len);
-        goto done;
-    }
-    const char *argv2[] = {objdump, "-d", file, NULL};
-    rc = rk_run(argv2, 0, 0, &dis, &st);
-    if (rc == ROPEKV_OK && st != 0) rc = ROPEKV_ERR_IO;
-    if (disasm && dis.len) rk_buf_put(disasm, dis.p, dis.len);
-    if (rc != ROPEKV_OK) goto done;
-
-    rk_compile_info got = *info;
-    if (parse_notes(notes.p, kernel, &got) == 0) {
-        rc = strstr(notes.p, "amdhsa.kernels:") ? ROPEKV_ERR_COMPILE : ROPEKV_ERR_IO;
-        goto done;
-    }
-    got.code_size = parse_code_size(notes.p, kernel);
-    got.fp8_cvt = dis.len ? parse_fp8(dis.p, kernel) : 0;
-    *info = got;
-done:
-    rk_buf_free(&notes);
-    rk_buf_free(&dis);
     rk_rmtmpdir(dir);
+    return rc;
+}
+
+int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm) {
+    if (!co || !co->data || co->len == 0 || !info) return ROPEKV_ERR_IO;
+    rk_amd_code *c = malloc(sizeof *c);
+    if (!c) return ROPEKV_ERR_NOMEM;
+    char why[512];
+    const unsigned char *img = NULL;
+    size_t len = 0;
+    if (rk_amd_read(co->data, co->len, c, why, sizeof why) != 0 ||
+        rk_amd_elf_image(co->data, co->len, &img, &len, why, sizeof why) != 0) {
+        if (disasm) rk_buf_printf(disasm, "inspect: %s\n", why);
+        free(c);
+        return ROPEKV_ERR_IO;
+    }
+    rk_compile_info got = *info;
+    int found = 0;
+    const rk_amd_kernel *one = kernel ? rk_amd_kernel_find(c, kernel) : NULL;
+    for (int i = 0; i < c->n_kernels; i++)
+        if (!kernel || &c->kernels[i] == one) fold(&got, &c->kernels[i], found++ == 0);
+    if (!found) {
+        free(c);
+        return ROPEKV_ERR_COMPILE;
+    }
+    got.code_size = one ? (one->code_size > INT32_MAX ? -1 : (int)one->code_size) : rk_elf_text_size(img, len);
+    got.fp8_cvt = -1;
+    free(c);
+
+    /* The metadata figures stand without the llvm tools; fp8_cvt needs the disassembly. */
+    rk_buf dis = {0};
+    const int rc = disassemble(img, len, &dis);
+    if (rc == ROPEKV_OK) got.fp8_cvt = dis.len ? parse_fp8(dis.p, kernel) : 0;
+    if (disasm && dis.len) rk_buf_put(disasm, dis.p, dis.len);
+    rk_buf_free(&dis);
+    *info = got;
     return rc;
 }
 
@@ -352,7 +245,7 @@ int rk_compile_inspect(rk_compiler cc, const char *src, size_t len, const char *
             rc = rk_clang_compile(src, len, target, extra, out, log);
         }
         got.ms = rk_now_ms() - t0;
-        /* Figures from the code object's metadata; they stay -1 without the llvm tools. */
+        /* Figures from the code object's metadata; fp8_cvt and text need llvm-objdump. */
         if (rc == ROPEKV_OK && (info || text)) rk_amd_inspect(out, NULL, &got, text);
         break;
     default:

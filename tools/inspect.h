@@ -1,5 +1,5 @@
 /* The static facts of a compile, read by the tools from what the compilers hand back: the AMDGPU code
- * object's metadata notes and disassembly (llvm-readelf/llvm-objdump), ptxas's verbose report in the
+ * object's metadata note (amdgpu_meta.h) and disassembly (llvm-objdump), ptxas's verbose report in the
  * nvrtc log and the PTX, and the ELF's machine-code sections. The library itself never reads them. */
 #ifndef RK_INSPECT_H
 #define RK_INSPECT_H
@@ -36,7 +36,7 @@ void rk_info_reset(rk_compile_info *info);
  *   NVIDIA  --ptxas-options=-v is added and its report read from the log (regs, scratch, spills,
  *           lds); code_size is the CUBIN's .text sections; fp8_cvt looks for
  *           cvt.rn.satfinite.e4m3x2.f32 in the PTX of the same compile;
- *   AMD     rk_amd_inspect of the whole code object (the figures stay -1 without the llvm tools).
+ *   AMD     rk_amd_inspect of the whole code object (fp8_cvt stays -1 without llvm-objdump).
  * text (may be NULL) receives the code as text: the PTX (NVIDIA), `llvm-objdump -d` (AMD; what the
  * llvm tools said when they failed). info->fp8_cvt is 0 or 1 exactly when the code was read, so
  * then text is the code. The compiler's log is appended to log (may be NULL).
@@ -44,14 +44,16 @@ void rk_info_reset(rk_compile_info *info);
 int rk_compile_inspect(rk_compiler cc, const char *src, size_t len, const char *target, const char *extra,
                        rk_codeobj *out, rk_compile_info *info, rk_buf *text, rk_buf *log);
 
-/* Fills regs/sgprs/scratch/spills/lds/code_size/fp8_cvt of info from an AMDGPU code object (reads
- * its metadata notes and disassembly with llvm-readelf/llvm-objdump, $ROPEKV_LLVM_SUFFIX or -22).
+/* Fills regs/sgprs/scratch/spills/lds/code_size/fp8_cvt of info from an AMDGPU code object (an ELF or
+ * a clang offload bundle): the figures from its metadata note and symbol table (amdgpu_meta.h),
+ * fp8_cvt from its disassembly (llvm-objdump, $ROPEKV_LLVM_SUFFIX or -22).
  * kernel: the kernel's name ("<name>" and "<name>_i64" are different kernels); NULL reports the
  * whole code object (largest figures, all of .text, fp8_cvt if any kernel has v_cvt_pk_fp8_f32).
  * code_size is the kernel's symbol size (all of .text for NULL). ms and compiler are left alone.
  * disasm (may be NULL) receives the whole `llvm-objdump -d` output.
- * ROPEKV_OK; ROPEKV_ERR_COMPILE when the kernel is not in the code object's metadata; ROPEKV_ERR_IO when the tools
- * cannot be run or do not understand the code object (their output, if any, is in disasm). */
+ * ROPEKV_OK; ROPEKV_ERR_COMPILE when the kernel is not in the code object's metadata (info untouched);
+ * ROPEKV_ERR_IO when the code object cannot be read (info untouched, the reason in disasm) or llvm-objdump
+ * cannot be run or fails (the metadata figures are filled, fp8_cvt is -1, its output is in disasm). */
 int rk_amd_inspect(const rk_codeobj *co, const char *kernel, rk_compile_info *info, rk_buf *disasm);
 
 /* Folds every function's "Used N registers", "N bytes stack frame, N bytes spill stores" and
