@@ -107,7 +107,9 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
         return ROPEKV_ERR_DEVICE;
     }
     if (target_override) snprintf(d->target, sizeof d->target, "%s", target_override);
-    else snprintf(d->target, sizeof d->target, "sm_%d%d", cc_major, cc_minor);
+    else /* 10.0 -> sm_100, 12.1 -> sm_121: nvrtc builds for the device itself, and runtime.c picks the arch row
+          * (the newest sm_XY row not newer than the device: sm_121 -> sm_120, sm_110 -> sm_103) */
+        snprintf(d->target, sizeof d->target, "sm_%d%d", cc_major, cc_minor);
     cuda_identity(d, have_nvrtc, major, minor);
     d->state = s;
     return ROPEKV_OK;

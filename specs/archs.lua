@@ -13,7 +13,8 @@
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
 --              before its first memory access, so its launch overlaps that grid's tail.
---   NVIDIA rows are tuned with bench_kernel (bench/README.md, results in docs/results.md); AMD rows keep the defaults.
+--   sm_80 and sm_90 are tuned with bench_kernel (bench/README.md, results in docs/results.md); the Blackwell rows
+--   are not yet (sm_90's values); AMD rows keep the defaults.
 return {
   archs = {
     -- MI200 (CDNA2): no fp8 instructions; fp8 caches hold OCP bytes made in software.
@@ -34,6 +35,20 @@ return {
     -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
     { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
       block = 128, chunks = 4, chunks_from = 524288, pdl = true },
+    -- Blackwell: the same cvt.rn.satfinite.e4m3x2.f32, cvt.rn.bf16x2.f32 and griddepcontrol as sm_90.
+    -- UNTUNED: block, chunks, chunks_from, nt_stores and pdl are sm_90's values copied as a starting point,
+    -- written out so that each row is tuned on its own GPU with bench_kernel (bench/README.md); no kernel
+    -- has run on a Blackwell GPU yet. A device maps to the newest row not newer than its compute
+    -- capability (runtime.c): 10.1 -> sm_100, 11.x -> sm_103, 12.1 -> sm_120.
+    -- B200/GB200 (compute capability 10.0).
+    { name = "sm_100", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
+      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
+    -- B300/GB300 (compute capability 10.3).
+    { name = "sm_103", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
+      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
+    -- RTX 50 series, RTX PRO 6000 Blackwell (compute capability 12.0).
+    { name = "sm_120", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
+      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     -- (chunks_from: the host runs lanes one after another, so only the read-back's lane layout follows it; low,
     -- so that the host tests run both layouts)

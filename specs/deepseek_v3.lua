@@ -24,5 +24,6 @@ return {
   q_forms = { "absorbed", "zero_copy", "none" },
   -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
   kv_layouts = { "flat", "paged" },
-  targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250", "sm_80", "sm_90", "host" },
+  targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250",
+              "sm_80", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

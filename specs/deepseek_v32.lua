@@ -27,5 +27,5 @@ return {
   q_dtypes = { "bf16", "fp8_e4m3" },
   q_fp8 = { scale = "mul_recip" },
   q_forms = { "absorbed", "zero_copy", "none" },
-  targets = { "gfx942", "gfx950", "gfx1250", "sm_90", "host" },
+  targets = { "gfx942", "gfx950", "gfx1250", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

@@ -34,5 +34,5 @@ return {
   -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
   kv_layouts = { "flat", "paged" },
   sanitize = true,
-  targets = { "gfx942", "gfx950", "sm_90", "host" },
+  targets = { "gfx942", "gfx950", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

@@ -1,6 +1,7 @@
 /* The compile matrix: every variant shape of the built-in specs (spec, kv, q, positions, slots),
  * whatever targets the spec lists, built for
- *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90 with nvrtc
+ *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90 with nvrtc;
+ *   sm_100, sm_103, sm_120 with nvrtc, a representative set (blackwell_representative)
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
  * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
@@ -8,6 +9,8 @@
  * the wait), and rows without pdl must not wait at all.
  * Every AMD code object must pass the launch ABI check (tools/abi.h): its metadata against the rk_args
  * block, wave and block size the runtime launches with.
+ * Every AMD kernel must also stay within its target's line of the ISA review's baseline,
+ * tests/golden/isa_amd.txt (check_isa).
  * Identical kernels (same name) are compiled once. A compiler that is not installed skips its part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,15 +26,18 @@
 
 #include "build.h"
 #include "clang.h"
+#include "ropekv.h"
 
 typedef struct target {
     const char *name;
     rk_compiler cc;
+    int representative; /* 1: only blackwell_representative's shapes */
 } target;
 
 static const target TARGETS[] = {
-    {"gfx90a", RK_CC_HIPRTC}, {"gfx942", RK_CC_CLANG},  {"gfx950", RK_CC_CLANG}, {"gfx1100", RK_CC_CLANG},
-    {"gfx1201", RK_CC_CLANG}, {"gfx1250", RK_CC_CLANG}, {"sm_80", RK_CC_NVRTC},  {"sm_90", RK_CC_NVRTC},
+    {"gfx90a", RK_CC_HIPRTC, 0}, {"gfx942", RK_CC_CLANG, 0},  {"gfx950", RK_CC_CLANG, 0}, {"gfx1100", RK_CC_CLANG, 0},
+    {"gfx1201", RK_CC_CLANG, 0}, {"gfx1250", RK_CC_CLANG, 0}, {"sm_80", RK_CC_NVRTC, 0},  {"sm_90", RK_CC_NVRTC, 0},
+    {"sm_100", RK_CC_NVRTC, 1},  {"sm_103", RK_CC_NVRTC, 1},  {"sm_120", RK_CC_NVRTC, 1},
 };
 #define N_TARGETS ((int)(sizeof TARGETS / sizeof TARGETS[0]))
 #define MAX_ITEMS (RK_MAX_SPECS * 64 * N_TARGETS)
@@ -74,6 +80,203 @@ static int wants_bf16_hw(const rk_desc *v) {
            v->spec->rope != RK_ROPE_NONE; /* the rope part */
 }
 
+/* ---- the Blackwell rows ----------------------------------------------------------------------- */
+/* The Blackwell rows (sm_100, sm_103, sm_120) compile a representative set: every spec x kv dtype x
+ * q form x q dtype x layout x op once, at the first index types the spec lists (positions, slots).
+ * Their kernels differ from sm_90's only in ptxas's target, so what the rules check (spills, the fp8
+ * conversion, the pdl gate) follows the code paths these choose, and the index types only change the
+ * width of two loads, which sm_80 and sm_90 compile in every combination. This is about a third of the
+ * shapes: nvrtc takes ~1 s a kernel here, so the three rows add ~2 minutes to CI on 2 cores instead of
+ * ~5 (docs/testing.md). */
+static int blackwell_representative(const rk_desc *shapes, int i) {
+    const rk_desc *v = &shapes[i];
+    for (int j = 0; j < i; j++) {
+        const rk_desc *u = &shapes[j];
+        if (u->spec == v->spec && u->kv == v->kv && u->q == v->q && u->q_dtype == v->q_dtype &&
+            u->layout == v->layout && u->op == v->op)
+            return 0;
+    }
+    return 1;
+}
+
+/* A device's compute capability picks its row (runtime.c: the newest sm_XY row not newer than the
+ * device's "sm_%d%d"): a compile-only cuda context for each device target builds a DeepSeek-V3 kernel,
+ * whose name ends in the row's name. */
+static void test_blackwell_rows(void **state) {
+    (void)state;
+    if (!g_have[RK_CC_NVRTC]) {
+        print_message("nvrtc not available: %s\n", g_why[RK_CC_NVRTC]);
+        skip();
+    }
+    static const struct {
+        const char *device, *row;
+    } cases[] = {{"sm_100", "sm_100"}, {"sm_103", "sm_103"}, {"sm_120", "sm_120"}, /* B200, B300, RTX 50 */
+                 {"sm_121", "sm_120"},                                             /* GB10 (DGX Spark) */
+                 {"sm_110", "sm_103"},                                             /* Thor */
+                 {"sm_89", "sm_80"}};                                              /* Ada: no fp8_hw row */
+    char dir[] = "/tmp/rk_matrix_rows_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ropekv_options o = {.backend = ROPEKV_BACKEND_CUDA,
+                            .target = cases[i].device,
+                            .compile_only = 1,
+                            .cache_dir = dir,
+                            .disk_cache = 1};
+        ropekv_ctx *c = NULL;
+        assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+        assert_string_equal(ropekv_target(c), cases[i].device);
+        ropekv_kernel *k = NULL;
+        const ropekv_status st = ropekv_kernel_get(c, &v, &k);
+        if (st != ROPEKV_OK) print_error("%s: %s\n", cases[i].device, ropekv_last_error(c));
+        assert_int_equal(st, ROPEKV_OK);
+        const char *name = ropekv_kernel_name(k);
+        const size_t n = strlen(name), r = strlen(cases[i].row);
+        if (n <= r || name[n - r - 1] != '_' || strcmp(name + n - r, cases[i].row) != 0)
+            print_error("device %s: kernel %s, want the row %s\n", cases[i].device, name, cases[i].row);
+        assert_true(n > r && name[n - r - 1] == '_' && strcmp(name + n - r, cases[i].row) == 0);
+        ropekv_kernel_release(k);
+        ropekv_destroy(c);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- the AMD ISA review ----------------------------------------------------------------------- */
+#define ISA_BASELINE "tests/golden/isa_amd.txt"
+static rk_isa_limit g_isa[RK_MAX_ARCHS];
+static int g_n_isa = -1; /* lines of the baseline; -1: not read (g_isa_why says why) */
+static char g_isa_why[1024];
+
+static void load_isa_baseline(void) {
+    rk_codeobj text = {0};
+    if (rk_read_file(RK_SOURCE_DIR "/" ISA_BASELINE, &text) != ROPEKV_OK) {
+        snprintf(g_isa_why, sizeof g_isa_why, "cannot read %s", ISA_BASELINE);
+        return;
+    }
+    char *t = malloc(text.len + 1);
+    if (t) {
+        memcpy(t, text.data, text.len);
+        t[text.len] = '\0';
+        char why[512] = "";
+        g_n_isa = rk_isa_limits_parse(t, g_isa, RK_MAX_ARCHS, why, sizeof why);
+        if (g_n_isa < 0) snprintf(g_isa_why, sizeof g_isa_why, "%s: %s", ISA_BASELINE, why);
+    }
+    free(t);
+    rk_code_free(&text);
+}
+
+/* Every AMD kernel built with cc against its target's baseline line; returns how many regressed (each
+ * printed with the kernel and the figures). The current figures are printed per target, as
+ * `ropekv-gen isa-baseline` would write them. */
+static int check_isa(rk_compiler cc) {
+    if (g_n_isa < 0) {
+        print_error("the ISA review has no baseline: %s\n", g_isa_why);
+        return 1;
+    }
+    int bad = 0;
+    for (int t = 0; t < N_TARGETS; t++) {
+        if (TARGETS[t].cc != cc) continue;
+        const rk_isa_limit *lim = rk_isa_limit_find(g_isa, g_n_isa, TARGETS[t].name);
+        rk_isa_limit now;
+        rk_isa_limit_init(&now, TARGETS[t].name);
+        int n = 0;
+        for (int i = 0; i < g_n; i++) {
+            if (g_items[i].cc != cc || strcmp(g_items[i].v.arch->name, TARGETS[t].name) != 0) continue;
+            if (g_res[i].rc != ROPEKV_OK) continue; /* check_built reports it */
+            n++;
+            rk_isa_limit_fold(&now, &g_res[i]);
+            char why[512];
+            if (lim && rk_isa_regressions(&g_res[i], lim, why, sizeof why)) {
+                print_error("%s (%s): ISA regression against %s's line of %s:%s\n", g_items[i].v.key, g_items[i].v.name,
+                            TARGETS[t].name, ISA_BASELINE, why);
+                bad++;
+            }
+        }
+        if (!n) continue;
+        if (!lim) {
+            print_error("%s has no line for %s (`ropekv-gen isa-baseline` writes one)\n", ISA_BASELINE,
+                        TARGETS[t].name);
+            bad++;
+        }
+        char line[256] = "";
+        FILE *f = fmemopen(line, sizeof line, "w");
+        if (f) {
+            rk_isa_limit_print(f, &now);
+            fclose(f);
+        }
+        print_message("isa now:      %s", line);
+    }
+    if (bad)
+        print_error("a deliberate change updates the baseline: build/ropekv-gen isa-baseline > %s\n", ISA_BASELINE);
+    return bad;
+}
+
+/* The ISA review's rules on a hand-written disassembly and limits: each figure can fail. */
+static void test_isa_rules(void **state) {
+    (void)state;
+    static const char dis[] = "0000000000001a00 <k>:\n"
+                              "\tglobal_load_dwordx2 v[6:7], v[2:3], off\n"
+                              "\tglobal_load_dwordx4 v[14:17], v[2:3], off\n"
+                              "\ts_waitcnt vmcnt(0)\n" /* between two loads */
+                              "\tglobal_load_dwordx4 v[22:25], v[18:19], off\n"
+                              "\ts_waitcnt lgkmcnt(0)\n" /* not a vector-memory wait */
+                              "\ts_waitcnt vmcnt(0) lgkmcnt(0)\n"
+                              "\tglobal_store_dword v[8:9], v3, off\n"
+                              "\tglobal_store_dwordx3 v[8:9], v[0:2], off offset:4\n"
+                              "0000000000002500 <k_i64>:\n"
+                              "\tglobal_load_b128 v[0:3], v[4:5], off\n"
+                              "\ts_wait_loadcnt 0x0\n"
+                              "\tglobal_store_b128 v[6:7], v[0:3], off\n";
+    rk_isa isa;
+    rk_isa_scan(dis, &isa);
+    assert_int_equal(isa.wide, 2); /* the worse kernel of the two: k */
+    assert_int_equal(isa.narrow, 3);
+    assert_int_equal(isa.waits, 2);
+    assert_int_equal(isa.load_waits, 1);
+    rk_isa_scan("no kernel here\n", &isa);
+    assert_int_equal(isa.narrow, -1);
+    /* the register files: LLVM's getNumWavesPerEUWithNumVGPRs, checked against llc-22's "; Occupancy" */
+    assert_int_equal(rk_isa_occupancy("gfx942", 64), 8);
+    assert_int_equal(rk_isa_occupancy("gfx942", 65), 7);
+    assert_int_equal(rk_isa_occupancy("gfx90a", 129), 3);
+    assert_int_equal(rk_isa_occupancy("gfx1100", 96), 16);
+    assert_int_equal(rk_isa_occupancy("gfx1201", 97), 12);
+    assert_int_equal(rk_isa_occupancy("gfx1250", 65), 12);
+    assert_int_equal(rk_isa_occupancy("gfx1250", 200), 4);
+    assert_int_equal(rk_isa_occupancy("sm_90", 32), -1);
+    rk_build_result r;
+    memset(&r, 0, sizeof r);
+    r.info.regs = 30, r.info.sgprs = 58, r.isa = (rk_isa){10, 7, 11, 6, 8};
+    rk_isa_limit l = {"gfx942", 30, 58, 8, 7, 11, 6};
+    char why[512];
+    assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 0);
+    l.vgprs = 29, l.occupancy = 9, l.narrow = 6, l.load_waits = 5;
+    assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 4);
+    assert_non_null(strstr(why, "vgprs 30 > 29"));
+    assert_non_null(strstr(why, "occupancy 8 < 9"));
+    assert_non_null(strstr(why, "narrow 7 > 6"));
+    assert_non_null(strstr(why, "load_waits 6 > 5"));
+    r.isa.waits = -1;
+    l = (rk_isa_limit){"gfx942", 30, 58, 8, 7, 11, 6};
+    assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 1);
+    assert_non_null(strstr(why, "waits not known"));
+    /* the baseline file's format, and a bad line named */
+    rk_isa_limit out[4];
+    assert_int_equal(rk_isa_limits_parse("# c\ngfx942 30 58 8 7 11 6\n\ngfx1100 51 54 16 9 9 5\n", out, 4, why,
+                                         sizeof why),
+                     2);
+    assert_ptr_equal(rk_isa_limit_find(out, 2, "gfx1100"), &out[1]);
+    assert_int_equal(out[1].load_waits, 5);
+    assert_int_equal(rk_isa_limits_parse("gfx942 30 58 8 7 11\n", out, 4, why, sizeof why), -1);
+    assert_non_null(strstr(why, "line 1"));
+    /* the checked-in baseline parses and has a line for every AMD target */
+    assert_true(g_n_isa >= 0);
+    for (int t = 0; t < N_TARGETS; t++)
+        if (TARGETS[t].cc != RK_CC_NVRTC) assert_non_null(rk_isa_limit_find(g_isa, g_n_isa, TARGETS[t].name));
+}
+
 static int setup(void **state) {
     (void)state;
     rk_err err = {0};
@@ -82,6 +285,7 @@ static int setup(void **state) {
         return -1;
     }
     probe_compilers();
+    load_isa_baseline();
     g_items = calloc(MAX_ITEMS, sizeof *g_items);
     g_res = calloc(MAX_ITEMS, sizeof *g_res);
     rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_SPECS * 64);
@@ -97,13 +301,14 @@ static int setup(void **state) {
         g_shapes = k;
         if (!g_have[TARGETS[t].cc]) continue;
         for (int i = 0; i < k; i++) {
+            if (TARGETS[t].representative && !blackwell_representative(tmp, i)) continue;
             g_retargeted++;
             int dup = 0;
             for (int j = 0; j < g_n && !dup; j++) dup = !strcmp(g_items[j].v.name, tmp[i].name);
             if (dup) continue;
             g_items[g_n].v = tmp[i];
             g_items[g_n].cc = TARGETS[t].cc;
-            g_items[g_n].flags = wants_bf16_hw(&tmp[i]) || tmp[i].arch->vendor == RK_VENDOR_NVIDIA ? RK_BUILD_SCAN : 0;
+            g_items[g_n].flags = RK_BUILD_SCAN; /* bf16_cvt, pdl_gate, the AMD ISA review */
             g_n++;
         }
     }
@@ -207,6 +412,7 @@ static void run_part(rk_compiler cc) {
     }
     int checked = 0;
     int bad = check_built(cc, &checked);
+    if (cc != RK_CC_NVRTC) bad += check_isa(cc);
     summary(cc);
     assert_true(checked > 0);
     assert_int_equal(bad, 0);
@@ -286,6 +492,7 @@ static void test_timing(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_retarget),      cmocka_unit_test(test_pick),
+        cmocka_unit_test(test_isa_rules),     cmocka_unit_test(test_blackwell_rows),
         cmocka_unit_test(test_hiprtc_gfx90a), cmocka_unit_test(test_clang_targets),
         cmocka_unit_test(test_nvrtc_targets), cmocka_unit_test(test_timing),
     };

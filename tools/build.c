@@ -142,11 +142,177 @@ static void abi_check(const rk_desc *v, const rk_codeobj *co, rk_build_result *r
     free(c);
 }
 
+/* ---- the AMD ISA review ----------------------------------------------------------------------- */
+/* The VGPR file of each AMD target, as LLVM's AMDGPU backend models it (AMDGPUBaseInfo.cpp:
+ * getTotalNumVGPRs, getVGPRAllocGranule, getMaxWavesPerEU; the VGPR count is .vgpr_count of
+ * AMDGPUUsage's code object metadata, AGPRs included):
+ *   gfx90a, gfx942, gfx950  512 VGPRs per lane for a SIMD's wave64s (the unified VGPR+AGPR file of
+ *                           FeatureGFX90AInsts), allocated in granules of 8, at most 8 waves;
+ *   gfx1100, gfx1201        1536 per lane for wave32 (Feature1_5xVGPRs: a 192 KiB file), granules of
+ *                           24, at most 16 waves;
+ *   gfx1250                 1024 per lane for wave32 (Feature1024AddressableVGPRs), granules of 16,
+ *                           at most 16 waves.
+ * waves = min(max waves, total / round_up(vgprs, granule)) (getNumWavesPerEUWithNumVGPRs); llc-22's
+ * "; Occupancy" comment agrees for each row at 24 to 200 VGPRs. SGPRs do not limit these kernels:
+ * gfx10+ gives every wave its 106, and on gfx9 the 800-SGPR file holds 8 waves of up to 96 + VCC. */
+static const struct {
+    const char *target;
+    int total, granule, max_waves;
+} vgpr_files[] = {
+    {"gfx90a", 512, 8, 8},     {"gfx942", 512, 8, 8},     {"gfx950", 512, 8, 8},
+    {"gfx1100", 1536, 24, 16}, {"gfx1201", 1536, 24, 16}, {"gfx1250", 1024, 16, 16},
+};
+
+int rk_isa_occupancy(const char *target, int vgprs) {
+    for (size_t i = 0; target && vgprs >= 0 && i < sizeof vgpr_files / sizeof vgpr_files[0]; i++) {
+        if (strcmp(vgpr_files[i].target, target) != 0) continue;
+        const int g = vgpr_files[i].granule, rounded = (vgprs + g - 1) / g * g;
+        const int waves = rounded ? vgpr_files[i].total / rounded : vgpr_files[i].max_waves;
+        return waves < 1 ? 1 : waves > vgpr_files[i].max_waves ? vgpr_files[i].max_waves : waves;
+    }
+    return -1;
+}
+
+static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* The figures of one kernel, folded into out (the worse of each). */
+static void isa_fold(rk_isa *out, const rk_isa *k) {
+    if (k->wide > out->wide) out->wide = k->wide;
+    if (k->narrow > out->narrow) out->narrow = k->narrow;
+    if (k->waits > out->waits) out->waits = k->waits;
+    if (k->load_waits > out->load_waits) out->load_waits = k->load_waits;
+}
+
+void rk_isa_scan(const char *dis, rk_isa *out) {
+    out->wide = out->narrow = out->waits = out->load_waits = -1;
+    rk_isa k = {0};
+    int in_kernel = 0;
+    int last = 0;         /* the last global access of this kernel: 0 none, 'l' a load, 's' a store */
+    int pending_wait = 0; /* waits since that access, when it was a load */
+    for (const char *line = dis; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char text[256];
+        snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), line);
+        line = end ? end + 1 : NULL;
+        /* "0000000000001a00 <name>:" opens a kernel (llvm-objdump prints a symbol per function) */
+        if (text[0] != '\t' && text[0] != ' ' && strstr(text, " <") && len && text[strlen(text) - 1] == ':') {
+            if (in_kernel) isa_fold(out, &k);
+            if (!in_kernel) out->wide = out->narrow = out->waits = out->load_waits = 0;
+            memset(&k, 0, sizeof k);
+            in_kernel = 1, last = 0, pending_wait = 0;
+            continue;
+        }
+        if (!in_kernel || text[0] != '\t') continue;
+        const char *op = text + 1;
+        char mnem[64];
+        snprintf(mnem, sizeof mnem, "%.*s", (int)strcspn(op, " \t"), op);
+        const int load = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
+        const int store = starts(mnem, "global_store") || starts(mnem, "buffer_store") || starts(mnem, "flat_store");
+        if (load || store) {
+            const size_t n = strlen(mnem);
+            const int wide = (n > 7 && !strcmp(mnem + n - 7, "dwordx4")) || (n > 4 && !strcmp(mnem + n - 4, "b128"));
+            if (wide) k.wide++;
+            else k.narrow++;
+            if (load && last == 'l') k.load_waits += pending_wait;
+            last = load ? 'l' : 's';
+            pending_wait = 0;
+        } else if ((!strcmp(mnem, "s_waitcnt") && strstr(op, "vmcnt(")) || starts(mnem, "s_wait_loadcnt")) {
+            k.waits++;
+            pending_wait += last == 'l';
+        }
+    }
+    if (in_kernel) isa_fold(out, &k);
+}
+
+void rk_isa_limit_init(rk_isa_limit *l, const char *target) {
+    memset(l, 0, sizeof *l);
+    snprintf(l->target, sizeof l->target, "%s", target);
+    l->occupancy = 1 << 20;
+}
+
+static void widen(int *at_most, int v) {
+    if (v > *at_most) *at_most = v;
+}
+
+void rk_isa_limit_fold(rk_isa_limit *l, const rk_build_result *r) {
+    widen(&l->vgprs, r->info.regs);
+    widen(&l->sgprs, r->info.sgprs);
+    if (r->isa.occupancy >= 0 && r->isa.occupancy < l->occupancy) l->occupancy = r->isa.occupancy;
+    widen(&l->narrow, r->isa.narrow);
+    widen(&l->waits, r->isa.waits);
+    widen(&l->load_waits, r->isa.load_waits);
+}
+
+void rk_isa_limit_print(FILE *f, const rk_isa_limit *l) {
+    fprintf(f, "%s %d %d %d %d %d %d\n", l->target, l->vgprs, l->sgprs, l->occupancy, l->narrow, l->waits,
+            l->load_waits);
+}
+
+int rk_isa_limits_parse(const char *text, rk_isa_limit *out, int cap, char *why, size_t why_cap) {
+    int n = 0, lineno = 0;
+    for (const char *line = text; line && *line;) {
+        const char *end = strchr(line, '\n');
+        char buf[256];
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+        line = end ? end + 1 : NULL;
+        lineno++;
+        if (buf[0] == '#' || buf[strspn(buf, " \t\r")] == '\0') continue;
+        rk_isa_limit l;
+        char extra[2];
+        memset(&l, 0, sizeof l);
+        int k = sscanf(buf, "%31s %d %d %d %d %d %d %1s", l.target, &l.vgprs, &l.sgprs, &l.occupancy, &l.narrow,
+                       &l.waits, &l.load_waits, extra);
+        if (k != 7 || l.vgprs < 0 || l.sgprs < 0 || l.occupancy < 0 || l.narrow < 0 || l.waits < 0 ||
+            l.load_waits < 0) {
+            snprintf(why, why_cap, "line %d: want 'target vgprs sgprs occupancy narrow waits load_waits', got '%s'",
+                     lineno, buf);
+            return -1;
+        }
+        if (n == cap) {
+            snprintf(why, why_cap, "line %d: more than %d targets", lineno, cap);
+            return -1;
+        }
+        out[n++] = l;
+    }
+    return n;
+}
+
+const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(limits[i].target, target)) return &limits[i];
+    return NULL;
+}
+
+int rk_isa_regressions(const rk_build_result *r, const rk_isa_limit *l, char *why, size_t cap) {
+    int bad = 0;
+    size_t w = 0;
+    if (cap) why[0] = '\0';
+#define PAST(name, v, lim, worse)                                                           \
+    if ((v) < 0 || (worse)) {                                                               \
+        bad++;                                                                              \
+        if (w < cap)                                                                        \
+            w += (size_t)((v) < 0 ? snprintf(why + w, cap - w, " %s not known;", name)      \
+                                  : snprintf(why + w, cap - w, " %s %d %s %d;", name, v,    \
+                                             !strcmp(name, "occupancy") ? "<" : ">", lim)); \
+    }
+    PAST("vgprs", r->info.regs, l->vgprs, r->info.regs > l->vgprs)
+    PAST("sgprs", r->info.sgprs, l->sgprs, r->info.sgprs > l->sgprs)
+    PAST("occupancy", r->isa.occupancy, l->occupancy, r->isa.occupancy < l->occupancy)
+    PAST("narrow", r->isa.narrow, l->narrow, r->isa.narrow > l->narrow)
+    PAST("waits", r->isa.waits, l->waits, r->isa.waits > l->waits)
+    PAST("load_waits", r->isa.load_waits, l->load_waits, r->isa.load_waits > l->load_waits)
+#undef PAST
+    return bad;
+}
+
 int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_result *r, const rk_build_outputs *out) {
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
     r->cc = cc;
     r->bf16_cvt = r->pdl_gate = r->abi = -1;
+    r->isa = (rk_isa){-1, -1, -1, -1, -1};
     r->pid = (int)getpid();
     rk_buf src = {0}, log = {0}, dis = {0};
     rk_codeobj co = {0};
@@ -168,6 +334,10 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
                 int nv = cc == RK_CC_NVRTC;
                 r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
                 if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
+                if (!nv && dis.len) {
+                    rk_isa_scan(dis.p, &r->isa);
+                    r->isa.occupancy = rk_isa_occupancy(target, r->info.regs);
+                }
             }
             if (rc == ROPEKV_OK && cc != RK_CC_NVRTC) abi_check(v, &co, r);
             if (rc == ROPEKV_OK && cc == RK_CC_NVRTC && out && out->sass) cubin_sass(&co, out->sass);
@@ -234,6 +404,7 @@ static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why
     r->rc = ROPEKV_ERR_COMPILE;
     r->cc = m->items[i].cc;
     r->bf16_cvt = r->pdl_gate = r->abi = -1;
+    r->isa = (rk_isa){-1, -1, -1, -1, -1};
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
     r->state = 2;

@@ -18,6 +18,32 @@
  *   NVIDIA: nvrtc;  host: the host C++ compiler (rk_host_build). */
 rk_compiler rk_build_pick(const rk_arch *a);
 
+/* ---- the AMD ISA review ----------------------------------------------------------------------- */
+/* What the disassembly of an AMD code object shows, per kernel: a code object holds <name> and
+ * <name>_i64, and each figure is the worse of the two. -1: not scanned.
+ *   wide        16-byte global loads and stores (global_load_dwordx4 / global_store_dwordx4 on gfx9,
+ *               global_load_b128 / global_store_b128 on gfx11 and gfx12; buffer_ and flat_ alike)
+ *   narrow      narrower global loads and stores (dword, dwordx2, b32, ubyte, ...)
+ *   waits       waits for vector-memory loads: s_waitcnt with vmcnt (gfx9, gfx11), s_wait_loadcnt
+ *               and s_wait_loadcnt_dscnt (gfx12)
+ *   load_waits  the waits among those that sit between two global loads: the global access before the
+ *               wait and the one after it (in program order) are both loads, so the second load is not
+ *               issued until the first has returned. A lane's independent loads issued back to back
+ *               have none between them; a load whose address needs the one before (a row's slot, then
+ *               the row) needs one, so the baseline holds the count the kernel needs today.
+ *   occupancy   waves per SIMD that the kernel's VGPR count allows (rk_isa_occupancy) */
+typedef struct rk_isa {
+    int wide, narrow, waits, load_waits, occupancy;
+} rk_isa;
+
+/* Waves per SIMD a kernel of `vgprs` VGPRs (AGPRs included, as .vgpr_count counts them) can keep
+ * resident on AMD target `target` ("gfx942"); -1 for an unknown target or vgprs < 0. */
+int rk_isa_occupancy(const char *target, int vgprs);
+
+/* Fills wide, narrow, waits and load_waits of out from `llvm-objdump -d` text (occupancy is left
+ * alone); every figure -1 when the text holds no kernel. */
+void rk_isa_scan(const char *disasm, rk_isa *out);
+
 /* What one build produced. Figures that are not known are -1 (host builds report only ms and
  * code_size; AMD figures need the llvm-22 tools). */
 typedef struct rk_build_result {
@@ -34,13 +60,14 @@ typedef struct rk_build_result {
     int abi;      /* the launch ABI check of an AMD code object (abi.h): 1 passed, 0 failed
                               * (abi_why says why), -1 not an AMD build or not compiled */
     char abi_why[256];
+    rk_isa isa;             /* AMD with RK_BUILD_SCAN: the ISA review's figures (rk_isa_scan) */
     int pid;                /* worker process that ran it */
     char log[RK_BUILD_LOG]; /* the compiler's log (NUL-terminated, possibly cut) */
 } rk_build_result;
 
 /* rk_build_one flags */
 enum {
-    RK_BUILD_SCAN = 1, /* also scan the disassembly (AMD) or PTX (NVIDIA) for bf16_cvt, pdl_gate */
+    RK_BUILD_SCAN = 1, /* also scan the disassembly (AMD) or PTX (NVIDIA) for bf16_cvt, pdl_gate, isa */
 };
 
 /* Optional outputs of rk_build_one, for inspection (each may be NULL). */
@@ -89,5 +116,32 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
 
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */
 void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n);
+
+/* A line of the baseline (tests/golden/isa_amd.txt): per target the worst figure any kernel may
+ * show. A kernel regresses when it has more vgprs, sgprs, narrow, waits or load_waits, or a lower
+ * occupancy. */
+typedef struct rk_isa_limit {
+    char target[RK_NAME_MAX];
+    int vgprs, sgprs, occupancy, narrow, waits, load_waits;
+} rk_isa_limit;
+
+/* The baseline file's text: "# ..." comments, then one line per target:
+ *   target vgprs sgprs occupancy narrow waits load_waits */
+#define RK_ISA_HEADER "# target vgprs sgprs occupancy narrow waits load_waits\n"
+
+/* The tightest limit, before any kernel is folded in (occupancy at its most, the rest 0). */
+void rk_isa_limit_init(rk_isa_limit *l, const char *target);
+/* Widens l to admit the figures of a successful AMD build r scanned with RK_BUILD_SCAN. */
+void rk_isa_limit_fold(rk_isa_limit *l, const rk_build_result *r);
+/* "target vgprs sgprs occupancy narrow waits load_waits\n" */
+void rk_isa_limit_print(FILE *f, const rk_isa_limit *l);
+/* Parses a baseline file's text into out (at most cap lines). Returns the count, or -1 with why
+ * naming the line that is not "target" followed by six non-negative integers. */
+int rk_isa_limits_parse(const char *text, rk_isa_limit *out, int cap, char *why, size_t why_cap);
+/* The line of target in limits, or NULL. */
+const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target);
+/* Compares a scanned AMD build with its target's limit: the number of figures past the limit (or
+ * not known), each one named in why ("vgprs 40 > 36; ..."). */
+int rk_isa_regressions(const rk_build_result *r, const rk_isa_limit *l, char *why, size_t cap);
 
 #endif

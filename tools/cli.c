@@ -44,6 +44,8 @@ static const char USAGE[] =
     "                     scratch, spills, code size and hardware conversions per variant\n"
     "  inspect KEY [--target T]\n"
     "                     one variant's table row, compiler log and disassembly (PTX/SASS on NVIDIA)\n"
+    "  isa-baseline [--jobs N]\n"
+    "                     the AMD ISA review's baseline (tests/golden/isa_amd.txt) of this build\n"
     "\n"
     "Options:\n"
     "  --spec FILE        also load this model spec (a spec with the same name replaces the built-in)\n"
@@ -116,6 +118,19 @@ static const char *const HELP_INSPECT =
     "specs/archs.lua) the variant is built for T even when its spec does not list T; KEY may then\n"
     "leave the target out (spec/kv/q/pos=.../slot=...) or name another target.\n"
     "Exit status 0 when the variant compiled.\n";
+
+static const char *const HELP_ISA_BASELINE =
+    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] isa-baseline [--jobs N]\n"
+    "Builds every variant shape of the loaded specs for every AMD row of specs/archs.lua (as test_matrix\n"
+    "does: each distinct kernel once, with the compiler `build` picks) and prints the baseline of\n"
+    "test_matrix's ISA review on stdout, one line per target:\n"
+    "  target vgprs sgprs occupancy narrow waits load_waits\n"
+    "the most VGPRs and SGPRs of any kernel, the fewest waves per SIMD their VGPRs allow, and the most\n"
+    "narrower-than-16-byte global loads and stores, vector-memory load waits and waits between two\n"
+    "global loads of any kernel (docs/amd.md, \"Per-target ISA review\"). A deliberate change updates the\n"
+    "baseline with\n"
+    "  build/ropekv-gen isa-baseline > tests/golden/isa_amd.txt\n"
+    "Exit status 0 only when every kernel compiled and was scanned (the llvm-22 tools are needed).\n";
 
 static int load_catalog(const opts *o, rk_catalog *cat) {
     rk_err err = {0};
@@ -628,6 +643,10 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     rk_build_table_row(stdout, &v, r);
     if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
     if (r->abi >= 0) print_abi(&v, r, &code);
+    if (r->isa.narrow >= 0)
+        printf("isa: 16-byte global accesses %d, narrower %d, load waits %d (%d between two loads), "
+               "occupancy %d waves per SIMD\n",
+               r->isa.wide, r->isa.narrow, r->isa.waits, r->isa.load_waits, r->isa.occupancy);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
     if (rc == ROPEKV_OK) {
@@ -644,6 +663,85 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     free(r);
     free(re);
     return rc == ROPEKV_OK ? 0 : 1;
+}
+
+/* ---- isa-baseline ----------------------------------------------------------------------------- */
+static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
+    const int cap = MAX_VARIANTS * RK_MAX_ARCHS;
+    rk_build_item *items = malloc(sizeof *items * (size_t)cap);
+    rk_desc *shapes = malloc(sizeof *shapes * MAX_VARIANTS);
+    rk_build_result *res = malloc(sizeof *res * (size_t)cap);
+    int n = 0, rc = 1;
+    if (!items || !shapes || !res) {
+        fprintf(stderr, "ropekv-gen isa-baseline: out of memory\n");
+        goto out;
+    }
+    for (int a = 0; a < cat->archs.n; a++) {
+        const rk_arch *arch = &cat->archs.a[a];
+        if (arch->vendor != RK_VENDOR_AMD) continue;
+        const rk_compiler cc = rk_build_pick(arch);
+        const int k = rk_build_retarget(cat, arch, shapes, MAX_VARIANTS);
+        if (k < 0) {
+            fprintf(stderr, "ropekv-gen isa-baseline: more than %d variant shapes\n", MAX_VARIANTS);
+            goto out;
+        }
+        for (int i = 0; i < k; i++) {
+            if (o->filter && !strstr(shapes[i].key, o->filter)) continue;
+            int dup = 0; /* identical kernels (same name) are built once, as in test_matrix */
+            for (int j = 0; j < n && !dup; j++) dup = !strcmp(items[j].v.name, shapes[i].name);
+            if (dup) continue;
+            items[n++] = (rk_build_item){shapes[i], cc, RK_BUILD_SCAN};
+        }
+    }
+    if (o->filter) fprintf(stderr, "isa-baseline: --filter '%s': a baseline of part of the matrix\n", o->filter);
+    int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (jobs < 1) jobs = 1;
+    fprintf(stderr, "isa-baseline: %d kernels, %d jobs\n", n, jobs < n ? jobs : n);
+    if (n == 0 || rk_build_matrix(items, n, jobs, stderr, res) < 0) {
+        fprintf(stderr, "ropekv-gen isa-baseline: %s\n", n ? strerror(errno) : "no kernel to build");
+        goto out;
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (res[i].rc == ROPEKV_OK && res[i].isa.narrow >= 0 && res[i].isa.occupancy >= 0 && res[i].info.regs >= 0 &&
+            res[i].info.sgprs >= 0)
+            continue;
+        fprintf(stderr, "%s: %s\n%s\n", items[i].v.key, res[i].rc ? "compile failed" : "not scanned", res[i].log);
+        bad++;
+    }
+    if (bad) {
+        fprintf(stderr, "ropekv-gen isa-baseline: %d kernels failed or were not scanned; no baseline\n", bad);
+        goto out;
+    }
+    printf("# The AMD ISA review's baseline (test_matrix, docs/amd.md \"Per-target ISA review\"): per target the\n"
+           "# most VGPRs and SGPRs of any kernel, the fewest waves per SIMD their VGPRs allow, and the most\n"
+           "# narrow (< 16-byte) global loads and stores, vector-memory load waits and waits between two\n"
+           "# global loads of any kernel. Generated, never edited by hand:\n"
+           "#   build/ropekv-gen isa-baseline > tests/golden/isa_amd.txt\n");
+    for (int i = 0, shown = 0; i < n; i++) { /* one line per compiler, in the order of the table */
+        int first = 1;
+        for (int j = 0; j < i && first; j++) first = items[j].v.arch != items[i].v.arch;
+        if (!first) continue;
+        printf("%s%s: %s\n", shown++ ? "#   " : "# compilers: ", items[i].v.arch->name, res[i].info.compiler);
+    }
+    printf(RK_ISA_HEADER);
+    for (int a = 0; a < cat->archs.n; a++) {
+        rk_isa_limit l;
+        rk_isa_limit_init(&l, cat->archs.a[a].name);
+        int any = 0;
+        for (int i = 0; i < n; i++)
+            if (items[i].v.arch == &cat->archs.a[a]) {
+                rk_isa_limit_fold(&l, &res[i]);
+                any = 1;
+            }
+        if (any) rk_isa_limit_print(stdout, &l);
+    }
+    rc = 0;
+out:
+    free(items);
+    free(shapes);
+    free(res);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -674,12 +772,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[i++];
-    const char *help = !strcmp(cmd, "list")       ? HELP_LIST
-                       : !strcmp(cmd, "emit")     ? HELP_EMIT
-                       : !strcmp(cmd, "selftest") ? HELP_SELFTEST
-                       : !strcmp(cmd, "build")    ? HELP_BUILD
-                       : !strcmp(cmd, "inspect")  ? HELP_INSPECT
-                                                  : NULL;
+    const char *help = !strcmp(cmd, "list")           ? HELP_LIST
+                       : !strcmp(cmd, "emit")         ? HELP_EMIT
+                       : !strcmp(cmd, "selftest")     ? HELP_SELFTEST
+                       : !strcmp(cmd, "build")        ? HELP_BUILD
+                       : !strcmp(cmd, "inspect")      ? HELP_INSPECT
+                       : !strcmp(cmd, "isa-baseline") ? HELP_ISA_BASELINE
+                                                      : NULL;
     if (!help) {
         fprintf(stderr, "ropekv-gen: unknown command '%s'\n\n%s", cmd, USAGE);
         return 2;
@@ -690,7 +789,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(cmd, "emit") && !strcmp(argv[i], "--out") && i + 1 < argc) {
             o.out = argv[++i];
-        } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build")) && !strcmp(argv[i], "--jobs") && i + 1 < argc) {
+        } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build") || !strcmp(cmd, "isa-baseline")) &&
+                   !strcmp(argv[i], "--jobs") && i + 1 < argc) {
             o.jobs = atoi(argv[++i]);
         } else if (!strcmp(cmd, "build") && !strcmp(argv[i], "--bundle") && i + 1 < argc) {
             o.bundle = argv[++i];
@@ -724,11 +824,12 @@ int main(int argc, char **argv) {
     } else if (load_catalog(&o, cat) == 0) {
         int n = all_variants(&o, cat, v, MAX_VARIANTS);
         if (n >= 0)
-            rc = !strcmp(cmd, "list")      ? cmd_list(v, n)
-                 : !strcmp(cmd, "emit")    ? cmd_emit(&o, v, n)
-                 : !strcmp(cmd, "build")   ? cmd_build(&o, cat, v, n)
-                 : !strcmp(cmd, "inspect") ? cmd_inspect(&o, cat, v, n)
-                                           : cmd_selftest(&o, v, n);
+            rc = !strcmp(cmd, "list")           ? cmd_list(v, n)
+                 : !strcmp(cmd, "emit")         ? cmd_emit(&o, v, n)
+                 : !strcmp(cmd, "build")        ? cmd_build(&o, cat, v, n)
+                 : !strcmp(cmd, "inspect")      ? cmd_inspect(&o, cat, v, n)
+                 : !strcmp(cmd, "isa-baseline") ? cmd_isa_baseline(&o, cat)
+                                                : cmd_selftest(&o, v, n);
     }
     free(v);
     free(cat);
