@@ -44,4 +44,10 @@ extern const rk_backend_ops rk_backend_host;
 extern const rk_backend_ops rk_backend_cuda;
 extern const rk_backend_ops rk_backend_hip;
 
+/* Opens the HIP runtime the hip backend uses ($ROPEKV_LIBHIP, else libamdhip64 of ROCm 7, 6 or 5), so that
+ * other users of the process's HIP (tests' device memory) get the same library. ROPEKV_OK or an rk_dl_open
+ * error, the reason in dl->error. */
+struct rk_dl;
+int rk_hip_dl_open(struct rk_dl *dl);
+
 #endif

@@ -55,12 +55,16 @@ static int hip_loaded;
 static char hip_why[256];
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 
-static void hip_load(void) {
+int rk_hip_dl_open(rk_dl *dl) {
     const char *env = rk_env_text(RK_ENV_LIBHIP);
     const char *names[] = {env && *env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
                            "libamdhip64.so.5"};
+    return rk_dl_open(dl, names, sizeof names / sizeof names[0], NULL);
+}
+
+static void hip_load(void) {
     rk_dl dl;
-    if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
+    if (rk_hip_dl_open(&dl) != ROPEKV_OK) {
         snprintf(hip_why, sizeof hip_why, "libamdhip64 not found");
         return;
     }

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cuda_api.h"
 #include "dl.h"
-#include "env.h"
 #include "ropekv.h"
 
 /* ---- cuda: the library's driver table ------------------------------------------------------------- */
@@ -73,12 +73,10 @@ static char hip_why[512];
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 
 static void hip_load(void) {
-    /* The hip backend's candidates (runtime/backend_hip.c), in its order: dlopen then hands both the
-     * same library, so memory from here is memory of the runtime's HIP instance. */
-    const char *env = rk_env_text(RK_ENV_LIBHIP);
-    const char *names[] = {env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"};
+    /* The hip backend's own library (rk_hip_dl_open): dlopen hands both the same one, so memory from here
+     * is memory of the runtime's HIP instance. */
     rk_dl dl;
-    if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
+    if (rk_hip_dl_open(&dl) != ROPEKV_OK) {
         snprintf(hip_why, sizeof hip_why, "hip: libamdhip64 not found (%.400s)", dl.error);
         return;
     }
