@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
                                      &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
                                                   (ropekv_q_form)qforms[qv / nqd], ROPEKV_INDEX_INT64,
                                                   ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv % nqd], ROPEKV_KV_FLAT,
-                                                  ROPEKV_OP_WRITE},
+                                                  ROPEKV_OP_WRITE, ROPEKV_NORM_NONE},
                                      &v, NULL);
                         rk_buf src = {0};
                         rk_codeobj kco = {0};

@@ -40,7 +40,7 @@ static void kv_token(const rk_desc *d, char *out, size_t cap) {
 }
 
 /* write: rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<qform>_q<qdtype>_<scale>_sat<N>_rr<0|1>
- *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>_<target>
+ *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>[_<rms|rmsout>_<wbf16|wf32>_eps<N>_<r2|r1>]_<target>
  * read:  rkread_L<L>_R<R>_s<32|64>_<kv>_<rzero|rskip>_<flat|paged|split>_<target>
  * from the tokens of the spelling tables; kv per kv_token, qdtype bf16, fp8ocp or fp8fnuz. */
 static int format_name(const rk_desc *d, char *out, size_t cap) {
@@ -55,12 +55,24 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     }
     sat_token(d->q8.sat, qsat, sizeof qsat);
     dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
-    n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s_%s", d->L, d->R,
+    char norm[64] = "", eps[32];
+    if (d->norm != ROPEKV_NORM_NONE) {
+        /* the shortest decimal that reads back as the float eps, spelled with identifier characters: 1em06 */
+        for (int digits = 1; digits <= 9; digits++) {
+            snprintf(eps, sizeof eps, "%.*g", digits, (double)d->norm_eps);
+            if (strtof(eps, NULL) == d->norm_eps) break;
+        }
+        for (char *e = eps; *e; e++) *e = *e == '-' ? 'm' : *e == '+' || *e == '.' ? 'p' : *e;
+        snprintf(norm, sizeof norm, "_%s_%s_eps%s_%s", rk_enum_token(&rk_norm_enum, d->norm),
+                 rk_enum_token(&rk_norm_weight_enum, d->norm_weight), eps,
+                 rk_enum_token(&rk_norm_round_enum, d->norm_round));
+    }
+    n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s%s_%s", d->L, d->R,
                  rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
                  rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
                  rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
                  d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
-                 rk_enum_token(&rk_layout_enum, d->layout), d->arch->name);
+                 rk_enum_token(&rk_layout_enum, d->layout), norm, d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -73,12 +85,15 @@ static rk_fp8_code fp8_code(const rk_fp8_policy *p, rk_fp8_fmt fmt) {
 int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
     if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
-        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op))
+        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op) || !rk_norm_name(c->norm))
         return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
     if (c->kv == ROPEKV_KV_FP8_TILE && c->layout == ROPEKV_KV_SPLIT)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: kv dtype fp8_tile is one row: layout flat or paged, not split",
                        s->name);
     const int read = c->op == ROPEKV_OP_READ;
+    if (!read && c->norm != ROPEKV_NORM_NONE && s->norm.eps <= 0)
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: norm %s needs the spec's kv_norm table (%s has none)", s->name,
+                       rk_norm_name(c->norm), s->file);
     d->spec = s;
     d->arch = a;
     d->op = c->op;
@@ -98,6 +113,13 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->neg = read ? RK_NEG_SKIP_KV : s->negative_slot;
     d->read_neg = read ? s->read_neg : RK_READ_ZERO;
     d->sanitize = read ? 0 : s->sanitize;
+    /* the read-back op reads the cache: no norm */
+    d->norm = read ? ROPEKV_NORM_NONE : c->norm;
+    if (d->norm != ROPEKV_NORM_NONE) {
+        d->norm_weight = s->norm.weight;
+        d->norm_eps = s->norm.eps;
+        d->norm_round = s->norm.round;
+    }
     if (d->kv == ROPEKV_KV_FP8_E4M3) {
         d->kv8 = fp8_code(&s->fp8, d->fp8);
         if (read) d->kv8.rope_bf16 = 0, d->kv8.sat = 0; /* the writer's clamp and rounding: not the reader's */
@@ -118,11 +140,13 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     char what[96];
     if (read) snprintf(what, sizeof what, "read");
     else snprintf(what, sizeof what, "%s/pos=%s", rk_qform_name(d->q), rk_idx_name(d->pos));
-    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/slot=%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv), what,
-                     rk_idx_name(d->slot), d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
+    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/slot=%s%s%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv),
+                     what, rk_idx_name(d->slot), d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
                      d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "",
                      d->layout != ROPEKV_KV_FLAT ? "/layout=" : "",
-                     d->layout != ROPEKV_KV_FLAT ? rk_layout_name(d->layout) : "");
+                     d->layout != ROPEKV_KV_FLAT ? rk_layout_name(d->layout) : "",
+                     d->norm != ROPEKV_NORM_NONE ? "/norm=" : "",
+                     d->norm != ROPEKV_NORM_NONE ? rk_norm_name(d->norm) : "");
     if (n < 0 || (size_t)n >= sizeof d->key)
         return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' makes a variant key too long", s->file, a->name);
     if (!valid_target_chars(a->name) || format_name(d, d->name, sizeof d->name) != 0)
@@ -132,7 +156,7 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
 }
 
 rk_choice rk_desc_choice(const rk_desc *d) {
-    return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op};
+    return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm};
 }
 
 /* One of the caller's choices and the spec's list for it (enum values, read as int). */
@@ -156,13 +180,14 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     if (t == s->n_targets)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s (%s) does not list target %s (variant %s)", s->name,
                        s->file, a->name, d->key);
-    choice c[7] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
+    choice c[8] = {{"kv_dtypes", &rk_kv_enum, s->n_kv, {0}, (int)d->kv},
                    {"q_forms", &rk_qform_enum, s->n_q, {0}, (int)d->q},
                    {"positions", &rk_index_enum, s->n_pos, {0}, (int)d->pos},
                    {"slots", &rk_index_enum, s->n_slot, {0}, (int)d->slot},
                    {"q_dtypes", &rk_qdtype_enum, s->n_qdt, {0}, (int)d->q_dtype},
                    {"kv_layouts", &rk_layout_enum, s->n_layout, {0}, (int)d->layout},
-                   {"ops", &rk_op_enum, s->n_ops, {0}, (int)d->op}};
+                   {"ops", &rk_op_enum, s->n_ops, {0}, (int)d->op},
+                   {"norms", &rk_norm_enum, s->n_norms, {0}, (int)d->norm}};
     for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
     for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
     for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
@@ -170,11 +195,12 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     for (int i = 0; i < s->n_qdt; i++) c[4].list[i] = (int)s->q_dtypes[i];
     for (int i = 0; i < s->n_layout; i++) c[5].list[i] = (int)s->layouts[i];
     for (int i = 0; i < s->n_ops; i++) c[6].list[i] = (int)s->ops[i];
+    for (int i = 0; i < s->n_norms; i++) c[7].list[i] = (int)s->norms[i];
     const int read = d->op == ROPEKV_OP_READ;
-    for (int k = 0; k < 7; k++) {
+    for (int k = 0; k < 8; k++) {
         /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes; the read-back
-         * op has no query and reads no positions */
-        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE) || (read && (k == 1 || k == 2))) continue;
+         * op has no query, reads no positions and normalizes nothing */
+        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE) || (read && (k == 1 || k == 2 || k == 7))) continue;
         char got[128];
         size_t at = 0;
         got[0] = '\0';
@@ -203,17 +229,19 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                     for (int sl = 0; sl < s->n_slot; sl++)
                         for (int ly = 0; ly < s->n_layout; ly++)
                             c[m++] = (rk_choice){s->kv[k],      ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, s->slot[sl],
-                                                 ROPEKV_Q_BF16, s->layouts[ly], ROPEKV_OP_READ};
+                                                 ROPEKV_Q_BF16, s->layouts[ly], ROPEKV_OP_READ,     ROPEKV_NORM_NONE};
                     continue;
                 }
-                for (int q = 0; q < s->n_q; q++)
-                    for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
-                        for (int p = 0; p < s->n_pos; p++)
-                            for (int sl = 0; sl < s->n_slot; sl++)
-                                for (int ly = 0; ly < s->n_layout; ly++)
-                                    /* q form none takes one q dtype: rk_desc_make makes it bf16 */
-                                    c[m++] = (rk_choice){s->kv[k],        s->q[q],        s->pos[p],      s->slot[sl],
-                                                         s->q_dtypes[qd], s->layouts[ly], ROPEKV_OP_WRITE};
+                for (int nm = 0; nm < s->n_norms; nm++)
+                    for (int q = 0; q < s->n_q; q++)
+                        for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
+                            for (int p = 0; p < s->n_pos; p++)
+                                for (int sl = 0; sl < s->n_slot; sl++)
+                                    for (int ly = 0; ly < s->n_layout; ly++)
+                                        /* q form none takes one q dtype: rk_desc_make makes it bf16 */
+                                        c[m++] = (rk_choice){s->kv[k],        s->q[q],         s->pos[p],
+                                                             s->slot[sl],     s->q_dtypes[qd], s->layouts[ly],
+                                                             ROPEKV_OP_WRITE, s->norms[nm]};
             }
             for (int i = 0; i < m; i++) {
                 if (n == cap) {

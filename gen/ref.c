@@ -78,6 +78,20 @@
  *                              (bf16(rope(k_pe)), sanitized when set) at byte rope_at.
  *   A slot >= kv_rows is treated like a negative slot for the KV row only: the q rows are still
  *   written whatever negative_slot says.
+ *   The fused kv_a RMSNorm (norm rms, rms_out; the spec's kv_norm: weight dtype, eps, rounding): before the KV
+ *   row is written, every KV token's k_nope row x[0, L) is replaced by its normalized bf16 row n[0, L):
+ *     p[c]  = the sum of squares of chunk c (x[8c .. 8c+8)), c in [0, L/8): p = 0; p = fmaf(x_i, x_i, p)
+ *             for i = 8c, .., 8c+7 in order
+ *     sum   = a pairwise tree over the chunks (L/8 a power of two): for d = L/16, L/32, .., 1:
+ *             p[c] = p[c] + p[c + d] for c in [0, d); sum = p[0] (the GPUs' butterfly over lanes gives the
+ *             same sums: f32 addition is commutative)
+ *     r     = 1.0f / sqrtf(sum / L + eps)             (IEEE division and square root, correctly rounded)
+ *     n[j]  = bf16(f32(bf16(x[j] * r)) * w[j])  rounding twice (HF transformers' and vLLM's RMSNorm)
+ *             bf16((x[j] * r) * w[j])           rounding once (FlashInfer's)
+ *             w[j] the weight (bf16 -> f32 exactly, or f32)
+ *   The row is then written from n as from a k_nope of n (its bits copied into a bf16 cache, its fp8 values
+ *   and tile scales computed from n). With norm rms_out, n is also stored at norm_out + t*norm_out_st for every
+ *   t in [0, kv_tokens), whatever its slot, except a negative slot under negative_slot = skip_all.
  *
  * The read-back op (op read), for every t in [0, tokens): slot = slots[t]; when min_slot <= slot < kv_rows,
  *   the slot's row (at the layout's offsets above) becomes bf16 values, the latent in out[t, 0:L] and the rope
@@ -402,11 +416,40 @@ static void write_tile_latent(const rk_desc *v, const uint16_t *k_nope, uint8_t 
     }
 }
 
+/* The fused kv_a RMSNorm of a k_nope row x into n (see the definition above). */
+static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, uint16_t *n) {
+    const int L = v->L, chunks = L / 8;
+    float p[1024]; /* L <= 8192 (spec limit) */
+    for (int c = 0; c < chunks; c++) {
+        float s = 0.0f;
+        for (int i = 8 * c; i < 8 * c + 8; i++) {
+            const float xi = rk_bf16_to_f32(x[i]);
+            s = fmaf(xi, xi, s);
+        }
+        p[c] = s;
+    }
+    for (int d = chunks / 2; d >= 1; d /= 2)
+        for (int c = 0; c < d; c++) p[c] = p[c] + p[c + d];
+    const float r = 1.0f / sqrtf(p[0] / (float)L + v->norm_eps);
+    for (int j = 0; j < L; j++) {
+        const float w = v->norm_weight == RK_NW_BF16 ? rk_bf16_to_f32(((const uint16_t *)a->norm_weight)[j])
+                                                     : ((const float *)a->norm_weight)[j];
+        float y = rk_bf16_to_f32(x[j]) * r;
+        if (v->norm_round == RK_NR_TWICE) y = rk_bf16_to_f32(rk_f32_to_bf16(y));
+        n[j] = rk_f32_to_bf16(y * w);
+    }
+}
+
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
     uint8_t *latent, *rope;
     row_parts(v, a, slot, &latent, &rope);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
+    uint16_t normed[8192];
+    if (v->norm != ROPEKV_NORM_NONE) {
+        norm_row(v, a, k_nope, normed);
+        k_nope = normed;
+    }
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
     if (v->kv == ROPEKV_KV_FP8_TILE) write_tile_latent(v, k_nope, latent);
     else
@@ -472,7 +515,11 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
         const int has_slot = t < a->kv_tokens;
         const int64_t slot = has_slot ? load_idx(a->slots, t, v->slot) : -1;
         const int64_t pos = position_of(v, a, t);
-        if (t < a->tokens && !(has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL)) write_q_rows(v, a, t, pos);
+        const int skip_all = has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL;
+        if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
         if (has_slot && slot >= a->min_slot && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
+        if (has_slot && !skip_all && v->norm == ROPEKV_NORM_RMS_OUT)
+            norm_row(v, a, (const uint16_t *)a->k_nope + t * a->k_nope_st,
+                     (uint16_t *)a->norm_out + t * a->norm_out_st);
     }
 }

@@ -143,6 +143,10 @@ static int header(const rk_desc *d, rk_buf *o) {
             d->scales_at, d->rope_at, d->row_bytes);
     if (d->op == ROPEKV_OP_READ)
         rc |= rk_buf_printf(o, "//          op=read negative_slot=%s\n", rk_enum_name(&rk_read_neg_enum, d->read_neg));
+    if (d->norm != ROPEKV_NORM_NONE)
+        rc |= rk_buf_printf(o, "//          norm=%s weight=%s eps=%.9g rounding=%s\n", rk_norm_name(d->norm),
+                            rk_enum_name(&rk_norm_weight_enum, d->norm_weight), (double)d->norm_eps,
+                            rk_enum_name(&rk_norm_round_enum, d->norm_round));
     if (d->q_dtype != ROPEKV_Q_BF16)
         rc |= rk_buf_printf(o, "//          q_dtype=%s q_fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n",
                             rk_qdtype_name(d->q_dtype), rk_fp8_name(d->fp8), rk_scale_name(d->q8.scale),
@@ -160,7 +164,8 @@ static int header(const rk_desc *d, rk_buf *o) {
  * bind their spellings (the kernel's C++ enumerators); numbers bind decimal text. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     const rk_arch *a = d->arch;
-    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16], rope_at[16];
+    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16], rope_at[16],
+        eps[48];
     snprintf(tile, sizeof tile, "%d", d->tile);
     snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
     snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
@@ -171,6 +176,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     snprintf(R, sizeof R, "%d", d->R);
     float_literal(d->kv8.sat, sat, sizeof sat);
     float_literal(d->q8.sat, q_sat, sizeof q_sat);
+    float_literal(d->norm_eps, eps, sizeof eps);
 #define FLAG(x) ((x) ? "1" : "0")
 #define BOOL(x) ((x) ? "true" : "false")
     const rk_binding bind[] = {
@@ -206,6 +212,10 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"scales_at", scales_at},
         {"rope_at", rope_at},
         {"read_negative_slot", rk_enum_name(&rk_read_neg_enum, d->read_neg)},
+        {"norm", rk_norm_name(d->norm)},
+        {"norm_weight", rk_enum_name(&rk_norm_weight_enum, d->norm_weight)},
+        {"norm_eps", eps},
+        {"norm_rounding", rk_enum_name(&rk_norm_round_enum, d->norm_round)},
         {"name", d->name},
     };
 #undef FLAG

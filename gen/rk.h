@@ -81,6 +81,20 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #define RK_OP_LIST(X)                \
     X(ROPEKV_OP_WRITE, write, write) \
     X(ROPEKV_OP_READ, read, read)
+/* The fused kv_a RMSNorm (include/ropekv.h, ropekv_norm): none, or c_kv normalized before it is cached, and with
+ * rms_out also written to norm_out. */
+#define RK_NORM_LIST(X)                      \
+    X(ROPEKV_NORM_NONE, none, nonorm)        \
+    X(ROPEKV_NORM_RMS, rms, rms)             \
+    X(ROPEKV_NORM_RMS_OUT, rms_out, rmsout)
+/* The RMSNorm weight's dtype, and where the normalized value is rounded to bf16: twice (x * r rounded, then
+ * times the weight and rounded again) or once (x * r * w rounded once). */
+#define RK_NORM_WEIGHT_LIST(X)        \
+    X(RK_NW_BF16, bf16, wbf16)        \
+    X(RK_NW_F32, f32, wf32)
+#define RK_NORM_ROUND_LIST(X)         \
+    X(RK_NR_TWICE, twice, r2)         \
+    X(RK_NR_ONCE, once, r1)
 /* How an fp8_tile row's tile scale is kept: as computed, or rounded up to a power of two. */
 #define RK_TILE_SCALE_LIST(X)         \
     X(RK_TILE_F32, f32, f32)          \
@@ -101,6 +115,8 @@ typedef enum { RK_SCALE_LIST(RK_ENUMERATOR_) } rk_scale;
 typedef enum { RK_NEG_LIST(RK_ENUMERATOR_) } rk_neg;
 typedef enum { RK_TILE_SCALE_LIST(RK_ENUMERATOR_) } rk_tile_scale;
 typedef enum { RK_READ_NEG_LIST(RK_ENUMERATOR_) } rk_read_neg;
+typedef enum { RK_NORM_WEIGHT_LIST(RK_ENUMERATOR_) } rk_norm_weight;
+typedef enum { RK_NORM_ROUND_LIST(RK_ENUMERATOR_) } rk_norm_round;
 #undef RK_ENUMERATOR_
 
 /* An enum's table, built from its list (gen/util.c). */
@@ -115,7 +131,7 @@ typedef struct rk_enum {
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
     rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
-    rk_tile_scale_enum, rk_read_neg_enum;
+    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -135,6 +151,7 @@ const char *rk_idx_name(ropekv_index i);
 const char *rk_qdtype_name(ropekv_q_dtype q);
 const char *rk_layout_name(ropekv_kv_layout l);
 const char *rk_op_name(ropekv_op o);
+const char *rk_norm_name(ropekv_norm n);
 
 /* ---- architecture table (specs/archs.lua) ---------------------------------------------------- */
 #define RK_NAME_MAX 32
@@ -188,6 +205,14 @@ typedef struct rk_tile_policy {
     char matches[128];
 } rk_tile_policy;
 
+/* The spec's `kv_norm` table: the kv_a RMSNorm of c_kv (kv_lora_rank values) that norm variants fuse. */
+typedef struct rk_norm_policy {
+    rk_norm_weight weight; /* the weight's dtype */
+    float eps;             /* added to the mean square */
+    rk_norm_round round;   /* twice or once (see RK_NORM_ROUND_LIST) */
+    char matches[128];
+} rk_norm_policy;
+
 typedef struct rk_spec {
     char name[64];  /* spec name, [a-z0-9_]+ */
     char file[256]; /* file it came from (for messages and headers) */
@@ -212,6 +237,9 @@ typedef struct rk_spec {
     int n_ops;
     ropekv_op ops[2];     /* kernel families to build: write, read */
     rk_read_neg read_neg; /* read: a row without a valid slot */
+    int n_norms;
+    ropekv_norm norms[3]; /* write kernels: the fused kv_a RMSNorm choices to build */
+    rk_norm_policy norm;  /* its arithmetic (when norms lists more than none) */
     rk_neg negative_slot;
     int n_q;
     ropekv_q_form q[4];
@@ -242,6 +270,7 @@ typedef struct rk_choice {
     ropekv_q_dtype q_dtype;
     ropekv_kv_layout layout;
     ropekv_op op;
+    ropekv_norm norm;
 } rk_choice;
 
 /* An fp8 output's code parameters (the policy resolved for the target's byte format); for a bf16
@@ -282,6 +311,11 @@ typedef struct rk_desc {
     rk_read_neg read_neg; /* read: a row without a valid slot (zero for write kernels) */
     rk_neg neg;
     int sanitize;
+    /* the fused kv_a RMSNorm (norm none: canonical {bf16, 0, twice}) */
+    ropekv_norm norm;
+    rk_norm_weight norm_weight;
+    float norm_eps;
+    rk_norm_round norm_round;
     char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
                        spec/target/kv/read/slot=...[/layout=...] */
     char name[224]; /* extern "C" kernel name: every code parameter, readable */
@@ -299,7 +333,7 @@ rk_choice rk_desc_choice(const rk_desc *d);
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 3 * (7 * 2 * 2 * 3 + 2 * 3))
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 3 * (7 * 2 * 2 * 3 * 3 + 2 * 3))
 
 /* Every variant a spec lists, in a fixed order (targets, kv dtypes, then the write variants: q forms, q dtypes,
  * positions, slots, layouts as listed in the spec, q form none once with a bf16 query; then the read variants:

@@ -695,12 +695,14 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 static const char *const spec_keys[] = {
     "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
     "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
-    "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     NULL,
+    "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     "norms",
+    "kv_norm",  NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
 static const char *const tile_keys[] = {"tile", "scale", "saturate", "scales_at", "rope_at", "matches", NULL};
 static const char *const read_keys[] = {"negative_slot", NULL};
+static const char *const norm_keys[] = {"weight", "eps", "rounding", "matches", NULL};
 
 static int read_dims(const scope *s, rk_spec *o) {
     TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
@@ -835,6 +837,45 @@ static int read_tile(const scope *s, rk_spec *o) {
     return ROPEKV_OK;
 }
 
+/* `norms` (default {"none"}) and the `kv_norm` table, required when norms lists rms or rms_out (every key optional
+ * but eps: DeepSeek-V3's and Kimi-K2's kv_a_layernorm have a bf16 weight and round twice). */
+static int read_norm(const scope *s, rk_spec *o) {
+    static const int def_norm[] = {ROPEKV_NORM_NONE};
+    int v[4], n, fused = 0, w, r;
+    TRY(get_enum_list(s, "norms", &rk_norm_enum, def_norm, 1, 3, v, &n));
+    o->n_norms = n;
+    for (int i = 0; i < n; i++) {
+        o->norms[i] = (ropekv_norm)v[i];
+        fused |= o->norms[i] != ROPEKV_NORM_NONE;
+    }
+    const int given = push_field(s, "kv_norm") != LUA_TNIL;
+    lua_pop(s->L, 1);
+    memset(&o->norm, 0, sizeof o->norm);
+    if (!fused) return given ? bad(s, "kv_norm", "norms lists neither 'rms' nor 'rms_out'") : ROPEKV_OK;
+    const int chunks = o->kv_lora_rank / 8;
+    if ((chunks & (chunks - 1)) != 0)
+        return bad(s, "norms",
+                   "the fused RMSNorm needs kv_lora_rank / 8 a power of two (its sum is a tree over "
+                   "16-byte chunks), got kv_lora_rank %d",
+                   o->kv_lora_rank);
+    if (!given) return bad(s, "kv_norm", "required when norms lists 'rms' or 'rms_out' (at least its eps)");
+    scope f;
+    double eps = 0;
+    TRY(open_table(s, "kv_norm", &f));
+    TRY(check_keys(&f, norm_keys));
+    TRY(get_enum(&f, "weight", &rk_norm_weight_enum, RK_NW_BF16, &w));
+    TRY(get_enum(&f, "rounding", &rk_norm_round_enum, RK_NR_TWICE, &r));
+    TRY(get_number(&f, "eps", NULL, &eps));
+    if (!(eps > 0 && eps <= 1) || !((float)eps > 0))
+        return bad(&f, "eps", "must be in (0, 1] and above the smallest float, got %.14g", eps);
+    TRY(get_string(&f, "matches", "", o->norm.matches, sizeof o->norm.matches));
+    o->norm.weight = (rk_norm_weight)w;
+    o->norm.round = (rk_norm_round)r;
+    o->norm.eps = (float)eps;
+    lua_pop(s->L, 1);
+    return ROPEKV_OK;
+}
+
 static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     lua_State *L = s->L;
     int n;
@@ -879,6 +920,7 @@ static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     TRY(read_fp8(s, "fp8", &o->fp8));
     TRY(read_fp8(s, "q_fp8", &o->q_fp8));
     TRY(read_tile(s, o));
+    TRY(read_norm(s, o));
     scope rd;
     TRY(open_table(s, "read", &rd));
     TRY(check_keys(&rd, read_keys));

@@ -36,6 +36,9 @@ RK_TABLE_(layout, RK_LAYOUT_LIST)
 RK_TABLE_(op, RK_OP_LIST)
 RK_TABLE_(tile_scale, RK_TILE_SCALE_LIST)
 RK_TABLE_(read_neg, RK_READ_NEG_LIST)
+RK_TABLE_(norm, RK_NORM_LIST)
+RK_TABLE_(norm_weight, RK_NORM_WEIGHT_LIST)
+RK_TABLE_(norm_round, RK_NORM_ROUND_LIST)
 
 static const rk_spelling *row_of(const rk_enum *e, int value) {
     for (int i = 0; i < e->n; i++)
@@ -66,6 +69,7 @@ const char *rk_idx_name(ropekv_index i) { return rk_enum_name(&rk_index_enum, (i
 const char *rk_qdtype_name(ropekv_q_dtype q) { return rk_enum_name(&rk_qdtype_enum, (int)q); }
 const char *rk_layout_name(ropekv_kv_layout l) { return rk_enum_name(&rk_layout_enum, (int)l); }
 const char *rk_op_name(ropekv_op o) { return rk_enum_name(&rk_op_enum, (int)o); }
+const char *rk_norm_name(ropekv_norm n) { return rk_enum_name(&rk_norm_enum, (int)n); }
 
 /* ---- architecture table ------------------------------------------------------------------------ */
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name) {

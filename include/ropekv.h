@@ -203,6 +203,18 @@ typedef enum ropekv_kv_layout { ROPEKV_KV_FLAT = 0, ROPEKV_KV_PAGED, ROPEKV_KV_S
  *          cache of the variant's kv dtype and layout; q form, positions and q dtype do not apply. */
 typedef enum ropekv_op { ROPEKV_OP_WRITE = 0, ROPEKV_OP_READ } ropekv_op;
 
+/* The fused kv_a RMSNorm of DeepSeek-V3 / Kimi-K2 MLA (write kernels of a spec with a `kv_norm` table): k_nope is the
+ * raw projection output's c_kv, and the kernel normalizes each token's row before anything else uses it:
+ *     r = 1 / sqrt(sum(x^2) / L + eps),  n = bf16(bf16(x * r) * w)   (the spec's rounding "twice"; "once": bf16(x * r * w))
+ * in f32, w the spec's weight dtype (bf16 or f32) read from ropekv_args.norm_weight, the sum in the fixed order
+ * docs/numerics.md defines (every backend follows it: results are bit-exact). The cache row is then written from
+ * n exactly as the op without the norm writes it from a k_nope of n (fp8 scales and tile scales from n).
+ *   none     no norm: k_nope is cached as it is
+ *   rms      the normalized c_kv is cached
+ *   rms_out  and also written to norm_out [Tkv, L] bf16 (prefill's up-projection reads it): every KV token's row,
+ *            whatever its slot, but for a negative slot under the spec's negative_slot = skip_all */
+typedef enum ropekv_norm { ROPEKV_NORM_NONE = 0, ROPEKV_NORM_RMS, ROPEKV_NORM_RMS_OUT } ropekv_norm;
+
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
     const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
@@ -213,6 +225,7 @@ typedef struct ropekv_variant {
     ropekv_q_dtype q_dtype;  /* dtype of the query output (see ropekv_q_dtype) */
     ropekv_kv_layout layout; /* where the KV rows lie (see ropekv_kv_layout) */
     ropekv_op op;            /* write (the default) or read (see ropekv_op) */
+    ropekv_norm norm;        /* write: the fused kv_a RMSNorm (see ropekv_norm); none by default */
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
@@ -257,6 +270,10 @@ typedef struct ropekv_args {
     int64_t out_st; /* [T, W] bf16, or [T, L] (the latent parts) when out_rope is set */
     void *out_rope;
     int64_t out_rope_st; /* NULL: the rope parts go to out[:, L:W]; else [T, R] bf16 */
+    /* The fused kv_a RMSNorm (variant norm rms, rms_out; NULL otherwise): */
+    const void *norm_weight; /* [L], bf16 or f32 per the spec's kv_norm.weight */
+    void *norm_out;
+    int64_t norm_out_st; /* rms_out: [Tkv, L] bf16, the normalized c_kv */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that
@@ -329,6 +346,11 @@ typedef struct ropekv_kernel_params {
     int fp8_tile_scales_at;         /* fp8_tile row: byte offset of the float32 tile scales */
     int fp8_tile_rope_at;           /* fp8_tile row: byte offset of the bf16 rope part */
     int row_bytes;                  /* bytes of one cache row (of the latent part alone in the split layout) */
+    ropekv_norm norm;               /* the fused kv_a RMSNorm */
+    const char *norm_weight;        /* norm: the weight's dtype, "bf16" or "f32"; else "" */
+    float norm_eps;                 /* norm: eps; else 0 */
+    const char *norm_rounding;      /* norm: "twice" or "once"; else "" */
+    const char *norm_matches;       /* norm: the spec's word on whose RMSNorm this is ("" if none) */
 } ropekv_kernel_params;
 ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 

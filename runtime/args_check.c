@@ -166,6 +166,11 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     const int q8 = p->q_dtype != ROPEKV_Q_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
+    /* the norm's tensors belong to the variants that use them: one passed to another kernel is a mix-up */
+    CHECK(p->norm != ROPEKV_NORM_NONE || (!a->norm_weight && !a->norm_out), ROPEKV_ERR_ARG,
+          "norm_weight or norm_out is set, but kernel %s has no fused norm (variant norm none)", p->key);
+    CHECK(p->norm == ROPEKV_NORM_RMS_OUT || !a->norm_out, ROPEKV_ERR_ARG,
+          "norm_out is set, but kernel %s does not write it (variant norm rms; rms_out writes it)", p->key);
     if (p->op == ROPEKV_OP_READ) return read_check(p, a, pl, err);
     CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
     CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
@@ -196,6 +201,10 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           "k_scale is NULL (fp8 cache with a scale)");
     CHECK(!has_q || !q8 || p->q8.scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
           "q_scale is NULL (fp8 query with a scale)");
+    const int norm = p->norm != ROPEKV_NORM_NONE && has_kv, norm_out = p->norm == ROPEKV_NORM_RMS_OUT && has_kv;
+    const int64_t w_bytes = p->norm_weight == RK_NW_F32 ? 4 : 2;
+    CHECK(!norm || a->norm_weight, ROPEKV_ERR_NULL, "norm_weight is NULL (norm %s)", rk_norm_name(p->norm));
+    CHECK(!norm_out || a->norm_out, ROPEKV_ERR_NULL, "norm_out is NULL (norm rms_out)");
     /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
     CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
           "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st,
@@ -210,6 +219,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           (long long)a->k_nope_st, (long long)L);
     CHECK(!has_kv || rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
           (long long)a->k_pe_st, (long long)R);
+    CHECK(!norm_out || rows_disjoint(K, 1, a->norm_out_st, 0, L), ROPEKV_ERR_STRIDE,
+          "norm_out token stride %lld < %lld", (long long)a->norm_out_st, (long long)L);
     /* the cache rows, per layout (the caches are required with KV rows, whatever kv_rows says) */
     int64_t kv_extent = 0, rope_extent = 0;
     if (has_kv) {
@@ -237,6 +248,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
           "cos/sin tables must be %zu-byte aligned", cs_align);
     CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
     CHECK(!a->q_scale || aligned(a->q_scale, 4), ROPEKV_ERR_ALIGN, "q_scale must be 4-byte aligned");
+    CHECK(!norm || aligned(a->norm_weight, 16), ROPEKV_ERR_ALIGN, "norm_weight must be 16-byte aligned");
+    CHECK(!norm_out || (aligned(a->norm_out, 16) && a->norm_out_st % 8 == 0), ROPEKV_ERR_ALIGN,
+          "norm_out must be 16-byte aligned with a token stride a multiple of 8 elements");
 
     /* launch size and index width */
     rk_args_from_api(a, &pl->args);
@@ -257,6 +271,8 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
         {"kv_rope_cache", a->kv_rope_cache, rope_extent, kv_bytes},
         {"the cos/sin tables (max_pos rows)", a->cos_sin, cs_elems, cs_bytes},
         {"the sin table (max_pos rows)", a->sin, p->cos_sin == RK_CS_F32_CAT ? 0 : cs_elems, cs_bytes},
+        {"norm_weight", a->norm_weight, norm ? L : 0, w_bytes},
+        {"norm_out", a->norm_out, norm_out ? span(K, 1, a->norm_out_st, 0, L) : 0, 2},
     };
     return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
 }

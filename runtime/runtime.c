@@ -424,9 +424,9 @@ ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
 /* A variant's choices as the description takes them: the one list of its enumerated fields (the lookup
  * below compares two of them whole: rk_choice is enums only, no padding). */
 static rk_choice choice_of(const ropekv_variant *v) {
-    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout, v->op};
+    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout, v->op, v->norm};
 }
-_Static_assert(sizeof(rk_choice) == 7 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
+_Static_assert(sizeof(rk_choice) == 8 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
 
 /* How to fix a variant that spec s does not list: the other specs of the same L and R (loaded ones, then the
  * built-in ones) that list the whole choice on the context's target, named into out. Runs only on that
@@ -828,6 +828,11 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .fp8_tile_scales_at = d->scales_at,
         .fp8_tile_rope_at = d->rope_at,
         .row_bytes = d->row_bytes,
+        .norm = d->norm,
+        .norm_weight = d->norm == ROPEKV_NORM_NONE ? "" : rk_enum_name(&rk_norm_weight_enum, d->norm_weight),
+        .norm_eps = d->norm_eps,
+        .norm_rounding = d->norm == ROPEKV_NORM_NONE ? "" : rk_enum_name(&rk_norm_round_enum, d->norm_round),
+        .norm_matches = d->norm == ROPEKV_NORM_NONE ? "" : d->spec->norm.matches,
     };
     return ROPEKV_OK;
 }

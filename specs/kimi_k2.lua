@@ -34,5 +34,15 @@ return {
   -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
   kv_layouts = { "flat", "paged" },
   sanitize = true,
+  -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads
+  -- the raw kv_a projection's c_kv and caches it normalized; rms_out also writes the normalized c_kv (prefill's
+  -- up-projection reads it).
+  norms = { "none", "rms", "rms_out" },
+  kv_norm = {
+    weight = "bf16",
+    eps = 1e-6,
+    rounding = "twice",
+    matches = "HF DeepseekV3RMSNorm and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps))",
+  },
   targets = { "gfx942", "gfx950", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

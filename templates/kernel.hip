@@ -269,6 +269,68 @@ RK_DEVICE int in_row(int c) {
 template <class I>
 RK_DEVICE I kv_at(const args &a, I slot, int c) { return row_at<I>(a, slot, c >= L_CH) + in_row(c); }
 
+// ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
+// The sum of squares is the reference's tree: chunk sums p[c], then for d = L_CH/2, .., 1, p[c] + p[c ^ d]. The NG
+// lanes of a token's latent that share a wave take the steps d < NG by shuffles (rk_group_sum: the latent starts
+// at a multiple of the wave, and a token's lanes are a multiple of NG: chunk()); a lane takes the steps d >= NG
+// itself, from the chunks c ^ k NG it loads besides its own (wave32 targets with L_CH = 64: one more load). On the
+// host, where lanes run one after another, a lane sums the whole row.
+constexpr int NG = L_CH < RK_WAVE ? L_CH : RK_WAVE;
+constexpr int NCOL = L_CH / NG;  // chunks of the row a lane sums itself (on the GPUs)
+
+RK_DEVICE float sum_squares8(rk_v16 p) {
+    const f8 x = unpack_bf16(p);
+    float s = 0.0f;
+    for (int i = 0; i < V; i++) s = rk_fma(x.v[i], x.v[i], s);
+    return s;
+}
+
+// The tree's steps over p[0, n) (n a power of two): p[c] + p[c + d] for d = n/2, .., 1; the sum is p[0].
+RK_DEVICE float tree_sum(float *p, int n) {
+    for (int d = n / 2; d >= 1; d /= 2)
+        for (int c = 0; c < d; c++) p[c] = p[c] + p[c + d];
+    return p[0];
+}
+
+// r = 1 / sqrt(sum(x^2) / L + eps) of token t's latent row; own is chunk c's bits, already loaded.
+template <class I>
+RK_DEVICE float norm_factor(const args &a, I t, int c, rk_v16 own) {
+    const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
+#if defined(RK_HOST)
+    float p[L_CH];
+    for (int k = 0; k < L_CH; k++) p[k] = sum_squares8(k == c ? own : rk_load16(row + k * V));
+    const float sum = tree_sum(p, L_CH);
+#else
+    float p[NCOL];
+#pragma unroll
+    for (int m = 0; m < NCOL; m++) {
+        const int k = c % NG + m * NG;
+        p[m] = sum_squares8(k == c ? own : rk_load16_ro(row + k * V));
+    }
+    const float sum = rk_group_sum<NG>(tree_sum(p, NCOL));
+#endif
+    return 1.0f / rk_sqrt_rn(sum / (float)L + NORM_EPS);
+}
+
+// Chunk c of a latent row normalized: bf16(bf16(x * r) * w), or bf16(x * r * w) rounding once.
+RK_DEVICE rk_v16 norm8(const args &a, int c, rk_v16 raw, float r) {
+    f8 x = unpack_bf16(raw), w;
+    if (NORM_WEIGHT == NormWeight::bf16) {
+        w = unpack_bf16(rk_load16_ro((const rk_u16 *)a.norm_weight + c * V));
+    } else {
+        const rk_v16 lo = rk_load16_ro((const float *)a.norm_weight + c * V);
+        const rk_v16 hi = rk_load16_ro((const float *)a.norm_weight + c * V + 4);
+        const rk_u32 u[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        for (int i = 0; i < V; i++) w.v[i] = rk_bits_f32(u[i]);
+    }
+    for (int i = 0; i < V; i++) {
+        float y = x.v[i] * r;
+        if (NORM_ROUNDING == NormRounding::twice) y = rk_bits_f32(rk_bf16_sw(y) << 16);
+        x.v[i] = y * w.v[i];
+    }
+    return pack_bf16(x);
+}
+
 // fp8_tile rows: a tile of TILE values is TILE_CH chunks, on consecutive lanes of one wave (the copy
 // section starts at a multiple of the wave and a token's lanes are a multiple of TILE_CH: chunk()).
 constexpr int TILE_CH = TILE > 0 ? TILE / V : 1;
@@ -292,14 +354,17 @@ RK_DEVICE f8 tile_prep(f8 y) {
 }
 
 // The amax of chunk c's tile of token t's latent, own being the chunk's: the tile's lanes exchange
-// theirs (rk_group_max); on the host, where lanes run one after another, the lane reads its tile.
+// theirs (rk_group_max); on the host, where lanes run one after another, the lane reads its tile (and
+// normalizes it with the row's factor r).
 template <class I>
-RK_DEVICE float tile_amax(const args &a, I t, int c, float own) {
+RK_DEVICE float tile_amax(const args &a, I t, int c, float own, float r) {
 #if defined(RK_HOST)
     const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
     float m = 0.0f;
     for (int k = c / TILE_CH * TILE_CH; k < (c / TILE_CH + 1) * TILE_CH; k++) {
-        float x = amax8(tile_prep(unpack_bf16(rk_load16(row + k * V))));
+        rk_v16 p = rk_load16(row + k * V);
+        if (NORM != Norm::none) p = norm8(a, k, p, r);
+        float x = amax8(tile_prep(unpack_bf16(p)));
         m = x > m ? x : m;
     }
     (void)own;
@@ -308,6 +373,7 @@ RK_DEVICE float tile_amax(const args &a, I t, int c, float own) {
     (void)a;
     (void)t;
     (void)c;
+    (void)r;
     return rk_group_max<TILE_CH>(own);
 #endif
 }
@@ -339,9 +405,16 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     const bool nope = c < L_CH;
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
+    float r = 1.0f;  // the norm's factor
     if (nope) {
         gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
+        if (NORM != Norm::none) {  // from here on the row is the normalized one
+            r = norm_factor<I>(a, t, c, raw);
+            raw = norm8(a, c, raw, r);
+            if (NORM == Norm::rms_out && !(NEG == Neg::skip_all && slot < 0))
+                rk_store16_out((rk_u16 *)a.norm_out + t * (I)a.norm_out_st + c * V, raw);
+        }
         y = unpack_bf16(raw);
     } else {
         f8 unused;
@@ -349,7 +422,7 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     }
     if (KV == Kv::fp8_tile && nope) {
         y = tile_prep(y);
-        k_scale = tile_scale(tile_amax<I>(a, t, c, amax8(y)));
+        k_scale = tile_scale(tile_amax<I>(a, t, c, amax8(y), r));
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     if (slot < a.min_slot || slot >= a.kv_rows) return;

@@ -22,6 +22,9 @@ enum class Layout { flat, paged, split };
 enum class Op { write, read };
 enum class TileScale { f32, pow2 };
 enum class ReadNeg { zero, skip };
+enum class Norm { none, rms, rms_out };
+enum class NormWeight { bf16, f32 };
+enum class NormRounding { twice, once };
 
 constexpr int L = ${kv_lora_rank};                // kv_lora_rank
 constexpr int R = ${rope_dim};                    // qk_rope_head_dim
@@ -47,4 +50,8 @@ constexpr TileScale TILE_SCALE = TileScale::${tile_scale};  // fp8_tile row: sca
 constexpr int SCALES_AT = ${scales_at};           // fp8_tile row: byte offset of the float32 tile scales
 constexpr int ROPE_AT = ${rope_at};               // fp8_tile row: byte offset of the bf16 rope part
 constexpr ReadNeg READ_NEG = ReadNeg::${read_negative_slot};  // read: a row without a valid slot
+constexpr Norm NORM = Norm::${norm};              // the fused kv_a RMSNorm of c_kv (rms_out: also written out)
+constexpr NormWeight NORM_WEIGHT = NormWeight::${norm_weight};  // its weight's dtype
+constexpr float NORM_EPS = ${norm_eps};           // its eps
+constexpr NormRounding NORM_ROUNDING = NormRounding::${norm_rounding};  // bf16(bf16(x * r) * w) or bf16(x * r * w)
 }  // namespace rkp

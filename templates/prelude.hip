@@ -196,30 +196,61 @@ RK_DEVICE void rk_unpack_fp8(rk_u32 pair, float *lo, float *hi) {
 }
 
 #if !defined(RK_HOST)
-// The max of v over each aligned group of N consecutive lanes of a wave (N a power of two, at most 32),
-// through register shuffles: every lane of a group calls it at the same point. (The host runs lanes
+// The max (SUM false) or the sum (SUM true) of v over each aligned group of N consecutive lanes of a wave (N a
+// power of two, at most the wave), through register shuffles: every lane of a group calls it at the same point.
+// The steps run m = N/2, .., 1, each lane combining its value with lane ^ m's: a sum is the pairwise tree
+// gen/ref.c defines for the RMSNorm, the same in every lane (f32 addition is commutative). (The host runs lanes
 // one after another and has no such exchange: its kernels read what they need themselves.)
-template <int N>
-RK_DEVICE float rk_group_max(float v) {
+template <int N, bool SUM>
+RK_DEVICE float rk_group_reduce(float v) {
 #if defined(RK_NV)
     const rk_u32 lane = threadIdx.x & 31u;
-    const rk_u32 mask = N == 32 ? 0xffffffffu : ((1u << N) - 1u) << (lane & ~(rk_u32)(N - 1));
+    const rk_u32 mask = N == 32 ? 0xffffffffu : ((1u << (N % 32)) - 1u) << (lane & ~(rk_u32)(N - 1));
 #pragma unroll
     for (int m = N / 2; m > 0; m /= 2) {
         float o = __shfl_xor_sync(mask, v, m, N);
-        v = o > v ? o : v;
+        v = SUM ? v + o : o > v ? o : v;
     }
 #else
     const int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
 #pragma unroll
     for (int m = N / 2; m > 0; m /= 2) {  // ds_bpermute: a cross-lane read, no LDS storage
         float o = rk_bits_f32((rk_u32)__builtin_amdgcn_ds_bpermute((lane ^ m) << 2, (int)rk_f32_bits(v)));
-        v = o > v ? o : v;
+        v = SUM ? v + o : o > v ? o : v;
     }
 #endif
     return v;
 }
+template <int N>
+RK_DEVICE float rk_group_max(float v) { return rk_group_reduce<N, false>(v); }
+template <int N>
+RK_DEVICE float rk_group_sum(float v) { return rk_group_reduce<N, true>(v); }
 #endif
+
+// sqrt(x), correctly rounded (IEEE), as the reference's sqrtf: __fsqrt_rn on NVIDIA, the host's sqrtf. On AMD the
+// f32 square root is not correctly rounded under every compiler this project builds with (v_sqrt_f32 alone is
+// 1 ulp), so the result moves to the float whose rounding interval holds sqrt(x): the interval's ends, midpoints
+// of neighbouring floats, have 25 significant bits and square exactly in double. (0, negative, NaN and inf
+// inputs keep the compiler's result.)
+RK_DEVICE float rk_sqrt_rn(float x) {
+#if defined(RK_NV)
+    return __fsqrt_rn(x);
+#elif defined(RK_HOST)
+    return __builtin_sqrtf(x);
+#else
+    float y = __builtin_sqrtf(x);
+    if (!(x > 0.0f) || !(y < 3.0e38f)) return y;
+    const double xd = (double)x;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {  // the approximation is within 2 ulp
+        const float down = rk_bits_f32(rk_f32_bits(y) - 1u), up = rk_bits_f32(rk_f32_bits(y) + 1u);
+        const double lo = ((double)y + (double)down) * 0.5, hi = ((double)y + (double)up) * 0.5;
+        if (lo * lo > xd) y = down;
+        else if (hi * hi < xd) y = up;
+    }
+    return y;
+#endif
+}
 
 RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
 RK_DEVICE rk_v8 rk_load8(const void *p) { return *(const rk_v8 *)p; }

@@ -193,7 +193,8 @@ static ropekv_variant variant_of(const rk_desc *d) {
                             .slots = c.slot,
                             .q_dtype = c.q_dtype,
                             .layout = c.layout,
-                            .op = c.op};
+                            .op = c.op,
+                            .norm = c.norm};
 }
 
 typedef struct conf_variant {
@@ -339,10 +340,10 @@ static const rk_cuda_api *cu;
  * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
  * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
  * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
-#define LATE_MAX 11 /* rows of late_copy's table (the 11 in LATE_SRC): one per rk_check buffer */
+#define LATE_MAX 13 /* rows of late_copy's table (the 13 in LATE_SRC): one per rk_check buffer */
 _Static_assert(RK_CHECK_NBUF <= LATE_MAX, "late_copy's table holds every rk_check buffer");
 static const char LATE_SRC[] =
-    "struct late { unsigned long long dst[11], src[11], n[11]; long long count, spin; };\n"
+    "struct late { unsigned long long dst[13], src[13], n[13]; long long count, spin; };\n"
     "extern \"C\" __global__ void late_copy(const late a) {\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
@@ -506,7 +507,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
     }
     rk_args d = *a;
-    uint64_t p[15] = {
+    uint64_t p[17] = {
         rebase(a->q_nope, b, dev),
         rebase(a->q_pe, b, dev),
         rebase(a->q_out, b, dev),
@@ -522,8 +523,10 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         a->kv_rope_cache ? rebase(a->kv_rope_cache, b, dev) : 0,
         rebase(a->out, b, dev),
         rebase(a->out_rope, b, dev),
+        rebase(a->norm_weight, b, dev),
+        rebase(a->norm_out, b, dev),
     };
-    for (int i = 0; i < 15; i++)
+    for (int i = 0; i < 17; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
             rc = ROPEKV_ERR_IO;
@@ -544,6 +547,8 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.kv_rope_cache = (void *)(uintptr_t)p[12];
     d.out = (void *)(uintptr_t)p[13];
     d.out_rope = (void *)(uintptr_t)p[14];
+    d.norm_weight = (const void *)(uintptr_t)p[15];
+    d.norm_out = (void *)(uintptr_t)p[16];
 
     /* The launch geometry as the runtime computes it; the 64-bit entry is needed once a chunk index or an
      * element offset can pass 2^31 - 1 (bytes bound elements from above): the entry the backend table

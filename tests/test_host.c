@@ -51,7 +51,8 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     rk_desc d;
     assert_int_equal(rk_desc_make(rk_catalog_find(&cat, "deepseek_v3"), rk_arch_find(&cat.archs, "host"),
                                   &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
-                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                               ROPEKV_NORM_NONE},
                                   &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};

@@ -189,7 +189,8 @@ static void test_bindings_are_named(void **state) {
     rk_err err = {0};
     assert_int_equal(rk_desc_make(s, a,
                                   &(rk_choice){ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32,
-                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                               ROPEKV_NORM_NONE},
                                   &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
@@ -216,20 +217,23 @@ static void test_desc_listed(void **state) {
     const rk_arch *sm90 = rk_arch_find(&f->cat.archs, "sm_90");
     assert_int_equal(rk_desc_listed(s, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
-                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_NONE},
                                     &d, &err),
                      ROPEKV_OK);
     assert_string_equal(d.key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64");
     assert_int_equal(rk_desc_listed(s, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_INPLACE, ROPEKV_INDEX_INT32,
-                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_NONE},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists q_forms {absorbed, zero_copy, none}, not inplace"));
     const rk_spec *mini = rk_catalog_find(&f->cat, "minicpm3_4b");
     assert_int_equal(rk_desc_listed(mini, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32,
-                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_NONE},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
@@ -238,18 +242,21 @@ static void test_desc_listed(void **state) {
     snprintf(narrow.targets[0], sizeof narrow.targets[0], "gfx942");
     assert_int_equal(rk_desc_listed(&narrow, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
-                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_NONE},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "does not list target sm_90"));
     assert_int_equal(rk_desc_make(s, sm90,
                                   &(rk_choice){(ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
-                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                               ROPEKV_NORM_NONE},
                                   &d, &err),
                      ROPEKV_ERR_ARG);
     assert_int_equal(rk_desc_make(s, sm90,
                                   &(rk_choice){ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64,
-                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE},
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                               ROPEKV_NORM_NONE},
                                   &d, &err),
                      ROPEKV_ERR_ARG);
 }

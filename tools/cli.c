@@ -17,7 +17,7 @@
 #include "check.h"
 #include "ropekv.h"
 
-#define MAX_VARIANTS (RK_MAX_SPECS * 64)
+#define MAX_VARIANTS (RK_MAX_SPECS * 256)
 
 typedef struct opts {
     const char *extra_specs[16];
@@ -385,7 +385,7 @@ static int bundle_target(const opts *o, const rk_arch *a, const char *target, co
         if ((s = ropekv_load_spec(c, o->extra_specs[i])) != ROPEKV_OK) failed = 1;
     for (int i = 0; i < n && !failed; i++) {
         const rk_choice ch = rk_desc_choice(&v[i]);
-        ropekv_variant rv = {v[i].spec->name, ch.kv, ch.q, ch.pos, ch.slot, ch.q_dtype, ch.layout, ch.op};
+        ropekv_variant rv = {v[i].spec->name, ch.kv, ch.q, ch.pos, ch.slot, ch.q_dtype, ch.layout, ch.op, ch.norm};
         ropekv_kernel *k = NULL;
         s = ropekv_kernel_get(c, &rv, &k);
         if (s == ROPEKV_OK) s = ropekv_kernel_prepare(k, ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64);

@@ -36,10 +36,12 @@ typedef struct set {
     uint8_t *kv, *kv_rope;   /* cache rows (split layout: the latent parts; the rope parts) */
     void *pos, *slots, *cos, *sin;
     float *k_scale, *q_scale;
+    void *norm_w;       /* the fused norm's weight [L] (bf16 or f32) */
+    uint16_t *norm_out; /* rms_out: [K, L+pad] bf16 */
 } set;
 
 typedef struct sizes {
-    int64_t q, k, q_out, kv, kv_rope, pos, slots, cos, sin; /* bytes */
+    int64_t q, k, q_out, kv, kv_rope, pos, slots, cos, sin, norm_w, norm_out; /* bytes */
 } sizes;
 
 static void *dup(const void *p, size_t n) {
@@ -60,6 +62,8 @@ static void set_free(set *s) {
     free(s->sin);
     free(s->k_scale);
     free(s->q_scale);
+    free(s->norm_w);
+    free(s->norm_out);
     memset(s, 0, sizeof *s);
 }
 
@@ -75,8 +79,10 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     d->sin = dup(s->sin, z->sin);
     d->k_scale = dup(s->k_scale, sizeof(float));
     d->q_scale = dup(s->q_scale, sizeof(float));
+    d->norm_w = dup(s->norm_w, z->norm_w);
+    d->norm_out = dup(s->norm_out, z->norm_out);
     return d->q && d->k && d->q_out && d->kv && d->kv_rope && d->pos && d->slots && d->cos && d->sin && d->k_scale &&
-                   d->q_scale
+                   d->q_scale && d->norm_w && d->norm_out
                ? 0
                : -1;
 }
@@ -167,6 +173,11 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
         a->out_rope = two ? s->q_out + T * a->out_st : NULL;
         a->out_rope_st = two ? R + sh->pad : 0;
     }
+    if (v->norm != ROPEKV_NORM_NONE) a->norm_weight = s->norm_w;
+    if (v->norm == ROPEKV_NORM_RMS_OUT) {
+        a->norm_out = s->norm_out;
+        a->norm_out_st = L + sh->pad;
+    }
     int64_t total, blocks;
     rk_launch_plan(v, a, &total, &blocks);
 }
@@ -217,6 +228,8 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
         .slots = Kb * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
         .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
+        .norm_w = v->norm == ROPEKV_NORM_NONE ? 0 : L * (v->norm_weight == RK_NW_F32 ? 4 : 2),
+        .norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? Kb * (L + pad) * 2 : 0,
     };
     return z;
 }
@@ -237,6 +250,8 @@ void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CH
         [RK_CHECK_SIN] = {"sin", (void *)a->sin, z.sin, 0},
         [RK_CHECK_K_SCALE] = {"k_scale", (void *)a->k_scale, (int64_t)sizeof(float), 0},
         [RK_CHECK_Q_SCALE] = {"q_scale", (void *)a->q_scale, (int64_t)sizeof(float), 0},
+        [RK_CHECK_NORM_W] = {"norm_weight", (void *)a->norm_weight, z.norm_w, 0},
+        [RK_CHECK_NORM_OUT] = {"norm_out", a->norm_out, z.norm_out, 1},
     };
     memcpy(out, b, sizeof b);
 }
@@ -302,6 +317,35 @@ static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64
                                                                   : (float)(j % 5) * 0.5f - 1.0f);
 }
 
+/* The fused norm's weight: values around 1 as trained weights are, some negative, some tiny; an f32 weight with
+ * bits below bf16's (so a kernel that rounds it, or the product, early is caught). */
+static void fill_norm_weight(const rk_desc *v, set *s, rk_rng *r) {
+    if (v->norm == ROPEKV_NORM_NONE) return;
+    for (int j = 0; j < v->L; j++) {
+        float w = uniform(r, 0.25f, 2.0f);
+        if (rk_rng_next(r) % 8 == 0) w = -w;
+        if (rk_rng_next(r) % 16 == 0) w *= 1e-3f;
+        if (v->norm_weight == RK_NW_F32) ((float *)s->norm_w)[j] = w;
+        else ((uint16_t *)s->norm_w)[j] = rk_f32_to_bf16(w);
+    }
+}
+
+/* The fused norm's edge rows, planted in the first KV tokens: token 0 all zeros (sum 0: r = 1 / sqrt(eps)),
+ * token 1 values whose squares overflow f32 (sum inf: r = 0), token 2 one large value among small ones (the
+ * sum's order decides its low bits), token 3 bf16 subnormals. */
+static void plant_norm_cases(const rk_desc *v, const rk_shape *sh, set *s, int64_t row_elems) {
+    const int64_t K = kv_tokens_of(v, sh);
+    if (v->norm == ROPEKV_NORM_NONE) return;
+    for (int64_t t = 0; t < K && t < 4; t++)
+        for (int64_t j = 0; j < v->L; j++) {
+            uint16_t *x = &s->k[t * row_elems + j];
+            if (t == 0) *x = j % 3 ? 0x0000 : 0x8000;
+            else if (t == 1) *x = rk_f32_to_bf16(j % 2 ? 3e19f : -2e19f);
+            else if (t == 2) *x = rk_f32_to_bf16(j == 37 ? 4096.0f : (float)(j % 9) * 0.001f + 0.0001f);
+            else *x = (uint16_t)(0x0001 + (j % 7) * 0x9 + (j % 2) * 0x8000);
+        }
+}
+
 /* The read-back op's cache: every byte random (fp8 NaN codes and bf16 specials included), then each row's
  * fp8_tile scales set to scales an engine writes (mostly in [2^-10, 2), some FLT_MIN). */
 static void fill_read_cache(const rk_desc *v, const rk_args *a, set *s, const sizes *z, rk_rng *r) {
@@ -343,8 +387,10 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     ref.sin = malloc(z.sin ? z.sin : 1);
     ref.k_scale = malloc(sizeof(float));
     ref.q_scale = malloc(sizeof(float));
+    ref.norm_w = malloc(z.norm_w ? (size_t)z.norm_w : 1);
+    ref.norm_out = malloc(z.norm_out ? (size_t)z.norm_out : 1);
     if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.kv_rope || !ref.pos || !ref.slots || !ref.cos || !ref.sin ||
-        !ref.k_scale || !ref.q_scale) {
+        !ref.k_scale || !ref.q_scale || !ref.norm_w || !ref.norm_out) {
         snprintf(why, why_cap, "out of memory");
         goto out;
     }
@@ -353,6 +399,8 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     memset(ref.q_out, 0xa5, (size_t)z.q_out);
     memset(ref.kv, 0x5a, (size_t)z.kv);
     memset(ref.kv_rope, 0x3c, z.kv_rope ? (size_t)z.kv_rope : 1);
+    memset(ref.norm_out, 0x6b, z.norm_out ? (size_t)z.norm_out : 1);
+    fill_norm_weight(v, &ref, &r);
     *ref.k_scale = sh->k_scale;
     *ref.q_scale = sh->q_scale != 0.0f ? sh->q_scale : 1.0f;
     /* positions: in range, at both ends, and out of range (clamped) */
@@ -395,6 +443,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     }
     plant_fma_witness(v, sh, &ref, q_st_of(v, sh), row_elems);
     plant_tile_cases(v, sh, &ref, row_elems);
+    plant_norm_cases(v, sh, &ref, row_elems);
     rk_args a;
     args_for(v, sh, &ref, &a);
     if (v->op == ROPEKV_OP_READ) fill_read_cache(v, &a, &ref, &z, &r);
@@ -413,7 +462,8 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
                  v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2, why, why_cap) ||
          compare("q (in place)", ref.q, ker.q, z.q, 2, why, why_cap) ||
          compare("kv_cache", ref.kv, ker.kv, z.kv, kv_elem, why, why_cap) ||
-         compare("kv_rope_cache", ref.kv_rope, ker.kv_rope, z.kv_rope, kv_elem, why, why_cap);
+         compare("kv_rope_cache", ref.kv_rope, ker.kv_rope, z.kv_rope, kv_elem, why, why_cap) ||
+         compare("norm_out", ref.norm_out, ker.norm_out, z.norm_out, 2, why, why_cap);
 out:
     set_free(&ref);
     set_free(&ker);

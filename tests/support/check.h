@@ -61,11 +61,13 @@ enum {
     RK_CHECK_SIN, /* 0 bytes with an f32_cat table */
     RK_CHECK_K_SCALE,
     RK_CHECK_Q_SCALE,
+    RK_CHECK_NORM_W,   /* the fused norm's weight [L]; 0 bytes without the norm */
+    RK_CHECK_NORM_OUT, /* rms_out: the normalized c_kv [kv_tokens, L+pad] bf16 (compared); else 0 bytes */
     RK_CHECK_NBUF
 };
 typedef struct rk_check_buf {
     const char *name; /* "q", "k", "q_out", "kv_cache", "kv_rope_cache", "positions", "slots", "cos", "sin",
-                         "k_scale", "q_scale" */
+                         "k_scale", "q_scale", "norm_weight", "norm_out" */
     void *host;       /* start of the buffer */
     int64_t bytes;
     int compared; /* 1: rk_check compares it after the run (q, q_out, kv_cache): copy it back */
