@@ -48,7 +48,7 @@ int rk_oracle_open(rk_oracle *o, char *why, size_t cap) {
         ropekv_variant v = VARIANTS[i].v;
         v.spec = VARIANTS[i].spec;
         o->var[i].v = v;
-        rk_choice c = {v.kv, v.q, v.positions, v.slots, v.q_dtype, v.layout, v.op};
+        rk_choice c = {v.kv, v.q, v.positions, v.slots, v.q_dtype, v.layout, v.op, v.norm};
         if (rk_desc_make(rk_catalog_find(&o->cat, v.spec), host, &c, &o->var[i].d, &err) != ROPEKV_OK) {
             snprintf(why, cap, "variant %d: %s", i, err.msg);
             return -1;
