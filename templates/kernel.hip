@@ -302,27 +302,29 @@ RK_DEVICE float norm_factor(const args &a, I t, int c, rk_v16 own) {
     const float sum = tree_sum(p, L_CH);
 #else
     float p[NCOL];
+    const int mine = (c / NG) & (NCOL - 1);  // c < L_CH: the compiler sees a single chunk needs no load
 #pragma unroll
-    for (int m = 0; m < NCOL; m++) {
-        const int k = c % NG + m * NG;
-        p[m] = sum_squares8(k == c ? own : rk_load16_ro(row + k * V));
-    }
+    for (int m = 0; m < NCOL; m++)
+        p[m] = sum_squares8(m == mine ? own : rk_load16_ro(row + (c % NG + m * NG) * V));
     const float sum = rk_group_sum<NG>(tree_sum(p, NCOL));
 #endif
     return 1.0f / rk_sqrt_rn(sum / (float)L + NORM_EPS);
 }
 
-// Chunk c of a latent row normalized: bf16(bf16(x * r) * w), or bf16(x * r * w) rounding once.
-RK_DEVICE rk_v16 norm8(const args &a, int c, rk_v16 raw, float r) {
-    f8 x = unpack_bf16(raw), w;
-    if (NORM_WEIGHT == NormWeight::bf16) {
-        w = unpack_bf16(rk_load16_ro((const rk_u16 *)a.norm_weight + c * V));
-    } else {
-        const rk_v16 lo = rk_load16_ro((const float *)a.norm_weight + c * V);
-        const rk_v16 hi = rk_load16_ro((const float *)a.norm_weight + c * V + 4);
-        const rk_u32 u[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        for (int i = 0; i < V; i++) w.v[i] = rk_bits_f32(u[i]);
-    }
+// The weight of chunk c, as floats.
+RK_DEVICE f8 norm_weight8(const args &a, int c) {
+    f8 w;
+    if (NORM_WEIGHT == NormWeight::bf16) return unpack_bf16(rk_load16_ro((const rk_u16 *)a.norm_weight + c * V));
+    const rk_v16 lo = rk_load16_ro((const float *)a.norm_weight + c * V);
+    const rk_v16 hi = rk_load16_ro((const float *)a.norm_weight + c * V + 4);
+    const rk_u32 u[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    for (int i = 0; i < V; i++) w.v[i] = rk_bits_f32(u[i]);
+    return w;
+}
+
+// A chunk of a latent row normalized, w its weight: bf16(bf16(x * r) * w), or bf16(x * r * w) rounding once.
+RK_DEVICE rk_v16 norm8(rk_v16 raw, const f8 &w, float r) {
+    f8 x = unpack_bf16(raw);
     for (int i = 0; i < V; i++) {
         float y = x.v[i] * r;
         if (NORM_ROUNDING == NormRounding::twice) y = rk_bits_f32(rk_bf16_sw(y) << 16);
@@ -363,7 +365,7 @@ RK_DEVICE float tile_amax(const args &a, I t, int c, float own, float r) {
     float m = 0.0f;
     for (int k = c / TILE_CH * TILE_CH; k < (c / TILE_CH + 1) * TILE_CH; k++) {
         rk_v16 p = rk_load16(row + k * V);
-        if (NORM != Norm::none) p = norm8(a, k, p, r);
+        if (NORM != Norm::none) p = norm8(p, norm_weight8(a, k), r);
         float x = amax8(tile_prep(unpack_bf16(p)));
         m = x > m ? x : m;
     }
@@ -410,8 +412,9 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
         gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
         if (NORM != Norm::none) {  // from here on the row is the normalized one
+            const f8 w = norm_weight8(a, c);  // loaded beside the row, not after its sum
             r = norm_factor<I>(a, t, c, raw);
-            raw = norm8(a, c, raw, r);
+            raw = norm8(raw, w, r);
             if (NORM == Norm::rms_out && !(NEG == Neg::skip_all && slot < 0))
                 rk_store16_out((rk_u16 *)a.norm_out + t * (I)a.norm_out_st + c * V, raw);
         }

@@ -2,6 +2,7 @@
  * whatever targets the spec lists, built for
  *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90 with nvrtc;
  *   sm_100, sm_103, sm_120 with nvrtc, a representative set (blackwell_representative)
+ * (the fused-norm shapes: a representative set on every target, rk_build_norm_sample)
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
  * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
@@ -93,11 +94,12 @@ static int blackwell_representative(const rk_desc *shapes, int i) {
     for (int j = 0; j < i; j++) {
         const rk_desc *u = &shapes[j];
         if (u->spec == v->spec && u->kv == v->kv && u->q == v->q && u->q_dtype == v->q_dtype &&
-            u->layout == v->layout && u->op == v->op)
+            u->layout == v->layout && u->op == v->op && u->norm == v->norm)
             return 0;
     }
     return 1;
 }
+
 
 /* A device's compute capability picks its row (runtime.c: the newest sm_XY row not newer than the
  * device's "sm_%d%d"): a compile-only cuda context for each device target builds a DeepSeek-V3 kernel,
@@ -302,6 +304,7 @@ static int setup(void **state) {
         if (!g_have[TARGETS[t].cc]) continue;
         for (int i = 0; i < k; i++) {
             if (TARGETS[t].representative && !blackwell_representative(tmp, i)) continue;
+            if (!rk_build_norm_sample(tmp, i)) continue;
             g_retargeted++;
             int dup = 0;
             for (int j = 0; j < g_n && !dup; j++) dup = !strcmp(g_items[j].v.name, tmp[i].name);
@@ -445,7 +448,7 @@ static void test_retarget(void **state) {
             writes += sp->ops[o] == ROPEKV_OP_WRITE;
             reads += sp->ops[o] == ROPEKV_OP_READ;
         }
-        shapes += sp->n_kv * sp->n_slot * sp->n_layout * (writes * forms * sp->n_pos + reads);
+        shapes += sp->n_kv * sp->n_slot * sp->n_layout * (writes * forms * sp->n_pos * sp->n_norms + reads);
     }
     assert_int_equal(g_shapes, shapes);
     const rk_arch *a = rk_arch_find(&g_cat.archs, "gfx1100");

@@ -687,6 +687,7 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         }
         for (int i = 0; i < k; i++) {
             if (o->filter && !strstr(shapes[i].key, o->filter)) continue;
+            if (!rk_build_norm_sample(shapes, i)) continue; /* test_matrix's set */
             int dup = 0; /* identical kernels (same name) are built once, as in test_matrix */
             for (int j = 0; j < n && !dup; j++) dup = !strcmp(items[j].v.name, shapes[i].name);
             if (dup) continue;
