@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "build.h"
 #include "compilers.h"
 #include "host_compile.h"
 #include "rk.h"
@@ -134,8 +135,8 @@ static void host_check_lost(void *ctx, int i, void *result, int pid, const char 
     snprintf(r->why, sizeof r->why, "%s", why);
 }
 
-/* Every variant of every built-in spec, once per distinct host kernel (host_signature), checked by as many
- * worker processes as there are CPUs. */
+/* Every variant of every built-in spec (the other rows' fused-norm variants by rk_build_norm_sample), once per
+ * distinct host kernel (host_signature), checked by as many worker processes as there are CPUs. */
 static void test_every_variant_matches_reference(void **state) {
     (void)state;
     static rk_catalog cat;
@@ -151,6 +152,10 @@ static void test_every_variant_matches_reference(void **state) {
         for (int i = 0; i < n; i++) {
             char sig[256];
             total++;
+            /* the host row's variants all (what `ropekv-gen selftest` runs); the other rows' fused-norm
+             * variants by the sample test_matrix compiles: on the host the norm sums the whole row whatever
+             * the wave, and the q form, index types and layout are the norm-none kernels' code */
+            if (strcmp(v[i].arch->name, "host") != 0 && !rk_build_norm_sample(v, i)) continue;
             host_signature(&v[i], sig, sizeof sig);
             int dup = 0;
             for (int k = 0; k < distinct && !dup; k++) dup = !strcmp(seen[k], sig);

@@ -94,9 +94,10 @@ typedef struct rk_build_item {
  * rk_variants order. Returns the count, or -1 when cap is too small. */
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
-/* 1 when shape i of shapes (rk_build_retarget's order) is in the set the compile matrix and the ISA baseline
- * build: every norm-none shape, and of the fused-norm shapes (norm rms, rms_out) every spec x kv dtype x norm x
- * q dtype once, at the first q form, index types and layout the spec lists. The norm's code is the latent
+/* 1 when shape i of shapes (rk_build_retarget's or rk_variants' order) is in the set the compile matrix, the ISA
+ * baseline and test_host's other rows build: every norm-none shape, and of the fused-norm shapes (norm rms,
+ * rms_out) every spec x target x kv dtype x norm x q dtype once, at the first q form, index types and layout the
+ * spec lists. The norm's code is the latent
  * lanes' (the extra loads and shuffles of the sum, the weight, the rounding) and meets the row format (fp8
  * scale, fp8_tile's group max, sanitize) and the wave, which these cover on every row; the q form, index types
  * and layout choose other lanes' code, which the norm-none shapes build in every combination. */
