@@ -19,6 +19,23 @@
 #include "build.h"
 #include "clang.h"
 
+/* The generated kernels take rk_args by value: the metadata built here and the real code object take a block of
+ * its size (derived, so that a field added to templates/args.h changes nothing here), then the 256-byte hidden
+ * block of code object v5. */
+#define ARGS ((unsigned)sizeof(rk_args))
+#define KERNARG (ARGS + 256)
+_Static_assert(sizeof(rk_args) % 8 == 0 && sizeof(rk_args) >= 256, "rk_args: a block of longs, two bytes of size");
+
+/* printf into a static buffer: a message that names rk_args' size. */
+static const char *fmt(const char *f, ...) {
+    static char b[256];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(b, sizeof b, f, ap);
+    va_end(ap);
+    return b;
+}
+
 /* ---- a MessagePack writer for the tests ------------------------------------------------------------ */
 typedef struct wbuf {
     unsigned char b[8192];
@@ -74,7 +91,7 @@ static void kv_uint(wbuf *w, const char *k, uint64_t v) {
     w_uint(w, v);
 }
 
-/* The metadata of one kernel taking a 360-byte by-value argument, as clang writes it (plus one key the
+/* The metadata of one kernel taking an rk_args-sized by-value argument, as clang writes it (plus one key the
  * reader does not know, holding nested containers and every scalar type). */
 static void w_kernel(wbuf *w, const char *name, unsigned wave) {
     char sym[64];
@@ -84,16 +101,16 @@ static void w_kernel(wbuf *w, const char *name, unsigned wave) {
     w_arr(w, 2);
     w_map(w, 4);
     kv_uint(w, ".offset", 0);
-    kv_uint(w, ".size", 360);
+    kv_uint(w, ".size", ARGS);
     kv_str(w, ".value_kind", "by_value");
     kv_str(w, ".name", "a");
     w_map(w, 3);
-    kv_uint(w, ".offset", 360);
+    kv_uint(w, ".offset", ARGS);
     kv_uint(w, ".size", 4);
     kv_str(w, ".value_kind", "hidden_block_count_x");
     kv_uint(w, ".group_segment_fixed_size", 0);
     kv_uint(w, ".kernarg_segment_align", 8);
-    kv_uint(w, ".kernarg_segment_size", 616);
+    kv_uint(w, ".kernarg_segment_size", KERNARG);
     kv_uint(w, ".max_flat_workgroup_size", 256);
     kv_str(w, ".name", name);
     kv_uint(w, ".private_segment_fixed_size", 0);
@@ -395,7 +412,7 @@ static void test_read_built(void **state) {
     assert_ptr_equal(rk_amd_kernel_find(&c, "kern"), &c.kernels[0]);
     assert_null(rk_amd_kernel_find(&c, "ker"));
     assert_string_equal(k->symbol, "kern_i64.kd");
-    assert_int_equal(k->kernarg_size, 616);
+    assert_int_equal(k->kernarg_size, KERNARG);
     assert_int_equal(k->kernarg_align, 8);
     assert_int_equal(k->max_flat_wg, 256);
     assert_int_equal(k->wave, 64);
@@ -410,9 +427,9 @@ static void test_read_built(void **state) {
     assert_int_equal(k->n_args, 2);
     assert_string_equal(k->args[0].value_kind, "by_value");
     assert_string_equal(k->args[0].name, "a");
-    assert_int_equal(k->args[0].size, 360);
+    assert_int_equal(k->args[0].size, ARGS);
     assert_string_equal(k->args[1].value_kind, "hidden_block_count_x");
-    assert_int_equal(k->args[1].offset, 360);
+    assert_int_equal(k->args[1].offset, ARGS);
     assert_string_equal(k->args[1].name, "");
 
     /* The note truncated at every byte: an error each time, never a read past it (ASan). */
@@ -641,10 +658,10 @@ static void test_target_ids(void **state) {
 }
 
 /* ---- a real code object --------------------------------------------------------------------------------- */
-/* Two entries taking one 360-byte block by value (rk_args' size), as the generated kernels do; the
- * second reads the work-group size, which gives it the code object v5 hidden arguments. */
+/* Two entries taking one block of rk_args' size by value, as the generated kernels do; the second reads the
+ * work-group size, which gives it the code object v5 hidden arguments. %u: the block's longs. */
 static const char k_real[] =
-    "struct blk { long a[45]; };\n"
+    "struct blk { long a[%u]; };\n"
     "extern \"C\" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, 256)))\n"
     "void kern(blk b) { if (b.a[0]) ((long *)b.a[1])[__builtin_amdgcn_workgroup_id_x()] = b.a[2]; }\n"
     "extern \"C\" __attribute__((global)) void kern_i64(blk b) {\n"
@@ -660,7 +677,9 @@ static void test_read_real(void **state) {
     }
     rk_codeobj co;
     rk_buf log = {0};
-    int rc = rk_clang_compile(k_real, strlen(k_real), "gfx942", NULL, &co, &log);
+    char src[sizeof k_real + 16];
+    snprintf(src, sizeof src, k_real, ARGS / 8);
+    int rc = rk_clang_compile(src, strlen(src), "gfx942", NULL, &co, &log);
     if (rc != ROPEKV_OK) fail_msg("clang gfx942: %d: %s", rc, log.p ? log.p : "");
     rk_amd_code c;
     char why[256];
@@ -677,8 +696,8 @@ static void test_read_real(void **state) {
     assert_int_equal(k->n_args, 1);
     assert_string_equal(k->args[0].value_kind, "by_value");
     assert_int_equal(k->args[0].offset, 0);
-    assert_int_equal(k->args[0].size, 360);
-    assert_int_equal(k->kernarg_size, 360);
+    assert_int_equal(k->args[0].size, ARGS);
+    assert_int_equal(k->kernarg_size, ARGS);
     assert_int_equal(k->kernarg_align, 8);
     assert_int_equal(k->max_flat_wg, 256);
     assert_int_equal(k->wave, 64);
@@ -689,7 +708,7 @@ static void test_read_real(void **state) {
     assert_non_null(h);
     assert_int_equal(h->max_flat_wg, 1024);
     assert_true(h->n_args > 1);
-    assert_int_equal(h->kernarg_size, 360 + 256); /* v5: the whole 256-byte hidden block */
+    assert_int_equal(h->kernarg_size, KERNARG); /* v5: the whole 256-byte hidden block */
     print_message("gfx942: kern %d vgprs, %d sgprs, %lld bytes; kern_i64 %d args, kernarg %u bytes\n", k->vgpr, k->sgpr,
                   (long long)k->code_size, h->n_args, h->kernarg_size);
     char compat[256];
@@ -747,7 +766,6 @@ static void test_abi_check(void **state) {
     memset(&d, 0, sizeof d);
     d.arch = &gfx942;
     snprintf(d.name, sizeof d.name, "kern");
-    assert_int_equal(sizeof(rk_args), 360); /* the metadata built here takes 360 bytes */
 
     /* the code object built here: gfx942, every feature any, both entries, v5 */
     wbuf m = {0};
@@ -760,8 +778,9 @@ static void test_abi_check(void **state) {
     if (!rk_amd_abi_check(&c, &d, why, sizeof why)) fail_msg("%s", why);
     char facts[256];
     rk_amd_abi_facts(&c.kernels[0], facts, sizeof facts);
-    assert_string_equal(facts, "kernarg 616 bytes, align 8; explicit arg: by_value at 0, 360 bytes; 1 hidden; wave 64; "
-                               "max flat work group 256");
+    assert_string_equal(facts, fmt("kernarg %u bytes, align 8; explicit arg: by_value at 0, %u bytes; 1 hidden; wave "
+                                   "64; max flat work group 256",
+                                   KERNARG, ARGS));
     /* for another row, another processor or a restricted feature: no */
     d.arch = &gfx950;
     assert_int_equal(rk_amd_abi_check(&c, &d, why, sizeof why), 0);
@@ -787,14 +806,14 @@ static void test_abi_check(void **state) {
     rk_amd_kernel k = good;
     assert_int_equal(rk_amd_abi_check_kernel(&k, 3, &d, why, sizeof why), 1);
     /* the argument of another size; two explicit arguments; not by value */
-    k.args[0].size = 352;
-    check_fails(&k, 3, &d, "the argument is 352 bytes, sizeof(rk_args) is 360");
+    k.args[0].size = ARGS - 8;
+    check_fails(&k, 3, &d, fmt("the argument is %u bytes, sizeof(rk_args) is %u", ARGS - 8, ARGS));
     k = good;
     k.args[1] = k.args[0];
-    k.args[1].offset = 360;
+    k.args[1].offset = ARGS;
     k.args[1].size = 8;
     snprintf(k.args[1].value_kind, sizeof k.args[1].value_kind, "global_buffer");
-    check_fails(&k, 3, &d, "explicit argument 1 (global_buffer at 360)");
+    check_fails(&k, 3, &d, fmt("explicit argument 1 (global_buffer at %u)", ARGS));
     k = good;
     snprintf(k.args[0].value_kind, sizeof k.args[0].value_kind, "global_buffer");
     check_fails(&k, 3, &d, "the argument is global_buffer, not by_value");
@@ -822,17 +841,17 @@ static void test_abi_check(void **state) {
     d.arch = &gfx942;
     /* hidden arguments: inside rk_args, past the segment, misaligned, off their v5 place */
     k = good;
-    k.args[1].offset = 356;
-    check_fails(&k, 3, &d, "hidden_block_count_x at 356, inside the rk_args block");
+    k.args[1].offset = ARGS - 4;
+    check_fails(&k, 3, &d, fmt("hidden_block_count_x at %u, inside the rk_args block", ARGS - 4));
     k = good;
-    k.kernarg_size = 362;
-    check_fails(&k, 3, &d, "past .kernarg_segment_size 362");
+    k.kernarg_size = ARGS + 2;
+    check_fails(&k, 3, &d, fmt("past .kernarg_segment_size %u", ARGS + 2));
     k = good;
-    k.args[1].offset = 362;
-    check_fails(&k, 3, &d, "hidden_block_count_x at 362, not aligned to 4");
+    k.args[1].offset = ARGS + 2;
+    check_fails(&k, 3, &d, fmt("hidden_block_count_x at %u, not aligned to 4", ARGS + 2));
     k = good;
-    k.args[1].offset = 364;
-    check_fails(&k, 3, &d, "the v5 implicit block puts it at 360");
+    k.args[1].offset = ARGS + 4;
+    check_fails(&k, 3, &d, fmt("the v5 implicit block puts it at %u", ARGS));
     assert_int_equal(rk_amd_abi_check_kernel(&k, 2, &d, why, sizeof why), 1); /* v4 has no fixed places */
     k = good;                                                                 /* the hidden one listed first */
     k.args[0] = good.args[1];
@@ -841,7 +860,7 @@ static void test_abi_check(void **state) {
     /* segment size and alignment */
     k = good;
     k.kernarg_size = 300;
-    check_fails(&k, 3, &d, ".kernarg_segment_size 300 < sizeof(rk_args) 360");
+    check_fails(&k, 3, &d, fmt(".kernarg_segment_size 300 < sizeof(rk_args) %u", ARGS));
     k = good;
     k.kernarg_align = 4;
     check_fails(&k, 3, &d, ".kernarg_segment_align 4, rk_args needs 8");

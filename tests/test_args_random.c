@@ -66,6 +66,7 @@ static rk_draw draw(rk_rng *r) {
     rk_draw d = {.variant = (unsigned)below(r, RK_ORACLE_VARIANTS),
                  .out_rope = (int)below(r, 2),
                  .seed = rk_rng_next(r)};
+    d.stray = below(r, 8) == 0 ? 1 + (unsigned)below(r, 3) : 0; /* a norm tensor passed by mistake, now and then */
     const rk_desc *v = &oracle.var[d.variant].d;
     const int64_t L = v->L, R = v->R, W = L + R, T = below(r, 7), H = 1 + below(r, 4), pad = 8 * below(r, 3);
     const int64_t row_w = v->kv == ROPEKV_KV_BF16 ? v->row_bytes / 2 : v->row_bytes;
@@ -96,6 +97,7 @@ static rk_draw draw(rk_rng *r) {
     a->kv_rope_block_st = B * a->kv_rope_st + 16 * below(r, 2);
     a->out_st = (d.out_rope ? L : W) + pad;
     a->out_rope_st = R + pad;
+    a->norm_out_st = L + pad;
     for (int64_t n = below(r, 4); n > 0; n--) {
         int64_t *f = (int64_t *)((char *)a + rk_oracle_fields[below(r, RK_ORACLE_NFIELDS)]);
         int64_t nudged;
@@ -118,8 +120,16 @@ static void test_random_args(void **state) {
     }
     print_message("%ld launched, %ld refused, %ld too large to map (checked with ropekv_query)\n", oracle.launched,
                   oracle.refused, oracle.queried);
-    /* the draws reach every outcome */
+    /* the draws reach every outcome, every variant launches and is refused, and norm tensors passed by mistake
+     * are refused */
     assert_true(oracle.launched > DRAWS / 5 && oracle.refused > DRAWS / 5 && oracle.queried > 0);
+    for (int v = 0; v < RK_ORACLE_VARIANTS; v++) {
+        print_message("variant %d (%s): %ld launched, %ld refused\n", v, oracle.var[v].d.key, oracle.launched_by[v],
+                      oracle.refused_by[v]);
+        assert_true(oracle.launched_by[v] > 0 && oracle.refused_by[v] > 0);
+    }
+    print_message("%ld refused for a norm tensor given to a kernel without it\n", oracle.strays);
+    assert_true(oracle.strays > 0);
 }
 
 int main(void) {

@@ -1511,6 +1511,393 @@ static void test_op_layout_consistency(void **state) {
     }
 }
 
+/* ---- the fused kv_a RMSNorm ------------------------------------------------------------------------------
+ * A spec of kv_lora_rank L (16 or 64) with the kv_norm {weight, eps, rounding}; q form none, rope none (the row's
+ * rope part is k_pe rounded to bf16: KD_BITS), one cache row of NSTRIDE elements per slot. */
+enum { NMAX = 64, NR = 8, NSTRIDE = 80, NT = 6 };
+
+static void setup_norm(setup *s, int L, rk_norm_weight w, float eps, rk_norm_round r, ropekv_norm norm) {
+    setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s->spec.kv_lora_rank = L;
+    s->spec.norm = (rk_norm_policy){w, eps, r, ""};
+    s->v.q = ROPEKV_Q_NONE;
+    s->v.norm = norm;
+}
+
+/* Tokens [0, K) of k_nope (rows of L at stride L) through the reference with the weight w: token t to slot t of K
+ * rows of NSTRIDE cache elements in kv (bf16, or bytes for fp8 rows; k_scale 0.37), norm_out rows at stride L + 8.
+ * The inputs must come back unchanged. */
+static void norm_run(setup *s, const uint16_t *k_nope, int64_t K, const void *w, void *kv, uint16_t *norm_out) {
+    const int L = s->spec.kv_lora_rank;
+    uint16_t k_pe[NT * NR], x0[NT * NMAX];
+    int64_t pos[NT] = {0}, ident[NT] = {0, 1, 2, 3, 4, 5};
+    float cs[NR] = {1, 1, 1, 1, 0, 0, 0, 0}, k_scale = 0.37f; /* an fp8 row's scale (mul_recip: x * (1 / 0.37)) */
+    assert_true(K <= NT && L <= NMAX);
+    for (int t = 0; t < K; t++) put_h(k_pe + t * NR, KD_BITS, NR);
+    memcpy(x0, k_nope, (size_t)(K * L) * 2);
+    rk_args a = {.k_nope = k_nope,
+                 .k_pe = k_pe,
+                 .kv_cache = kv,
+                 .positions = pos,
+                 .slots = ident,
+                 .cos_sin = cs,
+                 .tokens = K,
+                 .heads = 1,
+                 .max_pos = 1,
+                 .k_nope_st = L,
+                 .k_pe_st = NR,
+                 .kv_st = NSTRIDE,
+                 .kv_rows = K,
+                 .k_scale = &k_scale,
+                 .norm_weight = w,
+                 .norm_out = norm_out,
+                 .norm_out_st = L + 8};
+    ref_run(s, &a);
+    check16(k_nope, x0, (size_t)(K * L), "k_nope (input)");
+}
+
+/* One token's normalized row n as the rms_out variant writes it (bf16 cache, no sanitize): the cache row's latent part
+ * and norm_out hold the same bits, the rope part is k_pe's, and nothing past either is written. */
+static void norm_row_of(setup *s, const uint16_t *x, const void *w, uint16_t *n) {
+    const int L = s->spec.kv_lora_rank;
+    uint16_t kv[2 * NSTRIDE], out[NMAX + 8];
+    s->v.kv = ROPEKV_KV_BF16;
+    s->v.norm = ROPEKV_NORM_RMS_OUT;
+    fill16(kv, 2 * NSTRIDE, SENT16);
+    fill16(out, NMAX + 8, SENT16);
+    norm_run(s, x, 1, w, kv, out);
+    check16(out, kv, (size_t)L, "norm_out (the bits the cache got)");
+    check16(kv + L, KD_BITS, NR, "the row's rope part");
+    for (int i = L + NR; i < 2 * NSTRIDE; i++) assert_int_equal(kv[i], SENT16);
+    for (int i = L; i < NMAX + 8; i++) assert_int_equal(out[i], SENT16);
+    memcpy(n, kv, (size_t)L * 2);
+}
+
+static void bf16_row(uint16_t *dst, const float *x, int n) {
+    for (int i = 0; i < n; i++) dst[i] = rk_f32_to_bf16(x[i]);
+}
+
+/* A hand-computed row, L = 16, eps = 0.5, rounding twice, a bf16 weight. The sum of squares is 40 + 16 = 56, so
+ * r = 1 / sqrt(56 / 16 + 0.5) = 1 / sqrt(4) = 0.5 exactly (without eps, or over L + R, or with a chunk lost it is
+ * not); every x * r is exact, and n = bf16(x * r * w): 1.5 * 1.0078125 = 1.51171875 is a tie between bf16 1.5078125
+ * and 1.515625 and goes to the even 1.515625; a zero times a negative weight is -0. */
+static void test_norm_hand_case(void **state) {
+    (void)state;
+    setup s;
+    setup_norm(&s, 16, RK_NW_BF16, 0.5f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    const float x[16] = {3, -3, 4, 2, 1, 1, 0, 0, 2, -2, 2, 1, 1, 1, 1, 0};
+    const float w[16] = {1.0078125f, 1.0078125f, 0.5f,   -1,         3,          1.5f, 2,    -2,
+                         0.25f,      1.25f,      -0.75f, 1.0078125f, 1.9921875f, -3,   0.5f, 1};
+    /* 1.515625, -1.515625, 1, -1, 1.5, 0.75, 0, -0, 0.25, -1.25, -0.75, 0.50390625, 0.99609375, -1.5, 0.25, 0 */
+    const uint16_t want[16] = {0x3fc2, 0xbfc2, 0x3f80, 0xbf80, 0x3fc0, 0x3f40, 0x0000, 0x8000,
+                               0x3e80, 0xbfa0, 0xbf40, 0x3f01, 0x3f7f, 0xbfc0, 0x3e80, 0x0000};
+    uint16_t k_nope[16], wb[16], n[16];
+    put_f(k_nope, x, 16);
+    put_f(wb, w, 16);
+    norm_row_of(&s, k_nope, wb, n);
+    check16(n, want, 16, "normalized row");
+}
+
+/* The sum's order is the defined tree: chunk sums of 8 squares, then pairwise at strides 4, 2, 1 (L = 64); not the
+ * running sum of the chunks, nor one running fma over the row, nor a tree over chunks of 16 or 32, nor pairs of
+ * neighbours first (strides 1, 2, 4); and r is 1 / sqrt(), not sqrt(1 / ). Each row is built so that the other ways
+ * give other floats and other bits.
+ *   Row A (DeepSeek's arithmetic: bf16 weight of ones, rounding twice, eps 1e-6): x[0] = 4288, x[9] = 70, x[33] = 26.5
+ *   and a 1 starting each chunk 1..7. Chunk sums 18386944, 4901, 1, 1, 703.25, 1, 1, 1 (f32 spacing 2 there).
+ *   Tree: c0 + c4 = 18387647.25 -> 18387648, + (c2 + c6) = 18387650, + ((c1 + c5) + (c3 + c7)) = 4904 -> 18392554.
+ *   Running sum: c0 + c1 = 18391845 is a tie that goes to 18391844, and after + 703.25 -> 18392548 each + 1 is a tie
+ *   that stays: 18392548 (one fma over the row: the same). Neighbours first: 18391844 + 2, + 706.25 -> 18392552.
+ *   Chunks of 16: 18391844 + 704.25 -> 18392548, + 4 = 18392552; of 32: 18392550.
+ *   r = 1 / sqrt(18392554 / 64 + eps) = 0x1.e9p-10, exactly halfway between bf16 0x3af4 and 0x3af5: the ones become
+ *   0x3af4 (ties to even); every other sum is smaller, its r larger, and the ones round up to 0x3af5 (as they do with
+ *   sqrt(1 / (18392554 / 64 + eps)) = 0x1.e90002p-10).
+ *   Row B (an f32 weight of 1.01171875, rounding once): x[0] = 4096 and the ones. Tree 2^24 + 6, running sum 2^24
+ *   (every + 1 a tie to even): r = 2^-9 (1 - 2^-23) against 2^-9 exactly; 2^-9 * 1.01171875 is a bf16 tie that goes
+ *   up to 0x3b02, the tree's r puts it just below: 0x3b01 (and x[0]: 0x4101, not 0x4102). */
+static void test_norm_tree_order(void **state) {
+    (void)state;
+    setup s;
+    uint16_t k_nope[64], wb[64], n[64], want[64];
+    float x[64] = {0}, wf[64];
+    x[0] = 4288;
+    x[9] = 70;
+    x[33] = 26.5f;
+    for (int c = 1; c < 8; c++) x[8 * c] = 1;
+    /* the other orders' sums, computed here (not by the reference) */
+    float chunk[8], running = 0, row = 0, c16[4];
+    for (int c = 0; c < 8; c++) {
+        chunk[c] = 0;
+        for (int i = 8 * c; i < 8 * c + 8; i++) chunk[c] = fmaf(x[i], x[i], chunk[c]);
+        running += chunk[c];
+    }
+    for (int i = 0; i < 64; i++) row = fmaf(x[i], x[i], row);
+    for (int c = 0; c < 4; c++) {
+        c16[c] = 0;
+        for (int i = 16 * c; i < 16 * c + 16; i++) c16[c] = fmaf(x[i], x[i], c16[c]);
+    }
+    assert_true(((chunk[0] + chunk[4]) + (chunk[2] + chunk[6])) + ((chunk[1] + chunk[5]) + (chunk[3] + chunk[7])) ==
+                18392554.0f);
+    assert_true(running == 18392548.0f && row == 18392548.0f);
+    assert_true(((chunk[0] + chunk[1]) + (chunk[2] + chunk[3])) + ((chunk[4] + chunk[5]) + (chunk[6] + chunk[7])) ==
+                18392552.0f);
+    assert_true((c16[0] + c16[2]) + (c16[1] + c16[3]) == 18392552.0f);
+    setup_norm(&s, 64, RK_NW_BF16, 1e-6f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    bf16_row(k_nope, x, 64);
+    for (int j = 0; j < 64; j++) wb[j] = 0x3f80;
+    norm_row_of(&s, k_nope, wb, n);
+    fill16(want, 64, 0x0000);
+    want[0] = 0x4100;  /* 4288 r = 7.99878 -> 8 */
+    want[9] = 0x3e06;  /* 70 r = 0.130577 */
+    want[33] = 0x3d4a; /* 26.5 r = 0.0494328 */
+    for (int c = 1; c < 8; c++) want[8 * c] = 0x3af4;
+    check16(n, want, 64, "row A (tree order, rounding twice)");
+    /* the largest of the other sums already rounds the ones up */
+    assert_int_equal(rk_f32_to_bf16(1.0f / sqrtf(18392552.0f / 64.0f + 1e-6f)), 0x3af5);
+    assert_int_equal(rk_f32_to_bf16(sqrtf(1.0f / (18392554.0f / 64.0f + 1e-6f))), 0x3af5);
+
+    memset(x, 0, sizeof x);
+    x[0] = 4096;
+    for (int c = 1; c < 8; c++) x[8 * c] = 1;
+    setup_norm(&s, 64, RK_NW_F32, 1e-6f, RK_NR_ONCE, ROPEKV_NORM_RMS_OUT);
+    bf16_row(k_nope, x, 64);
+    for (int j = 0; j < 64; j++) wf[j] = 1.01171875f;
+    norm_row_of(&s, k_nope, wf, n);
+    fill16(want, 64, 0x0000);
+    want[0] = 0x4101;
+    for (int c = 1; c < 8; c++) want[8 * c] = 0x3b01;
+    check16(n, want, 64, "row B (tree order, rounding once)");
+    /* the running sum's r (2^-9) would round the other way */
+    assert_int_equal(rk_f32_to_bf16(0x1p-9f * 1.01171875f), 0x3b02);
+}
+
+/* Rounding twice (HF, vLLM) against once (FlashInfer): x all 1, L = 16, eps = 1, so r = 1 / sqrt(2) = 0x3f3504f3.
+ * Twice rounds r to bf16 0.70703125 first: 0.70703125 * 1.046875 = 0.74017... lies below the bf16 midpoint
+ * 0.740234375 (0x3f3d), r * 1.046875 = 0.74025... above it (0x3f3e); likewise for 1.2734375 and 1.7734375. A weight
+ * of 1 gives bf16(r) either way. */
+static void test_norm_rounding(void **state) {
+    (void)state;
+    setup s;
+    const float w[4] = {1.046875f, 1.2734375f, 1.7734375f, 1};
+    const uint16_t twice[4] = {0x3f3d, 0x3f66, 0x3fa0, 0x3f35}, once[4] = {0x3f3e, 0x3f67, 0x3fa1, 0x3f35};
+    uint16_t k_nope[16], wb[16], n[16];
+    fill16(k_nope, 16, 0x3f80);
+    for (int j = 0; j < 16; j++) wb[j] = bfx(w[j % 4]);
+    setup_norm(&s, 16, RK_NW_BF16, 1.0f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], twice[j % 4]);
+    setup_norm(&s, 16, RK_NW_BF16, 1.0f, RK_NR_ONCE, ROPEKV_NORM_RMS_OUT);
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], once[j % 4]);
+}
+
+/* The weight's dtype: an f32 weight is read as 4-byte floats and used as it is. On the hand case's row (r = 0.5),
+ * x = -3 gives x * r = -1.5: with w = 1.01171875 (no bf16 value) -1.5 w = -1.517578125 -> 0xbfc2; with its bf16
+ * rounding 1.015625 (1.01171875 is a tie), -1.5234375 -> 0xbfc3. Every other element (x r of +-1, 0.5, 0 times
+ * 1.01171875, a tie that goes to 1.015625's product; or a weight that is a bf16 value) gives the bf16 weight's bits. */
+static void test_norm_weight_dtype(void **state) {
+    (void)state;
+    setup s;
+    const float x[16] = {3, -3, 4, 2, 1, 1, 0, 0, 2, -2, 2, 1, 1, 1, 1, 0};
+    float wf[16];
+    uint16_t k_nope[16], wb[16], nf[16], nb[16];
+    put_f(k_nope, x, 16);
+    for (int j = 0; j < 16; j++) wf[j] = j % 2 ? 1.01171875f : (float)(j % 5) - 1.5f; /* -1.5 .. 2.5: bf16 values */
+    for (int j = 0; j < 16; j++) wb[j] = rk_f32_to_bf16(wf[j]);
+    assert_int_equal(wb[1], 0x3f82);
+    setup_norm(&s, 16, RK_NW_F32, 0.5f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    norm_row_of(&s, k_nope, wf, nf);
+    setup_norm(&s, 16, RK_NW_BF16, 0.5f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    norm_row_of(&s, k_nope, wb, nb);
+    assert_int_equal(nf[1], 0xbfc2);
+    assert_int_equal(nb[1], 0xbfc3);
+    for (int j = 0; j < 16; j++)
+        if (j != 1) assert_int_equal(nf[j], nb[j]);
+    assert_int_equal(nb[0], 0xc010); /* 1.5 * -1.5 = -2.25 */
+}
+
+/* Rows at the ends of the range (eps = 2^-20, so sqrt(eps) = 2^-10 is exact):
+ *   squares that overflow the sum: sum inf, r = 0, every n a zero of the sign of x * w, an inf element inf * 0 = NaN;
+ *   a NaN anywhere: the sum and r NaN, every n the canonical NaN 0x7fff;
+ *   an all-zero row: r = 1 / sqrt(eps) = 1024, n = +-0 (never 0 * inf = NaN: eps keeps r finite);
+ *   a near-zero row (2^-30, a bf16 subnormal 2^-133, -0): the sum 2^-60 vanishes beside eps, r = 1024 exactly, and
+ *   n = x * 1024 * w: 2^-20 * 1.5 and -2^-123 (a subnormal input is not flushed). */
+static void test_norm_special_rows(void **state) {
+    (void)state;
+    setup s;
+    setup_norm(&s, 16, RK_NW_BF16, 0x1p-20f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    const float w[16] = {1.5f, -1, 2, 0.5f, 1, -2, 1, 1, 3, 1, -1, 1, 0.25f, 1, 1, -0.5f};
+    uint16_t k_nope[16], wb[16], n[16], want[16];
+    put_f(wb, w, 16);
+    for (int j = 0; j < 16; j++) k_nope[j] = rk_f32_to_bf16(j % 3 ? 1e19f : -2e19f);
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], (j % 3 == 0) != (w[j] < 0) ? 0x8000 : 0x0000);
+    k_nope[4] = 0x7f80; /* +inf */
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], j == 4 ? 0x7fff : (j % 3 == 0) != (w[j] < 0) ? 0x8000 : 0x0000);
+    for (int j = 0; j < 16; j++) k_nope[j] = bfx((float)(j % 7) - 3.0f);
+    k_nope[11] = 0xffc1; /* a NaN with a payload and a sign */
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], 0x7fff);
+    for (int j = 0; j < 16; j++) k_nope[j] = j % 5 ? 0x0000 : 0x8000;
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) assert_int_equal(n[j], (j % 5 == 0) != (w[j] < 0) ? 0x8000 : 0x0000);
+    fill16(k_nope, 16, 0x0000);
+    k_nope[0] = bfx(0x1p-30f);
+    k_nope[1] = 0x0001; /* 2^-133 */
+    k_nope[2] = 0x8000;
+    norm_row_of(&s, k_nope, wb, n);
+    for (int j = 0; j < 16; j++) want[j] = w[j] < 0 ? 0x8000 : 0x0000;
+    want[0] = 0x35c0; /* 2^-20 * 1.5 */
+    want[1] = 0x8200; /* 2^-123 * -1 */
+    want[2] = 0x8000; /* -0 * 2 */
+    check16(n, want, 16, "near-zero row");
+    /* the same row with eps 1e-6: r = 1 / sqrtf(1e-6f), not a power of two, and other bits */
+    setup_norm(&s, 16, RK_NW_BF16, 1e-6f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    norm_row_of(&s, k_nope, wb, n);
+    assert_int_not_equal(n[0], 0x35c0);
+}
+
+/* With sanitize the bf16 cache gets the sanitized n (a NaN -> 0), norm_out n itself: the definition stores n. */
+static void test_norm_sanitize(void **state) {
+    (void)state;
+    setup s;
+    setup_norm(&s, 16, RK_NW_BF16, 1e-6f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    s.spec.sanitize = 1;
+    uint16_t k_nope[16], wb[16], kv[NSTRIDE], out[16 + 8];
+    fill16(wb, 16, 0x3f80);
+    for (int j = 0; j < 16; j++) k_nope[j] = bfx((float)j - 8.0f);
+    k_nope[3] = 0x7fc0;
+    fill16(kv, NSTRIDE, SENT16);
+    fill16(out, 16 + 8, SENT16);
+    norm_run(&s, k_nope, 1, wb, kv, out);
+    for (int j = 0; j < 16; j++) {
+        assert_int_equal(kv[j], 0x0000);
+        assert_int_equal(out[j], 0x7fff);
+    }
+}
+
+/* The normalized values feed the whole row: for fp8 e4m3 rows (OCP with mul_recip and k_scale, FNUZ with sanitize)
+ * and fp8_tile rows (raw and pow2 scales, sanitize) a norm variant writes exactly the bytes that the norm-none
+ * variant writes from a k_nope of n (the rms_out variant's norm_out), fp8 scales and tile scales included; and not
+ * the bytes it writes from x itself. Rows: random values of several magnitudes, a NaN row, an all-zero row, an
+ * overflowing row. */
+static void test_norm_feeds_the_row(void **state) {
+    (void)state;
+    enum { L = 16, K = NT };
+    uint16_t x[K * L], n[K * L], wb[L], out[K * (L + 8)], bf[K * NSTRIDE];
+    uint8_t with_norm[2 * K * NSTRIDE], from_n[2 * K * NSTRIDE], from_x[2 * K * NSTRIDE]; /* bf16 or fp8 rows */
+    for (int t = 0; t < 3; t++)
+        for (int j = 0; j < L; j++) {
+            const float m = t == 0 ? 1.0f : t == 1 ? 300.0f : 0.01f;
+            x[t * L + j] = rk_f32_to_bf16(m * ((float)(int)(rng32() % 2001) - 1000.0f) / 250.0f);
+        }
+    for (int j = 0; j < L; j++) {
+        x[3 * L + j] = j == 5 ? 0x7fc0 : bfx(1.0f);
+        x[4 * L + j] = j % 2 ? 0x0000 : 0x8000;
+        x[5 * L + j] = rk_f32_to_bf16(j % 2 ? 3e19f : -2e19f);
+    }
+    for (int j = 0; j < L; j++) wb[j] = rk_f32_to_bf16((float)(j % 9) * 0.25f - 0.75f);
+    setup s;
+    setup_norm(&s, L, RK_NW_BF16, 1e-6f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+    fill16(bf, K * NSTRIDE, SENT16);
+    norm_run(&s, x, K, wb, bf, out);
+    for (int t = 0; t < K; t++) {
+        memcpy(n + t * L, out + t * (L + 8), L * 2);
+        check16(bf + t * NSTRIDE, n + t * L, L, "a bf16 cache row and its norm_out row");
+    }
+    static const struct {
+        ropekv_kv_dtype kv;
+        rk_fp8_fmt fmt;
+        int sanitize;
+        rk_tile_scale tile;
+    } rows[] = {
+        {ROPEKV_KV_FP8_E4M3, RK_FP8_OCP, 0, RK_TILE_F32}, {ROPEKV_KV_FP8_E4M3, RK_FP8_FNUZ, 1, RK_TILE_F32},
+        {ROPEKV_KV_FP8_TILE, RK_FP8_OCP, 0, RK_TILE_F32}, {ROPEKV_KV_FP8_TILE, RK_FP8_FNUZ, 1, RK_TILE_POW2},
+        {ROPEKV_KV_BF16, RK_FP8_OCP, 1, RK_TILE_F32},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint8_t *dst[3] = {with_norm, from_n, from_x};
+        for (int run = 0; run < 3; run++) {
+            setup_norm(&s, L, RK_NW_BF16, 1e-6f, RK_NR_TWICE, run == 0 ? ROPEKV_NORM_RMS : ROPEKV_NORM_NONE);
+            s.v.kv = rows[i].kv;
+            s.arch.fp8 = rows[i].fmt;
+            s.spec.sanitize = rows[i].sanitize;
+            s.spec.fp8.scale = RK_SCALE_MUL_RECIP;
+            s.spec.tile = (rk_tile_policy){8, rows[i].tile, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+            memset(dst[run], SENT8, sizeof with_norm);
+            norm_run(&s, run == 1 ? n : x, K, run == 0 ? (const void *)wb : NULL, dst[run], NULL);
+        }
+        if (memcmp(with_norm, from_n, sizeof with_norm) != 0) {
+            for (size_t b = 0; b < sizeof with_norm; b++)
+                if (with_norm[b] != from_n[b])
+                    fail_msg("row kind %zu: byte %zu: the norm variant wrote 0x%02x, the row of n is 0x%02x", i, b,
+                             with_norm[b], from_n[b]);
+        }
+        assert_memory_not_equal(with_norm, from_x, sizeof with_norm);
+    }
+}
+
+/* norm_out rows: one for every KV token whatever its slot (negative under skip_kv, past kv_rows, below min_slot), none
+ * for a negative slot under skip_all or for a token past kv_tokens, and none at all from the rms variant (which writes
+ * the same cache rows); the padding between rows is never written. Tokens 0..3 have KV rows (slots 2, -1, 9 past the
+ * 4 rows, 1 below min_slot 2), token 4 only a query row (its slot 3 is not read). */
+static void test_norm_out_rows(void **state) {
+    (void)state;
+    enum { L = 16, T = 5, K = 4, ROWS = 4, OST = L + 8 };
+    uint16_t x[T * L], wb[L], n[T][L], kv[ROWS * NSTRIDE], kv_rms_out[ROWS * NSTRIDE], out[T * OST];
+    int64_t pos[T] = {0}, slots[T] = {2, -1, 9, 1, 3};
+    float cs[NR] = {1, 1, 1, 1, 0, 0, 0, 0};
+    uint16_t k_pe[T * NR];
+    for (int i = 0; i < T * L; i++) x[i] = rk_f32_to_bf16((float)((i * 37) % 23) - 11.0f);
+    for (int j = 0; j < L; j++) wb[j] = rk_f32_to_bf16(0.5f + (float)j / 8.0f);
+    for (int t = 0; t < T; t++) put_h(k_pe + t * NR, KD_BITS, NR);
+    setup s;
+    for (int t = 0; t < T; t++) {
+        setup_norm(&s, L, RK_NW_BF16, 1e-6f, RK_NR_TWICE, ROPEKV_NORM_RMS_OUT);
+        norm_row_of(&s, x + t * L, wb, n[t]);
+    }
+    for (int mode = 0; mode < 3; mode++) { /* rms_out skip_kv, rms_out skip_all, rms */
+        setup_norm(&s, L, RK_NW_BF16, 1e-6f, RK_NR_TWICE, mode == 2 ? ROPEKV_NORM_RMS : ROPEKV_NORM_RMS_OUT);
+        s.spec.negative_slot = mode == 1 ? RK_NEG_SKIP_ALL : RK_NEG_SKIP_KV;
+        fill16(kv, ROWS * NSTRIDE, SENT16);
+        fill16(out, T * OST, SENT16);
+        rk_args a = {.k_nope = x,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = pos,
+                     .slots = slots,
+                     .cos_sin = cs,
+                     .tokens = T,
+                     .kv_tokens = K,
+                     .min_slot = 2,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .k_nope_st = L,
+                     .k_pe_st = NR,
+                     .kv_st = NSTRIDE,
+                     .kv_rows = ROWS,
+                     .norm_weight = wb,
+                     .norm_out = out,
+                     .norm_out_st = OST};
+        ref_run(&s, &a);
+        /* the cache: slot 2 only (token 0), the same bits whichever variant wrote it */
+        check16(kv + 2 * NSTRIDE, n[0], L, "cache row of slot 2");
+        check16(kv + 2 * NSTRIDE + L, KD_BITS, NR, "rope part of slot 2");
+        for (int i = 0; i < ROWS * NSTRIDE; i++)
+            if (i < 2 * NSTRIDE || i >= 2 * NSTRIDE + L + NR) assert_int_equal(kv[i], SENT16);
+        if (mode == 0) memcpy(kv_rms_out, kv, sizeof kv);
+        else assert_memory_equal(kv, kv_rms_out, sizeof kv);
+        for (int t = 0; t < T; t++) {
+            const int written = mode != 2 && t < K && !(mode == 1 && slots[t] < 0);
+            for (int j = 0; j < OST; j++) {
+                const uint16_t want = written && j < L ? n[t][j] : SENT16;
+                if (out[t * OST + j] != want)
+                    fail_msg("mode %d: norm_out[%d][%d] = 0x%04x, want 0x%04x", mode, t, j, out[t * OST + j], want);
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_to_f32_exact),
@@ -1539,6 +1926,14 @@ int main(void) {
         cmocka_unit_test(test_op_fp8_tile_pow2),
         cmocka_unit_test(test_op_fp8_tile_nonfinite),
         cmocka_unit_test(test_op_read),
+        cmocka_unit_test(test_norm_hand_case),
+        cmocka_unit_test(test_norm_tree_order),
+        cmocka_unit_test(test_norm_rounding),
+        cmocka_unit_test(test_norm_weight_dtype),
+        cmocka_unit_test(test_norm_special_rows),
+        cmocka_unit_test(test_norm_sanitize),
+        cmocka_unit_test(test_norm_feeds_the_row),
+        cmocka_unit_test(test_norm_out_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,9 +60,11 @@ static void test_render_unbalanced(void **state) {
 }
 
 /* ---- over the built-in specs ------------------------------------------------------------------- */
+/* Room for every built-in variant (6518 now, 4096 of them with the fused norm) and then some. */
+#define MAX_VARIANTS (RK_MAX_SPECS * 256)
 typedef struct fixture {
     rk_catalog cat;
-    rk_desc v[RK_MAX_SPECS * 64];
+    rk_desc v[MAX_VARIANTS];
     int n;
 } fixture;
 
@@ -75,8 +77,9 @@ static int setup(void **state) {
         return -1;
     }
     for (int s = 0; s < f->cat.n_specs; s++) {
-        int k = rk_variants(&f->cat.specs[s], &f->cat.archs, f->v + f->n, RK_MAX_SPECS * 64 - f->n, &err);
+        int k = rk_variants(&f->cat.specs[s], &f->cat.archs, f->v + f->n, MAX_VARIANTS - f->n, &err);
         if (k < 0) {
+            fprintf(stderr, "variants of %s: %s\n", f->cat.specs[s].name, err.msg);
             free(f);
             return -1;
         }
@@ -156,10 +159,17 @@ static int same_code(const rk_desc *a, const rk_desc *b) {
 }
 
 /* Keys of the built-in variants are unique and a name belongs to one code; a name is made of identifier characters and
- * spells what it is (the sm_90 DeepSeek-V3 fp8 kernel's name is fixed: it is the PTX entry's). */
+ * spells what it is (the sm_90 DeepSeek-V3 fp8 kernel's name is fixed: it is the PTX entry's). The fused norm's
+ * variants are among them (each norm a key and a name of its own, spelling the norm's weight dtype, eps and
+ * rounding). */
 static void test_names_unique(void **state) {
     fixture *f = *state;
+    int norms[3] = {0, 0, 0};
     for (int i = 0; i < f->n; i++) {
+        norms[f->v[i].norm]++;
+        const int has_key = strstr(f->v[i].key, "/norm=") != NULL, has_name = strstr(f->v[i].name, "_eps") != NULL;
+        assert_int_equal(has_key, f->v[i].norm != ROPEKV_NORM_NONE);
+        assert_int_equal(has_name, f->v[i].norm != ROPEKV_NORM_NONE);
         for (const char *c = f->v[i].name; *c; c++)
             assert_true((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || (*c >= 'A' && *c <= 'Z'));
         for (int j = 0; j < i; j++) {
@@ -175,7 +185,15 @@ static void test_names_unique(void **state) {
         if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64/q_dtype=fp8_e4m3"))
             assert_string_equal(f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_fp8ocp_mulrecip_sat448_rr0_absorbed_"
                                               "qfp8ocp_mulrecip_sat448_rr0_skipkv_san0_flat_sm_90");
+        if (!strcmp(f->v[i].key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64/norm=rms_out"))
+            assert_string_equal(f->v[i].name, "rk_L512_R64_gptj_f32cat_p64_s64_bf16_absorbed_qbf16_none_sat0_rr0_"
+                                              "skipkv_san0_flat_rmsout_wbf16_eps1em06_r2_sm_90");
+        if (!strcmp(f->v[i].key, "deepseek_v32/sm_90/fp8_tile/none/pos=int64/slot=int64/layout=paged/norm=rms"))
+            assert_non_null(strstr(f->v[i].name, "_paged_rms_wbf16_eps1em06_r2_sm_90"));
     }
+    /* DeepSeek-V3, Kimi-K2 and DeepSeek-V3.2 list rms and rms_out: as many of each as their norm-none writes */
+    assert_true(norms[ROPEKV_NORM_RMS] > 0);
+    assert_int_equal(norms[ROPEKV_NORM_RMS], norms[ROPEKV_NORM_RMS_OUT]);
 }
 
 /* The rendered source binds enumerations by name, from the description. */
@@ -201,9 +219,29 @@ static void test_bindings_are_named(void **state) {
                           "constexpr Index SLOT = Index::int64;",
                           "constexpr Rope ROPE = Rope::gptj;",
                           "constexpr Scale SCALE = Scale::mul_recip;",
-                          "#define RK_FP8_FNUZ 1"};
+                          "#define RK_FP8_FNUZ 1",
+                          "constexpr Norm NORM = Norm::none;"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(src.p, want[i])) fail_msg("source of %s lacks '%s'", d.key, want[i]);
+    rk_buf_free(&src);
+    /* the fused norm's bindings: the variant's norm and the spec's kv_norm (eps as a float literal that reads back
+     * as the spec's float) */
+    assert_int_equal(rk_desc_make(s, a,
+                                  &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                               ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_PAGED, ROPEKV_OP_WRITE,
+                                               ROPEKV_NORM_RMS_OUT},
+                                  &d, &err),
+                     ROPEKV_OK);
+    assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
+    const char *want_norm[] = {"constexpr Norm NORM = Norm::rms_out;",
+                               "constexpr NormWeight NORM_WEIGHT = NormWeight::bf16;",
+                               "constexpr NormRounding NORM_ROUNDING = NormRounding::twice;",
+                               "constexpr Layout LAYOUT = Layout::paged;"};
+    for (size_t i = 0; i < sizeof want_norm / sizeof want_norm[0]; i++)
+        if (!strstr(src.p, want_norm[i])) fail_msg("source of %s lacks '%s'", d.key, want_norm[i]);
+    const char *eps = strstr(src.p, "constexpr float NORM_EPS = ");
+    assert_non_null(eps);
+    assert_true(strtof(eps + strlen("constexpr float NORM_EPS = "), NULL) == 1e-6f);
     rk_buf_free(&src);
 }
 

@@ -1058,6 +1058,219 @@ static void test_fp8_query(void **state) {
     ropekv_destroy(c);
 }
 
+/* ---- the fused kv_a RMSNorm ------------------------------------------------------------------------------ */
+static const ropekv_variant DS_NORM = {.spec = "deepseek_v3",
+                                       .kv = ROPEKV_KV_BF16,
+                                       .q = ROPEKV_Q_ABSORBED,
+                                       .norm = ROPEKV_NORM_RMS_OUT};
+static _Alignas(16) uint16_t norm_w[L + 8], norm_out[T * L + 16];
+
+static ropekv_args norm_args(void) {
+    ropekv_args a = good_args();
+    a.norm_weight = norm_w;
+    a.norm_out = norm_out;
+    a.norm_out_st = L;
+    return a;
+}
+
+/* A spec loaded at run time with every kv_norm key set otherwise than DeepSeek's, and rms but not rms_out. */
+static const char NORMED_SPEC[] = "return { name = 'normed', kv_lora_rank = 128, qk_rope_head_dim = 32,\n"
+                                  "  norms = { 'none', 'rms' }, kv_norm = { eps = 2^-20, weight = 'f32',\n"
+                                  "  rounding = 'once', matches = 'a model of mine' }, targets = { 'host' } }\n";
+
+/* ropekv_kernel_info reports the norm and the spec's kv_norm for a norm variant, the canonical "", 0 without one;
+ * the norm is part of the key and the name; a spec without kv_norm (DeepSeek-V2-Lite) or whose norms do not list the
+ * choice refuses it as unsupported, saying why and which spec lists it; an out-of-range norm is an argument error;
+ * the read-back op has no norm (the choice gives the plain read kernel). */
+static void test_norm_variants(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k, *k2;
+    ropekv_kernel_params p;
+    char why[1024];
+    assert_int_equal(ropekv_kernel_get(c, &DS_NORM, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.key, "deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/norm=rms_out");
+    assert_non_null(strstr(p.name, "_flat_rmsout_wbf16_eps1em06_r2_host"));
+    assert_int_equal(p.norm, ROPEKV_NORM_RMS_OUT);
+    assert_string_equal(p.norm_weight, "bf16");
+    assert_true(p.norm_eps == 1e-6f);
+    assert_string_equal(p.norm_rounding, "twice");
+    assert_non_null(strstr(p.norm_matches, "RMSNorm"));
+    ropekv_kernel_release(k);
+    ropekv_variant v = DS_NORM;
+    v.norm = ROPEKV_NORM_RMS;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_int_equal(p.norm, ROPEKV_NORM_RMS);
+    assert_string_equal(p.key, "deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/norm=rms");
+    assert_non_null(strstr(p.name, "_flat_rms_wbf16_eps1em06_r2_host"));
+    v.norm = ROPEKV_NORM_NONE;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k2), ROPEKV_OK); /* the same choices without the norm: its own kernel */
+    assert_string_not_equal(ropekv_kernel_name(k), ropekv_kernel_name(k2));
+    ropekv_kernel_release(k);
+    assert_int_equal(ropekv_kernel_info(k2, &p), ROPEKV_OK);
+    assert_int_equal(p.norm, ROPEKV_NORM_NONE);
+    assert_string_equal(p.norm_weight, "");
+    assert_true(p.norm_eps == 0.0f);
+    assert_string_equal(p.norm_rounding, "");
+    assert_string_equal(p.norm_matches, "");
+    assert_null(strstr(p.key, "norm"));
+    assert_null(strstr(p.name, "_eps"));
+    ropekv_kernel_release(k2);
+
+    /* DeepSeek-V2-Lite has no kv_norm: the reason names the norm and the table, and the specs that list it */
+    ropekv_variant lite = {.spec = "deepseek_v2_lite", .norm = ROPEKV_NORM_RMS};
+    assert_int_equal(ropekv_query(c, &lite, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "deepseek_v2_lite: norm rms needs the spec's kv_norm table"));
+    assert_non_null(strstr(why, "specs of the same L and R that list it: deepseek_v3"));
+    assert_int_equal(ropekv_kernel_get(c, &lite, &k), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "kv_norm"));
+    lite.norm = (ropekv_norm)7;
+    assert_int_equal(ropekv_query(c, &lite, NULL, why, sizeof why), ROPEKV_ERR_ARG);
+
+    /* a run-time spec: its kv_norm in the info; its norms list refuses rms_out by name */
+    assert_int_equal(ropekv_load_spec_text(c, "normed.lua", NORMED_SPEC, sizeof NORMED_SPEC - 1), ROPEKV_OK);
+    ropekv_variant mine = {.spec = "normed", .norm = ROPEKV_NORM_RMS_OUT};
+    assert_int_equal(ropekv_query(c, &mine, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "lists norms {none, rms}, not rms_out"));
+    mine.norm = ROPEKV_NORM_RMS;
+    assert_int_equal(ropekv_kernel_get(c, &mine, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+    assert_string_equal(p.norm_weight, "f32");
+    assert_true(p.norm_eps == 0x1p-20f);
+    assert_string_equal(p.norm_rounding, "once");
+    assert_string_equal(p.norm_matches, "a model of mine");
+    assert_non_null(strstr(p.name, "_rms_wf32_eps9p536743em07_r1_host")); /* the shortest decimal of 2^-20 */
+    ropekv_kernel_release(k);
+
+    /* the read-back op normalizes nothing: a norm choice gives the read kernel */
+    ropekv_variant rd = {.spec = "deepseek_v3", .op = ROPEKV_OP_READ}, rd_norm = rd;
+    rd_norm.norm = ROPEKV_NORM_RMS_OUT;
+    assert_int_equal(ropekv_kernel_get(c, &rd, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &rd_norm, &k2), ROPEKV_OK);
+    assert_string_equal(ropekv_kernel_name(k), ropekv_kernel_name(k2));
+    assert_int_equal(ropekv_kernel_info(k2, &p), ROPEKV_OK);
+    assert_int_equal(p.norm, ROPEKV_NORM_NONE);
+    ropekv_kernel_release(k);
+    ropekv_kernel_release(k2);
+    ropekv_destroy(c);
+}
+
+/* The norm's argument rules, each with its status and a message naming the field: the weight (and norm_out for
+ * rms_out) required with KV rows, 16-byte aligned, norm_out's stride wide enough, a multiple of 8 and its extent
+ * bounded; the norm's tensors refused by kernels that do not use them (norm none, the read-back op; norm_out by rms). */
+static void test_norm_argument_checks(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &DS_NORM, &k), ROPEKV_OK);
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    ropekv_args a;
+    expect(c, k, norm_args(), ROPEKV_OK, NULL);
+#define CASE(field, value, status, text) \
+    a = norm_args();                     \
+    a.field = value;                     \
+    expect(c, k, a, status, text)
+    CASE(norm_weight, NULL, ROPEKV_ERR_NULL, "norm_weight is NULL (norm rms_out)");
+    CASE(norm_out, NULL, ROPEKV_ERR_NULL, "norm_out is NULL (norm rms_out)");
+    CASE(norm_out_st, L - 8, ROPEKV_ERR_STRIDE, "norm_out token stride 504 < 512");
+    CASE(norm_out_st, 0, ROPEKV_ERR_STRIDE, "norm_out token stride 0 < 512");
+    CASE(norm_out_st, -L, ROPEKV_ERR_STRIDE, "norm_out token stride -512");
+    CASE(norm_out_st, L + 4, ROPEKV_ERR_ALIGN, "norm_out must be 16-byte aligned with a token stride a multiple of 8");
+    CASE(norm_out, norm_out + 4, ROPEKV_ERR_ALIGN, "norm_out must be 16-byte aligned");
+    CASE(norm_weight, norm_w + 1, ROPEKV_ERR_ALIGN, "norm_weight must be 16-byte aligned");
+    CASE(norm_out_st, INT64_MAX - 7, ROPEKV_ERR_SHAPE, "norm_out: its strides and sizes reach past 2^57 bytes");
+    CASE(norm_out, (void *)(UINTPTR_MAX - 4095), ROPEKV_ERR_SHAPE, "norm_out: its 4096 bytes from");
+    /* one KV row needs no stride; no KV rows need neither tensor */
+    CASE(kv_tokens, 1, ROPEKV_OK, NULL);
+    a.norm_out_st = 0;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a = norm_args();
+    a.kv_tokens = ROPEKV_KV_TOKENS_NONE;
+    a.k_nope = a.k_pe = a.slots = a.norm_weight = NULL;
+    a.kv_cache = a.norm_out = NULL;
+    a.k_nope_st = a.k_pe_st = a.kv_st = a.norm_out_st = 0;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    /* query runs the same checks */
+    char why[512];
+    a = norm_args();
+    a.norm_out_st = 8;
+    assert_int_equal(ropekv_query(c, &DS_NORM, &a, why, sizeof why), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(why, "norm_out token stride 8 < 512"));
+    ropekv_kernel_release(k);
+
+    /* norm rms writes no norm_out: one given is a mix-up */
+    ropekv_variant rms = DS_NORM;
+    rms.norm = ROPEKV_NORM_RMS;
+    assert_int_equal(ropekv_kernel_get(c, &rms, &k), ROPEKV_OK);
+    expect(c, k, norm_args(), ROPEKV_ERR_ARG, "norm_out is set, but kernel deepseek_v3/host/bf16/absorbed");
+    CASE(norm_out, NULL, ROPEKV_OK, NULL);
+    a.norm_weight = NULL;
+    expect(c, k, a, ROPEKV_ERR_NULL, "norm_weight is NULL (norm rms)");
+    ropekv_kernel_release(k);
+    /* a kernel without the norm takes neither tensor, with rows or without */
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    expect(c, k, good_args(), ROPEKV_OK, NULL);
+    a = good_args();
+    a.norm_weight = norm_w;
+    expect(c, k, a, ROPEKV_ERR_ARG, "norm_weight or norm_out is set, but kernel");
+    a = good_args();
+    a.norm_out = norm_out;
+    a.tokens = 0;
+    expect(c, k, a, ROPEKV_ERR_ARG, "has no fused norm (variant norm none)");
+    ropekv_kernel_release(k);
+    ropekv_variant rd = {.spec = "deepseek_v3", .op = ROPEKV_OP_READ};
+    assert_int_equal(ropekv_kernel_get(c, &rd, &k), ROPEKV_OK);
+    static _Alignas(16) uint16_t out[T * W];
+    ropekv_args r = {.tokens = T, .slots = slots, .kv_cache = kv, .kv_st = W, .kv_rows = T + 2, .out = out, .out_st = W};
+    expect(c, k, r, ROPEKV_OK, NULL);
+    r.norm_weight = norm_w;
+    expect(c, k, r, ROPEKV_ERR_ARG, "norm_weight");
+#undef CASE
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
+/* Norm kernels launched through the API compute what the reference computes (rk_check: random rows, the planted zero,
+ * overflowing, ordered and subnormal rows, norm_out compared): DeepSeek-V3's bf16 cache with rms_out, DeepSeek-V3.2's
+ * paged fp8_tile rows with rms, and a run-time spec's f32 weight rounded once. */
+static void test_norm_launch(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    const ropekv_variant v32 = {.spec = "deepseek_v32",
+                                .kv = ROPEKV_KV_FP8_TILE,
+                                .q = ROPEKV_Q_NONE,
+                                .layout = ROPEKV_KV_PAGED,
+                                .norm = ROPEKV_NORM_RMS};
+    const ropekv_variant *vs[2] = {&DS_NORM, &v32};
+    for (int i = 0; i < 2; i++) {
+        const rk_desc *rv = rk_test_ref_variant(&cat, vs[i]->spec, vs[i]);
+        assert_non_null(rv);
+        assert_int_equal(rv->norm, vs[i]->norm);
+        assert_int_equal(ropekv_kernel_get(c, vs[i], &k), ROPEKV_OK);
+        assert_string_equal(ropekv_kernel_name(k), rv->name);
+        check_kernel(k, rv);
+        ropekv_kernel_release(k);
+    }
+    assert_int_equal(ropekv_load_spec_text(c, "normed.lua", NORMED_SPEC, sizeof NORMED_SPEC - 1), ROPEKV_OK);
+    rk_catalog *mine = malloc(sizeof *mine);
+    rk_err err = {0};
+    assert_non_null(mine);
+    *mine = cat;
+    assert_int_equal(rk_catalog_add(mine, "normed.lua", NORMED_SPEC, sizeof NORMED_SPEC - 1, &err), ROPEKV_OK);
+    const ropekv_variant v = {.spec = "normed", .kv = ROPEKV_KV_FP8_E4M3, .norm = ROPEKV_NORM_RMS};
+    const rk_desc *rv = rk_test_ref_variant(mine, "normed", &v);
+    assert_non_null(rv);
+    assert_true(rv->norm_weight == RK_NW_F32 && rv->norm_round == RK_NR_ONCE);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    check_kernel(k, rv);
+    ropekv_kernel_release(k);
+    free(mine);
+    ropekv_destroy(c);
+}
+
 /* ---- specs at run time ------------------------------------------------------------------------------ */
 static const char *MY_SPEC =
     "return { name = 'my_model', kv_lora_rank = 128, qk_rope_head_dim = 32, rope = '%s',\n"
@@ -1155,6 +1368,9 @@ int main(void) {
         cmocka_unit_test(test_negative_cache_strides),
         cmocka_unit_test(test_fp8_query),
         cmocka_unit_test(test_kv_layouts),
+        cmocka_unit_test(test_norm_variants),
+        cmocka_unit_test(test_norm_argument_checks),
+        cmocka_unit_test(test_norm_launch),
         cmocka_unit_test(test_read_round_trip),
         cmocka_unit_test(test_slots_near_2_31),
         cmocka_unit_test(test_prepare_wide_entry),

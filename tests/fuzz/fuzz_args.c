@@ -1,10 +1,11 @@
 /* Fuzz target: launch arguments from arbitrary bytes (tests/support/args_oracle.h).
  *
- * The input is a draw (rk_draw_of_bytes): a variant, whether the read-back op splits its output, every int64
- * size, stride and count of ropekv_args, and the seed of the buffers' contents, positions and slots. On the
- * host backend (the variants compiled once, on the first input) the launch must be refused with a named error
- * and write nothing, or equal the CPU reference on copies; every buffer has guard pages on both sides. The
- * seed corpus (tests/fuzz/corpus/args) has a valid draw per variant and near-overflow ones (CAMPAIGN.md). */
+ * The input is a draw (rk_draw_of_bytes): a variant, whether the read-back op splits its output and which norm
+ * tensors are passed by mistake, every int64 size, stride and count of ropekv_args, and the seed of the buffers'
+ * contents, positions and slots. On the host backend (the variants compiled once, on the first input) the launch
+ * must be refused with a named error and write nothing, or equal the CPU reference on copies; every buffer has
+ * guard pages on both sides. The seed corpus (tests/fuzz/corpus/args) has a valid draw per variant and
+ * near-overflow ones (CAMPAIGN.md). */
 #include "args_oracle.h"
 #include "fuzz.h"
 

@@ -28,6 +28,9 @@ static const struct {
     {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
     {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .op = ROPEKV_OP_READ}},
     {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .op = ROPEKV_OP_READ}},
+    {"deepseek_v3", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .norm = ROPEKV_NORM_RMS_OUT}},
+    {"deepseek_v32",
+     {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
 };
 
 int rk_oracle_open(rk_oracle *o, char *why, size_t cap) {
@@ -69,13 +72,11 @@ void rk_oracle_close(rk_oracle *o) {
 }
 
 #define F(name) offsetof(ropekv_args, name)
-const size_t rk_oracle_fields[RK_ORACLE_NFIELDS] = {F(tokens),        F(heads),       F(q_nope_st),
-                                                    F(q_nope_sh),     F(q_pe_st),     F(q_pe_sh),
-                                                    F(q_out_st),      F(q_out_sh),    F(k_nope_st),
-                                                    F(k_pe_st),       F(kv_st),       F(kv_rows),
-                                                    F(max_pos),       F(kv_tokens),   F(min_slot),
-                                                    F(kv_block_size), F(kv_block_st), F(kv_rope_block_st),
-                                                    F(kv_rope_st),    F(out_st),      F(out_rope_st)};
+const size_t rk_oracle_fields[RK_ORACLE_NFIELDS] = {
+    F(tokens),     F(heads),     F(q_nope_st),   F(q_nope_sh),     F(q_pe_st),     F(q_pe_sh),
+    F(q_out_st),   F(q_out_sh),  F(k_nope_st),   F(k_pe_st),       F(kv_st),       F(kv_rows),
+    F(max_pos),    F(kv_tokens), F(min_slot),    F(kv_block_size), F(kv_block_st), F(kv_rope_block_st),
+    F(kv_rope_st), F(out_st),    F(out_rope_st), F(norm_out_st)};
 #undef F
 
 static uint64_t le(const uint8_t *p, size_t n, size_t at) {
@@ -89,20 +90,48 @@ rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n) {
     memset(&d, 0, sizeof d);
     d.variant = n > 0 ? p[0] : 0;
     d.out_rope = n > 1 ? p[1] & 1 : 0;
+    d.stray = n > 1 ? (p[1] >> 1) & 3u : 0;
     for (int i = 0; i < RK_ORACLE_NFIELDS; i++) {
-        const int64_t v = (int64_t)le(p, n, 2 + 8 * (size_t)i);
+        const int64_t v = (int64_t)le(p, n, 2 + 8 * (size_t)(i < RK_ORACLE_SEED_AT ? i : i + 1));
         memcpy((char *)&d.a + rk_oracle_fields[i], &v, sizeof v);
     }
-    d.seed = le(p, n, 2 + 8 * RK_ORACLE_NFIELDS);
+    d.seed = le(p, n, 2 + 8 * RK_ORACLE_SEED_AT);
     return d;
 }
 
 /* ---- what the args claim -------------------------------------------------------------------------- */
 /* The buffers, in the order of ropekv_args. */
-enum { Q_NOPE, Q_PE, Q_OUT, K_NOPE, K_PE, KV, KV_ROPE, POS, SLOTS, COS, SIN, K_SCALE, Q_SCALE, OUT, OUT_ROPE, NBUF };
-static const char *const NAMES[NBUF] = {"q_nope",   "q_pe",          "q_out",     "k_nope", "k_pe",
-                                        "kv_cache", "kv_rope_cache", "positions", "slots",  "cos_sin",
-                                        "sin",      "k_scale",       "q_scale",   "out",    "out_rope"};
+enum {
+    Q_NOPE,
+    Q_PE,
+    Q_OUT,
+    K_NOPE,
+    K_PE,
+    KV,
+    KV_ROPE,
+    POS,
+    SLOTS,
+    COS,
+    SIN,
+    K_SCALE,
+    Q_SCALE,
+    OUT,
+    OUT_ROPE,
+    NORM_W,
+    NORM_OUT,
+    NBUF
+};
+static const char *const NAMES[NBUF] = {"q_nope",        "q_pe",      "q_out",    "k_nope",      "k_pe",    "kv_cache",
+                                        "kv_rope_cache", "positions", "slots",    "cos_sin",     "sin",     "k_scale",
+                                        "q_scale",       "out",       "out_rope", "norm_weight", "norm_out"};
+
+/* Whether the kernel takes buffer b at all: the norm's tensors belong to the norm variants (norm_out to rms_out);
+ * passing one to another kernel is a mix-up it must refuse. */
+static int takes(const rk_desc *d, int b) {
+    if (b == NORM_W) return d->norm != ROPEKV_NORM_NONE;
+    if (b == NORM_OUT) return d->norm == ROPEKV_NORM_RMS_OUT;
+    return 1;
+}
 
 /* A claim: the bytes a tensor the launch touches spans (0: not touched), or why it must be refused. */
 typedef struct claims {
@@ -175,6 +204,9 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     if (absorbed || zc) claim(&c, Q_OUT, T, H, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
     claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
     claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
+    /* the fused norm: the weight [L] and rms_out's rows [K, L] bf16, with KV rows only */
+    if (d->norm != ROPEKV_NORM_NONE && K > 0) c.bytes[NORM_W] = L * (d->norm_weight == RK_NW_F32 ? 4 : 2);
+    if (d->norm == ROPEKV_NORM_RMS_OUT) claim(&c, NORM_OUT, K, 1, a->norm_out_st, 0, L, 2);
     const int64_t P = T > K ? T : K;
     c.bytes[POS] = P * idx_pos;
     if (d->rope != RK_ROPE_NONE && ((d->q != ROPEKV_Q_NONE && T > 0) || K > 0)) {
@@ -228,22 +260,23 @@ static void store_index(void *p, int64_t i, int64_t v, int wide) {
     else ((int32_t *)p)[i] = (int32_t)v; /* the int32 variants see the value truncated: still any int32 */
 }
 
-/* Contents: moderate bf16 values for the bf16 inputs, [-1, 1] for the tables, random bytes elsewhere (an
- * fp8_tile cache gets bytes below 0x40: finite fp8 codes and positive finite scales). */
+/* Contents: moderate bf16 values for the bf16 inputs (the norm's bf16 weight too), [-1, 1] for the tables and an f32
+ * weight, random bytes elsewhere (an fp8_tile cache gets bytes below 0x40: finite fp8 codes and positive finite
+ * scales). */
 static void fill(const rk_desc *d, int b, gbuf *g, rk_rng *r, int64_t pos_n, int64_t slot_n, int64_t max_pos,
                  int64_t kv_rows) {
     const size_t n = g->region_len;
     for (size_t i = 0; i < n; i++) g->region[i] = (uint8_t)rk_rng_next(r);
     const int64_t len = (int64_t)(g->region + n - g->p);
     if (b == Q_NOPE || b == Q_PE || b == K_NOPE || b == K_PE || (b == COS && d->cos_sin == RK_CS_BF16_SPLIT) ||
-        (b == SIN && d->cos_sin == RK_CS_BF16_SPLIT)) {
+        (b == SIN && d->cos_sin == RK_CS_BF16_SPLIT) || (b == NORM_W && d->norm_weight == RK_NW_BF16)) {
         const int table = b == COS || b == SIN;
         for (int64_t i = 0; i + 1 < len; i += 2) {
             float f = ((float)(rk_rng_next(r) % 2001) - 1000.0f) / (table ? 1000.0f : 200.0f);
             const uint16_t h = rk_f32_to_bf16(f);
             memcpy(g->p + i, &h, 2);
         }
-    } else if (b == COS || b == SIN) {
+    } else if (b == COS || b == SIN || b == NORM_W) {
         for (int64_t i = 0; i + 3 < len; i += 4) {
             float f = ((float)(rk_rng_next(r) % 2001) - 1000.0f) / 1000.0f;
             memcpy(g->p + i, &f, 4);
@@ -281,7 +314,9 @@ static const void **field(ropekv_args *a, int b) {
     case K_SCALE: return (const void **)&a->k_scale;
     case Q_SCALE: return (const void **)&a->q_scale;
     case OUT: return (const void **)&a->out;
-    default: return (const void **)&a->out_rope;
+    case OUT_ROPE: return (const void **)&a->out_rope;
+    case NORM_W: return (const void **)&a->norm_weight;
+    default: return (const void **)&a->norm_out;
     }
 }
 
@@ -320,7 +355,7 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     memset(ker, 0, sizeof ker);
     memset(ref, 0, sizeof ref);
     rk_rng r = {dr->seed * 0x9e3779b97f4a7c15ull + 1};
-    int rc = 0;
+    int rc = 0, stray = 0; /* a norm tensor given to a kernel that does not take it */
     const int64_t T = a.tokens, K = d->op == ROPEKV_OP_READ ? T : a.kv_tokens == -1 ? 0 : a.kv_tokens ? a.kv_tokens : T;
     if (!mapped && !c.refuse) { /* possible, but too large to map here: the checks alone */
         for (int b = 0; b < NBUF; b++) *field(&a, b) = c.bytes[b] ? (const void *)(uintptr_t)4096 : NULL;
@@ -336,8 +371,12 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     for (int b = 0; b < NBUF; b++) {
         const size_t n = mapped && !c.refuse && c.bytes[b] ? (size_t)c.bytes[b] : 64;
         if (b == OUT_ROPE && !out_rope) continue; /* its pointer chooses where the rope parts go */
-        if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (rk_rng_next(&r) & 1))
+        if (!takes(d, b)) {                       /* NULL, unless the draw passes it by mistake */
+            if (!(dr->stray & (b == NORM_W ? 1u : 2u))) continue;
+            stray = 1;
+        } else if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (rk_rng_next(&r) & 1)) {
             continue; /* untouched: NULL half the time */
+        }
         if (gbuf_map(&ker[b], n) || gbuf_map(&ref[b], n)) {
             snprintf(why, cap, "mmap of %zu bytes failed", n);
             rc = 1;
@@ -365,12 +404,19 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
                 rc = 1;
             }
         o->refused++;
+        o->refused_by[vi]++;
+        o->strays += stray;
         goto out;
     }
     if (c.refuse) {
         snprintf(why, cap,
                  "launched args that claim no buffer (a negative stride, a count out of range or more "
                  "than 2^57 bytes)");
+        rc = 1;
+        goto out;
+    }
+    if (stray) {
+        snprintf(why, cap, "launched with a norm tensor (norm_weight or norm_out) the kernel does not take");
         rc = 1;
         goto out;
     }
@@ -391,6 +437,7 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
             }
     }
     o->launched++;
+    o->launched_by[vi]++;
 out:
     for (int b = 0; b < NBUF; b++) {
         gbuf_unmap(&ker[b]);

@@ -18,7 +18,7 @@
 #include "rk.h"
 #include "ropekv.h"
 
-#define RK_ORACLE_VARIANTS 5
+#define RK_ORACLE_VARIANTS 7
 #define RK_ORACLE_CAP ((int64_t)4 << 20) /* bytes of the largest buffer mapped for a launch */
 
 typedef struct rk_oracle {
@@ -30,30 +30,40 @@ typedef struct rk_oracle {
         rk_desc d;
     } var[RK_ORACLE_VARIANTS];
     long launched, refused, queried; /* draws that ran and matched, were refused, were too large to map */
+    long launched_by[RK_ORACLE_VARIANTS], refused_by[RK_ORACLE_VARIANTS]; /* the same per variant */
+    long strays; /* refused draws that passed a norm tensor to a kernel that does not take it */
 } rk_oracle;
 
 /* A host context (no disk cache) and the variants' kernels, compiled here: bf16 flat, fp8_e4m3 paged with an
- * fp8 query and int32 indices, bf16 split (DeepSeek-V2-Lite's bf16 tables), and the read-back op on fp8_e4m3
- * paged and fp8_tile flat rows. 0, or -1 with why. */
+ * fp8 query and int32 indices, bf16 split (DeepSeek-V2-Lite's bf16 tables), the read-back op on fp8_e4m3
+ * paged and fp8_tile flat rows, and the fused norm: bf16 flat with rms_out (norm_weight [L] bf16, norm_out
+ * [K, L] at norm_out_st) and DeepSeek-V3.2's paged fp8_tile rows with rms (norm_weight only). A norm tensor
+ * passed to a kernel that does not use it must be refused. 0, or -1 with why. */
 int rk_oracle_open(rk_oracle *o, char *why, size_t cap);
 void rk_oracle_close(rk_oracle *o);
 
 /* One draw: the variant (taken modulo RK_ORACLE_VARIANTS), the numbers of a (its pointers are ignored: the
- * oracle maps the buffers), whether the read-back op writes its rope parts to out_rope, and the seed of the
- * buffers' contents and of the positions and slots (in range, at the edges, negative, past 2^31 and INT64). */
+ * oracle maps the buffers), whether the read-back op writes its rope parts to out_rope, which norm tensors are
+ * passed to a kernel that does not take them (a mix-up it must refuse), and the seed of the buffers' contents and of
+ * the positions and slots (in range, at the edges, negative, past 2^31 and INT64). */
 typedef struct rk_draw {
     unsigned variant;
     int out_rope;
+    unsigned stray; /* 1: norm_weight, 2: norm_out, given where the variant takes no such tensor (else: NULL) */
     ropekv_args a;
     uint64_t seed;
 } rk_draw;
 
-/* The int64 fields of ropekv_args a draw sets (offsets), in the order of a fuzz input (rk_draw_of_bytes). */
-#define RK_ORACLE_NFIELDS 21
+/* The int64 fields of ropekv_args a draw sets (offsets), in the order of a fuzz input (rk_draw_of_bytes): the first
+ * RK_ORACLE_SEED_AT before the seed, the ones added later (norm_out_st) after it, so that older inputs keep their
+ * meaning. */
+#define RK_ORACLE_NFIELDS 22
+#define RK_ORACLE_SEED_AT 21
 extern const size_t rk_oracle_fields[RK_ORACLE_NFIELDS];
 
-/* A draw from bytes (the fuzz target's input): variant, out_rope, then each field of rk_oracle_fields as 8
- * little-endian bytes, then the seed; missing bytes are zero. */
+/* A draw from bytes (the fuzz target's input): variant, a byte of flags (bit 0 out_rope, bits 1-2 stray), then fields
+ * [0, RK_ORACLE_SEED_AT) of rk_oracle_fields as 8 little-endian bytes each, the seed, then the remaining fields;
+ * missing bytes are zero. */
 rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n);
 
 /* 0 when the property holds for d; 1 with why when it does not. */

@@ -92,12 +92,14 @@ const rk_desc *rk_test_variant(const rk_catalog *cat, const char *key) {
 }
 
 const rk_desc *rk_test_ref_variant(const rk_catalog *cat, const char *spec, const ropekv_variant *pv) {
-    static const char *const kv[] = {"bf16", "fp8_e4m3"}, *const q[] = {"absorbed", "zero_copy", "inplace", "none"},
-                             *const idx[] = {"int64", "int32"};
-    char key[192];
-    snprintf(key, sizeof key, "%s/host/%s/%s/pos=%s/slot=%s", spec, kv[pv->kv], q[pv->q], idx[pv->positions],
-             idx[pv->slots]);
-    return rk_test_variant(cat, key);
+    static rk_desc ring[8]; /* the last 8 results stay valid */
+    static unsigned next;
+    const rk_spec *s = rk_catalog_find(cat, spec);
+    const rk_arch *host = rk_arch_find(&cat->archs, "host");
+    const rk_choice c = {pv->kv, pv->q, pv->positions, pv->slots, pv->q_dtype, pv->layout, pv->op, pv->norm};
+    rk_desc *d = &ring[next++ % 8];
+    rk_err err = {0};
+    return s && host && rk_desc_listed(s, host, &c, d, &err) == ROPEKV_OK ? d : NULL;
 }
 
 static int saved_err = -1;

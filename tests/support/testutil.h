@@ -44,7 +44,9 @@ rk_test_census rk_test_count_files(const char *dir);
 /* The variant of cat with this key ("spec/target/kv/q/pos=.../slot=..."), or NULL. The storage
  * is static: the next call reuses it. */
 const rk_desc *rk_test_variant(const rk_catalog *cat, const char *key);
-/* The reference's view of the public variant v of spec on the host target (rk_test_variant). */
+/* The reference's view of the public variant v of spec on the host target: every choice of v (kv dtype, q form,
+ * index types, q dtype, layout, op, norm), or NULL when the spec does not list it there. The storage is static: the
+ * last 8 results stay valid. */
 const rk_desc *rk_test_ref_variant(const rk_catalog *cat, const char *spec, const ropekv_variant *v);
 
 /* ---- through the public API ---------------------------------------------------------------------
