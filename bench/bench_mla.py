@@ -6,6 +6,7 @@
     python3 bench/bench_mla.py --cpu --T 1,7 --H 2 --out /tmp/r   # a check of the script itself (no GPU)
     python3 bench/bench_mla.py --mode v32 --out /tmp/r         # DeepSeek-V3.2's fp8_tile paged writer
     python3 bench/bench_mla.py --mode read --out /tmp/r        # the read-back op (fp8_tile, fp8_e4m3, bf16)
+    python3 bench/bench_mla.py --norm --out /tmp/r             # only the fused kv_a RMSNorm section
 
 Shapes: L = 512, R = 64 (GPT-J rope), f32 cos_sin_cache [4096, 64]; T tokens x H heads x KV dtype.
 Inputs are laid out as engines pass them: q_nope / q_pe slices of one [T, H, 576] query, k_nope / k_pe
@@ -71,6 +72,13 @@ same job in one launch (triton_v32, triton_v32_pdl, triton_v32_none), torch.comp
 main_job, bench/README.md). --mode read: ropekv's read-back kernels (fp8_tile paged, fp8_e4m3 and bf16 flat) against
 a Triton gather + dequant kernel, torch.compile and eager. Both check every method against a PyTorch reference of the
 job and compare the Triton peers' outputs with ropekv's byte for byte.
+
+The fused kv_a RMSNorm section (write mode: after the main sweep of a default or --quick run, alone with --norm): the
+absorbed op with DeepSeek-V3's kv_a_layernorm on the raw c_kv, ropekv norm="rms" (one launch; ropekv_norm_out:
+norm="rms_out") against a Triton RMSNorm kernel + ropekv norm none (two launches; torch eager RMSNorm where Triton is
+missing), the eager sequence with the RMSNorm in torch, and ropekv norm none on the already-normalized input (the
+baseline: the goal is the fused op within 5% of it at every shape). Checked before timed: the fused cache and q_out
+equal, bit for bit, ropekv norm none's on k_nope := the fused op's norm_out; the peers within NORM_PEER_STEPS.
 
 Under ROCm PyTorch (torch.version.hip set, torch.cuda is HIP) the same code runs on the AMD GPU; what has no AMD
 counterpart is reported n/a with the reason: the Triton PDL methods (NVIDIA sm_90+), and on a target whose fp8 is
@@ -150,6 +158,16 @@ JOB_PEERS = {"ropekv_v32": ["triton_v32", "triton_v32_pdl", "compile_v32", "eage
 SAME_AS = {"triton_v32": "ropekv_v32", "triton_v32_pdl": "ropekv_v32", "triton_v32_none": "ropekv_v32_none",
            "triton_read": "ropekv_read", "triton_read_pdl": "ropekv_read"}
 MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHODS}
+# the fused kv_a RMSNorm section (write mode, absorbed bf16 query, --spec's kv_norm): the fused op, its peers, and ropekv
+# without the norm on the already-normalized input (the baseline of the goal: fused within NORM_GOAL of it)
+NORM_METHODS = ["ropekv_norm", "ropekv_norm_out", "rmsnorm_ropekv", "eager_norm", "ropekv_nonorm"]
+NORM_PEERS = ["rmsnorm_ropekv", "eager_norm"]
+NORM_GOAL = 1.05
+# a peer's normalized values against the fused op's: its RMSNorm sums in another order (and may use an approximate
+# rsqrt), so r differs by a few float32 ulps; bf16(x * r) can then land one bf16 step away, and after * w that is at
+# most 2 bf16 steps of the result (less than 2 ulps of it before the last rounding); an fp8 cache's code at most 1 fp8
+# step (2 bf16 steps are far below one fp8 step: one rounding boundary crossed at most)
+NORM_PEER_STEPS = {"bf16": 2, "fp8": 1}
 
 T0 = time.time()
 torch = None  # imported in main(), so that --help and py_compile work without torch
@@ -215,6 +233,13 @@ def parse_args(argv=None):
     p.add_argument("--cpu", action="store_true",
                    help="check the script on the CPU: eager, eager_fp8q and the ropekv methods (host backend) "
                         "against the reference, CPU times (not numbers)")
+    p.add_argument("--norm", action="store_true",
+                   help="run only the fused kv_a RMSNorm section (write mode): ropekv's norm='rms' against RMSNorm + "
+                        "ropekv, the unfused PyTorch sequence and ropekv without the norm")
+    p.add_argument("--no-norm", action="store_true", help="skip the norm section")
+    p.add_argument("--norm-methods", default=None,
+                   help="comma list of %s (default: all; the norm section then also runs after a --methods sweep)"
+                        % ", ".join(NORM_METHODS))
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--tag", default="", help="suffix for the output file names (e.g. when a sweep is split)")
     a = p.parse_args(argv)
@@ -249,6 +274,23 @@ def parse_args(argv=None):
         p.error("--block-size must be >= 1")
     if not a.q_scale > 0:
         p.error("--q-scale must be > 0")
+    # the norm section (write mode): after the main sweep in a default or --quick run; only it with --norm; after a
+    # --methods sweep when --norm-methods asks for it; never with --no-norm
+    if (a.norm or a.norm_methods) and a.mode != "write":
+        p.error("--norm and --norm-methods are for --mode write")
+    if a.norm and a.no_norm:
+        p.error("--norm and --no-norm exclude each other")
+    a.norm_only = a.norm
+    a.norm_on = a.mode == "write" and not a.no_norm and (a.norm or not a.methods or bool(a.norm_methods))
+    a.norm_method_list = ([m.strip() for m in a.norm_methods.split(",") if m.strip()] if a.norm_methods
+                          else list(NORM_METHODS))
+    for m in a.norm_method_list:
+        if m not in NORM_METHODS:
+            p.error("unknown norm method %r (known: %s)" % (m, ", ".join(NORM_METHODS)))
+    # the norm section's KV dtypes: --kv where given, else bf16 and fp8_e4m3 (--quick too)
+    a.norm_kv_list = [v.strip() for v in a.kv.split(",")] if a.kv and a.mode == "write" else list(ALL_KV)
+    if a.norm_only:
+        a.method_list = []
     return a
 
 
@@ -561,6 +603,22 @@ def triton_kernels():
             tl.store(dst + L + pe, tl.zeros([R], dtype=tl.bfloat16))
 
     @triton.jit
+    def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_st, out_st, eps, L: tl.constexpr, TWICE: tl.constexpr):
+        # The separate RMSNorm of the norm section's rmsnorm_ropekv peer, as engines write it in Triton: a program per
+        # token reads the first L values of its row of the [T, 576] projection (c_kv), r = rsqrt(mean(x^2) + eps)
+        # in float32 (tl.sum's order, rsqrt.approx), writes bf16(bf16(x * r) * w) (TWICE, HF's and vLLM's) or
+        # bf16(x * r * w) into the [T, L] bf16 buffer the ropekv launch then reads.
+        t = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, L)
+        x = tl.load(x_ptr + t * x_st + cols).to(tl.float32)
+        r = tl.rsqrt(tl.sum(x * x, axis=0) / L + eps)
+        y = x * r
+        if TWICE:
+            y = y.to(tl.bfloat16).to(tl.float32)
+        w = tl.load(w_ptr + cols).to(tl.float32)
+        tl.store(out_ptr + t * out_st + cols, (y * w).to(tl.bfloat16))
+
+    @triton.jit
     def empty_kernel(x_ptr):
         pass
 
@@ -570,7 +628,8 @@ def triton_kernels():
         tl.store(dst_ptr + o, tl.load(src_ptr + o))
 
     _TRITON.update(mla=mla_rope_kv_kernel, mla_fp8q=mla_rope_kv_fp8q_kernel, v32=v32_write_kernel,
-                   read=read_rows_kernel, empty=empty_kernel, roundtrip=roundtrip_kernel, version=triton.__version__)
+                   read=read_rows_kernel, rmsnorm=rmsnorm_kernel, empty=empty_kernel, roundtrip=roundtrip_kernel,
+                   version=triton.__version__)
     return _TRITON
 
 
@@ -632,21 +691,24 @@ def require_ocp(info):
 
 # ---- methods: each returns (fn, outputs) where fn() runs one call and outputs() gives a dict of its outputs ------
 # ("q_out" for absorbed and zero_copy, "q_pe" for inplace, "cache" always)
-def ropekv_kernel(state, ctx_key, form, q_fp8, kv):
-    """The ropekv kernel of one variant on one of the script's contexts (made on first use)."""
-    key = (ctx_key, form, q_fp8, kv)
+def ropekv_kernel(state, ctx_key, form, q_fp8, kv, norm="none"):
+    """The ropekv kernel of one variant on one of the script's contexts (made on first use); norm: the fused kv_a
+    RMSNorm ("none", "rms", "rms_out")."""
+    key = (ctx_key, form, q_fp8, kv, norm)
     k = state["kernels"].get(key)
     if k is None:
         ctx = state[ctx_key]
         t0 = time.perf_counter()
-        k = ctx.kernel(state["args"].spec, kv=kv, q=form, q_dtype="fp8_e4m3" if q_fp8 else "bf16")
+        kw = {"norm": norm} if norm != "none" else {}
+        k = ctx.kernel(state["args"].spec, kv=kv, q=form, q_dtype="fp8_e4m3" if q_fp8 else "bf16", **kw)
         want = "fp8_e4m3" if q_fp8 and form != "none" else "bf16"
-        if k.info.q_dtype != want or k.info.kv != kv or k.info.q != form:
-            raise RuntimeError("asked for q form %s, %s query, kv %s; the library gave %s (%s)"
-                               % (form, want, kv, k.info.key, k.name))
+        if k.info.q_dtype != want or k.info.kv != kv or k.info.q != form or getattr(k.info, "norm", "none") != norm:
+            raise RuntimeError("asked for q form %s, %s query, kv %s, norm %s; the library gave %s (%s)"
+                               % (form, want, kv, norm, k.info.key, k.name))
         require_ocp(k.info)
         if ctx_key == "ctx":
-            label = "%s%s, kv %s" % (form, " fp8 q" if q_fp8 else "", kv)
+            label = "%s%s, kv %s%s" % (form, " fp8 q" if q_fp8 else "", kv,
+                                       ", norm %s" % norm if norm != "none" else "")
             state["meta"]["kernels"][label] = (k.name, (time.perf_counter() - t0) * 1e3)
         state["kernels"][key] = k
     return k
@@ -842,6 +904,23 @@ for _m, (_form, _q8) in FORMS.items():
 
 
 # ---- checks -------------------------------------------------------------------------------------------------------
+def code_steps(torch, got, want, kind):
+    """Per element, how many codes of the format (bf16, or fp8 e4m3fn held as uint8 / float8) got is from want: 0 for
+    equal bits or NaN against NaN, 1 << 20 for NaN against a number (int32, the shape of the inputs)."""
+    if kind == "bf16":
+        a, b = got.contiguous().view(torch.int16), want.contiguous().view(torch.int16)
+        mag_mask, sign_shift, nan_min, bits = 0x7FFF, 15, 0x7F81, 0xFFFF
+    else:
+        a, b = got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+        mag_mask, sign_shift, nan_min, bits = 0x7F, 7, 0x7F, 0xFF
+    a, b = a.to(torch.int32) & bits, b.to(torch.int32) & bits
+    ma, mb = a & mag_mask, b & mag_mask
+    d = (torch.where((a >> sign_shift) == 1, -ma, ma) - torch.where((b >> sign_shift) == 1, -mb, mb)).abs()
+    na, nb = ma >= nan_min, mb >= nan_min
+    d = torch.where(na & nb, torch.zeros_like(d), d)
+    return torch.where(na ^ nb, torch.full_like(d, 1 << 20), d)
+
+
 def compare_bits(torch, got, want, kind, chunk_elems=1 << 27):
     """(max code steps apart, number of bit-identical elements, elements); bf16 or fp8 e4m3fn; NaN == NaN."""
     a_all = got.reshape(-1) if got.is_contiguous() else got.contiguous().reshape(-1)
@@ -986,14 +1065,15 @@ def _outside(torch, got, want, tol):
     return int((~ok).sum())
 
 
-def check(torch, pb, ref, outs, form="absorbed", q_fp8=False, chunk_elems=1 << 25):
+def check(torch, pb, ref, outs, form="absorbed", q_fp8=False, chunk_elems=1 << 25, nope_steps=0):
     """(ok, max steps, fraction bit-identical, elements failing) of a method's outputs (a dict: "q_out" for the
     absorbed and zero_copy forms, "q_pe" for inplace, "cache") against the fma reference. The q_nope / k_nope
     parts must be bit-identical (copies; for fp8 one exact scaling and one rounding; an fp8 query's q_nope part
     within one fp8 step, see Reference.q_nope8_tol), every rope element bit-identical or within its tolerance
     (see Reference), an inplace fp8 query's bytes past the first R of each q_pe row untouched, and the KV rows
     that no token writes untouched (zero). 'max steps' and 'bit-identical' count codes against the reference's
-    over the query output and the KV rows (the scratch row aside)."""
+    over the query output and the KV rows (the scratch row aside). nope_steps > 0: the KV rows' k_nope parts may be
+    that many codes of the cache's format away (the norm section's peers, whose RMSNorm sums in another order)."""
     kind = "fp8" if pb.fp8 else "bf16"
     cache = outs["cache"]
     flat = (cache.view(torch.uint8) if pb.fp8 else cache).view(-1, W)
@@ -1028,7 +1108,11 @@ def check(torch, pb, ref, outs, form="absorbed", q_fp8=False, chunk_elems=1 << 2
             add(compare_bits(torch, q_pe[sl], ref.q_rope[sl], "bf16"))
             bad += _outside(torch, q_pe[sl], ref.q_rope[sl], ref.q_tol[sl])
         rows = flat[pb.slots[sl]]  # every token has its own row (the slots are a permutation)
-        bad += add(compare_bits(torch, rows[:, :L], ref.kv_nope[sl], kind))
+        if nope_steps:
+            add(compare_bits(torch, rows[:, :L], ref.kv_nope[sl], kind))
+            bad += int((code_steps(torch, rows[:, :L], ref.kv_nope[sl], kind) > nope_steps).sum())
+        else:
+            bad += add(compare_bits(torch, rows[:, :L], ref.kv_nope[sl], kind))
         add(compare_bits(torch, rows[:, L:], ref.kv_rope[sl], kind))
         bad += _outside(torch, rows[:, L:], ref.kv_rope[sl], ref.kv_tol[sl])
     untouched = torch.ones(pb.rows - 1, dtype=torch.bool, device=flat.device)
@@ -2094,6 +2178,453 @@ def write_job_outputs(args, meta, floors, rows, methods):
     return paths
 
 
+# ---- the fused kv_a RMSNorm section (write mode) ------------------------------------------------------------------
+# DeepSeek-V3's kv_a_layernorm fused into the write (norm="rms"): k_nope is the raw kv_a projection's c_kv, normalized
+# per token (r = 1 / sqrt(mean(x^2) + eps) in float32, n = bf16(bf16(x * r) * w)) before the row is cached. Per shape:
+#   ropekv_norm      ropekv norm="rms": one launch
+#   ropekv_norm_out  ropekv norm="rms_out": one launch that also writes the normalized c_kv [T, L] (prefill's up-proj)
+#   rmsnorm_ropekv   a separate RMSNorm kernel (Triton, written here; torch eager where Triton is missing or --cpu)
+#                    writing a [T, L] bf16 buffer, then ropekv with norm none on it: two launches
+#   eager_norm       the unfused PyTorch sequence (the eager peer's) with the RMSNorm in torch first
+#   ropekv_nonorm    ropekv with norm none on the already-normalized input (the fused op's norm_out placed where the
+#                    raw c_kv was): the baseline of the goal "ropekv_norm within 5% of it at every shape"
+
+def rmsnorm_torch(x, w, eps, rounding="twice"):
+    """RMSNorm as engines write it in PyTorch (HF DeepseekV3RMSNorm): float32 mean of squares (torch's reduction
+    order), rsqrt, x * r rounded to bf16 (rounding "twice") and times the weight, rounded to bf16."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if rounding == "twice":
+        y = y.to(torch.bfloat16).float()
+    return (y * w.float()).to(torch.bfloat16)
+
+
+def mla_norm_unfused(q_nope, q_pe, c_kv, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8: bool, w,
+                     eps: float, rounding: str = "twice", kv_conv: str = "mul_recip"):
+    """The unfused sequence with the kv_a RMSNorm first (rmsnorm_torch of c_kv), then mla_rope_kv_unfused on the
+    normalized rows. Returns q_out."""
+    k_nope = rmsnorm_torch(c_kv, w, eps, rounding)
+    return mla_rope_kv_unfused(q_nope, q_pe, k_nope, k_pe, positions, slots, cos_sin_cache, kv_cache, k_scale, fp8,
+                               kv_conv)
+
+
+def rmsnorm_triton_launch(pb, out):
+    """(grid, args, kwargs) of the Triton RMSNorm (triton_kernels()["rmsnorm"]) normalizing the problem's raw c_kv
+    (pb.k_nope: the first L columns of the [T, 576] projection, its row stride) into out [T, L] bf16 with the weight,
+    eps and rounding of the kernel's spec (pb.norm_weight, pb.norm_eps, pb.norm_rounding)."""
+    args = (pb.k_nope, pb.norm_weight, out, pb.k_nope.stride(0), out.stride(0), float(pb.norm_eps))
+    return (pb.T,), args, dict(L=L, TWICE=pb.norm_rounding == "twice", num_warps=2)
+
+
+def norm_problem(torch, T, H, kv, dev, cos_sin_cache, k_scale, seed, policy, info):
+    """A Problem whose c_kv (k_nope) is a raw projection output: each token's row scaled by a power of two in 2^-8 ..
+    2^8 (so the norm matters), with the RMSNorm weight [L] of the kernel's dtype (info.norm_weight; about 1 +- 0.5), its
+    eps and rounding (info.norm_eps, info.norm_rounding)."""
+    pb = Problem(torch, T, H, kv, dev, cos_sin_cache, k_scale, seed, None, policy)
+    g = torch.Generator(device=dev).manual_seed(seed + 7)
+    scale = torch.exp2(torch.randint(-8, 9, (T, 1), device=dev, generator=g).float())
+    pb.proj[:, :L] = (pb.proj[:, :L].float() * scale).to(torch.bfloat16)  # exact: powers of two
+    wd = torch.float32 if info.norm_weight == "f32" else torch.bfloat16
+    pb.norm_weight = (1.0 + 0.5 * torch.randn(L, device=dev, generator=g)).to(wd)
+    pb.norm_eps, pb.norm_rounding = info.norm_eps, info.norm_rounding
+    return pb
+
+
+def prenormed(pb, n):
+    """The problem with the normalized rows n [T, L] in the projection's c_kv columns (a copy of it: the same layout
+    as the raw input): the input of ropekv_nonorm and of the references the norm methods are checked against."""
+    import copy
+    pn = copy.copy(pb)
+    pn.proj = pb.proj.clone()
+    pn.proj[:, :L] = n
+    pn.k_nope, pn.k_pe = pn.proj[:, :L], pn.proj[:, L:]
+    return pn
+
+
+def norm_ref_check(torch, pb, n):
+    """How the fused op's normalized rows n compare with two PyTorch RMSNorms of the raw c_kv: (the fraction equal,
+    bit for bit, to ropekv.reference.rms_norm, the kernels' arithmetic emulated exactly; the largest relative
+    difference from a float64 RMSNorm, x / sqrt(mean(x^2) + eps) * w). The latter is within 2^-7 + 2^-12: two bf16
+    roundings of at most 2^-8 each, and float32's few 2^-24."""
+    want = rkref.rms_norm(pb.k_nope, pb.norm_weight, pb.norm_eps, pb.norm_rounding)
+    r = compare_bits(torch, n, want, "bf16")
+    x = pb.k_nope.double()
+    n64 = x / torch.sqrt((x * x).mean(-1, keepdim=True) + pb.norm_eps) * pb.norm_weight.double()
+    rel = ((n.double() - n64).abs() / n64.abs().clamp(min=1e-300)).max()
+    return r[1] / max(r[2], 1), float(rel)
+
+
+NORM_REL_TOL = 2.0 ** -7 + 2.0 ** -12
+
+
+def _norm_kernel(state, pb, norm):
+    return ropekv_kernel(state, "ctx", "absorbed", False, pb.kv, norm)
+
+
+def method_ropekv_norm(state, pb, norm="rms"):
+    """ropekv with the fused norm: the raw c_kv in, norm_weight; rms_out also writes the normalized rows ("norm")."""
+    k = _norm_kernel(state, pb, norm)
+    out = {"cache": pb.new_cache(), "q_out": pb.new_q_out()}
+    kw = dict(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=out["q_out"], k_nope=pb.k_nope, k_pe=pb.k_pe,
+              kv_cache=out["cache"], positions=pb.positions, slots=pb.slots, cos_sin=pb.cos_sin_cache,
+              k_scale=pb.k_scale if pb.fp8 else None, norm_weight=pb.norm_weight)
+    if norm == "rms_out":
+        out["norm"] = pb.torch.empty(pb.T, L, device=pb.dev, dtype=pb.torch.bfloat16)
+        kw["norm_out"] = out["norm"]
+    return k.bind(**kw), lambda: out
+
+
+def method_ropekv_norm_out(state, pb):
+    return method_ropekv_norm(state, pb, "rms_out")
+
+
+def method_ropekv_nonorm(state, pb):
+    """ropekv with norm none on the already-normalized input (pb.pn, the fused op's rows in the c_kv columns)."""
+    return method_ropekv(state, pb.pn)
+
+
+def rmsnorm_impl(state, cpu):
+    """("triton", None) where the Triton RMSNorm can run, else ("torch", why): the torch eager RMSNorm stands in."""
+    if cpu:
+        return "torch", "--cpu: no Triton on the CPU, the RMSNorm is torch eager"
+    try:
+        triton_kernels()
+        return "triton", None
+    except Exception as e:  # noqa: BLE001
+        return "torch", "Triton missing (%s): the RMSNorm is torch eager" % str(e).split("\n")[0][:120]
+
+
+def method_rmsnorm_ropekv(state, pb):
+    """A separate RMSNorm kernel into a [T, L] bf16 buffer ("norm"), then ropekv with norm none on it: two launches."""
+    k = _norm_kernel(state, pb, "none")
+    buf = pb.torch.empty(pb.T, L, device=pb.dev, dtype=pb.torch.bfloat16)
+    out = {"cache": pb.new_cache(), "q_out": pb.new_q_out(), "norm": buf}
+    launch = k.bind(q_nope=pb.q_nope, q_pe=pb.q_pe, q_out=out["q_out"], k_nope=buf, k_pe=pb.k_pe,
+                    kv_cache=out["cache"], positions=pb.positions, slots=pb.slots, cos_sin=pb.cos_sin_cache,
+                    k_scale=pb.k_scale if pb.fp8 else None)
+    if state.get("rmsnorm_impl", "torch") == "triton":
+        kern = triton_kernels()["rmsnorm"]
+        grid, a, kw = rmsnorm_triton_launch(pb, buf)
+
+        def fn():
+            kern[grid](*a, **kw)
+            launch()
+    else:
+        def fn():
+            buf.copy_(rmsnorm_torch(pb.k_nope, pb.norm_weight, pb.norm_eps, pb.norm_rounding))
+            launch()
+
+    return fn, lambda: out
+
+
+def method_eager_norm(state, pb):
+    out = {"cache": pb.new_cache()}
+    pol = pb.policy
+
+    def fn():
+        out["q_out"] = mla_norm_unfused(pb.q_nope, pb.q_pe, pb.k_nope, pb.k_pe, pb.positions, pb.slots,
+                                        pb.cos_sin_cache, out["cache"], pb.k_scale, pb.fp8, pb.norm_weight,
+                                        pb.norm_eps, pb.norm_rounding, pol["kv_scale"])
+
+    return fn, lambda: out
+
+
+NORM_FNS = {"ropekv_norm": method_ropekv_norm, "ropekv_norm_out": method_ropekv_norm_out,
+            "rmsnorm_ropekv": method_rmsnorm_ropekv, "eager_norm": method_eager_norm,
+            "ropekv_nonorm": method_ropekv_nonorm}
+
+
+def norm_bytes(T, H, kv_fp8, norm="rms"):
+    """The bytes of the fused job: the absorbed op's (op_bytes; the raw c_kv is read where k_nope was), the weight,
+    and for rms_out the normalized rows written."""
+    return op_bytes(T, H, kv_fp8) + L * 2 + (T * L * 2 if norm == "rms_out" else 0)
+
+
+def _bits(torch, t):
+    """A bf16 or fp8 tensor's bits (int16 / uint8 view), for bit-for-bit equality (NaN payloads included)."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.uint8)
+
+
+def check_norm(torch, pb, ref, outs, method, base):
+    """(ok, max steps, fraction bit-identical, elements failing, note) of a norm-section method. ref is the fma
+    Reference of pb.pn (the fused op's normalized rows as k_nope) and base the outputs of ropekv norm none on pb.pn.
+    ropekv's methods: the check() of the op on those rows (k_nope parts bit-identical), and the cache and q_out equal to
+    base's bit for bit (the fused op = the op without the norm on k_nope := norm_out); ropekv_norm_out's rows too
+    (equal to pb.n_fused, bit for bit). The peers (their RMSNorm sums in another order): k_nope parts within
+    NORM_PEER_STEPS codes of the cache's format, their normalized buffer within 2 bf16 steps of pb.n_fused; the rest
+    as check()."""
+    kind = "fp8" if pb.fp8 else "bf16"
+    notes = []
+    if method in NORM_PEERS:
+        ok, steps, exact, bad = check(torch, pb.pn, ref, outs, "absorbed", False, nope_steps=NORM_PEER_STEPS[kind])
+        if outs.get("norm") is not None:
+            d = code_steps(torch, outs["norm"], pb.n_fused, "bf16")
+            nb = int((d > NORM_PEER_STEPS["bf16"]).sum())
+            bad += nb
+            ok = ok and nb == 0
+            worst = int(d.max()) if d.numel() else 0
+            if worst:
+                notes.append("normalized rows up to %d bf16 step(s) from the fused op's" % worst)
+        return ok, steps, exact, bad, "; ".join(notes)
+    ok, steps, exact, bad = check(torch, pb.pn, ref, outs, "absorbed", False)
+    if method != "ropekv_nonorm":
+        for name in ("cache", "q_out"):
+            if not torch.equal(_bits(torch, outs[name]), _bits(torch, base[name])):
+                ok = False
+                bad += 1
+                notes.append("%s differs from ropekv norm none on the fused norm_out" % name)
+        if outs.get("norm") is not None and not torch.equal(_bits(torch, outs["norm"]), _bits(torch, pb.n_fused)):
+            ok = False
+            bad += 1
+            notes.append("norm_out differs from the first rms_out launch's")
+    return ok, steps, exact, bad, "; ".join(notes)
+
+
+def run_norm_section(args, meta, state, floors, dev, cos_sin_cache, k_scale, policy):
+    """The norm section: per shape (the T x H of the run, the KV dtypes of args.norm_kv_list, absorbed bf16 query), the
+    fused op's normalized rows first (an rms_out launch), the baseline and the reference on them, then each method
+    checked and timed. Returns the rows."""
+    import ropekv
+    cpu = args.cpu
+    methods = list(args.norm_method_list)
+    if state.get("ctx") is None:
+        state["ctx"] = ropekv.Context(rk_backend(cpu), device=args.device)
+        meta["ropekv"], meta["target"] = ropekv.version(), state["ctx"].target
+    state["rmsnorm_impl"], why = rmsnorm_impl(state, cpu)
+    meta["rmsnorm_impl"] = why or "Triton (rmsnorm_kernel)"
+    if why:
+        log("norm: rmsnorm_ropekv: %s" % why)
+    infos = {}
+    for kv in args.norm_kv_list:
+        try:
+            for norm in ("none", "rms", "rms_out"):
+                k = ropekv_kernel(state, "ctx", "absorbed", False, kv, norm)
+                sync_policy(policy, k.info, kv == "fp8_e4m3", False)
+            infos[kv] = k.info
+        except Exception as e:  # noqa: BLE001
+            infos[kv] = "%s: %s" % (type(e).__name__, str(e).split("\n")[0][:200])
+            log("norm (kv %s): no kernel: %s" % (kv, infos[kv]))
+    first = next((i for i in infos.values() if not isinstance(i, str)), None)
+    if first is not None:
+        meta["norm"] = "weight %s [%d], eps %g, rounding %s (%s)" % (first.norm_weight, L, first.norm_eps,
+                                                                    first.norm_rounding, first.norm_matches or "-")
+    rows = []
+    for H in args.H_list:
+        for kv in args.norm_kv_list:
+            for T in args.T_list:
+                r = {"T": T, "H": H, "kv": kv, "results": {}, "bytes": norm_bytes(T, H, kv == "fp8_e4m3")}
+                r["limit_us"] = max(floors["roundtrip_us"], r["bytes"] / floors["copy_Bps"] * 1e6)
+                rows.append(r)
+                need = 9 * T * H * W * 2 + 64 * T * W + (256 << 20)
+                free = torch.cuda.mem_get_info(dev)[0] if not cpu else float("inf")
+                info = infos[kv]
+                why = None
+                if isinstance(info, str):
+                    why = "no kernel: " + info
+                elif need > 0.9 * free:
+                    why = "not enough memory (needs ~%.1f GB, %.1f GB free)" % (need / 1e9, free / 1e9)
+                pb = ref = base = None
+                if why is None:
+                    try:
+                        pb = norm_problem(torch, T, H, kv, dev, cos_sin_cache, k_scale, T * 1000 + H * 10 + 5, policy,
+                                          info)
+                        # the fused op's normalized rows (rms_out), the baseline (norm none on them), the reference
+                        fn, outputs = method_ropekv_norm(state, pb, "rms_out")
+                        fn()
+                        if not cpu:
+                            torch.cuda.synchronize()
+                        pb.n_fused = outputs()["norm"]
+                        pb.pn = prenormed(pb, pb.n_fused)
+                        pb.pn.ref = ref = Reference(torch, pb.pn)
+                        fn, outputs = method_ropekv_nonorm(state, pb)
+                        fn()
+                        if not cpu:
+                            torch.cuda.synchronize()
+                        base = outputs()
+                        r["norm_exact"], r["norm_rel"] = norm_ref_check(torch, pb, pb.n_fused)
+                        if r["norm_exact"] < 1 or r["norm_rel"] > NORM_REL_TOL:
+                            log("  norm_out vs PyTorch: %.4f%% equal to rms_norm (the kernels' arithmetic), %.3g "
+                                "relative from a float64 RMSNorm (bound %.3g)" % (100 * r["norm_exact"],
+                                                                                   r["norm_rel"], NORM_REL_TOL))
+                    except Exception as e:  # noqa: BLE001
+                        why = "no reference: %s: %s" % (type(e).__name__, str(e).split("\n")[0][:200])
+                        if os.environ.get("BENCH_TRACEBACK"):
+                            traceback.print_exc()
+                if why is not None:
+                    log("T=%d H=%d %s (norm): %s" % (T, H, kv, why))
+                    for m in methods:
+                        r["results"][m] = {"status": "skipped" if "memory" in why else "n/a", "us": None, "note": why}
+                    continue
+                norm_off = r["norm_rel"] > NORM_REL_TOL
+                for m in methods:
+                    res = {"status": "ok", "us": None, "timing": "", "note": ""}
+                    try:
+                        fn, outputs = NORM_FNS[m](state, pb)
+                        fn()
+                        if not cpu:
+                            torch.cuda.synchronize()
+                        outs = outputs()
+                    except Exception as e:  # noqa: BLE001
+                        msg = str(e).split("\n")[0][:200]
+                        log("  %s failed: %s" % (m, msg))
+                        if os.environ.get("BENCH_TRACEBACK"):
+                            traceback.print_exc()
+                        r["results"][m] = {"status": "n/a", "us": None, "note": "%s: %s" % (type(e).__name__, msg)}
+                        continue
+                    ok, steps, exact, bad, note = check_norm(torch, pb, ref, outs, m, base)
+                    if ok and norm_off and m.startswith("ropekv_norm"):
+                        ok, note = False, "norm_out %.3g relative from a float64 RMSNorm (bound %.3g)" % (
+                            r["norm_rel"], NORM_REL_TOL)
+                    res.update(exact=exact, steps=steps, note=note)
+                    if m == "rmsnorm_ropekv" and state["rmsnorm_impl"] != "triton":
+                        res["note"] = "; ".join(x for x in (note, "RMSNorm by torch eager") if x)
+                    if not ok:
+                        res["status"] = "WRONG"
+                        res["note"] = "%d elements outside the tolerance (max %d steps)%s" % (
+                            bad, steps, "; " + note if note else "")
+                        log("  %s WRONG: %s" % (m, res["note"]))
+                    else:
+                        try:
+                            if cpu:
+                                res["us"], res["timing"] = time_cpu(fn, args.calls, args.reps), "cpu"
+                            else:
+                                res["us"], res["timing"], tn = time_method(torch, fn, args.calls, args.reps)
+                                if tn:
+                                    res["note"] = "; ".join(x for x in (res["note"], tn) if x)
+                        except Exception as e:  # noqa: BLE001
+                            msg = str(e).split("\n")[0][:200]
+                            log("  %s: timing failed: %s" % (m, msg))
+                            res.update(status="n/a", us=None, note="timing failed: %s" % msg)
+                            try:
+                                if not cpu:
+                                    torch.cuda.synchronize()
+                            except Exception:  # noqa: BLE001
+                                pass
+                    del fn, outputs, outs
+                    r["results"][m] = res
+                del pb, ref, base
+                if not cpu:
+                    torch.cuda.empty_cache()
+                res = r["results"]
+                log("T=%5d H=%3d %-8s norm: " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m)))
+                                                                        for m in methods)
+                    + "  fused/no-norm %s" % _norm_ratio(res, "ropekv_norm", "ropekv_nonorm"))
+    return rows
+
+
+def _norm_ratio(res, a, b):
+    """a us / b us as '1.03' ('-' when either is missing)."""
+    x, y = res.get(a), res.get(b)
+    if not x or not y or x["status"] != "ok" or y["status"] != "ok":
+        return "-"
+    return "%.3f" % (x["us"] / y["us"])
+
+
+def norm_goal(rows):
+    """(shapes where ropekv_norm and ropekv_nonorm were both timed, those within NORM_GOAL, the worst ratio and its
+    shape)."""
+    n = met = 0
+    worst = None
+    for r in rows:
+        v = _norm_ratio(r["results"], "ropekv_norm", "ropekv_nonorm")
+        if v == "-":
+            continue
+        n += 1
+        met += float(v) <= NORM_GOAL
+        if worst is None or float(v) > worst[0]:
+            worst = (float(v), r["T"], r["H"], r["kv"])
+    return n, met, worst
+
+
+def write_norm_outputs(args, meta, floors, rows, methods):
+    """The norm section's md table (per-call us of each method, the fused op / ropekv without the norm, the fused op's
+    speed-up over each peer, its share of the limit, bit-identical fractions) and csv."""
+    os.makedirs(args.out, exist_ok=True)
+    gpu = re.sub(r"[^A-Za-z0-9]+", "_", meta["gpu"]).strip("_") or "gpu"
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.tag)
+    stem = "bench_%s_%s%s_norm%s" % (meta["date"], gpu, "_quick" if args.quick else "", "_" + tag if tag else "")
+    base = os.path.join(args.out, stem)
+    lines = ["# Fused kv_a RMSNorm + MLA RoPE + KV-cache write: ropekv norm='rms' vs RMSNorm + ropekv on %s"
+             % meta["gpu"], ""]
+    lines.append("- date: %s; GPU: %s (%d SMs / CUs); torch %s (%s); triton %s; ropekv %s (target %s)" % (
+        meta["datetime"], meta["gpu"], meta["sms"], meta["torch"], meta["cuda"], meta["triton"], meta["ropekv"],
+        meta["target"]))
+    if args.cpu:
+        lines.append("- **--cpu: the script checked on the CPU; the times are not GPU figures**")
+    lines.append("- spec %s, norm: %s; DeepSeek-V3 dims L=%d, R=%d, absorbed bf16 query [T, H, %d]; the raw c_kv = the "
+                 "first %d columns of the [T, %d] projection, each token's row scaled by 2^-8 .. 2^8; paged cache "
+                 "[blocks, %d, %d]; fp8: OCP e4m3, k_scale %.2f" % (args.spec, meta.get("norm", "-"), L, R, W, L, W,
+                                                                  BLOCK_SIZE, W, K_SCALE))
+    lines.append("- methods: ropekv_norm = norm='rms' (one launch); ropekv_norm_out = norm='rms_out' (also writes the "
+                 "normalized c_kv [T, %d]); rmsnorm_ropekv = a separate RMSNorm kernel (%s) into a [T, %d] bf16 buffer, "
+                 "then ropekv with norm none on it (two launches); eager_norm = the unfused PyTorch sequence with the "
+                 "RMSNorm in torch (float32 mean, rsqrt); ropekv_nonorm = ropekv with norm none on the already-"
+                 "normalized input (the baseline)" % (L, meta.get("rmsnorm_impl", "-"), L))
+    lines.append("- timing: %d calls per CUDA graph, median of %d replays, each queued behind a GPU spin; per-call us "
+                 "(* = graph capture failed: CUDA events)" % (args.calls, args.reps))
+    lines.append("- floors (same run): empty kernel %.2f us; 16 B read + 16 B write kernel %.2f us; device copy "
+                 "%.2f TB/s (2 GiB, read + write); limit = max(round trip, bytes of the rms job / copy bandwidth)" % (
+                     floors["empty_us"], floors["roundtrip_us"], floors["copy_Bps"] / 1e12))
+    lines.append("- fused / no-norm = ropekv_norm us / ropekv_nonorm us (goal: <= %.2f at every shape); out / no-norm the "
+                 "same for ropekv_norm_out; vs X = X us / ropekv_norm us" % NORM_GOAL)
+    lines.append("- checks before timing: an rms_out launch gives the normalized rows n; ropekv_norm's and "
+                 "ropekv_norm_out's cache and q_out equal, bit for bit, those of ropekv norm none on k_nope := n; every "
+                 "method against the fma reference of the op on n (k_nope parts bit-identical for ropekv; for the peers, "
+                 "whose RMSNorm sums in another order, within %d bf16 / %d fp8 steps, their normalized buffer within %d "
+                 "bf16 steps of n); n itself against ropekv.reference.rms_norm (`norm_out = ref`: the kernels' "
+                 "arithmetic, expected 100%%) and a float64 RMSNorm (within 2^-7 + 2^-12 relative)" % (
+                     NORM_PEER_STEPS["bf16"], NORM_PEER_STEPS["fp8"], NORM_PEER_STEPS["bf16"]))
+    n, met, worst = norm_goal(rows)
+    if n:
+        lines.append("- **goal (fused within %d%% of ropekv without the norm): met at %d of %d shapes; worst %.3f at T=%d "
+                     "H=%d %s**" % (round(100 * (NORM_GOAL - 1)), met, n, worst[0], worst[1], worst[2], worst[3]))
+    lines.append("")
+    head = ["T", "H", "kv"] + ["%s us" % m for m in methods] + ["limit us", "fused / no-norm", "out / no-norm"]
+    head += ["vs %s" % m for m in NORM_PEERS if m in methods] + ["% of limit", "bit-identical", "norm_out = ref"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    for r in rows:
+        res = r["results"]
+        fused = res.get("ropekv_norm")
+        ok = fused is not None and fused["status"] == "ok"
+        vals = [str(r["T"]), str(r["H"]), r["kv"]] + [cell(res.get(m)) for m in methods] + [fmt_us(r["limit_us"])]
+        vals += [_norm_ratio(res, "ropekv_norm", "ropekv_nonorm"), _norm_ratio(res, "ropekv_norm_out", "ropekv_nonorm")]
+        vals += ["%.2fx" % (res[m]["us"] / fused["us"]) if ok and res.get(m) and res[m]["status"] == "ok" else "-"
+                 for m in NORM_PEERS if m in methods]
+        vals.append("%.0f%%" % (100 * r["limit_us"] / fused["us"]) if ok else "-")
+        vals.append(_exact(fused))
+        vals.append("%.4f%%" % (100 * r["norm_exact"]) if r.get("norm_exact") is not None else "-")
+        lines.append("| " + " | ".join(vals) + " |")
+    notes = sorted({"%s: %s" % (m, r["results"][m]["note"]) for r in rows for m in methods
+                    if r["results"].get(m) and r["results"][m].get("note")})
+    if notes:
+        lines += ["", "Notes:"] + ["- " + x for x in notes[:20]]
+    md = "\n".join(lines) + "\n"
+    with open(base + ".md", "w") as fh:
+        fh.write(md)
+    print(md)
+    with open(base + ".csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["date", "gpu", "T", "H", "kv", "method", "status", "us", "timing", "max_steps", "bit_identical",
+                    "bytes", "limit_us", "empty_us", "roundtrip_us", "copy_TBps", "spec", "fused_over_nonorm",
+                    "norm_out_exact", "norm_out_rel_f64", "note"])
+        for r in rows:
+            for m in methods:
+                res = r["results"].get(m)
+                if res is None:
+                    continue
+                w.writerow([meta["datetime"], meta["gpu"], r["T"], r["H"], r["kv"], m, res["status"],
+                            "%.4f" % res["us"] if res.get("us") is not None else "", res.get("timing", ""),
+                            res.get("steps", ""), "%.6f" % res["exact"] if res.get("exact") is not None else "",
+                            norm_bytes(r["T"], r["H"], r["kv"] == "fp8_e4m3", "rms_out" if m == "ropekv_norm_out"
+                                       else "rms"), "%.4f" % r["limit_us"], "%.4f" % floors["empty_us"],
+                            "%.4f" % floors["roundtrip_us"], "%.4f" % (floors["copy_Bps"] / 1e12), args.spec,
+                            _norm_ratio(r["results"], "ropekv_norm", "ropekv_nonorm"),
+                            "%.6f" % r["norm_exact"] if r.get("norm_exact") is not None else "",
+                            "%.3g" % r["norm_rel"] if r.get("norm_rel") is not None else "", res.get("note", "")])
+    return [base + ".md", base + ".csv"]
+
+
 # ---- main ---------------------------------------------------------------------------------------------------------
 def sync_policy(policy, info, kv_fp8, q_fp8):
     """The spec's policy is the definition: take the ropekv kernel's (KernelInfo) where it differs from SPECS."""
@@ -2221,7 +2752,7 @@ def main(argv=None):
     rows = []
     compile_broken = {}
     order = [m for m in methods if m.startswith("eager")] + [m for m in methods if not m.startswith("eager")]
-    for H in args.H_list:
+    for H in [] if args.norm_only else args.H_list:
         for kv in args.kv_list:
             for T in args.T_list:
                 seed = T * 1000 + H * 10 + (kv == "fp8_e4m3")
@@ -2338,7 +2869,11 @@ def main(argv=None):
                     + "  limit %s" % fmt_us(r["limit_us"])
                     + ("  (ropekv %.4f%% bit-identical)" % (100 * rk["exact"]) if rk.get("exact") is not None else ""))
 
-    paths = write_outputs(args, meta, floors, rows, methods)
+    paths = [] if args.norm_only else write_outputs(args, meta, floors, rows, methods)
+    if args.norm_on:  # the fused kv_a RMSNorm section, in the same run (the same floors)
+        norm_rows = run_norm_section(args, meta, state, floors, dev, cos_sin_cache, k_scale, policy)
+        paths += write_norm_outputs(args, meta, floors, norm_rows, args.norm_method_list)
+        rows = rows + norm_rows
     log("wrote " + ", ".join(paths))
     for name in ("ctx", "ctx_nopdl", "ctx_prefetch"):
         if state.get(name) is not None:

@@ -6,7 +6,9 @@
 The bytes each job moves, the e4m3 codes made without a float8 dtype, that the checks pass the PyTorch methods
 and catch a wrong output, and a --cpu run's tables (the BW % columns); the same for --mode v32 (the fp8_tile
 row, its reference against a scalar model of the format) and --mode read; the ROCm platform choices, and the
-aiter peer's argument mapping through a stand-in of its op."""
+aiter peer's argument mapping through a stand-in of its op; the norm section: when it runs, the peers' RMSNorm against
+the reference's, its checks (with the host backend's kernels) passing the methods and catching a wrong output, the
+Triton RMSNorm's argument mapping through a stand-in, and a --cpu --norm run's table."""
 import csv
 import glob
 import importlib.util
@@ -14,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("bench_mla", os.path.join(HERE, "bench_mla.py"))
@@ -368,6 +371,181 @@ def test_cpu_run_jobs():
                     assert "%s vs best peer" % r["method"] in md
         finally:
             shutil.rmtree(out, ignore_errors=True)
+
+
+# ---- the fused kv_a RMSNorm section ------------------------------------------------------------------------------
+def test_norm_args():
+    """When the norm section runs: after a default or --quick sweep, alone with --norm, after a --methods sweep only
+    when --norm-methods asks for it, never with --no-norm; its KV dtypes are --kv's, else bf16 and fp8_e4m3."""
+    a = bm.parse_args(["--quick"])
+    assert a.norm_on and not a.norm_only and a.norm_kv_list == ["bf16", "fp8_e4m3"] and a.kv_list == ["bf16"]
+    assert a.norm_method_list == bm.NORM_METHODS
+    a = bm.parse_args(["--norm", "--kv", "fp8_e4m3", "--T", "1,64"])
+    assert a.norm_on and a.norm_only and a.method_list == [] and a.norm_kv_list == ["fp8_e4m3"]
+    assert not bm.parse_args(["--methods", "eager"]).norm_on
+    a = bm.parse_args(["--methods", "eager", "--norm-methods", "ropekv_norm,ropekv_nonorm"])
+    assert a.norm_on and not a.norm_only and a.norm_method_list == ["ropekv_norm", "ropekv_nonorm"]
+    assert not bm.parse_args(["--no-norm"]).norm_on and not bm.parse_args(["--mode", "read"]).norm_on
+    for bad in (["--norm", "--no-norm"], ["--mode", "v32", "--norm"], ["--norm-methods", "triton_norm"]):
+        saved = sys.stderr
+        sys.stderr = open(os.devnull, "w")
+        try:
+            bm.parse_args(bad)
+        except SystemExit:
+            pass
+        else:
+            raise AssertionError("%s accepted" % bad)
+        finally:
+            sys.stderr.close()
+            sys.stderr = saved
+    assert bm.norm_bytes(8, 16, True, "rms_out") == bm.op_bytes(8, 16, True) + 512 * 2 + 8 * 512 * 2
+
+
+def test_rmsnorm_torch():
+    """The peers' RMSNorm (rmsnorm_torch) against ropekv.reference.rms_norm (the kernels' arithmetic): within the
+    peers' 2 bf16 steps, both rounding modes; and the reference against a float64 RMSNorm within 2^-7 + 2^-12."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(64, 512, generator=g) * torch.exp2(torch.randint(-8, 9, (64, 1), generator=g).float()))
+    x = x.to(torch.bfloat16)
+    w = (1 + 0.5 * torch.randn(512, generator=g)).to(torch.bfloat16)
+    for rounding in ("twice", "once"):
+        want = bm.rkref.rms_norm(x, w, 1e-6, rounding)
+        got = bm.rmsnorm_torch(x, w, 1e-6, rounding)
+        assert int(bm.code_steps(torch, got, want, "bf16").max()) <= bm.NORM_PEER_STEPS["bf16"], rounding
+    pb = types.SimpleNamespace(k_nope=x, norm_weight=w, norm_eps=1e-6, norm_rounding="twice")
+    exact, rel = bm.norm_ref_check(torch, pb, bm.rkref.rms_norm(x, w, 1e-6))
+    assert exact == 1.0 and rel <= bm.NORM_REL_TOL, (exact, rel)
+    exact, rel = bm.norm_ref_check(torch, pb, bm.rkref.rms_norm(x, w, 1e-3))  # another eps: caught
+    assert exact < 1.0
+
+
+class _FakeRmsnormKernel:
+    """A stand-in for the Triton RMSNorm (triton_kernels()["rmsnorm"]) that reads its arguments as the kernel does
+    (pointers plus element strides, a program per token) and computes the RMSNorm in PyTorch: it tests the script's
+    mapping (rmsnorm_triton_launch), not Triton."""
+
+    def __getitem__(self, grid):
+        def run(x_ptr, w_ptr, out_ptr, x_st, out_st, eps, L, TWICE, num_warps):
+            (T,) = grid
+            x = bm.torch.as_strided(x_ptr, (T, L), (x_st, 1))
+            out = bm.torch.as_strided(out_ptr, (T, L), (out_st, 1))
+            out.copy_(bm.rmsnorm_torch(x, w_ptr[:L], eps, "twice" if TWICE else "once"))
+        return run
+
+
+def _norm_case(torch, kv, T=9, H=3):
+    """A norm-section problem on the CPU with the host backend's kernels: the fused op's rows, the baseline's outputs
+    and the reference, as run_norm_section makes them."""
+    import ropekv
+    args = bm.parse_args(["--cpu", "--norm", "--T", str(T), "--H", str(H)])
+    state = {"args": args, "meta": {"kernels": {}}, "kernels": {}, "ctx": ropekv.Context("host")}
+    info = bm.ropekv_kernel(state, "ctx", "absorbed", False, kv, "rms").info
+    ks = torch.tensor([0.5])
+    pb = bm.norm_problem(torch, T, H, kv, torch.device("cpu"), _cos_sin(torch), ks, 11, dict(bm.SPECS["deepseek_v3"]),
+                         info)
+    fn, outputs = bm.method_ropekv_norm(state, pb, "rms_out")
+    fn()
+    pb.n_fused = outputs()["norm"]
+    pb.pn = bm.prenormed(pb, pb.n_fused)
+    ref = bm.Reference(torch, pb.pn)
+    fn, outputs = bm.method_ropekv_nonorm(state, pb)
+    fn()
+    return state, pb, ref, outputs()
+
+
+def test_norm_checks_pass_and_catch():
+    """With the host backend: every norm method passes check_norm (the fused op's cache equal to norm none on its
+    norm_out, the peers within their steps); a fused cache's k_nope code one step off fails (bit for bit), a peer's
+    within NORM_PEER_STEPS passes and one step more fails; the Triton RMSNorm's argument mapping, through a stand-in,
+    passes, and with c_kv read at the buffer's row stride fails."""
+    torch = _torch()
+    if not _ropekv_host():
+        raise Skip("no libropekv or no C++ compiler for the host backend")
+    saved = dict(bm._TRITON)
+    try:
+        for kv in ("bf16", "fp8_e4m3"):
+            state, pb, ref, base = _norm_case(torch, kv)
+            kind = "fp8" if kv == "fp8_e4m3" else "bf16"
+            outs = {}
+            for m in bm.NORM_METHODS:
+                fn, outputs = bm.NORM_FNS[m](state, pb)
+                fn()
+                outs[m] = outputs()
+                ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outs[m], m, base)
+                assert ok, (kv, m, steps, bad, note)
+                if m.startswith("ropekv"):
+                    assert exact == 1.0, (kv, m, exact)
+            flat = lambda c: c.view(torch.uint8).view(-1, bm.W) if kind == "fp8" else c.view(-1, bm.W)  # noqa: E731
+            s0 = int(pb.slots[2])
+
+            def nudge(cache, j, steps):  # the code of row s0, element j, moved by steps (away from zero)
+                v = flat(cache)[s0, j:j + 1]
+                bits = v.view(torch.uint8) if kind == "fp8" else v.view(torch.int16)
+                bits += steps
+
+            nudge(outs["ropekv_norm"]["cache"], 5, 1)
+            ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outs["ropekv_norm"], "ropekv_norm", base)
+            assert not ok and "cache differs" in note, (kv, note)
+            lim = bm.NORM_PEER_STEPS[kind]
+            nudge(outs["eager_norm"]["cache"], 5, lim)
+            assert bm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
+            nudge(outs["eager_norm"]["cache"], 5, 1)
+            assert not bm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
+            outs["rmsnorm_ropekv"]["norm"].view(torch.int16)[1, 7] += 3
+            assert not bm.check_norm(torch, pb, ref, outs["rmsnorm_ropekv"], "rmsnorm_ropekv", base)[0], kv
+            # the Triton RMSNorm's mapping, through the stand-in
+            bm._TRITON.clear()
+            bm._TRITON["rmsnorm"] = _FakeRmsnormKernel()
+            state["rmsnorm_impl"] = "triton"
+            fn, outputs = bm.method_rmsnorm_ropekv(state, pb)
+            fn()
+            ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)
+            assert ok, (kv, steps, bad, note)
+            real = bm.rmsnorm_triton_launch
+
+            def wrong_stride(pb_, out):  # c_kv read with the buffer's row stride (512, not the projection's 576)
+                grid, a, kw = real(pb_, out)
+                return grid, a[:3] + (a[4], a[4]) + a[5:], kw
+
+            bm.rmsnorm_triton_launch = wrong_stride
+            try:
+                fn, outputs = bm.method_rmsnorm_ropekv(state, pb)
+                fn()
+                assert not bm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)[0], kv
+            finally:
+                bm.rmsnorm_triton_launch = real
+                state["rmsnorm_impl"] = "torch"
+            state["ctx"].close()
+    finally:
+        bm._TRITON.clear()
+        bm._TRITON.update(saved)
+
+
+def test_cpu_run_norm():
+    """A --cpu --norm run: the norm table (every method, the fused / no-norm ratio, the goal line) and one csv row per
+    shape and method, ropekv's methods bit-identical to the reference and norm_out equal to rms_norm's."""
+    _torch()
+    if not _ropekv_host():
+        raise Skip("no libropekv or no C++ compiler for the host backend")
+    out = tempfile.mkdtemp(prefix="bench-mla-test-")
+    try:
+        rc = bm.main(["--cpu", "--norm", "--T", "1,9", "--H", "2", "--calls", "2", "--reps", "1", "--no-plot",
+                      "--out", out, "--tag", "t"])
+        assert rc == 0
+        assert not glob.glob(os.path.join(out, "*_cpu_t.md")), "--norm wrote the main table"
+        md = open(glob.glob(os.path.join(out, "*_norm_t.md"))[0]).read()
+        assert "| fused / no-norm |" in md and "goal (fused within 5% of ropekv without the norm)" in md
+        assert "| ropekv_norm us | ropekv_norm_out us | rmsnorm_ropekv us | eager_norm us | ropekv_nonorm us |" in md
+        rows = list(csv.DictReader(open(glob.glob(os.path.join(out, "*_norm_t.csv"))[0])))
+        assert len(rows) == 2 * 2 * len(bm.NORM_METHODS), len(rows)
+        assert all(r["status"] == "ok" and r["us"] and float(r["norm_out_exact"]) == 1.0 for r in rows)
+        assert {r["kv"] for r in rows} == {"bf16", "fp8_e4m3"}
+        for r in rows:
+            if r["method"].startswith("ropekv"):
+                assert float(r["bit_identical"]) == 1.0, r
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main():

@@ -21,9 +21,14 @@ Paged caches as engines hold them, DeepSeek-V3.2's tile-scaled rows, and reading
     r = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged", op="read")
     rows = r(kv_cache=cache, slots=slots)                            # bf16 [T, 576], dequantized
 
+The fused kv_a RMSNorm (DeepSeek-V3 / Kimi-K2's kv_a_layernorm) in the same launch: k_nope is the raw c_kv.
+
+    k = ctx.kernel("deepseek_v3", kv="fp8_e4m3", norm="rms")        # "rms_out" also writes norm_out [T, 512]
+    k(..., k_nope=kv[:, :512], norm_weight=kv_a_layernorm.weight)   # bf16 [512] (k.info.norm_weight)
+
 Errors the library reports raise RopekvError (status name + the context's last error text); argument
 errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
-from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, OPS, Q_DTYPES, Q_FORMS, STATUS, candidate_paths
+from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, NORMS, OPS, Q_DTYPES, Q_FORMS, STATUS, candidate_paths
 from ._capi import library
 from ._capi import library_path
 from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_stats, ropekv_variant
@@ -43,7 +48,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
+    "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "NORMS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
     "Context", "Kernel", "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args",
     "ropekv_args", "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
     "version_number",

@@ -17,6 +17,7 @@ INDEX_TYPES = {"int64": 0, "int32": 1}
 Q_DTYPES = {"bf16": 0, "fp8_e4m3": 1}
 LAYOUTS = {"flat": 0, "paged": 1, "split": 2}
 OPS = {"write": 0, "read": 1}
+NORMS = {"none": 0, "rms": 1, "rms_out": 2}  # ropekv_norm: the fused kv_a RMSNorm of write kernels
 KV_TOKENS_NONE = -1  # ROPEKV_KV_TOKENS_NONE
 
 class _Statuses(Mapping):
@@ -85,6 +86,7 @@ class ropekv_variant(ctypes.Structure):
         ("q_dtype", ctypes.c_int),
         ("layout", ctypes.c_int),
         ("op", ctypes.c_int),
+        ("norm", ctypes.c_int),  # ropekv_norm (NORMS)
     ]
 
 
@@ -126,6 +128,9 @@ class ropekv_args(ctypes.Structure):
         ("out_st", ctypes.c_int64),
         ("out_rope", ctypes.c_void_p),
         ("out_rope_st", ctypes.c_int64),
+        ("norm_weight", ctypes.c_void_p),  # norm rms / rms_out: the weight [L] (bf16 or f32 per the spec)
+        ("norm_out", ctypes.c_void_p),  # norm rms_out: the normalized c_kv [Tkv, L] bf16
+        ("norm_out_st", ctypes.c_int64),
     ]
 
 
@@ -173,11 +178,16 @@ class ropekv_kernel_params(ctypes.Structure):
         ("fp8_tile_scales_at", ctypes.c_int),
         ("fp8_tile_rope_at", ctypes.c_int),
         ("row_bytes", ctypes.c_int),
+        ("norm", ctypes.c_int),
+        ("norm_weight", ctypes.c_char_p),
+        ("norm_eps", ctypes.c_float),
+        ("norm_rounding", ctypes.c_char_p),
+        ("norm_matches", ctypes.c_char_p),
     ]
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-                 "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope")
+                 "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope", "norm_weight", "norm_out")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
 
 _ctx_p = ctypes.c_void_p

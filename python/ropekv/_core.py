@@ -29,6 +29,7 @@ _BY_VALUE = {
     "q_dtype": {v: k for k, v in _capi.Q_DTYPES.items()},
     "layout": {v: k for k, v in _capi.LAYOUTS.items()},
     "op": {v: k for k, v in _capi.OPS.items()},
+    "norm": {v: k for k, v in _capi.NORMS.items()},
 }
 
 # torch dtypes accepted for q_dtype, by their str() (torch is not imported here): the fp8 query output is e4m3 in
@@ -61,13 +62,16 @@ class KernelInfo:
     ("zero"/"skip": what the read op gives a row without a valid slot); the fp8_tile row: fp8_tile (values per
     tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at and
     fp8_tile_rope_at (byte offsets of the float32 scales and of the bf16 rope part); row_bytes (bytes of one
-    cache row; of its latent part alone in the split layout)."""
+    cache row; of its latent part alone in the split layout); the fused kv_a RMSNorm: norm ("none"/"rms"/"rms_out"),
+    norm_weight (the weight's dtype, "bf16" or "f32"; None without a norm), norm_eps, norm_rounding ("twice"/"once";
+    None without a norm), norm_matches (whose RMSNorm the spec says it is; None if it says nothing)."""
 
     __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
                  "fp8_format", "scale", "sat", "rope_bf16_round", "fp8_matches", "q", "q_dtype", "q_fp8_format",
                  "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "layout",
                  "negative_slot", "sanitize", "block", "pdl", "op", "read_negative_slot", "fp8_tile",
-                 "fp8_tile_scale", "fp8_tile_scales_at", "fp8_tile_rope_at", "row_bytes")
+                 "fp8_tile_scale", "fp8_tile_scales_at", "fp8_tile_rope_at", "row_bytes", "norm", "norm_weight",
+                 "norm_eps", "norm_rounding", "norm_matches")
 
     def __init__(self, p):
         def text(x):  # a NULL string reads as ""
@@ -99,6 +103,11 @@ class KernelInfo:
         self.fp8_tile_scale = text(p.fp8_tile_scale) or None
         self.fp8_tile_scales_at, self.fp8_tile_rope_at = int(p.fp8_tile_scales_at), int(p.fp8_tile_rope_at)
         self.row_bytes = int(p.row_bytes)
+        self.norm = _BY_VALUE["norm"][p.norm]
+        self.norm_weight = text(p.norm_weight) or None
+        self.norm_eps = float(p.norm_eps)
+        self.norm_rounding = text(p.norm_rounding) or None
+        self.norm_matches = text(p.norm_matches) or None
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -271,21 +280,22 @@ class Context:
         self._check(self._lib.ropekv_cache_clear(self._handle()))
 
     @staticmethod
-    def _variant(spec, kv, q, positions, slots, q_dtype="bf16", layout="flat", op="write"):
+    def _variant(spec, kv, q, positions, slots, q_dtype="bf16", layout="flat", op="write", norm="none"):
         if not isinstance(spec, str) or not spec:
             raise ValueError("spec must be a non-empty string (a spec name such as 'deepseek_v3'), got %r" % (spec,))
         q_dtype = _q_dtype(q_dtype)
         layout = _BY_VALUE["layout"][_enum(_capi.LAYOUTS, layout, "layout")]
         op = _BY_VALUE["op"][_enum(_capi.OPS, op, "op")]
-        key = (spec, kv, q, positions, slots, q_dtype, layout, op)
+        norm = _BY_VALUE["norm"][_enum(_capi.NORMS, norm, "norm")]
+        key = (spec, kv, q, positions, slots, q_dtype, layout, op, norm)
         v = _capi.ropekv_variant(spec.encode(), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
                                  _enum(_capi.INDEX_TYPES, positions, "positions"),
                                  _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype],
-                                 _capi.LAYOUTS[layout], _capi.OPS[op])
+                                 _capi.LAYOUTS[layout], _capi.OPS[op], _capi.NORMS[norm])
         return key, v
 
     def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", raw=None,
-              layout="flat", op="write", **tensors):
+              layout="flat", op="write", norm="none", **tensors):
         """Is this configuration supported? Returns (ok, reason) without compiling anything.
 
         With tensors (the keywords of Kernel.__call__) or raw (a dict of ropekv_args fields as ints), every
@@ -293,7 +303,7 @@ class Context:
         checks against the kernel happen in Kernel.__call__. positions and slots name index types
         ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type. q_dtype: the
         query output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz).
-        layout and op: as in kernel()."""
+        layout, op and norm: as in kernel()."""
         def index_arg(value, name):
             if value is None or isinstance(value, (str, int)):
                 return value
@@ -302,7 +312,7 @@ class Context:
 
         positions = index_arg(positions, "positions")
         slots = index_arg(slots, "slots")
-        _, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op)
+        _, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm)
         args = None
         keep = None
         try:
@@ -323,7 +333,7 @@ class Context:
         return s == 0, reason if reason else _capi.status_message(s)
 
     def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", layout="flat",
-               op="write"):
+               op="write", norm="none"):
         """The kernel of one variant (compiled on first use, then cached here and on disk). q_dtype: the query
         output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz): an fp8
         query output is e4m3 in the target's format, made with the spec's q_fp8 policy and a q_scale.
@@ -331,8 +341,11 @@ class Context:
         layout: where the KV rows lie, "flat" (rows of one stride), "paged" ([num_blocks, block_size, W], vLLM) or
         "split" (the latent and rope parts in two caches, FlashInfer). op: "write" (the fused RoPE + KV write) or
         "read" (the read-back: rows of the cache gathered by slot and dequantized to bf16; q, positions and
-        q_dtype do not apply to it)."""
-        key, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op)
+        q_dtype do not apply to it). norm (write kernels of a spec with a kv_norm table: deepseek_v3, kimi_k2,
+        deepseek_v32): "none" (k_nope cached as it is), "rms" (the fused kv_a RMSNorm: k_nope is the raw c_kv, each
+        row normalized with the spec's eps and weight dtype before it is cached; the launch takes norm_weight [L]) or
+        "rms_out" (and the normalized rows written to norm_out [Tkv, L] bf16)."""
+        key, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm)
         with self._lock:
             k = self._kernels.get(key)
             if k is not None and k._h is not None:
@@ -390,7 +403,7 @@ class Kernel:
     def __init__(self, ctx, handle, key):
         self.ctx = ctx
         self._h = handle
-        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op = key
+        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op, self.norm = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         params = _capi.ropekv_kernel_params()
         code = ctx._lib.ropekv_kernel_info(handle, ctypes.byref(params))
@@ -439,7 +452,7 @@ class Kernel:
 
     def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope=None, k_pe=None, kv_cache=None, positions=None,
                  slots=None, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None, out=None,
-                 out_rope=None, min_slot=0, stream=None):
+                 out_rope=None, min_slot=0, stream=None, norm_weight=None, norm_out=None):
         """One launch on torch tensors.
 
         A write kernel (op "write") takes k_nope, k_pe, kv_cache, positions, slots and cos_sin, and the query
@@ -469,19 +482,24 @@ class Kernel:
         an fp8 cache with a scale: out[t] = the row of slots[t] dequantized to bf16, [T, L+R]; or, with out_rope
         [T, R] bf16, the latent parts in out [T, L] and the rope parts in out_rope. A slot below min_slot (e.g.
         -1) or past the cache gives a zero row (info.read_negative_slot "zero") or leaves it ("skip"). Without
-        out, a zero-filled out is allocated on the cache's device. It returns out, or (out, out_rope)."""
+        out, a zero-filled out is allocated on the cache's device. It returns out, or (out, out_rope).
+
+        A kernel with the fused kv_a RMSNorm (info.norm "rms" or "rms_out") takes k_nope as the raw projection's c_kv
+        and norm_weight: the RMSNorm weight [L], contiguous, of the spec's dtype (info.norm_weight: bf16 or float32);
+        "rms_out" also writes the normalized rows to norm_out [>= Tkv, L] bf16 (last dimension contiguous, 16-byte
+        aligned rows). A kernel without the norm refuses norm_weight and norm_out, an "rms" kernel norm_out."""
         if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
         self.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale,
-                             q_scale, kv_rope_cache, out, out_rope), min_slot, stream)
+                             q_scale, kv_rope_cache, out, out_rope, norm_weight, norm_out), min_slot, stream)
         if self._read:
             return out if out_rope is None else (out, out_rope)
 
     def launch_tensors(self, vals, min_slot=0, stream=None):
-        """__call__ without keywords: vals holds the tensors in the order of __call__'s parameters (q_nope ... out_rope),
-        None where absent; out must be given for a read kernel. The checks of a launch run once per argument
-        signature (dtypes, shapes, strides, devices, min_slot); a launch with a signature seen before only reads the
-        tensors' pointers (see _torch.plan_args)."""
+        """__call__ without keywords: vals holds the tensors in the order q_nope ... out_rope (__call__'s parameters),
+        norm_weight, norm_out (the last two may be left off), None where absent; out must be given for a read kernel.
+        The checks of a launch run once per argument signature (dtypes, shapes, strides, devices, min_slot); a launch
+        with a signature seen before only reads the tensors' pointers (see _torch.plan_args)."""
         h = self._h
         if h is None or self.ctx._h is None:
             raise ValueError("this kernel's ropekv context is closed")

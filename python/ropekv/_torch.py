@@ -8,7 +8,9 @@ def _torch():
 
 
 _ARG_NAMES = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-              "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope")
+              "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope", "norm_weight", "norm_out")
+_N_ARGS = len(_ARG_NAMES)
+_NO_NORM = (None, None)  # a launch's vals without the norm's two tensors (the form before the norm) padded with it
 # what each op reads or writes (the rest must be None)
 _READ_NAMES = ("kv_cache", "kv_rope_cache", "slots", "k_scale", "out", "out_rope")
 _WRITE_NAMES = tuple(n for n in _ARG_NAMES if n not in ("out", "out_rope"))
@@ -190,7 +192,10 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     An fp8 query output (info.q_dtype "fp8_e4m3"): q_out (absorbed, zero_copy) is uint8 or the float8 dtype of
     info.q_fp8_format, its strides in bytes (elements of that 1-byte dtype); inplace takes the bf16 q_pe as it
     is (the kernel writes fp8 bytes over the start of its rows); q_scale (one float32) is needed when the launch
-    has query rows and info.q_fp8_scale is not "none"."""
+    has query rows and info.q_fp8_scale is not "none".
+    The fused kv_a RMSNorm (info.norm "rms" / "rms_out"): norm_weight, 1-D [L] contiguous, of info.norm_weight's dtype
+    (bf16 or float32); rms_out: norm_out [>= Tkv, L] bf16, its last dimension contiguous (the library checks its
+    16-byte alignment). Refused by name for a kernel that does not read them (norm none; norm_out with norm rms)."""
     torch = _torch()
     if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
         raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
@@ -247,6 +252,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
             raise ValueError("sin is required: spec %s has split cos/sin tables (%s)" % (kernel.spec, info.cos_sin))
         if not split and t["sin"] is not None:
             raise ValueError("sin must be None: spec %s takes one cos_sin table [max_pos, R] (cos | sin)" % kernel.spec)
+        _check_norm_presence(info, t)
         fp8 = info.kv == "fp8_e4m3"
         needs_scale = fp8 and info.scale != "none"
         if needs_scale and t["k_scale"] is None:
@@ -287,6 +293,10 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
             _check_dtype("q_scale", t["q_scale"], (torch.float32,))
             if t["q_scale"].numel() != 1:
                 raise ValueError("q_scale must hold one element, got shape %s" % list(t["q_scale"].shape))
+        if t["norm_weight"] is not None:
+            _check_dtype("norm_weight", t["norm_weight"], (_NORM_WEIGHT_DTYPES[info.norm_weight](torch),))
+        if t["norm_out"] is not None:
+            _check_dtype("norm_out", t["norm_out"], bf16)
 
         # devices
         for name, v in t.items():
@@ -317,11 +327,18 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
         for name, want in shapes.items():
             if t[name] is not None:
                 _check_shape(name, t[name], want)
-        for name, width in (("k_nope", L), ("k_pe", R)):
+        for name, width in (("k_nope", L), ("k_pe", R)) + ((("norm_out", L),) if t["norm_out"] is not None else ()):
             v = t[name]
             if v.dim() != 2 or v.shape[1] != width or v.shape[0] < K:
                 raise ValueError("%s must have shape [n, %d] with n >= %d (the tokens of slots), got %s"
                                  % (name, width, K, list(v.shape)))
+        v = t["norm_weight"]
+        if v is not None:
+            if v.dim() != 1 or v.shape[0] != L:
+                raise ValueError("norm_weight must have shape [%d] (L, the kv_a RMSNorm weight), got %s"
+                                 % (L, list(v.shape)))
+            if L > 1 and v.stride(0) != 1:
+                raise ValueError("norm_weight must be contiguous (stride 1), got stride %d" % v.stride(0))
         v = t["positions"]
         if v.dim() != 1 or v.shape[0] < P:
             raise ValueError("positions must have shape [n] with n >= %d (max of the query and slot tokens), got %s"
@@ -334,7 +351,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
             if t["sin"] is not None and tuple(t["sin"].shape) != tuple(cs.shape):
                 raise ValueError("sin must have the shape of cos_sin %s, got %s" % (list(cs.shape), list(t["sin"].shape)))
 
-    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "kv_rope_cache"):
+    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "kv_rope_cache", "norm_weight", "norm_out"):
         if t[name] is not None:
             _check_last_contiguous(name, t[name])
     for name in ("positions", "slots"):
@@ -363,13 +380,14 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
         if v.dim() == 3:
             setattr(a, name + "_st", _st(v, 0))
             setattr(a, name + "_sh", _st(v, 1))
-    for name in ("k_nope", "k_pe"):
+    for name in ("k_nope", "k_pe", "norm_out"):
         v = t[name]
         if v is None:
             continue
         setattr(a, name, ptr(name))
         if v.dim() == 2:
             setattr(a, name + "_st", _st(v, 0))
+    a.norm_weight = ptr("norm_weight")
     if t["kv_cache"] is not None:
         _cache_args(a, t, layout, info, strict)
     a.positions = ptr("positions")
@@ -381,6 +399,30 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     a.max_pos = int(t["cos_sin"].shape[0]) if t["cos_sin"] is not None and t["cos_sin"].dim() >= 1 else 1
     keep = tuple(v for v in t.values() if v is not None)
     return a, keep
+
+
+_NORM_WEIGHT_DTYPES = {"bf16": lambda torch: torch.bfloat16, "f32": lambda torch: torch.float32}
+
+
+def _check_norm_presence(info, t):
+    """The fused norm's tensors against the kernel's norm: norm_weight is read by rms and rms_out kernels only (and
+    required there), norm_out written by rms_out kernels only (and required there)."""
+    norm = info.norm
+    if norm == "none":
+        for name in ("norm_weight", "norm_out"):
+            if t[name] is not None:
+                raise ValueError("%s is for a kernel with the fused kv_a RMSNorm (norm='rms' or 'rms_out'); %s has "
+                                 "norm none (pass None, or ask for the kernel with norm=)" % (name, info.key))
+        return
+    if t["norm_weight"] is None:
+        raise ValueError("norm_weight is required (norm %s: the kv_a RMSNorm weight [%d], %s)" % (
+            norm, info.L, "bfloat16" if info.norm_weight == "bf16" else "float32"))
+    if norm == "rms" and t["norm_out"] is not None:
+        raise ValueError("norm_out is written by norm='rms_out' kernels only; %s has norm rms (pass None, or ask for "
+                         "norm='rms_out')" % info.key)
+    if norm == "rms_out" and t["norm_out"] is None:
+        raise ValueError("norm_out is required (norm rms_out writes the normalized c_kv to norm_out [Tkv, %d] bf16)"
+                         % info.L)
 
 
 _PLANS_MAX = 64  # argument plans kept per kernel (a full table is dropped and refilled)
@@ -395,7 +437,10 @@ def plan_args(kernel, vals, min_slot):
     exception: whether a zero-copy q_nope is q_out itself, which joins the signature. So the first launch with a
     signature runs the full checks and keeps the fields they produce as the plan; a launch with the same signature
     takes the plan's fields with its own tensors' pointers. Pointer fields not taken from a tensor of the same name
-    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
+    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them. vals without the last two (norm_weight,
+    norm_out) are read as None there."""
+    if len(vals) != _N_ARGS:
+        vals = tuple(vals) + _NO_NORM if len(vals) == _N_ARGS - 2 else vals
     try:
         sig = tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals])
     except AttributeError:  # not a tensor: tensor_args raises the named error

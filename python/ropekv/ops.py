@@ -4,15 +4,16 @@
     ropekv.ops.write("deepseek_v3", kv="fp8_e4m3", layout="paged", q_nope=..., q_pe=..., q_out=..., k_nope=...,
                      k_pe=..., kv_cache=..., positions=..., slots=..., cos_sin=..., k_scale=...)
 
-Each operator is registered with torch.library: its schema marks the tensors it writes (q_out, kv_cache and
-kv_rope_cache; q_pe for write_q_inplace; out and out_rope for read) and it has a fake implementation (it returns
-nothing and allocates nothing), so torch.compile(fullgraph=True) traces a model step that calls it, and the
-step can be captured in a CUDA graph. The functions here are thin wrappers that fill in the variant's strings: under
-torch.compile (and for fake or meta tensors) they call torch.ops.ropekv.*, which become nodes of the graph; called
-eagerly on real tensors they run the operator's implementation directly, without the dispatcher's boxing of
-nineteen arguments (the same checks and launch, a fraction of the host time; bench/bench_eager.py).
+Each operator is registered with torch.library: its schema marks the tensors it writes (q_out, kv_cache,
+kv_rope_cache and norm_out, the fused kv_a RMSNorm's output; q_pe for write_q_inplace; out and out_rope for read)
+and it has a fake implementation (it returns nothing and allocates nothing), so torch.compile(fullgraph=True)
+traces a model step that calls it, and the step can be captured in a CUDA graph. The functions here are thin
+wrappers that fill in the variant's strings: under torch.compile (and for fake or meta tensors) they call
+torch.ops.ropekv.*, which become nodes of the graph; called eagerly on real tensors they run the operator's
+implementation directly, without the dispatcher's boxing of twenty-two arguments (the same checks and launch, a
+fraction of the host time; bench/bench_eager.py).
 
-The variant is named by strings (spec, kv, q_form, q_dtype, layout); positions and slots take their index types
+The variant is named by strings (spec, kv, q_form, q_dtype, layout, norm); positions and slots take their index types
 from the tensors' dtypes. The kernels come from one Context per device, made on first use (the host backend for
 CPU tensors; the device's GPU backend otherwise); use_context() puts a context of one's own (a cache directory,
 PDL settings) in its place. A launch checks its arguments as Kernel.__call__ does (once per argument signature)
@@ -26,11 +27,13 @@ import torch
 from . import _core
 
 # The write operator's arguments in schema syntax, described once. write_q_inplace is the same with q_pe written
-# and no q form (q form inplace puts rope(q_pe) back into q_pe); the read operator has its own list.
+# and no q form (q form inplace puts rope(q_pe) back into q_pe); the read operator has its own list. The fused kv_a
+# RMSNorm's arguments come last, with defaults (norm none, no tensors), so calls written before them stay valid.
 _WRITE_ARGS = ("str spec", "str kv", "str q_form", "str q_dtype", "str layout", "Tensor? q_nope", "Tensor? q_pe",
                "Tensor(a!)? q_out", "Tensor k_nope", "Tensor k_pe", "Tensor(b!) kv_cache", "Tensor positions",
                "Tensor slots", "Tensor? cos_sin", "Tensor? sin", "Tensor? k_scale", "Tensor? q_scale",
-               "Tensor(c!)? kv_rope_cache", "int min_slot=0")
+               "Tensor(c!)? kv_rope_cache", "int min_slot=0", 'str norm="none"', "Tensor? norm_weight=None",
+               "Tensor(e!)? norm_out=None")
 _INPLACE_ARGS = tuple("Tensor(d!) q_pe" if a == "Tensor? q_pe" else a for a in _WRITE_ARGS if a != "str q_form")
 _READ_ARGS = ("str spec", "str kv", "str layout", "Tensor kv_cache", "Tensor? kv_rope_cache", "Tensor slots",
               "Tensor? k_scale", "Tensor(a!) out", "Tensor(b!)? out_rope", "int min_slot=0")
@@ -39,7 +42,7 @@ _READ_ARGS = ("str spec", "str kv", "str layout", "Tensor kv_cache", "Tensor? kv
 _LOCK = threading.Lock()
 _CONTEXTS = {}  # (device type, index) -> Context
 # (device index (tensor.get_device(): -1 for the CPU), spec, kv, q form, positions dtype, slots dtype, q_dtype, layout,
-# op) -> Kernel. A tensor on another device kind with the same index finds a kernel whose checks refuse it by name.
+# op, norm) -> Kernel. A tensor on another device kind with the same index finds a kernel whose checks refuse it by name.
 _KERNELS = {}
 _INDEX = {torch.int64: "int64", torch.int32: "int32"}
 
@@ -93,39 +96,40 @@ def _index_name(t, name):
     return dt
 
 
-def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op):
+def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op, norm="none"):
     """The kernel of a variant for the device of index (a tensor's get_device()): a dictionary lookup after the
     first call."""
     key = (index, spec, kv, q_form, positions.dtype if positions is not None else None, slots.dtype, q_dtype, layout,
-           op)
+           op, norm)
     k = _KERNELS.get(key)
     if k is None or k._h is None:
         pos = _index_name(positions, "positions") if positions is not None else "int64"
         dev = torch.device("cpu") if index < 0 else torch.device("cuda", index)
         k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=_index_name(slots, "slots"),
-                                q_dtype=q_dtype, layout=layout, op=op)
+                                q_dtype=q_dtype, layout=layout, op=op, norm=norm)
         with _LOCK:
             _KERNELS[key] = k
     return k
 
 
 def _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0):
-    k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write")
+                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0, norm="none", norm_weight=None, norm_out=None):
+    k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write", norm)
     k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
-                      kv_rope_cache, None, None), min_slot)
+                      kv_rope_cache, None, None, norm_weight, norm_out), min_slot)
 
 
 def _write_q_inplace_impl(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                          cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0):
+                          cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0, norm="none", norm_weight=None,
+                          norm_out=None):
     _write_impl(spec, kv, "inplace", q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot, norm, norm_weight, norm_out)
 
 
 def _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot=0):
     k = _kernel(kv_cache.get_device(), spec, kv, "none", None, slots, "bf16", layout, "read")
     k.launch_tensors((None, None, None, None, None, kv_cache, None, slots, None, None, k_scale, None, kv_rope_cache, out,
-                      out_rope), min_slot)
+                      out_rope, None, None), min_slot)
 
 
 def _fake(*args, **kwargs):
@@ -169,26 +173,30 @@ def _q_form(q_nope, q_pe, q_out):
 
 def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=None, q_pe=None, q_out=None, k_nope,
           k_pe, kv_cache, positions, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None,
-          min_slot=0):
+          min_slot=0, norm="none", norm_weight=None, norm_out=None):
     """The fused RoPE + KV-cache write (torch.ops.ropekv.write; write_q_inplace for q form inplace). The tensors are
     Kernel.__call__'s. q_form defaults from the query tensors given (q_out and q_nope: absorbed; q_out alone:
     zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bf16, else fp8_e4m3; for inplace pass
-    it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes over its rows)."""
+    it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes over its rows). norm: the fused kv_a RMSNorm, "none"
+    (default), "rms" (k_nope is the raw c_kv, normalized with norm_weight [L] before it is cached) or "rms_out" (and
+    written to norm_out [Tkv, L] bf16)."""
     if q_form is None:
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
     if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
         # eager on plain tensors: the operator's own implementation, without the dispatcher's boxing
-        _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write").launch_tensors(
-            (q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
-             kv_rope_cache, None, None), min_slot)
+        _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write",
+                norm).launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin,
+                                      k_scale, q_scale, kv_rope_cache, None, None, norm_weight, norm_out), min_slot)
     elif q_form == "inplace":
         torch.ops.ropekv.write_q_inplace(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
-                                         positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+                                         positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot,
+                                         norm, norm_weight, norm_out)
     else:
         torch.ops.ropekv.write(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
-                               positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot)
+                               positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot, norm,
+                               norm_weight, norm_out)
 
 
 def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None, kv_rope_cache=None, k_scale=None,

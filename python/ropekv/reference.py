@@ -7,6 +7,7 @@ and the example layer's unfused path. Imports torch.
     scale(x, convention, s)      x scaled by a float32 scale under a spec's fp8 convention
     e4m3_codes(v, fmt)           float32 values (scaled and clamped) as e4m3 codes (uint8), round to nearest even
     e4m3_values(codes, fmt)      the float32 values of e4m3 codes
+    rms_norm(x, w, eps, rounding)  the fused kv_a RMSNorm of bf16 rows (norm rms / rms_out), the kernels' order of sums
 """
 import math
 
@@ -100,3 +101,39 @@ def e4m3_values(codes, fmt="ocp"):
     nan = (c == 0x80) if fmt == "fnuz" else ((c & 0x7F) == 0x7F)
     val = torch.where(nan, torch.full_like(val, float("nan")), val)
     return val.float().to(codes.device)[codes.long()]
+
+
+def rms_norm(x, weight, eps, rounding="twice"):
+    """The fused kv_a RMSNorm of ropekv's write kernels (norm rms / rms_out; gen/ref.c defines it) on bf16 rows x
+    [..., L] (L a multiple of 8 whose L / 8 is a power of two, as the specs have it) with weight [L] (bf16 or
+    float32) and eps (a Python float, taken as float32, as the kernels take the spec's eps: KernelInfo.norm_eps).
+    Returns the bf16 rows n, with ropekv's arithmetic in float32, bit for bit:
+        p[c] = sum of squares of chunk c = x[8c .. 8c+8), p = fmaf(x_i, x_i, p) in order (emulated exactly: fma_f32)
+        for d = L/16, L/32, .., 1: p[c] = p[c] + p[c + d], c in [0, d)   (a pairwise tree over the chunks)
+        r = 1 / sqrt(p[0] / L + eps)                                    (correctly rounded division and square root)
+        n = bf16(bf16(x * r) * w)  (rounding "twice", HF's and vLLM's)  or  bf16((x * r) * w)  ("once")
+    Every operation is one IEEE float32 operation (torch's float32 multiply, add, division and sqrt are correctly
+    rounded on the CPU and on CUDA; divisors are tensors, since torch's CUDA division by a Python number multiplies
+    by its reciprocal), so the result is the kernels' bit for bit: the tests compare it with the host backend."""
+    xf = x.float()
+    L = xf.shape[-1]
+    chunks = L // 8
+    if L % 8 or chunks & (chunks - 1):
+        raise ValueError("rms_norm: L = %d must be 8 times a power of two" % L)
+    xc = xf.unflatten(-1, (chunks, 8))
+    p = torch.zeros(xc.shape[:-1], dtype=torch.float32, device=x.device)
+    for i in range(8):
+        p = fma_f32(xc[..., i], xc[..., i], p)
+    d = chunks // 2
+    while d >= 1:
+        p = p[..., :d] + p[..., d:2 * d]
+        d //= 2
+    total = p[..., 0]
+    mean = total / torch.full_like(total, float(L))
+    r = torch.ones_like(total) / torch.sqrt(mean + torch.full_like(total, eps))
+    y = xf * r.unsqueeze(-1)
+    if rounding == "twice":
+        y = y.to(torch.bfloat16).float()
+    elif rounding != "once":
+        raise ValueError("rms_norm: rounding must be 'twice' or 'once', got %r" % (rounding,))
+    return (y * weight.float()).to(torch.bfloat16)

@@ -1624,6 +1624,213 @@ def test_layout_and_op_enums():
     assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why, why
 
 
+# ---- the fused kv_a RMSNorm (norm rms / rms_out) ---------------------------------------------------------------
+NORM_SENTINEL = -777.0
+
+
+def norm_inputs(torch, spec, q, kv, T, H, device, seed=0, kv_tokens=None, min_slot=0, specials=False):
+    """make_inputs' tensors with k_nope as a raw kv_a projection's c_kv: each token's row scaled by a power of two
+    in 2^-12 .. 2^12, and, with 8 or more rows, row 5 all zeros, row 6 scaled by 2^100 (its squares overflow float32:
+    r = 0) and row 7 by 2^-120 (its squares underflow: r = 1 / sqrt(eps)); and the RMSNorm weight [L] (bf16, about 1
+    +- 0.5). The same seed gives the same tensors (fresh outputs for each launch compared)."""
+    x = make_inputs(torch, spec, q, kv, T, H, device, specials=specials, seed=seed, kv_tokens=kv_tokens,
+                    min_slot=min_slot)
+    L = SPECS[spec]["L"]
+    g = torch.Generator().manual_seed(seed + 1)
+    k = x["k_nope"].cpu().float()
+    P = k.shape[0]
+    scale = torch.exp2(torch.randint(-12, 13, (P, 1), generator=g).float())
+    if P >= 8:
+        scale[5], scale[6], scale[7] = 0.0, 2.0 ** 100, 2.0 ** -120
+    x["k_nope"].copy_((k * scale).to(torch.bfloat16).to(device))  # a view of the projection: written in place
+    w = (1.0 + 0.5 * torch.randn(L, generator=g)).to(torch.bfloat16).to(device)
+    return x, w
+
+
+def _norm_launch(torch, ctx, spec, q, kv, norm, x, w, norm_out, min_slot, via):
+    kw = dict(x)
+    if norm != "none":
+        kw["norm_weight"] = w
+    if norm_out is not None:
+        kw["norm_out"] = norm_out
+    if via == "op":
+        import ropekv.ops
+        ropekv.ops.write(spec, kv=kv, q_form=q, q_dtype="bf16", **kw, min_slot=min_slot, norm=norm)
+    else:
+        k = ctx.kernel(spec, kv=kv, q=q, positions=SPECS[spec]["pos"], norm=norm)
+        assert k.info.norm == norm and k.norm == norm, (k.info.key, norm)
+        k(**kw, min_slot=min_slot)
+
+
+def _same_bits(torch, a, b):
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+NORM_REL_TOL = 2.0 ** -7 + 2.0 ** -12  # norm_out vs a float64 RMSNorm: see run_norm_case
+
+
+def run_norm_case(torch, ctx, spec, q, kv, T, H, device, seed=0, kv_tokens=None, min_slot=0, specials=False,
+                  via="kernel"):
+    """The fused kv_a RMSNorm against the unfused composition, bit for bit: an rms_out launch on the raw c_kv writes
+    norm_out; the op without the norm (norm none) launched with k_nope := that norm_out must write the same query
+    output and cache bits as the rms_out and rms launches; norm_out must equal ropekv.reference.rms_norm bit for bit
+    on every row it writes (every KV token, but a negative slot under skip_all, whose row keeps its prior contents),
+    and the reference op (reference()) on k_nope := rms_norm(c_kv) must give every output (NaN == NaN whatever the
+    payload). Finally norm_out against a float64 RMSNorm of the same rows (x / sqrt(mean(x^2) + eps) * w): within
+    NORM_REL_TOL = 2^-7 + 2^-12 relative, the two bf16 roundings of the "twice" rounding (x * r, then * w; each at most
+    half an ulp, 2^-8 relative) and the float32 arithmetic (a few 2^-24), on the rows whose sum of squares is finite
+    in float32 (a row whose squares overflow normalizes to zeros, as the kernels define it)."""
+    s = SPECS[spec]
+    L = s["L"]
+    info = ctx.kernel(spec, kv=kv, q=q, positions=s["pos"], norm="rms_out").info
+    assert (info.norm, info.norm_weight, info.norm_rounding) == ("rms_out", "bf16", "twice"), info
+    assert abs(info.norm_eps - 1e-6) < 1e-12 and info.key.endswith("/norm=rms_out"), info
+    args = (torch, spec, q, kv, T, H, device, seed, kv_tokens, min_slot, specials)
+    fused, w = norm_inputs(*args)
+    P = fused["k_nope"].shape[0]
+    norm_out = torch.full((P, L), NORM_SENTINEL, dtype=torch.bfloat16, device=device)
+    _norm_launch(torch, ctx, spec, q, kv, "rms_out", fused, w, norm_out, min_slot, via)
+    rms, _ = norm_inputs(*args)
+    _norm_launch(torch, ctx, spec, q, kv, "rms", rms, w, None, min_slot, via)
+    unfused, _ = norm_inputs(*args)
+    unfused["k_nope"] = norm_out
+    _norm_launch(torch, ctx, spec, q, kv, "none", unfused, w, None, min_slot, via)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    outs = [n for n in ("q_out", "q_pe", "kv_cache") if n in fused]
+    for name in outs:
+        assert _same_bits(torch, fused[name], unfused[name]), "%s: rms_out differs from norm none on norm_out" % name
+        assert _same_bits(torch, rms[name], unfused[name]), "%s: rms differs from norm none on norm_out" % name
+    # norm_out: written for every KV token except a negative slot under skip_all
+    raw, _ = norm_inputs(*args)
+    slots = raw["slots"].long()
+    K = slots.shape[0]
+    written = torch.zeros(P, dtype=torch.bool, device=slots.device)
+    written[:K] = True
+    if s["neg"] == "skip_all":
+        written[:K] &= slots >= 0
+    want = ref.rms_norm(raw["k_nope"], w, info.norm_eps, info.norm_rounding)
+    got = norm_out[written]
+    bad = compare_bits(torch, got, want[written], "bf16")[3]
+    assert bad == 0, "norm_out: %d elements differ from rms_norm (%s)" % (
+        bad, _first_differences(torch, got, want[written], "bf16"))
+    assert bool((norm_out[~written] == NORM_SENTINEL).all()), "norm_out rows of tokens without one were written"
+    # the reference op on the normalized rows
+    normed = dict(raw)
+    normed["k_nope"] = want
+    exp = reference(torch, spec, q, kv, normed, min_slot)
+    for name, e in exp.items():
+        kind = "bf16" if e.dtype == torch.bfloat16 else "fp8"
+        steps, frac, n, bad = compare_bits(torch, fused[name], e, kind)
+        assert bad == 0, "%s: %d of %d elements differ from the reference on rms_norm's rows (%s)" % (
+            name, bad, n, _first_differences(torch, fused[name], e, kind))
+    # closeness to a float64 RMSNorm
+    x64 = raw["k_nope"][:K].double().cpu()
+    n64 = x64 / torch.sqrt((x64 * x64).mean(-1, keepdim=True) + info.norm_eps) * w.double().cpu()
+    ok_rows = torch.isfinite(x64).all(-1) & ((x64 * x64).sum(-1) < 3.4e38) & written[:K].cpu()
+    err = (norm_out[:K].double().cpu() - n64).abs()
+    rel = (err / n64.abs().clamp(min=1e-300))[ok_rows]
+    exact0 = (n64 == 0)[ok_rows]
+    worst = float(torch.where(exact0, err[ok_rows], rel).max()) if rel.numel() else 0.0
+    assert worst <= NORM_REL_TOL, "norm_out vs a float64 RMSNorm: %g relative > %g" % (worst, NORM_REL_TOL)
+    print("%s q=%s kv=%s norm T=%d K=%d %s: fused == unfused composition bit for bit (%s), norm_out == rms_norm, "
+          "float64 RMSNorm within %.3g relative (bound %.3g)" % (spec, q, kv, T, K, device, ", ".join(outs), worst,
+                                                                 NORM_REL_TOL))
+
+
+NORM_CASES = [("deepseek_v3", "absorbed", "bf16", 11, None, 0), ("deepseek_v3", "absorbed", "fp8_e4m3", 11, None, 0),
+              ("deepseek_v3", "zero_copy", "bf16", 9, None, 0), ("deepseek_v3", "none", "fp8_e4m3", 0, 9, 1),
+              ("kimi_k2", "inplace", "fp8_e4m3", 11, None, 0), ("kimi_k2", "absorbed", "bf16", 6, 11, 1),
+              ("deepseek_v3", "absorbed", "bf16", 11, 5, 1), ("deepseek_v32", "absorbed", "fp8_tile", 11, None, 0)]
+
+
+@parametrize("spec,q,kv,T,K,min_slot", NORM_CASES)
+def test_host_torch_norm(spec, q, kv, T, K, min_slot):
+    torch = _torch()
+    run_norm_case(torch, context("host"), spec, q, kv, T, 3, "cpu", seed=41, kv_tokens=K, min_slot=min_slot,
+                  specials=spec == "kimi_k2")
+
+
+def test_host_norm_kernel_info():
+    """The norm of a kernel comes from the library (KernelInfo), is part of its key, and a spec without a kv_norm
+    table refuses it."""
+    c = context("host")
+    none, rms = c.kernel("deepseek_v3"), c.kernel("deepseek_v3", norm="rms")
+    assert (none.info.norm, none.info.norm_weight, none.info.norm_eps, none.info.norm_rounding) == ("none", None, 0.0,
+                                                                                                    None)
+    assert (rms.info.norm, rms.info.norm_weight, rms.info.norm_rounding) == ("rms", "bf16", "twice")
+    assert rms.info.key == none.info.key + "/norm=rms" and rms.name != none.name and rms.norm == "rms"
+    assert "RMSNorm" in (rms.info.norm_matches or ""), rms.info.norm_matches
+    assert c.kernel("deepseek_v3", norm=2).info.norm == "rms_out" and ropekv.NORMS == {"none": 0, "rms": 1,
+                                                                                        "rms_out": 2}
+    ok, why = c.query("deepseek_v3", norm="rms_out")
+    assert ok, why
+    ok, why = c.query("minicpm3_4b", norm="rms")
+    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why, why
+    _expect(ValueError, lambda: c.kernel("deepseek_v3", norm="layer"))
+
+
+def _check_norm_errors(torch, ctx, device):
+    """The norm's tensors are checked by name before the library sees them; the library's own checks (alignment,
+    a norm tensor passed raw to a kernel without the norm) still apply."""
+    x, w = norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, device, seed=43)
+    none = ctx.kernel("deepseek_v3")
+    rms = ctx.kernel("deepseek_v3", norm="rms")
+    out = ctx.kernel("deepseek_v3", norm="rms_out")
+    no = torch.zeros(8, 512, dtype=torch.bfloat16, device=device)
+    e = _expect(ValueError, lambda: rms(**x))
+    assert "norm_weight is required" in str(e), e
+    e = _expect(TypeError, lambda: rms(**x, norm_weight=w.float()))
+    assert "norm_weight must be bfloat16" in str(e), e
+    e = _expect(ValueError, lambda: rms(**x, norm_weight=w[:511]))
+    assert "norm_weight must have shape [512]" in str(e), e
+    _expect(ValueError, lambda: rms(**x, norm_weight=w.view(1, 512)))
+    strided = torch.zeros(1024, dtype=torch.bfloat16, device=device)[::2]
+    e = _expect(ValueError, lambda: rms(**x, norm_weight=strided))
+    assert "norm_weight must be contiguous" in str(e), e
+    _expect(TypeError, lambda: rms(**x, norm_weight=[1.0] * 512))
+    e = _expect(ValueError, lambda: rms(**x, norm_weight=w, norm_out=no))
+    assert "norm_out is written by norm='rms_out' kernels only" in str(e), e
+    e = _expect(ValueError, lambda: none(**x, norm_weight=w))
+    assert "norm_weight is for a kernel with the fused kv_a RMSNorm" in str(e), e
+    _expect(ValueError, lambda: none(**x, norm_out=no))
+    e = _expect(ValueError, lambda: out(**x, norm_weight=w))
+    assert "norm_out is required" in str(e), e
+    e = _expect(TypeError, lambda: out(**x, norm_weight=w, norm_out=no.float()))
+    assert "norm_out must be bfloat16" in str(e), e
+    e = _expect(ValueError, lambda: out(**x, norm_weight=w, norm_out=no[:7]))
+    assert "norm_out must have shape [n, 512] with n >= 8" in str(e), e
+    _expect(ValueError, lambda: out(**x, norm_weight=w, norm_out=no.t().contiguous().t()))
+    base = torch.zeros(8 * 520 + 8, dtype=torch.bfloat16, device=device)
+    _expect(ropekv.RopekvError, lambda: out(**x, norm_weight=w, norm_out=base[4:4 + 8 * 520].view(8, 520)[:, :512]),
+            {"ROPEKV_ERR_ALIGN"})  # a row stride of 520 is fine, 8 bytes past a 16-byte boundary is not
+    out(**x, norm_weight=w, norm_out=base[:8 * 520].view(8, 520)[:, :512])
+    e = _expect(ValueError, lambda: ctx.kernel("deepseek_v3", op="read")(kv_cache=x["kv_cache"], slots=x["slots"],
+                                                                      norm_weight=w))
+    assert "norm_weight" in str(e), e
+    if device == "cpu" and torch.cuda.is_available():
+        _expect(ValueError, lambda: rms(**x, norm_weight=w.cuda()))
+    elif device != "cpu":
+        _expect(ValueError, lambda: rms(**x, norm_weight=w.cpu()))
+    # the library refuses the norm's pointers for a kernel without the norm (ROPEKV_ERR_ARG), and checks that a
+    # norm kernel gets its weight (ROPEKV_ERR_NULL): what Context.query with raw arguments reports
+    raw, keep = none.args(**x)
+    fields = {name: getattr(raw, name) for name, _ in ropekv.ropekv_args._fields_}
+    fields["norm_weight"] = w.data_ptr()
+    e = _expect(ropekv.RopekvError, lambda: none.launch_raw(fields), {"ROPEKV_ERR_ARG"})
+    assert "norm" in e.message, e
+    ok, why = ctx.query("deepseek_v3", raw=dict(fields, norm_weight=0), norm="rms")
+    assert not ok and "ROPEKV_ERR_NULL" in why, why
+    ok, why = ctx.query("deepseek_v3", raw=fields, norm="rms")
+    assert ok, why
+    del keep
+
+
+def test_host_norm_errors():
+    torch = _torch()
+    _check_norm_errors(torch, context("host"), "cpu")
+
+
 # ---- CUDA ---------------------------------------------------------------------------------------------------
 @parametrize("kv,q,slots", [(kv, q, sl) for kv in ("bf16", "fp8_e4m3") for q in ("absorbed", "zero_copy", "none")
                             for sl in ("int64",)] + [("fp8_e4m3", "absorbed", "int32")])
@@ -1849,6 +2056,20 @@ def test_cuda_read(spec, kv, layout, B, split_out, min_slot, slots):
 def test_cuda_fp8_tile_errors():
     torch = _cuda_torch()
     _check_tile_errors(torch, context("cuda"), "cuda")
+
+
+@parametrize("spec,q,kv,T,K,min_slot", [(s, q, kv, 1000 if T else 0, K and 700, m) for s, q, kv, T, K, m in NORM_CASES])
+def test_cuda_norm(spec, q, kv, T, K, min_slot):
+    torch = _cuda_torch()
+    ctx = context("cuda")
+    _cuda_spec(ctx, spec, kv=kv, q=q, norm="rms")
+    run_norm_case(torch, ctx, spec, q, kv, T, 16, "cuda", seed=47, kv_tokens=K, min_slot=min_slot,
+                  specials=spec == "kimi_k2")
+
+
+def test_cuda_norm_errors():
+    torch = _cuda_torch()
+    _check_norm_errors(torch, context("cuda"), "cuda")
 
 
 # ---- plain runner --------------------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ def test_schemas_name_the_tensors_written():
     """Each operator's schema marks exactly the tensors its kernel writes, so torch.compile orders and
     functionalizes the writes; nothing is returned (the outputs are the caller's tensors)."""
     torch, ops = _ops()
-    want = {"write": {"q_out", "kv_cache", "kv_rope_cache"},
-            "write_q_inplace": {"q_pe", "q_out", "kv_cache", "kv_rope_cache"},
+    want = {"write": {"q_out", "kv_cache", "kv_rope_cache", "norm_out"},
+            "write_q_inplace": {"q_pe", "q_out", "kv_cache", "kv_rope_cache", "norm_out"},
             "read": {"out", "out_rope"}}
     for name, written in want.items():
         schema = getattr(torch.ops.ropekv, name).default._schema
@@ -47,7 +47,13 @@ def test_schemas_name_the_tensors_written():
         assert got == written, (name, got, written)
         assert len(schema.returns) == 0, schema
         names = [a.name for a in schema.arguments]
-        assert names[:2] == ["spec", "kv"] and names[-1] == "min_slot", names
+        assert names[:2] == ["spec", "kv"], names
+        # the norm's arguments come last with defaults, so positional calls written before them stay valid
+        tail = ["min_slot", "norm", "norm_weight", "norm_out"] if name != "read" else ["min_slot"]
+        assert names[-len(tail):] == tail, names
+        if name != "read":
+            defaults = {a.name: a.default_value for a in schema.arguments if a.name in tail}
+            assert defaults == {"min_slot": 0, "norm": "none", "norm_weight": None, "norm_out": None}, defaults
 
 
 def test_import_without_ops_needs_no_torch():
@@ -123,6 +129,62 @@ def test_op_errors_host():
     _expect(ValueError, lambda: ops.write("deepseek_v3", **x, min_slot=-2))
 
 
+NORM_OP_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, None, 0), ("kimi_k2", "inplace", "bf16", 11, None, 0),
+                 ("kimi_k2", "absorbed", "fp8_e4m3", 6, 11, 1), ("deepseek_v32", "absorbed", "fp8_tile", 9, None, 0)]
+
+
+@parametrize("spec,q,kv,T,K,min_slot", NORM_OP_CASES)
+def test_op_write_norm_host(spec, q, kv, T, K, min_slot):
+    """ropekv.ops.write(..., norm="rms" / "rms_out", norm_weight=, norm_out=) against the unfused composition and the
+    reference, bit for bit (test_binding.run_norm_case); write_q_inplace for the inplace form."""
+    torch, _ = _ops()
+    tb.run_norm_case(torch, tb.context("host"), spec, q, kv, T, 3, "cpu", seed=53, kv_tokens=K, min_slot=min_slot,
+                     specials=True, via="op")
+
+
+def test_op_norm_dispatcher_and_cache_key_host():
+    """torch.ops.ropekv.write with the norm's arguments (positional, as a graph's node calls it) writes what the
+    eager wrapper writes; the operators' kernel cache keeps one kernel per norm."""
+    torch, ops = _ops()
+    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    y, _ = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    nx, ny = (torch.zeros(9, 512, dtype=torch.bfloat16) for _ in range(2))
+    ops.write("deepseek_v3", **x, norm="rms_out", norm_weight=w, norm_out=nx)
+    torch.ops.ropekv.write("deepseek_v3", "bf16", "absorbed", "bf16", "flat", y["q_nope"], y["q_pe"], y["q_out"],
+                           y["k_nope"], y["k_pe"], y["kv_cache"], y["positions"], y["slots"], y["cos_sin"], None, None,
+                           None, None, 0, "rms_out", w, ny)
+    for a, b in ((x["kv_cache"], y["kv_cache"]), (x["q_out"], y["q_out"]), (nx, ny)):
+        assert tb._same_bits(torch, a, b)
+    z, _ = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    ops.write("deepseek_v3", **z)  # the same variant without the norm: another kernel, the raw c_kv cached
+    assert not torch.equal(z["kv_cache"], x["kv_cache"])
+    norms = {k[-1] for k in ops._KERNELS if k[1] == "deepseek_v3" and k[2] == "bf16" and k[3] == "absorbed"
+             and k[-2] == "write"}
+    assert {"none", "rms_out"} <= norms, norms
+
+
+def test_op_norm_errors_host():
+    """The operators refuse the norm's tensors as Kernel.__call__ does, naming them."""
+    torch, ops = _ops()
+    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=59)
+    no = torch.zeros(8, 512, dtype=torch.bfloat16)
+    e = _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms"))
+    assert "norm_weight is required" in str(e), e
+    e = _expect(TypeError, lambda: ops.write("deepseek_v3", **x, norm="rms", norm_weight=w.float()))
+    assert "norm_weight must be bfloat16" in str(e), e
+    e = _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms", norm_weight=w[:256]))
+    assert "norm_weight must have shape [512]" in str(e), e
+    e = _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms", norm_weight=w, norm_out=no))
+    assert "norm_out is written by norm='rms_out' kernels only" in str(e), e
+    e = _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm_weight=w))  # norm defaults to none
+    assert "norm_weight is for a kernel with the fused kv_a RMSNorm" in str(e), e
+    _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms_out", norm_weight=w))
+    _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="layer", norm_weight=w))
+    e = _expect(ropekv.RopekvError, lambda: ops.write("minicpm3_4b", **tb.make_inputs(
+        torch, "minicpm3_4b", "absorbed", "bf16", 4, 2, "cpu"), norm="rms", norm_weight=w[:256]))
+    assert e.status == "ROPEKV_ERR_UNSUPPORTED", e
+
+
 def test_op_fake_implementation():
     """The fake implementation (a Meta kernel on torch 1.13, register_fake on 2.x) runs on meta tensors without
     launching anything: what tracing calls."""
@@ -130,6 +192,10 @@ def test_op_fake_implementation():
     x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 4, 2, "cpu", seed=5)
     meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
     assert ops.write("deepseek_v3", kv="fp8_e4m3", **meta) is None
+    w, no = (torch.empty(*shape, dtype=torch.bfloat16, device="meta") for shape in ((512,), (4, 512)))
+    assert ops.write("deepseek_v3", kv="fp8_e4m3", **meta, norm="rms_out", norm_weight=w, norm_out=no) is None
+    assert ops.write("kimi_k2", kv="fp8_e4m3", q_pe=meta["q_pe"], **{k: v for k, v in meta.items() if "q_" not in k},
+                     norm="rms", norm_weight=w) is None  # write_q_inplace
     out = torch.empty(4, 576, dtype=torch.bfloat16, device="meta")
     slots = torch.zeros(4, dtype=torch.int64, device="meta")
     assert ops.read("deepseek_v3", kv="fp8_e4m3", kv_cache=meta["kv_cache"], slots=slots, out=out) is out
@@ -224,6 +290,50 @@ def test_compile_fullgraph_host():
     _compile_case(torch, ops, "cpu")
 
 
+def _norm_step(ops, norm):
+    """A model step with the fused norm: the raw kv_a projection made inside the region, the RMSNorm in the write."""
+    def step(q, kvp, cache, positions, slots, cos_sin, q_out, weight, norm_out):
+        q = q * 1.0
+        kvp = kvp * 1.0
+        ops.write("deepseek_v3", q_nope=q[..., :512], q_pe=q[..., 512:], q_out=q_out, k_nope=kvp[:, :512],
+                  k_pe=kvp[:, 512:], kv_cache=cache, positions=positions, slots=slots, cos_sin=cos_sin, norm=norm,
+                  norm_weight=weight, norm_out=norm_out if norm == "rms_out" else None)
+        return q_out.float().sum()
+    return step
+
+
+def _compile_norm_case(torch, ops, device):
+    """torch.compile(fullgraph=True) of a step calling the operator with norm rms and rms_out: the cache, q_out and
+    norm_out (written by the operator inside the graph) equal the eager step's."""
+    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=61)
+    q = torch.cat([x["q_nope"], x["q_pe"]], dim=-1).contiguous()
+    kvp = torch.cat([x["k_nope"], x["k_pe"]], dim=-1).contiguous()
+    for norm in ("rms", "rms_out"):
+        args = lambda: (q, kvp, x["kv_cache"].clone(), x["positions"], x["slots"], x["cos_sin"],  # noqa: E731
+                        torch.zeros_like(x["q_out"]), w, torch.zeros(6, 512, dtype=torch.bfloat16, device=device))
+        step = _norm_step(ops, norm)
+        eager_args, compiled_args = args(), args()
+        want = step(*eager_args)
+        got = torch.compile(step, fullgraph=True)(*compiled_args)
+        assert torch.equal(got, want), (norm, got, want)
+        for i in (2, 6, 8):
+            assert torch.equal(eager_args[i], compiled_args[i]), (norm, i)
+        if norm == "rms_out":
+            assert bool((eager_args[8] != 0).any()), "norm_out was not written"
+
+
+def test_compile_fullgraph_norm_host():
+    torch = _compile_torch()
+    _, ops = _ops()
+    _compile_norm_case(torch, ops, "cpu")
+
+
+def test_compile_fullgraph_norm_cuda():
+    torch = _compile_torch()
+    torch, ops = _ops("cuda")
+    _compile_norm_case(torch, ops, "cuda")
+
+
 def test_compile_fullgraph_cuda_graph():
     """fullgraph compile on CUDA, then the compiled step captured in a CUDA graph and replayed with new inputs."""
     torch = _compile_torch()
@@ -262,6 +372,13 @@ def test_cuda_op_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(x["kv_cache"].view(torch.uint8), after)
+
+
+def test_cuda_op_write_norm():
+    torch, _ = _ops("cuda")
+    for spec, q, kv, T, K, min_slot in NORM_OP_CASES:
+        tb.run_norm_case(torch, tb.context("cuda"), spec, q, kv, 300, 16, "cuda", seed=63, kv_tokens=K and 200,
+                         min_slot=min_slot, specials=True, via="op")
 
 
 def test_cuda_op_write():
