@@ -315,7 +315,9 @@ def _compile_norm_case(torch, ops, device):
         eager_args, compiled_args = args(), args()
         want = step(*eager_args)
         got = torch.compile(step, fullgraph=True)(*compiled_args)
-        assert torch.equal(got, want), (norm, got, want)
+        # the returned sum is Inductor's reduction, in its own order: close, not bit-equal; the buffers the
+        # operator wrote are compared bit for bit below
+        assert torch.allclose(got, want, rtol=1e-5, atol=0), (norm, got, want)
         for i in (2, 6, 8):
             assert torch.equal(eager_args[i], compiled_args[i]), (norm, i)
         if norm == "rms_out":
