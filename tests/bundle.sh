@@ -10,7 +10,10 @@ trap 'rm -rf "$dir"' EXIT
 "$gen" --filter deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged build --target host \
     --bundle "$dir/b"
 grep -q '^kernel deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged .* host$' "$dir/b/ropekv-bundle.txt"
-test "$(ls "$dir/b" | grep -c '\.rkco$')" -eq 3 # the two entries and the compiler note
+grep -q '^kernel deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64/layout=paged/norm=rms_out .* host$' \
+    "$dir/b/ropekv-bundle.txt"
+# the filter takes the variant and its two fused-norm variants: two entries each and the compiler note
+test "$(ls "$dir/b" | grep -c '\.rkco$')" -eq 7
 ! ls "$dir/b" | grep -q '\.lock$'
 chmod 0555 "$dir/b"
 env -u ROPEKV_CACHE_DIR ROPEKV_CACHE_RO="$dir/b" ROPEKV_DISABLE_CACHE=1 CXX=/nonexistent/c++ PATH=/nonexistent \
@@ -27,7 +30,7 @@ for t in sm_90 gfx90a gfx90a:sramecc+:xnack-; do
         --bundle "$dir/$t" 2>"$dir/$t.err"; then
         grep -q "^kernel deepseek_v3/$row/fp8_e4m3/absorbed/pos=int64/slot=int64/layout=paged .* $t\$" \
             "$dir/$t/ropekv-bundle.txt"
-        test "$(ls "$dir/$t" | grep -c '\.rkco$')" -eq 3
+        test "$(ls "$dir/$t" | grep -c '\.rkco$')" -eq 7 # three variants (norm none, rms, rms_out) and the note
         echo "bundle for $t made without a device"
     elif grep -q "no .* backend for target $t here" "$dir/$t.err"; then
         echo "skipped the $t bundle: its compiler is not on this machine"

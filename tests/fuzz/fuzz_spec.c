@@ -81,7 +81,7 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         writes += s->ops[i] == ROPEKV_OP_WRITE;
         reads += s->ops[i] == ROPEKV_OP_READ;
     }
-    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_slot * s->n_layout * (writes * forms * s->n_pos + reads),
+    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_slot * s->n_layout * (writes * forms * s->n_pos * s->n_norms + reads),
                "%d variants", n);
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
