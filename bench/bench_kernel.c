@@ -2,9 +2,9 @@
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
- *                [--shapes 1x16,128x16,...]
+ *                [--norm none,rms,rms_out] [--shapes 1x16,128x16,...]
  *
- * For each (knobs, kv, q form, query dtype, shape) it renders the variant with the sm row's values replaced by the knobs,
+ * For each (knobs, kv, q form, query dtype, norm, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
  * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
@@ -161,12 +161,14 @@ static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
     double q = 0;
     if (v->q == ROPEKV_Q_ABSORBED) q = W * 2 + W * qe;  /* q_nope + q_pe read, q_out written */
     else if (v->q != ROPEKV_Q_NONE) q = R * 2 + R * qe; /* q_pe read, the rope part written */
-    return (double)T * H * q + (double)T * W * (2 + kve) + (double)T * (8 + 8 + R * 4);
+    const double norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? (double)T * L * 2 : 0; /* the normalized c_kv */
+    return (double)T * H * q + (double)T * W * (2 + kve) + (double)T * (8 + 8 + R * 4) + norm_out;
 }
 
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
-    int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, nq = 1, nqd = 1;
+    int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, norms[3] = {ROPEKV_NORM_NONE}, nq = 1, nqd = 1;
+    int nno = 1;
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
     int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
@@ -180,8 +182,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
         else if (!strcmp(argv[i], "--q")) nq = parse_enum(argv[i + 1], &rk_qform_enum, qforms, 4);
         else if (!strcmp(argv[i], "--qdtype")) nqd = parse_enum(argv[i + 1], &rk_qdtype_enum, qdts, 2);
+        else if (!strcmp(argv[i], "--norm")) nno = parse_enum(argv[i + 1], &rk_norm_enum, norms, 3);
     }
-    if (nq <= 0 || nqd <= 0) return 2;
+    if (nq <= 0 || nqd <= 0 || nno <= 0) return 2;
     rk_device dev = {.ops = &rk_backend_cuda};
     rk_buf log = {0};
     if (dev.ops->open(&dev, 0, NULL, &log) != ROPEKV_OK) {
@@ -252,11 +255,11 @@ int main(int argc, char **argv) {
         if (!strcmp(cat.archs.a[i].name, "sm_90")) row = &cat.archs.a[i];
     if (!sp || !row) return 1;
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
-    printf("| T | H | kv | q | q dtype | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| T | H | kv | q | q dtype | norm | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const char *kv = kvs; kv && *kv;) {
         int fp8 = !strncmp(kv, "fp8", 3);
-        for (int qv = 0; qv < nq * nqd; qv++)
+        for (int qv = 0; qv < nq * nqd * nno; qv++)
             for (int b = 0; b < nb; b++)
                 for (int c = 0; c < nc; c++)
                     for (int n = 0; n < nn * np; n++) {
@@ -266,12 +269,15 @@ int main(int argc, char **argv) {
                         arch.nt_stores = nt_l[n % nn];
                         arch.pdl = pdl_l[n / nn] != 0;
                         rk_desc v;
-                        rk_desc_make(sp, &arch,
+                        if (rk_desc_make(sp, &arch,
                                      &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
-                                                  (ropekv_q_form)qforms[qv / nqd], ROPEKV_INDEX_INT64,
-                                                  ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv % nqd], ROPEKV_KV_FLAT,
-                                                  ROPEKV_OP_WRITE, ROPEKV_NORM_NONE},
-                                     &v, NULL);
+                                                  (ropekv_q_form)qforms[qv / (nqd * nno)], ROPEKV_INDEX_INT64,
+                                                  ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv / nno % nqd],
+                                                  ROPEKV_KV_FLAT, ROPEKV_OP_WRITE, (ropekv_norm)norms[qv % nno]},
+                                     &v, &err) != ROPEKV_OK) {
+                            fprintf(stderr, "bench_kernel: %s\n", err.msg);
+                            return 1;
+                        }
                         rk_buf src = {0};
                         rk_codeobj kco = {0};
                         rk_buf klog = {0};
@@ -285,7 +291,7 @@ int main(int argc, char **argv) {
                         for (const char *s = shapes; s && *s;) {
                             int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
                             size_t kv_elem = fp8 ? 1 : 2;
-                            CUdeviceptr q, qo, k, cache, pos, slots, cs, scale;
+                            CUdeviceptr q, qo, k, cache, pos, slots, cs, scale, nw, no;
                             CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
                             CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
                             CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
@@ -294,6 +300,9 @@ int main(int argc, char **argv) {
                             CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
                             CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
                             CK(cu->cuMemAlloc(&scale, 4));
+                            CK(cu->cuMemAlloc(&nw, (size_t)L * 4));       /* the norm's weight (f32 at most) */
+                            CK(cu->cuMemAlloc(&no, (size_t)(T * L * 2))); /* its output (rms_out) */
+                            CK(cu->cuMemsetD8(nw, 0x3f, (size_t)L * 4));
                             CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
                             CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
                             /* positions spread over the table, slots a shuffled permutation of the rows */
@@ -339,6 +348,9 @@ int main(int argc, char **argv) {
                                 .kv_st = W,
                                 .kv_rows = T + 1,
                                 .prefetch = pdl_mode >= 3,
+                                .norm_weight = (const void *)nw,
+                                .norm_out = (void *)no,
+                                .norm_out_st = L,
                             };
                             int64_t total;
                             rk_launch_plan(&v, &rc.a, &total, &rc.blocks);
@@ -346,12 +358,12 @@ int main(int argc, char **argv) {
                             float us = time_graph(launch_rope, &rc);
                             double limit = bytes_moved(&v, T, H) / bw * 1e6;
                             if (limit < t_rt) limit = t_rt;
-                            printf("| %lld | %lld | %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n",
+                            printf("| %lld | %lld | %s | %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n",
                                    (long long)T, (long long)H, fp8 ? "fp8" : "bf16", rk_qform_name(v.q),
-                                   rk_qdtype_name(v.q_dtype), arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
+                                   rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm), arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
                                    limit, 100 * limit / us);
                             fflush(stdout);
-                            CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale};
+                            CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale, nw, no};
                             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
                             s = strchr(s, ',');
                             if (s) s++;
