@@ -264,17 +264,17 @@ int main(int argc, char **argv) {
                 for (int c = 0; c < nc; c++)
                     for (int n = 0; n < nn * np; n++) {
                         rk_arch arch = *row;
-                        arch.block = blocks_l[b];
+                        arch.block = arch.wide_block = blocks_l[b];
                         arch.chunks = chunks_l[c];
                         arch.nt_stores = nt_l[n % nn];
                         arch.pdl = pdl_l[n / nn] != 0;
                         rk_desc v;
                         if (rk_desc_make(sp, &arch,
-                                     &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
-                                                  (ropekv_q_form)qforms[qv / (nqd * nno)], ROPEKV_INDEX_INT64,
-                                                  ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv / nno % nqd],
-                                                  ROPEKV_KV_FLAT, ROPEKV_OP_WRITE, (ropekv_norm)norms[qv % nno]},
-                                     &v, &err) != ROPEKV_OK) {
+                                         &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
+                                                      (ropekv_q_form)qforms[qv / (nqd * nno)], ROPEKV_INDEX_INT64,
+                                                      ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv / nno % nqd],
+                                                      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE, (ropekv_norm)norms[qv % nno]},
+                                         &v, &err) != ROPEKV_OK) {
                             fprintf(stderr, "bench_kernel: %s\n", err.msg);
                             return 1;
                         }
@@ -354,14 +354,15 @@ int main(int argc, char **argv) {
                             };
                             int64_t total;
                             rk_launch_plan(&v, &rc.a, &total, &rc.blocks);
+                            rc.block = (int)rc.a.block;
                             rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                             float us = time_graph(launch_rope, &rc);
                             double limit = bytes_moved(&v, T, H) / bw * 1e6;
                             if (limit < t_rt) limit = t_rt;
                             printf("| %lld | %lld | %s | %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n",
                                    (long long)T, (long long)H, fp8 ? "fp8" : "bf16", rk_qform_name(v.q),
-                                   rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm), arch.block, arch.chunks, arch.nt_stores, pdl_mode, us,
-                                   limit, 100 * limit / us);
+                                   rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm), arch.block, arch.chunks,
+                                   arch.nt_stores, pdl_mode, us, limit, 100 * limit / us);
                             fflush(stdout);
                             CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale, nw, no};
                             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));

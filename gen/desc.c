@@ -281,7 +281,7 @@ int rk_query_rope_lanes(const rk_desc *d) {
 }
 
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks) {
-    const int wave = d->arch->wave, block = d->arch->block, chunks = d->arch->chunks;
+    const int wave = d->arch->wave, chunks = d->arch->chunks;
     if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
         if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
@@ -296,8 +296,9 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     a->block_mul = a->block_shift = 0;
     if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
     *total = a->grid_tokens * a->lanes;
+    a->block = d->arch->wide_block > 0 && *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;
-    const int64_t per_block = (int64_t)block * a->chunks;
+    const int64_t per_block = a->block * a->chunks;
     *blocks = (*total + per_block - 1) / per_block;
 }

@@ -153,9 +153,10 @@ static int header(const rk_desc *d, rk_buf *o) {
                             (double)d->q8.sat, d->q8.rope_bf16 ? "true" : "false");
     rc |= rk_buf_printf(
         o,
-        "//          target=%s vendor=%s wave=%d block=%d chunks=%d nt_stores=%d pdl=%d fp8_hw=%d bf16_hw=%d compiler=%s\n",
-        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->chunks, a->nt_stores, a->pdl, a->fp8_hw, a->bf16_hw,
-        rk_compiler_name(a->compiler));
+        "//          target=%s vendor=%s wave=%d block=%d wide_block=%d wide_from=%lld chunks=%d nt_stores=%d pdl=%d "
+        "fp8_hw=%d bf16_hw=%d compiler=%s\n",
+        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->wide_block, (long long)a->wide_from, a->chunks,
+        a->nt_stores, a->pdl, a->fp8_hw, a->bf16_hw, rk_compiler_name(a->compiler));
     rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file, d->key);
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
 }
@@ -169,7 +170,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     snprintf(tile, sizeof tile, "%d", d->tile);
     snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
     snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
-    snprintf(block, sizeof block, "%d", a->block);
+    snprintf(block, sizeof block, "%d", rk_arch_max_block(a));
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(L, sizeof L, "%d", d->L);

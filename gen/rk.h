@@ -166,7 +166,9 @@ typedef struct rk_arch {
     int fp8_hw;           /* 1: hardware f32->fp8 conversion */
     int bf16_hw;          /* 1: hardware f32->bf16 conversion */
     int vec_bytes;        /* bytes per lane per global access (16) */
-    int block;            /* threads per block */
+    int block;            /* threads per block (launches of fewer than wide_from chunks) */
+    int wide_block;       /* threads per block in launches of at least wide_from chunks (default: block) */
+    int64_t wide_from;    /* (default 2^30) */
     int chunks;           /* 16-byte output chunks per thread in large launches (1..8) */
     int64_t chunks_from;  /* launches of at least this many chunks use `chunks`; smaller ones 1 */
     int nt_stores;        /* 1: non-temporal (streaming) stores for q_out and cache rows */
@@ -183,6 +185,8 @@ typedef struct rk_arch_table {
 } rk_arch_table;
 
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
+/* The most threads a block of this row's launches has: the kernel's launch bound (RK_BLOCK). */
+int rk_arch_max_block(const rk_arch *a);
 
 /* ---- model spec (specs/<model>.lua) ---------------------------------------------------------- */
 /* How an output becomes fp8 e4m3: the spec's `fp8` table (the KV row) and `q_fp8` table (the query). */
@@ -343,7 +347,8 @@ int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, i
 
 /* How one launch is cut, from the description and a->tokens, a->heads: fills the plan fields of a
  * (templates/args.h; prefetch is the launcher's), *total = grid_tokens * lanes chunks and
- * *blocks = ceil(total / (block * a->chunks)). Every launcher (runtime, tests, benchmarks) uses it. */
+ * *blocks = ceil(total / (a->block * a->chunks)): blocks of a->block threads. Every launcher (runtime, tests,
+ * benchmarks) uses it. */
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
 
 /* 1 when the kernel writes fp8 bytes (an fp8 cache row or an fp8 query): where the target has the

@@ -616,9 +616,9 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) 
 
 /* ---- architecture table ----------------------------------------------------------------------------- */
 static const char *const archs_keys[] = {"archs", NULL};
-static const char *const arch_keys[] = {"name",    "vendor",      "wave",      "fp8",      "fp8_hw",
-                                        "bf16_hw", "vec_bytes",   "block",     "compiler", "options",
-                                        "chunks",  "chunks_from", "nt_stores", "pdl",      NULL};
+static const char *const arch_keys[] = {"name",      "vendor", "wave",       "fp8",       "fp8_hw", "bf16_hw",
+                                        "vec_bytes", "block",  "compiler",   "options",   "chunks", "chunks_from",
+                                        "nt_stores", "pdl",    "wide_block", "wide_from", NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
@@ -651,6 +651,12 @@ static int read_arch(const scope *s, rk_arch *a) {
     if (a->vec_bytes != 8 && a->vec_bytes != 16) return bad(s, "vec_bytes", "must be 8 or 16, got %d", a->vec_bytes);
     TRY(get_int(s, "block", &def_block, 32, 1024, &a->block));
     if (a->block % a->wave != 0) return bad(s, "block", "must be a multiple of wave (%d), got %d", a->wave, a->block);
+    int def_wide = a->block, def_wide_from = 1 << 30, wide_from;
+    TRY(get_int(s, "wide_block", &def_wide, 32, 1024, &a->wide_block));
+    if (a->wide_block % a->wave != 0)
+        return bad(s, "wide_block", "must be a multiple of wave (%d), got %d", a->wave, a->wide_block);
+    TRY(get_int(s, "wide_from", &def_wide_from, 0, 1 << 30, &wide_from));
+    a->wide_from = wide_from;
     TRY(get_int(s, "chunks", &def_chunks, 1, 8, &a->chunks));
     TRY(get_int(s, "chunks_from", &def_from, 0, 1 << 30, &from));
     a->chunks_from = from;

@@ -72,6 +72,8 @@ const char *rk_op_name(ropekv_op o) { return rk_enum_name(&rk_op_enum, (int)o); 
 const char *rk_norm_name(ropekv_norm n) { return rk_enum_name(&rk_norm_enum, (int)n); }
 
 /* ---- architecture table ------------------------------------------------------------------------ */
+int rk_arch_max_block(const rk_arch *a) { return a->wide_block > a->block ? a->wide_block : a->block; }
+
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name) {
     if (t == NULL || name == NULL) return NULL;
     for (int i = 0; i < t->n && i < RK_MAX_ARCHS; i++)

@@ -337,7 +337,7 @@ typedef struct ropekv_kernel_params {
     ropekv_kv_layout layout;        /* where the KV rows lie */
     const char *negative_slot;      /* "skip_kv" or "skip_all" */
     int sanitize;                   /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
-    int block;                      /* threads per block of a launch */
+    int block;                      /* threads per block of a launch of fewer than wide_from 16-byte chunks */
     int pdl;                        /* 1: launches use programmatic dependent launch on this context */
     ropekv_op op;                   /* write or read */
     const char *read_negative_slot; /* read: "zero" or "skip" (what a row without a valid slot gets) */
@@ -351,6 +351,8 @@ typedef struct ropekv_kernel_params {
     float norm_eps;                 /* norm: eps; else 0 */
     const char *norm_rounding;      /* norm: "twice" or "once"; else "" */
     const char *norm_matches;       /* norm: the spec's word on whose RMSNorm this is ("" if none) */
+    int wide_block;                 /* threads per block of a launch of at least wide_from chunks */
+    int64_t wide_from;              /* (a launch's chunks: tokens x the lanes of a token, docs/architecture.md) */
 } ropekv_kernel_params;
 ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 

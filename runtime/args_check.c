@@ -84,8 +84,8 @@ typedef struct tensor_span {
  * the top of the address space, and the 64-bit entry runs once a chunk index (with a block's worth of slack)
  * or a byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in
  * its index type). Positions and slots are indexed by token, below 2^31. */
-static ropekv_status index_width(const rk_desc *p, const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
-    int64_t reach = pl->total + (int64_t)p->arch->block * p->arch->chunks;
+static ropekv_status index_width(const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
+    int64_t reach = pl->total + pl->args.block * pl->args.chunks;
     for (size_t i = 0; i < n; i++) {
         const int64_t bytes = s[i].elems >= 0 && s[i].elems <= BYTES_MAX / s[i].elem_bytes
                                   ? s[i].elems * s[i].elem_bytes
@@ -158,7 +158,7 @@ static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan 
         {"out", a->out, T > 0 ? span(T, 1, a->out_st, 0, split_out ? L : W) : 0, 2},
         {"out_rope", a->out_rope, T > 0 && split_out ? span(T, 1, a->out_rope_st, 0, R) : 0, 2},
     };
-    return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
+    return index_width(spans, sizeof spans / sizeof spans[0], pl, err);
 }
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
@@ -274,5 +274,5 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
         {"norm_weight", a->norm_weight, norm ? L : 0, w_bytes},
         {"norm_out", a->norm_out, norm_out ? span(K, 1, a->norm_out_st, 0, L) : 0, 2},
     };
-    return index_width(p, spans, sizeof spans / sizeof spans[0], pl, err);
+    return index_width(spans, sizeof spans / sizeof spans[0], pl, err);
 }

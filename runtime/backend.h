@@ -12,8 +12,9 @@ typedef struct rk_device {
     char compiler_id[192]; /* identity and version of the compiler used (part of cache keys) */
     char options[256];     /* compile options beyond the arch row's (part of cache keys) */
     char refused[512];     /* non-empty: the compiler cannot build for this target, and why */
-    int block;             /* threads per block of every launch (the arch row's), set by the runtime after open:
-                              a backend may refuse at load a kernel that cannot run blocks of this size */
+    int block;             /* the most threads per block of a launch (rk_arch_max_block of the arch row), set by
+                              the runtime after open: a backend may refuse at load a kernel that cannot run
+                              blocks of this size */
     void *state;           /* backend-private */
 } rk_device;
 

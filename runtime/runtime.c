@@ -285,7 +285,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
         c->dev.ops->close(&c->dev);
         rc = ROPEKV_ERR_TARGET;
     }
-    if (rc == ROPEKV_OK) c->dev.block = c->arch->block;
+    if (rc == ROPEKV_OK) c->dev.block = rk_arch_max_block(c->arch);
     if (rc != ROPEKV_OK) {
         logf_(c, "no backend: %s", log.p ? log.p : "");
         rk_buf_free(&log);
@@ -833,6 +833,8 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .norm_eps = d->norm_eps,
         .norm_rounding = d->norm == ROPEKV_NORM_NONE ? "" : rk_enum_name(&rk_norm_round_enum, d->norm_round),
         .norm_matches = d->norm == ROPEKV_NORM_NONE ? "" : d->spec->norm.matches,
+        .wide_block = d->arch->wide_block,
+        .wide_from = d->arch->wide_from,
     };
     return ROPEKV_OK;
 }
@@ -884,7 +886,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     const int pdl = k->d.arch->pdl && c->pdl;
     pl.args.prefetch = pdl && c->pdl_prefetch;
     rk_buf log = {0};
-    int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, k->d.arch->block, pdl, stream, &log);
+    int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, (int)pl.args.block, pdl, stream, &log);
     if (rc != ROPEKV_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->d.name, log.p ? log.p : "");
     rk_buf_free(&log);
     return s;

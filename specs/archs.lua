@@ -6,7 +6,10 @@
 --   fp8_hw     hardware f32 -> fp8 conversion (else software RNE with saturation)
 --   bf16_hw    hardware f32 -> bf16 conversion (else a software RNE sequence)
 --   compiler   "hiprtc" | "clang" | "nvrtc" | "host": the preferred compiler family
---   optional:  vec_bytes (16), block (256, a multiple of wave), options (""),
+--   optional:  vec_bytes (16), block (256, a multiple of wave): threads per block, options (""),
+--              wide_block (block) and wide_from (2^30): launches of at least wide_from chunks take blocks of
+--              wide_block threads (small launches spread over more processors, larger ones take fewer, bigger
+--              blocks: with PDL the block scheduler, not memory, bounds a launch of many small blocks),
 --              chunks (1): 16-byte output chunks per thread in launches of at least chunks_from
 --              (1048576) chunks (smaller launches take one: latency wins there; from there the read-back op
 --              also gives an fp8_tile latent lane two chunks), nt_stores (false):
@@ -34,21 +37,22 @@ return {
       block = 128, chunks = 4, chunks_from = 524288 },
     -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
     { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, chunks = 4, chunks_from = 524288, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, pdl = true },
     -- Blackwell: the same cvt.rn.satfinite.e4m3x2.f32, cvt.rn.bf16x2.f32 and griddepcontrol as sm_90.
-    -- UNTUNED: block, chunks, chunks_from, nt_stores and pdl are sm_90's values copied as a starting point,
-    -- written out so that each row is tuned on its own GPU with bench_kernel (bench/README.md); no kernel
+    -- UNTUNED: the launch knobs (block, wide_block, wide_from, chunks, chunks_from, nt_stores, pdl) are sm_90's
+    -- values, copied as a starting point and written out so that each row is tuned on its own GPU with
+    -- bench_kernel (bench/README.md); no kernel
     -- has run on a Blackwell GPU yet. A device maps to the newest row not newer than its compute
     -- capability (runtime.c): 10.1 -> sm_100, 11.x -> sm_103, 12.1 -> sm_120.
     -- B200/GB200 (compute capability 10.0).
     { name = "sm_100", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
     -- B300/GB300 (compute capability 10.3).
     { name = "sm_103", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
     -- RTX 50 series, RTX PRO 6000 Blackwell (compute capability 12.0).
     { name = "sm_120", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, chunks = 4, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     -- (chunks_from: the host runs lanes one after another, so only the read-back's lane layout follows it; low,
     -- so that the host tests run both layouts)

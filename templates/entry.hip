@@ -8,15 +8,15 @@ RK_DEVICE void lane(const args &a, I g, op_tag<Op::write>) { chunk<I>(a, g); }
 template <class I>
 RK_DEVICE void lane(const args &a, I g, op_tag<Op::read>) { read_lane<I>(a, g); }
 
-// This thread's chunks of the launch: ceil(total / (RK_BLOCK * a.chunks)) blocks of RK_BLOCK threads,
-// total = grid_tokens * a.lanes (rk_launch_plan in gen/desc.c).
+// This thread's chunks of the launch: ceil(total / (a.block * a.chunks)) blocks of a.block <= RK_BLOCK
+// threads, total = grid_tokens * a.lanes (rk_launch_plan in gen/desc.c).
 template <class I>
 RK_DEVICE void launch(const args &a) {
     const rk_i64 total = a.grid_tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
-        RK_FOR_ONE(g, total) lane<I>(a, (I)g, op_tag<OP>{});
+        RK_FOR_ONE(g, total, a.block) lane<I>(a, (I)g, op_tag<OP>{});
     } else {
-        RK_FOR_EACH(g, total, a.chunks) lane<I>(a, (I)g, op_tag<OP>{});
+        RK_FOR_EACH(g, total, a.chunks, a.block) lane<I>(a, (I)g, op_tag<OP>{});
     }
 }
 }  // namespace rk

@@ -45,23 +45,23 @@ struct alignas(8) rk_v8 { rk_u32 x, y; };           // one 8-byte access
 #else
 #define RK_DEVICE static inline
 #define RK_ENTRY extern "C" __attribute__((visibility("default")))
-#define RK_FOR_EACH(g, n, cpt) for (rk_i64 g = 0; g < (n); ++g)
+#define RK_FOR_EACH(g, n, cpt, blk) for (rk_i64 g = 0; g < (n); ++g)
 #define rk_fma(a, b, c) __builtin_fmaf(a, b, c)
 #endif
 
 #define RK_RESTRICT __restrict__
 
 #if !defined(RK_HOST)
-// The launcher gives each thread cpt <= RK_CHUNKS chunks, RK_BLOCK apart (every step of the loop
-// stays coalesced): one for small launches, where latency counts, more for large ones.
-#define RK_FOR_EACH(g, n, cpt)                                                                      \
-    _Pragma("unroll") for (int g##_e = 0; g##_e < RK_CHUNKS; ++g##_e)                               \
-        for (rk_i64 g = RK_BLOCK_ID() * (RK_BLOCK * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * RK_BLOCK; \
+// The launcher gives each thread of a block of blk threads cpt <= RK_CHUNKS chunks, blk apart (every step of
+// the loop stays coalesced): one for small launches, where latency counts, more for large ones.
+#define RK_FOR_EACH(g, n, cpt, blk)                                                             \
+    _Pragma("unroll") for (int g##_e = 0; g##_e < RK_CHUNKS; ++g##_e)                           \
+        for (rk_i64 g = RK_BLOCK_ID() * ((blk) * (cpt)) + RK_THREAD_ID() + (rk_i64)g##_e * (blk); \
              g##_e < (cpt) && g < (n); g = (n))
 // One chunk per thread: the short path small launches take (nothing but the chunk on the way).
-#define RK_FOR_ONE(g, n) for (rk_i64 g = RK_BLOCK_ID() * RK_BLOCK + RK_THREAD_ID(); g < (n); g = (n))
+#define RK_FOR_ONE(g, n, blk) for (rk_i64 g = RK_BLOCK_ID() * (blk) + RK_THREAD_ID(); g < (n); g = (n))
 #else
-#define RK_FOR_ONE(g, n) for (rk_i64 g = 0; g < (n); ++g)
+#define RK_FOR_ONE(g, n, blk) for (rk_i64 g = 0; g < (n); ++g)
 #endif
 
 // Programmatic dependent launch (RK_PDL, NVIDIA sm_90+). A kernel launched with the runtime's

@@ -35,7 +35,7 @@
  *
  *   gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--backend hip|cuda|host]
  *                   [--host] [--no-wait]
- *     --quick    only T in {1, 17} x H in {1, 16} (smoke run)
+ *     --quick    only T in {1, 17} x H in {1, 16}, and 1000 x 1 (smoke run)
  *     --filter   only variants whose key contains TEXT
  *     --jobs     worker processes (default: online CPUs, at most 8); each opens its own context
  *     --list     print the device, the variants and shapes, run nothing
@@ -123,6 +123,9 @@ static void make_shapes(int quick, int pdl) {
         }
     g_shapes[g_n_shapes++] = quick ? (shape){.tokens = 17, .heads = 16, .wide = 1}
                                    : (shape){.tokens = 1000, .heads = 16, .wide = 1};
+    /* a launch of at least 65536 chunks in every op and q form (1000 x 1: 72 chunks a token and more), where
+     * rows with a wide_block take their wide blocks (the full list has it already) */
+    if (quick) g_shapes[g_n_shapes++] = (shape){.tokens = 1000, .heads = 1};
     /* padding: fewer KV rows than query rows (a short slot list), more (padded queries), none, no
      * query rows; reserved slots (min_slot) that must stay untouched */
     g_shapes[g_n_shapes++] = (shape){.tokens = 17, .heads = 16, .kv_tokens = 5, .min_slot = 1};
@@ -424,9 +427,9 @@ static int launch_internal(runner *r, const rk_desc *v, rk_args *d, int64_t bloc
     int rc = ROPEKV_OK;
     d->prefetch = v->arch->pdl && r->prefetch;
     for (int i = 0; i < r->runs && rc == ROPEKV_OK; i++)
-        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], d, blocks, v->arch->block, r->pdl, NULL, &log);
+        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], d, blocks, (int)d->block, r->pdl, NULL, &log);
     if (rc != ROPEKV_OK) {
-        snprintf(r->why, r->why_cap, "launch (%lld blocks of %d): %s", (long long)blocks, v->arch->block,
+        snprintf(r->why, r->why_cap, "launch (%lld blocks of %d): %s", (long long)blocks, (int)d->block,
                  log.p ? log.p : "failed");
         r->device_lost = 1;
     }
@@ -556,7 +559,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     rk_args planned = d;
     int64_t total, blocks;
     rk_launch_plan(v, &planned, &total, &blocks);
-    int64_t reach = total + (int64_t)v->arch->block * v->arch->chunks;
+    int64_t reach = total + planned.block * planned.chunks;
     for (int i = 0; i < RK_CHECK_NBUF; i++)
         if (b[i].bytes > reach) reach = b[i].bytes;
     r->used_wide = r->force_wide || reach >= INT32_MAX;

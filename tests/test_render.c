@@ -367,7 +367,21 @@ static void test_launch_plan(void **state) {
     rk_launch_plan(&d, &a, &total, &blocks);
     assert_int_equal(a.chunks, 4);
     assert_int_equal(a.early_release, 0);
+    assert_int_equal(a.block, 128);
     assert_int_equal(blocks, (total + 511) / 512);
+    /* A row with a wide block: blocks of 256 threads from wide_from chunks on, 128 below. */
+    rk_arch wide = {.wave = 32, .block = 128, .wide_block = 256, .wide_from = 65536, .chunks = 1};
+    d.arch = &wide;
+    a = (rk_args){.tokens = 52, .heads = 16}; /* 52 * 1248 = 64896 chunks */
+    rk_launch_plan(&d, &a, &total, &blocks);
+    assert_int_equal(total, 64896);
+    assert_int_equal(a.block, 128);
+    assert_int_equal(blocks, (total + 127) / 128);
+    a = (rk_args){.tokens = 53, .heads = 16}; /* 66144 */
+    rk_launch_plan(&d, &a, &total, &blocks);
+    assert_int_equal(a.block, 256);
+    assert_int_equal(a.early_release, 1);
+    assert_int_equal(blocks, (total + 255) / 256);
     a = (rk_args){.tokens = 1, .heads = 1};
     d = (rk_desc){.arch = &amd, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
     rk_launch_plan(&d, &a, &total, &blocks);

@@ -253,9 +253,13 @@ static void test_archs_file(void **state) {
     for (size_t i = 0; i < N(names); i++) {
         assert_string_equal(t->a[i].name, names[i]);
         const int nvidia = t->a[i].vendor == RK_VENDOR_NVIDIA; /* the rows tuned with bench_kernel */
+        const int sm80 = !strcmp(names[i], "sm_80");           /* the others: sm_90's values */
         assert_int_equal(t->a[i].vec_bytes, 16);
         assert_int_equal(t->a[i].block, nvidia ? 128 : 256);
-        assert_int_equal(t->a[i].chunks, nvidia ? 4 : 1);
+        assert_int_equal(t->a[i].wide_block, nvidia && !sm80 ? 256 : t->a[i].block); /* default: block */
+        assert_int_equal(t->a[i].wide_from, nvidia && !sm80 ? 65536 : 1 << 30);
+        assert_int_equal(rk_arch_max_block(&t->a[i]), nvidia && !sm80 ? 256 : t->a[i].block);
+        assert_int_equal(t->a[i].chunks, sm80 ? 4 : 1);
         /* (the host row's low value only sets where the read-back pairs fp8_tile chunks: both run in its tests) */
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : !strcmp(names[i], "host") ? 4096 : 1 << 20);
         assert_false(t->a[i].nt_stores);
@@ -900,6 +904,10 @@ static void test_archs_invalid(void **state) {
         {"a.archs[1].vec_bytes = 4", ROPEKV_ERR_SPEC_INVALID, "archs[1].vec_bytes: must be 8 or 16, got 4"},
         {"a.archs[1].block = 96", ROPEKV_ERR_SPEC_INVALID, "archs[1].block: must be a multiple of wave (64), got 96"},
         {"a.archs[1].block = 2048", ROPEKV_ERR_SPEC_INVALID, "archs[1].block: must be in 32..1024, got 2048"},
+        {"a.archs[1].wide_block = 96", ROPEKV_ERR_SPEC_INVALID,
+         "archs[1].wide_block: must be a multiple of wave (64), got 96"},
+        {"a.archs[1].wide_block = 16", ROPEKV_ERR_SPEC_INVALID, "archs[1].wide_block: must be in 32..1024, got 16"},
+        {"a.archs[1].wide_from = -1", ROPEKV_ERR_SPEC_INVALID, "archs[1].wide_from: must be in 0..1073741824, got -1"},
         {"a.archs[1].pdl = true", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
         {"a.archs[1].pdl = 'yes'", ROPEKV_ERR_SPEC_INVALID, "archs[1].pdl: must be a boolean"},

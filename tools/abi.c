@@ -75,7 +75,7 @@ int rk_amd_abi_check_kernel(const rk_amd_kernel *k, int abi_version, const rk_de
     if (k->kernarg_size < args) BROKE(".kernarg_segment_size %u < sizeof(rk_args) %u", k->kernarg_size, args);
     if (k->kernarg_align < align || (k->kernarg_align & (k->kernarg_align - 1)))
         BROKE(".kernarg_segment_align %u, rk_args needs %u", k->kernarg_align, align);
-    const unsigned wave = (unsigned)d->arch->wave, block = (unsigned)d->arch->block;
+    const unsigned wave = (unsigned)d->arch->wave, block = (unsigned)rk_arch_max_block(d->arch);
     if (k->wave != wave) BROKE(".wavefront_size %u, the %s row's wave is %u", k->wave, d->arch->name, wave);
     if (block > k->max_flat_wg) BROKE("block %u > .max_flat_workgroup_size %u", block, k->max_flat_wg);
     if (wave == 0 || block % wave) BROKE("block %u is not a multiple of the wave %u", block, wave);

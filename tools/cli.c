@@ -227,10 +227,12 @@ static int cmd_emit(const opts *o, const rk_desc *v, int n) {
             &man,
             "%s\n    {\"key\": \"%s\", \"spec\": \"%s\", \"target\": \"%s\", \"kv\": \"%s\", \"q\": \"%s\", "
             "\"positions\": \"%s\", \"slots\": \"%s\", \"kernel\": \"%s\", \"file\": \"%s\", "
-            "\"compiler\": \"%s\", \"block\": %d, \"chunks\": %d, \"chunks_from\": %lld, \"pdl\": %d}",
+            "\"compiler\": \"%s\", \"block\": %d, \"wide_block\": %d, \"wide_from\": %lld, \"chunks\": %d, "
+            "\"chunks_from\": %lld, \"pdl\": %d}",
             i ? "," : "", x->key, x->spec->name, x->arch->name, rk_kv_name(x->kv), rk_qform_name(x->q),
             rk_idx_name(x->pos), rk_idx_name(x->slot), x->name, file, rk_compiler_name(x->arch->compiler),
-            x->arch->block, x->arch->chunks, (long long)x->arch->chunks_from, x->arch->pdl);
+            x->arch->block, x->arch->wide_block, (long long)x->arch->wide_from, x->arch->chunks,
+            (long long)x->arch->chunks_from, x->arch->pdl);
     }
     rc |= rk_buf_printf(&man, "\n  ]\n}\n");
     if (rc == 0) {

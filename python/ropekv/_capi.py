@@ -183,6 +183,8 @@ class ropekv_kernel_params(ctypes.Structure):
         ("norm_eps", ctypes.c_float),
         ("norm_rounding", ctypes.c_char_p),
         ("norm_matches", ctypes.c_char_p),
+        ("wide_block", ctypes.c_int),
+        ("wide_from", ctypes.c_int64),
     ]
 
 

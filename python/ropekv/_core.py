@@ -58,7 +58,8 @@ class KernelInfo:
     nothing), q, q_dtype ("bf16"/"fp8_e4m3": the query output's dtype, "bf16" for q form none), q_fp8_format
     ("ocp"/"fnuz", None for a bf16 query output), q_fp8_scale ("none", "mul_recip", "div" or "mul"),
     q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches (the query output's fp8 policy), layout ("flat"/"paged"/
-    "split": where the KV rows lie), negative_slot, sanitize, block, pdl; op ("write"/"read"), read_negative_slot
+    "split": where the KV rows lie), negative_slot, sanitize, block (threads per block of a launch of fewer than
+    wide_from 16-byte chunks), wide_block (of larger launches), wide_from, pdl; op ("write"/"read"), read_negative_slot
     ("zero"/"skip": what the read op gives a row without a valid slot); the fp8_tile row: fp8_tile (values per
     tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at and
     fp8_tile_rope_at (byte offsets of the float32 scales and of the bf16 rope part); row_bytes (bytes of one
@@ -69,7 +70,7 @@ class KernelInfo:
     __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
                  "fp8_format", "scale", "sat", "rope_bf16_round", "fp8_matches", "q", "q_dtype", "q_fp8_format",
                  "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "layout",
-                 "negative_slot", "sanitize", "block", "pdl", "op", "read_negative_slot", "fp8_tile",
+                 "negative_slot", "sanitize", "block", "wide_block", "wide_from", "pdl", "op", "read_negative_slot", "fp8_tile",
                  "fp8_tile_scale", "fp8_tile_scales_at", "fp8_tile_rope_at", "row_bytes", "norm", "norm_weight",
                  "norm_eps", "norm_rounding", "norm_matches")
 
@@ -97,6 +98,7 @@ class KernelInfo:
         self.negative_slot = text(p.negative_slot)
         self.sanitize = bool(p.sanitize)
         self.block, self.pdl = p.block, bool(p.pdl)
+        self.wide_block, self.wide_from = int(p.wide_block), int(p.wide_from)
         self.op = _BY_VALUE["op"][p.op]
         self.read_negative_slot = text(p.read_negative_slot)
         self.fp8_tile = int(p.fp8_tile)
