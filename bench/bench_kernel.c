@@ -2,11 +2,11 @@
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
- *                [--norm none,rms,rms_out] [--shapes 1x16,128x16,...]
+ *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...]
  *
  * For each (knobs, kv, q form, query dtype, norm, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
- * it 5 times and prints the median per-call time, next to the floors (an empty kernel and a 16-byte
+ * it 5 times and prints the median per-call time (paged: blocks of 16 rows), next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
  * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
  * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit;
@@ -168,7 +168,7 @@ static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, norms[3] = {ROPEKV_NORM_NONE}, nq = 1, nqd = 1;
-    int nno = 1;
+    int nno = 1, layout = ROPEKV_KV_FLAT;
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
     int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
@@ -183,6 +183,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--q")) nq = parse_enum(argv[i + 1], &rk_qform_enum, qforms, 4);
         else if (!strcmp(argv[i], "--qdtype")) nqd = parse_enum(argv[i + 1], &rk_qdtype_enum, qdts, 2);
         else if (!strcmp(argv[i], "--norm")) nno = parse_enum(argv[i + 1], &rk_norm_enum, norms, 3);
+        else if (!strcmp(argv[i], "--layout") && parse_enum(argv[i + 1], &rk_layout_enum, &layout, 1) != 1) return 2;
     }
     if (nq <= 0 || nqd <= 0 || nno <= 0) return 2;
     rk_device dev = {.ops = &rk_backend_cuda};
@@ -273,7 +274,8 @@ int main(int argc, char **argv) {
                                          &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
                                                       (ropekv_q_form)qforms[qv / (nqd * nno)], ROPEKV_INDEX_INT64,
                                                       ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv / nno % nqd],
-                                                      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE, (ropekv_norm)norms[qv % nno]},
+                                                      (ropekv_kv_layout)layout, ROPEKV_OP_WRITE,
+                                                      (ropekv_norm)norms[qv % nno]},
                                          &v, &err) != ROPEKV_OK) {
                             fprintf(stderr, "bench_kernel: %s\n", err.msg);
                             return 1;
@@ -295,7 +297,8 @@ int main(int argc, char **argv) {
                             CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
                             CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
                             CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
-                            CK(cu->cuMemAlloc(&cache, (size_t)(T + 1) * W * kv_elem));
+                            const int64_t rows = (T + 16) / 16 * 16; /* T + 1 rows, whole blocks of 16 */
+                            CK(cu->cuMemAlloc(&cache, (size_t)rows * W * kv_elem));
                             CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
                             CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
                             CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
@@ -346,15 +349,16 @@ int main(int argc, char **argv) {
                                 .k_nope_st = W,
                                 .k_pe_st = W,
                                 .kv_st = W,
-                                .kv_rows = T + 1,
+                                .kv_rows = rows,
+                                .kv_block_size = 16,
+                                .kv_block_st = 16 * W,
                                 .prefetch = pdl_mode >= 3,
                                 .norm_weight = (const void *)nw,
                                 .norm_out = (void *)no,
                                 .norm_out_st = L,
                             };
                             int64_t total;
-                            rk_launch_plan(&v, &rc.a, &total, &rc.blocks);
-                            rc.block = (int)rc.a.block;
+                            rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
                             rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                             float us = time_graph(launch_rope, &rc);
                             double limit = bytes_moved(&v, T, H) / bw * 1e6;

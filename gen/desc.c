@@ -280,7 +280,7 @@ int rk_query_rope_lanes(const rk_desc *d) {
     return d->q == ROPEKV_Q_INPLACE && d->q_dtype != ROPEKV_Q_BF16 ? 1 : d->R / 8;
 }
 
-void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks) {
+void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block) {
     const int wave = d->arch->wave, chunks = d->arch->chunks;
     if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
@@ -296,9 +296,9 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     a->block_mul = a->block_shift = 0;
     if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
     *total = a->grid_tokens * a->lanes;
-    a->block = d->arch->wide_block > 0 && *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
+    *block = d->arch->wide_block > 0 && *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;
-    const int64_t per_block = a->block * a->chunks;
+    const int64_t per_block = *block * a->chunks;
     *blocks = (*total + per_block - 1) / per_block;
 }

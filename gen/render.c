@@ -165,12 +165,13 @@ static int header(const rk_desc *d, rk_buf *o) {
  * bind their spellings (the kernel's C++ enumerators); numbers bind decimal text. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     const rk_arch *a = d->arch;
-    char block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16], rope_at[16],
-        eps[48];
+    char block[16], wide_block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16],
+        rope_at[16], eps[48];
     snprintf(tile, sizeof tile, "%d", d->tile);
     snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
     snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
-    snprintf(block, sizeof block, "%d", rk_arch_max_block(a));
+    snprintf(block, sizeof block, "%d", a->block);
+    snprintf(wide_block, sizeof wide_block, "%d", a->wide_block > 0 ? a->wide_block : a->block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(L, sizeof L, "%d", d->L);
@@ -182,6 +183,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
 #define BOOL(x) ((x) ? "true" : "false")
     const rk_binding bind[] = {
         {"block", block},
+        {"wide_block", wide_block},
         {"wave", wave},
         {"chunks", chunks},
         {"nt_stores", FLAG(a->nt_stores)},

@@ -185,7 +185,7 @@ typedef struct rk_arch_table {
 } rk_arch_table;
 
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
-/* The most threads a block of this row's launches has: the kernel's launch bound (RK_BLOCK). */
+/* The most threads a block of this row's launches has: the kernel's launch bound. */
 int rk_arch_max_block(const rk_arch *a);
 
 /* ---- model spec (specs/<model>.lua) ---------------------------------------------------------- */
@@ -347,9 +347,9 @@ int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, i
 
 /* How one launch is cut, from the description and a->tokens, a->heads: fills the plan fields of a
  * (templates/args.h; prefetch is the launcher's), *total = grid_tokens * lanes chunks and
- * *blocks = ceil(total / (a->block * a->chunks)): blocks of a->block threads. Every launcher (runtime, tests,
- * benchmarks) uses it. */
-void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks);
+ * *blocks = ceil(total / (*block * a->chunks)) blocks of *block threads (the row's block, or its wide_block in a
+ * launch of at least wide_from chunks). Every launcher (runtime, tests, benchmarks) uses it. */
+void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block);
 
 /* 1 when the kernel writes fp8 bytes (an fp8 cache row or an fp8 query): where the target has the
  * hardware conversion, its code must use it. */

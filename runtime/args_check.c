@@ -85,7 +85,7 @@ typedef struct tensor_span {
  * or a byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in
  * its index type). Positions and slots are indexed by token, below 2^31. */
 static ropekv_status index_width(const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
-    int64_t reach = pl->total + pl->args.block * pl->args.chunks;
+    int64_t reach = pl->total + (int64_t)pl->block * pl->args.chunks;
     for (size_t i = 0; i < n; i++) {
         const int64_t bytes = s[i].elems >= 0 && s[i].elems <= BYTES_MAX / s[i].elem_bytes
                                   ? s[i].elems * s[i].elem_bytes
@@ -149,7 +149,7 @@ static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan 
         CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
     }
     rk_args_from_api(a, &pl->args);
-    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
+    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks, &pl->block);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
     const int64_t kv_bytes = p->kv == ROPEKV_KV_BF16 ? 2 : 1;
     const tensor_span spans[] = {
@@ -255,7 +255,7 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     /* launch size and index width */
     rk_args_from_api(a, &pl->args);
     pl->args.kv_tokens = K;
-    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks);
+    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks, &pl->block);
     CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
           (long long)H);
     /* every tensor's extent in elements (all 0 without rows: P == 0) */

@@ -11,6 +11,7 @@ typedef struct rk_plan {
     int wide;
     int64_t total; /* chunks */
     int64_t blocks;
+    int block; /* threads per block */
     rk_args args;
 } rk_plan;
 

@@ -886,7 +886,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     const int pdl = k->d.arch->pdl && c->pdl;
     pl.args.prefetch = pdl && c->pdl_prefetch;
     rk_buf log = {0};
-    int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, (int)pl.args.block, pdl, stream, &log);
+    int rc = c->dev.ops->launch(&c->dev, fn, &pl.args, pl.blocks, pl.block, pdl, stream, &log);
     if (rc != ROPEKV_OK) s = fail(c, ROPEKV_ERR_LAUNCH, "launching %s: %s", k->d.name, log.p ? log.p : "");
     rk_buf_free(&log);
     return s;

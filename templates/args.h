@@ -67,8 +67,6 @@
     F(rk_i64, norm_out_st)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
-//   block          threads per block of this launch (the row's block, or its wide_block in launches of
-//                  at least wide_from chunks; at most RK_BLOCK)
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)
 //   early_release  pdl rows: 1 lets the next grid launch once this one has started, 0 when its blocks
 //                  exit (early only when threads take one chunk each: a multi-chunk launch that fits
@@ -81,7 +79,6 @@
 //   grid_tokens    tokens the grid covers: max(tokens, kv_tokens)
 //   block_mul, block_shift: slot / kv_block_size the same way (paged and split layouts)
 #define RK_ARGS_PLAN(F)      \
-    F(rk_i64, block)         \
     F(rk_i64, chunks)        \
     F(rk_i64, early_release) \
     F(rk_i64, prefetch)      \

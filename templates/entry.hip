@@ -8,16 +8,22 @@ RK_DEVICE void lane(const args &a, I g, op_tag<Op::write>) { chunk<I>(a, g); }
 template <class I>
 RK_DEVICE void lane(const args &a, I g, op_tag<Op::read>) { read_lane<I>(a, g); }
 
-// This thread's chunks of the launch: ceil(total / (a.block * a.chunks)) blocks of a.block <= RK_BLOCK
-// threads, total = grid_tokens * a.lanes (rk_launch_plan in gen/desc.c).
-template <class I>
-RK_DEVICE void launch(const args &a) {
+// This thread's chunks of the launch: ceil(total / (B * a.chunks)) blocks of B threads, total = grid_tokens *
+// a.lanes (rk_launch_plan in gen/desc.c).
+template <class I, int B>
+RK_DEVICE void launch_blocks_of(const args &a) {
     const rk_i64 total = a.grid_tokens * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
-        RK_FOR_ONE(g, total, a.block) lane<I>(a, (I)g, op_tag<OP>{});
+        RK_FOR_ONE(g, total, B) lane<I>(a, (I)g, op_tag<OP>{});
     } else {
-        RK_FOR_EACH(g, total, a.chunks, a.block) lane<I>(a, (I)g, op_tag<OP>{});
+        RK_FOR_EACH(g, total, a.chunks, B) lane<I>(a, (I)g, op_tag<OP>{});
     }
+}
+// The launch's block size is RK_BLOCK or, in a launch of at least the row's wide_from chunks, RK_WIDE_BLOCK.
+template <class I>
+RK_DEVICE void launch(const args &a) {
+    if (RK_WIDE_BLOCK != RK_BLOCK && RK_BLOCK_DIM() == RK_WIDE_BLOCK) launch_blocks_of<I, RK_WIDE_BLOCK>(a);
+    else launch_blocks_of<I, RK_BLOCK>(a);
 }
 }  // namespace rk
 

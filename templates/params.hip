@@ -1,5 +1,6 @@
 // ---- parameters bound by the generator (the only lines that differ between variants) ---------------
-#define RK_BLOCK ${block}          // the most threads a block of a launch has (a.block: templates/args.h)
+#define RK_BLOCK ${block}          // threads per block of a launch of fewer than the row's wide_from chunks
+#define RK_WIDE_BLOCK ${wide_block}  // threads per block of a larger launch (RK_BLOCK where the row has no wide_block)
 #define RK_WAVE ${wave}            // lanes per wave (warp)
 #define RK_CHUNKS ${chunks}        // at most this many 16-byte output chunks per thread
 #define RK_NT_STORES ${nt_stores}  // streaming stores for q_out and cache rows

@@ -422,14 +422,14 @@ static int launch_public(runner *r, const rk_args *d) {
 }
 
 /* The launches of one shape through the cuda backend table (d: planned by rk_launch_plan). */
-static int launch_internal(runner *r, const rk_desc *v, rk_args *d, int64_t blocks) {
+static int launch_internal(runner *r, const rk_desc *v, rk_args *d, int64_t blocks, int block) {
     rk_buf log = {0};
     int rc = ROPEKV_OK;
     d->prefetch = v->arch->pdl && r->prefetch;
     for (int i = 0; i < r->runs && rc == ROPEKV_OK; i++)
-        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], d, blocks, (int)d->block, r->pdl, NULL, &log);
+        rc = r->dev->ops->launch(r->dev, r->fn[r->used_wide], d, blocks, block, r->pdl, NULL, &log);
     if (rc != ROPEKV_OK) {
-        snprintf(r->why, r->why_cap, "launch (%lld blocks of %d): %s", (long long)blocks, (int)d->block,
+        snprintf(r->why, r->why_cap, "launch (%lld blocks of %d): %s", (long long)blocks, block,
                  log.p ? log.p : "failed");
         r->device_lost = 1;
     }
@@ -558,8 +558,9 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
      * launches, and the one the shape's message names (the runtime decides the same by that rule). */
     rk_args planned = d;
     int64_t total, blocks;
-    rk_launch_plan(v, &planned, &total, &blocks);
-    int64_t reach = total + planned.block * planned.chunks;
+    int block;
+    rk_launch_plan(v, &planned, &total, &blocks, &block);
+    int64_t reach = total + (int64_t)block * planned.chunks;
     for (int i = 0; i < RK_CHECK_NBUF; i++)
         if (b[i].bytes > reach) reach = b[i].bytes;
     r->used_wide = r->force_wide || reach >= INT32_MAX;
@@ -569,7 +570,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         snprintf(why, cap, "%lld blocks: too many for one launch", (long long)blocks);
         rc = ROPEKV_ERR_LAUNCH;
     } else {
-        rc = total > 0 ? launch_internal(r, v, &planned, blocks) : ROPEKV_OK;
+        rc = total > 0 ? launch_internal(r, v, &planned, blocks, block) : ROPEKV_OK;
     }
     if (rc != ROPEKV_OK) goto out;
     rc = ROPEKV_ERR_DEVICE;

@@ -164,7 +164,7 @@ static void launch_and_check(ropekv_ctx *c, ropekv_kernel *k, int device) {
     assert_ptr_equal(got.stream, stream);
     assert_int_equal(got.extra, 0);
     assert_int_equal(got.grid[0], pl.blocks);
-    assert_int_equal(got.block[0], pl.args.block);
+    assert_int_equal(got.block[0], pl.block);
     assert_int_equal(got.grid[1] * got.grid[2] * got.block[1] * got.block[2], 1);
     assert_int_equal(got.shared, 0);
     assert_true(got.kernarg_size >= sizeof(rk_args));

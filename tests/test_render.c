@@ -356,7 +356,8 @@ static void test_launch_plan(void **state) {
     rk_desc d = {.arch = &nv, .q = ROPEKV_Q_ABSORBED, .L = 512, .R = 64};
     rk_args a = {.tokens = 3, .heads = 16};
     int64_t total, blocks;
-    rk_launch_plan(&d, &a, &total, &blocks);
+    int block;
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.lanes, 160 + 16 * 64 + 64);
     assert_int_equal(total, 3 * a.lanes);
     assert_int_equal(a.chunks, 1);
@@ -364,27 +365,27 @@ static void test_launch_plan(void **state) {
     assert_int_equal(blocks, (total + 127) / 128);
     assert_int_equal(magic_div(total - 1, a.lanes_mul, a.lanes_shift), 2);
     a = (rk_args){.tokens = 4096, .heads = 16};
-    rk_launch_plan(&d, &a, &total, &blocks);
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.chunks, 4);
     assert_int_equal(a.early_release, 0);
-    assert_int_equal(a.block, 128);
+    assert_int_equal(block, 128);
     assert_int_equal(blocks, (total + 511) / 512);
     /* A row with a wide block: blocks of 256 threads from wide_from chunks on, 128 below. */
     rk_arch wide = {.wave = 32, .block = 128, .wide_block = 256, .wide_from = 65536, .chunks = 1};
     d.arch = &wide;
     a = (rk_args){.tokens = 52, .heads = 16}; /* 52 * 1248 = 64896 chunks */
-    rk_launch_plan(&d, &a, &total, &blocks);
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(total, 64896);
-    assert_int_equal(a.block, 128);
+    assert_int_equal(block, 128);
     assert_int_equal(blocks, (total + 127) / 128);
     a = (rk_args){.tokens = 53, .heads = 16}; /* 66144 */
-    rk_launch_plan(&d, &a, &total, &blocks);
-    assert_int_equal(a.block, 256);
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(block, 256);
     assert_int_equal(a.early_release, 1);
     assert_int_equal(blocks, (total + 255) / 256);
     a = (rk_args){.tokens = 1, .heads = 1};
     d = (rk_desc){.arch = &amd, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
-    rk_launch_plan(&d, &a, &total, &blocks);
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
 }
 

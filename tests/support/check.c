@@ -179,7 +179,8 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
         a->norm_out_st = L + sh->pad;
     }
     int64_t total, blocks;
-    rk_launch_plan(v, a, &total, &blocks);
+    int block;
+    rk_launch_plan(v, a, &total, &blocks, &block);
 }
 
 static int first_diff(const void *a, const void *b, int64_t n, int64_t *at) {
