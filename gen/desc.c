@@ -296,7 +296,7 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     a->block_mul = a->block_shift = 0;
     if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
     *total = a->grid_tokens * a->lanes;
-    *block = d->arch->wide_block > 0 && *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
+    *block = *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;
     const int64_t per_block = *block * a->chunks;

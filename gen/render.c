@@ -171,7 +171,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
     snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
     snprintf(block, sizeof block, "%d", a->block);
-    snprintf(wide_block, sizeof wide_block, "%d", a->wide_block > 0 ? a->wide_block : a->block);
+    snprintf(wide_block, sizeof wide_block, "%d", a->wide_block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
     snprintf(L, sizeof L, "%d", d->L);

@@ -167,8 +167,8 @@ typedef struct rk_arch {
     int bf16_hw;          /* 1: hardware f32->bf16 conversion */
     int vec_bytes;        /* bytes per lane per global access (16) */
     int block;            /* threads per block (launches of fewer than wide_from chunks) */
-    int wide_block;       /* threads per block in launches of at least wide_from chunks (default: block) */
-    int64_t wide_from;    /* (default 2^30) */
+    int wide_block;       /* threads per block in launches of at least wide_from chunks (the spec's default: block) */
+    int64_t wide_from;    /* (the spec's default: 2^30) */
     int chunks;           /* 16-byte output chunks per thread in large launches (1..8) */
     int64_t chunks_from;  /* launches of at least this many chunks use `chunks`; smaller ones 1 */
     int nt_stores;        /* 1: non-temporal (streaming) stores for q_out and cache rows */

@@ -351,8 +351,9 @@ static void test_div_magic(void **state) {
  * rope section 16 * 8 + 8 = 136 -> 160, copy section 16 * 64 + 64. */
 static void test_launch_plan(void **state) {
     (void)state;
-    rk_arch nv = {.wave = 32, .block = 128, .chunks = 4, .chunks_from = 1 << 20};
-    rk_arch amd = {.wave = 64, .block = 256, .chunks = 1, .chunks_from = 0};
+    rk_arch nv = {
+        .wave = 32, .block = 128, .wide_block = 128, .wide_from = 1 << 30, .chunks = 4, .chunks_from = 1 << 20};
+    rk_arch amd = {.wave = 64, .block = 256, .wide_block = 256, .wide_from = 1 << 30, .chunks = 1, .chunks_from = 0};
     rk_desc d = {.arch = &nv, .q = ROPEKV_Q_ABSORBED, .L = 512, .R = 64};
     rk_args a = {.tokens = 3, .heads = 16};
     int64_t total, blocks;
