@@ -230,7 +230,7 @@ typedef struct rk_spec {
     int n_slot;
     ropekv_index slot[2]; /* slot index types to build */
     int n_kv;
-    ropekv_kv_dtype kv[2];
+    ropekv_kv_dtype kv[3];
     rk_fp8_policy fp8; /* an fp8 cache row */
     int n_qdt;
     ropekv_q_dtype q_dtypes[2]; /* query output dtypes to build */

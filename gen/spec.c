@@ -735,44 +735,40 @@ static int read_rope(const scope *s, rk_spec *o) {
     return ROPEKV_OK;
 }
 
+/* Reads a list-valued key into one of rk_spec's arrays: at most as many entries as the array holds (and every
+ * entry a distinct value of the enum, so never more than the enum has); absent: the defaults. */
+#define RK_NELEM(a) (sizeof(a) / sizeof((a)[0]))
+#define RK_LIST_MAX 8
+#define READ_LIST(s, key, e, defs, arr, count)                                                 \
+    do {                                                                                       \
+        _Static_assert(RK_NELEM(arr) <= RK_LIST_MAX, "a spec list longer than RK_LIST_MAX");   \
+        _Static_assert(RK_NELEM(defs) <= RK_NELEM(arr), "more defaults than the list holds");  \
+        int v_[RK_LIST_MAX], n_ = 0;                                                           \
+        TRY(get_enum_list(s, key, e, defs, (int)RK_NELEM(defs), (int)RK_NELEM(arr), v_, &n_)); \
+        for (int i_ = 0; i_ < n_; i_++) (arr)[i_] = v_[i_];                                    \
+        (count) = n_;                                                                          \
+    } while (0)
+
 /* The enumerated dimensions: index types, cache dtypes, q forms. */
 static int read_lists(const scope *s, rk_spec *o) {
     static const int def_idx[] = {ROPEKV_INDEX_INT64}, def_kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3},
-                     def_q[] = {ROPEKV_Q_ABSORBED};
-    int v[4], n;
-    TRY(get_enum_list(s, "positions", &rk_index_enum, def_idx, 1, 2, v, &n));
-    o->n_pos = n;
-    for (int i = 0; i < n; i++) o->pos[i] = (ropekv_index)v[i];
-    TRY(get_enum_list(s, "slots", &rk_index_enum, def_idx, 1, 2, v, &n));
-    o->n_slot = n;
-    for (int i = 0; i < n; i++) o->slot[i] = (ropekv_index)v[i];
-    TRY(get_enum_list(s, "kv_dtypes", &rk_kv_enum, def_kv, 2, 3, v, &n));
-    o->n_kv = n;
-    for (int i = 0; i < n; i++) o->kv[i] = (ropekv_kv_dtype)v[i];
-    static const int def_layout[] = {ROPEKV_KV_FLAT};
-    TRY(get_enum_list(s, "kv_layouts", &rk_layout_enum, def_layout, 1, 3, v, &n));
-    o->n_layout = n;
-    for (int i = 0; i < n; i++) o->layouts[i] = (ropekv_kv_layout)v[i];
+                     def_q[] = {ROPEKV_Q_ABSORBED}, def_layout[] = {ROPEKV_KV_FLAT},
+                     def_ops[] = {ROPEKV_OP_WRITE, ROPEKV_OP_READ}, def_qdt[] = {ROPEKV_Q_BF16};
+    READ_LIST(s, "positions", &rk_index_enum, def_idx, o->pos, o->n_pos);
+    READ_LIST(s, "slots", &rk_index_enum, def_idx, o->slot, o->n_slot);
+    READ_LIST(s, "kv_dtypes", &rk_kv_enum, def_kv, o->kv, o->n_kv);
+    READ_LIST(s, "kv_layouts", &rk_layout_enum, def_layout, o->layouts, o->n_layout);
     for (int i = 0; i < o->n_kv; i++)
         for (int j = 0; j < o->n_layout; j++)
             if (o->kv[i] == ROPEKV_KV_FP8_TILE && o->layouts[j] == ROPEKV_KV_SPLIT)
                 return bad(s, "kv_layouts",
                            "'split' with kv dtype 'fp8_tile': a tile-scaled row is one row (flat or paged)");
-    static const int def_ops[] = {ROPEKV_OP_WRITE, ROPEKV_OP_READ};
-    TRY(get_enum_list(s, "ops", &rk_op_enum, def_ops, 2, 2, v, &n));
-    o->n_ops = n;
-    for (int i = 0; i < n; i++) o->ops[i] = (ropekv_op)v[i];
-    static const int def_qdt[] = {ROPEKV_Q_BF16};
-    TRY(get_enum_list(s, "q_dtypes", &rk_qdtype_enum, def_qdt, 1, 2, v, &n));
-    o->n_qdt = n;
-    for (int i = 0; i < n; i++) o->q_dtypes[i] = (ropekv_q_dtype)v[i];
-    TRY(get_enum_list(s, "q_forms", &rk_qform_enum, def_q, 1, 4, v, &n));
-    o->n_q = n;
-    for (int i = 0; i < n; i++) {
-        o->q[i] = (ropekv_q_form)v[i];
+    READ_LIST(s, "ops", &rk_op_enum, def_ops, o->ops, o->n_ops);
+    READ_LIST(s, "q_dtypes", &rk_qdtype_enum, def_qdt, o->q_dtypes, o->n_qdt);
+    READ_LIST(s, "q_forms", &rk_qform_enum, def_q, o->q, o->n_q);
+    for (int i = 0; i < o->n_q; i++)
         if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
-    }
     return ROPEKV_OK;
 }
 
@@ -847,13 +843,9 @@ static int read_tile(const scope *s, rk_spec *o) {
  * but eps: DeepSeek-V3's and Kimi-K2's kv_a_layernorm have a bf16 weight and round twice). */
 static int read_norm(const scope *s, rk_spec *o) {
     static const int def_norm[] = {ROPEKV_NORM_NONE};
-    int v[4], n, fused = 0, w, r;
-    TRY(get_enum_list(s, "norms", &rk_norm_enum, def_norm, 1, 3, v, &n));
-    o->n_norms = n;
-    for (int i = 0; i < n; i++) {
-        o->norms[i] = (ropekv_norm)v[i];
-        fused |= o->norms[i] != ROPEKV_NORM_NONE;
-    }
+    int fused = 0, w, r;
+    READ_LIST(s, "norms", &rk_norm_enum, def_norm, o->norms, o->n_norms);
+    for (int i = 0; i < o->n_norms; i++) fused |= o->norms[i] != ROPEKV_NORM_NONE;
     const int given = push_field(s, "kv_norm") != LUA_TNIL;
     lua_pop(s->L, 1);
     memset(&o->norm, 0, sizeof o->norm);

@@ -669,6 +669,73 @@ static void test_lists(void **state) {
     run_spec_cases(state, c, N(c));
 }
 
+/* Every list-valued key at every length 0..N+1, N the number of values its enum has: 0 and N+1 are refused by name,
+ * 1..N load and read back exactly as listed (a list longer than its array in rk_spec used to land in the next
+ * field). Under the asan preset UBSan's bounds check runs this too. */
+typedef struct list_key {
+    const char *key;
+    const rk_enum *e;
+    const char *extra; /* statements a valid spec needs with any of this key's values */
+} list_key;
+
+static int spec_list(const rk_spec *s, const char *key, int *out) {
+#define LIST_CASE(name, arr, count)                                 \
+    if (strcmp(key, name) == 0) {                                   \
+        for (int i = 0; i < s->count; i++) out[i] = (int)s->arr[i]; \
+        return s->count;                                            \
+    }
+    LIST_CASE("positions", pos, n_pos)
+    LIST_CASE("slots", slot, n_slot)
+    LIST_CASE("kv_dtypes", kv, n_kv)
+    LIST_CASE("kv_layouts", layouts, n_layout)
+    LIST_CASE("ops", ops, n_ops)
+    LIST_CASE("q_dtypes", q_dtypes, n_qdt)
+    LIST_CASE("q_forms", q, n_q)
+    LIST_CASE("norms", norms, n_norms)
+#undef LIST_CASE
+    return -1;
+}
+
+static void test_list_lengths(void **state) {
+    static const list_key keys[] = {
+        {"positions", &rk_index_enum, ""}, {"slots", &rk_index_enum, ""},
+        {"kv_dtypes", &rk_kv_enum, ""},    {"kv_layouts", &rk_layout_enum, ""},
+        {"ops", &rk_op_enum, ""},          {"q_dtypes", &rk_qdtype_enum, ""},
+        {"q_forms", &rk_qform_enum, ""},   {"norms", &rk_norm_enum, "s.kv_norm = { eps = 1e-6 }"},
+    };
+    for (size_t k = 0; k < N(keys); k++) {
+        const rk_enum *e = keys[k].e;
+        for (int len = 0; len <= e->n + 1; len++) {
+            char change[512];
+            int at = snprintf(change, sizeof change, "s.%s = {", keys[k].key);
+            for (int i = 0; i < len; i++)
+                at += snprintf(change + at, sizeof change - (size_t)at, "%s'%s'", i ? ", " : " ", e->v[i % e->n].name);
+            /* what the key's values past the first need (norms: the kv_norm table); the base lists neither fp8_tile
+             * nor split, which refuse each other */
+            snprintf(change + at, sizeof change - (size_t)at, " } %s", len > 1 && len <= e->n ? keys[k].extra : "");
+            rk_err err = {0};
+            rk_spec s;
+            memset(&s, 0xa5, sizeof s);
+            int rc = load_spec_with(*state, change, &s, &err);
+            if (len == 0) {
+                check_failure(change, rc, &err, ROPEKV_ERR_SPEC_INVALID, "must not be empty");
+                continue;
+            }
+            if (len > e->n) {
+                char want[64];
+                snprintf(want, sizeof want, "%s: at most %d entries, got %d", keys[k].key, e->n, len);
+                check_failure(change, rc, &err, ROPEKV_ERR_SPEC_INVALID, want);
+                continue;
+            }
+            if (rc != ROPEKV_OK) fprintf(stderr, "case: %s\nmsg:  %s\n", change, err.msg);
+            assert_int_equal(rc, ROPEKV_OK);
+            int got[16];
+            assert_int_equal(spec_list(&s, keys[k].key, got), len);
+            for (int i = 0; i < len; i++) assert_int_equal(got[i], e->v[i].value);
+        }
+    }
+}
+
 static void test_fp8(void **state) {
     static const fail_case c[] = {
         {"s.fp8 = 'mul'", ROPEKV_ERR_SPEC_INVALID, "fp8: must be a table, got string"},
@@ -1010,6 +1077,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_lists),
+        cmocka_unit_test(test_list_lengths),
         cmocka_unit_test(test_fp8),
         cmocka_unit_test(test_q_fp8),
         cmocka_unit_test(test_fp8_tile),
