@@ -11,13 +11,14 @@
 #include "abi.h"
 #include "build.h"
 #include "clang.h"
+#include "cover.h"
 #include "host_compile.h"
 #include "pool.h"
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
 
-#define MAX_VARIANTS (RK_MAX_SPECS * 256)
+#define MAX_VARIANTS (RK_MAX_SPECS * 1024)
 
 typedef struct opts {
     const char *extra_specs[16];
@@ -30,15 +31,19 @@ typedef struct opts {
     int strict;         /* build */
     const char *key;    /* inspect */
     const char *bundle; /* build --bundle DIR */
+    int all;            /* list, selftest: the exhaustive product, not the covering set */
+    int product;        /* the product's size (of the variants passing the filter) */
 } opts;
 
 static const char USAGE[] =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] COMMAND [options]\n"
     "\n"
     "Commands:\n"
-    "  list               one variant per line: key, then kernel name\n"
+    "  list [--all]       the covering set (--all: every variant), one per line: key, then kernel name\n"
     "  emit --out DIR     one HIP source per variant and DIR/manifest.json\n"
-    "  selftest [--jobs N] run every variant on the host backend against the CPU reference\n"
+    "  selftest [--all] [--jobs N]\n"
+    "                     run the covering set (--all: every variant) on the host backend against the\n"
+    "                     CPU reference\n"
     "  build [--target T]... [--jobs N] [--strict] [--bundle DIR]\n"
     "                     compile every variant with its target's compiler; a table of registers,\n"
     "                     scratch, spills, code size and hardware conversions per variant\n"
@@ -55,16 +60,20 @@ static const char USAGE[] =
     "\n"
     "The architecture table and model specs under specs/ are built in.\n";
 
-static const char *const HELP_LIST = "usage: ropekv-gen [--spec FILE]... [--filter TEXT] list\n"
-                                     "Prints every variant of the loaded specs, one per line: the canonical key\n"
-                                     "(spec/target/kv/q/pos=.../slot=...) then the extern \"C\" kernel name.\n";
+static const char *const HELP_LIST =
+    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] list [--all]\n"
+    "Prints the covering set of the loaded specs (every value of every choice, every pair of values and the\n"
+    "declared interactions: docs/testing.md), one variant per line: the canonical key\n"
+    "(spec/target/kv/q/pos=.../slot=...) then the extern \"C\" kernel name; its size and the product's go to\n"
+    "stderr. --all prints every variant (the exhaustive product).\n";
 static const char *const HELP_EMIT =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] emit --out DIR\n"
     "Writes DIR/<spec>.<kernel>.hip for every variant and DIR/manifest.json describing them.\n"
     "Output is deterministic: emitting twice gives identical bytes.\n";
 static const char *const HELP_SELFTEST =
-    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] selftest [--jobs N]\n"
-    "Compiles every variant with the host backend ($CXX or c++) and runs it over several shapes\n"
+    "usage: ropekv-gen [--spec FILE]... [--filter TEXT] selftest [--all] [--jobs N]\n"
+    "Compiles the covering set (what `list` prints; --all: every variant) with the host backend ($CXX or\n"
+    "c++) and runs each variant over several shapes\n"
     "(T = 1, 3, 17, 300; H = 1, 16; padded strides; negative slots; NaN/inf inputs; 32- and 64-bit\n"
     "index entry points), comparing every output byte with the CPU reference.\n"
     "Ends with `N passed, M failed`; exit status 0 only when nothing failed.\n";
@@ -154,28 +163,20 @@ static int load_catalog(const opts *o, rk_catalog *cat) {
     return 0;
 }
 
-/* All variants of the catalog passing the filter; returns the count or -1. */
-static int all_variants(const opts *o, const rk_catalog *cat, rk_desc *out, int cap) {
-    int n = 0;
+/* The variants of the catalog passing the filter: the covering set, or with all the exhaustive product (each
+ * rendered source once); returns the count or -1. *product gets the size of the product before the filter. */
+static int all_variants(const opts *o, const rk_catalog *cat, int all, rk_desc *out, int cap, int *product) {
+    rk_err err = {0};
+    int n = rk_cover_catalog(cat, o->filter, all, out, cap, &err);
+    if (n < 0) {
+        fprintf(stderr, "ropekv-gen: %s\n", err.msg);
+        return -1;
+    }
+    *product = 0;
     rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
-    if (!tmp) return -1;
-    for (int s = 0; s < cat->n_specs; s++) {
-        rk_err err = {0};
-        int k = rk_variants(&cat->specs[s], &cat->archs, tmp, RK_MAX_VARIANTS_PER_SPEC, &err);
-        if (k < 0) {
-            fprintf(stderr, "ropekv-gen: %s\n", err.msg);
-            free(tmp);
-            return -1;
-        }
-        for (int i = 0; i < k; i++) {
-            if (o->filter && !strstr(tmp[i].key, o->filter)) continue;
-            if (n == cap) {
-                fprintf(stderr, "ropekv-gen: more than %d variants\n", cap);
-                free(tmp);
-                return -1;
-            }
-            out[n++] = tmp[i];
-        }
+    for (int s = 0; tmp && s < cat->n_specs; s++) {
+        int k = rk_variants(&cat->specs[s], &cat->archs, tmp, RK_MAX_VARIANTS_PER_SPEC, NULL);
+        for (int i = 0; i < k; i++) *product += !o->filter || strstr(tmp[i].key, o->filter);
     }
     free(tmp);
     return n;
@@ -297,7 +298,8 @@ static int cmd_selftest(const opts *o, const rk_desc *v, int n) {
     }
     int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (jobs < 1) jobs = 1;
-    printf("selftest: %d variants on the host backend (%s), %d jobs\n", n, rk_host_compiler(), jobs);
+    printf("selftest: %d variants (%s of %d) on the host backend (%s), %d jobs\n", n,
+           o->all ? "all" : "the covering set", o->product, rk_host_compiler(), jobs);
     fflush(stdout);
     selftest t = {v, d};
     rk_pool p = {.n = n,
@@ -790,6 +792,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             return 0;
+        } else if ((!strcmp(cmd, "list") || !strcmp(cmd, "selftest")) && !strcmp(argv[i], "--all")) {
+            o.all = 1;
         } else if (!strcmp(cmd, "emit") && !strcmp(argv[i], "--out") && i + 1 < argc) {
             o.out = argv[++i];
         } else if ((!strcmp(cmd, "selftest") || !strcmp(cmd, "build") || !strcmp(cmd, "isa-baseline")) &&
@@ -825,7 +829,12 @@ int main(int argc, char **argv) {
     if (!cat || !v) {
         fprintf(stderr, "ropekv-gen: out of memory\n");
     } else if (load_catalog(&o, cat) == 0) {
-        int n = all_variants(&o, cat, v, MAX_VARIANTS);
+        /* list and selftest take the covering set unless --all; the others every variant */
+        const int sampled = (!strcmp(cmd, "list") || !strcmp(cmd, "selftest")) && !o.all;
+        int product = 0, n = all_variants(&o, cat, !sampled, v, MAX_VARIANTS, &product);
+        o.product = product;
+        if (n >= 0 && !strcmp(cmd, "list"))
+            fprintf(stderr, "list: %d variants (%s of %d)\n", n, sampled ? "the covering set" : "all", product);
         if (n >= 0)
             rc = !strcmp(cmd, "list")           ? cmd_list(v, n)
                  : !strcmp(cmd, "emit")         ? cmd_emit(&o, v, n)
