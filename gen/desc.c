@@ -87,7 +87,7 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
         !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op) || !rk_norm_name(c->norm))
         return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
-    if (c->kv == ROPEKV_KV_FP8_TILE && c->layout == ROPEKV_KV_SPLIT)
+    if (!rk_layout_fits(c->kv, c->layout))
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: kv dtype fp8_tile is one row: layout flat or paged, not split",
                        s->name);
     const int read = c->op == ROPEKV_OP_READ;
@@ -213,6 +213,10 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     return ROPEKV_OK;
 }
 
+int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout) {
+    return !(kv == ROPEKV_KV_FP8_TILE && layout == ROPEKV_KV_SPLIT);
+}
+
 int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err) {
     int n = 0;
     for (int t = 0; t < s->n_targets; t++) {
@@ -228,8 +232,10 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                 if (s->ops[op] == ROPEKV_OP_READ) {
                     for (int sl = 0; sl < s->n_slot; sl++)
                         for (int ly = 0; ly < s->n_layout; ly++)
-                            c[m++] = (rk_choice){s->kv[k],      ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, s->slot[sl],
-                                                 ROPEKV_Q_BF16, s->layouts[ly], ROPEKV_OP_READ,     ROPEKV_NORM_NONE};
+                            if (rk_layout_fits(s->kv[k], s->layouts[ly]))
+                                c[m++] = (rk_choice){s->kv[k],       ROPEKV_Q_NONE,   ROPEKV_INDEX_INT64,
+                                                     s->slot[sl],    ROPEKV_Q_BF16,   s->layouts[ly],
+                                                     ROPEKV_OP_READ, ROPEKV_NORM_NONE};
                     continue;
                 }
                 for (int nm = 0; nm < s->n_norms; nm++)
@@ -239,9 +245,10 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                                 for (int sl = 0; sl < s->n_slot; sl++)
                                     for (int ly = 0; ly < s->n_layout; ly++)
                                         /* q form none takes one q dtype: rk_desc_make makes it bf16 */
-                                        c[m++] = (rk_choice){s->kv[k],        s->q[q],         s->pos[p],
-                                                             s->slot[sl],     s->q_dtypes[qd], s->layouts[ly],
-                                                             ROPEKV_OP_WRITE, s->norms[nm]};
+                                        if (rk_layout_fits(s->kv[k], s->layouts[ly]))
+                                            c[m++] = (rk_choice){s->kv[k],        s->q[q],         s->pos[p],
+                                                                 s->slot[sl],     s->q_dtypes[qd], s->layouts[ly],
+                                                                 ROPEKV_OP_WRITE, s->norms[nm]};
             }
             for (int i = 0; i < m; i++) {
                 if (n == cap) {

@@ -337,6 +337,9 @@ rk_choice rk_desc_choice(const rk_desc *d);
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
+/* 1 when a row format can lie in a layout: a tile-scaled row (fp8_tile) is one row, never split in two caches. */
+int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout);
+
 #define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 3 * (7 * 2 * 2 * 3 * 3 + 2 * 3))
 
 /* Every variant a spec lists, in a fixed order (targets, kv dtypes, then the write variants: q forms, q dtypes,

@@ -736,36 +736,47 @@ static int read_rope(const scope *s, rk_spec *o) {
 }
 
 /* Reads a list-valued key into one of rk_spec's arrays: at most as many entries as the array holds (and every
- * entry a distinct value of the enum, so never more than the enum has); absent: the defaults. */
+ * entry a distinct value of the enum, so never more than the enum has); absent: defs[0..ndef). */
 #define RK_NELEM(a) (sizeof(a) / sizeof((a)[0]))
 #define RK_LIST_MAX 8
-#define READ_LIST(s, key, e, defs, arr, count)                                                 \
-    do {                                                                                       \
-        _Static_assert(RK_NELEM(arr) <= RK_LIST_MAX, "a spec list longer than RK_LIST_MAX");   \
-        _Static_assert(RK_NELEM(defs) <= RK_NELEM(arr), "more defaults than the list holds");  \
-        int v_[RK_LIST_MAX], n_ = 0;                                                           \
-        TRY(get_enum_list(s, key, e, defs, (int)RK_NELEM(defs), (int)RK_NELEM(arr), v_, &n_)); \
-        for (int i_ = 0; i_ < n_; i_++) (arr)[i_] = v_[i_];                                    \
-        (count) = n_;                                                                          \
+#define READ_LIST(s, key, e, defs, ndef, arr, count)                                              \
+    do {                                                                                          \
+        _Static_assert(RK_NELEM(arr) <= RK_LIST_MAX, "a spec list longer than RK_LIST_MAX");      \
+        int v_[RK_LIST_MAX], n_ = 0;                                                              \
+        if ((ndef) > (int)RK_NELEM(arr)) return bad(s, key, "more defaults than the list holds"); \
+        TRY(get_enum_list(s, key, e, defs, ndef, (int)RK_NELEM(arr), v_, &n_));                   \
+        for (int i_ = 0; i_ < n_; i_++) (arr)[i_] = v_[i_];                                       \
+        (count) = n_;                                                                             \
     } while (0)
 
-/* The enumerated dimensions: index types, cache dtypes, q forms. */
+static int given(const scope *s, const char *key) {
+    const int t = push_field(s, key);
+    lua_pop(s->L, 1);
+    return t != LUA_TNIL;
+}
+
+/* The caller's choices: index types, row formats, layouts, ops, query dtypes, q forms. Each is open (every value)
+ * unless the spec lists the values its model allows; values the model cannot have are left out of the defaults
+ * (fp8_tile without an `fp8_tile` table, q form inplace with rope none). */
 static int read_lists(const scope *s, rk_spec *o) {
-    static const int def_idx[] = {ROPEKV_INDEX_INT64}, def_kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3},
-                     def_q[] = {ROPEKV_Q_ABSORBED}, def_layout[] = {ROPEKV_KV_FLAT},
-                     def_ops[] = {ROPEKV_OP_WRITE, ROPEKV_OP_READ}, def_qdt[] = {ROPEKV_Q_BF16};
-    READ_LIST(s, "positions", &rk_index_enum, def_idx, o->pos, o->n_pos);
-    READ_LIST(s, "slots", &rk_index_enum, def_idx, o->slot, o->n_slot);
-    READ_LIST(s, "kv_dtypes", &rk_kv_enum, def_kv, o->kv, o->n_kv);
-    READ_LIST(s, "kv_layouts", &rk_layout_enum, def_layout, o->layouts, o->n_layout);
-    for (int i = 0; i < o->n_kv; i++)
-        for (int j = 0; j < o->n_layout; j++)
-            if (o->kv[i] == ROPEKV_KV_FP8_TILE && o->layouts[j] == ROPEKV_KV_SPLIT)
-                return bad(s, "kv_layouts",
-                           "'split' with kv dtype 'fp8_tile': a tile-scaled row is one row (flat or paged)");
-    READ_LIST(s, "ops", &rk_op_enum, def_ops, o->ops, o->n_ops);
-    READ_LIST(s, "q_dtypes", &rk_qdtype_enum, def_qdt, o->q_dtypes, o->n_qdt);
-    READ_LIST(s, "q_forms", &rk_qform_enum, def_q, o->q, o->n_q);
+    static const int idx[] = {ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT32},
+                     layouts[] = {ROPEKV_KV_FLAT, ROPEKV_KV_PAGED, ROPEKV_KV_SPLIT},
+                     ops[] = {ROPEKV_OP_WRITE, ROPEKV_OP_READ}, qdt[] = {ROPEKV_Q_BF16, ROPEKV_Q_FP8_E4M3},
+                     kv[] = {ROPEKV_KV_BF16, ROPEKV_KV_FP8_E4M3, ROPEKV_KV_FP8_TILE},
+                     qf[] = {ROPEKV_Q_ABSORBED, ROPEKV_Q_ZERO_COPY, ROPEKV_Q_NONE, ROPEKV_Q_INPLACE};
+    READ_LIST(s, "positions", &rk_index_enum, idx, 2, o->pos, o->n_pos);
+    READ_LIST(s, "slots", &rk_index_enum, idx, 2, o->slot, o->n_slot);
+    READ_LIST(s, "kv_dtypes", &rk_kv_enum, kv, given(s, "fp8_tile") ? 3 : 2, o->kv, o->n_kv);
+    READ_LIST(s, "kv_layouts", &rk_layout_enum, layouts, 3, o->layouts, o->n_layout);
+    if (given(s, "kv_layouts"))
+        for (int i = 0; i < o->n_kv; i++)
+            for (int j = 0; j < o->n_layout; j++)
+                if (o->kv[i] == ROPEKV_KV_FP8_TILE && o->layouts[j] == ROPEKV_KV_SPLIT)
+                    return bad(s, "kv_layouts",
+                               "'split' with kv dtype 'fp8_tile': a tile-scaled row is one row (flat or paged)");
+    READ_LIST(s, "ops", &rk_op_enum, ops, 2, o->ops, o->n_ops);
+    READ_LIST(s, "q_dtypes", &rk_qdtype_enum, qdt, 2, o->q_dtypes, o->n_qdt);
+    READ_LIST(s, "q_forms", &rk_qform_enum, qf, o->rope == RK_ROPE_NONE ? 3 : 4, o->q, o->n_q);
     for (int i = 0; i < o->n_q; i++)
         if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
@@ -842,9 +853,10 @@ static int read_tile(const scope *s, rk_spec *o) {
 /* `norms` (default {"none"}) and the `kv_norm` table, required when norms lists rms or rms_out (every key optional
  * but eps: DeepSeek-V3's and Kimi-K2's kv_a_layernorm have a bf16 weight and round twice). */
 static int read_norm(const scope *s, rk_spec *o) {
-    static const int def_norm[] = {ROPEKV_NORM_NONE};
+    static const int def_norm[] = {ROPEKV_NORM_NONE, ROPEKV_NORM_RMS, ROPEKV_NORM_RMS_OUT};
     int fused = 0, w, r;
-    READ_LIST(s, "norms", &rk_norm_enum, def_norm, o->norms, o->n_norms);
+    /* open when the spec describes the model's norm (kv_norm), else none */
+    READ_LIST(s, "norms", &rk_norm_enum, def_norm, given(s, "kv_norm") ? 3 : 1, o->norms, o->n_norms);
     for (int i = 0; i < o->n_norms; i++) fused |= o->norms[i] != ROPEKV_NORM_NONE;
     const int given = push_field(s, "kv_norm") != LUA_TNIL;
     lua_pop(s->L, 1);
@@ -877,8 +889,15 @@ static int read_norm(const scope *s, rk_spec *o) {
 static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     lua_State *L = s->L;
     int n;
-    if (push_field(s, "targets") == LUA_TNIL) return bad(s, "targets", "required (a list of architecture names)");
-    lua_pop(L, 1);
+    if (!given(s, "targets")) { /* open: every row of the architecture table */
+        if (archs == NULL || archs->n == 0) return bad(s, "targets", "no architecture table to take the rows from");
+        if (archs->n > RK_MAX_TARGETS)
+            return bad(s, "targets", "the architecture table has %d rows, a spec at most %d: list the targets",
+                       archs->n, RK_MAX_TARGETS);
+        for (int i = 0; i < archs->n; i++) copy_str(o->targets[i], sizeof o->targets[i], archs->a[i].name);
+        o->n_targets = archs->n;
+        return ROPEKV_OK;
+    }
     TRY(open_list(s, "targets", RK_MAX_TARGETS, &n));
     int lv = lua_gettop(L);
     for (int i = 0; i < n; i++) {

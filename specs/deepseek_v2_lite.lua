@@ -14,7 +14,4 @@ return {
   rope = "gptj",
   cos_sin = "bf16_split",
   fp8 = { scale = "mul" },
-  q_forms = { "absorbed" },
-  kv_layouts = { "flat", "paged", "split" },
-  targets = { "gfx90a", "gfx1100", "gfx1201", "sm_80", "host" },
 }

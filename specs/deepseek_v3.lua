@@ -13,27 +13,17 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
-  positions = { "int64", "int32" },  -- vLLM and SGLang pass int64; FlashInfer and tokenspeed int32
-  slots = { "int64", "int32" },
-  kv_dtypes = { "bf16", "fp8_e4m3" },
   fp8 = { scale = "mul_recip" },
   -- The query in fp8 for fp8 attention (FlashMLA FP8, FlashInfer / TRT-LLM MLA fp8, aiter's MLA decode):
   -- per-tensor q_scale, multiplied by its reciprocal, the f32 rope quantized as it is.
-  q_dtypes = { "bf16", "fp8_e4m3" },
   q_fp8 = { scale = "mul_recip", matches = "FlashInfer and aiter fused peers: q * (1 / q_scale)" },
-  q_forms = { "absorbed", "zero_copy", "none" },
-  -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
-  kv_layouts = { "flat", "paged" },
   -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads
   -- the raw kv_a projection's c_kv and caches it normalized; rms_out also writes the normalized c_kv (prefill's
   -- up-projection reads it).
-  norms = { "none", "rms", "rms_out" },
   kv_norm = {
     weight = "bf16",
     eps = 1e-6,
     rounding = "twice",
     matches = "HF DeepseekV3RMSNorm and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps))",
   },
-  targets = { "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201", "gfx1250",
-              "sm_80", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

@@ -12,8 +12,7 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
-  positions = { "int64", "int32" },
-  slots = { "int64", "int32" },
+  -- the row formats V3.2's engines store: the tile row (the sparse indexer reads it) and bf16
   kv_dtypes = { "fp8_tile", "bf16" },
   fp8_tile = {
     tile = 128,
@@ -22,20 +21,16 @@ return {
     rope_at = 528,
     matches = "vLLM fp8_ds_mla (concat_and_cache_ds_mla) and SGLang's NSA fp8 cache: x / scale, scale = amax / 448",
   },
-  kv_layouts = { "paged", "flat" },
-  -- The query in fp8 for FlashMLA's sparse fp8 decode: per-tensor q_scale, multiplied by its reciprocal.
-  q_dtypes = { "bf16", "fp8_e4m3" },
+  -- An fp8 query, for a dense fp8 decode (FlashMLA's sparse decode reads a bf16 query): per-tensor q_scale,
+  -- multiplied by its reciprocal.
   q_fp8 = { scale = "mul_recip" },
-  q_forms = { "absorbed", "zero_copy", "none" },
   -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads
   -- the raw kv_a projection's c_kv and caches it normalized; rms_out also writes the normalized c_kv (prefill's
   -- up-projection reads it).
-  norms = { "none", "rms", "rms_out" },
   kv_norm = {
     weight = "bf16",
     eps = 1e-6,
     rounding = "twice",
     matches = "HF DeepseekV3RMSNorm and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps))",
   },
-  targets = { "gfx942", "gfx950", "gfx1250", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

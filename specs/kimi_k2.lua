@@ -14,15 +14,11 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
-  positions = { "int64", "int32" },
-  slots = { "int64", "int32" },
-  kv_dtypes = { "bf16", "fp8_e4m3" },
   fp8 = {
     scale = "div",
     saturate = { fnuz = 224 },
   },
   -- vLLM's fp8 query: the rope written in bf16, then quantized by dividing by q_scale.
-  q_dtypes = { "bf16", "fp8_e4m3" },
   q_fp8 = {
     scale = "div",
     saturate = { fnuz = 224 },
@@ -30,19 +26,14 @@ return {
     matches = "vLLM: q / q_scale after a bf16 rope",
   },
   negative_slot = "skip_all",
-  q_forms = { "absorbed", "inplace" },
-  -- flat rows, and vLLM's paged cache [num_blocks, block_size, 576] (block and entry strides of its own)
-  kv_layouts = { "flat", "paged" },
   sanitize = true,
   -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads
   -- the raw kv_a projection's c_kv and caches it normalized; rms_out also writes the normalized c_kv (prefill's
   -- up-projection reads it).
-  norms = { "none", "rms", "rms_out" },
   kv_norm = {
     weight = "bf16",
     eps = 1e-6,
     rounding = "twice",
     matches = "HF DeepseekV3RMSNorm and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps))",
   },
-  targets = { "gfx942", "gfx950", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

@@ -16,8 +16,5 @@ return {
     scale = "none",
     rope_bf16_round = true,
   },
-  q_dtypes = { "bf16", "fp8_e4m3" },
   q_fp8 = { scale = "mul", rope_bf16_round = true },
-  q_forms = { "absorbed", "zero_copy", "inplace" },  -- inplace: the prefill path (rope on q_pe of [T, H, 96])
-  targets = { "gfx1250", "gfx1100", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
 }

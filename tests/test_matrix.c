@@ -1,8 +1,7 @@
-/* The compile matrix: every variant shape of the built-in specs (spec, kv, q, positions, slots),
- * whatever targets the spec lists, built for
- *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90 with nvrtc;
- *   sm_100, sm_103, sm_120 with nvrtc, a representative set (blackwell_representative)
- * (the fused-norm shapes: a representative set on every target, rk_build_norm_sample)
+/* The compile matrix: the covering set of the built-in specs (tools/cover.h: on each row every value of every
+ * choice, every pair and the declared triples with the target among them), built for
+ *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90, sm_100, sm_103,
+ *   sm_120 with nvrtc,
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
  * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
@@ -27,18 +26,18 @@
 
 #include "build.h"
 #include "clang.h"
+#include "cover.h"
 #include "ropekv.h"
 
 typedef struct target {
     const char *name;
     rk_compiler cc;
-    int representative; /* 1: only blackwell_representative's shapes */
 } target;
 
 static const target TARGETS[] = {
-    {"gfx90a", RK_CC_HIPRTC, 0}, {"gfx942", RK_CC_CLANG, 0},  {"gfx950", RK_CC_CLANG, 0}, {"gfx1100", RK_CC_CLANG, 0},
-    {"gfx1201", RK_CC_CLANG, 0}, {"gfx1250", RK_CC_CLANG, 0}, {"sm_80", RK_CC_NVRTC, 0},  {"sm_90", RK_CC_NVRTC, 0},
-    {"sm_100", RK_CC_NVRTC, 1},  {"sm_103", RK_CC_NVRTC, 1},  {"sm_120", RK_CC_NVRTC, 1},
+    {"gfx90a", RK_CC_HIPRTC}, {"gfx942", RK_CC_CLANG},  {"gfx950", RK_CC_CLANG}, {"gfx1100", RK_CC_CLANG},
+    {"gfx1201", RK_CC_CLANG}, {"gfx1250", RK_CC_CLANG}, {"sm_80", RK_CC_NVRTC},  {"sm_90", RK_CC_NVRTC},
+    {"sm_100", RK_CC_NVRTC},  {"sm_103", RK_CC_NVRTC},  {"sm_120", RK_CC_NVRTC},
 };
 #define N_TARGETS ((int)(sizeof TARGETS / sizeof TARGETS[0]))
 #define MAX_ITEMS (RK_MAX_SPECS * 64 * N_TARGETS)
@@ -47,8 +46,7 @@ static rk_catalog g_cat;
 static rk_build_item *g_items;
 static rk_build_result *g_res;
 static int g_n;             /* kernels built */
-static int g_shapes;        /* variant shapes over all specs */
-static int g_retargeted;    /* shapes x targets with an available compiler, before removing duplicates */
+static int g_picked;        /* covering-set variants on rows with an available compiler */
 static int g_have[4];       /* per rk_compiler: 1 when available */
 static char g_why[4][1024]; /* per rk_compiler: why not */
 static double g_wall_ms;
@@ -82,25 +80,6 @@ static int wants_bf16_hw(const rk_desc *v) {
 }
 
 /* ---- the Blackwell rows ----------------------------------------------------------------------- */
-/* The Blackwell rows (sm_100, sm_103, sm_120) compile a representative set: every spec x kv dtype x
- * q form x q dtype x layout x op once, at the first index types the spec lists (positions, slots).
- * Their kernels differ from sm_90's only in ptxas's target, so what the rules check (spills, the fp8
- * conversion, the pdl gate) follows the code paths these choose, and the index types only change the
- * width of two loads, which sm_80 and sm_90 compile in every combination. This is 78 kernels a row
- * instead of 224: about 150 s of nvrtc time for the three rows (~75 s of CI on 2 cores) instead of
- * ~440 s (docs/testing.md). */
-static int blackwell_representative(const rk_desc *shapes, int i) {
-    const rk_desc *v = &shapes[i];
-    for (int j = 0; j < i; j++) {
-        const rk_desc *u = &shapes[j];
-        if (u->spec == v->spec && u->kv == v->kv && u->q == v->q && u->q_dtype == v->q_dtype &&
-            u->layout == v->layout && u->op == v->op && u->norm == v->norm)
-            return 0;
-    }
-    return 1;
-}
-
-
 /* A device's compute capability picks its row (runtime.c: the newest sm_XY row not newer than the
  * device's "sm_%d%d"): a compile-only cuda context for each device target builds a DeepSeek-V3 kernel,
  * whose name ends in the row's name. */
@@ -290,7 +269,7 @@ static int setup(void **state) {
     load_isa_baseline();
     g_items = calloc(MAX_ITEMS, sizeof *g_items);
     g_res = calloc(MAX_ITEMS, sizeof *g_res);
-    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_SPECS * 64);
+    rk_desc *tmp = malloc(sizeof *tmp * MAX_ITEMS);
     if (!g_items || !g_res || !tmp) return -1;
     for (int t = 0; t < N_TARGETS; t++) {
         const rk_arch *a = rk_arch_find(&g_cat.archs, TARGETS[t].name);
@@ -298,14 +277,14 @@ static int setup(void **state) {
             fprintf(stderr, "specs/archs.lua has no row '%s'\n", TARGETS[t].name);
             return -1;
         }
-        int k = rk_build_retarget(&g_cat, a, tmp, RK_MAX_SPECS * 64);
-        if (k <= 0) return -1;
-        g_shapes = k;
+        int k = rk_cover_on(&g_cat, a, tmp, MAX_ITEMS, &err);
+        if (k <= 0) {
+            fprintf(stderr, "the covering set on %s: %s\n", a->name, k < 0 ? err.msg : "empty");
+            return -1;
+        }
         if (!g_have[TARGETS[t].cc]) continue;
         for (int i = 0; i < k; i++) {
-            if (TARGETS[t].representative && !blackwell_representative(tmp, i)) continue;
-            if (!rk_build_norm_sample(tmp, i)) continue;
-            g_retargeted++;
+            g_picked++;
             int dup = 0;
             for (int j = 0; j < g_n && !dup; j++) dup = !strcmp(g_items[j].v.name, tmp[i].name);
             if (dup) continue;
@@ -450,12 +429,11 @@ static void test_retarget(void **state) {
         }
         shapes += sp->n_kv * sp->n_slot * sp->n_layout * (writes * forms * sp->n_pos * sp->n_norms + reads);
     }
-    assert_int_equal(g_shapes, shapes);
     const rk_arch *a = rk_arch_find(&g_cat.archs, "gfx1100");
     assert_non_null(a);
-    rk_desc *v = malloc(sizeof *v * RK_MAX_SPECS * 64);
+    rk_desc *v = malloc(sizeof *v * RK_MAX_SPECS * RK_MAX_VARIANTS_PER_SPEC);
     assert_non_null(v);
-    int k = rk_build_retarget(&g_cat, a, v, RK_MAX_SPECS * 64);
+    int k = rk_build_retarget(&g_cat, a, v, RK_MAX_SPECS * RK_MAX_VARIANTS_PER_SPEC);
     assert_int_equal(k, shapes);
     for (int i = 0; i < k; i++) {
         assert_ptr_equal(v[i].arch, a);
@@ -487,9 +465,9 @@ static void test_pick(void **state) {
 
 static void test_timing(void **state) {
     (void)state;
-    print_message("matrix: %d shapes x %d targets; %d compiles with available compilers, %d distinct kernels "
+    print_message("matrix: the covering set on %d targets; %d variants with available compilers, %d distinct kernels "
                   "built by %d processes in %.1f s\n",
-                  g_shapes, N_TARGETS, g_retargeted, g_n, g_jobs, g_wall_ms / 1e3);
+                  N_TARGETS, g_picked, g_n, g_jobs, g_wall_ms / 1e3);
 }
 
 int main(void) {

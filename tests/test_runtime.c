@@ -296,20 +296,30 @@ static void test_query(void **state) {
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_NO_SPEC);
     assert_non_null(strstr(why, "no_such_model"));
     v = DS_FP8;
-    v.q = ROPEKV_Q_INPLACE; /* deepseek_v3.lua does not list it */
+    v.spec = "deepseek_v32"; /* the model binds its row formats: the tile row and bf16 */
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
-    assert_non_null(strstr(why, "deepseek_v3/host/fp8_e4m3/inplace"));
+    assert_non_null(strstr(why, "lists kv_dtypes {fp8_tile, bf16}, not fp8_e4m3"));
+    v.kv = ROPEKV_KV_FP8_TILE; /* a rule of the description: a tile row is never split */
+    v.layout = ROPEKV_KV_SPLIT;
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "fp8_tile is one row"));
+    v = DS_FP8;
+    v.q = ROPEKV_Q_INPLACE; /* open: deepseek_v3.lua leaves the q form to the caller */
+    assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_OK);
     v = DS_FP8;
     v.kv = (ropekv_kv_dtype)7;
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_ARG);
     assert_int_equal(ropekv_query(c, NULL, NULL, why, sizeof why), ROPEKV_ERR_NULL);
+    static const char narrow[] = "return { name = 'narrow64', kv_lora_rank = 128, qk_rope_head_dim = 16,"
+                                 " positions = { 'int64' } }";
+    assert_int_equal(ropekv_load_spec_text(c, "narrow64.lua", narrow, sizeof narrow - 1), ROPEKV_OK);
     v = DS_FP8;
-    v.spec = "minicpm3_4b";
-    v.positions = ROPEKV_INDEX_INT32; /* minicpm3_4b.lua lists int64 positions only: the reason says so */
+    v.spec = "narrow64";
+    v.positions = ROPEKV_INDEX_INT32; /* the spec lists int64 positions only: the reason says so */
     assert_int_equal(ropekv_query(c, &v, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(why, "lists positions {int64}, not int32"));
-    /* no other spec has its L = 256, R = 32: the reason says a spec file is the fix */
-    assert_non_null(strstr(why, "no loaded or built-in spec with L=256, R=32 lists it on host"));
+    /* no other spec has its L = 128, R = 16: the reason says a spec file is the fix */
+    assert_non_null(strstr(why, "no loaded or built-in spec with L=128, R=16 lists it on host"));
     ropekv_destroy(c);
 }
 
@@ -990,8 +1000,11 @@ static void test_kv_layouts(void **state) {
     b.kv_rope_st = R2 - 8;
     expect(c, k, b, ROPEKV_ERR_STRIDE, "kv_rope_cache: kv_rope_st");
     ropekv_kernel_release(k);
-    /* a layout the spec does not list */
-    ropekv_variant ds = {.spec = "deepseek_v3", .layout = ROPEKV_KV_SPLIT};
+    /* a layout a spec narrows its choice to leave out */
+    static const char narrow[] = "return { name = 'narrow', kv_lora_rank = 512, qk_rope_head_dim = 64,"
+                                 " kv_layouts = { 'flat', 'paged' }, q_dtypes = { 'bf16' } }";
+    assert_int_equal(ropekv_load_spec_text(c, "narrow.lua", narrow, sizeof narrow - 1), ROPEKV_OK);
+    ropekv_variant ds = {.spec = "narrow", .layout = ROPEKV_KV_SPLIT};
     assert_int_equal(ropekv_kernel_get(c, &ds, &k), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(ropekv_last_error(c), "kv_layouts {flat, paged}, not split"));
     ropekv_destroy(c);
@@ -1049,8 +1062,11 @@ static void test_fp8_query(void **state) {
     assert_string_equal(ropekv_kernel_name(k), ropekv_kernel_name(k2));
     ropekv_kernel_release(k);
     ropekv_kernel_release(k2);
-    /* a spec without fp8 queries says so; an out-of-range dtype is an argument error */
-    ropekv_variant lite = {.spec = "deepseek_v2_lite", .q_dtype = ROPEKV_Q_FP8_E4M3};
+    /* a spec narrowed to bf16 queries says so; an out-of-range dtype is an argument error */
+    static const char narrow[] = "return { name = 'bf16q', kv_lora_rank = 512, qk_rope_head_dim = 64,"
+                                 " q_dtypes = { 'bf16' } }";
+    assert_int_equal(ropekv_load_spec_text(c, "bf16q.lua", narrow, sizeof narrow - 1), ROPEKV_OK);
+    ropekv_variant lite = {.spec = "bf16q", .q_dtype = ROPEKV_Q_FP8_E4M3};
     assert_int_equal(ropekv_kernel_get(c, &lite, &k), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(ropekv_last_error(c), "q_dtypes {bf16}, not fp8_e4m3"));
     lite.q_dtype = (ropekv_q_dtype)9;

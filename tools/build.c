@@ -384,18 +384,6 @@ int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
     return n;
 }
 
-int rk_build_norm_sample(const rk_desc *shapes, int i) {
-    const rk_desc *v = &shapes[i];
-    if (v->norm == ROPEKV_NORM_NONE) return 1;
-    for (int j = 0; j < i; j++) {
-        const rk_desc *u = &shapes[j];
-        if (u->spec == v->spec && u->arch == v->arch && u->kv == v->kv && u->norm == v->norm &&
-            u->q_dtype == v->q_dtype)
-            return 0;
-    }
-    return 1;
-}
-
 /* ---- the matrix ------------------------------------------------------------------------------- */
 typedef struct matrix {
     const rk_build_item *items;

@@ -94,15 +94,6 @@ typedef struct rk_build_item {
  * rk_variants order. Returns the count, or -1 when cap is too small. */
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
-/* 1 when shape i of shapes (rk_build_retarget's or rk_variants' order) is in the set the compile matrix, the ISA
- * baseline and test_host's other rows build: every norm-none shape, and of the fused-norm shapes (norm rms,
- * rms_out) every spec x target x kv dtype x norm x q dtype once, at the first q form, index types and layout the
- * spec lists. The norm's code is the latent
- * lanes' (the extra loads and shuffles of the sum, the weight, the rounding) and meets the row format (fp8
- * scale, fp8_tile's group max, sanitize) and the wave, which these cover on every row; the q form, index types
- * and layout choose other lanes' code, which the norm-none shapes build in every combination. */
-int rk_build_norm_sample(const rk_desc *shapes, int i);
-
 /* Builds every item in a pool of `jobs` worker processes (tools/pool.h; < 1: the number of online
  * CPUs), each taking the next unbuilt item. A worker that dies (e.g. a compiler aborting the
  * process) fails the item it was on and is replaced. progress (may be NULL) gets one line per

@@ -130,7 +130,7 @@ static const char *const HELP_INSPECT =
 
 static const char *const HELP_ISA_BASELINE =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] isa-baseline [--jobs N]\n"
-    "Builds every variant shape of the loaded specs for every AMD row of specs/archs.lua (as test_matrix\n"
+    "Builds the covering set of the loaded specs on every AMD row of specs/archs.lua (as test_matrix\n"
     "does: each distinct kernel once, with the compiler `build` picks) and prints the baseline of\n"
     "test_matrix's ISA review on stdout, one line per target:\n"
     "  target vgprs sgprs occupancy narrow waits load_waits\n"
@@ -684,14 +684,14 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         const rk_arch *arch = &cat->archs.a[a];
         if (arch->vendor != RK_VENDOR_AMD) continue;
         const rk_compiler cc = rk_build_pick(arch);
-        const int k = rk_build_retarget(cat, arch, shapes, MAX_VARIANTS);
+        rk_err err = {0};
+        const int k = rk_cover_on(cat, arch, shapes, MAX_VARIANTS, &err); /* test_matrix's set */
         if (k < 0) {
-            fprintf(stderr, "ropekv-gen isa-baseline: more than %d variant shapes\n", MAX_VARIANTS);
+            fprintf(stderr, "ropekv-gen isa-baseline: %s\n", err.msg);
             goto out;
         }
         for (int i = 0; i < k; i++) {
             if (o->filter && !strstr(shapes[i].key, o->filter)) continue;
-            if (!rk_build_norm_sample(shapes, i)) continue; /* test_matrix's set */
             int dup = 0; /* identical kernels (same name) are built once, as in test_matrix */
             for (int j = 0; j < n && !dup; j++) dup = !strcmp(items[j].v.name, shapes[i].name);
             if (dup) continue;
