@@ -151,7 +151,8 @@ typedef struct ropekv_stats {
     uint64_t disk_hits;     /* code objects loaded from the disk cache or a read-only layer */
     uint64_t compiles;      /* compiler runs */
     uint64_t cache_rejects; /* invalid disk entries removed (corrupt, truncated, foreign, not loadable), or
-                               skipped in a read-only layer */
+                               skipped in a read-only layer (also: owned by another user, writable by group
+                               or others, or unreadable) */
 } ropekv_stats;
 ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *out);
 

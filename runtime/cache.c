@@ -302,14 +302,17 @@ rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned ch
     return RK_CACHE_OK;
 }
 
-typedef enum load_rc { LOAD_OK, LOAD_MISSING, LOAD_INVALID, LOAD_ERROR } load_rc;
+typedef enum load_rc { LOAD_OK, LOAD_MISSING, LOAD_INVALID, LOAD_REFUSED, LOAD_ERROR } load_rc;
 
 /* Reads the whole entry file `name` of the directory dfd (path: the same, for messages) without
  * following a symlink or blocking on a FIFO. On LOAD_OK *buf (malloc'd) holds *n bytes; on
  * LOAD_INVALID `what` says why the file cannot be an entry. In both cases *st describes the file
- * (st_mode is 0 when nothing could be inspected). */
-static load_rc load_file(int dfd, const char *name, const char *path, unsigned char **buf, size_t *n, struct stat *st,
-                         char *what, size_t what_cap) {
+ * (st_mode is 0 when nothing could be inspected). A read-only layer's entry (layer = 1) is trusted as
+ * its directory is: LOAD_REFUSED, with the reason in `what`, for a file owned by neither this user nor
+ * root, writable by group or others (both checked on the opened descriptor), or that this user may not
+ * open (EACCES). */
+static load_rc load_file(int dfd, const char *name, const char *path, int layer, unsigned char **buf, size_t *n,
+                         struct stat *st, char *what, size_t what_cap) {
     *buf = NULL;
     *n = 0;
     memset(st, 0, sizeof *st);
@@ -323,7 +326,7 @@ static load_rc load_file(int dfd, const char *name, const char *path, unsigned c
         }
         errtext t = errstr(e);
         say(what, what_cap, "cannot open cache entry %s: %s", path, t.s);
-        return LOAD_ERROR;
+        return layer && e == EACCES ? LOAD_REFUSED : LOAD_ERROR;
     }
     if (fstat(fd, st) != 0) {
         errtext t = errstr(errno);
@@ -335,6 +338,18 @@ static load_rc load_file(int dfd, const char *name, const char *path, unsigned c
         say(what, what_cap, S_ISDIR(st->st_mode) ? "a directory, not a file" : "not a regular file");
         close(fd);
         return LOAD_INVALID;
+    }
+    if (layer && st->st_uid != geteuid() && st->st_uid != 0) {
+        say(what, what_cap, "cache entry %s is owned by uid %lu, neither this user (uid %lu) nor root", path,
+            (unsigned long)st->st_uid, (unsigned long)geteuid());
+        close(fd);
+        return LOAD_REFUSED;
+    }
+    if (layer && (st->st_mode & 022)) {
+        say(what, what_cap, "cache entry %s is writable by %s (mode 0%03o)", path,
+            (st->st_mode & 002) ? "others" : "its group", (unsigned)(st->st_mode & 07777));
+        close(fd);
+        return LOAD_REFUSED;
     }
     if (st->st_size < HDR || (uint64_t)st->st_size > RK_CACHE_MAX_FILE) {
         if (st->st_size == 0) say(what, what_cap, "empty file");
@@ -412,10 +427,13 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
     size_t n;
     struct stat st;
     rk_cache_rc rc = RK_CACHE_MISS;
-    load_rc lr = load_file(dfd, name, path, &buf, &n, &st, what, sizeof what);
+    load_rc lr = load_file(dfd, name, path, c->readonly, &buf, &n, &st, what, sizeof what);
     if (lr == LOAD_ERROR) {
         say(why, why_cap, "%s", what);
         rc = RK_CACHE_ERROR;
+    } else if (lr == LOAD_REFUSED) {
+        say(why, why_cap, "%s; not used (a read-only layer)", what);
+        rc = RK_CACHE_REFUSED;
     } else if (lr != LOAD_MISSING) {
         const unsigned char *p = NULL;
         size_t plen = 0;
@@ -536,7 +554,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     size_t n;
     struct stat st;
     char what[256] = "it vanished";
-    load_rc lr = load_file(dfd, tmpname, tmp, &back, &n, &st, what, sizeof what);
+    load_rc lr = load_file(dfd, tmpname, tmp, 0, &back, &n, &st, what, sizeof what);
     if (lr == LOAD_OK) {
         const unsigned char *p = NULL;
         size_t plen = 0;

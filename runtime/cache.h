@@ -45,8 +45,9 @@ void rk_sha256_hex(const unsigned char d[32], char out[65]);
  * (usable == 0) misses every get, fails every put with RK_CACHE_ERROR, and lock and clear return -1. */
 typedef enum rk_cache_rc {
     RK_CACHE_OK = 0,
-    RK_CACHE_MISS = 1,   /* no entry, or an invalid one that was removed */
-    RK_CACHE_ERROR = -1, /* I/O error; message says */
+    RK_CACHE_MISS = 1,    /* no entry, or an invalid one that was removed */
+    RK_CACHE_ERROR = -1,  /* I/O error; message says */
+    RK_CACHE_REFUSED = 2, /* a read-only layer's entry that another user could write, or this one cannot read */
 } rk_cache_rc;
 
 typedef struct rk_cache {
@@ -79,10 +80,15 @@ void rk_cache_open(rk_cache *c, const char *dir);
  * bundle of `ropekv-gen build --bundle`), searched but never written. Nothing is created; the
  * directory must not be a symlink, must be owned by this user or by root, not writable by group or
  * others, and readable, checked here and before every read as for rk_cache_open (reason in c->why:
- * "read-only cache layer /x is writable by others (mode 0777); not used"). rk_cache_get reads and
- * validates entries as for a writable cache, but an invalid entry is only reported ("corrupt cache
- * entry <path>: <reason>; skipped (a read-only layer)"), never removed; put fails, lock and clear
- * return -1. */
+ * "read-only cache layer /x is writable by others (mode 0777); not used"). Each entry file is trusted as
+ * the directory is: rk_cache_get opens it without following a symlink and, on that descriptor, refuses
+ * one owned by neither this user nor root or writable by group or others, and one this user may not
+ * open (EACCES): RK_CACHE_REFUSED with why = "cache entry <path> is owned by uid 65534, neither this
+ * user (uid 1000) nor root; not used (a read-only layer)" (or "... is writable by others (mode 0666)
+ * ...", "cannot open cache entry <path>: Permission denied; ..."); nothing of it is read. Otherwise
+ * rk_cache_get reads and validates entries as for a writable cache, but an invalid entry is only
+ * reported ("corrupt cache entry <path>: <reason>; skipped (a read-only layer)"), never removed; put
+ * fails, lock and clear return -1. */
 void rk_cache_open_ro(rk_cache *c, const char *dir);
 
 /* Reads the entry for digest. On RK_CACHE_OK *data (malloc'd, the caller frees; non-NULL even for an
@@ -90,7 +96,8 @@ void rk_cache_open_ro(rk_cache *c, const char *dir);
  * (corrupt, truncated, foreign, a symlink/directory/FIFO in the entry's place) are removed, unless
  * replaced meanwhile, and reported as RK_CACHE_MISS with why = "corrupt cache entry <path>: <reason>;
  * removed" (or "; left alone: it was replaced meanwhile", "; cannot remove it: <error>").
- * RK_CACHE_ERROR: the file exists but could not be read (EACCES, EIO, out of memory). */
+ * RK_CACHE_ERROR: the file exists but could not be read (EACCES, EIO, out of memory). RK_CACHE_REFUSED
+ * (read-only layers only, above): the file is not trusted or not readable; it is left alone. */
 rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsigned char **data, size_t *len,
                          char *why, size_t why_cap);
 

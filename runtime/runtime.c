@@ -76,6 +76,7 @@ struct ropekv_ctx {
     rk_cache cache;
     rk_cache ro[RK_MAX_RO_LAYERS]; /* read-only layers, searched in order before cache */
     char ro_compiler[RK_MAX_RO_LAYERS][sizeof(((rk_device *)0)->compiler_id)]; /* the identity each keys with */
+    int ro_warned[RK_MAX_RO_LAYERS]; /* under mu: a refused entry of the layer was warned about */
     int n_ro;
     int compile_only; /* ropekv_options.compile_only: kernels are compiled and cached, never loaded */
     /* a compile-only context's compiler when not the backend's (rk_ctx_use_compiler) */
@@ -170,8 +171,25 @@ static void compiler_note_digest(const ropekv_ctx *c, unsigned char out[32]) {
     rk_sha256_final(&h, out);
 }
 
+/* An entry of read-only layer i that rk_cache_get refused (why: which file, and why): another user could
+ * write it, or this one cannot read it. Counted as a reject; warned about once per layer (a bundle unpacked
+ * with the wrong owner or modes would otherwise warn for every kernel), logged every time. */
+static void refused(ropekv_ctx *c, int i, const char *why) {
+    pthread_mutex_lock(&c->mu);
+    c->stats.cache_rejects++;
+    const int first = !c->ro_warned[i];
+    c->ro_warned[i] = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (first)
+        fprintf(stderr, "ropekv: warning: %s; further such entries of %s are skipped without a warning\n", why,
+                c->ro[i].dir);
+    else logf_(c, "%s", why);
+}
+
 /* The read-only cache layers of a colon-separated list (empty names are skipped). One that cannot be
- * used is warned about and left out. A layer holding a compiler note (a bundle) keys with its identity. */
+ * used is warned about and left out. A layer holding a compiler note (a bundle) keys with its identity;
+ * a note that cannot be used is warned about (a refused one once per layer, as its entries) and the
+ * layer keys with the local compiler's. */
 static void open_read_only(ropekv_ctx *c, const char *list) {
     for (const char *p = list; p && *p; p += *p == ':') {
         const size_t n = strcspn(p, ":");
@@ -193,9 +211,12 @@ static void open_read_only(ropekv_ctx *c, const char *list) {
         unsigned char digest[32];
         rk_codeobj note = {0};
         compiler_note_digest(c, digest);
-        char *id = c->ro_compiler[c->n_ro];
-        if (rk_cache_get(l, digest, &note.data, &note.len, NULL, 0) == RK_CACHE_OK &&
-            note.len < sizeof c->ro_compiler[0] && !memchr(note.data, '\0', note.len))
+        char *id = c->ro_compiler[c->n_ro], why[1024] = "";
+        const int got = rk_cache_get(l, digest, &note.data, &note.len, why, sizeof why);
+        if (got == RK_CACHE_REFUSED) refused(c, c->n_ro, why);
+        else if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
+        if (got == RK_CACHE_MISS && why[0]) count(c, &c->stats.cache_rejects);
+        if (got == RK_CACHE_OK && note.len < sizeof c->ro_compiler[0] && !memchr(note.data, '\0', note.len))
             snprintf(id, sizeof c->ro_compiler[0], "%.*s", (int)note.len, (const char *)note.data);
         else snprintf(id, sizeof c->ro_compiler[0], "%s", c->dev.compiler_id);
         rk_code_free(&note);
@@ -542,6 +563,10 @@ int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap) {
                : -1;
 }
 
+/* The digest of that compiler note (`ropekv-gen build --bundle` looks it up in the bundle). Internal: not exported. */
+void rk_ctx_compiler_note_digest(const ropekv_ctx *c, unsigned char out[32]);
+void rk_ctx_compiler_note_digest(const ropekv_ctx *c, unsigned char out[32]) { compiler_note_digest(c, out); }
+
 
 /* Makes a compile-only context build with fn under the identity id instead of its backend's compiler (keys and
  * the compiler note then carry id): `ropekv-gen build --bundle` builds the AMD targets the local hiprtc cannot
@@ -581,7 +606,7 @@ static int load_code(ropekv_ctx *c, ropekv_kernel *k, int wide, const rk_codeobj
 
 /* The read-only layers, in order: 1 when one holds a valid entry of this source that loads (then it is
  * k's entry `wide`). An invalid entry, or one that does not load, is warned about, counted as a reject
- * and skipped, never removed. */
+ * and skipped, never removed; so is a refused one (refused: warned about once per layer). */
 static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char *text, size_t len, void **fn) {
     for (int i = 0; i < c->n_ro; i++) {
         unsigned char digest[32];
@@ -589,6 +614,10 @@ static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char 
         rk_codeobj co = {0};
         key_digest(c, c->ro_compiler[i], &k->d, text, len, digest);
         int got = rk_cache_get(&c->ro[i], digest, &co.data, &co.len, why, sizeof why);
+        if (got == RK_CACHE_REFUSED) {
+            refused(c, i, why);
+            continue;
+        }
         if (got != RK_CACHE_OK) {
             if (why[0]) fprintf(stderr, "ropekv: warning: %s\n", why);
             if (got == RK_CACHE_MISS && why[0]) count(c, &c->stats.cache_rejects);
@@ -611,6 +640,27 @@ static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char 
     return 0;
 }
 
+/* The source of entry `wide` of the kernel d describes: RK_ENTRIES, then the rendered kernel. */
+static int entry_source(const rk_desc *d, int wide, rk_buf *src, rk_err *err) {
+    int rc = rk_buf_printf(src, "#define RK_ENTRIES %d\n", wide ? 2 : 1);
+    return rc == ROPEKV_OK ? rk_emit(d, src, err) : rc;
+}
+
+/* The digest of kernel k's entry `wide` (0: the 32-bit one, 1: the 64-bit one) as its context keys it in the
+ * writable cache; a runtime reading that directory as a read-only layer with this context's compiler note keys it
+ * the same (`ropekv-gen build --bundle` looks up every entry it made in the bundle). Internal: not exported. 0, or
+ * -1 with the reason in why. */
+int rk_kernel_entry_digest(const ropekv_kernel *k, int wide, unsigned char out[32], char *why, size_t cap);
+int rk_kernel_entry_digest(const ropekv_kernel *k, int wide, unsigned char out[32], char *why, size_t cap) {
+    rk_buf src = {0};
+    rk_err err = {0};
+    const int rc = entry_source(&k->d, wide, &src, &err);
+    if (rc == ROPEKV_OK) key_digest(k->ctx, k->ctx->dev.compiler_id, &k->d, src.p, src.len, out);
+    else snprintf(why, cap, "%s", err.msg[0] ? err.msg : "out of memory");
+    rk_buf_free(&src);
+    return rc == ROPEKV_OK ? 0 : -1;
+}
+
 /* Source -> digest -> read-only layers, writable disk cache or compiler -> loaded module holding one entry (templates/kernel.hip,
  * RK_ENTRIES): the 32-bit one (wide = 0) or the 64-bit one (wide = 1), stored in k->module[wide] and
  * *fn. Each is its own cache entry: the source differs by its first line. Runs without the context lock. */
@@ -619,8 +669,7 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
     rk_buf src = {0}, log = {0};
     rk_err err = {0};
     ropekv_status s = ROPEKV_OK;
-    int rc = rk_buf_printf(&src, "#define RK_ENTRIES %d\n", wide ? 2 : 1);
-    if (rc == ROPEKV_OK) rc = rk_emit(d, &src, &err);
+    int rc = entry_source(d, wide, &src, &err);
     if (rc != ROPEKV_OK) {
         rk_buf_free(&src);
         return err.msg[0] ? fail(c, (ropekv_status)rc, "%s", err.msg)

@@ -1,5 +1,6 @@
-/* Cache: SHA-256 vectors, entry round trips, corrupt entries, unusable directories, concurrent,
- * lock-free and killed writers, clearing, and a parser that survives garbage.
+/* Cache: SHA-256 vectors, entry round trips, corrupt entries, unusable directories, the owners and
+ * modes of read-only layers' entries, concurrent, lock-free and killed writers, clearing, and a parser
+ * that survives garbage.
  * Every test gets a fresh directory under /tmp and removes it afterwards. An optional argument is a
  * cmocka test filter (e.g. "test_corrupt*"). */
 #include <setjmp.h>
@@ -996,6 +997,105 @@ static void test_read_only_layer(void **state) {
     free(p);
 }
 
+/* Reads d from the read-only layer dir: RK_CACHE_REFUSED, with the entry's path and `reason` in why, the
+ * entry left alone. Returns nothing; asserts. */
+static void expect_refused(const char *dir, const fixture *f, const unsigned char d[32], const char *reason) {
+    rk_cache ro;
+    rk_cache_open_ro(&ro, dir);
+    assert_int_equal(ro.usable, 1);
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char why[1024], path[PATH];
+    entry_file(f, d, ".rkco", path);
+    rk_cache_rc rc = rk_cache_get(&ro, d, &data, &len, why, sizeof why);
+    print_message("%s\n", why);
+    assert_int_equal(rc, RK_CACHE_REFUSED);
+    assert_null(data);
+    assert_int_equal(len, 0);
+    assert_non_null(strstr(why, path));
+    if (!strstr(why, reason)) fail_msg("expected '%s' in: %s", reason, why);
+    assert_non_null(strstr(why, "not used (a read-only layer)"));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0); /* left alone */
+}
+
+/* Run as another user (uid 65534) over a layer of root's: an entry it may not open is refused, not an error. */
+static int check_unreadable_as_user(const fixture *f, const unsigned char d[32]) {
+    rk_cache ro;
+    rk_cache_open_ro(&ro, f->dir);
+    if (!ro.usable) return 10;
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char why[1024];
+    if (rk_cache_get(&ro, d, &data, &len, why, sizeof why) != RK_CACHE_REFUSED) return 11;
+    printf("%s\n", why);
+    fflush(stdout);
+    return strstr(why, "Permission denied") && strstr(why, "not used (a read-only layer)") ? 0 : 12;
+}
+
+/* A read-only layer trusts each entry as it trusts the directory: an entry (a bundle's compiler note is one
+ * too) owned by neither this user nor root, or writable by group or others, is refused, as is one this user
+ * may not open; nothing of it is read and it stays. One of this user's or root's, 0644 or 0600, is read. The
+ * writable cache's own entries are checked as before. */
+static void test_read_only_entry_owners(void **state) {
+    fixture *f = *state;
+    unsigned char d[4][32];
+    unsigned char *p[4];
+    char path[4][PATH];
+    for (int i = 0; i < 4; i++) {
+        make_digest(80 + i, d[i]);
+        p[i] = make_payload(d[i], 300);
+        assert_int_equal(rk_cache_put(&f->c, d[i], p[i], 300, NULL, 0), RK_CACHE_OK);
+        entry_file(f, d[i], ".rkco", path[i]);
+    }
+    rk_cache ro;
+    rk_cache_open_ro(&ro, f->dir);
+    assert_int_equal(ro.usable, 1);
+    expect_get(&ro, d[0], p[0], 300); /* 0600, this user's */
+    assert_int_equal(chmod(path[0], 0644), 0);
+    expect_get(&ro, d[0], p[0], 300);
+
+    /* writable by the group, by others: refused by the layer, still read by the writable cache */
+    assert_int_equal(chmod(path[1], 0664), 0);
+    expect_refused(f->dir, f, d[1], "is writable by its group (mode 0664)");
+    assert_int_equal(chmod(path[1], 0646), 0);
+    expect_refused(f->dir, f, d[1], "is writable by others (mode 0646)");
+    expect_get(&f->c, d[1], p[1], 300);
+    assert_int_equal(chmod(path[1], 0644), 0);
+    expect_get(&ro, d[1], p[1], 300);
+
+    if (geteuid() != 0) {
+        /* this user may not open it */
+        assert_int_equal(chmod(path[2], 0), 0);
+        expect_refused(f->dir, f, d[2], "Permission denied");
+        assert_int_equal(chmod(path[2], 0600), 0);
+        print_message("not root: entries owned by another user not tried\n");
+        for (int i = 0; i < 4; i++) free(p[i]);
+        return;
+    }
+    /* owned by another user, even 0644 in a layer of root's: refused; root's own: read */
+    assert_int_equal(chown(path[2], 65534, 65534), 0);
+    assert_int_equal(chmod(path[2], 0644), 0);
+    expect_refused(f->dir, f, d[2], "is owned by uid 65534, neither this user (uid 0) nor root");
+    assert_int_equal(chown(path[2], 0, 0), 0);
+    expect_get(&ro, d[2], p[2], 300);
+
+    /* root's 0600 entry in root's 0755 layer, read by another user: refused (Permission denied), not an error */
+    assert_int_equal(chmod(f->root, 0711), 0);
+    assert_int_equal(chmod(f->dir, 0755), 0);
+    pid_t pid = rk_test_fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) _exit(77);
+        _exit(check_unreadable_as_user(f, d[3]));
+    }
+    int rc = rk_test_wait(pid);
+    if (rc == 77) print_message("cannot drop privileges; unreadable-entry check as a user skipped\n");
+    else assert_int_equal(rc, 0);
+    assert_int_equal(chmod(f->dir, 0700), 0);
+    for (int i = 0; i < 4; i++) free(p[i]);
+}
+
 static void test_parse_garbage(void **state) {
     (void)state;
     uint64_t x = 0x243f6a8885a308d3ull;
@@ -1060,6 +1160,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parse_garbage),
         cmocka_unit_test(test_system_dirs_refused),
         cmocka_unit_test_setup_teardown(test_read_only_layer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_entry_owners, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_written_temp_is_ignored, setup, teardown),

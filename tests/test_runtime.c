@@ -219,6 +219,90 @@ static void test_read_only_layers(void **state) {
     assert_int_equal(rk_test_count_files("/").entries, before);
 }
 
+/* How many times needle occurs in text. */
+static int occurrences(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    return n;
+}
+
+/* Sets the mode (and, uid >= 0, the owner) of every entry file in dir. */
+static void set_entries(const char *dir, mode_t mode, int uid) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strstr(e->d_name, ".rkco")) continue;
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (uid >= 0) assert_int_equal(chown(path, (uid_t)uid, (gid_t)uid), 0);
+        assert_int_equal(chmod(path, mode), 0);
+    }
+    closedir(d);
+}
+
+/* Both entries of DS_FP8 from the read-only layer dir, with no disk cache: compiled when the layer's entries
+ * are refused. The counters afterwards; what was written on stderr in *err. */
+static ropekv_stats from_layer(const char *dir, const char **err) {
+    char log[600];
+    snprintf(log, sizeof log, "%s/stderr.txt", cache);
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1, .cache_ro = dir};
+    ropekv_ctx *c;
+    ropekv_kernel *k;
+    ropekv_stats st;
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_int_equal(rk_test_capture_begin(log), 0);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_64), ROPEKV_OK);
+    *err = rk_test_capture_end();
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    return st;
+}
+
+/* A read-only layer's entries that another user could write (writable by group or others, or owned by neither
+ * this user nor root, as a bundle unpacked by root with the archive's owners is) are refused: each is counted
+ * as a reject and built anew, with one warning for the layer however many there are, and left in place. */
+static void test_read_only_entry_trust(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/layer-trust", cache);
+    ropekv_ctx *c = open_ctx(dir); /* fills the layer: both entries */
+    ropekv_kernel *k;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_prepare(k, ROPEKV_ENTRY_64), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    assert_int_equal(rk_test_count_files(dir).entries, 2);
+
+    const char *err;
+    set_entries(dir, 0646, -1);
+    ropekv_stats st = from_layer(dir, &err);
+    assert_true(st.cache_rejects == 2 && st.compiles == 2 && st.disk_hits == 0);
+    assert_int_equal(occurrences(err, "is writable by others (mode 0646)"), 1);
+    assert_int_equal(occurrences(err, "ropekv: warning:"), 1);
+    assert_int_equal(occurrences(err, "further such entries of"), 1);
+    assert_int_equal(rk_test_count_files(dir).entries, 2);
+
+    set_entries(dir, 0644, -1);
+    st = from_layer(dir, &err);
+    assert_true(st.cache_rejects == 0 && st.compiles == 0 && st.disk_hits == 2);
+    assert_null(strstr(err, "ropekv: warning:"));
+
+    if (geteuid() != 0) {
+        print_message("not root: entries owned by another user not tried\n");
+        return;
+    }
+    set_entries(dir, 0644, 65534);
+    st = from_layer(dir, &err);
+    assert_true(st.cache_rejects == 2 && st.compiles == 2 && st.disk_hits == 0);
+    assert_int_equal(occurrences(err, "is owned by uid 65534, neither this user (uid 0) nor root"), 1);
+    assert_int_equal(occurrences(err, "ropekv: warning:"), 1);
+    set_entries(dir, 0644, 0);
+    st = from_layer(dir, &err);
+    assert_true(st.cache_rejects == 0 && st.compiles == 0 && st.disk_hits == 2);
+}
+
 /* A compile-only context (ropekv_options.compile_only) compiles and caches under a device context's keys without
  * loading: a device context given its directory finds the kernel (a disk hit, no compile) and launches it; the
  * compile-only one refuses launches by name, and needs its backend and target chosen. */
@@ -1392,6 +1476,7 @@ int main(void) {
         cmocka_unit_test(test_prepare_wide_entry),
         cmocka_unit_test(test_compile_only),
         cmocka_unit_test(test_read_only_layers),
+        cmocka_unit_test(test_read_only_entry_trust),
         cmocka_unit_test(test_release_after_destroy),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),

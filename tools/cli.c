@@ -2,6 +2,7 @@
  * The CLI only parses arguments; the work is done by the gen library and the runtime backends. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "abi.h"
 #include "build.h"
+#include "cache.h"
 #include "clang.h"
 #include "cover.h"
 #include "host_compile.h"
@@ -113,9 +115,12 @@ static const char *const HELP_BUILD =
     "               nvrtc, hiprtc or for the AMD targets it cannot build clang++-22, not their GPU; the\n"
     "               keys are a device's); no table is printed. With\n"
     "               --bundle an AMD --target may carry the feature flags its devices report\n"
-    "               (gfx942:sramecc+:xnack-): a runtime finds a bundle by the device's full target id\n"
-    "Exit status 0 only when every variant compiled (and, with --strict, broke no rule); the compiler\n"
-    "log of each failure is printed on stderr.\n";
+    "               (gfx942:sramecc+:xnack-): a runtime finds a bundle by the device's full target id.\n"
+    "               Every entry is read back from DIR as a runtime reads it; DIR gets mode 0755 and its\n"
+    "               files 0644, less the umask's bits\n"
+    "Exit status 0 only when every variant compiled (and, with --strict, broke no rule; with --bundle,\n"
+    "every entry read back from DIR); the compiler log of each failure, and each entry missing from\n"
+    "the bundle, is printed on stderr.\n";
 static const char *const HELP_INSPECT =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] inspect KEY [--target T]\n"
     "Compiles one variant as `build` does and prints its table row, the compiler log and the code:\n"
@@ -345,8 +350,68 @@ static const rk_arch *target_row(const char *cmd, const rk_catalog *cat, const c
 
 /* ---- bundles ---------------------------------------------------------------------------------- */
 int rk_ctx_write_compiler_note(ropekv_ctx *c, char *why, size_t cap); /* runtime.c, internal */
+void rk_ctx_compiler_note_digest(const ropekv_ctx *c, unsigned char out[32]);
+int rk_kernel_entry_digest(const ropekv_kernel *k, int wide, unsigned char out[32], char *why, size_t cap);
 int rk_ctx_use_compiler(ropekv_ctx *c, const char *id,
                         int (*fn)(const char *, size_t, const char *, const char *, rk_codeobj *, rk_buf *));
+
+/* Looks up one promised entry (what: which, for messages) in the bundle opened as a read-only layer. 0 when
+ * it is there and valid, else 1 with a message naming it. */
+static int check_entry(const rk_cache *l, const unsigned char digest[32], const char *what) {
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char why[1024], hex[65];
+    const rk_cache_rc rc = rk_cache_get(l, digest, &data, &len, why, sizeof why);
+    free(data);
+    if (rc == RK_CACHE_OK) return 0;
+    rk_sha256_hex(digest, hex);
+    if (why[0]) fprintf(stderr, "ropekv-gen build --bundle: %s does not read back: %s\n", what, why);
+    else fprintf(stderr, "ropekv-gen build --bundle: %s is missing: no %s/%s.rkco\n", what, l->dir, hex);
+    return 1;
+}
+
+/* Reads back what context c wrote into the bundle dir for target: dir opened as a read-only layer, as a runtime
+ * opens it, and both entries of each of the n variants and the compiler note looked up there (a failed write is
+ * only a warning inside the runtime). Names every entry that is missing or unusable; returns how many (-1: the
+ * directory itself cannot be used, or the kernels cannot be described again). */
+static int check_bundle(ropekv_ctx *c, const char *target, const rk_desc *v, int n, const char *dir) {
+    rk_cache *l = malloc(sizeof *l);
+    if (!l) return -1;
+    rk_cache_open_ro(l, dir);
+    if (!l->usable) {
+        fprintf(stderr, "ropekv-gen build --bundle: %s\n", l->why);
+        free(l);
+        return -1;
+    }
+    unsigned char digest[32];
+    char what[512], why[512];
+    rk_ctx_compiler_note_digest(c, digest);
+    snprintf(what, sizeof what, "the compiler note for %s", target);
+    int missing = check_entry(l, digest, what);
+    for (int i = 0; i < n && missing >= 0; i++) {
+        const rk_choice ch = rk_desc_choice(&v[i]);
+        ropekv_variant rv = {v[i].spec->name, ch.kv, ch.q, ch.pos, ch.slot, ch.q_dtype, ch.layout, ch.op, ch.norm};
+        ropekv_kernel *k = NULL;
+        if (ropekv_kernel_get(c, &rv, &k) != ROPEKV_OK) {
+            fprintf(stderr, "ropekv-gen build --bundle: %s\n", ropekv_last_error(c));
+            missing = -1;
+            break;
+        }
+        for (int wide = 0; wide < 2; wide++) {
+            if (rk_kernel_entry_digest(k, wide, digest, why, sizeof why) != 0) {
+                fprintf(stderr, "ropekv-gen build --bundle: %s: %s\n", v[i].key, why);
+                missing = -1;
+                break;
+            }
+            snprintf(what, sizeof what, "the %s entry of %s (%s%s) for %s", wide ? "64-bit" : "32-bit", v[i].key,
+                     v[i].name, wide ? "_i64" : "", target);
+            missing += check_entry(l, digest, what);
+        }
+        ropekv_kernel_release(k);
+    }
+    free(l);
+    return missing;
+}
 
 /* Builds the n variants (one target) through the runtime into the cache directory dir: the same code,
  * keys and entry format a runtime finds in a read-only layer, for target (a row name, or an AMD row with
@@ -406,12 +471,52 @@ static int bundle_target(const opts *o, const rk_arch *a, const char *target, co
         fprintf(stderr, "ropekv-gen build --bundle: %s\n", why);
         failed = 1;
     }
+    const int missing = failed ? 0 : check_bundle(c, target, v, n, dir);
+    if (missing) {
+        if (missing > 0)
+            fprintf(stderr, "ropekv-gen build --bundle: %s lacks %d of the %d entries made for %s\n", dir, missing,
+                    2 * n + 1, target);
+        failed = 1;
+    }
     ropekv_destroy(c);
     return failed;
 }
 
-/* build --bundle: the chosen variants, target by target, into o->bundle; then its manifest. The lock
- * files the runtime left behind are removed (a bundle is read-only). */
+/* The bundle's final modes: dir 0755 and its entries 0644, less the umask's bits (a bundle serves every user of
+ * the machine unless the umask says otherwise); the runtime made them private. Lock files are removed. Never
+ * follows a symlink. 0, or -1 with a message. */
+static int publish_bundle(const char *dir) {
+    const mode_t mask = umask(0);
+    umask(mask);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d || fchmod(dfd, 0755 & ~mask) != 0) {
+        fprintf(stderr, "ropekv-gen build --bundle: cannot set the mode of %s: %s\n", dir, strerror(errno));
+        if (d) closedir(d);
+        else if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len == 69 && strcmp(e->d_name + 64, ".lock") == 0) unlinkat(dfd, e->d_name, 0);
+        if (len != 69 || strcmp(e->d_name + 64, ".rkco") != 0) continue;
+        int fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0644 & ~mask) != 0)) {
+            fprintf(stderr, "ropekv-gen build --bundle: cannot set the mode of %s/%s: %s\n", dir, e->d_name,
+                    strerror(errno));
+            rc = -1;
+        }
+        if (fd >= 0) close(fd);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* build --bundle: the chosen variants, target by target, into o->bundle, each target's entries read back;
+ * then its modes (publish_bundle) and its manifest. The lock files the runtime left behind are removed (a
+ * bundle is read-only). */
 static int cmd_bundle(const opts *o, const rk_build_item *items, int m) {
     rk_buf man = {0};
     rk_buf_printf(&man, "ropekv-bundle 1\nropekv %s\n", ROPEKV_VERSION_STRING);
@@ -437,12 +542,7 @@ static int cmd_bundle(const opts *o, const rk_build_item *items, int m) {
         if (n) rc = bundle_target(o, a, id, group, n, o->bundle, &man);
     }
     free(group);
-    DIR *d = rc == 0 ? opendir(o->bundle) : NULL;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len == 69 && strcmp(e->d_name + 64, ".lock") == 0) unlinkat(dirfd(d), e->d_name, 0);
-    }
-    if (d) closedir(d);
+    if (rc == 0 && publish_bundle(o->bundle) != 0) rc = 1;
     char path[4200];
     snprintf(path, sizeof path, "%s/ropekv-bundle.txt", o->bundle);
     if (rc == 0 && write_file(path, man.p, man.len) != 0) {
