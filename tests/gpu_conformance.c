@@ -33,9 +33,11 @@
  * driver and nvrtc, or ROCm). Without a usable GPU it prints "gpu_conformance: SKIPPED: <reason>" and
  * exits 77; so does a run whose context lands on the host backend unless that was asked for (--host).
  *
- *   gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] [--backend hip|cuda|host]
- *                   [--host] [--no-wait]
+ *   gpu_conformance [--quick] [--all] [--filter TEXT] [--jobs N] [--seed N] [--list]
+ *                   [--backend hip|cuda|host] [--host] [--no-wait]
  *     --quick    only T in {1, 17} x H in {1, 16}, and 1000 x 1 (smoke run)
+ *     --all      every variant of the built-in specs (the exhaustive product), not the covering set
+ *                (tools/cover.h), on the context's row and retargeted
  *     --filter   only variants whose key contains TEXT
  *     --jobs     worker processes (default: online CPUs, at most 8); each opens its own context
  *     --list     print the device, the variants and shapes, run nothing
@@ -67,6 +69,7 @@
 /* the CUDA-only part */
 #include "backend.h"
 #include "build.h"
+#include "cover.h"
 #include "cuda_api.h"
 
 #define SKIP_STATUS 77
@@ -206,10 +209,11 @@ typedef struct conf_variant {
 } conf_variant;
 
 static rk_catalog g_cat;
-static rk_desc *g_all; /* every variant of the built-in specs, every row (rk_variants order) */
+static rk_desc *g_all; /* the covering set of the built-in specs (--all: every variant), every row */
 static int g_n_all;
 static conf_variant *g_vars; /* what this run checks */
 static int g_n_vars, g_n_public, g_n_retargeted;
+static int g_every; /* --all: the exhaustive product, not the covering set */
 
 static int load_catalog(char *why, size_t cap) {
     rk_err err = {0};
@@ -222,13 +226,10 @@ static int load_catalog(char *why, size_t cap) {
         snprintf(why, cap, "out of memory");
         return -1;
     }
-    for (int s = 0; s < g_cat.n_specs; s++) {
-        int n = rk_variants(&g_cat.specs[s], &g_cat.archs, g_all + g_n_all, RK_MAX_VARIANTS_PER_SPEC, &err);
-        if (n < 0) {
-            snprintf(why, cap, "variants of %s: %.900s", g_cat.specs[s].name, err.msg);
-            return -1;
-        }
-        g_n_all += n;
+    g_n_all = rk_cover_catalog(&g_cat, NULL, g_every, g_all, RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS, &err);
+    if (g_n_all < 0) {
+        snprintf(why, cap, "the built-in variants: %.900s", err.msg);
+        return -1;
     }
     return 0;
 }
@@ -274,7 +275,10 @@ static int collect_variants(const char *row, const char *backend, const char *ta
     for (int a = 0; a < g_cat.archs.n; a++) {
         const int sm = sm_number(g_cat.archs.a[a].name);
         if (sm < 0 || sm > device_sm) continue; /* a newer row's code may use what this device lacks */
-        int n = rk_build_retarget(&g_cat, &g_cat.archs.a[a], tmp, RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS);
+        rk_err err = {0};
+        int n = g_every
+                    ? rk_build_retarget(&g_cat, &g_cat.archs.a[a], tmp, RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS)
+                    : rk_cover_retarget(&g_cat, &g_cat.archs.a[a], tmp, RK_MAX_VARIANTS_PER_SPEC * RK_MAX_SPECS, &err);
         if (n < 0) {
             free(tmp);
             goto oom;
@@ -934,7 +938,7 @@ static void probe(probe_info *pi) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: gpu_conformance [--quick] [--filter TEXT] [--jobs N] [--seed N] [--list] "
+    fprintf(f, "usage: gpu_conformance [--quick] [--all] [--filter TEXT] [--jobs N] [--seed N] [--list] "
                "[--backend hip|cuda|host] [--host] [--no-wait]\n");
 }
 
@@ -949,6 +953,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) g_backend = argv[++i];
         else if (!strcmp(argv[i], "--no-wait")) g_no_wait = 1;
         else if (!strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--all")) g_every = 1;
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--jobs") && i + 1 < argc) jobs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);

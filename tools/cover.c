@@ -123,7 +123,7 @@ static int seen_before(digest_set *s, const unsigned char dg[32]) {
     }
 }
 
-/* Appends v to out unless its rendered source was seen; ROPEKV_OK or an error. */
+/* Appends v to out unless its rendered code was seen; ROPEKV_OK or an error. */
 static int add_distinct(const rk_desc *v, digest_set *seen, rk_desc *out, int *n, int cap, rk_err *err) {
     rk_buf src = {0};
     int rc = rk_emit(v, &src, err);
@@ -131,10 +131,14 @@ static int add_distinct(const rk_desc *v, digest_set *seen, rk_desc *out, int *n
         rk_buf_free(&src);
         return rc;
     }
+    /* the code, not the header comment naming the spec and the key: two specs may describe one kernel */
+    const char *code = strstr(src.p, "\n// Regenerate:");
+    code = code ? strchr(code + 1, '\n') : NULL;
+    if (!code) code = src.p;
     unsigned char dg[32];
     rk_sha256 h;
     rk_sha256_init(&h);
-    rk_sha256_update(&h, src.p, src.len);
+    rk_sha256_update(&h, code, src.len - (size_t)(code - src.p));
     rk_sha256_final(&h, dg);
     rk_buf_free(&src);
     if (seen_before(seen, dg)) return ROPEKV_OK;

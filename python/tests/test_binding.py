@@ -344,8 +344,10 @@ def test_context_host_basics():
     assert c.backend == "host" and c.target == "host"
     ok, why = c.query("deepseek_v3", kv="fp8_e4m3", q="absorbed")
     assert ok, why
-    ok, why = c.query("deepseek_v3", q="inplace")
-    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why
+    ok, why = c.query("deepseek_v3", q="inplace")  # open: the spec leaves the q form to the caller
+    assert ok, why
+    ok, why = c.query("deepseek_v32", kv="fp8_e4m3")  # the model binds its row formats
+    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why and "kv_dtypes {fp8_tile, bf16}" in why, why
     ok, why = c.query("no_such_model")
     assert not ok and "ROPEKV_ERR_NO_SPEC" in why
     k = c.kernel("deepseek_v3")
@@ -1620,8 +1622,8 @@ def test_layout_and_op_enums():
     assert r.info.read_negative_slot == "zero"
     ok, why = c.query("deepseek_v3", kv="fp8_e4m3", layout="paged", op="read")
     assert ok, why
-    ok, why = c.query("minicpm3_4b", layout="split")
-    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why, why
+    ok, why = c.query("deepseek_v32", kv="fp8_tile", layout="split")  # a tile row is one row
+    assert not ok and "ROPEKV_ERR_UNSUPPORTED" in why and "fp8_tile is one row" in why, why
 
 
 # ---- the fused kv_a RMSNorm (norm rms / rms_out) ---------------------------------------------------------------

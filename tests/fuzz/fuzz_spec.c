@@ -7,6 +7,7 @@
  * render to kernel source. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -65,6 +66,13 @@ static void check_arch(const rk_arch *a) {
 
 /* The variants of a loaded spec: count, unique keys and names (a name spells every choice), names made
  * of identifier characters, one rendered source. */
+static int by_key(const void *a, const void *b) {
+    return strcmp((*(const rk_desc *const *)a)->key, (*(const rk_desc *const *)b)->key);
+}
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const rk_desc *const *)a)->name, (*(const rk_desc *const *)b)->name);
+}
+
 static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t pick) {
     static rk_desc v[RK_MAX_VARIANTS_PER_SPEC];
     rk_err err = {0};
@@ -81,18 +89,26 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         writes += s->ops[i] == ROPEKV_OP_WRITE;
         reads += s->ops[i] == ROPEKV_OP_READ;
     }
-    FUZZ_CHECK(n == s->n_targets * s->n_kv * s->n_slot * s->n_layout * (writes * forms * s->n_pos * s->n_norms + reads),
-               "%d variants", n);
+    int rows = 0; /* a row format in a layout it fits (a tile row is never split) */
+    for (int k = 0; k < s->n_kv; k++)
+        for (int l = 0; l < s->n_layout; l++) rows += rk_layout_fits(s->kv[k], s->layouts[l]);
+    FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * s->n_pos * s->n_norms + reads), "%d variants",
+               n);
+    static const rk_desc *by[RK_MAX_VARIANTS_PER_SPEC];
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
         FUZZ_CHECK(terminated(v[i].name, sizeof v[i].name) && strspn(v[i].name, NAME_CHARS) == strlen(v[i].name),
                    "name %s", v[i].name);
-        for (int j = 0; j < i; j++) {
-            FUZZ_CHECK(strcmp(v[i].key, v[j].key) != 0, "duplicate key %s", v[i].key);
-            FUZZ_CHECK(strcmp(v[i].name, v[j].name) != 0, "%s and %s share the name %s", v[i].key, v[j].key, v[i].name);
-            /* (within one spec names are unique: the read-back op's canonical choices never meet) */
-        }
+        FUZZ_CHECK(rk_layout_fits(v[i].kv, v[i].layout), "%s: a row in a layout it does not fit", v[i].key);
+        by[i] = &v[i];
     }
+    /* keys and names unique (within one spec the read-back op's canonical choices never meet): sorted, neighbours */
+    qsort(by, (size_t)n, sizeof *by, by_key);
+    for (int i = 1; i < n; i++) FUZZ_CHECK(strcmp(by[i - 1]->key, by[i]->key) != 0, "duplicate key %s", by[i]->key);
+    qsort(by, (size_t)n, sizeof *by, by_name);
+    for (int i = 1; i < n; i++)
+        FUZZ_CHECK(strcmp(by[i - 1]->name, by[i]->name) != 0, "%s and %s share the name %s", by[i - 1]->key, by[i]->key,
+                   by[i]->name);
     rk_buf src = {0};
     const rk_desc *e = &v[pick % (size_t)n];
     FUZZ_CHECK(rk_emit(e, &src, &err) == ROPEKV_OK, "rk_emit %s: %s", e->key, err.msg);
@@ -142,7 +158,6 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                        t->scales_at % 4 == 0 && (scales_end <= t->rope_at || rope_end <= t->scales_at) &&
                        t->row_bytes == (scales_end > rope_end ? scales_end : rope_end),
                    "tile row: scales at %d, rope at %d, %d bytes", t->scales_at, t->rope_at, t->row_bytes);
-        for (int i = 0; i < s->n_layout; i++) FUZZ_CHECK(s->layouts[i] != ROPEKV_KV_SPLIT, "fp8_tile split");
     }
     FUZZ_CHECK(s->n_layout >= 1 && s->n_layout <= 3, "kv layouts");
     for (int i = 0; i < s->n_layout; i++) {
