@@ -23,7 +23,7 @@ if [ -z "$cf" ]; then
     command -v clang-format-14 >/dev/null && cf=clang-format-14
 fi
 command -v "$cf" >/dev/null || {
-    echo "format.sh: $cf not found (scripts/setup.sh installs clang-format)" >&2
+    echo "format.sh: $cf not found (scripts/setup.sh --tests installs clang-format)" >&2
     exit 2
 }
 # The files git tracks, except third_party/ (vendored code keeps its upstream form); outside a git

@@ -40,7 +40,7 @@ root=$(pwd)
 cc=${FUZZ_CC:-clang-22}
 bdir=${FUZZ_BUILD:-build-fuzz}
 command -v "$cc" >/dev/null || {
-    echo "fuzz.sh: $cc not found (scripts/setup.sh installs clang-22 and libclang-rt-22-dev)" >&2
+    echo "fuzz.sh: $cc not found (scripts/setup.sh --tests installs clang-22 and libclang-rt-22-dev)" >&2
     exit 2
 }
 
