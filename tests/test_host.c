@@ -215,6 +215,19 @@ static const rk_desc *variant(const char *key) {
     return v;
 }
 
+/* 1 when two keys (spec/target/kv/q form or op/...) agree in the parts a level compares: 0 all four, 1 spec, target
+ * and row format, 2 spec, row format and q form or op. */
+static int same_kind(const char *a, const char *b, int level) {
+    static const int compared[3][4] = {{1, 1, 1, 1}, {1, 1, 1, 0}, {1, 0, 1, 1}};
+    for (int part = 0; part < 4; part++) {
+        const size_t na = strcspn(a, "/"), nb = strcspn(b, "/");
+        if (compared[level][part] && (na != nb || strncmp(a, b, na) != 0)) return 0;
+        if (!a[na] || !b[nb]) return 1;
+        a += na + 1, b += nb + 1;
+    }
+    return 1;
+}
+
 /* v's source src with from replaced by to, built and checked: 1 when the check finds a difference. */
 static int mutated_kernel_caught(const rk_desc *v, rk_buf *src, const char *from, const char *to) {
     replace(src, from, to);
@@ -285,8 +298,9 @@ static void test_check_catches_a_wrong_kernel(void **state) {
          "const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
          "const bool skip = false;", 0},
     };
-    /* a fault that must be caught is caught in the covering set: on one of the first variants of the key's spec
-     * (of the set `selftest` and test_every_variant_matches_reference run) whose source holds the faulty line */
+    /* a fault that must be caught is caught in the covering set (the set `selftest` and
+     * test_every_variant_matches_reference run): on one of the set's variants closest to the key whose source holds
+     * the faulty line */
     static rk_catalog cat;
     static rk_desc cover[8192];
     rk_err err = {0};
@@ -296,20 +310,22 @@ static void test_check_catches_a_wrong_kernel(void **state) {
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
         const char *key = mutations[m].key;
         int tried = 0, caught = 0;
-        for (int i = -1; i < n_cover && tried < 4 && !caught; i++) {
-            /* i = -1: the variant the fault was written for, when it must not be flagged */
-            const rk_desc *v = i < 0 ? (mutations[m].caught ? NULL : variant(key)) : &cover[i];
-            if (!v || (i >= 0 && (!mutations[m].caught || strncmp(v->key, key, strcspn(key, "/") + 1) != 0))) continue;
-            rk_buf src = {0};
-            assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
-            if (!strstr(src.p, mutations[m].from)) {
+        /* closest first: the key's spec, target, row format and q form; then any q form; then any target */
+        for (int level = 0; level < 3 && !caught; level++)
+            for (int i = -1, here = 0; i < n_cover && here < 3 && !caught; i++) {
+                /* i = -1: the variant the fault was written for, when it must not be flagged */
+                const rk_desc *v = i < 0 ? (mutations[m].caught || level ? NULL : variant(key)) : &cover[i];
+                if (!v || (i >= 0 && (!mutations[m].caught || !same_kind(v->key, key, level)))) continue;
+                rk_buf src = {0};
+                assert_int_equal(rk_emit(v, &src, &err), ROPEKV_OK);
+                if (!strstr(src.p, mutations[m].from)) {
+                    rk_buf_free(&src);
+                    continue;
+                }
+                tried++, here++;
+                caught = mutated_kernel_caught(v, &src, mutations[m].from, mutations[m].to);
                 rk_buf_free(&src);
-                continue;
             }
-            tried++;
-            caught = mutated_kernel_caught(v, &src, mutations[m].from, mutations[m].to);
-            rk_buf_free(&src);
-        }
         print_message("mutation %zu: %s in %d variant(s)\n", m, caught ? "caught" : "not caught", tried);
         assert_true(tried > 0);
         assert_int_equal(caught, mutations[m].caught);
