@@ -31,7 +31,9 @@ typedef struct rk_backend_ops {
     int (*compile)(rk_device *d, const char *src, size_t len, const char *name, const rk_arch *arch, rk_codeobj *out,
                    rk_buf *log);
     /* Code object -> module with entry points fn[0] = name (32-bit) and fn[1] = name_i64; an entry the
-     * code object lacks (built with RK_ENTRIES 1 or 2) is NULL; lacking both is an error. */
+     * code object lacks (built with RK_ENTRIES 1 or 2) is NULL; lacking both is an error.
+     * ROPEKV_ERR_IO: nothing can be loaded here, whatever the object (the host backend's $TMPDIR where it
+     * needs one): the caller neither tries another object nor rebuilds. */
     int (*load)(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log);
     /* pdl: the code waits for the previous grid itself (arch row `pdl`), so the launch may overlap it
      * (programmatic dependent launch); backends without the feature launch normally. */

@@ -1,13 +1,11 @@
 /* The host backend behind the backend table: compiles with the host C++ compiler driver
- * (host_compile.c); the code object is the shared object's bytes; a launch calls the entry point
- * once, and the kernel runs its whole grid as a loop on the calling thread. */
+ * (host_compile.c); the code object is the shared object's bytes, loaded from memory (rk_host_load);
+ * a launch calls the entry point once, and the kernel runs its whole grid as a loop on the calling
+ * thread. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "host_compile.h"
@@ -43,9 +41,10 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
                         rk_codeobj *out, rk_buf *log) {
     (void)d;
     (void)arch;
-    char dir[4096], msg[8192], so[4400];
+    char dir[4096], msg[8192];
     memset(out, 0, sizeof *out);
-    if (rk_tmp_check(1, msg, sizeof msg) != 0) { /* one message naming TMPDIR, before anything fails */
+    /* A plain work directory: nothing is loaded from it (rk_host_build loads the bytes it reads back). */
+    if (rk_tmp_check(0, msg, sizeof msg) != 0) { /* one message naming TMPDIR, before anything fails */
         rk_buf_printf(log, "%s", msg);
         return ROPEKV_ERR_IO;
     }
@@ -54,56 +53,22 @@ static int host_compile(rk_device *d, const char *src, size_t len, const char *n
         return ROPEKV_ERR_IO;
     }
     rk_host_kernel k;
-    int rc = rk_host_build(src, len, name, dir, &k, msg, sizeof msg);
-    if (rc != ROPEKV_OK) {
-        rk_buf_printf(log, "%s", msg);
-    } else {
-        rk_host_unload(&k);
-        snprintf(so, sizeof so, "%s/%s.so", dir, name);
-        rc = rk_read_file(so, out);
-        if (rc == ROPEKV_OK && out->len == 0) {
-            rk_code_free(out);
-            rc = ROPEKV_ERR_IO;
-        }
-        if (rc != ROPEKV_OK)
-            rk_buf_printf(log, rc == ROPEKV_ERR_NOMEM ? "out of memory reading %s" : "cannot read %s", so);
-    }
+    int rc = rk_host_build(src, len, name, dir, &k, out, msg, sizeof msg);
+    if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
+    else rk_host_unload(&k);
     rk_rmtmpdir(dir);
     return rc;
 }
 
 static int host_load(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {
     (void)d;
-    char path[4096], prefix[128], msg[1024];
-    if (rk_tmp_check(1, msg, sizeof msg) != 0) {
-        rk_buf_printf(log, "%s", msg);
-        return ROPEKV_ERR_IO;
-    }
-    rk_tmp_prefix(prefix, sizeof prefix, "load");
-    snprintf(path, sizeof path, "%s/%sXXXXXX.so", rk_tmp_base(), prefix);
-    int fd = mkstemps(path, 3);
-    if (fd < 0) {
-        rk_buf_printf(log, "cannot create %s: %s", path, strerror(errno));
-        return ROPEKV_ERR_IO;
-    }
-    size_t off = 0;
-    while (off < co->len) {
-        ssize_t w = write(fd, co->data + off, co->len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    close(fd);
-    int rc = ROPEKV_ERR_IO;
+    char msg[2048];
     rk_host_kernel k;
-    if (off == co->len) {
-        rc = rk_host_load(path, name, &k, msg, sizeof msg);
-        if (rc != ROPEKV_OK) rk_buf_printf(log, "%s", msg);
-    } else {
-        rk_buf_printf(log, "cannot write %s: %s", path, strerror(errno));
+    int rc = rk_host_load(co->data, co->len, name, &k, msg, sizeof msg);
+    if (rc != ROPEKV_OK) {
+        rk_buf_printf(log, "%s", msg);
+        return rc;
     }
-    unlink(path); /* the mapping stays valid after the name is gone */
-    if (rc != ROPEKV_OK) return rc;
     *module = k.so;
     fn[0] = *(void **)&k.entry32;
     fn[1] = *(void **)&k.entry64;

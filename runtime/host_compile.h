@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "env.h"
+#include "proc.h"
 #include "rk.h"
 
 typedef struct rk_host_kernel {
@@ -32,15 +33,23 @@ int rk_host_compile_timeout(void);
  * run, fails or hangs. */
 int rk_host_compiler_version(char *line, size_t cap);
 
-/* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it.
+/* Compiles src (a full emitted source defining kernel `name`) into dir/<name>.so and loads it (as
+ * rk_host_load does, from the bytes read back); with code not NULL, hands back those bytes too. dir is a
+ * private directory of this user (rk_mktmpdir; ROPEKV_ERR_IO otherwise): the compiler runs in it
+ * (rk_run_in) and every file is reached through it, never through a path another user could redirect.
  * On failure returns ROPEKV_ERR_IO (cannot write), or ROPEKV_ERR_COMPILE with how the compiler ended
  * ("exit status 1", "killed by signal 11 (...)", or "timed out after N s": a compiler that runs past
  * the time limit is killed with its whole process group) and its log in log. */
-int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out, char *log,
-                  size_t log_cap);
+int rk_host_build(const char *src, size_t len, const char *name, const char *dir, rk_host_kernel *out, rk_codeobj *code,
+                  char *log, size_t log_cap);
 
-/* Loads an already-built shared object. */
-int rk_host_load(const char *so_path, const char *name, rk_host_kernel *out, char *log, size_t log_cap);
+/* Loads a shared object from its bytes, by no path another user could touch: from an anonymous
+ * in-memory file (memfd) through /proc/self/fd/; where there is none, from a file in a private
+ * directory under $TMPDIR (rk_tmp_check with need_exec applies), through /proc/self/fd/ of the
+ * directory, else by its path when no other user can rename entries of $TMPDIR or above it
+ * (rk_tmp_shared), else ROPEKV_ERR_IO saying so. ROPEKV_ERR_COMPILE when the object does not load or
+ * has neither entry point. */
+int rk_host_load(const void *code, size_t len, const char *name, rk_host_kernel *out, char *log, size_t log_cap);
 
 void rk_host_unload(rk_host_kernel *k);
 

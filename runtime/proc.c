@@ -1,11 +1,12 @@
 /* The process and file helpers of proc.h: running a program without a shell, private temporary
  * directories, whole-file writes and reads, the monotonic clock, option splitting. */
-#define _GNU_SOURCE 1 /* pipe2 */
+#define _GNU_SOURCE 1 /* pipe2, posix_spawn_file_actions_addfchdir_np */
 #include "proc.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -35,11 +36,43 @@ double rk_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* environ without TMPDIR, then TMPDIR=. and a NULL (malloc'd; the strings are environ's), or NULL when
+ * out of memory. */
+static char **env_tmpdir_here(void) {
+    size_t n = 0, k = 0;
+    while (environ && environ[n]) n++;
+    char **env = malloc((n + 2) * sizeof *env);
+    if (!env) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "TMPDIR=", 7) != 0) env[k++] = environ[i];
+    env[k++] = (char *)"TMPDIR=.";
+    env[k] = NULL;
+    return env;
+}
+
 int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status) {
+    return rk_run_in(argv, -1, timeout_s, flags, out, status);
+}
+
+int rk_run_in(const char *const argv[], int dirfd, int timeout_s, unsigned flags, rk_buf *out, int *status) {
     *status = -1;
+    char **env = environ, cwd[4096], here[8192];
+    const char *file = argv[0];
+    if (dirfd >= 0) {
+        env = env_tmpdir_here();
+        if (!env) {
+            if (out) rk_buf_printf(out, "%s: out of memory\n", argv[0]);
+            return ROPEKV_ERR_NOMEM;
+        }
+        if (strchr(argv[0], '/') && argv[0][0] != '/' && getcwd(cwd, sizeof cwd)) {
+            snprintf(here, sizeof here, "%s/%s", cwd, argv[0]);
+            file = here;
+        }
+    }
     int fd[2];
     if (pipe2(fd, O_CLOEXEC) != 0) {
         if (out) rk_buf_printf(out, "%s: pipe: %s\n", argv[0], strerror(errno));
+        if (env != environ) free(env);
         return ROPEKV_ERR_IO;
     }
     posix_spawn_file_actions_t fa;
@@ -52,6 +85,7 @@ int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out,
     posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
     if (flags & RK_RUN_NO_STDERR) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     else posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+    if (dirfd >= 0) posix_spawn_file_actions_addfchdir_np(&fa, dirfd);
     sigset_t none, dfl;
     sigemptyset(&none);
     sigemptyset(&dfl);
@@ -67,9 +101,10 @@ int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out,
     }
     posix_spawnattr_setflags(&at, spawn_flags);
     pid_t pid;
-    int e = posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv, environ);
+    int e = posix_spawnp(&pid, file, &fa, &at, (char *const *)argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    if (env != environ) free(env);
     close(fd[1]);
     if (e != 0) {
         close(fd[0]);
@@ -162,6 +197,64 @@ const char *rk_tmp_failure(char *why, size_t cap) {
     return why;
 }
 
+int rk_tmp_opendir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        close(fd);
+        errno = EACCES;
+        return -1;
+    }
+    return fd;
+}
+
+int rk_tmp_shared(char *why, size_t cap) {
+    const char *base = rk_tmp_base(), *set = getenv("TMPDIR");
+    char head[256], dir[PATH_MAX];
+    if (set && *set) snprintf(head, sizeof head, "TMPDIR=%.200s", base);
+    else snprintf(head, sizeof head, "%s (TMPDIR is not set)", base);
+    if (!realpath(base, dir)) { /* what cannot be looked at is not known to be private */
+        snprintf(why, cap, "%s: %s", head, strerror(errno));
+        return 1;
+    }
+    for (;;) { /* the directory, then each one above it up to / */
+        struct stat st;
+        const char *problem = NULL;
+        if (stat(dir, &st) != 0) problem = strerror(errno);
+        else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+            problem = "is writable by other users and not sticky";
+        else if (st.st_uid != geteuid() && st.st_uid != 0) problem = "belongs to another user";
+        if (problem) {
+            snprintf(why, cap, "%s: %s %s", head, dir, problem);
+            return 1;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir) {
+            if (strcmp(dir, "/") == 0 || !slash) return 0;
+            slash[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+    }
+}
+
+int rk_fd_path(int fd, const char *name, char *out, size_t cap) {
+    struct stat a, b;
+    int n = snprintf(out, cap, "/proc/self/fd/%d", fd);
+    if (n < 0 || (size_t)n >= cap || stat(out, &a) != 0 || fstat(fd, &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
+        return -1;
+    if (name) n = snprintf(out, cap, "/proc/self/fd/%d/%s", fd, name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
 /* Removes name (in the directory open as dfd) and, when it is a directory, everything under it, never
  * following a symbolic link. Entries that vanish meanwhile (another sweep) are fine. */
 static void remove_at(int dfd, const char *name, int depth) {
@@ -211,21 +304,38 @@ int rk_tmp_sweep(long max_age_s) {
     return removed;
 }
 
-int rk_write_file(const char *path, const void *p, size_t n) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return ROPEKV_ERR_IO;
+int rk_write_all(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n > 0) {
         ssize_t w = write(fd, c, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            close(fd);
+        if (w < 0) return ROPEKV_ERR_IO;
+        if (w == 0) {
+            errno = EIO;
             return ROPEKV_ERR_IO;
         }
         c += w;
         n -= (size_t)w;
     }
+    return ROPEKV_OK;
+}
+
+static int write_file(int dirfd, const char *path, int flags, const void *p, size_t n) {
+    int fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | flags, 0600);
+    if (fd < 0) return ROPEKV_ERR_IO;
+    if (rk_write_all(fd, p, n) != ROPEKV_OK) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return ROPEKV_ERR_IO;
+    }
     return close(fd) == 0 ? ROPEKV_OK : ROPEKV_ERR_IO;
+}
+
+int rk_write_file(const char *path, const void *p, size_t n) { return write_file(AT_FDCWD, path, 0, p, n); }
+
+int rk_write_file_at(int dirfd, const char *name, const void *p, size_t n) {
+    return write_file(dirfd, name, O_NOFOLLOW, p, n);
 }
 
 int rk_split_options(const char *extra, const char **argv, int n, int cap, char **store, int *count) {
@@ -245,10 +355,10 @@ int rk_split_options(const char *extra, const char **argv, int n, int cap, char 
     return ROPEKV_OK;
 }
 
-int rk_read_file(const char *path, rk_codeobj *out) {
+static int read_file(int dirfd, const char *path, int flags, rk_codeobj *out) {
     out->data = NULL;
     out->len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | flags);
     if (fd < 0) return ROPEKV_ERR_IO;
     /* The size is a first guess: the file may be growing, or be a pipe or a /proc file. */
     struct stat st;
@@ -284,3 +394,7 @@ int rk_read_file(const char *path, rk_codeobj *out) {
     out->len = n;
     return ROPEKV_OK;
 }
+
+int rk_read_file(const char *path, rk_codeobj *out) { return read_file(AT_FDCWD, path, 0, out); }
+
+int rk_read_file_at(int dirfd, const char *name, rk_codeobj *out) { return read_file(dirfd, name, O_NOFOLLOW, out); }

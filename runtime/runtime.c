@@ -606,8 +606,11 @@ static int load_code(ropekv_ctx *c, ropekv_kernel *k, int wide, const rk_codeobj
 
 /* The read-only layers, in order: 1 when one holds a valid entry of this source that loads (then it is
  * k's entry `wide`). An invalid entry, or one that does not load, is warned about, counted as a reject
- * and skipped, never removed; so is a refused one (refused: warned about once per layer). */
-static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char *text, size_t len, void **fn) {
+ * and skipped, never removed; so is a refused one (refused: warned about once per layer). -1, with the reason in
+ * log, when no code can be loaded here at all (ROPEKV_ERR_IO: e.g. an unusable $TMPDIR of the host backend), which
+ * another entry or a compile would meet again. */
+static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char *text, size_t len, void **fn,
+                          rk_buf *log_io) {
     for (int i = 0; i < c->n_ro; i++) {
         unsigned char digest[32];
         char why[1024] = "";
@@ -628,6 +631,11 @@ static int from_read_only(ropekv_ctx *c, ropekv_kernel *k, int wide, const char 
         if (rc == ROPEKV_OK) {
             logf_(c, "read-only cache hit %s in %s", k->d.name, c->ro[i].dir);
             count(c, &c->stats.disk_hits);
+        } else if (rc == ROPEKV_ERR_IO) {
+            rk_buf_printf(log_io, "%s", log.p ? log.p : "");
+            rk_buf_free(&log);
+            rk_code_free(&co);
+            return -1;
         } else {
             fprintf(stderr, "ropekv: warning: an entry of %s in read-only cache layer %s does not load (%s); skipped\n",
                     k->d.name, c->ro[i].dir, log.p ? log.p : "");
@@ -679,9 +687,12 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
     size_t len = src.len;
     unsigned char digest[32];
     char hex[65], why[1024] = "";
-    if (from_read_only(c, k, wide, text, len, fn)) {
+    const int ro = from_read_only(c, k, wide, text, len, fn, &log);
+    if (ro != 0) {
+        if (ro < 0) s = fail(c, ROPEKV_ERR_IO, "loading %s: %s", d->name, log.p ? log.p : "");
         rk_buf_free(&src);
-        return ROPEKV_OK;
+        rk_buf_free(&log);
+        return s;
     }
     key_digest(c, c->dev.compiler_id, d, text, len, digest);
     rk_sha256_hex(digest, hex);
@@ -725,7 +736,7 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
                 fprintf(stderr, "ropekv: warning: %s\n", why);
             break;
         }
-        if (!from_disk) {
+        if (!from_disk || rc == ROPEKV_ERR_IO) { /* ROPEKV_ERR_IO: loading, not the object, fails: one error */
             s = fail(c, (ropekv_status)rc, "loading %s: %s", d->name, log.p ? log.p : "");
             break;
         }

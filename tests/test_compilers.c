@@ -8,10 +8,13 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "clang.h"
 #include "compilers.h"
@@ -147,6 +150,50 @@ static void test_helpers(void **state) {
     char dir[4096];
     assert_int_equal(rk_mktmpdir(dir, sizeof dir, NULL), ROPEKV_OK);
     char f[4200];
+    snprintf(f, sizeof f, "%s/x", dir);
+    assert_int_equal(rk_write_file(f, "abc", 3), ROPEKV_OK);
+
+    /* in a directory: reached through it after it is renamed, with TMPDIR=.; a relative program is
+     * still found from the caller's directory */
+    int dfd = rk_tmp_opendir(dir);
+    assert_true(dfd >= 0);
+    char moved[4200], cwd[4096], rel[4400];
+    snprintf(moved, sizeof moved, "%s.moved", dir);
+    assert_int_equal(rename(dir, moved), 0);
+    const char *in[] = {"/bin/sh", "-c", "cat x; echo \" $TMPDIR\"; echo made > y", NULL};
+    assert_int_equal(rk_run_in(in, dfd, 5, 0, &out, &st), ROPEKV_OK);
+    assert_int_equal(st, 0);
+    assert_true(has(&out, "abc ."));
+    rk_buf_free(&out);
+    rk_codeobj y;
+    assert_int_equal(rk_read_file_at(dfd, "y", &y), ROPEKV_OK);
+    assert_string_equal((const char *)y.data, "made\n");
+    rk_code_free(&y);
+    snprintf(rel, sizeof rel, "%s/link", moved);
+    assert_int_equal(symlink(f, rel), 0);
+    assert_int_equal(rk_write_file_at(dfd, "link", "x", 1), ROPEKV_ERR_IO); /* never through a link */
+    assert_int_equal(rk_read_file_at(dfd, "link", &y), ROPEKV_ERR_IO);
+    char caller[4096];
+    assert_int_equal(rk_mktmpdir(caller, sizeof caller, NULL), ROPEKV_OK);
+    snprintf(rel, sizeof rel, "%s/sh", caller);
+    assert_int_equal(symlink("/bin/sh", rel), 0);
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(caller), 0);
+    const char *relative[] = {"./sh", "-c", "echo relative", NULL};
+    assert_int_equal(rk_run_in(relative, dfd, 5, 0, &out, &st), ROPEKV_OK);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(st, 0);
+    assert_true(has(&out, "relative"));
+    rk_buf_free(&out);
+    rk_rmtmpdir(caller);
+    close(dfd);
+    /* a directory another user could enter is not private */
+    assert_int_equal(chmod(moved, 0750), 0);
+    assert_int_equal(rk_tmp_opendir(moved), -1);
+    assert_int_equal(errno, EACCES);
+    rk_rmtmpdir(moved);
+
+    assert_int_equal(rk_mktmpdir(dir, sizeof dir, NULL), ROPEKV_OK);
     snprintf(f, sizeof f, "%s/x", dir);
     assert_int_equal(rk_write_file(f, "abc", 3), ROPEKV_OK);
     rk_rmtmpdir(dir);

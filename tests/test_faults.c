@@ -9,11 +9,17 @@
  *     disk cache, and the old content still finds its own entry; a spec file name cannot become code;
  *   - a spec that burns CPU in C functions (within the instruction cap) is stopped by the time cap;
  *   - a compiler that fails, writes garbage, or hangs (killed after ROPEKV_COMPILE_TIMEOUT seconds);
+ *   - a $TMPDIR that other users may write to without the sticky bit, where one renames and replaces
+ *     the entries there (files and directories) just before each dlopen: the kernel loaded is still
+ *     the one built, with memfd_create, without it, and without /proc too (then such a TMPDIR is
+ *     refused, with one error); objects loaded in turn from memory each load as themselves;
  *   - allocation failures: every allocation of rk_spec_load, rk_emit and ropekv_create +
  *     ropekv_kernel_get + ropekv_destroy fails once in turn; each call fails cleanly or recovers, and
  *     nothing it allocated is left behind.
  * The allocation failures come from malloc/calloc/realloc/free wrappers (linked with --wrap, so they
- * see every allocation the library's own code makes, and the Lua sandbox's through its allocator).
+ * see every allocation the library's own code makes, and the Lua sandbox's through its allocator); the
+ * swaps before loading from a dlopen wrapper, and the missing memfd_create and /proc from wrappers of
+ * memfd_create and rk_fd_path.
  * An optional argument is a cmocka test filter (e.g. "test_oom*"). */
 #define _GNU_SOURCE /* unshare */
 #include <setjmp.h>
@@ -22,6 +28,7 @@
 #include <stdint.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -723,6 +730,203 @@ static void test_compiler_fails_or_hangs(void **state) {
     assert_int_equal(rk_host_compile_timeout(), RK_COMPILE_TIMEOUT_DEFAULT);
 }
 
+/* ---- another user swaps the code in a shared TMPDIR before it is loaded ------------------------------ */
+void *__real_dlopen(const char *file, int mode);
+int __real_memfd_create(const char *name, unsigned flags);
+int __real_rk_fd_path(int fd, const char *name, char *out, size_t cap);
+
+static const char *swap_in;   /* NULL, or the shared object the other user puts in place of ours */
+static int swaps;             /* entries swapped */
+static int no_memfd, no_proc; /* memfd_create fails (ENOSYS); /proc/self/fd is not there */
+
+/* dst: a copy of swap_in, as the other user's (mode 0777). */
+static void plant(const char *dst) {
+    rk_codeobj so;
+    assert_int_equal(rk_read_file(swap_in, &so), ROPEKV_OK);
+    assert_int_equal(rk_test_write_file(dst, so.data, so.len, 0777), ROPEKV_OK);
+    assert_int_equal(chmod(dst, 0777), 0);
+    rk_code_free(&so);
+}
+
+/* What another user may do in a directory they can write to that is not sticky, to every entry of ours
+ * named ropekv-tmp-*: a file is replaced (a file of theirs renamed over it); a directory is renamed
+ * away (to <name>.theirs) and one of theirs takes its name, holding their object under every name ours
+ * holds. Their entries (mode 0777) and the ones moved away are left alone. */
+static void swap_tmp_entries(void) {
+    const char *tmp = getenv("TMPDIR");
+    DIR *d = opendir(tmp);
+    struct dirent *e;
+    char path[PATH], away[2 * PATH], inner[3 * PATH];
+    assert_non_null(d);
+    while ((e = readdir(d))) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+        if (strncmp(e->d_name, "ropekv-tmp-", 11) != 0 || strstr(e->d_name, ".theirs") || lstat(path, &st) != 0 ||
+            (st.st_mode & 0777) == 0777)
+            continue;
+        snprintf(away, sizeof away, "%s.theirs", path);
+        if (S_ISREG(st.st_mode)) {
+            plant(away);
+            assert_int_equal(rename(away, path), 0);
+        } else if (S_ISDIR(st.st_mode)) {
+            assert_int_equal(rename(path, away), 0);
+            assert_int_equal(mkdir(path, 0777), 0);
+            assert_int_equal(chmod(path, 0777), 0);
+            DIR *in = opendir(away);
+            struct dirent *f;
+            assert_non_null(in);
+            while ((f = readdir(in)))
+                if (f->d_name[0] != '.') {
+                    snprintf(inner, sizeof inner, "%s/%s", path, f->d_name);
+                    plant(inner);
+                }
+            closedir(in);
+        } else {
+            continue;
+        }
+        swaps++;
+    }
+    closedir(d);
+}
+
+void *__wrap_dlopen(const char *file, int mode) {
+    if (swap_in && file && !(mode & RTLD_NOLOAD)) swap_tmp_entries();
+    return __real_dlopen(file, mode);
+}
+
+int __wrap_memfd_create(const char *name, unsigned flags) {
+    if (no_memfd) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return __real_memfd_create(name, flags);
+}
+
+int __wrap_rk_fd_path(int fd, const char *name, char *out, size_t cap) {
+    return no_proc ? -1 : __real_rk_fd_path(fd, name, out, cap);
+}
+
+/* Gets v from a context (disk cache in cache_dir, or none) and checks it against the reference. */
+static void get_check_in(const char *cache_dir, const ropekv_variant *v) {
+    ropekv_ctx *c = rk_test_host_ctx(cache_dir);
+    assert_non_null(c);
+    get_and_check(c, v);
+    ropekv_destroy(c);
+}
+
+static void test_tmp_swapped_before_load(void **state) {
+    (void)state;
+    char shared[PATH], cache[PATH], evil[PATH], evil_c[PATH], want[3 * PATH];
+    sub(shared, "shared-tmp");
+    sub(cache, "swap-cache");
+    sub(evil, "theirs.so");
+    sub(evil_c, "theirs.c");
+    /* theirs: a shared object that marks the process when it is loaded */
+    write_text(evil_c,
+               "#include <stdlib.h>\n__attribute__((constructor)) static void rk_theirs(void) {\n"
+               "    setenv(\"RK_TEST_SWAPPED_IN\", \"1\", 1);\n}\n",
+               0600);
+    const char *cc[] = {"cc", "-shared", "-fPIC", "-o", evil, evil_c, NULL};
+    rk_buf out = {0};
+    int st = -1;
+    assert_int_equal(rk_run(cc, 60, 0, &out, &st), ROPEKV_OK);
+    if (st != 0) fail_msg("cc: %s", out.p ? out.p : "");
+    rk_buf_free(&out);
+    unsetenv("RK_TEST_SWAPPED_IN");
+
+    /* TMPDIR writable by everyone, not sticky; every dlopen comes after the other user's swaps */
+    assert_int_equal(mkdir(shared, 0700), 0);
+    assert_int_equal(chmod(shared, 0777), 0);
+    setenv("TMPDIR", shared, 1);
+    swap_in = evil;
+    /* with memfd_create: compiled, then from the disk cache */
+    get_check_in(NULL, &DS_BF16);
+    get_check_in(cache, &DS_FP8);
+    get_check_in(cache, &DS_FP8);
+    assert_true(swaps > 0); /* the compile's directory, at least */
+    assert_null(getenv("RK_TEST_SWAPPED_IN"));
+    /* without: through a private directory's /proc/self/fd/ path */
+    no_memfd = 1;
+    swaps = 0;
+    get_check_in(NULL, &DS_BF16);
+    get_check_in(cache, &DS_FP8);
+    assert_true(swaps >= 3); /* the compile's directory and two load directories */
+    assert_null(getenv("RK_TEST_SWAPPED_IN"));
+
+    /* and without /proc: such a TMPDIR (0777, or a group's 2775) is refused with one error naming it,
+     * also for an entry of the disk cache or of a read-only layer, which is not taken for a bad one */
+    no_proc = 1;
+    static const mode_t refused[] = {0777, 02775};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(chmod(shared, refused[i]), 0);
+        snprintf(want, sizeof want, "TMPDIR=%s: %s is writable by other users and not sticky", shared, shared);
+        for (int from = 0; from < 3; from++) { /* compiled, the disk cache, a read-only layer */
+            if (from == 2) setenv("ROPEKV_CACHE_RO", cache, 1);
+            ropekv_ctx *c = rk_test_host_ctx(from == 1 ? cache : NULL);
+            ropekv_kernel *k = NULL;
+            begin_capture();
+            assert_int_equal(ropekv_kernel_get(c, from ? &DS_FP8 : &DS_BF16, &k), ROPEKV_ERR_IO);
+            const char *text = end_capture();
+            print_message("%s\n", ropekv_last_error(c));
+            assert_non_null(strstr(ropekv_last_error(c), want));
+            assert_null(strstr(text, want)); /* said once, in the error */
+            assert_int_equal(stats(c).cache_rejects, 0);
+            assert_int_equal(stats(c).compiles, from == 0);
+            ropekv_destroy(c);
+            unsetenv("ROPEKV_CACHE_RO");
+        }
+    }
+    assert_null(getenv("RK_TEST_SWAPPED_IN"));
+    /* a sticky one, or one only this user may write to, is used by path */
+    swap_in = NULL;
+    static const mode_t used[] = {01777, 0700};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(chmod(shared, used[i]), 0);
+        get_check_in(NULL, &DS_BF16);
+        get_check_in(cache, &DS_FP8);
+    }
+    no_proc = no_memfd = 0;
+    unsetenv("TMPDIR");
+}
+
+/* A shared object of its own (built with cc from a C file named <name>.c in root) exporting name. */
+static void tiny_object(const char *name, rk_codeobj *out) {
+    char c_file[PATH], so[PATH], text[256];
+    snprintf(c_file, sizeof c_file, "%s/%s.c", root, name);
+    snprintf(so, sizeof so, "%s/%s.so", root, name);
+    snprintf(text, sizeof text, "void %s(void) {}\n", name);
+    write_text(c_file, text, 0600);
+    const char *cc[] = {"cc", "-shared", "-fPIC", "-o", so, c_file, NULL};
+    rk_buf log = {0};
+    int st = -1;
+    assert_int_equal(rk_run(cc, 60, 0, &log, &st), ROPEKV_OK);
+    if (st != 0) fail_msg("cc: %s", log.p ? log.p : "");
+    rk_buf_free(&log);
+    assert_int_equal(rk_read_file(so, out), ROPEKV_OK);
+}
+
+/* Objects loaded one after another each load as themselves, though the descriptor the first was
+ * loaded through (closed after loading) is the second's too: dlopen would hand back the first for the
+ * same /proc/self/fd/N name. From memory, and from private directories without memfd_create. */
+static void test_loads_in_turn(void **state) {
+    (void)state;
+    rk_codeobj one, two;
+    tiny_object("rk_one", &one);
+    tiny_object("rk_two", &two);
+    for (no_memfd = 0; no_memfd < 2; no_memfd++) {
+        rk_host_kernel k1, k2;
+        char log[1024];
+        assert_int_equal(rk_host_load(one.data, one.len, "rk_one", &k1, log, sizeof log), ROPEKV_OK);
+        if (rk_host_load(two.data, two.len, "rk_two", &k2, log, sizeof log) != ROPEKV_OK) fail_msg("%s", log);
+        assert_ptr_not_equal(k1.so, k2.so);
+        rk_host_unload(&k2);
+        rk_host_unload(&k1);
+    }
+    no_memfd = 0;
+    rk_code_free(&one);
+    rk_code_free(&two);
+}
+
 /* ---- allocation failures ----------------------------------------------------------------------------- */
 /* Runs op with the n-th allocation failing, for n = 1, 2, ... until a run makes fewer than n
  * allocations (it never met the failure). op returns 0 (succeeded) or 1 (failed cleanly) and frees what
@@ -899,6 +1103,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_spec_file_name_stays_a_comment),
         cmocka_unit_test(test_spec_cpu_time_cap),
         cmocka_unit_test(test_compiler_fails_or_hangs),
+        cmocka_unit_test(test_tmp_swapped_before_load),
+        cmocka_unit_test(test_loads_in_turn),
         cmocka_unit_test(test_oom_spec_load),
         cmocka_unit_test(test_oom_emit),
         cmocka_unit_test(test_oom_create_get),

@@ -62,13 +62,13 @@ static void test_args_layout_checked_on_both_sides(void **state) {
     static const char field[] = "F(rk_i64, kv_rows)", narrow[] = "F(int, kv_rows)";
     rk_host_kernel k;
     char log[8192];
-    assert_int_equal(rk_host_build(src.p, src.len, d.name, dir, &k, log, sizeof log), ROPEKV_OK);
+    assert_int_equal(rk_host_build(src.p, src.len, d.name, dir, &k, NULL, log, sizeof log), ROPEKV_OK);
     rk_host_unload(&k);
     char so[4200];
     snprintf(so, sizeof so, "%s/%s.so", dir, d.name);
     assert_int_equal(unlink(so), 0);
     replace(&src, field, narrow);
-    assert_int_equal(rk_host_build(src.p, src.len, d.name, dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_host_build(src.p, src.len, d.name, dir, &k, NULL, log, sizeof log), ROPEKV_ERR_COMPILE);
     if (!strstr(log, "rk_args layout: kv_rows")) fail_msg("compiler log without the layout check:\n%s", log);
 
     /* the C side: the same header, with and without the disagreeing field */
@@ -184,7 +184,8 @@ static void test_compiler_error_is_reported(void **state) {
     const char src[] = "this is not C++;\n";
     rk_host_kernel k;
     char log[4096];
-    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_broken", dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_broken", dir, &k, NULL, log, sizeof log),
+                     ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(log, "error"));
     assert_null(k.so);
 }
@@ -194,7 +195,8 @@ static void test_missing_entry_is_reported(void **state) {
     const char src[] = "extern \"C\" void other(void) {}\n";
     rk_host_kernel k;
     char log[4096];
-    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_absent", dir, &k, log, sizeof log), ROPEKV_ERR_COMPILE);
+    assert_int_equal(rk_host_build(src, sizeof src - 1, "rk_absent", dir, &k, NULL, log, sizeof log),
+                     ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(log, "kernel rk_absent not found"));
     char so[4200];
     snprintf(so, sizeof so, "%s/rk_absent.so", dir);
@@ -233,7 +235,7 @@ static int mutated_kernel_caught(const rk_desc *v, rk_buf *src, const char *from
     replace(src, from, to);
     rk_host_kernel k;
     char why[4096] = "";
-    assert_int_equal(rk_host_build(src->p, src->len, v->name, dir, &k, why, sizeof why), ROPEKV_OK);
+    assert_int_equal(rk_host_build(src->p, src->len, v->name, dir, &k, NULL, why, sizeof why), ROPEKV_OK);
     rk_host_run hr = {&k, 0};
     rk_shape sh = {.tokens = 17,
                    .heads = 4,

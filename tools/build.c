@@ -88,8 +88,9 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
         return ROPEKV_ERR_NOMEM;
     }
     rk_host_kernel k;
+    rk_codeobj co = {0};
     double t0 = rk_now_ms();
-    int rc = rk_host_build(src->p, src->len, v->name, dir, &k, clog, RK_BUILD_LOG);
+    int rc = rk_host_build(src->p, src->len, v->name, dir, &k, &co, clog, RK_BUILD_LOG);
     r->info.ms = rk_now_ms() - t0;
     snprintf(r->info.compiler, sizeof r->info.compiler, "%s", rk_host_compiler());
     rk_buf_printf(log, "%s", clog);
@@ -97,12 +98,9 @@ static int build_host(const rk_desc *v, const rk_buf *src, rk_build_result *r, c
     if (rc == ROPEKV_OK) {
         rk_host_unload(&k);
         snprintf(so, sizeof so, "%s/%s.so", dir, v->name);
-        rk_codeobj co = {0};
-        if (rk_read_file(so, &co) == ROPEKV_OK) {
-            r->info.code_size = rk_elf_text_size(co.data, co.len);
-            if (out && out->code) *out->code = co;
-            else rk_code_free(&co);
-        }
+        r->info.code_size = rk_elf_text_size(co.data, co.len); /* the bytes that were loaded */
+        if (out && out->code) *out->code = co;
+        else rk_code_free(&co);
         if (out && out->disasm) {
             const char *argv[] = {"objdump", "-d", "--no-show-raw-insn", so, NULL};
             int st = -1;

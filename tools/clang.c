@@ -99,15 +99,22 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
         if (log) rk_buf_printf(log, "clang: no target\n");
         return ROPEKV_ERR_TARGET;
     }
-    char dir[4096], in[4200], co[4200], arch[160];
+    /* clang runs in the directory (rk_run_in) and its files are reached through it, never by a path
+     * another user could redirect in a shared TMPDIR. */
+    static const char in[] = "kernel.hip", co[] = "kernel.co";
+    char dir[4096], arch[160];
     if (rk_mktmpdir(dir, sizeof dir, NULL) != ROPEKV_OK) {
         char why[512];
         if (log)
             rk_buf_printf(log, "clang: cannot create a temporary directory: %s\n", rk_tmp_failure(why, sizeof why));
         return ROPEKV_ERR_IO;
     }
-    snprintf(in, sizeof in, "%s/kernel.hip", dir);
-    snprintf(co, sizeof co, "%s/kernel.co", dir);
+    int dfd = rk_tmp_opendir(dir);
+    if (dfd < 0) {
+        if (log) rk_buf_printf(log, "clang: %s: not a private directory of this user\n", dir);
+        rk_rmtmpdir(dir);
+        return ROPEKV_ERR_IO;
+    }
     snprintf(arch, sizeof arch, "--offload-arch=%s", target);
 
     enum { CAP = 160 };
@@ -133,15 +140,15 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
         argv[n++] = co;
         argv[n++] = in;
         argv[n] = NULL;
-        if (rk_write_file(in, src, len) != ROPEKV_OK) {
-            if (log) rk_buf_printf(log, "clang: cannot write %s\n", in);
+        if (rk_write_file_at(dfd, in, src, len) != ROPEKV_OK) {
+            if (log) rk_buf_printf(log, "clang: cannot write %s/%s\n", dir, in);
             rc = ROPEKV_ERR_IO;
         }
     }
     if (rc == ROPEKV_OK) {
         rk_buf out_log = {0};
         int st = -1;
-        rc = rk_run(argv, 0, 0, &out_log, &st);
+        rc = rk_run_in(argv, dfd, 0, 0, &out_log, &st);
         if (log && out_log.len) rk_buf_put(log, out_log.p, out_log.len);
         if (rc == ROPEKV_OK && st != 0) {
             const char *t = out_log.len ? out_log.p : "";
@@ -152,15 +159,16 @@ int rk_clang_compile(const char *src, size_t len, const char *target, const char
         }
         rk_buf_free(&out_log);
         if (rc == ROPEKV_OK) {
-            rc = rk_read_file(co, out);
+            rc = rk_read_file_at(dfd, co, out);
             if (rc == ROPEKV_OK && out->len == 0) {
                 rk_code_free(out);
                 rc = ROPEKV_ERR_IO;
             }
-            if (rc == ROPEKV_ERR_IO && log) rk_buf_printf(log, "clang: no code object at %s\n", co);
+            if (rc == ROPEKV_ERR_IO && log) rk_buf_printf(log, "clang: no code object at %s/%s\n", dir, co);
         }
     }
     free(store);
+    close(dfd);
     rk_rmtmpdir(dir);
     return rc;
 }

@@ -54,7 +54,7 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
         rk_buf_free(&src);
         return 0;
     }
-    int rc = rk_host_build(src.p, src.len, v->name, dir, &k, why, cap);
+    int rc = rk_host_build(src.p, src.len, v->name, dir, &k, NULL, why, cap);
     rk_buf_free(&src);
     if (rc != ROPEKV_OK) return 0;
     rk_shape shapes[16];
