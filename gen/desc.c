@@ -155,6 +155,49 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     return ROPEKV_OK;
 }
 
+/* ---- the public view ------------------------------------------------------------------------------------ */
+/* A value of a row of gen/params.def as public text: a decimal, the shortest decimal of a float, true / false, or
+ * the spelling ("" where the parameter does not apply). */
+static void view(rk_views *o, const char *name, rk_param_kind kind, const rk_enum *e, double v, int applies) {
+    rk_view *w = &o->v[o->n];
+    char *text = o->text[o->n++];
+    const char *s;
+    w->name = name;
+    w->value = text;
+    switch (kind) {
+    case RK_PK_INT:
+        w->kind = ROPEKV_PARAM_INT;
+        snprintf(text, sizeof o->text[0], "%lld", (long long)v);
+        break;
+    case RK_PK_FLOAT:
+        w->kind = ROPEKV_PARAM_FLOAT;
+        rk_float_text((float)v, text, sizeof o->text[0]);
+        break;
+    case RK_PK_BOOL:
+        w->kind = ROPEKV_PARAM_BOOL;
+        w->value = v != 0 ? "true" : "false";
+        break;
+    case RK_PK_ENUM:
+        w->kind = ROPEKV_PARAM_TEXT;
+        s = applies ? rk_enum_name(e, (int)v) : "";
+        w->value = s ? s : "";
+        break;
+    }
+}
+
+static void text_view(rk_views *o, const char *name, const char *value) {
+    o->v[o->n++] = (rk_view){name, ROPEKV_PARAM_TEXT, value};
+}
+
+void rk_desc_views(const rk_desc *d, int pdl, rk_views *out) {
+    out->n = 0;
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) \
+    if (pub[0]) view(out, pub, RK_PK_##kind, table, (double)d->field, applies);
+#define RK_VIEW_TEXT(pub, expr, applies) text_view(out, pub, (applies) ? (expr) : "");
+#define RK_VIEW_NUMBER(pub, kind, expr) view(out, pub, RK_PK_##kind, NULL, (double)(expr), 1);
+#include "params.def"
+}
+
 rk_choice rk_desc_choice(const rk_desc *d) {
     return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm};
 }

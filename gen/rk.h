@@ -299,6 +299,29 @@ typedef struct rk_desc {
     char name[224]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
+/* The public view of a description (ropekv_kernel_param): every row of gen/params.def with a public name, in
+ * its order, as a name, a kind and text. Values point into the description, its spec and arch row, the
+ * spelling tables or text[]: a view is valid while they are and must not be copied apart from them. */
+enum {
+    RK_VIEWS_MAX = 0
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) +1
+#define RK_VIEW_TEXT(pub, expr, applies) +1
+#define RK_VIEW_NUMBER(pub, kind, expr) +1
+#include "params.def"
+};
+typedef struct rk_view {
+    const char *name;
+    ropekv_param_kind kind;
+    const char *value;
+} rk_view;
+typedef struct rk_views {
+    int n;
+    rk_view v[RK_VIEWS_MAX];
+    char text[RK_VIEWS_MAX][32]; /* the numbers' text */
+} rk_views;
+/* pdl: whether the context launches with programmatic dependent launch (the row's pdl is d->arch->pdl). */
+void rk_desc_views(const rk_desc *d, int pdl, rk_views *out);
+
 /* x as the shortest decimal ("%.Ng", N <= 9) that reads back as x: "448", "1e-06", "0". */
 void rk_float_text(float x, char *out, size_t cap);
 

@@ -56,6 +56,7 @@ struct ropekv_kernel {
     char *error;
     rk_spec spec;      /* the spec it was described from (d.spec points here) */
     rk_desc d;         /* the description: name, key, code parameters, launch and argument rules */
+    rk_views views;    /* its public view (ropekv_kernel_param), pointing into spec and d */
     void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
     void *fn[2];       /* fn[1] is set (atomically) once built */
     int wide_building; /* under ctx->mu */
@@ -800,6 +801,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
     if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
     k->d.spec = &k->spec;
+    if (s == ROPEKV_OK) rk_desc_views(&k->d, c->pdl, &k->views);
     void *fn = NULL;
     if (s == ROPEKV_OK) s = build(c, k, 0, &fn);
 
@@ -886,6 +888,27 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .wide_from = d->arch->wide_from,
     };
     return ROPEKV_OK;
+}
+
+int ropekv_kernel_param_count(const ropekv_kernel *k) { return k ? k->views.n : 0; }
+
+ropekv_status ropekv_kernel_param(const ropekv_kernel *k, int i, const char **name, const char **value,
+                                  ropekv_param_kind *kind) {
+    if (!k) return ROPEKV_ERR_NULL;
+    if (i < 0 || i >= k->views.n) return ROPEKV_ERR_ARG;
+    const rk_view *v = &k->views.v[i];
+    if (name) *name = v->name;
+    if (value) *value = v->value;
+    if (kind) *kind = v->kind;
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name, const char **value,
+                                       ropekv_param_kind *kind) {
+    if (!k || !name) return ROPEKV_ERR_NULL;
+    for (int i = 0; i < k->views.n; i++)
+        if (strcmp(k->views.v[i].name, name) == 0) return ropekv_kernel_param(k, i, NULL, value, kind);
+    return ROPEKV_ERR_ARG;
 }
 
 /* The 64-bit entry, built by ropekv_kernel_prepare or the first launch that needs it (2^31 or more

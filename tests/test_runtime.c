@@ -457,6 +457,128 @@ static void test_kernel_info(void **state) {
     ropekv_destroy(c);
 }
 
+/* Parameter `name` of k is `want` of kind `kind`. */
+static void expect_param(const ropekv_kernel *k, const char *name, ropekv_param_kind kind, const char *want) {
+    const char *got = NULL;
+    ropekv_param_kind got_kind = (ropekv_param_kind)-1;
+    if (ropekv_kernel_param_find(k, name, &got, &got_kind) != ROPEKV_OK) fail_msg("no parameter '%s'", name);
+    if (got_kind != kind || strcmp(got, want) != 0)
+        fail_msg("%s: parameter %s is '%s' (kind %d), ropekv_kernel_info's '%s' (kind %d)", ropekv_kernel_name(k), name,
+                 got, (int)got_kind, want, (int)kind);
+}
+
+static void expect_int(const ropekv_kernel *k, const char *name, long long want) {
+    char text[32];
+    snprintf(text, sizeof text, "%lld", want);
+    expect_param(k, name, ROPEKV_PARAM_INT, text);
+}
+
+/* A float parameter: its text reads back as want. */
+static void expect_float(const ropekv_kernel *k, const char *name, float want) {
+    const char *got = NULL;
+    ropekv_param_kind kind = (ropekv_param_kind)-1;
+    assert_int_equal(ropekv_kernel_param_find(k, name, &got, &kind), ROPEKV_OK);
+    if (kind != ROPEKV_PARAM_FLOAT || strtof(got, NULL) != want)
+        fail_msg("%s: parameter %s is '%s' (kind %d), not the float %.9g", ropekv_kernel_name(k), name, got, (int)kind,
+                 (double)want);
+}
+
+/* Every field of the deprecated ropekv_kernel_params has its parameter, of the same value. */
+static void expect_params_as_info(const ropekv_kernel *k) {
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+#define TEXT_(f) expect_param(k, #f, ROPEKV_PARAM_TEXT, p.f)
+#define BOOL_(f) expect_param(k, #f, ROPEKV_PARAM_BOOL, p.f ? "true" : "false")
+    TEXT_(name), TEXT_(key), TEXT_(spec), TEXT_(target);
+    expect_int(k, "kv_lora_rank", p.kv_lora_rank), expect_int(k, "rope_dim", p.rope_dim);
+    expect_param(k, "kv", ROPEKV_PARAM_TEXT, rk_kv_name(p.kv));
+    expect_param(k, "q", ROPEKV_PARAM_TEXT, rk_qform_name(p.q));
+    expect_param(k, "positions", ROPEKV_PARAM_TEXT, rk_idx_name(p.positions));
+    expect_param(k, "slots", ROPEKV_PARAM_TEXT, rk_idx_name(p.slots));
+    TEXT_(rope), TEXT_(cos_sin), TEXT_(fp8_format), TEXT_(fp8_scale), TEXT_(fp8_matches);
+    expect_float(k, "fp8_saturate", p.fp8_saturate);
+    BOOL_(fp8_rope_bf16_round);
+    expect_param(k, "q_dtype", ROPEKV_PARAM_TEXT, rk_qdtype_name(p.q_dtype));
+    TEXT_(q_fp8_format), TEXT_(q_fp8_scale), TEXT_(q_fp8_matches);
+    expect_float(k, "q_fp8_saturate", p.q_fp8_saturate);
+    BOOL_(q_fp8_rope_bf16_round);
+    expect_param(k, "layout", ROPEKV_PARAM_TEXT, rk_layout_name(p.layout));
+    TEXT_(negative_slot);
+    BOOL_(sanitize);
+    expect_int(k, "block", p.block), expect_int(k, "wide_block", p.wide_block), expect_int(k, "wide_from", p.wide_from);
+    BOOL_(pdl);
+    expect_param(k, "op", ROPEKV_PARAM_TEXT, rk_op_name(p.op));
+    TEXT_(read_negative_slot);
+    expect_int(k, "fp8_tile", p.fp8_tile), expect_int(k, "fp8_tile_scales_at", p.fp8_tile_scales_at);
+    expect_int(k, "fp8_tile_rope_at", p.fp8_tile_rope_at), expect_int(k, "row_bytes", p.row_bytes);
+    TEXT_(fp8_tile_scale);
+    expect_param(k, "norm", ROPEKV_PARAM_TEXT, rk_norm_name(p.norm));
+    TEXT_(norm_weight), TEXT_(norm_rounding), TEXT_(norm_matches);
+    expect_float(k, "norm_eps", p.norm_eps);
+#undef TEXT_
+#undef BOOL_
+}
+
+/* ropekv_kernel_param: every parameter by index, each name once, the values of ropekv_kernel_info for kernels of
+ * every row format, op, query dtype and norm; by name too; an index or name out of range is ROPEKV_ERR_ARG. */
+static void test_kernel_params(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    const ropekv_variant vs[] = {
+        DS_FP8,
+        {.spec = "deepseek_v3"},
+        {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q_dtype = ROPEKV_Q_FP8_E4M3, .layout = ROPEKV_KV_PAGED},
+        {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .op = ROPEKV_OP_READ, .slots = ROPEKV_INDEX_INT32},
+        {.spec = "deepseek_v3", .q = ROPEKV_Q_INPLACE, .norm = ROPEKV_NORM_RMS_OUT},
+        {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED},
+        {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .op = ROPEKV_OP_READ},
+        {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_SPLIT},
+    };
+    for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+        ropekv_kernel *k;
+        assert_int_equal(ropekv_kernel_get(c, &vs[v], &k), ROPEKV_OK);
+        const int n = ropekv_kernel_param_count(k);
+        assert_true(n >= 42);
+        for (int i = 0; i < n; i++) {
+            const char *name = NULL, *value = NULL;
+            ropekv_param_kind kind = (ropekv_param_kind)-1;
+            assert_int_equal(ropekv_kernel_param(k, i, &name, &value, &kind), ROPEKV_OK);
+            assert_non_null(name);
+            assert_non_null(value);
+            assert_true(kind >= ROPEKV_PARAM_TEXT && kind <= ROPEKV_PARAM_BOOL);
+            assert_true(kind == ROPEKV_PARAM_TEXT || value[0]); /* numbers are never empty */
+            for (int j = 0; j < i; j++) {
+                const char *other;
+                assert_int_equal(ropekv_kernel_param(k, j, &other, NULL, NULL), ROPEKV_OK);
+                assert_string_not_equal(name, other);
+            }
+        }
+        expect_params_as_info(k);
+        ropekv_kernel_release(k);
+    }
+    ropekv_kernel *k;
+    const char *name = "unchanged", *value = "unchanged";
+    ropekv_param_kind kind;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    expect_param(k, "kv", ROPEKV_PARAM_TEXT, "fp8_e4m3");
+    expect_param(k, "fp8_saturate", ROPEKV_PARAM_FLOAT, "448");
+    expect_param(k, "sanitize", ROPEKV_PARAM_BOOL, "false");
+    expect_param(k, "kv_lora_rank", ROPEKV_PARAM_INT, "512");
+    assert_int_equal(ropekv_kernel_param(k, 0, &name, NULL, &kind), ROPEKV_OK);
+    assert_string_equal(name, "name");
+    assert_int_equal(ropekv_kernel_param(k, -1, &name, &value, &kind), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_param(k, ropekv_kernel_param_count(k), &name, &value, NULL), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_param_find(k, "no_such_parameter", &value, &kind), ROPEKV_ERR_ARG);
+    assert_string_equal(name, "name");
+    assert_string_equal(value, "unchanged");
+    assert_int_equal(ropekv_kernel_param(NULL, 0, &name, &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_find(NULL, "kv", &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_find(k, NULL, &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_count(NULL), 0);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 /* ---- argument checks: one failing case per rule ------------------------------------------------- */
 enum { L = 512, R = 64, W = 576, T = 4, H = 2 };
 static uint16_t q[T * H * W + 8], qo[T * H * W + 8], kbuf[T * W + 8];
@@ -1461,6 +1583,7 @@ int main(void) {
         cmocka_unit_test(test_threads_share_one_compile),
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_kernel_info),
+        cmocka_unit_test(test_kernel_params),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_extents_in_bytes),
