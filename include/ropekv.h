@@ -67,6 +67,7 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                          \
     X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")      \
     X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                   \
+    X(ROPEKV_ERR_VERSION, 605, "a struct's size is invalid or newer than this library knows")       \
     X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                       \
     X(ROPEKV_ERR_IO, 901, "an I/O error")
 
@@ -91,7 +92,24 @@ typedef enum ropekv_backend {
     ROPEKV_BACKEND_HOST,     /* the system C++ compiler; runs on the CPU (pointers are host memory) */
 } ropekv_backend;
 
+/* ---- structs that grow ------------------------------------------------------------------------------
+ * The structs a caller fills (ropekv_options, ropekv_variant, ropekv_args) begin with their size, so that a later
+ * version can add fields without breaking programs built against this header. A struct only grows at its end, and
+ * every field's zero is its default; the library reads the first `size` bytes of the caller's struct and takes the
+ * fields past them as zero:
+ *   0             what zero-initializing gives: the struct as version 0.1 has it (every field of this header).
+ *                 Fields a later version adds are read only when size covers them: set size = sizeof(the struct),
+ *                 e.g. with ROPEKV_SIZED(ropekv_options), to use them.
+ *   sizeof(...)   of this header's struct or an older one: the fields up to there.
+ *   larger        (a newer header's struct): accepted when every byte past the library's struct is zero (fields
+ *                 this library does not know, left at their defaults); otherwise ROPEKV_ERR_VERSION, as is a size
+ *                 too small to hold the size field itself.
+ * So a program keeps working with a newer library, and one that sets only what an older library knows with an
+ * older one. */
+#define ROPEKV_SIZED(type) .size = sizeof(type) /* ropekv_args a = {ROPEKV_SIZED(ropekv_args), .tokens = n}; */
+
 typedef struct ropekv_options {
+    size_t size; /* 0, or sizeof(ropekv_options) (see "structs that grow") */
     ropekv_backend backend;
     int device;            /* device ordinal for hip/cuda */
     const char *target;    /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
@@ -218,6 +236,7 @@ typedef enum ropekv_norm { ROPEKV_NORM_NONE = 0, ROPEKV_NORM_RMS, ROPEKV_NORM_RM
 
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
+    size_t size;        /* 0, or sizeof(ropekv_variant) (see "structs that grow") */
     const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
     ropekv_kv_dtype kv; /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
     ropekv_q_form q;
@@ -235,6 +254,7 @@ typedef struct ropekv_variant {
  * Tkv = the tokens with a KV row (kv_tokens; T unless set), P = max(T, Tkv). */
 #define ROPEKV_KV_TOKENS_NONE (-1) /* ropekv_args.kv_tokens: no token has a KV row */
 typedef struct ropekv_args {
+    size_t size;           /* 0, or sizeof(ropekv_args) (see "structs that grow") */
     int64_t tokens, heads; /* T >= 0, 1 <= H <= 65536 */
     const void *q_nope;
     int64_t q_nope_st, q_nope_sh; /* [T, H, L] bf16 (absorbed) */

@@ -621,6 +621,112 @@ static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status
     if (text && !strstr(ropekv_last_error(c), text)) fail_msg("'%s' not in '%s'", text, ropekv_last_error(c));
 }
 
+/* The structs that grow (include/ropekv.h). A caller built against an older, shorter struct passes its size, and the
+ * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (compile_only
+ * without a target, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
+ * accepted while the bytes past the library's are zero, else refused with ROPEKV_ERR_VERSION, as is a size smaller
+ * than the size field. */
+static void test_struct_sizes(void **state) {
+    (void)state;
+    char why[1024];
+    /* options of a version without pdl, pdl_prefetch, cache_ro and compile_only */
+    typedef struct {
+        size_t size;
+        ropekv_backend backend;
+        int device;
+        const char *target, *cache_dir;
+        int disk_cache, log;
+    } options_old;
+    union {
+        options_old old;
+        ropekv_options now;
+    } o;
+    memset(&o, 0xff, sizeof o);
+    o.old = (options_old){.size = sizeof o.old, .backend = ROPEKV_BACKEND_HOST, .disk_cache = -1};
+    ropekv_ctx *c = NULL;
+    assert_int_equal(ropekv_create(&c, &o.now), ROPEKV_OK);
+    assert_string_equal(ropekv_backend_name(c), "host");
+    ropekv_destroy(c);
+    struct {
+        ropekv_options now;
+        int64_t later; /* a field of a newer version */
+    } big = {.now = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1}};
+    big.now.size = sizeof big;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_OK);
+    ropekv_destroy(c);
+    big.later = 1;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_ERR_VERSION);
+    assert_null(c);
+    big.later = 0;
+    big.now.size = 4;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_ERR_VERSION);
+
+    /* a variant of a version without q_dtype, layout, op and norm: the same kernel as the full one's */
+    c = open_ctx(NULL);
+    typedef struct {
+        size_t size;
+        const char *spec;
+        ropekv_kv_dtype kv;
+        ropekv_q_form q;
+        ropekv_index positions, slots;
+    } variant_old;
+    union {
+        variant_old old;
+        ropekv_variant now;
+    } v;
+    memset(&v, 0xff, sizeof v);
+    v.old = (variant_old){.size = sizeof v.old, .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+    ropekv_kernel *k, *k2;
+    assert_int_equal(ropekv_kernel_get(c, &v.now, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK);
+    assert_ptr_equal(k, k2);
+    ropekv_kernel_release(k2);
+    assert_int_equal(ropekv_query(c, &v.now, NULL, why, sizeof why), ROPEKV_OK);
+    struct {
+        ropekv_variant now;
+        int later;
+    } bigv = {.now = DS_FP8, .later = 7};
+    bigv.now.size = sizeof bigv;
+    assert_int_equal(ropekv_kernel_get(c, &bigv.now, &k2), ROPEKV_ERR_VERSION);
+    assert_null(k2);
+    assert_non_null(strstr(ropekv_last_error(c), "ropekv_variant.size"));
+    assert_int_equal(ropekv_query(c, &bigv.now, NULL, why, sizeof why), ROPEKV_ERR_VERSION);
+    assert_non_null(strstr(why, "a field of a newer version"));
+    bigv.later = 0;
+    assert_int_equal(ropekv_kernel_get(c, &bigv.now, &k2), ROPEKV_OK);
+    assert_ptr_equal(k, k2);
+    ropekv_kernel_release(k2);
+
+    /* launch arguments of a version without the norm's fields */
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    union {
+        ropekv_args now;
+        unsigned char bytes[sizeof(ropekv_args)];
+    } a;
+    const ropekv_args good = good_args();
+    memset(&a, 0xff, sizeof a);
+    memcpy(&a, &good, offsetof(ropekv_args, norm_weight));
+    a.now.size = offsetof(ropekv_args, norm_weight);
+    assert_int_equal(ropekv_launch(k, &a.now, NULL), ROPEKV_OK);
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a.now, why, sizeof why), ROPEKV_OK);
+    a.now.size = sizeof a.now; /* the same bytes read whole: the norm_weight of 0xff bytes is refused */
+    assert_int_equal(ropekv_launch(k, &a.now, NULL), ROPEKV_ERR_ARG);
+    struct {
+        ropekv_args now;
+        void *later;
+    } biga = {.now = good, .later = kv};
+    biga.now.size = sizeof biga;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_ERR_VERSION);
+    assert_non_null(strstr(ropekv_last_error(c), "ropekv_args.size"));
+    assert_int_equal(ropekv_query(c, &DS_FP8, &biga.now, why, sizeof why), ROPEKV_ERR_VERSION);
+    biga.later = NULL;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_OK);
+    biga.now.size = 1;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_ERR_VERSION);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 /* The 64-bit entry is compiled by the first launch that needs it (a cache whose rows reach 2^31
  * elements), cached on disk as its own entry, and computes what the 32-bit entry does. A failure to
  * build it is the launch's error, with the compiler's message, and writes nothing. */
@@ -1586,6 +1692,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_params),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_struct_sizes),
         cmocka_unit_test(test_extents_in_bytes),
         cmocka_unit_test(test_index_width_in_bytes),
         cmocka_unit_test(test_negative_cache_strides),

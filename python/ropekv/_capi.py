@@ -53,8 +53,18 @@ STATUS = _Statuses()
 
 
 # ---- structs ---------------------------------------------------------------------------------------------
-class ropekv_options(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    """A struct that begins with its size (include/ropekv.h, "structs that grow"): made with this mirror's size, so
+    that the library reads the fields declared here and takes any it has past them as their defaults. Positional
+    arguments fill the fields after the size."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(ctypes.sizeof(self), *args, **kwargs)
+
+
+class ropekv_options(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("backend", ctypes.c_int),
         ("device", ctypes.c_int),
         ("target", ctypes.c_char_p),
@@ -77,8 +87,9 @@ class ropekv_stats(ctypes.Structure):
     ]
 
 
-class ropekv_variant(ctypes.Structure):
+class ropekv_variant(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("spec", ctypes.c_char_p),
         ("kv", ctypes.c_int),
         ("q", ctypes.c_int),
@@ -91,8 +102,9 @@ class ropekv_variant(ctypes.Structure):
     ]
 
 
-class ropekv_args(ctypes.Structure):
+class ropekv_args(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("tokens", ctypes.c_int64),
         ("heads", ctypes.c_int64),
         ("q_nope", ctypes.c_void_p),
@@ -135,9 +147,10 @@ class ropekv_args(ctypes.Structure):
     ]
 
 
-# ropekv_args as bytes: every field is 8 bytes (int64_t or a pointer), so one struct.Struct packs a whole argument
+# ropekv_args as bytes: every field is 8 bytes (its size, int64_t or a pointer), so one struct.Struct packs a whole argument
 # block, which a launch passes through LAUNCH_PACKED (Kernel.launch_tensors' argument plans).
-ARGS_PACK = struct.Struct("<" + "".join("Q" if t is ctypes.c_void_p else "q" for _, t in ropekv_args._fields_))
+ARGS_PACK = struct.Struct("<" + "".join("Q" if t in (ctypes.c_void_p, ctypes.c_size_t) else "q"
+                                        for _, t in ropekv_args._fields_))
 assert ARGS_PACK.size == ctypes.sizeof(ropekv_args), "ropekv_args has a field that is not 8 bytes"
 ARGS_INDEX = {name: i for i, (name, _) in enumerate(ropekv_args._fields_)}
 

@@ -321,6 +321,10 @@ def test_struct_layout_matches_header():
         assert want[(st.__name__, "sizeof")] == ctypes.sizeof(st), st.__name__
         for f, _ in st._fields_:
             assert want[(st.__name__, f)] == getattr(st, f).offset, "%s.%s" % (st.__name__, f)
+    # the structs that grow are made with their size: the library reads the fields mirrored here
+    for st in (ropekv.ropekv_options, ropekv.ropekv_variant, ropekv.ropekv_args):
+        assert st._fields_[0][0] == "size" and st().size == ctypes.sizeof(st), st.__name__
+    assert ropekv.ropekv_variant(b"deepseek_v3", 1).kv == 1  # positional fields follow the size
 
 
 def test_kernel_info():
