@@ -29,11 +29,11 @@ static void dtype_token(int fp8, rk_fp8_fmt fmt, char *out, size_t cap) {
  * fp8tile<fmt>_t<tile>_<f32|pow2>_sat<N>_at<scales_at>_<rope_at>. */
 static void kv_token(const rk_desc *d, char *out, size_t cap) {
     char sat[32], kv[32];
-    sat_token(d->kv8.sat, sat, sizeof sat);
+    sat_token(d->kv8_sat, sat, sizeof sat);
     dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
     if (d->kv == ROPEKV_KV_BF16) snprintf(out, cap, "%s", kv);
     else if (d->kv == ROPEKV_KV_FP8_E4M3)
-        snprintf(out, cap, "%s_%s_sat%s_rr%d", kv, rk_enum_token(&rk_scale_enum, d->kv8.scale), sat, d->kv8.rope_bf16);
+        snprintf(out, cap, "%s_%s_sat%s_rr%d", kv, rk_enum_token(&rk_scale_enum, d->kv8_scale), sat, d->kv8_rope_bf16);
     else
         snprintf(out, cap, "fp8tile%s_t%d_%s_sat%s_at%d_%d", rk_enum_token(&rk_fp8_enum, d->fp8), d->tile,
                  rk_enum_token(&rk_tile_scale_enum, d->tile_scale), sat, d->scales_at, d->rope_at);
@@ -53,15 +53,12 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
                      d->arch->name);
         return n > 0 && (size_t)n < cap ? 0 : -1;
     }
-    sat_token(d->q8.sat, qsat, sizeof qsat);
+    sat_token(d->q8_sat, qsat, sizeof qsat);
     dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
     char norm[64] = "", eps[32];
     if (d->norm != ROPEKV_NORM_NONE) {
         /* the shortest decimal that reads back as the float eps, spelled with identifier characters: 1em06 */
-        for (int digits = 1; digits <= 9; digits++) {
-            snprintf(eps, sizeof eps, "%.*g", digits, (double)d->norm_eps);
-            if (strtof(eps, NULL) == d->norm_eps) break;
-        }
+        rk_float_text(d->norm_eps, eps, sizeof eps);
         for (char *e = eps; *e; e++) *e = *e == '-' ? 'm' : *e == '+' || *e == '.' ? 'p' : *e;
         snprintf(norm, sizeof norm, "_%s_%s_eps%s_%s", rk_enum_token(&rk_norm_enum, d->norm),
                  rk_enum_token(&rk_norm_weight_enum, d->norm_weight), eps,
@@ -70,17 +67,14 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s%s_%s", d->L, d->R,
                  rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
                  rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
-                 rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8.scale), qsat,
-                 d->q8.rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
+                 rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8_scale), qsat,
+                 d->q8_rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
                  rk_enum_token(&rk_layout_enum, d->layout), norm, d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
-/* The code parameters of an fp8 output under policy p on a target of format fmt. */
-static rk_fp8_code fp8_code(const rk_fp8_policy *p, rk_fp8_fmt fmt) {
-    rk_fp8_code c = {p->scale, fmt == RK_FP8_FNUZ ? p->sat_fnuz : p->sat_ocp, p->rope_bf16};
-    return c;
-}
+/* The saturation bound of an fp8 output under policy p on a target of format fmt. */
+static float fp8_sat(const rk_fp8_policy *p, rk_fp8_fmt fmt) { return fmt == RK_FP8_FNUZ ? p->sat_fnuz : p->sat_ocp; }
 
 int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
@@ -121,18 +115,24 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         d->norm_round = s->norm.round;
     }
     if (d->kv == ROPEKV_KV_FP8_E4M3) {
-        d->kv8 = fp8_code(&s->fp8, d->fp8);
-        if (read) d->kv8.rope_bf16 = 0, d->kv8.sat = 0; /* the writer's clamp and rounding: not the reader's */
+        d->kv8_scale = s->fp8.scale;
+        /* the writer's clamp and rounding: not the reader's */
+        d->kv8_sat = read ? 0.0f : fp8_sat(&s->fp8, d->fp8);
+        d->kv8_rope_bf16 = read ? 0 : s->fp8.rope_bf16;
     } else if (d->kv == ROPEKV_KV_FP8_TILE) {
         const rk_tile_policy *t = &s->tile;
-        d->kv8.scale = RK_SCALE_NONE;
-        d->kv8.sat = read ? 0.0f : d->fp8 == RK_FP8_FNUZ ? t->sat_fnuz : t->sat_ocp;
+        d->kv8_scale = RK_SCALE_NONE;
+        d->kv8_sat = read ? 0.0f : d->fp8 == RK_FP8_FNUZ ? t->sat_fnuz : t->sat_ocp;
         d->tile = t->tile;
         d->tile_scale = t->scale;
         d->scales_at = t->scales_at;
         d->rope_at = t->rope_at;
     }
-    if (d->q_dtype != ROPEKV_Q_BF16) d->q8 = fp8_code(&s->q_fp8, d->fp8);
+    if (d->q_dtype != ROPEKV_Q_BF16) {
+        d->q8_scale = s->q_fp8.scale;
+        d->q8_sat = fp8_sat(&s->q_fp8, d->fp8);
+        d->q8_rope_bf16 = s->q_fp8.rope_bf16;
+    }
     const int elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1;
     d->row_bytes = d->kv == ROPEKV_KV_FP8_TILE    ? s->tile.row_bytes
                    : d->layout == ROPEKV_KV_SPLIT ? d->L * elem
@@ -153,6 +153,49 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         return rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: target '%s' cannot be spelled in a kernel name", s->file,
                        a->name);
     return ROPEKV_OK;
+}
+
+/* ---- the public view ------------------------------------------------------------------------------------ */
+/* A value of a row of gen/params.def as public text: a decimal, the shortest decimal of a float, true / false, or
+ * the spelling ("" where the parameter does not apply). */
+static void view(rk_views *o, const char *name, rk_param_kind kind, const rk_enum *e, double v, int applies) {
+    rk_view *w = &o->v[o->n];
+    char *text = o->text[o->n++];
+    const char *s;
+    w->name = name;
+    w->value = text;
+    switch (kind) {
+    case RK_PK_INT:
+        w->kind = ROPEKV_PARAM_INT;
+        snprintf(text, sizeof o->text[0], "%lld", (long long)v);
+        break;
+    case RK_PK_FLOAT:
+        w->kind = ROPEKV_PARAM_FLOAT;
+        rk_float_text((float)v, text, sizeof o->text[0]);
+        break;
+    case RK_PK_BOOL:
+        w->kind = ROPEKV_PARAM_BOOL;
+        w->value = v != 0 ? "true" : "false";
+        break;
+    case RK_PK_ENUM:
+        w->kind = ROPEKV_PARAM_TEXT;
+        s = applies ? rk_enum_name(e, (int)v) : "";
+        w->value = s ? s : "";
+        break;
+    }
+}
+
+static void text_view(rk_views *o, const char *name, const char *value) {
+    o->v[o->n++] = (rk_view){name, ROPEKV_PARAM_TEXT, value};
+}
+
+void rk_desc_views(const rk_desc *d, int pdl, rk_views *out) {
+    out->n = 0;
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) \
+    if (pub[0]) view(out, pub, RK_PK_##kind, table, (double)d->field, applies);
+#define RK_VIEW_TEXT(pub, expr, applies) text_view(out, pub, (applies) ? (expr) : "");
+#define RK_VIEW_NUMBER(pub, kind, expr) view(out, pub, RK_PK_##kind, NULL, (double)(expr), 1);
+#include "params.def"
 }
 
 rk_choice rk_desc_choice(const rk_desc *d) {

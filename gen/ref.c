@@ -272,10 +272,10 @@ static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const
     }
 }
 
-/* One fp8 element from the f32 value x under code c with scale k (read only when c has a scale
- * convention): scale, sanitize (when asked), clamp, convert. */
-static uint8_t fp8_elem(const rk_fp8_code *c, rk_fp8_fmt fmt, const float *k, int sanitize, float x) {
-    switch (c->scale) {
+/* One fp8 element from the f32 value x under the scale convention `scale` with scale k (read only when there
+ * is a convention) and the bound sat: scale, sanitize (when asked), clamp, convert. */
+static uint8_t fp8_elem(rk_scale scale, float sat, rk_fp8_fmt fmt, const float *k, int sanitize, float x) {
+    switch (scale) {
     case RK_SCALE_MUL_RECIP: {
         float r = 1.0f / *k;
         x = x * r;
@@ -287,17 +287,17 @@ static uint8_t fp8_elem(const rk_fp8_code *c, rk_fp8_fmt fmt, const float *k, in
     }
     if (sanitize) {
         if (isnan(x)) x = 0.0f;
-        else if (isinf(x)) x = x > 0 ? c->sat : -c->sat;
+        else if (isinf(x)) x = x > 0 ? sat : -sat;
     }
-    if (x > c->sat) x = c->sat;
-    else if (x < -c->sat) x = -c->sat;
+    if (x > sat) x = sat;
+    else if (x < -sat) x = -sat;
     return rk_f32_to_fp8(x, fmt);
 }
 
 /* A query element of an fp8 query: rope values rounded to bf16 first when the policy says so. */
 static uint8_t q_fp8_elem(const rk_desc *v, const rk_args *a, float x, int rope) {
-    if (rope && v->q8.rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
-    return fp8_elem(&v->q8, v->fp8, a->q_scale, 0, x);
+    if (rope && v->q8_rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    return fp8_elem(v->q8_scale, v->q8_sat, v->fp8, a->q_scale, 0, x);
 }
 
 /* dst[0, R) = fp8(rope(x)) (an fp8 query); dst may overlap x: the row is read first. */
@@ -362,8 +362,8 @@ static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, 
         else r[j] = rope ? rk_f32_to_bf16(x) : raw;
         return;
     }
-    if (rope && v->kv8.rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
-    ((uint8_t *)row)[j] = fp8_elem(&v->kv8, v->fp8, a->k_scale, v->sanitize, x);
+    if (rope && v->kv8_rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
+    ((uint8_t *)row)[j] = fp8_elem(v->kv8_scale, v->kv8_sat, v->fp8, a->k_scale, v->sanitize, x);
 }
 
 /* Where a slot's latent and rope parts lie in their caches (ropekv_kv_layout; an fp8_tile row's rope part at
@@ -386,7 +386,7 @@ static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t 
 
 /* The tile scale of amax (see the definition above). */
 static float tile_scale(const rk_desc *v, float amax) {
-    float s = amax / v->kv8.sat;
+    float s = amax / v->kv8_sat;
     if (!(s >= 0x1p-126f)) s = 0x1p-126f;
     if (v->tile_scale == RK_TILE_POW2 && isfinite(s)) {
         int e;
@@ -405,7 +405,7 @@ static void write_tile_latent(const rk_desc *v, const uint16_t *k_nope, uint8_t 
             if (v->sanitize) x[j] = sanitize_bf16(x[j]);
             if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
         }
-        const float scale = tile_scale(v, amax), sat = v->kv8.sat;
+        const float scale = tile_scale(v, amax), sat = v->kv8_sat;
         for (int j = 0; j < v->tile; j++) {
             float y = x[j] / scale;
             if (y > sat) y = sat;
@@ -492,11 +492,11 @@ static void read_row(const rk_desc *v, const rk_args *a, int64_t t) {
         memcpy(out_rope, rope, (size_t)R * 2);
         return;
     }
-    const float k = v->kv8.scale == RK_SCALE_NONE ? 1.0f : *a->k_scale;
+    const float k = v->kv8_scale == RK_SCALE_NONE ? 1.0f : *a->k_scale;
     for (int j = 0; j < L + R; j++) {
         float x = rk_fp8_to_f32(j < L ? latent[j] : rope[j - L], v->fp8);
-        if (v->kv8.scale == RK_SCALE_MUL) x = x / k;
-        else if (v->kv8.scale != RK_SCALE_NONE) x = x * k;
+        if (v->kv8_scale == RK_SCALE_MUL) x = x / k;
+        else if (v->kv8_scale != RK_SCALE_NONE) x = x * k;
         (j < L ? out : out_rope)[j < L ? j : j - L] = rk_f32_to_bf16(x);
     }
 }

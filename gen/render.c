@@ -92,12 +92,57 @@ int rk_render(const char *tpl, size_t len, const rk_binding *b, int n, rk_buf *o
 static const char *const TEMPLATE_FILES[] = {"params.hip", "prelude.hip", "args.h",
                                              "kernel.hip", "read.hip",    "entry.hip"};
 
+/* The line of templates/params.hip that the constants replace. */
+static const char CONSTANTS_MARK[] = "//@ constants";
+
+/* A kernel constant of templates/params.hip, as template text:
+ *     constexpr <cxx> <name> = [<cxx>::]${<binding>};  // <comment>
+ * the comment at column 50 (two spaces after a longer declaration). */
+static int constant_line(rk_buf *out, const char *cxx, const char *name, int is_enum, const char *binding,
+                         const char *comment) {
+    char line[256];
+    const int n = snprintf(line, sizeof line, "constexpr %s %s = %s%s${%s};", cxx, name, is_enum ? cxx : "",
+                           is_enum ? "::" : "", binding);
+    if (!comment[0]) return rk_buf_printf(out, "%s\n", line);
+    return rk_buf_printf(out, "%s%*s// %s\n", line, n + 2 > 50 ? 2 : 50 - n, "", comment);
+}
+
+/* The constants: one a row of gen/params.def with one, in its order. */
+static int constants(rk_buf *out) {
+    int rc = ROPEKV_OK;
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) \
+    if (constant[0]) rc |= constant_line(out, cxx, constant, RK_PK_##kind == RK_PK_ENUM, binding, comment);
+#include "params.def"
+    return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
+}
+
+/* The start of the line of t that begins with mark, or NULL. */
+static const char *line_with(const char *t, size_t n, const char *mark) {
+    const size_t m = strlen(mark);
+    for (const char *c = t, *end = t + n; c + m <= end; c = memchr(c, '\n', (size_t)(end - c)), c = c ? c + 1 : end)
+        if (memcmp(c, mark, m) == 0) return c;
+    return NULL;
+}
+
 int rk_template_text(rk_buf *out, rk_err *err) {
     for (size_t i = 0; i < sizeof TEMPLATE_FILES / sizeof TEMPLATE_FILES[0]; i++) {
         size_t n;
         const char *t = rk_embedded(TEMPLATE_FILES[i], &n);
         if (!t) return rk_fail(err, ROPEKV_ERR_RENDER, "template %s is not embedded in this build", TEMPLATE_FILES[i]);
-        if (rk_buf_put(out, t, n)) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
+        if (i > 0) {
+            if (rk_buf_put(out, t, n)) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
+            continue;
+        }
+        /* params.hip: the constants of gen/params.def in place of its CONSTANTS_MARK line */
+        const char *mark = line_with(t, n, CONSTANTS_MARK), *rest;
+        if (!mark)
+            return rk_fail(err, ROPEKV_ERR_RENDER, "template %s has no '%s' line", TEMPLATE_FILES[i], CONSTANTS_MARK);
+        rest = memchr(mark, '\n', n - (size_t)(mark - t));
+        rest = rest ? rest + 1 : t + n;
+        int rc = rk_buf_put(out, t, (size_t)(mark - t));
+        if (rc == ROPEKV_OK) rc = constants(out);
+        if (rc == ROPEKV_OK) rc = rk_buf_put(out, rest, n - (size_t)(rest - t));
+        if (rc != ROPEKV_OK) return rk_fail(err, ROPEKV_ERR_NOMEM, "template: out of memory");
     }
     return ROPEKV_OK;
 }
@@ -135,11 +180,11 @@ static int header(const rk_desc *d, rk_buf *o) {
                         d->sanitize ? "true" : "false");
     if (d->kv == ROPEKV_KV_FP8_E4M3)
         rc |= rk_buf_printf(o, "//          fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n", rk_fp8_name(d->fp8),
-                            rk_scale_name(d->kv8.scale), (double)d->kv8.sat, d->kv8.rope_bf16 ? "true" : "false");
+                            rk_scale_name(d->kv8_scale), (double)d->kv8_sat, d->kv8_rope_bf16 ? "true" : "false");
     if (d->kv == ROPEKV_KV_FP8_TILE)
         rc |= rk_buf_printf(
             o, "//          fp8_tile=%s tile=%d scale=%s saturate=%.9g scales_at=%d rope_at=%d row_bytes=%d\n",
-            rk_fp8_name(d->fp8), d->tile, rk_enum_name(&rk_tile_scale_enum, d->tile_scale), (double)d->kv8.sat,
+            rk_fp8_name(d->fp8), d->tile, rk_enum_name(&rk_tile_scale_enum, d->tile_scale), (double)d->kv8_sat,
             d->scales_at, d->rope_at, d->row_bytes);
     if (d->op == ROPEKV_OP_READ)
         rc |= rk_buf_printf(o, "//          op=read negative_slot=%s\n", rk_enum_name(&rk_read_neg_enum, d->read_neg));
@@ -149,8 +194,8 @@ static int header(const rk_desc *d, rk_buf *o) {
                             rk_enum_name(&rk_norm_round_enum, d->norm_round));
     if (d->q_dtype != ROPEKV_Q_BF16)
         rc |= rk_buf_printf(o, "//          q_dtype=%s q_fp8=%s scale=%s saturate=%.9g rope_bf16_round=%s\n",
-                            rk_qdtype_name(d->q_dtype), rk_fp8_name(d->fp8), rk_scale_name(d->q8.scale),
-                            (double)d->q8.sat, d->q8.rope_bf16 ? "true" : "false");
+                            rk_qdtype_name(d->q_dtype), rk_fp8_name(d->fp8), rk_scale_name(d->q8_scale),
+                            (double)d->q8_sat, d->q8_rope_bf16 ? "true" : "false");
     rc |= rk_buf_printf(
         o,
         "//          target=%s vendor=%s wave=%d block=%d wide_block=%d wide_from=%lld chunks=%d nt_stores=%d pdl=%d "
@@ -161,27 +206,43 @@ static int header(const rk_desc *d, rk_buf *o) {
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
 }
 
-/* The template bindings: every value the kernel is specialized on, from the description. Enumerations
- * bind their spellings (the kernel's C++ enumerators); numbers bind decimal text. */
+/* A parameter's binding: a decimal, a C++ float literal, true / false, or the enum's spelling (NULL when the
+ * value has none). */
+static const char *bind_text(rk_param_kind kind, const rk_enum *e, double v, char *out, size_t cap) {
+    switch (kind) {
+    case RK_PK_INT: snprintf(out, cap, "%lld", (long long)v); return out;
+    case RK_PK_FLOAT: float_literal((float)v, out, cap); return out;
+    case RK_PK_BOOL: return v != 0 ? "true" : "false";
+    case RK_PK_ENUM: return rk_enum_name(e, (int)v);
+    }
+    return NULL;
+}
+
+/* The template bindings: every value the kernel is specialized on, from the description: a binding per row of
+ * gen/params.def that has one, then the target row's values and the kernel's name. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
+    enum {
+        N_PARAMS = 0
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) +1
+#include "params.def"
+    };
     const rk_arch *a = d->arch;
-    char block[16], wide_block[16], wave[16], chunks[16], L[16], R[16], sat[48], q_sat[48], tile[16], scales_at[16],
-        rope_at[16], eps[48];
-    snprintf(tile, sizeof tile, "%d", d->tile);
-    snprintf(scales_at, sizeof scales_at, "%d", d->scales_at);
-    snprintf(rope_at, sizeof rope_at, "%d", d->rope_at);
+    rk_binding bind[N_PARAMS + 10];
+    char text[N_PARAMS][48], block[16], wide_block[16], wave[16], chunks[16];
+    int n = 0;
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment)          \
+    if (binding[0]) {                                                                              \
+        bind[n].name = binding;                                                                    \
+        bind[n].value = bind_text(RK_PK_##kind, table, (double)d->field, text[n], sizeof text[n]); \
+        n++;                                                                                       \
+    }
+#include "params.def"
     snprintf(block, sizeof block, "%d", a->block);
     snprintf(wide_block, sizeof wide_block, "%d", a->wide_block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
-    snprintf(L, sizeof L, "%d", d->L);
-    snprintf(R, sizeof R, "%d", d->R);
-    float_literal(d->kv8.sat, sat, sizeof sat);
-    float_literal(d->q8.sat, q_sat, sizeof q_sat);
-    float_literal(d->norm_eps, eps, sizeof eps);
 #define FLAG(x) ((x) ? "1" : "0")
-#define BOOL(x) ((x) ? "true" : "false")
-    const rk_binding bind[] = {
+    const rk_binding target[] = {
         {"block", block},
         {"wide_block", wide_block},
         {"wave", wave},
@@ -191,44 +252,16 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"hw_bf16", FLAG(a->bf16_hw)},
         {"hw_fp8", FLAG(a->fp8_hw)},
         {"fp8_fnuz", FLAG(d->fp8 == RK_FP8_FNUZ)},
-        {"kv_lora_rank", L},
-        {"rope_dim", R},
-        {"rope", rk_rope_name(d->rope)},
-        {"cos_sin", rk_cos_sin_name(d->cos_sin)},
-        {"positions", rk_idx_name(d->pos)},
-        {"slots", rk_idx_name(d->slot)},
-        {"kv", rk_kv_name(d->kv)},
-        {"scale", rk_scale_name(d->kv8.scale)},
-        {"sat", sat},
-        {"rope_bf16", BOOL(d->kv8.rope_bf16)},
-        {"q_dtype", rk_qdtype_name(d->q_dtype)},
-        {"q_scale", rk_scale_name(d->q8.scale)},
-        {"q_sat", q_sat},
-        {"q_rope_bf16", BOOL(d->q8.rope_bf16)},
-        {"layout", rk_layout_name(d->layout)},
-        {"negative_slot", rk_neg_name(d->neg)},
-        {"q", rk_qform_name(d->q)},
-        {"sanitize", BOOL(d->sanitize)},
-        {"op", rk_op_name(d->op)},
-        {"tile", tile},
-        {"tile_scale", rk_enum_name(&rk_tile_scale_enum, d->tile_scale)},
-        {"scales_at", scales_at},
-        {"rope_at", rope_at},
-        {"read_negative_slot", rk_enum_name(&rk_read_neg_enum, d->read_neg)},
-        {"norm", rk_norm_name(d->norm)},
-        {"norm_weight", rk_enum_name(&rk_norm_weight_enum, d->norm_weight)},
-        {"norm_eps", eps},
-        {"norm_rounding", rk_enum_name(&rk_norm_round_enum, d->norm_round)},
         {"name", d->name},
     };
 #undef FLAG
-#undef BOOL
-    for (size_t i = 0; i < sizeof bind / sizeof bind[0]; i++)
+    for (size_t i = 0; i < sizeof target / sizeof target[0]; i++) bind[n++] = target[i];
+    for (int i = 0; i < n; i++)
         if (!bind[i].value) return rk_fail(err, ROPEKV_ERR_RENDER, "%s: '%s' has no spelling", d->key, bind[i].name);
     rk_buf tpl = {0};
     int rc = rk_template_text(&tpl, err);
     if (rc == ROPEKV_OK && header(d, out) != ROPEKV_OK) rc = rk_fail(err, ROPEKV_ERR_NOMEM, "emit: out of memory");
-    if (rc == ROPEKV_OK) rc = rk_render(tpl.p, tpl.len, bind, (int)(sizeof bind / sizeof bind[0]), out, err);
+    if (rc == ROPEKV_OK) rc = rk_render(tpl.p, tpl.len, bind, n, out, err);
     rk_buf_free(&tpl);
     return rc;
 }

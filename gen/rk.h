@@ -26,7 +26,7 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 
 /* ---- enumerations: one spelling table per enum ---------------------------------------------------
  * One row per value: X(enumerator, spelling, token). The spelling is what spec files, variant keys and
- * ropekv_kernel_info use, and the name of the kernel's C++ enumerator (templates/params.hip: a binding
+ * the public view (ropekv_kernel_param) use, and the name of the kernel's C++ enumerator (templates/params.hip: a binding
  * reads `constexpr Rope ROPE = Rope::gptj;`); the token is the value's part of a kernel name (no '_':
  * that separates a name's fields). Nothing depends on an enumerator's integer value. */
 /* clang-format off */
@@ -277,53 +277,53 @@ typedef struct rk_choice {
     ropekv_norm norm;
 } rk_choice;
 
-/* An fp8 output's code parameters (the policy resolved for the target's byte format); for a bf16
- * output the canonical {none, 0, 0}, so identical kernels get identical names. */
-typedef struct rk_fp8_code {
-    rk_scale scale;
-    float sat;
-    int rope_bf16;
-} rk_fp8_code;
+/* The kinds of a parameter's value (gen/params.def). */
+typedef enum { RK_PK_INT, RK_PK_FLOAT, RK_PK_BOOL, RK_PK_ENUM } rk_param_kind;
 
 /* One kernel: a spec on a target with one choice per enumerated dimension, and every code parameter that
  * follows from them. It is the only source of the variant key, the kernel name (formatted for people and
- * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan)
- * and the argument rules (runtime/args.c); ropekv_kernel_info reports it. */
+ * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan),
+ * the argument rules (runtime/args_check.c) and the public view (rk_desc_views). Its parameters are the rows
+ * of gen/params.def: the choices (kv, q, pos, slot, q_dtype, layout, op, norm; the read-back op has q none,
+ * pos int64 and q_dtype bf16), and the code parameters: L, R, rope, cos_sin, the target's fp8 byte format,
+ * the fp8 policies of the cache row (kv8_*) and of the query (q8_*), an fp8_tile row's layout, row_bytes,
+ * the negative-slot rules, sanitize and the fused kv_a RMSNorm's arithmetic. A parameter that does not apply
+ * holds a canonical value (0, or the first spelling), so identical kernels get identical names. */
 typedef struct rk_desc {
     const rk_spec *spec; /* the model spec (its file and description head the emitted source) */
     const rk_arch *arch; /* the target's row: wave, block, chunks, pdl, hardware conversions */
-    /* the choices */
-    ropekv_kv_dtype kv;
-    ropekv_q_form q;
-    ropekv_index pos;
-    ropekv_index slot;
-    ropekv_q_dtype q_dtype; /* bf16 for q form none (no query output) */
-    ropekv_kv_layout layout;
-    ropekv_op op; /* read: q is none, pos int64 and q_dtype bf16 (they do not apply) */
-    /* the code parameters */
-    int L, R; /* kv_lora_rank, qk_rope_head_dim */
-    rk_rope rope;
-    rk_cos_sin cos_sin;
-    rk_fp8_fmt fp8;  /* the target's fp8 byte format (arch->fp8), for the cache and the query */
-    rk_fp8_code kv8; /* an fp8 cache row's policy */
-    rk_fp8_code q8;  /* an fp8 query output's policy */
-    /* an fp8_tile row (else tile = 0, canonical zeros): kv8 holds {none, sat, 0} */
-    int tile;
-    rk_tile_scale tile_scale;
-    int scales_at, rope_at;
-    int row_bytes;        /* bytes of a cache row (of the latent part in the split layout) */
-    rk_read_neg read_neg; /* read: a row without a valid slot (zero for write kernels) */
-    rk_neg neg;
-    int sanitize;
-    /* the fused kv_a RMSNorm (norm none: canonical {bf16, 0, twice}) */
-    ropekv_norm norm;
-    rk_norm_weight norm_weight;
-    float norm_eps;
-    rk_norm_round norm_round;
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) type field;
+#include "params.def"
     char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
                        spec/target/kv/read/slot=...[/layout=...] */
     char name[224]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
+
+/* The public view of a description (ropekv_kernel_param): every row of gen/params.def with a public name, in
+ * its order, as a name, a kind and text. Values point into the description, its spec and arch row, the
+ * spelling tables or text[]: a view is valid while they are and must not be copied apart from them. */
+enum {
+    RK_VIEWS_MAX = 0
+#define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) +1
+#define RK_VIEW_TEXT(pub, expr, applies) +1
+#define RK_VIEW_NUMBER(pub, kind, expr) +1
+#include "params.def"
+};
+typedef struct rk_view {
+    const char *name;
+    ropekv_param_kind kind;
+    const char *value;
+} rk_view;
+typedef struct rk_views {
+    int n;
+    rk_view v[RK_VIEWS_MAX];
+    char text[RK_VIEWS_MAX][32]; /* the numbers' text */
+} rk_views;
+/* pdl: whether the context launches with programmatic dependent launch (the row's pdl is d->arch->pdl). */
+void rk_desc_views(const rk_desc *d, int pdl, rk_views *out);
+
+/* x as the shortest decimal ("%.Ng", N <= 9) that reads back as x: "448", "1e-06", "0". */
+void rk_float_text(float x, char *out, size_t cap);
 
 /* The description of (spec, arch, choices), whether or not the spec lists them (the build matrix
  * builds any spec for any row). ROPEKV_OK, or ROPEKV_ERR_ARG for a choice outside its enum,

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...) {
@@ -70,6 +71,13 @@ const char *rk_qdtype_name(ropekv_q_dtype q) { return rk_enum_name(&rk_qdtype_en
 const char *rk_layout_name(ropekv_kv_layout l) { return rk_enum_name(&rk_layout_enum, (int)l); }
 const char *rk_op_name(ropekv_op o) { return rk_enum_name(&rk_op_enum, (int)o); }
 const char *rk_norm_name(ropekv_norm n) { return rk_enum_name(&rk_norm_enum, (int)n); }
+
+void rk_float_text(float x, char *out, size_t cap) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(out, cap, "%.*g", digits, (double)x);
+        if (strtof(out, NULL) == x) return;
+    }
+}
 
 /* ---- architecture table ------------------------------------------------------------------------ */
 int rk_arch_max_block(const rk_arch *a) { return a->wide_block > a->block ? a->wide_block : a->block; }

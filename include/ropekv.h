@@ -67,6 +67,7 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_ERR_STRIDE, 602, "a stride lets rows overlap or is negative")                          \
     X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")      \
     X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                   \
+    X(ROPEKV_ERR_VERSION, 605, "a struct's size is invalid or newer than this library knows")       \
     X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                       \
     X(ROPEKV_ERR_IO, 901, "an I/O error")
 
@@ -91,7 +92,24 @@ typedef enum ropekv_backend {
     ROPEKV_BACKEND_HOST,     /* the system C++ compiler; runs on the CPU (pointers are host memory) */
 } ropekv_backend;
 
+/* ---- structs that grow ------------------------------------------------------------------------------
+ * The structs a caller fills (ropekv_options, ropekv_variant, ropekv_args) begin with their size, so that a later
+ * version can add fields without breaking programs built against this header. A struct only grows at its end, and
+ * every field's zero is its default; the library reads the first `size` bytes of the caller's struct and takes the
+ * fields past them as zero:
+ *   0             what zero-initializing gives: the struct as version 0.1 has it (every field of this header).
+ *                 Fields a later version adds are read only when size covers them: set size = sizeof(the struct),
+ *                 e.g. with ROPEKV_SIZED(ropekv_options), to use them.
+ *   sizeof(...)   of this header's struct or an older one: the fields up to there.
+ *   larger        (a newer header's struct): accepted when every byte past the library's struct is zero (fields
+ *                 this library does not know, left at their defaults); otherwise ROPEKV_ERR_VERSION, as is a size
+ *                 too small to hold the size field itself.
+ * So a program keeps working with a newer library, and one that sets only what an older library knows with an
+ * older one. */
+#define ROPEKV_SIZED(type) .size = sizeof(type) /* ropekv_args a = {ROPEKV_SIZED(ropekv_args), .tokens = n}; */
+
 typedef struct ropekv_options {
+    size_t size; /* 0, or sizeof(ropekv_options) (see "structs that grow") */
     ropekv_backend backend;
     int device;            /* device ordinal for hip/cuda */
     const char *target;    /* NULL: the device's (e.g. "gfx942:sramecc+:xnack-", "sm_90"); $ROPEKV_TARGET */
@@ -218,6 +236,7 @@ typedef enum ropekv_norm { ROPEKV_NORM_NONE = 0, ROPEKV_NORM_RMS, ROPEKV_NORM_RM
 
 /* Which kernel: zero-initialize, then set what differs from the defaults. */
 typedef struct ropekv_variant {
+    size_t size;        /* 0, or sizeof(ropekv_variant) (see "structs that grow") */
     const char *spec;   /* spec name, e.g. "deepseek_v3" (required) */
     ropekv_kv_dtype kv; /* cache dtype; fp8 uses the target's format (FNUZ on gfx942, else OCP) */
     ropekv_q_form q;
@@ -235,6 +254,7 @@ typedef struct ropekv_variant {
  * Tkv = the tokens with a KV row (kv_tokens; T unless set), P = max(T, Tkv). */
 #define ROPEKV_KV_TOKENS_NONE (-1) /* ropekv_args.kv_tokens: no token has a KV row */
 typedef struct ropekv_args {
+    size_t size;           /* 0, or sizeof(ropekv_args) (see "structs that grow") */
     int64_t tokens, heads; /* T >= 0, 1 <= H <= 65536 */
     const void *q_nope;
     int64_t q_nope_st, q_nope_sh; /* [T, H, L] bf16 (absorbed) */
@@ -307,11 +327,68 @@ ROPEKV_API void ropekv_kernel_release(ropekv_kernel *k);
 ROPEKV_API ropekv_status ropekv_kernel_prepare(ropekv_kernel *k, unsigned entries);
 
 /* The extern "C" kernel name, which spells every parameter of the code (for logs and cache listings;
- * read the parameters with ropekv_kernel_info, not from the name). */
+ * read the parameters with ropekv_kernel_param, not from the name). */
 ROPEKV_API const char *ropekv_kernel_name(const ropekv_kernel *k);
 
-/* What a kernel is: its variant and every parameter of its code and launch. Strings are the spellings
- * of the spec files and stay valid while the context lives. */
+/* ---- what a kernel is: its parameters, one at a time ------------------------------------------------
+ * Every parameter of a kernel's code and launch, by index or by name, as text of one of these kinds: */
+typedef enum ropekv_param_kind {
+    ROPEKV_PARAM_TEXT = 0, /* a spelling of the spec files ("gptj", "fp8_e4m3"), a name, a key or the spec's words;
+                              "" where the parameter does not apply to the kernel */
+    ROPEKV_PARAM_INT,      /* a decimal integer */
+    ROPEKV_PARAM_FLOAT,    /* a float32 as the shortest decimal that reads back as it ("448", "1e-06") */
+    ROPEKV_PARAM_BOOL,     /* "true" or "false" */
+} ropekv_param_kind;
+/* The parameters, in this order (a later version may add others; a name keeps its meaning):
+ *   name, key, spec, target   the kernel name (ropekv_kernel_name), the variant key
+ *                             ("deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64"), the spec's name, the row of
+ *                             specs/archs.lua the code is built for
+ *   kv_lora_rank, rope_dim    L and R (INT): rows are L + R wide
+ *   rope, cos_sin             "gptj", "neox" or "none"; "f32_cat", "f32_split" or "bf16_split"
+ *   positions, slots          the index dtypes, "int64" or "int32"
+ *   kv                        the cache row format (ropekv_kv_dtype's spelling: "bf16", "fp8_e4m3", "fp8_tile")
+ *   fp8_format                an fp8 or fp8_tile cache: the target's fp8 bytes, "ocp" or "fnuz"
+ *   fp8_scale, fp8_saturate, fp8_rope_bf16_round
+ *                             the cache's fp8 policy: scale convention ("none" for bf16 and fp8_tile), saturation
+ *                             bound (FLOAT; 0 for bf16), the rope part rounded to bf16 first (BOOL)
+ *   fp8_matches               the spec's word on whose convention its fp8 policy follows ("" if none)
+ *   negative_slot             "skip_kv" or "skip_all"
+ *   q, q_dtype                the q form ("absorbed", "zero_copy", "inplace", "none") and the query output's dtype
+ *                             ("bf16" or "fp8_e4m3"; "bf16" for q form none)
+ *   q_fp8_format              an fp8 query output: "ocp" or "fnuz"
+ *   layout                    where the KV rows lie: "flat", "paged" or "split"
+ *   q_fp8_scale, q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches
+ *                             the query output's fp8 policy, as the cache's ("none", 0, false for a bf16 query)
+ *   sanitize                  BOOL: NaN -> 0, +-inf -> +-max finite in the KV row
+ *   op                        "write" or "read"
+ *   fp8_tile, fp8_tile_scale, fp8_tile_scales_at, fp8_tile_rope_at
+ *                             an fp8_tile row: values per tile (INT, else 0), "f32" or "pow2", the byte offsets of
+ *                             the float32 tile scales and of the bf16 rope part
+ *   row_bytes                 INT: bytes of one cache row (of the latent part alone in the split layout)
+ *   read_negative_slot        read: "zero" or "skip" (what a row without a valid slot gets)
+ *   norm, norm_weight, norm_eps, norm_rounding, norm_matches
+ *                             the fused kv_a RMSNorm ("none", "rms", "rms_out"), and with one its weight's dtype
+ *                             ("bf16", "f32"), eps (FLOAT, else 0), rounding ("twice", "once") and the spec's word
+ *   block, wide_block, wide_from
+ *                             INT: threads per block of a launch of fewer than wide_from 16-byte chunks, of larger
+ *                             launches, and that bound (a launch's chunks: tokens x lanes, docs/architecture.md)
+ *   pdl                       BOOL: launches use programmatic dependent launch on this context
+ * Text stays valid while the context lives. */
+
+/* The number of parameters of k (0 for NULL). */
+ROPEKV_API int ropekv_kernel_param_count(const ropekv_kernel *k);
+/* Parameter i, 0 <= i < ropekv_kernel_param_count(k): its name, its value as text and its kind (each output may be
+ * NULL). ROPEKV_OK, ROPEKV_ERR_NULL for a NULL k, ROPEKV_ERR_ARG for an i out of range; on failure the outputs are
+ * left as they are. */
+ROPEKV_API ropekv_status ropekv_kernel_param(const ropekv_kernel *k, int i, const char **name, const char **value,
+                                             ropekv_param_kind *kind);
+/* The same by name: ROPEKV_ERR_NULL for a NULL k or name, ROPEKV_ERR_ARG for a name the library does not have. */
+ROPEKV_API ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name, const char **value,
+                                                  ropekv_param_kind *kind);
+
+/* Deprecated: ropekv_kernel_param reads the same parameters and the ones added since; this struct no longer grows.
+ * What a kernel is: its variant and every parameter of its code and launch as of version 0.1. Strings are the
+ * spellings of the spec files and stay valid while the context lives. */
 typedef struct ropekv_kernel_params {
     const char *name;   /* the kernel name (ropekv_kernel_name) */
     const char *key;    /* "deepseek_v3/sm_90/fp8_e4m3/absorbed/pos=int64/slot=int64" */

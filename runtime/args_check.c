@@ -132,7 +132,7 @@ static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan 
     if (T > 0) {
         CHECK(a->out, ROPEKV_ERR_NULL, "out is NULL (the read-back op's output)");
         CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
-        CHECK(p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+        CHECK(p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8_scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
               "k_scale is NULL (fp8 cache with a scale)");
         ropekv_status st = cache_check(p, a, &kv_extent, &rope_extent, err);
         if (st != ROPEKV_OK) return st;
@@ -197,9 +197,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
     CHECK(!tables || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
           "sin is NULL (the spec's cos/sin tables are split)");
-    CHECK(!has_kv || p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8.scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
+    CHECK(!has_kv || p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8_scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
           "k_scale is NULL (fp8 cache with a scale)");
-    CHECK(!has_q || !q8 || p->q8.scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
+    CHECK(!has_q || !q8 || p->q8_scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
           "q_scale is NULL (fp8 query with a scale)");
     const int norm = p->norm != ROPEKV_NORM_NONE && has_kv, norm_out = p->norm == ROPEKV_NORM_RMS_OUT && has_kv;
     const int64_t w_bytes = p->norm_weight == RK_NW_F32 ? 4 : 2;

@@ -40,6 +40,42 @@ const char *ropekv_status_message(ropekv_status s) {
     return "unknown status";
 }
 
+/* ---- structs that grow (include/ropekv.h) -------------------------------------------------------------- */
+/* The end of a struct's field: the structs of version 0.1 end at their last field, which a size of 0 reads up to.
+ * A field added later goes past the struct's sizeof then, so these stay. */
+#define END_OF_(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define OPTIONS_0_1 END_OF_(ropekv_options, compile_only)
+#define VARIANT_0_1 END_OF_(ropekv_variant, norm)
+#define ARGS_0_1 END_OF_(ropekv_args, norm_out_st)
+#define SIZE_MAX_ 4096 /* no version of a struct is larger: a size past it is not one */
+
+/* The caller's struct `in` (named what), whose size field says how much of it there is (0: base bytes), as the
+ * library's struct `out` of `have` bytes: the caller's bytes, then zeros; its size is `have`. A caller's struct
+ * larger than the library's may only have zeros past it. ROPEKV_OK, or ROPEKV_ERR_VERSION with the reason in why. */
+static ropekv_status sized_in(const void *in, size_t base, void *out, size_t have, const char *what, char *why,
+                              size_t cap) {
+    size_t size;
+    memcpy(&size, in, sizeof size);
+    const size_t n = size ? size : base;
+    if (n < sizeof size || n > SIZE_MAX_) {
+        snprintf(why, cap, "%s.size is %zu: not the size of a version of %s (0 or sizeof(%s))", what, size, what, what);
+        return ROPEKV_ERR_VERSION;
+    }
+    for (size_t i = have; i < n; i++)
+        if (((const unsigned char *)in)[i]) {
+            snprintf(why, cap,
+                     "%s.size is %zu, and byte %zu, past the %zu bytes of this library's %s (ropekv %s), is not zero: "
+                     "the caller sets a field of a newer version",
+                     what, size, i, have, what, ROPEKV_VERSION_STRING);
+            return ROPEKV_ERR_VERSION;
+        }
+    const size_t m = n < have ? n : have;
+    memcpy(out, in, m);
+    memset((unsigned char *)out + m, 0, have - m);
+    memcpy(out, &have, sizeof have);
+    return ROPEKV_OK;
+}
+
 /* ---- context ---------------------------------------------------------------------------------- */
 #define RK_MAX_RO_LAYERS 8 /* read-only cache layers per context; more are ignored with a warning */
 
@@ -56,6 +92,7 @@ struct ropekv_kernel {
     char *error;
     rk_spec spec;      /* the spec it was described from (d.spec points here) */
     rk_desc d;         /* the description: name, key, code parameters, launch and argument rules */
+    rk_views views;    /* its public view (ropekv_kernel_param), pointing into spec and d */
     void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
     void *fn[2];       /* fn[1] is set (atomically) once built */
     int wide_building; /* under ctx->mu */
@@ -250,6 +287,13 @@ static int open_backend(ropekv_ctx *c, const rk_backend_ops *ops, int ordinal, c
 ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     if (!out) return ROPEKV_ERR_NULL;
     *out = NULL;
+    ropekv_options opts;
+    char bad[512];
+    if (o && sized_in(o, OPTIONS_0_1, &opts, sizeof opts, "ropekv_options", bad, sizeof bad) != ROPEKV_OK) {
+        fprintf(stderr, "ropekv: error: %s\n", bad);
+        return ROPEKV_ERR_VERSION;
+    }
+    if (o) o = &opts;
     ropekv_ctx *c = calloc(1, sizeof *c);
     if (!c) return ROPEKV_ERR_NOMEM;
     pthread_mutex_init(&c->mu, NULL);
@@ -755,6 +799,27 @@ static ropekv_status build(ropekv_ctx *c, ropekv_kernel *k, int wide, void **fn)
 }
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
+/* The caller's variant as the library's struct (sized_in): ROPEKV_OK, or ROPEKV_ERR_VERSION recorded on c. */
+static ropekv_status variant_in(ropekv_ctx *c, const ropekv_variant *v, ropekv_variant *out) {
+    char why[512];
+    if (sized_in(v, VARIANT_0_1, out, sizeof *out, "ropekv_variant", why, sizeof why) != ROPEKV_OK)
+        return fail(c, ROPEKV_ERR_VERSION, "%s", why);
+    return ROPEKV_OK;
+}
+
+/* The caller's arguments *a as the library's struct: *a itself when it is one (its size sizeof, or 0 while the
+ * struct is version 0.1's), else a copy in *buf that *a then points to. ROPEKV_OK, or ROPEKV_ERR_VERSION recorded
+ * on c. */
+static ropekv_status args_in(ropekv_ctx *c, const ropekv_args **a, ropekv_args *buf) {
+    const ropekv_args *in = *a;
+    if (!in || in->size == sizeof *in || (in->size == 0 && ARGS_0_1 == sizeof *in)) return ROPEKV_OK;
+    char why[512];
+    if (sized_in(in, ARGS_0_1, buf, sizeof *buf, "ropekv_args", why, sizeof why) != ROPEKV_OK)
+        return fail(c, ROPEKV_ERR_VERSION, "%s", why);
+    *a = buf;
+    return ROPEKV_OK;
+}
+
 static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
     const rk_choice have = choice_of(&k->v), want = choice_of(v);
     return memcmp(&have, &want, sizeof have) == 0 && k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
@@ -769,7 +834,11 @@ static unsigned spec_generation(const ropekv_ctx *c, const char *spec) {
 ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_kernel **out) {
     if (!c || !out) return c ? fail(c, ROPEKV_ERR_NULL, "kernel_get: NULL out") : ROPEKV_ERR_NULL;
     *out = NULL;
-    if (!v || !v->spec) return fail(c, ROPEKV_ERR_NULL, "variant or variant.spec is NULL");
+    ropekv_variant vin;
+    if (!v) return fail(c, ROPEKV_ERR_NULL, "variant is NULL");
+    if (variant_in(c, v, &vin) != ROPEKV_OK) return ROPEKV_ERR_VERSION;
+    v = &vin;
+    if (!v->spec) return fail(c, ROPEKV_ERR_NULL, "variant.spec is NULL");
     if (strlen(v->spec) >= sizeof((ropekv_kernel *)0)->spec_name)
         return fail(c, ROPEKV_ERR_NO_SPEC, "no spec named '%.64s...': name too long", v->spec);
 
@@ -811,6 +880,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
     if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
     k->d.spec = &k->spec;
+    if (s == ROPEKV_OK) rk_desc_views(&k->d, c->pdl, &k->views);
     void *fn = NULL;
     if (s == ROPEKV_OK) s = build(c, k, 0, &fn);
 
@@ -864,17 +934,17 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .rope = rk_rope_name(d->rope),
         .cos_sin = rk_cos_sin_name(d->cos_sin),
         .fp8_format = fp8 ? rk_fp8_name(d->fp8) : "",
-        .fp8_scale = rk_scale_name(d->kv8.scale),
-        .fp8_saturate = d->kv8.sat,
-        .fp8_rope_bf16_round = d->kv8.rope_bf16,
+        .fp8_scale = rk_scale_name(d->kv8_scale),
+        .fp8_saturate = d->kv8_sat,
+        .fp8_rope_bf16_round = d->kv8_rope_bf16,
         .fp8_matches = d->kv == ROPEKV_KV_FP8_TILE ? d->spec->tile.matches
                        : fp8                       ? d->spec->fp8.matches
                                                    : "",
         .q_dtype = d->q_dtype,
         .q_fp8_format = q8 ? rk_fp8_name(d->fp8) : "",
-        .q_fp8_scale = rk_scale_name(d->q8.scale),
-        .q_fp8_saturate = d->q8.sat,
-        .q_fp8_rope_bf16_round = d->q8.rope_bf16,
+        .q_fp8_scale = rk_scale_name(d->q8_scale),
+        .q_fp8_saturate = d->q8_sat,
+        .q_fp8_rope_bf16_round = d->q8_rope_bf16,
         .q_fp8_matches = q8 ? d->spec->q_fp8.matches : "",
         .layout = d->layout,
         .negative_slot = rk_neg_name(d->neg),
@@ -897,6 +967,27 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .wide_from = d->arch->wide_from,
     };
     return ROPEKV_OK;
+}
+
+int ropekv_kernel_param_count(const ropekv_kernel *k) { return k ? k->views.n : 0; }
+
+ropekv_status ropekv_kernel_param(const ropekv_kernel *k, int i, const char **name, const char **value,
+                                  ropekv_param_kind *kind) {
+    if (!k) return ROPEKV_ERR_NULL;
+    if (i < 0 || i >= k->views.n) return ROPEKV_ERR_ARG;
+    const rk_view *v = &k->views.v[i];
+    if (name) *name = v->name;
+    if (value) *value = v->value;
+    if (kind) *kind = v->kind;
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name, const char **value,
+                                       ropekv_param_kind *kind) {
+    if (!k || !name) return ROPEKV_ERR_NULL;
+    for (int i = 0; i < k->views.n; i++)
+        if (strcmp(k->views.v[i].name, name) == 0) return ropekv_kernel_param(k, i, NULL, value, kind);
+    return ROPEKV_ERR_ARG;
 }
 
 /* The 64-bit entry, built by ropekv_kernel_prepare or the first launch that needs it (2^31 or more
@@ -935,7 +1026,10 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     ropekv_ctx *c = k->ctx;
     rk_plan pl;
     rk_err err = {0};
-    ropekv_status s = rk_args_check(&k->d, a, &pl, &err);
+    ropekv_args buf;
+    ropekv_status s = args_in(c, &a, &buf);
+    if (s != ROPEKV_OK) return s;
+    s = rk_args_check(&k->d, a, &pl, &err);
     if (s != ROPEKV_OK) return fail(c, s, "%s", err.msg);
     if (pl.total == 0) return ROPEKV_OK;
     if (c->compile_only)
@@ -958,10 +1052,14 @@ ropekv_status ropekv_query(ropekv_ctx *c, const ropekv_variant *v, const ropekv_
         rk_spec spec;
         rk_desc d;
         rk_plan pl;
+        ropekv_variant v;
+        ropekv_args a;
     } *q = malloc(sizeof *q);
     if (!q) return fail(c, ROPEKV_ERR_NOMEM, "query: out of memory");
     unsigned gen;
-    ropekv_status s = describe(c, v, &q->spec, &gen, &q->d);
+    ropekv_status s = v ? variant_in(c, v, &q->v) : ROPEKV_OK;
+    if (s == ROPEKV_OK) s = args_in(c, &a, &q->a);
+    if (s == ROPEKV_OK) s = describe(c, v ? &q->v : NULL, &q->spec, &gen, &q->d);
     q->d.spec = &q->spec;
     if (s == ROPEKV_OK && a) {
         rk_err err = {0};

@@ -27,32 +27,5 @@ enum class Norm { none, rms, rms_out };
 enum class NormWeight { bf16, f32 };
 enum class NormRounding { twice, once };
 
-constexpr int L = ${kv_lora_rank};                // kv_lora_rank
-constexpr int R = ${rope_dim};                    // qk_rope_head_dim
-constexpr Rope ROPE = Rope::${rope};
-constexpr CosSin COS_SIN = CosSin::${cos_sin};    // layout of the cos/sin tables
-constexpr Index POS = Index::${positions};        // dtype of positions[]
-constexpr Index SLOT = Index::${slots};           // dtype of slots[]
-constexpr Kv KV = Kv::${kv};                      // cache dtype
-constexpr Scale SCALE = Scale::${scale};          // fp8 scale convention (none for a bf16 cache)
-constexpr float SAT = ${sat};                     // fp8 saturation bound
-constexpr bool ROPE_BF16 = ${rope_bf16};          // round the KV rope part to bf16 before fp8
-constexpr Neg NEG = Neg::${negative_slot};        // what a negative slot skips
-constexpr QForm QFORM = QForm::${q};
-constexpr QDtype Q_DTYPE = QDtype::${q_dtype};  // query output dtype
-constexpr Layout LAYOUT = Layout::${layout};      // where a slot's KV row lies
-constexpr Scale Q_SCALE = Scale::${q_scale};      // fp8 query: scale convention with q_scale
-constexpr float Q_SAT = ${q_sat};                 // fp8 query: saturation bound
-constexpr bool Q_ROPE_BF16 = ${q_rope_bf16};      // fp8 query: round the rope part to bf16 first
-constexpr bool SANITIZE = ${sanitize};            // NaN -> 0, +-inf -> +-max finite in the KV row
-constexpr Op OP = Op::${op};                      // the kernel family: the fused write, or the read-back
-constexpr int TILE = ${tile};                     // fp8_tile row: values per tile (0 for other rows)
-constexpr TileScale TILE_SCALE = TileScale::${tile_scale};  // fp8_tile row: scale kept as f32 or rounded up to 2^k
-constexpr int SCALES_AT = ${scales_at};           // fp8_tile row: byte offset of the float32 tile scales
-constexpr int ROPE_AT = ${rope_at};               // fp8_tile row: byte offset of the bf16 rope part
-constexpr ReadNeg READ_NEG = ReadNeg::${read_negative_slot};  // read: a row without a valid slot
-constexpr Norm NORM = Norm::${norm};              // the fused kv_a RMSNorm of c_kv (rms_out: also written out)
-constexpr NormWeight NORM_WEIGHT = NormWeight::${norm_weight};  // its weight's dtype
-constexpr float NORM_EPS = ${norm_eps};           // its eps
-constexpr NormRounding NORM_ROUNDING = NormRounding::${norm_rounding};  // bf16(bf16(x * r) * w) or bf16(x * r * w)
+//@ constants: one per row of gen/params.def with a kernel constant (written here by gen/render.c)
 }  // namespace rkp

@@ -457,6 +457,128 @@ static void test_kernel_info(void **state) {
     ropekv_destroy(c);
 }
 
+/* Parameter `name` of k is `want` of kind `kind`. */
+static void expect_param(const ropekv_kernel *k, const char *name, ropekv_param_kind kind, const char *want) {
+    const char *got = NULL;
+    ropekv_param_kind got_kind = (ropekv_param_kind)-1;
+    if (ropekv_kernel_param_find(k, name, &got, &got_kind) != ROPEKV_OK) fail_msg("no parameter '%s'", name);
+    if (got_kind != kind || strcmp(got, want) != 0)
+        fail_msg("%s: parameter %s is '%s' (kind %d), ropekv_kernel_info's '%s' (kind %d)", ropekv_kernel_name(k), name,
+                 got, (int)got_kind, want, (int)kind);
+}
+
+static void expect_int(const ropekv_kernel *k, const char *name, long long want) {
+    char text[32];
+    snprintf(text, sizeof text, "%lld", want);
+    expect_param(k, name, ROPEKV_PARAM_INT, text);
+}
+
+/* A float parameter: its text reads back as want. */
+static void expect_float(const ropekv_kernel *k, const char *name, float want) {
+    const char *got = NULL;
+    ropekv_param_kind kind = (ropekv_param_kind)-1;
+    assert_int_equal(ropekv_kernel_param_find(k, name, &got, &kind), ROPEKV_OK);
+    if (kind != ROPEKV_PARAM_FLOAT || strtof(got, NULL) != want)
+        fail_msg("%s: parameter %s is '%s' (kind %d), not the float %.9g", ropekv_kernel_name(k), name, got, (int)kind,
+                 (double)want);
+}
+
+/* Every field of the deprecated ropekv_kernel_params has its parameter, of the same value. */
+static void expect_params_as_info(const ropekv_kernel *k) {
+    ropekv_kernel_params p;
+    assert_int_equal(ropekv_kernel_info(k, &p), ROPEKV_OK);
+#define TEXT_(f) expect_param(k, #f, ROPEKV_PARAM_TEXT, p.f)
+#define BOOL_(f) expect_param(k, #f, ROPEKV_PARAM_BOOL, p.f ? "true" : "false")
+    TEXT_(name), TEXT_(key), TEXT_(spec), TEXT_(target);
+    expect_int(k, "kv_lora_rank", p.kv_lora_rank), expect_int(k, "rope_dim", p.rope_dim);
+    expect_param(k, "kv", ROPEKV_PARAM_TEXT, rk_kv_name(p.kv));
+    expect_param(k, "q", ROPEKV_PARAM_TEXT, rk_qform_name(p.q));
+    expect_param(k, "positions", ROPEKV_PARAM_TEXT, rk_idx_name(p.positions));
+    expect_param(k, "slots", ROPEKV_PARAM_TEXT, rk_idx_name(p.slots));
+    TEXT_(rope), TEXT_(cos_sin), TEXT_(fp8_format), TEXT_(fp8_scale), TEXT_(fp8_matches);
+    expect_float(k, "fp8_saturate", p.fp8_saturate);
+    BOOL_(fp8_rope_bf16_round);
+    expect_param(k, "q_dtype", ROPEKV_PARAM_TEXT, rk_qdtype_name(p.q_dtype));
+    TEXT_(q_fp8_format), TEXT_(q_fp8_scale), TEXT_(q_fp8_matches);
+    expect_float(k, "q_fp8_saturate", p.q_fp8_saturate);
+    BOOL_(q_fp8_rope_bf16_round);
+    expect_param(k, "layout", ROPEKV_PARAM_TEXT, rk_layout_name(p.layout));
+    TEXT_(negative_slot);
+    BOOL_(sanitize);
+    expect_int(k, "block", p.block), expect_int(k, "wide_block", p.wide_block), expect_int(k, "wide_from", p.wide_from);
+    BOOL_(pdl);
+    expect_param(k, "op", ROPEKV_PARAM_TEXT, rk_op_name(p.op));
+    TEXT_(read_negative_slot);
+    expect_int(k, "fp8_tile", p.fp8_tile), expect_int(k, "fp8_tile_scales_at", p.fp8_tile_scales_at);
+    expect_int(k, "fp8_tile_rope_at", p.fp8_tile_rope_at), expect_int(k, "row_bytes", p.row_bytes);
+    TEXT_(fp8_tile_scale);
+    expect_param(k, "norm", ROPEKV_PARAM_TEXT, rk_norm_name(p.norm));
+    TEXT_(norm_weight), TEXT_(norm_rounding), TEXT_(norm_matches);
+    expect_float(k, "norm_eps", p.norm_eps);
+#undef TEXT_
+#undef BOOL_
+}
+
+/* ropekv_kernel_param: every parameter by index, each name once, the values of ropekv_kernel_info for kernels of
+ * every row format, op, query dtype and norm; by name too; an index or name out of range is ROPEKV_ERR_ARG. */
+static void test_kernel_params(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    const ropekv_variant vs[] = {
+        DS_FP8,
+        {.spec = "deepseek_v3"},
+        {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .q_dtype = ROPEKV_Q_FP8_E4M3, .layout = ROPEKV_KV_PAGED},
+        {.spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3, .op = ROPEKV_OP_READ, .slots = ROPEKV_INDEX_INT32},
+        {.spec = "deepseek_v3", .q = ROPEKV_Q_INPLACE, .norm = ROPEKV_NORM_RMS_OUT},
+        {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED},
+        {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .op = ROPEKV_OP_READ},
+        {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_SPLIT},
+    };
+    for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+        ropekv_kernel *k;
+        assert_int_equal(ropekv_kernel_get(c, &vs[v], &k), ROPEKV_OK);
+        const int n = ropekv_kernel_param_count(k);
+        assert_true(n >= 42);
+        for (int i = 0; i < n; i++) {
+            const char *name = NULL, *value = NULL;
+            ropekv_param_kind kind = (ropekv_param_kind)-1;
+            assert_int_equal(ropekv_kernel_param(k, i, &name, &value, &kind), ROPEKV_OK);
+            assert_non_null(name);
+            assert_non_null(value);
+            assert_true(kind >= ROPEKV_PARAM_TEXT && kind <= ROPEKV_PARAM_BOOL);
+            assert_true(kind == ROPEKV_PARAM_TEXT || value[0]); /* numbers are never empty */
+            for (int j = 0; j < i; j++) {
+                const char *other;
+                assert_int_equal(ropekv_kernel_param(k, j, &other, NULL, NULL), ROPEKV_OK);
+                assert_string_not_equal(name, other);
+            }
+        }
+        expect_params_as_info(k);
+        ropekv_kernel_release(k);
+    }
+    ropekv_kernel *k;
+    const char *name = "unchanged", *value = "unchanged";
+    ropekv_param_kind kind;
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    expect_param(k, "kv", ROPEKV_PARAM_TEXT, "fp8_e4m3");
+    expect_param(k, "fp8_saturate", ROPEKV_PARAM_FLOAT, "448");
+    expect_param(k, "sanitize", ROPEKV_PARAM_BOOL, "false");
+    expect_param(k, "kv_lora_rank", ROPEKV_PARAM_INT, "512");
+    assert_int_equal(ropekv_kernel_param(k, 0, &name, NULL, &kind), ROPEKV_OK);
+    assert_string_equal(name, "name");
+    assert_int_equal(ropekv_kernel_param(k, -1, &name, &value, &kind), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_param(k, ropekv_kernel_param_count(k), &name, &value, NULL), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_param_find(k, "no_such_parameter", &value, &kind), ROPEKV_ERR_ARG);
+    assert_string_equal(name, "name");
+    assert_string_equal(value, "unchanged");
+    assert_int_equal(ropekv_kernel_param(NULL, 0, &name, &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_find(NULL, "kv", &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_find(k, NULL, &value, &kind), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_param_count(NULL), 0);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 /* ---- argument checks: one failing case per rule ------------------------------------------------- */
 enum { L = 512, R = 64, W = 576, T = 4, H = 2 };
 static uint16_t q[T * H * W + 8], qo[T * H * W + 8], kbuf[T * W + 8];
@@ -497,6 +619,112 @@ static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status
     if (s != want)
         fail_msg("want %s, got %s (%s)", ropekv_status_name(want), ropekv_status_name(s), ropekv_last_error(c));
     if (text && !strstr(ropekv_last_error(c), text)) fail_msg("'%s' not in '%s'", text, ropekv_last_error(c));
+}
+
+/* The structs that grow (include/ropekv.h). A caller built against an older, shorter struct passes its size, and the
+ * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (compile_only
+ * without a target, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
+ * accepted while the bytes past the library's are zero, else refused with ROPEKV_ERR_VERSION, as is a size smaller
+ * than the size field. */
+static void test_struct_sizes(void **state) {
+    (void)state;
+    char why[1024];
+    /* options of a version without pdl, pdl_prefetch, cache_ro and compile_only */
+    typedef struct {
+        size_t size;
+        ropekv_backend backend;
+        int device;
+        const char *target, *cache_dir;
+        int disk_cache, log;
+    } options_old;
+    union {
+        options_old old;
+        ropekv_options now;
+    } o;
+    memset(&o, 0xff, sizeof o);
+    o.old = (options_old){.size = sizeof o.old, .backend = ROPEKV_BACKEND_HOST, .disk_cache = -1};
+    ropekv_ctx *c = NULL;
+    assert_int_equal(ropekv_create(&c, &o.now), ROPEKV_OK);
+    assert_string_equal(ropekv_backend_name(c), "host");
+    ropekv_destroy(c);
+    struct {
+        ropekv_options now;
+        int64_t later; /* a field of a newer version */
+    } big = {.now = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1}};
+    big.now.size = sizeof big;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_OK);
+    ropekv_destroy(c);
+    big.later = 1;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_ERR_VERSION);
+    assert_null(c);
+    big.later = 0;
+    big.now.size = 4;
+    assert_int_equal(ropekv_create(&c, &big.now), ROPEKV_ERR_VERSION);
+
+    /* a variant of a version without q_dtype, layout, op and norm: the same kernel as the full one's */
+    c = open_ctx(NULL);
+    typedef struct {
+        size_t size;
+        const char *spec;
+        ropekv_kv_dtype kv;
+        ropekv_q_form q;
+        ropekv_index positions, slots;
+    } variant_old;
+    union {
+        variant_old old;
+        ropekv_variant now;
+    } v;
+    memset(&v, 0xff, sizeof v);
+    v.old = (variant_old){.size = sizeof v.old, .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+    ropekv_kernel *k, *k2;
+    assert_int_equal(ropekv_kernel_get(c, &v.now, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k2), ROPEKV_OK);
+    assert_ptr_equal(k, k2);
+    ropekv_kernel_release(k2);
+    assert_int_equal(ropekv_query(c, &v.now, NULL, why, sizeof why), ROPEKV_OK);
+    struct {
+        ropekv_variant now;
+        int later;
+    } bigv = {.now = DS_FP8, .later = 7};
+    bigv.now.size = sizeof bigv;
+    assert_int_equal(ropekv_kernel_get(c, &bigv.now, &k2), ROPEKV_ERR_VERSION);
+    assert_null(k2);
+    assert_non_null(strstr(ropekv_last_error(c), "ropekv_variant.size"));
+    assert_int_equal(ropekv_query(c, &bigv.now, NULL, why, sizeof why), ROPEKV_ERR_VERSION);
+    assert_non_null(strstr(why, "a field of a newer version"));
+    bigv.later = 0;
+    assert_int_equal(ropekv_kernel_get(c, &bigv.now, &k2), ROPEKV_OK);
+    assert_ptr_equal(k, k2);
+    ropekv_kernel_release(k2);
+
+    /* launch arguments of a version without the norm's fields */
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    union {
+        ropekv_args now;
+        unsigned char bytes[sizeof(ropekv_args)];
+    } a;
+    const ropekv_args good = good_args();
+    memset(&a, 0xff, sizeof a);
+    memcpy(&a, &good, offsetof(ropekv_args, norm_weight));
+    a.now.size = offsetof(ropekv_args, norm_weight);
+    assert_int_equal(ropekv_launch(k, &a.now, NULL), ROPEKV_OK);
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a.now, why, sizeof why), ROPEKV_OK);
+    a.now.size = sizeof a.now; /* the same bytes read whole: the norm_weight of 0xff bytes is refused */
+    assert_int_equal(ropekv_launch(k, &a.now, NULL), ROPEKV_ERR_ARG);
+    struct {
+        ropekv_args now;
+        void *later;
+    } biga = {.now = good, .later = kv};
+    biga.now.size = sizeof biga;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_ERR_VERSION);
+    assert_non_null(strstr(ropekv_last_error(c), "ropekv_args.size"));
+    assert_int_equal(ropekv_query(c, &DS_FP8, &biga.now, why, sizeof why), ROPEKV_ERR_VERSION);
+    biga.later = NULL;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_OK);
+    biga.now.size = 1;
+    assert_int_equal(ropekv_launch(k, &biga.now, NULL), ROPEKV_ERR_VERSION);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
 }
 
 /* The 64-bit entry is compiled by the first launch that needs it (a cache whose rows reach 2^31
@@ -1461,8 +1689,10 @@ int main(void) {
         cmocka_unit_test(test_threads_share_one_compile),
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_kernel_info),
+        cmocka_unit_test(test_kernel_params),
         cmocka_unit_test(test_wide_entry_on_first_need),
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_struct_sizes),
         cmocka_unit_test(test_extents_in_bytes),
         cmocka_unit_test(test_index_width_in_bytes),
         cmocka_unit_test(test_negative_cache_strides),

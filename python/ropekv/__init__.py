@@ -31,7 +31,7 @@ errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, de
 from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, NORMS, OPS, Q_DTYPES, Q_FORMS, STATUS, candidate_paths
 from ._capi import library
 from ._capi import library_path
-from ._capi import ropekv_args, ropekv_kernel_params, ropekv_options, ropekv_stats, ropekv_variant
+from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
 from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
 from ._core import version_number
 
@@ -50,6 +50,6 @@ def __getattr__(name):
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "NORMS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
     "Context", "Kernel", "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args",
-    "ropekv_args", "ropekv_kernel_params", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
+    "ropekv_args", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
     "version_number",
 ]

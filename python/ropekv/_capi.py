@@ -19,6 +19,7 @@ LAYOUTS = {"flat": 0, "paged": 1, "split": 2}
 OPS = {"write": 0, "read": 1}
 NORMS = {"none": 0, "rms": 1, "rms_out": 2}  # ropekv_norm: the fused kv_a RMSNorm of write kernels
 KV_TOKENS_NONE = -1  # ROPEKV_KV_TOKENS_NONE
+PARAM_KINDS = {"text": 0, "int": 1, "float": 2, "bool": 3}  # ropekv_param_kind (ropekv_kernel_param)
 
 class _Statuses(Mapping):
     """ropekv_status name -> value, read from the library on first use (ropekv_status_name over the code
@@ -52,8 +53,18 @@ STATUS = _Statuses()
 
 
 # ---- structs ---------------------------------------------------------------------------------------------
-class ropekv_options(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    """A struct that begins with its size (include/ropekv.h, "structs that grow"): made with this mirror's size, so
+    that the library reads the fields declared here and takes any it has past them as their defaults. Positional
+    arguments fill the fields after the size."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(ctypes.sizeof(self), *args, **kwargs)
+
+
+class ropekv_options(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("backend", ctypes.c_int),
         ("device", ctypes.c_int),
         ("target", ctypes.c_char_p),
@@ -76,8 +87,9 @@ class ropekv_stats(ctypes.Structure):
     ]
 
 
-class ropekv_variant(ctypes.Structure):
+class ropekv_variant(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("spec", ctypes.c_char_p),
         ("kv", ctypes.c_int),
         ("q", ctypes.c_int),
@@ -90,8 +102,9 @@ class ropekv_variant(ctypes.Structure):
     ]
 
 
-class ropekv_args(ctypes.Structure):
+class ropekv_args(_Sized):
     _fields_ = [
+        ("size", ctypes.c_size_t),
         ("tokens", ctypes.c_int64),
         ("heads", ctypes.c_int64),
         ("q_nope", ctypes.c_void_p),
@@ -134,58 +147,12 @@ class ropekv_args(ctypes.Structure):
     ]
 
 
-# ropekv_args as bytes: every field is 8 bytes (int64_t or a pointer), so one struct.Struct packs a whole argument
+# ropekv_args as bytes: every field is 8 bytes (its size, int64_t or a pointer), so one struct.Struct packs a whole argument
 # block, which a launch passes through LAUNCH_PACKED (Kernel.launch_tensors' argument plans).
-ARGS_PACK = struct.Struct("<" + "".join("Q" if t is ctypes.c_void_p else "q" for _, t in ropekv_args._fields_))
+ARGS_PACK = struct.Struct("<" + "".join("Q" if t in (ctypes.c_void_p, ctypes.c_size_t) else "q"
+                                        for _, t in ropekv_args._fields_))
 assert ARGS_PACK.size == ctypes.sizeof(ropekv_args), "ropekv_args has a field that is not 8 bytes"
 ARGS_INDEX = {name: i for i, (name, _) in enumerate(ropekv_args._fields_)}
-
-
-class ropekv_kernel_params(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("key", ctypes.c_char_p),
-        ("spec", ctypes.c_char_p),
-        ("target", ctypes.c_char_p),
-        ("kv_lora_rank", ctypes.c_int),
-        ("rope_dim", ctypes.c_int),
-        ("kv", ctypes.c_int),
-        ("q", ctypes.c_int),
-        ("positions", ctypes.c_int),
-        ("slots", ctypes.c_int),
-        ("rope", ctypes.c_char_p),
-        ("cos_sin", ctypes.c_char_p),
-        ("fp8_format", ctypes.c_char_p),
-        ("fp8_scale", ctypes.c_char_p),
-        ("fp8_saturate", ctypes.c_float),
-        ("fp8_rope_bf16_round", ctypes.c_int),
-        ("fp8_matches", ctypes.c_char_p),
-        ("q_dtype", ctypes.c_int),
-        ("q_fp8_format", ctypes.c_char_p),
-        ("q_fp8_scale", ctypes.c_char_p),
-        ("q_fp8_saturate", ctypes.c_float),
-        ("q_fp8_rope_bf16_round", ctypes.c_int),
-        ("q_fp8_matches", ctypes.c_char_p),
-        ("layout", ctypes.c_int),
-        ("negative_slot", ctypes.c_char_p),
-        ("sanitize", ctypes.c_int),
-        ("block", ctypes.c_int),
-        ("pdl", ctypes.c_int),
-        ("op", ctypes.c_int),
-        ("read_negative_slot", ctypes.c_char_p),
-        ("fp8_tile", ctypes.c_int),
-        ("fp8_tile_scale", ctypes.c_char_p),
-        ("fp8_tile_scales_at", ctypes.c_int),
-        ("fp8_tile_rope_at", ctypes.c_int),
-        ("row_bytes", ctypes.c_int),
-        ("norm", ctypes.c_int),
-        ("norm_weight", ctypes.c_char_p),
-        ("norm_eps", ctypes.c_float),
-        ("norm_rounding", ctypes.c_char_p),
-        ("norm_matches", ctypes.c_char_p),
-        ("wide_block", ctypes.c_int),
-        ("wide_from", ctypes.c_int64),
-    ]
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
@@ -215,7 +182,11 @@ _PROTOTYPES = {
     "ropekv_kernel_get": (_status, [_ctx_p, ctypes.POINTER(ropekv_variant), ctypes.POINTER(_kernel_p)]),
     "ropekv_kernel_release": (None, [_kernel_p]),
     "ropekv_kernel_name": (ctypes.c_char_p, [_kernel_p]),
-    "ropekv_kernel_info": (_status, [_kernel_p, ctypes.POINTER(ropekv_kernel_params)]),
+    "ropekv_kernel_param_count": (ctypes.c_int, [_kernel_p]),
+    "ropekv_kernel_param": (_status, [_kernel_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                                      ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
+    "ropekv_kernel_param_find": (_status, [_kernel_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                           ctypes.POINTER(ctypes.c_int)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
     "ropekv_kernel_prepare": (_status, [_kernel_p, ctypes.c_uint]),
 }

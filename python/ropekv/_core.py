@@ -1,5 +1,6 @@
 """Context, Kernel and errors over the C API (no torch needed here; see _torch.py for tensors)."""
 import ctypes
+import struct
 import sys
 import threading
 
@@ -23,9 +24,6 @@ class RopekvError(RuntimeError):
 
 # ---- what a kernel is --------------------------------------------------------------------------------------
 _BY_VALUE = {
-    "kv": {v: k for k, v in _capi.KV_DTYPES.items()},
-    "q": {v: k for k, v in _capi.Q_FORMS.items()},
-    "index": {v: k for k, v in _capi.INDEX_TYPES.items()},
     "q_dtype": {v: k for k, v in _capi.Q_DTYPES.items()},
     "layout": {v: k for k, v in _capi.LAYOUTS.items()},
     "op": {v: k for k, v in _capi.OPS.items()},
@@ -50,72 +48,71 @@ def _q_dtype(value):
                      "got %r" % (", ".join(sorted(_capi.Q_DTYPES)), value))
 
 
+# The parameters (ropekv_kernel_param) KernelInfo names otherwise; every other parameter keeps the library's name.
+_INFO_NAMES = {"kv_lora_rank": "L", "rope_dim": "R", "fp8_scale": "scale", "fp8_saturate": "sat",
+               "fp8_rope_bf16_round": "rope_bf16_round"}
+
+
+def _float32(x):
+    """x rounded to float32 (the parameter's value: its text is the shortest decimal that reads back as it)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+# A parameter's text as Python reads it, by its kind (ropekv_param_kind): text ("" where it does not apply: None),
+# int, float (a float32's value), bool
+_FROM_TEXT = {
+    _capi.PARAM_KINDS["text"]: lambda t: t or None,
+    _capi.PARAM_KINDS["int"]: int,
+    _capi.PARAM_KINDS["float"]: lambda t: _float32(float(t)),
+    _capi.PARAM_KINDS["bool"]: lambda t: t == "true",
+}
+
+
+def kernel_params(lib, handle):
+    """[(name, value text, kind)] of a kernel, as the library gives them (ropekv_kernel_param)."""
+    name, value, kind = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
+    out = []
+    for i in range(lib.ropekv_kernel_param_count(handle)):
+        code = lib.ropekv_kernel_param(handle, i, ctypes.byref(name), ctypes.byref(value), ctypes.byref(kind))
+        if code != 0:
+            raise RopekvError(_capi.status_name(code), "ropekv_kernel_param %d failed" % i, code)
+        out.append((name.value.decode(), value.value.decode(errors="replace"), kind.value))
+    return out
+
+
 class KernelInfo:
-    """A kernel's parameters as the library describes them (ropekv_kernel_info), in the spec's spellings:
-    name, key, spec, target, L, R, W = L + R, rope, cos_sin, positions, slots ("int64"/"int32"), kv
-    ("bf16"/"fp8_e4m3"/"fp8_tile"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round,
-    fp8_matches (the KV cache's fp8 policy; fp8_matches: whose convention it follows, None if the spec says
-    nothing), q, q_dtype ("bf16"/"fp8_e4m3": the query output's dtype, "bf16" for q form none), q_fp8_format
-    ("ocp"/"fnuz", None for a bf16 query output), q_fp8_scale ("none", "mul_recip", "div" or "mul"),
-    q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches (the query output's fp8 policy), layout ("flat"/"paged"/
-    "split": where the KV rows lie), negative_slot, sanitize, block (threads per block of a launch of fewer than
-    wide_from 16-byte chunks), wide_block (of larger launches), wide_from, pdl; op ("write"/"read"), read_negative_slot
-    ("zero"/"skip": what the read op gives a row without a valid slot); the fp8_tile row: fp8_tile (values per
-    tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at and
-    fp8_tile_rope_at (byte offsets of the float32 scales and of the bf16 rope part); row_bytes (bytes of one
-    cache row; of its latent part alone in the split layout); the fused kv_a RMSNorm: norm ("none"/"rms"/"rms_out"),
-    norm_weight (the weight's dtype, "bf16" or "f32"; None without a norm), norm_eps, norm_rounding ("twice"/"once";
-    None without a norm), norm_matches (whose RMSNorm the spec says it is; None if it says nothing)."""
+    """A kernel's parameters as the library describes them (ropekv_kernel_param, whose list in include/ropekv.h
+    says what each means), as attributes of the library's names and values: text (the spec's spellings; None where
+    a parameter does not apply to the kernel), int, float or bool per the parameter's kind. A parameter a newer
+    library adds appears here under its name. Five are named otherwise: L (kv_lora_rank), R (rope_dim), scale,
+    sat and rope_bf16_round (the cache's fp8_scale, fp8_saturate and fp8_rope_bf16_round); W = L + R. So:
+    name, key, spec, target, L, R, W, rope, cos_sin, positions, slots ("int64"/"int32"), kv ("bf16"/"fp8_e4m3"/
+    "fp8_tile"), fp8_format ("ocp"/"fnuz", None for bf16), scale, sat, rope_bf16_round, fp8_matches (whose convention
+    the cache's fp8 policy follows, None if the spec says nothing), negative_slot, q, q_dtype ("bf16"/"fp8_e4m3",
+    "bf16" for q form none), q_fp8_format (None for a bf16 query output), layout ("flat"/"paged"/"split"),
+    q_fp8_scale, q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches, sanitize, op ("write"/"read"), fp8_tile
+    (values per tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at,
+    fp8_tile_rope_at, row_bytes (bytes of one cache row; of its latent part alone in the split layout),
+    read_negative_slot ("zero"/"skip" for the read op, else None), norm ("none"/"rms"/"rms_out"), norm_weight
+    ("bf16"/"f32", None without a norm), norm_eps, norm_rounding ("twice"/"once", None without a norm),
+    norm_matches, block, wide_block, wide_from, pdl."""
 
-    __slots__ = ("name", "key", "spec", "target", "L", "R", "W", "rope", "cos_sin", "positions", "slots", "kv",
-                 "fp8_format", "scale", "sat", "rope_bf16_round", "fp8_matches", "q", "q_dtype", "q_fp8_format",
-                 "q_fp8_scale", "q_fp8_saturate", "q_fp8_rope_bf16_round", "q_fp8_matches", "layout",
-                 "negative_slot", "sanitize", "block", "wide_block", "wide_from", "pdl", "op", "read_negative_slot", "fp8_tile",
-                 "fp8_tile_scale", "fp8_tile_scales_at", "fp8_tile_rope_at", "row_bytes", "norm", "norm_weight",
-                 "norm_eps", "norm_rounding", "norm_matches")
-
-    def __init__(self, p):
-        def text(x):  # a NULL string reads as ""
-            return x.decode() if x else ""
-
-        self.name, self.key, self.spec, self.target = (text(x) for x in (p.name, p.key, p.spec, p.target))
-        self.L, self.R = p.kv_lora_rank, p.rope_dim
-        self.W = self.L + self.R
-        self.rope, self.cos_sin = text(p.rope), text(p.cos_sin)
-        self.positions, self.slots = _BY_VALUE["index"][p.positions], _BY_VALUE["index"][p.slots]
-        self.kv, self.q = _BY_VALUE["kv"][p.kv], _BY_VALUE["q"][p.q]
-        self.fp8_format = text(p.fp8_format) or None
-        self.scale, self.sat = text(p.fp8_scale), float(p.fp8_saturate)
-        self.rope_bf16_round = bool(p.fp8_rope_bf16_round)
-        self.fp8_matches = text(p.fp8_matches) or None
-        self.q_dtype = _BY_VALUE["q_dtype"][p.q_dtype]
-        self.q_fp8_format = text(p.q_fp8_format) or None
-        self.q_fp8_scale = text(p.q_fp8_scale) or "none"
-        self.q_fp8_saturate = float(p.q_fp8_saturate)
-        self.q_fp8_rope_bf16_round = bool(p.q_fp8_rope_bf16_round)
-        self.q_fp8_matches = text(p.q_fp8_matches) or None
-        self.layout = _BY_VALUE["layout"][p.layout]
-        self.negative_slot = text(p.negative_slot)
-        self.sanitize = bool(p.sanitize)
-        self.block, self.pdl = p.block, bool(p.pdl)
-        self.wide_block, self.wide_from = int(p.wide_block), int(p.wide_from)
-        self.op = _BY_VALUE["op"][p.op]
-        self.read_negative_slot = text(p.read_negative_slot)
-        self.fp8_tile = int(p.fp8_tile)
-        self.fp8_tile_scale = text(p.fp8_tile_scale) or None
-        self.fp8_tile_scales_at, self.fp8_tile_rope_at = int(p.fp8_tile_scales_at), int(p.fp8_tile_rope_at)
-        self.row_bytes = int(p.row_bytes)
-        self.norm = _BY_VALUE["norm"][p.norm]
-        self.norm_weight = text(p.norm_weight) or None
-        self.norm_eps = float(p.norm_eps)
-        self.norm_rounding = text(p.norm_rounding) or None
-        self.norm_matches = text(p.norm_matches) or None
+    def __init__(self, params):
+        """params: [(name, value text, kind)] as kernel_params gives them."""
+        values = {}
+        for name, text, kind in params:
+            convert = _FROM_TEXT.get(kind)
+            values[_INFO_NAMES.get(name, name)] = convert(text) if convert else text
+            if name == "rope_dim" and "L" in values:
+                values["W"] = values["L"] + values["R"]
+        self.__dict__.update(values)
+        self._names = tuple(values)
 
     def as_dict(self):
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in self._names}
 
     def __repr__(self):
-        return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+        return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._names)
 
 
 def _enum(table, value, what):
@@ -407,11 +404,7 @@ class Kernel:
         self._h = handle
         self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op, self.norm = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
-        params = _capi.ropekv_kernel_params()
-        code = ctx._lib.ropekv_kernel_info(handle, ctypes.byref(params))
-        if code != 0:
-            raise RopekvError(_capi.status_name(code), "ropekv_kernel_info failed", code)
-        self.info = KernelInfo(params)
+        self.info = KernelInfo(kernel_params(ctx._lib, handle))
         self._read = self.info.op == "read"
         self._zero_copy = self.info.q == "zero_copy"
         self._plans = {}  # argument signature -> checked ropekv_args (_torch.plan_args)

@@ -295,8 +295,7 @@ def test_struct_layout_matches_header():
     version_dir = next((d for d in version_dirs if os.path.exists(os.path.join(d, "ropekv_version.h"))), None)
     assert version_dir, "ropekv_version.h not found in %s" % ", ".join(version_dirs)
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
-    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args,
-               ropekv._capi.ropekv_kernel_params]
+    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args]
     for st in structs:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (st.__name__, st.__name__))
         for f, _ in st._fields_:
@@ -322,10 +321,15 @@ def test_struct_layout_matches_header():
         assert want[(st.__name__, "sizeof")] == ctypes.sizeof(st), st.__name__
         for f, _ in st._fields_:
             assert want[(st.__name__, f)] == getattr(st, f).offset, "%s.%s" % (st.__name__, f)
+    # the structs that grow are made with their size: the library reads the fields mirrored here
+    for st in (ropekv.ropekv_options, ropekv.ropekv_variant, ropekv.ropekv_args):
+        assert st._fields_[0][0] == "size" and st().size == ctypes.sizeof(st), st.__name__
+    assert ropekv.ropekv_variant(b"deepseek_v3", 1).kv == 1  # positional fields follow the size
 
 
 def test_kernel_info():
-    """A kernel's parameters come from the library (ropekv_kernel_info), never from its name."""
+    """A kernel's parameters come from the library (ropekv_kernel_param), never from its name: every parameter the
+    library lists is an attribute (five under the names KernelInfo gives them), of the type its kind says."""
     c = context("host")
     k = c.kernel("deepseek_v3", kv="fp8_e4m3", slots="int32")
     i = k.info
@@ -337,6 +341,23 @@ def test_kernel_info():
     b = c.kernel("deepseek_v3").info
     assert (b.kv, b.fp8_format, b.scale, b.sat, b.rope_bf16_round) == ("bf16", None, "none", 0.0, False)
     assert ropekv.STATUS["ROPEKV_ERR_ALIGN"] == 603 and "ROPEKV_OK" in ropekv.STATUS
+    params = ropekv._core.kernel_params(c._lib, k._h)
+    renamed = {"kv_lora_rank": "L", "rope_dim": "R", "fp8_scale": "scale", "fp8_saturate": "sat",
+               "fp8_rope_bf16_round": "rope_bf16_round"}
+    assert set(i.as_dict()) == {renamed.get(n, n) for n, _, _ in params} | {"W"}, i.as_dict()
+    types = {0: (str, type(None)), 1: int, 2: float, 3: bool}
+    for name, text, kind in params:
+        value = getattr(i, renamed.get(name, name))
+        assert isinstance(value, types[kind]) and not (kind == 1 and isinstance(value, bool)), (name, text, value)
+    assert (i.sanitize, i.pdl, i.row_bytes, i.read_negative_slot, i.norm_eps) == (False, False, 576, None, 0.0)
+    eps = c.kernel("deepseek_v3", norm="rms").info.norm_eps  # the float32 1e-6, as a Python float
+    assert eps == ctypes.c_float(1e-6).value and eps != 1e-6, eps
+    lib = ropekv.library()
+    value, kind = ctypes.c_char_p(), ctypes.c_int()
+    assert lib.ropekv_kernel_param_find(k._h, b"kv", ctypes.byref(value), ctypes.byref(kind)) == 0
+    assert (value.value, kind.value) == (b"fp8_e4m3", ropekv._capi.PARAM_KINDS["text"])
+    assert lib.ropekv_kernel_param_find(k._h, b"no_such_parameter", ctypes.byref(value), None) == \
+        ropekv.STATUS["ROPEKV_ERR_ARG"]
 
 
 def test_context_host_basics():

@@ -301,8 +301,8 @@ static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64
     for (int64_t k = 0; k < tiles && k < 3 && K > 0; k++)
         for (int64_t j = 0; j < n; j++) {
             uint16_t x = k == 0   ? (j % 2 ? 0x8000 : 0x0000)
-                         : k == 1 ? rk_f32_to_bf16(j == 5   ? v->kv8.sat
-                                                   : j == 9 ? -v->kv8.sat
+                         : k == 1 ? rk_f32_to_bf16(j == 5   ? v->kv8_sat
+                                                   : j == 9 ? -v->kv8_sat
                                                             : (float)(j % 7) - 3.0f)
                                   : (uint16_t)(0x0001 + (j % 5) * 0x10 + (j % 2) * 0x8000); /* bf16 subnormals */
             s->k[k * n + j] = x;
