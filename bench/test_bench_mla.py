@@ -21,7 +21,11 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("bench_mla", os.path.join(HERE, "bench_mla.py"))
 bm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bm)
+_spec.loader.exec_module(bm)  # the entry point (bm.main); it puts bench/ on sys.path for its package, mla
+from mla import (cli, env, jobs, library, norm, numerics, peers, read, shapes, triton_kernels, v32,  # noqa: E402
+                 write)
+
+rkref = None  # ropekv.reference, imported with torch
 
 
 class Skip(Exception):
@@ -33,9 +37,10 @@ def _torch():
         import torch
     except ImportError:
         raise Skip("torch is not installed")
-    bm.torch = torch
+    global rkref
     import ropekv.reference
-    bm.rkref = ropekv.reference
+    rkref = ropekv.reference
+    env.bind(torch, rkref)  # what main() does: the package's modules get torch and ropekv.reference
     return torch
 
 
@@ -43,25 +48,25 @@ def test_op_bytes():
     for T, H, kv8 in ((1, 16, False), (2048, 128, True)):
         kvb = 1 if kv8 else 2
         absorbed = T * H * 576 * 2 * 2 + T * 576 * 2 + T * 576 * kvb + T * 16 + T * 64 * 4
-        assert bm.op_bytes(T, H, kv8) == absorbed
-        assert bm.op_bytes(T, H, kv8, "absorbed", True) == absorbed - T * H * 576
-        assert bm.op_bytes(T, H, kv8, "zero_copy") == absorbed - T * H * (512 * 2 * 2)
-        assert bm.op_bytes(T, H, kv8, "inplace", True) == absorbed - T * H * (576 * 4 - 64 * 3)
-        assert bm.op_bytes(T, H, kv8, "none") == absorbed - T * H * 576 * 4
-    assert bm.method_bytes(4, 16, "fp8_e4m3", "ropekv_fp8q") == bm.op_bytes(4, 16, True, "absorbed", True)
-    assert abs(bm.bw_pct(2e6, 1.0, 4e12) - 50.0) < 1e-9 and bm.bw_pct(1, None, 1e12) is None
+        assert shapes.op_bytes(T, H, kv8) == absorbed
+        assert shapes.op_bytes(T, H, kv8, "absorbed", True) == absorbed - T * H * 576
+        assert shapes.op_bytes(T, H, kv8, "zero_copy") == absorbed - T * H * (512 * 2 * 2)
+        assert shapes.op_bytes(T, H, kv8, "inplace", True) == absorbed - T * H * (576 * 4 - 64 * 3)
+        assert shapes.op_bytes(T, H, kv8, "none") == absorbed - T * H * 576 * 4
+    assert shapes.method_bytes(4, 16, "fp8_e4m3", "ropekv_fp8q") == shapes.op_bytes(4, 16, True, "absorbed", True)
+    assert abs(shapes.bw_pct(2e6, 1.0, 4e12) - 50.0) < 1e-9 and shapes.bw_pct(1, None, 1e12) is None
 
 
 def test_e4m3_codes_exact():
     """The float8-free encoder against the nearest of the 254 finite codes (ties to the even code), and the
     decoding table against the codes' values."""
     torch = _torch()
-    values = bm.rkref.e4m3_values(torch.arange(256).to(torch.uint8)).double()
+    values = rkref.e4m3_values(torch.arange(256).to(torch.uint8)).double()
     finite = [c for c in range(256) if c & 0x7F != 0x7F]
     fv = values[finite]
     x = torch.cat([torch.linspace(-448, 448, 20001), (fv[:-1] + fv[1:]) / 2, fv.float().double(),
                    torch.tensor([0.0, -0.0, 2.0 ** -10, -2.0 ** -10, 1e-30])]).float()
-    got = bm.rkref.e4m3_codes(x).tolist()
+    got = rkref.e4m3_codes(x).tolist()
     for v, g in zip(x.double().tolist(), got):
         d = (fv - v).abs()
         best = [finite[i] for i in (d == d.min()).nonzero().reshape(-1).tolist()]
@@ -70,16 +75,16 @@ def test_e4m3_codes_exact():
             if v == 0 or all(c & 0x7F == 0 for c in best):
                 best = [0x80 if str(v).startswith("-") else 0x00]
         assert g in best, (v, hex(g), [hex(c) for c in best])
-    nan = bm.rkref.e4m3_codes(torch.tensor([float("nan")]))
+    nan = rkref.e4m3_codes(torch.tensor([float("nan")]))
     assert nan.tolist() == [0x7F]
     if hasattr(torch, "float8_e4m3fn"):
         v = (torch.randn(1 << 16) * 100).clamp(-448, 448)
-        assert torch.equal(bm.rkref.e4m3_codes(v), v.to(torch.float8_e4m3fn).view(torch.uint8))
+        assert torch.equal(rkref.e4m3_codes(v), v.to(torch.float8_e4m3fn).view(torch.uint8))
 
 
 def _cos_sin(torch):
     inv = 1.0 / (10000.0 ** (torch.arange(0, 32, dtype=torch.float64) * 2 / 64))
-    freqs = torch.arange(bm.MAX_POS, dtype=torch.float64)[:, None] * inv[None, :]
+    freqs = torch.arange(shapes.MAX_POS, dtype=torch.float64)[:, None] * inv[None, :]
     return torch.cat([freqs.cos(), freqs.sin()], dim=-1).float().contiguous()
 
 
@@ -90,22 +95,22 @@ def test_checks_pass_and_catch():
     dev = torch.device("cpu")
     cs = _cos_sin(torch)
     ks, qs = torch.tensor([0.5]), torch.tensor([0.0123])
-    L = bm.L
-    for spec in sorted(bm.SPECS):
+    L = shapes.L
+    for spec in sorted(shapes.SPECS):
         for kv in ("bf16", "fp8_e4m3"):
-            pb = bm.Problem(torch, 9, 3, kv, dev, cs, ks, 7, qs, dict(bm.SPECS[spec]))
-            ref = bm.Reference(torch, pb, q8=True)
+            pb = write.Problem(torch, 9, 3, kv, dev, cs, ks, 7, qs, dict(shapes.SPECS[spec]))
+            ref = write.Reference(torch, pb, q8=True)
             pb.ref = ref
             for m in ("eager", "eager_fp8q"):
-                fn, outputs = bm.METHODS[m]({"args": None}, pb)
+                fn, outputs = write.METHODS[m]({"args": None}, pb)
                 fn()
-                form, q8 = bm.FORMS[m]
-                ok, steps, exact, bad = bm.check(torch, pb, ref, outputs(), form, q8)
+                form, q8 = shapes.FORMS[m]
+                ok, steps, exact, bad = write.check(torch, pb, ref, outputs(), form, q8)
                 assert ok, (spec, kv, m, steps, bad)
                 o = outputs()
                 if q8:
                     qo = o["q_out"].view(torch.uint8)
-                    j = int(bm._decode(torch, ref.q_rope8[1, 2]).abs().argmax())
+                    j = int(numerics._decode(torch, ref.q_rope8[1, 2]).abs().argmax())
                     qo[1, 2, L + j] ^= 0x80
                     qo[0, 0, 3] = (qo[0, 0, 3] & 0x80) | ((qo[0, 0, 3] & 0x7F) + 2) % 0x7E
                 else:
@@ -113,7 +118,7 @@ def test_checks_pass_and_catch():
                     j = int(ref.q_rope[1, 2].float().abs().argmax())
                     qo[1, 2, L + j] = -qo[1, 2, L + j]
                     qo[0, 0, 3] += 1.0
-                ok, steps, exact, bad = bm.check(torch, pb, ref, o, form, q8)
+                ok, steps, exact, bad = write.check(torch, pb, ref, o, form, q8)
                 assert not ok and bad == 2, (spec, kv, m, bad)
 
 
@@ -121,25 +126,25 @@ def test_rocm_platform():
     """Under ROCm PyTorch (torch.version.hip set) the ropekv methods use the hip backend and the PDL methods are n/a
     with the reason; under CUDA PyTorch, cuda and PDL."""
     import types
-    saved = dict(bm.GPU)
+    saved = dict(env.GPU)
     try:
         rocm = types.SimpleNamespace(version=types.SimpleNamespace(hip="6.4.43483", cuda=None))
         cuda = types.SimpleNamespace(version=types.SimpleNamespace(hip=None, cuda="12.8"))
-        assert bm.gpu_platform(rocm) == ("hip", "HIP 6.4.43483") and bm.gpu_platform(cuda) == ("cuda", "CUDA 12.8")
-        bm.GPU["backend"], bm.GPU["runtime"] = bm.gpu_platform(rocm)
-        assert bm.rk_backend(False) == "hip" and bm.rk_backend(True) == "host"
+        assert env.gpu_platform(rocm) == ("hip", "HIP 6.4.43483") and env.gpu_platform(cuda) == ("cuda", "CUDA 12.8")
+        env.GPU["backend"], env.GPU["runtime"] = env.gpu_platform(rocm)
+        assert env.rk_backend(False) == "hip" and env.rk_backend(True) == "host"
         for m in ("triton_pdl", "triton_prefetch", "triton_fp8q_pdl"):
             try:
-                bm.METHODS[m]({"args": None}, None)
+                write.METHODS[m]({"args": None}, None)
             except RuntimeError as e:
                 assert "NVIDIA sm_90+ only" in str(e), (m, e)
             else:
                 raise AssertionError("%s ran under ROCm" % m)
-        bm.GPU["backend"] = "cuda"
-        bm.require_pdl()
+        env.GPU["backend"] = "cuda"
+        env.require_pdl()
     finally:
-        bm.GPU.clear()
-        bm.GPU.update(saved)
+        env.GPU.clear()
+        env.GPU.update(saved)
 
 
 def _fake_aiter(torch):
@@ -177,7 +182,7 @@ def _fake_aiter(torch):
         for t in range(bk):
             if int(slot_mapping[t]) >= 0:
                 bf16 = kv_cache.dtype == torch.bfloat16
-                kv_cache[int(slot_mapping[t])] = row[t].to(torch.bfloat16) if bf16 else bm.to_fp8(row[t])
+                kv_cache[int(slot_mapping[t])] = row[t].to(torch.bfloat16) if bf16 else numerics.to_fp8(row[t])
         return q_out, decode_q_pe_out, k_pe_out, kv_cache
 
     return op
@@ -188,35 +193,35 @@ def test_aiter_mapping():
     cache dtypes; the same mapping with cos and sin swapped fails them (the test can fail)."""
     torch = _torch()
     import types
-    names = ["aiter", "aiter.ops", "aiter.ops.triton", bm.AITER_MODULES[0]]
+    names = ["aiter", "aiter.ops", "aiter.ops.triton", peers.AITER_MODULES[0]]
     saved = {n: sys.modules.get(n) for n in names}
     for n in names:
         sys.modules[n] = types.ModuleType(n)
-    sys.modules[bm.AITER_MODULES[0]].fused_qk_rope_cat_and_cache_mla = _fake_aiter(torch)
-    real_args = bm.aiter_args
+    sys.modules[peers.AITER_MODULES[0]].fused_qk_rope_cat_and_cache_mla = _fake_aiter(torch)
+    real_args = peers.aiter_args
     try:
         cs = _cos_sin(torch)
         for kv in ("bf16", "fp8_e4m3"):
-            pb = bm.Problem(torch, 9, 3, kv, torch.device("cpu"), cs, torch.tensor([0.5]), 7, None,
-                            dict(bm.SPECS["deepseek_v3"]))
-            pb.ref = ref = bm.Reference(torch, pb)
-            fn, outputs = bm.METHODS["aiter"]({"args": None}, pb)
+            pb = write.Problem(torch, 9, 3, kv, torch.device("cpu"), cs, torch.tensor([0.5]), 7, None,
+                            dict(shapes.SPECS["deepseek_v3"]))
+            pb.ref = ref = write.Reference(torch, pb)
+            fn, outputs = write.METHODS["aiter"]({"args": None}, pb)
             fn()
-            ok, steps, exact, bad = bm.check(torch, pb, ref, outputs(), "absorbed", False)
+            ok, steps, exact, bad = write.check(torch, pb, ref, outputs(), "absorbed", False)
             assert ok, (kv, steps, bad)
 
             def swapped(*a):
                 args, kw = real_args(*a)
                 return args[:7] + (args[8], args[7]) + args[9:], kw
 
-            bm.aiter_args = swapped
-            fn, outputs = bm.METHODS["aiter"]({"args": None}, pb)
+            peers.aiter_args = swapped
+            fn, outputs = write.METHODS["aiter"]({"args": None}, pb)
             fn()
-            ok, steps, exact, bad = bm.check(torch, pb, ref, outputs(), "absorbed", False)
+            ok, steps, exact, bad = write.check(torch, pb, ref, outputs(), "absorbed", False)
             assert not ok and bad > 0, (kv, bad)
-            bm.aiter_args = real_args
+            peers.aiter_args = real_args
     finally:
-        bm.aiter_args = real_args
+        peers.aiter_args = real_args
         for n, m in saved.items():
             if m is None:
                 sys.modules.pop(n, None)
@@ -245,11 +250,11 @@ def test_job_bytes():
     for T, H in ((1, 16), (2048, 128)):
         q = T * H * 576 * 2 * 2
         kv = T * 576 * 2 + T * 656 + T * 16 + T * 64 * 4
-        assert bm.v32_bytes(T, H, "absorbed") == q + kv and bm.v32_bytes(T, H, "none") == kv
-        assert bm.job_bytes(T, H, "fp8_tile", "triton_v32_none") == kv
+        assert shapes.v32_bytes(T, H, "absorbed") == q + kv and shapes.v32_bytes(T, H, "none") == kv
+        assert shapes.job_bytes(T, H, "fp8_tile", "triton_v32_none") == kv
         for kv_dtype, row in (("bf16", 1152), ("fp8_e4m3", 576), ("fp8_tile", 656)):
-            assert bm.read_bytes(T, kv_dtype) == T * row + T * 1152 + T * 8
-            assert bm.job_bytes(T, H, kv_dtype, "eager_read") == bm.read_bytes(T, kv_dtype)
+            assert shapes.read_bytes(T, kv_dtype) == T * row + T * 1152 + T * 8
+            assert shapes.job_bytes(T, H, kv_dtype, "eager_read") == shapes.read_bytes(T, kv_dtype)
 
 
 def _scalar_tile_row(latent, rope_bits):
@@ -289,7 +294,7 @@ def test_tile_row_bytes():
     x[2, 256:384] *= 1e20
     lat = x.to(torch.bfloat16)
     rope = torch.randn(3, 64, generator=g).to(torch.bfloat16)
-    rows, scale = bm.tile_row_bytes(torch, lat, rope)
+    rows, scale = numerics.tile_row_bytes(torch, lat, rope)
     assert rows.shape == (3, 656) and scale.shape == (3, 4)
     for i in range(3):
         want = _scalar_tile_row(lat[i].float().tolist(), rope[i].view(torch.int16).tolist())
@@ -306,11 +311,11 @@ def test_job_checks_pass_and_catch():
     dev = torch.device("cpu")
     cs = _cos_sin(torch)
     for form, m in (("absorbed", "eager_v32"), ("none", "eager_v32_none")):
-        pb = bm.V32Problem(torch, 9, 3, dev, cs, 5, 4)
-        ref = bm.V32Reference(torch, pb)
-        fn, outputs = bm.JOB_METHODS[m]({"args": None}, pb, m)
+        pb = v32.V32Problem(torch, 9, 3, dev, cs, 5, 4)
+        ref = v32.V32Reference(torch, pb)
+        fn, outputs = jobs.JOB_METHODS[m]({"args": None}, pb, m)
         fn()
-        ok, steps, exact, bad = bm.check_v32(torch, pb, ref, outputs(), form)
+        ok, steps, exact, bad = v32.check_v32(torch, pb, ref, outputs(), form)
         assert ok and exact == 1.0, (m, steps, bad, exact)
         flat = outputs()["cache"].view(-1, 656)
         s0, s1, s2 = (int(pb.slots[i]) for i in range(3))
@@ -318,19 +323,19 @@ def test_job_checks_pass_and_catch():
         scale = flat[s1, 516:520].clone().view(torch.float32) * 1.01
         flat[s1, 516:520] = scale.view(torch.uint8)
         flat[s2, 528:530] = flat[s2, 528:530] ^ torch.tensor([0, 0x80], dtype=torch.uint8)  # a rope value negated
-        ok, steps, exact, bad = bm.check_v32(torch, pb, ref, outputs(), form)
+        ok, steps, exact, bad = v32.check_v32(torch, pb, ref, outputs(), form)
         assert not ok and bad >= 2, (m, bad)  # the negated value may be a zero (-0 == 0 within tolerance)
     k_scale = torch.tensor([0.5])
     for kv in ("fp8_tile", "fp8_e4m3", "bf16"):
-        pb = bm.ReadProblem(torch, 70, kv, dev, 9, 16, k_scale)
-        want = bm.read_reference(torch, pb)
+        pb = read.ReadProblem(torch, 70, kv, dev, 9, 16, k_scale)
+        want = read.read_reference(torch, pb)
         assert bool((want[63] == 0).all()) and int(pb.slots[63]) == -1, "the 64th token is padding"
-        fn, outputs = bm.JOB_METHODS["eager_read"]({"args": None}, pb, "eager_read")
+        fn, outputs = jobs.JOB_METHODS["eager_read"]({"args": None}, pb, "eager_read")
         fn()
-        ok, steps, exact, bad = bm.check_read(torch, pb, want, outputs())
+        ok, steps, exact, bad = read.check_read(torch, pb, want, outputs())
         assert ok and exact == 1.0, (kv, steps, bad)
         outputs()["out"][5, 100] = outputs()["out"][5, 100] * 2 + 1
-        ok, steps, exact, bad = bm.check_read(torch, pb, want, outputs())
+        ok, steps, exact, bad = read.check_read(torch, pb, want, outputs())
         assert not ok and bad == 1, (kv, bad)
 
 
@@ -350,8 +355,8 @@ def test_cpu_run_jobs():
     library, the ropekv methods (host backend) pass the checks, bit-identical to the reference."""
     _torch()
     rk = _ropekv_host()
-    for mode, methods, kvs, shapes in (("v32", ["eager_v32", "eager_v32_none"], ["fp8_tile"], 2 * 2),
-                                       ("read", ["eager_read"], ["fp8_tile", "fp8_e4m3", "bf16"], 3 * 2)):
+    for mode, methods, kvs, n_shapes in (("v32", ["eager_v32", "eager_v32_none"], ["fp8_tile"], 2 * 2),
+                                         ("read", ["eager_read"], ["fp8_tile", "fp8_e4m3", "bf16"], 3 * 2)):
         if rk:
             methods = ["ropekv_" + m.split("_", 1)[1] for m in methods] + methods
         out = tempfile.mkdtemp(prefix="bench-mla-test-")
@@ -362,7 +367,7 @@ def test_cpu_run_jobs():
             md = open(glob.glob(os.path.join(out, "*_%s_t.md" % mode))[0]).read()
             assert "| %s BW %% |" % methods[-1] in md
             rows = list(csv.DictReader(open(glob.glob(os.path.join(out, "*_%s_t.csv" % mode))[0])))
-            assert len(rows) == shapes * len(methods), (mode, len(rows))
+            assert len(rows) == n_shapes * len(methods), (mode, len(rows))
             assert all(r["status"] == "ok" and r["bw_pct"] and r["mode"] == mode for r in rows)
             assert {r["kv"] for r in rows} == set(kvs)
             for r in rows:
@@ -377,20 +382,20 @@ def test_cpu_run_jobs():
 def test_norm_args():
     """When the norm section runs: after a default or --quick sweep, alone with --norm, after a --methods sweep only
     when --norm-methods asks for it, never with --no-norm; its KV dtypes are --kv's, else bf16 and fp8_e4m3."""
-    a = bm.parse_args(["--quick"])
+    a = cli.parse_args(["--quick"])
     assert a.norm_on and not a.norm_only and a.norm_kv_list == ["bf16", "fp8_e4m3"] and a.kv_list == ["bf16"]
-    assert a.norm_method_list == bm.NORM_METHODS
-    a = bm.parse_args(["--norm", "--kv", "fp8_e4m3", "--T", "1,64"])
+    assert a.norm_method_list == shapes.NORM_METHODS
+    a = cli.parse_args(["--norm", "--kv", "fp8_e4m3", "--T", "1,64"])
     assert a.norm_on and a.norm_only and a.method_list == [] and a.norm_kv_list == ["fp8_e4m3"]
-    assert not bm.parse_args(["--methods", "eager"]).norm_on
-    a = bm.parse_args(["--methods", "eager", "--norm-methods", "ropekv_norm,ropekv_nonorm"])
+    assert not cli.parse_args(["--methods", "eager"]).norm_on
+    a = cli.parse_args(["--methods", "eager", "--norm-methods", "ropekv_norm,ropekv_nonorm"])
     assert a.norm_on and not a.norm_only and a.norm_method_list == ["ropekv_norm", "ropekv_nonorm"]
-    assert not bm.parse_args(["--no-norm"]).norm_on and not bm.parse_args(["--mode", "read"]).norm_on
+    assert not cli.parse_args(["--no-norm"]).norm_on and not cli.parse_args(["--mode", "read"]).norm_on
     for bad in (["--norm", "--no-norm"], ["--mode", "v32", "--norm"], ["--norm-methods", "triton_norm"]):
         saved = sys.stderr
         sys.stderr = open(os.devnull, "w")
         try:
-            bm.parse_args(bad)
+            cli.parse_args(bad)
         except SystemExit:
             pass
         else:
@@ -398,7 +403,7 @@ def test_norm_args():
         finally:
             sys.stderr.close()
             sys.stderr = saved
-    assert bm.norm_bytes(8, 16, True, "rms_out") == bm.op_bytes(8, 16, True) + 512 * 2 + 8 * 512 * 2
+    assert shapes.norm_bytes(8, 16, True, "rms_out") == shapes.op_bytes(8, 16, True) + 512 * 2 + 8 * 512 * 2
 
 
 def test_rmsnorm_torch():
@@ -410,13 +415,13 @@ def test_rmsnorm_torch():
     x = x.to(torch.bfloat16)
     w = (1 + 0.5 * torch.randn(512, generator=g)).to(torch.bfloat16)
     for rounding in ("twice", "once"):
-        want = bm.rkref.rms_norm(x, w, 1e-6, rounding)
-        got = bm.rmsnorm_torch(x, w, 1e-6, rounding)
-        assert int(bm.code_steps(torch, got, want, "bf16").max()) <= bm.NORM_PEER_STEPS["bf16"], rounding
+        want = rkref.rms_norm(x, w, 1e-6, rounding)
+        got = peers.rmsnorm_torch(x, w, 1e-6, rounding)
+        assert int(numerics.code_steps(torch, got, want, "bf16").max()) <= shapes.NORM_PEER_STEPS["bf16"], rounding
     pb = types.SimpleNamespace(k_nope=x, norm_weight=w, norm_eps=1e-6, norm_rounding="twice")
-    exact, rel = bm.norm_ref_check(torch, pb, bm.rkref.rms_norm(x, w, 1e-6))
-    assert exact == 1.0 and rel <= bm.NORM_REL_TOL, (exact, rel)
-    exact, rel = bm.norm_ref_check(torch, pb, bm.rkref.rms_norm(x, w, 1e-3))  # another eps: caught
+    exact, rel = norm.norm_ref_check(torch, pb, rkref.rms_norm(x, w, 1e-6))
+    assert exact == 1.0 and rel <= norm.NORM_REL_TOL, (exact, rel)
+    exact, rel = norm.norm_ref_check(torch, pb, rkref.rms_norm(x, w, 1e-3))  # another eps: caught
     assert exact < 1.0
 
 
@@ -427,10 +432,11 @@ class _FakeRmsnormKernel:
 
     def __getitem__(self, grid):
         def run(x_ptr, w_ptr, out_ptr, x_st, out_st, eps, L, TWICE, num_warps):
+            import torch
             (T,) = grid
-            x = bm.torch.as_strided(x_ptr, (T, L), (x_st, 1))
-            out = bm.torch.as_strided(out_ptr, (T, L), (out_st, 1))
-            out.copy_(bm.rmsnorm_torch(x, w_ptr[:L], eps, "twice" if TWICE else "once"))
+            x = torch.as_strided(x_ptr, (T, L), (x_st, 1))
+            out = torch.as_strided(out_ptr, (T, L), (out_st, 1))
+            out.copy_(peers.rmsnorm_torch(x, w_ptr[:L], eps, "twice" if TWICE else "once"))
         return run
 
 
@@ -438,18 +444,18 @@ def _norm_case(torch, kv, T=9, H=3):
     """A norm-section problem on the CPU with the host backend's kernels: the fused op's rows, the baseline's outputs
     and the reference, as run_norm_section makes them."""
     import ropekv
-    args = bm.parse_args(["--cpu", "--norm", "--T", str(T), "--H", str(H)])
+    args = cli.parse_args(["--cpu", "--norm", "--T", str(T), "--H", str(H)])
     state = {"args": args, "meta": {"kernels": {}}, "kernels": {}, "ctx": ropekv.Context("host")}
-    info = bm.ropekv_kernel(state, "ctx", "absorbed", False, kv, "rms").info
+    info = library.ropekv_kernel(state, "ctx", "absorbed", False, kv, "rms").info
     ks = torch.tensor([0.5])
-    pb = bm.norm_problem(torch, T, H, kv, torch.device("cpu"), _cos_sin(torch), ks, 11, dict(bm.SPECS["deepseek_v3"]),
+    pb = norm.norm_problem(torch, T, H, kv, torch.device("cpu"), _cos_sin(torch), ks, 11, dict(shapes.SPECS["deepseek_v3"]),
                          info)
-    fn, outputs = bm.method_ropekv_norm(state, pb, "rms_out")
+    fn, outputs = library.method_ropekv_norm(state, pb, "rms_out")
     fn()
     pb.n_fused = outputs()["norm"]
-    pb.pn = bm.prenormed(pb, pb.n_fused)
-    ref = bm.Reference(torch, pb.pn)
-    fn, outputs = bm.method_ropekv_nonorm(state, pb)
+    pb.pn = norm.prenormed(pb, pb.n_fused)
+    ref = write.Reference(torch, pb.pn)
+    fn, outputs = library.method_ropekv_nonorm(state, pb)
     fn()
     return state, pb, ref, outputs()
 
@@ -462,21 +468,21 @@ def test_norm_checks_pass_and_catch():
     torch = _torch()
     if not _ropekv_host():
         raise Skip("no libropekv or no C++ compiler for the host backend")
-    saved = dict(bm._TRITON)
+    saved = dict(triton_kernels._TRITON)
     try:
         for kv in ("bf16", "fp8_e4m3"):
             state, pb, ref, base = _norm_case(torch, kv)
             kind = "fp8" if kv == "fp8_e4m3" else "bf16"
             outs = {}
-            for m in bm.NORM_METHODS:
-                fn, outputs = bm.NORM_FNS[m](state, pb)
+            for m in shapes.NORM_METHODS:
+                fn, outputs = norm.NORM_FNS[m](state, pb)
                 fn()
                 outs[m] = outputs()
-                ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outs[m], m, base)
+                ok, steps, exact, bad, note = norm.check_norm(torch, pb, ref, outs[m], m, base)
                 assert ok, (kv, m, steps, bad, note)
                 if m.startswith("ropekv"):
                     assert exact == 1.0, (kv, m, exact)
-            flat = lambda c: c.view(torch.uint8).view(-1, bm.W) if kind == "fp8" else c.view(-1, bm.W)  # noqa: E731
+            flat = lambda c: c.view(torch.uint8).view(-1, shapes.W) if kind == "fp8" else c.view(-1, shapes.W)  # noqa: E731
             s0 = int(pb.slots[2])
 
             def nudge(cache, j, steps):  # the code of row s0, element j, moved by steps (away from zero)
@@ -485,41 +491,41 @@ def test_norm_checks_pass_and_catch():
                 bits += steps
 
             nudge(outs["ropekv_norm"]["cache"], 5, 1)
-            ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outs["ropekv_norm"], "ropekv_norm", base)
+            ok, steps, exact, bad, note = norm.check_norm(torch, pb, ref, outs["ropekv_norm"], "ropekv_norm", base)
             assert not ok and "cache differs" in note, (kv, note)
-            lim = bm.NORM_PEER_STEPS[kind]
+            lim = shapes.NORM_PEER_STEPS[kind]
             nudge(outs["eager_norm"]["cache"], 5, lim)
-            assert bm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
+            assert norm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
             nudge(outs["eager_norm"]["cache"], 5, 1)
-            assert not bm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
+            assert not norm.check_norm(torch, pb, ref, outs["eager_norm"], "eager_norm", base)[0], kv
             outs["rmsnorm_ropekv"]["norm"].view(torch.int16)[1, 7] += 3
-            assert not bm.check_norm(torch, pb, ref, outs["rmsnorm_ropekv"], "rmsnorm_ropekv", base)[0], kv
+            assert not norm.check_norm(torch, pb, ref, outs["rmsnorm_ropekv"], "rmsnorm_ropekv", base)[0], kv
             # the Triton RMSNorm's mapping, through the stand-in
-            bm._TRITON.clear()
-            bm._TRITON["rmsnorm"] = _FakeRmsnormKernel()
+            triton_kernels._TRITON.clear()
+            triton_kernels._TRITON["rmsnorm"] = _FakeRmsnormKernel()
             state["rmsnorm_impl"] = "triton"
-            fn, outputs = bm.method_rmsnorm_ropekv(state, pb)
+            fn, outputs = peers.method_rmsnorm_ropekv(state, pb)
             fn()
-            ok, steps, exact, bad, note = bm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)
+            ok, steps, exact, bad, note = norm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)
             assert ok, (kv, steps, bad, note)
-            real = bm.rmsnorm_triton_launch
+            real = peers.rmsnorm_triton_launch
 
             def wrong_stride(pb_, out):  # c_kv read with the buffer's row stride (512, not the projection's 576)
                 grid, a, kw = real(pb_, out)
                 return grid, a[:3] + (a[4], a[4]) + a[5:], kw
 
-            bm.rmsnorm_triton_launch = wrong_stride
+            peers.rmsnorm_triton_launch = wrong_stride
             try:
-                fn, outputs = bm.method_rmsnorm_ropekv(state, pb)
+                fn, outputs = peers.method_rmsnorm_ropekv(state, pb)
                 fn()
-                assert not bm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)[0], kv
+                assert not norm.check_norm(torch, pb, ref, outputs(), "rmsnorm_ropekv", base)[0], kv
             finally:
-                bm.rmsnorm_triton_launch = real
+                peers.rmsnorm_triton_launch = real
                 state["rmsnorm_impl"] = "torch"
             state["ctx"].close()
     finally:
-        bm._TRITON.clear()
-        bm._TRITON.update(saved)
+        triton_kernels._TRITON.clear()
+        triton_kernels._TRITON.update(saved)
 
 
 def test_cpu_run_norm():
@@ -538,7 +544,7 @@ def test_cpu_run_norm():
         assert "| fused / no-norm |" in md and "goal (fused within 5% of ropekv without the norm)" in md
         assert "| ropekv_norm us | ropekv_norm_out us | rmsnorm_ropekv us | eager_norm us | ropekv_nonorm us |" in md
         rows = list(csv.DictReader(open(glob.glob(os.path.join(out, "*_norm_t.csv"))[0])))
-        assert len(rows) == 2 * 2 * len(bm.NORM_METHODS), len(rows)
+        assert len(rows) == 2 * 2 * len(shapes.NORM_METHODS), len(rows)
         assert all(r["status"] == "ok" and r["us"] and float(r["norm_out_exact"]) == 1.0 for r in rows)
         assert {r["kv"] for r in rows} == {"bf16", "fp8_e4m3"}
         for r in rows:

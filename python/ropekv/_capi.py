@@ -1,6 +1,6 @@
 """ctypes declarations of runtime/ropekv.h: structs, enums, prototypes and library loading.
 
-Everything here mirrors the C header one to one; keep the two in step (python/tests/test_binding.py
+Everything here mirrors the C header one to one; keep the two in step (python/tests/test_binding_context.py
 compares the struct layouts with the header's when a C compiler is around)."""
 import ctypes
 import ctypes.util

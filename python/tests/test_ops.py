@@ -4,30 +4,33 @@ argument plans that make repeated launches cheap (Kernel.__call__ and the operat
     python3 python/tests/test_ops.py            # plain runner (no pytest needed)
 
 Needs torch (every test skips without it). On the host backend (CPU tensors) the operators are compared bit for
-bit with the reference of test_binding.py; torch.compile(fullgraph=True) runs where torch has it (2.x), CUDA graph
-capture where there is a CUDA device. With torch 1.13 (no torch.compile, no register_fake) the operators are
-registered with a Meta kernel as their fake implementation, and the compile tests skip with that reason."""
+bit with the reference of the binding's tests (_reference.py); torch.compile(fullgraph=True) runs where torch has it
+(2.x), CUDA graph capture where there is a CUDA device. With torch 1.13 (no torch.compile, no register_fake) the
+operators are registered with a Meta kernel as their fake implementation, and the compile tests skip with that
+reason."""
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import test_binding as tb  # noqa: E402
-from test_binding import _expect, parametrize, skip  # noqa: E402
+import _cases as cs  # noqa: E402
+import _reference as rf  # noqa: E402
+import _support as sp  # noqa: E402
+from _support import _expect, parametrize, skip  # noqa: E402
 
 import ropekv  # noqa: E402
 
 
 def _ops(device="cpu"):
-    torch = tb._torch() if device == "cpu" else tb._cuda_torch()
+    torch = sp._torch() if device == "cpu" else sp._cuda_torch()
     import ropekv.ops
-    ropekv.ops.use_context(tb.context("host" if device == "cpu" else "cuda"))  # the tests' private cache directory
+    ropekv.ops.use_context(sp.context("host" if device == "cpu" else "cuda"))  # the tests' private cache directory
     return torch, ropekv.ops
 
 
 def _compile_torch():
-    torch = tb._torch()
+    torch = sp._torch()
     if not hasattr(torch, "compile"):
         skip("torch %s has no torch.compile" % torch.__version__)
     return torch
@@ -60,7 +63,7 @@ def test_import_without_ops_needs_no_torch():
     """import ropekv does not import torch or register anything; ropekv.ops does."""
     import subprocess
     code = ("import sys; sys.path.insert(0, %r); import ropekv; assert 'torch' not in sys.modules; "
-            "assert 'ropekv.ops' not in sys.modules; print('ok')" % os.path.join(tb.ROOT, "python"))
+            "assert 'ropekv.ops' not in sys.modules; print('ok')" % os.path.join(sp.ROOT, "python"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
 
@@ -74,20 +77,20 @@ OP_CASES = [("deepseek_v3", "absorbed", "bf16"), ("deepseek_v3", "absorbed", "fp
 @parametrize("spec,q,kv", OP_CASES)
 def test_op_write_host(spec, q, kv):
     torch, _ = _ops()
-    tb.run_and_check(torch, tb.context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=True, via="op")
+    cs.run_and_check(torch, sp.context("host"), spec, q, kv, T=11, H=3, device="cpu", specials=True, via="op")
 
 
 def test_op_dispatcher_host():
     """torch.ops.ropekv.write called itself (the dispatcher's path: what a compiled graph's node calls; ropekv.ops.write
     launches eager calls directly) writes the reference's bits."""
     torch, _ = _ops()
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 9, 3, "cpu", specials=True, seed=7)
-    want = tb.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 9, 3, "cpu", specials=True, seed=7)
+    want = rf.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
     torch.ops.ropekv.write("deepseek_v3", "fp8_e4m3", "absorbed", "bf16", "flat", x["q_nope"], x["q_pe"], x["q_out"],
                            x["k_nope"], x["k_pe"], x["kv_cache"], x["positions"], x["slots"], x["cos_sin"], None,
                            x.get("k_scale"), None, None, 0)
-    assert tb.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
-    assert tb.compare_bits(torch, x["q_out"], want["q_out"], "bf16")[3] == 0
+    assert sp.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
+    assert sp.compare_bits(torch, x["q_out"], want["q_out"], "bf16")[3] == 0
     out = torch.zeros(4, 576, dtype=torch.bfloat16)
     slots = x["slots"][:4].clone()
     torch.ops.ropekv.read("deepseek_v3", "fp8_e4m3", "flat", x["kv_cache"], None, slots, x.get("k_scale"), out, None, 0)
@@ -98,29 +101,29 @@ def test_op_dispatcher_host():
 
 def test_op_write_fp8_q_host():
     torch, _ = _ops()
-    tb.run_and_check(torch, tb.context("host"), "deepseek_v3", "absorbed", "fp8_e4m3", T=7, H=3, device="cpu",
+    cs.run_and_check(torch, sp.context("host"), "deepseek_v3", "absorbed", "fp8_e4m3", T=7, H=3, device="cpu",
                      q_dtype="fp8_e4m3", q_scale=0.75, via="op")
 
 
-@parametrize("spec,kv,layout,B,unit_dim", tb.LAYOUT_CASES)
+@parametrize("spec,kv,layout,B,unit_dim", cs.LAYOUT_CASES)
 def test_op_write_layouts_host(spec, kv, layout, B, unit_dim):
     """Paged, split and fp8_tile caches through the operator, every cache byte against the reference."""
     torch, _ = _ops()
-    tb.run_layout_case(torch, tb.context("host"), spec, kv, layout, B, unit_dim=unit_dim, T=50 if B == 64 else 11,
+    cs.run_layout_case(torch, sp.context("host"), spec, kv, layout, B, unit_dim=unit_dim, T=50 if B == 64 else 11,
                        via="op")
 
 
-@parametrize("spec,kv,layout,B,split_out,min_slot,slots", [c for c in tb.READ_CASES if c[2] != "split" or c[4]])
+@parametrize("spec,kv,layout,B,split_out,min_slot,slots", [c for c in cs.READ_CASES if c[2] != "split" or c[4]])
 def test_op_read_host(spec, kv, layout, B, split_out, min_slot, slots):
     torch, _ = _ops()
-    tb.run_read_case(torch, tb.context("host"), spec, kv, layout, B, split_out=split_out, min_slot=min_slot,
+    cs.run_read_case(torch, sp.context("host"), spec, kv, layout, B, split_out=split_out, min_slot=min_slot,
                      slots_dtype=slots, unit_dim=layout == "paged" and B == 8, via="op")
 
 
 def test_op_errors_host():
     """The operators check what Kernel.__call__ checks and name the fix."""
     torch, ops = _ops()
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=3)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=3)
     e = _expect(ropekv.RopekvError, lambda: ops.write("deepseek_v3", kv="fp8_tile", **x))
     assert "specs of the same L and R that list it: deepseek_v32" in str(e), e
     _expect(TypeError, lambda: ops.write("deepseek_v3", **dict(x, q_pe=x["q_pe"].float())))
@@ -138,7 +141,7 @@ def test_op_write_norm_host(spec, q, kv, T, K, min_slot):
     """ropekv.ops.write(..., norm="rms" / "rms_out", norm_weight=, norm_out=) against the unfused composition and the
     reference, bit for bit (test_binding.run_norm_case); write_q_inplace for the inplace form."""
     torch, _ = _ops()
-    tb.run_norm_case(torch, tb.context("host"), spec, q, kv, T, 3, "cpu", seed=53, kv_tokens=K, min_slot=min_slot,
+    cs.run_norm_case(torch, sp.context("host"), spec, q, kv, T, 3, "cpu", seed=53, kv_tokens=K, min_slot=min_slot,
                      specials=True, via="op")
 
 
@@ -146,16 +149,16 @@ def test_op_norm_dispatcher_and_cache_key_host():
     """torch.ops.ropekv.write with the norm's arguments (positional, as a graph's node calls it) writes what the
     eager wrapper writes; the operators' kernel cache keeps one kernel per norm."""
     torch, ops = _ops()
-    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
-    y, _ = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    y, _ = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
     nx, ny = (torch.zeros(9, 512, dtype=torch.bfloat16) for _ in range(2))
     ops.write("deepseek_v3", **x, norm="rms_out", norm_weight=w, norm_out=nx)
     torch.ops.ropekv.write("deepseek_v3", "bf16", "absorbed", "bf16", "flat", y["q_nope"], y["q_pe"], y["q_out"],
                            y["k_nope"], y["k_pe"], y["kv_cache"], y["positions"], y["slots"], y["cos_sin"], None, None,
                            None, None, 0, "rms_out", w, ny)
     for a, b in ((x["kv_cache"], y["kv_cache"]), (x["q_out"], y["q_out"]), (nx, ny)):
-        assert tb._same_bits(torch, a, b)
-    z, _ = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+        assert sp._same_bits(torch, a, b)
+    z, _ = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
     ops.write("deepseek_v3", **z)  # the same variant without the norm: another kernel, the raw c_kv cached
     assert not torch.equal(z["kv_cache"], x["kv_cache"])
     norms = {k[-1] for k in ops._KERNELS if k[1] == "deepseek_v3" and k[2] == "bf16" and k[3] == "absorbed"
@@ -166,7 +169,7 @@ def test_op_norm_dispatcher_and_cache_key_host():
 def test_op_norm_errors_host():
     """The operators refuse the norm's tensors as Kernel.__call__ does, naming them."""
     torch, ops = _ops()
-    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=59)
+    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 8, 2, "cpu", seed=59)
     no = torch.zeros(8, 512, dtype=torch.bfloat16)
     e = _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms"))
     assert "norm_weight is required" in str(e), e
@@ -180,7 +183,7 @@ def test_op_norm_errors_host():
     assert "norm_weight is for a kernel with the fused kv_a RMSNorm" in str(e), e
     _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="rms_out", norm_weight=w))
     _expect(ValueError, lambda: ops.write("deepseek_v3", **x, norm="layer", norm_weight=w))
-    e = _expect(ropekv.RopekvError, lambda: ops.write("minicpm3_4b", **tb.make_inputs(
+    e = _expect(ropekv.RopekvError, lambda: ops.write("minicpm3_4b", **rf.make_inputs(
         torch, "minicpm3_4b", "absorbed", "bf16", 4, 2, "cpu"), norm="rms", norm_weight=w[:256]))
     assert e.status == "ROPEKV_ERR_UNSUPPORTED", e
 
@@ -189,7 +192,7 @@ def test_op_fake_implementation():
     """The fake implementation (a Meta kernel on torch 1.13, register_fake on 2.x) runs on meta tensors without
     launching anything: what tracing calls."""
     torch, ops = _ops()
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 4, 2, "cpu", seed=5)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 4, 2, "cpu", seed=5)
     meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
     assert ops.write("deepseek_v3", kv="fp8_e4m3", **meta) is None
     w, no = (torch.empty(*shape, dtype=torch.bfloat16, device="meta") for shape in ((512,), (4, 512)))
@@ -206,11 +209,11 @@ def test_plans_reuse_checks_not_pointers():
     """A second launch with the same signature takes its pointers from its own tensors (the rows land in the new
     cache, the old one is untouched); the library still checks every launch's addresses (a misaligned view of
     the same shape and strides is refused); a new signature runs every check again."""
-    torch = tb._torch()
-    ctx = tb.context("host")
+    torch = sp._torch()
+    ctx = sp.context("host")
     k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=21)
-    want = tb.reference(torch, "deepseek_v3", "absorbed", "bf16", x)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=21)
+    want = rf.reference(torch, "deepseek_v3", "absorbed", "bf16", x)
     first = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
     k(**first)
     n = len(k._plans)
@@ -219,7 +222,7 @@ def test_plans_reuse_checks_not_pointers():
     k(**second)
     assert len(k._plans) == n, "the same signature made a second plan"
     for name in ("kv_cache", "q_out"):
-        assert tb.compare_bits(torch, second[name], want[name], "bf16")[3] == 0, name
+        assert sp.compare_bits(torch, second[name], want[name], "bf16")[3] == 0, name
     assert torch.equal(first["kv_cache"], before), "a reused plan wrote the first launch's cache"
     # same dtype, shape and strides, but q_nope 2 bytes past a 16-byte boundary
     base = torch.empty(9 * 2 * 576 + 1, dtype=torch.bfloat16)
@@ -235,10 +238,10 @@ def test_plans_reuse_checks_not_pointers():
 def test_plans_zero_copy_alias():
     """Zero-copy: a q_nope that is q_out itself is dropped (not read); one that is not is refused. Whether it is
     joins the plan's signature, so neither case takes the other's plan."""
-    torch = tb._torch()
-    ctx = tb.context("host")
+    torch = sp._torch()
+    ctx = sp.context("host")
     k = ctx.kernel("deepseek_v3", kv="bf16", q="zero_copy")
-    x = tb.make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", 5, 2, "cpu", seed=23)
+    x = rf.make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", 5, 2, "cpu", seed=23)
     same = x["q_out"][..., :512]
     k(**dict(x, q_nope=same))
     k(**dict(x, q_nope=same))
@@ -247,12 +250,12 @@ def test_plans_zero_copy_alias():
 
 
 def test_plans_bounded():
-    torch = tb._torch()
-    ctx = tb.context("host")
+    torch = sp._torch()
+    ctx = sp.context("host")
     k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
     from ropekv import _torch as rt
     for T in range(1, rt._PLANS_MAX + 10):
-        x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, 1, "cpu", seed=T)
+        x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, 1, "cpu", seed=T)
         k(**x)
         assert len(k._plans) <= rt._PLANS_MAX
 
@@ -269,7 +272,7 @@ def _step(ops, x, kv):
 
 
 def _compile_case(torch, ops, device):
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=31)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=31)
     q = torch.cat([x["q_nope"], x["q_pe"]], dim=-1).contiguous()
     kvp = torch.cat([x["k_nope"], x["k_pe"]], dim=-1).contiguous()
     args = lambda: (q, kvp, x["kv_cache"].clone(), x["positions"], x["slots"], x["cos_sin"],  # noqa: E731
@@ -305,7 +308,7 @@ def _norm_step(ops, norm):
 def _compile_norm_case(torch, ops, device):
     """torch.compile(fullgraph=True) of a step calling the operator with norm rms and rms_out: the cache, q_out and
     norm_out (written by the operator inside the graph) equal the eager step's."""
-    x, w = tb.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=61)
+    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 6, 2, device, seed=61)
     q = torch.cat([x["q_nope"], x["q_pe"]], dim=-1).contiguous()
     kvp = torch.cat([x["k_nope"], x["k_pe"]], dim=-1).contiguous()
     for norm in ("rms", "rms_out"):
@@ -360,12 +363,12 @@ def test_compile_fullgraph_cuda_graph():
 def test_cuda_op_graph_capture():
     """The operator itself (eager) captured in a CUDA graph: a replay writes what the eager launch wrote."""
     torch, ops = _ops("cuda")
-    x = tb.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 64, 16, "cuda", seed=33)
-    want = tb.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 64, 16, "cuda", seed=33)
+    want = rf.reference(torch, "deepseek_v3", "absorbed", "fp8_e4m3", x)
     prior = x["kv_cache"].view(torch.uint8).clone()
     ops.write("deepseek_v3", kv="fp8_e4m3", **x)  # the first launch (and k_scale's 1.0) outside capture
     torch.cuda.synchronize()
-    assert tb.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
+    assert sp.compare_bits(torch, x["kv_cache"], want["kv_cache"], "fp8")[3] == 0
     after = x["kv_cache"].view(torch.uint8).clone()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -379,15 +382,15 @@ def test_cuda_op_graph_capture():
 def test_cuda_op_write_norm():
     torch, _ = _ops("cuda")
     for spec, q, kv, T, K, min_slot in NORM_OP_CASES:
-        tb.run_norm_case(torch, tb.context("cuda"), spec, q, kv, 300, 16, "cuda", seed=63, kv_tokens=K and 200,
+        cs.run_norm_case(torch, sp.context("cuda"), spec, q, kv, 300, 16, "cuda", seed=63, kv_tokens=K and 200,
                          min_slot=min_slot, specials=True, via="op")
 
 
 def test_cuda_op_write():
     torch, _ = _ops("cuda")
     for spec, q, kv in OP_CASES:
-        tb.run_and_check(torch, tb.context("cuda"), spec, q, kv, T=300, H=16, device="cuda", specials=True, via="op")
+        cs.run_and_check(torch, sp.context("cuda"), spec, q, kv, T=300, H=16, device="cuda", specials=True, via="op")
 
 
 if __name__ == "__main__":
-    sys.exit(tb.main(globals()))
+    sys.exit(sp.main(globals()))
