@@ -786,7 +786,7 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
 
 /* ---- isa-baseline ----------------------------------------------------------------------------- */
 static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
-    const int cap = MAX_VARIANTS * RK_MAX_ARCHS;
+    const int cap = RK_MAX_ARCHS * 256; /* the covering set's variants of the AMD rows */
     rk_build_item *items = malloc(sizeof *items * (size_t)cap);
     rk_desc *shapes = malloc(sizeof *shapes * MAX_VARIANTS);
     rk_build_result *res = malloc(sizeof *res * (size_t)cap);
@@ -810,6 +810,10 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
             int dup = 0; /* identical kernels (same name) are built once, as in test_matrix */
             for (int j = 0; j < n && !dup; j++) dup = !strcmp(items[j].v.name, shapes[i].name);
             if (dup) continue;
+            if (n == cap) {
+                fprintf(stderr, "ropekv-gen isa-baseline: more than %d kernels\n", cap);
+                goto out;
+            }
             items[n++] = (rk_build_item){shapes[i], cc, RK_BUILD_SCAN};
         }
     }
