@@ -189,19 +189,6 @@ static void shape_text(int i, int wide, char *out, size_t cap) {
 }
 
 /* ---- variants --------------------------------------------------------------------------------------- */
-/* The public variant of a description: its spec and choices. */
-static ropekv_variant variant_of(const rk_desc *d) {
-    const rk_choice c = rk_desc_choice(d);
-    return (ropekv_variant){.spec = d->spec->name,
-                            .kv = c.kv,
-                            .q = c.q,
-                            .positions = c.pos,
-                            .slots = c.slot,
-                            .q_dtype = c.q_dtype,
-                            .layout = c.layout,
-                            .op = c.op,
-                            .norm = c.norm};
-}
 
 typedef struct conf_variant {
     rk_desc d;    /* the reference's description */
@@ -707,7 +694,7 @@ static int check_shapes(const rk_desc *v, runner *r, ropekv_kernel **k_by_mode, 
  * Returns 1 when the device is unusable. */
 static int check_public(worker *w, const rk_desc *v, result *res) {
     ropekv_kernel *k[N_CTX] = {NULL};
-    const ropekv_variant pv = variant_of(v);
+    const ropekv_variant pv = rk_variant_of(v);
     runner r = {.mem = &w->mem, .late_fn = w->late_fn, .why = res->why, .why_cap = sizeof res->why};
     int need[N_CTX] = {0};
     for (int i = 0; i < g_n_shapes; i++) need[ctx_mode(&g_shapes[i])] = 1;
@@ -899,7 +886,7 @@ static void probe_child(probe_info *pi) {
     /* The row: the kernel of the first built-in variant the context lists says which (ropekv_kernel_info).
      * Its build goes into the run's cache, where the worker that checks it finds it. */
     for (int i = 0; i < g_n_all && !pi->row[0]; i++) {
-        const ropekv_variant v = variant_of(&g_all[i]);
+        const ropekv_variant v = rk_variant_of(&g_all[i]);
         if (ropekv_query(c, &v, NULL, NULL, 0) != ROPEKV_OK) continue;
         ropekv_kernel *k = NULL;
         ropekv_kernel_params kp;

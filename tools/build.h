@@ -94,6 +94,10 @@ typedef struct rk_build_item {
  * rk_variants order. Returns the count, or -1 when cap is too small. */
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
+/* The public variant of a description: its spec's name and its choices (what a caller passes to
+ * ropekv_kernel_get for the same kernel). */
+ropekv_variant rk_variant_of(const rk_desc *d);
+
 /* Builds every item in a pool of `jobs` worker processes (tools/pool.h; < 1: the number of online
  * CPUs), each taking the next unbuilt item. A worker that dies (e.g. a compiler aborting the
  * process) fails the item it was on and is replaced. progress (may be NULL) gets one line per

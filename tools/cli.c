@@ -388,16 +388,7 @@ static int check_bundle(ropekv_ctx *c, const char *target, const rk_desc *v, int
     snprintf(what, sizeof what, "the compiler note for %s", target);
     int missing = check_entry(l, digest, what);
     for (int i = 0; i < n && missing >= 0; i++) {
-        const rk_choice ch = rk_desc_choice(&v[i]);
-        ropekv_variant rv = {.spec = v[i].spec->name,
-                             .kv = ch.kv,
-                             .q = ch.q,
-                             .positions = ch.pos,
-                             .slots = ch.slot,
-                             .q_dtype = ch.q_dtype,
-                             .layout = ch.layout,
-                             .op = ch.op,
-                             .norm = ch.norm};
+        ropekv_variant rv = rk_variant_of(&v[i]);
         ropekv_kernel *k = NULL;
         if (ropekv_kernel_get(c, &rv, &k) != ROPEKV_OK) {
             fprintf(stderr, "ropekv-gen build --bundle: %s\n", ropekv_last_error(c));
@@ -460,16 +451,7 @@ static int bundle_target(const opts *o, const rk_arch *a, const char *target, co
     for (int i = 0; i < o->n_extra && !failed; i++)
         if ((s = ropekv_load_spec(c, o->extra_specs[i])) != ROPEKV_OK) failed = 1;
     for (int i = 0; i < n && !failed; i++) {
-        const rk_choice ch = rk_desc_choice(&v[i]);
-        ropekv_variant rv = {.spec = v[i].spec->name,
-                             .kv = ch.kv,
-                             .q = ch.q,
-                             .positions = ch.pos,
-                             .slots = ch.slot,
-                             .q_dtype = ch.q_dtype,
-                             .layout = ch.layout,
-                             .op = ch.op,
-                             .norm = ch.norm};
+        ropekv_variant rv = rk_variant_of(&v[i]);
         ropekv_kernel *k = NULL;
         s = ropekv_kernel_get(c, &rv, &k);
         if (s == ROPEKV_OK) s = ropekv_kernel_prepare(k, ROPEKV_ENTRY_32 | ROPEKV_ENTRY_64);
