@@ -250,8 +250,14 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
         for (int i = 0; i < c[k].n && at < sizeof got; i++)
             at += (size_t)snprintf(got + at, sizeof got - at, "%s%s", i ? ", " : "",
                                    rk_enum_name(c[k].e, c[k].list[i]));
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s (variant %s)", s->name, c[k].key,
-                       got, rk_enum_name(c[k].e, c[k].want), d->key);
+        /* a value the model cannot have is left out of an open choice: say which fact of the spec leaves it out */
+        const char *why = k == 0 && c[k].want == ROPEKV_KV_FP8_TILE && !s->tile.row_bytes
+                              ? ": the spec has no fp8_tile table"
+                          : k == 1 && c[k].want == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE
+                              ? ": rope 'none' leaves nothing to rotate in place"
+                              : "";
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s%s (variant %s)", s->name, c[k].key,
+                       got, rk_enum_name(c[k].e, c[k].want), why, d->key);
     }
     return ROPEKV_OK;
 }

@@ -292,6 +292,22 @@ static void test_desc_listed(void **state) {
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
+    /* a value an open choice leaves out for a fact of the model: the refusal names the fact */
+    const rk_spec *lite = rk_catalog_find(&f->cat, "deepseek_v2_lite");
+    assert_int_equal(rk_desc_listed(lite, sm90,
+                                    &(rk_choice){ROPEKV_KV_FP8_TILE, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_NONE},
+                                    &d, &err),
+                     ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "not fp8_tile: the spec has no fp8_tile table"));
+    assert_int_equal(rk_desc_listed(lite, sm90,
+                                    &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                                                 ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
+                                                 ROPEKV_NORM_RMS},
+                                    &d, &err),
+                     ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "norm rms needs the spec's kv_norm table"));
     rk_spec narrow = *s;
     narrow.n_targets = 1;
     snprintf(narrow.targets[0], sizeof narrow.targets[0], "gfx942");
