@@ -1,5 +1,6 @@
 /* Tests for the CPU reference (gen/ref.c): scalar conversions against independently derived tables,
  * and the op against hand-computed vectors. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1033,6 +1034,81 @@ static void test_op_fp8_tile_nonfinite(void **state) {
     assert_int_equal(row[8 + 6], 0x00); /* NaN -> 0 */
 }
 
+/* Sanitize and the bf16 max: a rope float in (0x7f7f7fff, FLT_MAX] rounds to inf in bf16, so a sanitized bf16 store
+ * clamps it to +-0x7f7f (and an inf from the fma too); without sanitize it stays +-inf. GPT-J with s = 0 and
+ * k_pe = (2^99, -2^99) per pair makes each pair (t, -t), t = 2^99 * c exactly, c = t * 2^-99 in the table:
+ *   0x7f7f7fff (the largest float that rounds to 0x7f7f), 0x7f7f8000 (3.3961e38, the tie that rounds to inf),
+ *   3.4e38 and FLT_MAX, then (L = 16) 2 * FLT_MAX = inf from the fma itself. Checked in a bf16 row and in the
+ * bf16 rope part of an fp8_tile row. */
+static void test_op_sanitize_bf16_bound(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    const float t[4] = {bitsf(0x7f7f7fffu), bitsf(0x7f7f8000u), 3.4e38f, FLT_MAX};
+    assert_true(rk_f32_to_bf16(t[0]) == 0x7f7f && rk_f32_to_bf16(t[1]) == 0x7f80);
+    float table[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* cos | sin (all 0) */
+    for (int i = 0; i < 4; i++) table[i] = t[i] * 0x1p-99f;
+    uint16_t k_pe[R], k_nope[TL];
+    for (int i = 0; i < R; i++) k_pe[i] = i % 2 ? 0xf100 : 0x7100; /* -2^99, 2^99 */
+    for (int i = 0; i < TL; i++) k_nope[i] = bfx((float)(i % 5) - 2.0f);
+    static const uint16_t san[R] = {0x7f7f, 0xff7f, 0x7f7f, 0xff7f, 0x7f7f, 0xff7f, 0x7f7f, 0xff7f};
+    static const uint16_t raw[R] = {0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7f80, 0xff80, 0x7f80, 0xff80};
+    for (int tile = 0; tile < 2; tile++)
+        for (int sanitize = 0; sanitize < 2; sanitize++) {
+            setup s;
+            if (tile) {
+                setup_tile(&s, RK_TILE_F32, sanitize);
+                s.spec.rope = RK_ROPE_GPTJ;
+            } else {
+                setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+                s.spec.sanitize = sanitize;
+                s.v.q = ROPEKV_Q_NONE;
+            }
+            uint8_t kv[T_ROW];
+            fill8(kv, sizeof kv, SENT8);
+            int64_t pos = 0, slot = 0;
+            rk_args a = {.k_nope = k_nope,
+                         .k_pe = k_pe,
+                         .kv_cache = kv,
+                         .positions = &pos,
+                         .slots = &slot,
+                         .cos_sin = table,
+                         .tokens = 1,
+                         .heads = 1,
+                         .max_pos = 1,
+                         .k_nope_st = tile ? TL : L,
+                         .k_pe_st = R,
+                         .kv_st = tile ? T_ROW : W,
+                         .kv_rows = 1};
+            ref_run(&s, &a);
+            uint16_t rope[R];
+            memcpy(rope, kv + (tile ? T_ROPE : 2 * L), sizeof rope);
+            check16(rope, sanitize ? san : raw, R, tile ? "tile row's rope part" : "bf16 row's rope part");
+        }
+    /* the inf an fma makes: 2^99 * (2 FLT_MAX 2^-99) overflows */
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+    s.spec.sanitize = 1;
+    s.v.q = ROPEKV_Q_NONE;
+    for (int i = 0; i < 4; i++) table[i] = FLT_MAX * 0x1p-98f;
+    uint16_t kv[W];
+    int64_t pos = 0, slot = 0;
+    rk_args a = {.k_nope = k_nope,
+                 .k_pe = k_pe,
+                 .kv_cache = kv,
+                 .positions = &pos,
+                 .slots = &slot,
+                 .cos_sin = table,
+                 .tokens = 1,
+                 .heads = 1,
+                 .max_pos = 1,
+                 .k_nope_st = L,
+                 .k_pe_st = R,
+                 .kv_st = W,
+                 .kv_rows = 1};
+    ref_run(&s, &a);
+    check16(kv + L, san, R, "an fma's inf");
+}
+
 /* The read-back op on the rows above: fp8_tile latents times their tile's scale (exact here), the rope part
  * copied; an fp8 row times k_scale (mul_recip, div) or divided by it (mul); a bf16 row copied; a slot below
  * min_slot or past kv_rows writes zeros, or nothing with skip; out_rope takes the rope parts apart. */
@@ -1913,6 +1989,7 @@ int main(void) {
         cmocka_unit_test(test_op_padding),
         cmocka_unit_test(test_op_inplace_bf16_tables),
         cmocka_unit_test(test_op_rope_none_q_none_sanitize),
+        cmocka_unit_test(test_op_sanitize_bf16_bound),
         cmocka_unit_test(test_op_fused_rounding),
         cmocka_unit_test(test_op_fp8_scales),
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),

@@ -340,7 +340,8 @@ def _kv_reference(torch, spec, kv, x, slot, K, c, sn, min_slot):
     if kv == "bf16":
         if s["sanitize"]:
             row = torch.cat([k_nope.float(), kr], dim=-1)
-            row = torch.nan_to_num(row, nan=0.0, posinf=BF16_MAX, neginf=-BF16_MAX).to(torch.bfloat16)
+            # NaN -> 0, then clamped to the bf16 max: an inf, and a float that would round to inf, store +-0x7f7f
+            row = torch.nan_to_num(row, nan=0.0).clamp(-BF16_MAX, BF16_MAX).to(torch.bfloat16)
         else:
             row = torch.cat([k_nope, kr.to(torch.bfloat16)], dim=-1)
         flat[slot[valid]] = row[valid]
