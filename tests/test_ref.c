@@ -1256,6 +1256,77 @@ static void test_op_fp8_mul_recip_vs_div(void **state) {
     assert_int_equal(row[8], 0x06);
 }
 
+/* The built-in specs, loaded once (the catalog is large: not on the stack). */
+static const rk_catalog *builtin(void) {
+    static rk_catalog *cat;
+    if (!cat) {
+        rk_err err = {0};
+        cat = calloc(1, sizeof *cat);
+        assert_non_null(cat);
+        if (rk_catalog_load_embedded(cat, &err) != ROPEKV_OK) fail_msg("catalog: %s", err.msg);
+    }
+    return cat;
+}
+
+/* kimi_k2's fp8 query is vLLM's: q * (1.0f / q_scale). With q_scale = 7 the bf16 0x3db6 (91 * 2^-10) gives 0x07
+ * (x / 7 would be the tie 6.5 * 2^-9, 0x06), in q_nope's bytes and, through a rope at c = 1, s = 0 (the rope part
+ * is rounded to bf16 first, which keeps it), in the rope part's. On FNUZ bytes (bias 8, a subnormal step of 2^-10)
+ * x / 7 is 13 steps exactly, no tie: both conventions give 0x0d. */
+static void test_op_kimi_k2_q_fp8(void **state) {
+    (void)state;
+    const rk_catalog *cat = builtin();
+    const rk_spec *sp = rk_catalog_find(cat, "kimi_k2");
+    assert_non_null(sp);
+    assert_int_equal(sp->q_fp8.scale, RK_SCALE_MUL_RECIP);
+    const char *targets[2] = {"host", "gfx942"};
+    const uint8_t want[2] = {0x07, 0x0d};
+    for (int k = 0; k < 2; k++) {
+        const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
+        assert_non_null(arch);
+        const rk_choice ch = {ROPEKV_KV_BF16,    ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_FP8_E4M3, ROPEKV_KV_FLAT,    ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        enum { L = 512, R = 64, W = 576 };
+        static uint16_t q_nope[L], q_pe[R], k_nope[L], k_pe[R], kv[W];
+        static uint8_t q_out[W];
+        static float table[R];
+        for (int i = 0; i < L; i++) q_nope[i] = k_nope[i] = 0x3db6;
+        for (int i = 0; i < R; i++) q_pe[i] = k_pe[i] = 0x3db6;
+        for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+        int64_t pos = 0, slot = 0;
+        float q_scale = 7.0f;
+        rk_args a = {.q_nope = q_nope,
+                     .q_pe = q_pe,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = &pos,
+                     .slots = &slot,
+                     .cos_sin = table,
+                     .q_scale = &q_scale,
+                     .tokens = 1,
+                     .kv_tokens = 1,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .q_nope_st = L,
+                     .q_nope_sh = L,
+                     .q_pe_st = R,
+                     .q_pe_sh = R,
+                     .q_out_st = W,
+                     .q_out_sh = W,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = W,
+                     .kv_rows = 1};
+        rk_ref_run(&d, &a);
+        for (int i = 0; i < W; i++)
+            if (q_out[i] != want[k]) fail_msg("%s: q_out[%d] = 0x%02x, want 0x%02x", targets[k], i, q_out[i], want[k]);
+    }
+}
+
 /* FNUZ bytes with the 224 bound (vLLM), sanitize off and on, and the format's own 240 bound. */
 static void test_op_fp8_fnuz_bound(void **state) {
     (void)state;
@@ -1993,6 +2064,7 @@ int main(void) {
         cmocka_unit_test(test_op_fused_rounding),
         cmocka_unit_test(test_op_fp8_scales),
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
+        cmocka_unit_test(test_op_kimi_k2_q_fp8),
         cmocka_unit_test(test_op_fp8_fnuz_bound),
         cmocka_unit_test(test_op_fp8_ocp_sanitize),
         cmocka_unit_test(test_op_fp8_rope_bf16),

@@ -383,7 +383,7 @@ static void test_spec_values(void **state) {
     assert_true(s.n_q == 4);
     assert_true(s.fp8.scale == RK_SCALE_DIV && s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize);
-    assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_DIV && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
+    assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_MUL_RECIP && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
     assert_true(s.n_norms == 3 && s.norm.weight == RK_NW_BF16 && s.norm.eps == 1e-6f && s.norm.round == RK_NR_TWICE);
 
     s = load_file(state, "deepseek_v32.lua");

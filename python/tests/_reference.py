@@ -10,7 +10,7 @@ SPECS = {
                         q_scale="mul_recip", q_sat=448.0, q_rr=False),  # fp8 query: FlashInfer / aiter style
     "kimi_k2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="div", sat=448.0, rr=False,
                     neg="skip_all", sanitize=True, pos="int32", nope_head=128,
-                    q_scale="div", q_sat=448.0, q_rr=True),  # fp8 query: vLLM style
+                    q_scale="mul_recip", q_sat=448.0, q_rr=True),  # fp8 query: vLLM's QuantFP8
     "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
                         neg="skip_kv", sanitize=False, pos="int64", nope_head=64,
                         q_scale="mul", q_sat=448.0, q_rr=True),
