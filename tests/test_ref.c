@@ -1327,6 +1327,61 @@ static void test_op_kimi_k2_q_fp8(void **state) {
     }
 }
 
+/* deepseek_v32's tile row follows vLLM's writer: amax maps to 448 on OCP bytes and to 224 on gfx942's FNUZ bytes.
+ * A tile of amax 448: scale 1 (host) and 2 (gfx942), so 448, 1, -3 become 448, 1, -3 (0x7e 0x38 0xc4 OCP) and 224,
+ * 0.5, -1.5 (0x7e 0x38 0xc4 FNUZ, bias 8). */
+static void test_op_deepseek_v32_tile_bound(void **state) {
+    (void)state;
+    const rk_catalog *cat = builtin();
+    const rk_spec *sp = rk_catalog_find(cat, "deepseek_v32");
+    assert_non_null(sp);
+    const char *targets[2] = {"host", "gfx942"};
+    const uint32_t want_scale[2] = {0x3f800000u, 0x40000000u};
+    const uint8_t want[3] = {0x7e, 0x38, 0xc4};
+    for (int k = 0; k < 2; k++) {
+        const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
+        assert_non_null(arch);
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        assert_true(d.kv8_sat == (k ? 224.0f : 448.0f));
+        enum { L = 512, R = 64, ROW = 656 };
+        static uint16_t k_nope[L], k_pe[R];
+        static uint8_t kv[ROW];
+        static float table[R];
+        for (int i = 0; i < L; i++) k_nope[i] = i % 128 == 0 ? bfx(448.0f) : i % 2 ? bfx(-3.0f) : bfx(1.0f);
+        for (int i = 0; i < R; i++) k_pe[i] = bfx(1.0f);
+        for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+        int64_t pos = 0, slot = 0;
+        rk_args a = {.k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = &pos,
+                     .slots = &slot,
+                     .cos_sin = table,
+                     .tokens = 1,
+                     .kv_tokens = 1,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = ROW,
+                     .kv_rows = 1};
+        rk_ref_run(&d, &a);
+        for (int i = 0; i < L; i++) {
+            const uint8_t w = i % 128 == 0 ? want[0] : i % 2 ? want[2] : want[1];
+            if (kv[i] != w) fail_msg("%s: byte %d = 0x%02x, want 0x%02x", targets[k], i, kv[i], w);
+        }
+        for (int t = 0; t < 4; t++) {
+            uint32_t got;
+            memcpy(&got, kv + 512 + 4 * t, 4);
+            if (got != want_scale[k]) fail_msg("%s: scale %d = 0x%08x", targets[k], t, (unsigned)got);
+        }
+    }
+}
+
 /* FNUZ bytes with the 224 bound (vLLM), sanitize off and on, and the format's own 240 bound. */
 static void test_op_fp8_fnuz_bound(void **state) {
     (void)state;
@@ -2065,6 +2120,7 @@ int main(void) {
         cmocka_unit_test(test_op_fp8_scales),
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
         cmocka_unit_test(test_op_kimi_k2_q_fp8),
+        cmocka_unit_test(test_op_deepseek_v32_tile_bound),
         cmocka_unit_test(test_op_fp8_fnuz_bound),
         cmocka_unit_test(test_op_fp8_ocp_sanitize),
         cmocka_unit_test(test_op_fp8_rope_bf16),

@@ -391,6 +391,8 @@ static void test_spec_values(void **state) {
     assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_FP8_TILE && s.kv[1] == ROPEKV_KV_BF16 && s.n_layout == 3);
     assert_true(!rk_layout_fits(ROPEKV_KV_FP8_TILE, ROPEKV_KV_SPLIT) &&
                 rk_layout_fits(ROPEKV_KV_BF16, ROPEKV_KV_SPLIT));
+    /* vLLM's writer maps amax to 448, and to 224 on gfx942's FNUZ bytes */
+    assert_true(s.tile.scale == RK_TILE_F32 && s.tile.sat_ocp == 448.0f && s.tile.sat_fnuz == 224.0f);
     assert_true(s.n_norms == 3 && s.norm.weight == RK_NW_BF16 && s.norm.eps == 1e-6f && s.norm.round == RK_NR_TWICE);
 
     s = load_file(state, "deepseek_v2_lite.lua");
