@@ -6,6 +6,10 @@
 -- scale = max(amax(tile) / 448, FLT_MIN) (on gfx942's FNUZ bytes amax / 224, as vLLM's writer divides there);
 -- then the 64 rope values in bf16, after RoPE. The engines keep
 -- it paged ([num_blocks, block_size, 656] bytes, block_size 64) with int64 slot mappings.
+-- The scales are raw float32 (amax / 448), as vLLM's writer stores them: right for readers that multiply by the
+-- float32 (or its bf16 rounding), wrong for readers that take each scale as a power of two (FlashMLA's sm_100
+-- sparse decode and FlashInfer's sm_120 reader: 2^floor(log2(scale)), up to 2x small). For those, use
+-- deepseek_v32_pow2, whose scales are powers of two.
 return {
   name = "deepseek_v32",
   description = "DeepSeek-V3.2 MLA: L = 512, R = 64, 656-byte tile-scaled fp8 cache rows",
@@ -23,6 +27,8 @@ return {
     scales_at = 512,
     rope_at = 528,
     matches = "vLLM fp8_ds_mla (concat_and_cache_ds_mla) and SGLang's NSA fp8 cache: x / scale, scale = amax / 448 (vLLM: 224 on FNUZ)",
+    readers = "f32 scale: vLLM cp_gather_and_upconvert, ropekv read; bf16(scale): FlashMLA sm_90 sparse decode. "
+      .. "Not E8M0 readers (FlashMLA sm_100 sparse decode, FlashInfer sm_120 pow2_fp32): deepseek_v32_pow2",
   },
   -- An fp8 query, for a dense fp8 decode (FlashMLA's sparse decode reads a bf16 query): per-tensor q_scale,
   -- multiplied by its reciprocal.

@@ -913,7 +913,7 @@ enum { TL = 16, TR = 8, T_ROW = 48, T_SCALES = 16, T_ROPE = 32 };
 static void setup_tile(setup *s, rk_tile_scale scale, int sanitize) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.kv_lora_rank = TL;
-    s->spec.tile = (rk_tile_policy){8, scale, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+    s->spec.tile = (rk_tile_policy){8, scale, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, "", ""};
     s->spec.sanitize = sanitize;
     s->v.kv = ROPEKV_KV_FP8_TILE;
     s->v.q = ROPEKV_Q_NONE;
@@ -1380,6 +1380,130 @@ static void test_op_deepseek_v32_tile_bound(void **state) {
             if (got != want_scale[k]) fail_msg("%s: scale %d = 0x%08x", targets[k], t, (unsigned)got);
         }
     }
+}
+
+/* ---- fp8_tile rows as the engines' readers decode them ---------------------------------------------------------
+ * A reader turns latent byte j of tile k into bf16(v * s'), v the byte's exact value and s' the tile's float32 scale
+ * s as that reader takes it (the specs' `readers` name them):
+ *   F32   s' = s                      vLLM's cp_gather_and_upconvert, ropekv's read-back op, FlashMLA tests/quant.py
+ *   BF16  s' = bf16(s), to nearest    FlashMLA's sm_90 sparse decode (v and s' as bf16, one bf16 product)
+ *   E8M0  s' = 2^floor(log2(s))       FlashMLA's sm_100 sparse decode (__nv_cvt_float2_to_e8m0x2, toward zero),
+ *                                     FlashInfer's sm_120 reader (pow2_fp32: the scale's exponent bits)
+ * A value x written with scale s has |v s - x| <= 2^-4 |x| + 2^-10 s (half an e4m3 step: relative 2^-4 for normals,
+ * 2^-10 s for subnormals), and the read adds its scale's error and one bf16 rounding (2^-8). */
+typedef enum { READ_F32, READ_BF16, READ_E8M0, N_READERS } tile_reader;
+static const char *const reader_names[N_READERS] = {"f32", "bf16 scale (FlashMLA sm_90)",
+                                                    "E8M0 (FlashMLA sm_100, FlashInfer sm_120)"};
+
+static float reader_scale(tile_reader r, float s) {
+    if (r == READ_BF16) return rk_bf16_to_f32(rk_f32_to_bf16(s));
+    if (r == READ_E8M0) return bitsf(fbits(s) & 0xff800000u); /* a finite s >= FLT_MIN: its exponent alone */
+    return s;
+}
+
+/* The error a reader may make on x (written with scale s) when it reads the scale with relative error at most
+ * eps: the write's half step, then the read's scale error and its bf16 rounding on |v s| <= |x| + bound. */
+static double read_bound(double x, double s, double eps) {
+    const double w = fabs(x) / 16.0 + s / 1024.0;
+    return w + (fabs(x) + w) * ((1.0 + eps) * (1.0 + 1.0 / 256.0) - 1.0) + 1e-30;
+}
+
+/* deepseek_v32 (f32 scales) and deepseek_v32_pow2 (power-of-two scales) write random tiles of values from 2^-12 to
+ * 2^12; each reader decodes every row. A reader matched to its row stays within the bound above (E8M0 and BF16
+ * read a pow2 row exactly as F32 does, bit for bit); E8M0 on f32 scales reads most values up to 2x too small, and
+ * the test must see that. */
+static void test_tile_readers(void **state) {
+    (void)state;
+    enum { T = 48, L = 512, R = 64, ROW = 656, TILE = 128 };
+    const rk_catalog *cat = builtin();
+    const rk_arch *host = rk_arch_find(&cat->archs, "host");
+    static uint16_t k_nope[T * L], k_pe[T * R];
+    static uint8_t rows[2][T * ROW];
+    static float table[R];
+    int64_t pos[T], slots[T];
+    for (int t = 0; t < T; t++) pos[t] = 0, slots[t] = t;
+    for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+    for (int i = 0; i < T * R; i++) k_pe[i] = bfx(1.0f);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < L / TILE; k++) {
+            const float mag = ldexpf(1.0f, (int)(rng32() % 25) - 12); /* the tile's range: 2^-12 .. 2^12 */
+            for (int j = 0; j < TILE; j++) {
+                const float u = (float)(rng32() % 20001) / 10000.0f - 1.0f; /* [-1, 1] */
+                k_nope[t * L + k * TILE + j] = rk_f32_to_bf16(u * mag * (1.0f + (float)(rng32() % 1000) / 1000.0f));
+            }
+        }
+    const char *specs[2] = {"deepseek_v32", "deepseek_v32_pow2"};
+    for (int sp = 0; sp < 2; sp++) {
+        const rk_spec *spec = rk_catalog_find(cat, specs[sp]);
+        assert_non_null(spec);
+        assert_int_equal(spec->tile.scale, sp ? RK_TILE_POW2 : RK_TILE_F32);
+        assert_true(spec->tile.readers[0] != '\0'); /* the spec says which readers its rows are for */
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(spec, host, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        rk_args a = {.k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = rows[sp],
+                     .positions = pos,
+                     .slots = slots,
+                     .cos_sin = table,
+                     .tokens = T,
+                     .kv_tokens = T,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = ROW,
+                     .kv_rows = T};
+        rk_ref_run(&d, &a);
+    }
+    /* [row spec][reader]: the largest relative error on values of at least amax / 16, the largest error over the
+     * tile's amax, the values past read_bound, and the values the reader reads differently from F32 */
+    double rel[2][N_READERS] = {{0}}, of_amax[2][N_READERS] = {{0}};
+    long over[2][N_READERS] = {{0}}, differ[2][N_READERS] = {{0}}, big = 0;
+    for (int sp = 0; sp < 2; sp++)
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < L / TILE; k++) {
+                const uint8_t *row = rows[sp] + t * ROW;
+                float s;
+                memcpy(&s, row + 512 + 4 * k, 4);
+                if (sp) assert_int_equal(fbits(s) & 0x007fffffu, 0); /* pow2: a power of two */
+                double amax = 0;
+                for (int j = 0; j < TILE; j++) amax = fmax(amax, fabs(rk_bf16_to_f32(k_nope[t * L + k * TILE + j])));
+                for (int j = 0; j < TILE; j++) {
+                    const double x = rk_bf16_to_f32(k_nope[t * L + k * TILE + j]);
+                    const float v = rk_fp8_to_f32(row[k * TILE + j], RK_FP8_OCP);
+                    const uint16_t f32_read = rk_f32_to_bf16(v * s);
+                    big += sp == 0 && fabs(x) >= amax / 16;
+                    for (int r = 0; r < N_READERS; r++) {
+                        const uint16_t got = rk_f32_to_bf16(v * reader_scale((tile_reader)r, s));
+                        const double e = fabs(rk_bf16_to_f32(got) - x);
+                        if (fabs(x) >= amax / 16) rel[sp][r] = fmax(rel[sp][r], e / fabs(x));
+                        of_amax[sp][r] = fmax(of_amax[sp][r], e / amax);
+                        over[sp][r] += e > read_bound(x, s, r == READ_BF16 ? 1.0 / 256 : 0.0);
+                        differ[sp][r] += got != f32_read;
+                    }
+                }
+            }
+    for (int sp = 0; sp < 2; sp++)
+        for (int r = 0; r < N_READERS; r++)
+            print_message("%-17s read by %-41s max rel. error %.4f (|x| >= amax/16), max error / amax %.4f, "
+                          "%ld values past the bound, %ld read unlike f32\n",
+                          specs[sp], reader_names[r], rel[sp][r], of_amax[sp][r], over[sp][r], differ[sp][r]);
+    /* matched: within the bound, like f32 scales read as f32 */
+    for (int r = 0; r < N_READERS; r++) {
+        assert_int_equal(over[1][r], 0);
+        assert_int_equal(differ[1][r], 0); /* a power of two reads the same in every reader */
+        assert_true(rel[1][r] <= 1.0 / 16 + 1.0 / 128);
+    }
+    assert_int_equal(over[0][READ_F32], 0);
+    assert_int_equal(over[0][READ_BF16], 0);
+    assert_true(rel[0][READ_F32] <= 1.0 / 16 + 1.0 / 128 && rel[0][READ_BF16] <= 1.0 / 16 + 1.0 / 64);
+    /* mismatched: E8M0 on f32 scales is caught */
+    assert_true(rel[0][READ_E8M0] > 0.25);
+    assert_true(over[0][READ_E8M0] > big / 2);
 }
 
 /* FNUZ bytes with the 224 bound (vLLM), sanitize off and on, and the format's own 240 bound. */
@@ -2025,7 +2149,7 @@ static void test_norm_feeds_the_row(void **state) {
             s.arch.fp8 = rows[i].fmt;
             s.spec.sanitize = rows[i].sanitize;
             s.spec.fp8.scale = RK_SCALE_MUL_RECIP;
-            s.spec.tile = (rk_tile_policy){8, rows[i].tile, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+            s.spec.tile = (rk_tile_policy){8, rows[i].tile, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, "", ""};
             memset(dst[run], SENT8, sizeof with_norm);
             norm_run(&s, run == 1 ? n : x, K, run == 0 ? (const void *)wb : NULL, dst[run], NULL);
         }
@@ -2121,6 +2245,7 @@ int main(void) {
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
         cmocka_unit_test(test_op_kimi_k2_q_fp8),
         cmocka_unit_test(test_op_deepseek_v32_tile_bound),
+        cmocka_unit_test(test_tile_readers),
         cmocka_unit_test(test_op_fp8_fnuz_bound),
         cmocka_unit_test(test_op_fp8_ocp_sanitize),
         cmocka_unit_test(test_op_fp8_rope_bf16),

@@ -21,6 +21,10 @@ SPECS = {
                          neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
                          q_scale="mul_recip", q_sat=448.0, q_rr=False,
                          tile=128, tile_scale="f32", scales_at=512, rope_at=528, row_bytes=656),
+    # the same row with power-of-two scales (E8M0 readers: FlashMLA sm_100, FlashInfer sm_120)
+    "deepseek_v32_pow2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="none", sat=448.0, rr=False,
+                              neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
+                              tile=128, tile_scale="pow2", scales_at=512, rope_at=528, row_bytes=656),
 }
 BF16_MAX = 3.38953139e38
 
