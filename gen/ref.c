@@ -54,9 +54,10 @@
  *   row[L:W] at kv_rope_cache + (slot / B)*kv_rope_block_st + (slot % B)*kv_rope_st:
  *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)).
  *     bf16 cache, sanitize:    each element x (k_nope converted to f32, or the rope float) becomes
- *                              bf16(sanitize(x)), sanitize(x) = 0 for NaN, +-3.38953139e38f (bf16 max
- *                              finite, 0x7f7f) for +-inf, else x. (A finite rope float above the bf16
- *                              max still rounds to inf: sanitize comes before the rounding.)
+ *                              bf16(sanitize(x)), sanitize(x) = 0 for NaN, x clamped to
+ *                              [-3.38953139e38f, 3.38953139e38f] (the bf16 max finite, 0x7f7f) otherwise:
+ *                              +-inf and a finite rope float that would round to +-inf (|x| >= 0x7f7f8000,
+ *                              3.3961e38) store +-0x7f7f; every other value rounds as it would unclamped.
  *     fp8 cache (format fp8, bound sat): each element x as f32 (k_nope from bf16; the rope float,
  *                              first rounded to bf16 and back when fp8_rope_bf16) goes through
  *                                scale   mul_recip: x * (1.0f / k) (the reciprocal is an f32 first)
@@ -67,7 +68,7 @@
  *     fp8_tile row (the spec's fp8_tile table: tile n, bound sat, scales_at, rope_at; one row, flat or paged,
  *                              offsets and strides in bytes):
  *                              the latent in tiles of n values; each value x (k_nope as f32; with sanitize
- *                              NaN -> 0, +-inf -> +-3.38953139e38f first) of tile k:
+ *                              NaN -> 0, +-inf -> +-3.38953139e38f first, the clamp above) of tile k:
  *                                amax_k  = the largest |x| of the tile, NaN ignored (0 for an all-NaN tile)
  *                                scale_k = amax_k / sat (f32 division), at least FLT_MIN (2^-126); with scale
  *                                          pow2 rounded up to a power of two (2^ceil(log2)); an inf amax
@@ -347,10 +348,12 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     }
 }
 
+/* sanitize(x) for a bf16 store: NaN -> 0, anything beyond the bf16 max finite (an inf, or a float that would
+ * round to inf) -> +-max. Clamping to the max itself changes no value that rounds to a finite bf16. */
 static float sanitize_bf16(float x) {
+    const float max = 3.38953139e38f; /* 0x7f7f0000 */
     if (isnan(x)) return 0.0f;
-    if (isinf(x)) return x > 0 ? 3.38953139e38f : -3.38953139e38f;
-    return x;
+    return x > max ? max : x < -max ? -max : x;
 }
 
 /* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part

@@ -206,7 +206,8 @@ typedef struct rk_tile_policy {
     rk_tile_scale scale;     /* f32 or pow2 */
     float sat_ocp, sat_fnuz; /* the bound amax maps to (scale = amax / sat), per target format */
     int scales_at, rope_at, row_bytes;
-    char matches[128];
+    char matches[128]; /* whose writer this is, in the spec's words */
+    char readers[256]; /* the readers (engines' kernels) that read the row right, in the spec's words ("" if unsaid) */
 } rk_tile_policy;
 
 /* The spec's `kv_norm` table: the kv_a RMSNorm of c_kv (kv_lora_rank values) that norm variants fuse. */

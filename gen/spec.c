@@ -706,7 +706,8 @@ static const char *const spec_keys[] = {
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
-static const char *const tile_keys[] = {"tile", "scale", "saturate", "scales_at", "rope_at", "matches", NULL};
+static const char *const tile_keys[] = {"tile",    "scale",   "saturate", "scales_at",
+                                        "rope_at", "matches", "readers",  NULL};
 static const char *const read_keys[] = {"negative_slot", NULL};
 static const char *const norm_keys[] = {"weight", "eps", "rounding", "matches", NULL};
 
@@ -802,8 +803,9 @@ static int read_fp8(const scope *s, const char *key, rk_fp8_policy *o) {
 }
 
 /* The `fp8_tile` table, read when kv_dtypes lists fp8_tile (every key optional; the defaults make
- * DeepSeek-V3.2's row for L = 512, R = 64): the tile, the scale's form, the bound amax maps to, and where the
- * scales and the rope part sit in the row. */
+ * DeepSeek-V3.2's row for L = 512, R = 64): the tile, the scale's form, the bound amax maps to, where the
+ * scales and the rope part sit in the row, and the spec's words on whose writer it matches and which readers
+ * read it right (data: reported, never used). */
 static int read_tile(const scope *s, rk_spec *o) {
     scope f, sat;
     int scale, def_tile = 128, L = o->kv_lora_rank, R = o->rope_dim;
@@ -826,6 +828,7 @@ static int read_tile(const scope *s, rk_spec *o) {
     TRY(get_enum(&f, "scale", &rk_tile_scale_enum, RK_TILE_F32, &scale));
     t->scale = (rk_tile_scale)scale;
     TRY(get_string(&f, "matches", "", t->matches, sizeof t->matches));
+    TRY(get_string(&f, "readers", "", t->readers, sizeof t->readers));
     TRY(open_table(&f, "saturate", &sat));
     TRY(check_keys(&sat, sat_keys));
     TRY(get_sat(&sat, "ocp", RK_FP8_OCP, &t->sat_ocp));

@@ -362,8 +362,11 @@ typedef enum ropekv_param_kind {
  *   sanitize                  BOOL: NaN -> 0, +-inf -> +-max finite in the KV row
  *   op                        "write" or "read"
  *   fp8_tile, fp8_tile_scale, fp8_tile_scales_at, fp8_tile_rope_at
- *                             an fp8_tile row: values per tile (INT, else 0), "f32" or "pow2", the byte offsets of
- *                             the float32 tile scales and of the bf16 rope part
+ *                             an fp8_tile row: values per tile (INT, else 0), "f32" or "pow2" (the tile scale's form:
+ *                             as computed, or rounded up to a power of two), the byte offsets of the float32 tile
+ *                             scales and of the bf16 rope part
+ *   fp8_tile_readers          an fp8_tile row: the spec's word on which readers (engines' kernels) read it right
+ *                             ("" if none): readers that take the scale as a power of two (E8M0) need pow2
  *   row_bytes                 INT: bytes of one cache row (of the latent part alone in the split layout)
  *   read_negative_slot        read: "zero" or "skip" (what a row without a valid slot gets)
  *   norm, norm_weight, norm_eps, norm_rounding, norm_matches

@@ -4,9 +4,9 @@
 --   max_position_embeddings 131072, rope_theta 50000,
 --   rope_scaling { type = "yarn", factor 32, original_max_position_embeddings 4096,
 --                  beta_fast 1, beta_slow 1, mscale 1.0, mscale_all_dim 1.0 }.
--- Served the vLLM way: k / k_scale, FNUZ clamped at 224, padding rows skipped entirely, non-finite
--- values sanitized before the fp8 store. Positions and slots in both widths: vLLM's MLA kernels take
--- int64 positions and slots, FlashInfer and tokenspeed int32.
+-- Served the vLLM way: the cache k / k_scale (concat_and_cache_mla), the fp8 query q * (1 / q_scale), FNUZ
+-- clamped at 224, padding rows skipped entirely, non-finite values sanitized before the fp8 store. Positions and
+-- slots in both widths: vLLM's MLA kernels take int64 positions and slots, FlashInfer and tokenspeed int32.
 return {
   name = "kimi_k2",
   description = "Kimi-K2 MLA: L = 512, R = 64, 64 heads (before TP), vLLM conventions",
@@ -18,12 +18,14 @@ return {
     scale = "div",
     saturate = { fnuz = 224 },
   },
-  -- vLLM's fp8 query: the rope written in bf16, then quantized by dividing by q_scale.
+  -- vLLM's fp8 query: the rope written in bf16, then the MLA decode's static per-tensor QuantFP8
+  -- (_DecodeConcatQuantFP8: x * scale.reciprocal() in torch, scaled_fp8_quant's x * (1.0f / scale) in CUDA),
+  -- clamped to +-448 (+-224 on ROCm's FNUZ).
   q_fp8 = {
-    scale = "div",
+    scale = "mul_recip",
     saturate = { fnuz = 224 },
     rope_bf16_round = true,
-    matches = "vLLM: q / q_scale after a bf16 rope",
+    matches = "vLLM's static QuantFP8 (scaled_fp8_quant): q * (1 / q_scale) after a bf16 rope",
   },
   negative_slot = "skip_all",
   sanitize = true,

@@ -233,9 +233,11 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
     else rk_store16_out((rk_u16 *)a.q_out + out_at + L + j, pack_bf16(y));
 }
 
+// A value on its way to a bf16 store of the KV row: with SANITIZE, NaN -> 0 and a value beyond the bf16 max
+// finite (an inf, or a float that would round to inf) -> +-BF16_MAX, so the rounding never makes an inf.
 RK_DEVICE float bf16_prep(float x) {
     if (!SANITIZE) return x;
-    return rk_isnan(x) ? 0.0f : rk_isinf(x) ? (x > 0 ? BF16_MAX : -BF16_MAX) : x;
+    return rk_isnan(x) ? 0.0f : x > BF16_MAX ? BF16_MAX : x < -BF16_MAX ? -BF16_MAX : x;
 }
 
 // n / d for 0 <= n < 2^31 in 32-bit index math: a multiply and a shift by the launcher's magic numbers

@@ -1,5 +1,6 @@
 /* Tests for the CPU reference (gen/ref.c): scalar conversions against independently derived tables,
  * and the op against hand-computed vectors. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -912,7 +913,7 @@ enum { TL = 16, TR = 8, T_ROW = 48, T_SCALES = 16, T_ROPE = 32 };
 static void setup_tile(setup *s, rk_tile_scale scale, int sanitize) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.kv_lora_rank = TL;
-    s->spec.tile = (rk_tile_policy){8, scale, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+    s->spec.tile = (rk_tile_policy){8, scale, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, "", ""};
     s->spec.sanitize = sanitize;
     s->v.kv = ROPEKV_KV_FP8_TILE;
     s->v.q = ROPEKV_Q_NONE;
@@ -1031,6 +1032,81 @@ static void test_op_fp8_tile_nonfinite(void **state) {
     assert_int_equal(row[1], 0x80); /* far below the smallest subnormal */
     check_scale(row, 0, fbits(scale));
     assert_int_equal(row[8 + 6], 0x00); /* NaN -> 0 */
+}
+
+/* Sanitize and the bf16 max: a rope float in (0x7f7f7fff, FLT_MAX] rounds to inf in bf16, so a sanitized bf16 store
+ * clamps it to +-0x7f7f (and an inf from the fma too); without sanitize it stays +-inf. GPT-J with s = 0 and
+ * k_pe = (2^99, -2^99) per pair makes each pair (t, -t), t = 2^99 * c exactly, c = t * 2^-99 in the table:
+ *   0x7f7f7fff (the largest float that rounds to 0x7f7f), 0x7f7f8000 (3.3961e38, the tie that rounds to inf),
+ *   3.4e38 and FLT_MAX, then (L = 16) 2 * FLT_MAX = inf from the fma itself. Checked in a bf16 row and in the
+ * bf16 rope part of an fp8_tile row. */
+static void test_op_sanitize_bf16_bound(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    const float t[4] = {bitsf(0x7f7f7fffu), bitsf(0x7f7f8000u), 3.4e38f, FLT_MAX};
+    assert_true(rk_f32_to_bf16(t[0]) == 0x7f7f && rk_f32_to_bf16(t[1]) == 0x7f80);
+    float table[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* cos | sin (all 0) */
+    for (int i = 0; i < 4; i++) table[i] = t[i] * 0x1p-99f;
+    uint16_t k_pe[R], k_nope[TL];
+    for (int i = 0; i < R; i++) k_pe[i] = i % 2 ? 0xf100 : 0x7100; /* -2^99, 2^99 */
+    for (int i = 0; i < TL; i++) k_nope[i] = bfx((float)(i % 5) - 2.0f);
+    static const uint16_t san[R] = {0x7f7f, 0xff7f, 0x7f7f, 0xff7f, 0x7f7f, 0xff7f, 0x7f7f, 0xff7f};
+    static const uint16_t raw[R] = {0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7f80, 0xff80, 0x7f80, 0xff80};
+    for (int tile = 0; tile < 2; tile++)
+        for (int sanitize = 0; sanitize < 2; sanitize++) {
+            setup s;
+            if (tile) {
+                setup_tile(&s, RK_TILE_F32, sanitize);
+                s.spec.rope = RK_ROPE_GPTJ;
+            } else {
+                setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+                s.spec.sanitize = sanitize;
+                s.v.q = ROPEKV_Q_NONE;
+            }
+            uint8_t kv[T_ROW];
+            fill8(kv, sizeof kv, SENT8);
+            int64_t pos = 0, slot = 0;
+            rk_args a = {.k_nope = k_nope,
+                         .k_pe = k_pe,
+                         .kv_cache = kv,
+                         .positions = &pos,
+                         .slots = &slot,
+                         .cos_sin = table,
+                         .tokens = 1,
+                         .heads = 1,
+                         .max_pos = 1,
+                         .k_nope_st = tile ? TL : L,
+                         .k_pe_st = R,
+                         .kv_st = tile ? T_ROW : W,
+                         .kv_rows = 1};
+            ref_run(&s, &a);
+            uint16_t rope[R];
+            memcpy(rope, kv + (tile ? T_ROPE : 2 * L), sizeof rope);
+            check16(rope, sanitize ? san : raw, R, tile ? "tile row's rope part" : "bf16 row's rope part");
+        }
+    /* the inf an fma makes: 2^99 * (2 FLT_MAX 2^-99) overflows */
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+    s.spec.sanitize = 1;
+    s.v.q = ROPEKV_Q_NONE;
+    for (int i = 0; i < 4; i++) table[i] = FLT_MAX * 0x1p-98f;
+    uint16_t kv[W];
+    int64_t pos = 0, slot = 0;
+    rk_args a = {.k_nope = k_nope,
+                 .k_pe = k_pe,
+                 .kv_cache = kv,
+                 .positions = &pos,
+                 .slots = &slot,
+                 .cos_sin = table,
+                 .tokens = 1,
+                 .heads = 1,
+                 .max_pos = 1,
+                 .k_nope_st = L,
+                 .k_pe_st = R,
+                 .kv_st = W,
+                 .kv_rows = 1};
+    ref_run(&s, &a);
+    check16(kv + L, san, R, "an fma's inf");
 }
 
 /* The read-back op on the rows above: fp8_tile latents times their tile's scale (exact here), the rope part
@@ -1178,6 +1254,256 @@ static void test_op_fp8_mul_recip_vs_div(void **state) {
     assert_int_equal(row[2], 0x38);
     assert_int_equal(row[3], 0x40);
     assert_int_equal(row[8], 0x06);
+}
+
+/* The built-in specs, loaded once (the catalog is large: not on the stack). */
+static const rk_catalog *builtin(void) {
+    static rk_catalog *cat;
+    if (!cat) {
+        rk_err err = {0};
+        cat = calloc(1, sizeof *cat);
+        assert_non_null(cat);
+        if (rk_catalog_load_embedded(cat, &err) != ROPEKV_OK) fail_msg("catalog: %s", err.msg);
+    }
+    return cat;
+}
+
+/* kimi_k2's fp8 query is vLLM's: q * (1.0f / q_scale). With q_scale = 7 the bf16 0x3db6 (91 * 2^-10) gives 0x07
+ * (x / 7 would be the tie 6.5 * 2^-9, 0x06), in q_nope's bytes and, through a rope at c = 1, s = 0 (the rope part
+ * is rounded to bf16 first, which keeps it), in the rope part's. On FNUZ bytes (bias 8, a subnormal step of 2^-10)
+ * x / 7 is 13 steps exactly, no tie: both conventions give 0x0d. */
+static void test_op_kimi_k2_q_fp8(void **state) {
+    (void)state;
+    const rk_catalog *cat = builtin();
+    const rk_spec *sp = rk_catalog_find(cat, "kimi_k2");
+    assert_non_null(sp);
+    assert_int_equal(sp->q_fp8.scale, RK_SCALE_MUL_RECIP);
+    const char *targets[2] = {"host", "gfx942"};
+    const uint8_t want[2] = {0x07, 0x0d};
+    for (int k = 0; k < 2; k++) {
+        const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
+        assert_non_null(arch);
+        const rk_choice ch = {ROPEKV_KV_BF16,    ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_FP8_E4M3, ROPEKV_KV_FLAT,    ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        enum { L = 512, R = 64, W = 576 };
+        static uint16_t q_nope[L], q_pe[R], k_nope[L], k_pe[R], kv[W];
+        static uint8_t q_out[W];
+        static float table[R];
+        for (int i = 0; i < L; i++) q_nope[i] = k_nope[i] = 0x3db6;
+        for (int i = 0; i < R; i++) q_pe[i] = k_pe[i] = 0x3db6;
+        for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+        int64_t pos = 0, slot = 0;
+        float q_scale = 7.0f;
+        rk_args a = {.q_nope = q_nope,
+                     .q_pe = q_pe,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = &pos,
+                     .slots = &slot,
+                     .cos_sin = table,
+                     .q_scale = &q_scale,
+                     .tokens = 1,
+                     .kv_tokens = 1,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .q_nope_st = L,
+                     .q_nope_sh = L,
+                     .q_pe_st = R,
+                     .q_pe_sh = R,
+                     .q_out_st = W,
+                     .q_out_sh = W,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = W,
+                     .kv_rows = 1};
+        rk_ref_run(&d, &a);
+        for (int i = 0; i < W; i++)
+            if (q_out[i] != want[k]) fail_msg("%s: q_out[%d] = 0x%02x, want 0x%02x", targets[k], i, q_out[i], want[k]);
+    }
+}
+
+/* deepseek_v32's tile row follows vLLM's writer: amax maps to 448 on OCP bytes and to 224 on gfx942's FNUZ bytes.
+ * A tile of amax 448: scale 1 (host) and 2 (gfx942), so 448, 1, -3 become 448, 1, -3 (0x7e 0x38 0xc4 OCP) and 224,
+ * 0.5, -1.5 (0x7e 0x38 0xc4 FNUZ, bias 8). */
+static void test_op_deepseek_v32_tile_bound(void **state) {
+    (void)state;
+    const rk_catalog *cat = builtin();
+    const rk_spec *sp = rk_catalog_find(cat, "deepseek_v32");
+    assert_non_null(sp);
+    const char *targets[2] = {"host", "gfx942"};
+    const uint32_t want_scale[2] = {0x3f800000u, 0x40000000u};
+    const uint8_t want[3] = {0x7e, 0x38, 0xc4};
+    for (int k = 0; k < 2; k++) {
+        const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
+        assert_non_null(arch);
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        assert_true(d.kv8_sat == (k ? 224.0f : 448.0f));
+        enum { L = 512, R = 64, ROW = 656 };
+        static uint16_t k_nope[L], k_pe[R];
+        static uint8_t kv[ROW];
+        static float table[R];
+        for (int i = 0; i < L; i++) k_nope[i] = i % 128 == 0 ? bfx(448.0f) : i % 2 ? bfx(-3.0f) : bfx(1.0f);
+        for (int i = 0; i < R; i++) k_pe[i] = bfx(1.0f);
+        for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+        int64_t pos = 0, slot = 0;
+        rk_args a = {.k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = &pos,
+                     .slots = &slot,
+                     .cos_sin = table,
+                     .tokens = 1,
+                     .kv_tokens = 1,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = ROW,
+                     .kv_rows = 1};
+        rk_ref_run(&d, &a);
+        for (int i = 0; i < L; i++) {
+            const uint8_t w = i % 128 == 0 ? want[0] : i % 2 ? want[2] : want[1];
+            if (kv[i] != w) fail_msg("%s: byte %d = 0x%02x, want 0x%02x", targets[k], i, kv[i], w);
+        }
+        for (int t = 0; t < 4; t++) {
+            uint32_t got;
+            memcpy(&got, kv + 512 + 4 * t, 4);
+            if (got != want_scale[k]) fail_msg("%s: scale %d = 0x%08x", targets[k], t, (unsigned)got);
+        }
+    }
+}
+
+/* ---- fp8_tile rows as the engines' readers decode them ---------------------------------------------------------
+ * A reader turns latent byte j of tile k into bf16(v * s'), v the byte's exact value and s' the tile's float32 scale
+ * s as that reader takes it (the specs' `readers` name them):
+ *   F32   s' = s                      vLLM's cp_gather_and_upconvert, ropekv's read-back op, FlashMLA tests/quant.py
+ *   BF16  s' = bf16(s), to nearest    FlashMLA's sm_90 sparse decode (v and s' as bf16, one bf16 product)
+ *   E8M0  s' = 2^floor(log2(s))       FlashMLA's sm_100 sparse decode (__nv_cvt_float2_to_e8m0x2, toward zero),
+ *                                     FlashInfer's sm_120 reader (pow2_fp32: the scale's exponent bits)
+ * A value x written with scale s has |v s - x| <= 2^-4 |x| + 2^-10 s (half an e4m3 step: relative 2^-4 for normals,
+ * 2^-10 s for subnormals), and the read adds its scale's error and one bf16 rounding (2^-8). */
+typedef enum { READ_F32, READ_BF16, READ_E8M0, N_READERS } tile_reader;
+static const char *const reader_names[N_READERS] = {"f32", "bf16 scale (FlashMLA sm_90)",
+                                                    "E8M0 (FlashMLA sm_100, FlashInfer sm_120)"};
+
+static float reader_scale(tile_reader r, float s) {
+    if (r == READ_BF16) return rk_bf16_to_f32(rk_f32_to_bf16(s));
+    if (r == READ_E8M0) return bitsf(fbits(s) & 0xff800000u); /* a finite s >= FLT_MIN: its exponent alone */
+    return s;
+}
+
+/* The error a reader may make on x (written with scale s) when it reads the scale with relative error at most
+ * eps: the write's half step, then the read's scale error and its bf16 rounding on |v s| <= |x| + bound. */
+static double read_bound(double x, double s, double eps) {
+    const double w = fabs(x) / 16.0 + s / 1024.0;
+    return w + (fabs(x) + w) * ((1.0 + eps) * (1.0 + 1.0 / 256.0) - 1.0) + 1e-30;
+}
+
+/* deepseek_v32 (f32 scales) and deepseek_v32_pow2 (power-of-two scales) write random tiles of values from 2^-12 to
+ * 2^12; each reader decodes every row. A reader matched to its row stays within the bound above (E8M0 and BF16
+ * read a pow2 row exactly as F32 does, bit for bit); E8M0 on f32 scales reads most values up to 2x too small, and
+ * the test must see that. */
+static void test_tile_readers(void **state) {
+    (void)state;
+    enum { T = 48, L = 512, R = 64, ROW = 656, TILE = 128 };
+    const rk_catalog *cat = builtin();
+    const rk_arch *host = rk_arch_find(&cat->archs, "host");
+    static uint16_t k_nope[T * L], k_pe[T * R];
+    static uint8_t rows[2][T * ROW];
+    static float table[R];
+    int64_t pos[T], slots[T];
+    for (int t = 0; t < T; t++) pos[t] = 0, slots[t] = t;
+    for (int i = 0; i < R; i++) table[i] = i < R / 2 ? 1.0f : 0.0f;
+    for (int i = 0; i < T * R; i++) k_pe[i] = bfx(1.0f);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < L / TILE; k++) {
+            const float mag = ldexpf(1.0f, (int)(rng32() % 25) - 12); /* the tile's range: 2^-12 .. 2^12 */
+            for (int j = 0; j < TILE; j++) {
+                const float u = (float)(rng32() % 20001) / 10000.0f - 1.0f; /* [-1, 1] */
+                k_nope[t * L + k * TILE + j] = rk_f32_to_bf16(u * mag * (1.0f + (float)(rng32() % 1000) / 1000.0f));
+            }
+        }
+    const char *specs[2] = {"deepseek_v32", "deepseek_v32_pow2"};
+    for (int sp = 0; sp < 2; sp++) {
+        const rk_spec *spec = rk_catalog_find(cat, specs[sp]);
+        assert_non_null(spec);
+        assert_int_equal(spec->tile.scale, sp ? RK_TILE_POW2 : RK_TILE_F32);
+        assert_true(spec->tile.readers[0] != '\0'); /* the spec says which readers its rows are for */
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        rk_desc d;
+        rk_err err = {0};
+        if (rk_desc_make(spec, host, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
+        rk_args a = {.k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = rows[sp],
+                     .positions = pos,
+                     .slots = slots,
+                     .cos_sin = table,
+                     .tokens = T,
+                     .kv_tokens = T,
+                     .heads = 1,
+                     .max_pos = 1,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = ROW,
+                     .kv_rows = T};
+        rk_ref_run(&d, &a);
+    }
+    /* [row spec][reader]: the largest relative error on values of at least amax / 16, the largest error over the
+     * tile's amax, the values past read_bound, and the values the reader reads differently from F32 */
+    double rel[2][N_READERS] = {{0}}, of_amax[2][N_READERS] = {{0}};
+    long over[2][N_READERS] = {{0}}, differ[2][N_READERS] = {{0}}, big = 0;
+    for (int sp = 0; sp < 2; sp++)
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < L / TILE; k++) {
+                const uint8_t *row = rows[sp] + t * ROW;
+                float s;
+                memcpy(&s, row + 512 + 4 * k, 4);
+                if (sp) assert_int_equal(fbits(s) & 0x007fffffu, 0); /* pow2: a power of two */
+                double amax = 0;
+                for (int j = 0; j < TILE; j++) amax = fmax(amax, fabs(rk_bf16_to_f32(k_nope[t * L + k * TILE + j])));
+                for (int j = 0; j < TILE; j++) {
+                    const double x = rk_bf16_to_f32(k_nope[t * L + k * TILE + j]);
+                    const float v = rk_fp8_to_f32(row[k * TILE + j], RK_FP8_OCP);
+                    const uint16_t f32_read = rk_f32_to_bf16(v * s);
+                    big += sp == 0 && fabs(x) >= amax / 16;
+                    for (int r = 0; r < N_READERS; r++) {
+                        const uint16_t got = rk_f32_to_bf16(v * reader_scale((tile_reader)r, s));
+                        const double e = fabs(rk_bf16_to_f32(got) - x);
+                        if (fabs(x) >= amax / 16) rel[sp][r] = fmax(rel[sp][r], e / fabs(x));
+                        of_amax[sp][r] = fmax(of_amax[sp][r], e / amax);
+                        over[sp][r] += e > read_bound(x, s, r == READ_BF16 ? 1.0 / 256 : 0.0);
+                        differ[sp][r] += got != f32_read;
+                    }
+                }
+            }
+    for (int sp = 0; sp < 2; sp++)
+        for (int r = 0; r < N_READERS; r++)
+            print_message("%-17s read by %-41s max rel. error %.4f (|x| >= amax/16), max error / amax %.4f, "
+                          "%ld values past the bound, %ld read unlike f32\n",
+                          specs[sp], reader_names[r], rel[sp][r], of_amax[sp][r], over[sp][r], differ[sp][r]);
+    /* matched: within the bound, like f32 scales read as f32 */
+    for (int r = 0; r < N_READERS; r++) {
+        assert_int_equal(over[1][r], 0);
+        assert_int_equal(differ[1][r], 0); /* a power of two reads the same in every reader */
+        assert_true(rel[1][r] <= 1.0 / 16 + 1.0 / 128);
+    }
+    assert_int_equal(over[0][READ_F32], 0);
+    assert_int_equal(over[0][READ_BF16], 0);
+    assert_true(rel[0][READ_F32] <= 1.0 / 16 + 1.0 / 128 && rel[0][READ_BF16] <= 1.0 / 16 + 1.0 / 64);
+    /* mismatched: E8M0 on f32 scales is caught */
+    assert_true(rel[0][READ_E8M0] > 0.25);
+    assert_true(over[0][READ_E8M0] > big / 2);
 }
 
 /* FNUZ bytes with the 224 bound (vLLM), sanitize off and on, and the format's own 240 bound. */
@@ -1823,7 +2149,7 @@ static void test_norm_feeds_the_row(void **state) {
             s.arch.fp8 = rows[i].fmt;
             s.spec.sanitize = rows[i].sanitize;
             s.spec.fp8.scale = RK_SCALE_MUL_RECIP;
-            s.spec.tile = (rk_tile_policy){8, rows[i].tile, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, ""};
+            s.spec.tile = (rk_tile_policy){8, rows[i].tile, 448.0f, 240.0f, T_SCALES, T_ROPE, T_ROW, "", ""};
             memset(dst[run], SENT8, sizeof with_norm);
             norm_run(&s, run == 1 ? n : x, K, run == 0 ? (const void *)wb : NULL, dst[run], NULL);
         }
@@ -1913,9 +2239,13 @@ int main(void) {
         cmocka_unit_test(test_op_padding),
         cmocka_unit_test(test_op_inplace_bf16_tables),
         cmocka_unit_test(test_op_rope_none_q_none_sanitize),
+        cmocka_unit_test(test_op_sanitize_bf16_bound),
         cmocka_unit_test(test_op_fused_rounding),
         cmocka_unit_test(test_op_fp8_scales),
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
+        cmocka_unit_test(test_op_kimi_k2_q_fp8),
+        cmocka_unit_test(test_op_deepseek_v32_tile_bound),
+        cmocka_unit_test(test_tile_readers),
         cmocka_unit_test(test_op_fp8_fnuz_bound),
         cmocka_unit_test(test_op_fp8_ocp_sanitize),
         cmocka_unit_test(test_op_fp8_rope_bf16),

@@ -532,6 +532,7 @@ static void test_kernel_params(void **state) {
         {.spec = "deepseek_v3", .q = ROPEKV_Q_INPLACE, .norm = ROPEKV_NORM_RMS_OUT},
         {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED},
         {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .op = ROPEKV_OP_READ},
+        {.spec = "deepseek_v32_pow2", .kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED},
         {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_SPLIT},
     };
     for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
@@ -575,6 +576,23 @@ static void test_kernel_params(void **state) {
     assert_int_equal(ropekv_kernel_param_find(NULL, "kv", &value, &kind), ROPEKV_ERR_NULL);
     assert_int_equal(ropekv_kernel_param_find(k, NULL, &value, &kind), ROPEKV_ERR_NULL);
     assert_int_equal(ropekv_kernel_param_count(NULL), 0);
+    ropekv_kernel_release(k);
+    /* an fp8_tile kernel names its scale form and the readers its rows are for (the spec's words): f32 scales for
+     * deepseek_v32, powers of two (E8M0 readers too) for deepseek_v32_pow2; other rows have no readers */
+    const char *specs[2] = {"deepseek_v32", "deepseek_v32_pow2"};
+    for (int i = 0; i < 2; i++)
+        for (int read = 0; read < 2; read++) {
+            ropekv_variant tv = {.spec = specs[i], .kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE};
+            if (read) tv.op = ROPEKV_OP_READ;
+            assert_int_equal(ropekv_kernel_get(c, &tv, &k), ROPEKV_OK);
+            expect_param(k, "fp8_tile_scale", ROPEKV_PARAM_TEXT, i ? "pow2" : "f32");
+            assert_int_equal(ropekv_kernel_param_find(k, "fp8_tile_readers", &value, &kind), ROPEKV_OK);
+            assert_int_equal(kind, ROPEKV_PARAM_TEXT);
+            assert_non_null(strstr(value, i ? "E8M0 (FlashMLA sm_100" : "FlashMLA sm_90"));
+            ropekv_kernel_release(k);
+        }
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    expect_param(k, "fp8_tile_readers", ROPEKV_PARAM_TEXT, "");
     ropekv_kernel_release(k);
     ropekv_destroy(c);
 }

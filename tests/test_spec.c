@@ -383,7 +383,7 @@ static void test_spec_values(void **state) {
     assert_true(s.n_q == 4);
     assert_true(s.fp8.scale == RK_SCALE_DIV && s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 448.0f);
     assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize);
-    assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_DIV && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
+    assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_MUL_RECIP && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
     assert_true(s.n_norms == 3 && s.norm.weight == RK_NW_BF16 && s.norm.eps == 1e-6f && s.norm.round == RK_NR_TWICE);
 
     s = load_file(state, "deepseek_v32.lua");
@@ -391,6 +391,19 @@ static void test_spec_values(void **state) {
     assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_FP8_TILE && s.kv[1] == ROPEKV_KV_BF16 && s.n_layout == 3);
     assert_true(!rk_layout_fits(ROPEKV_KV_FP8_TILE, ROPEKV_KV_SPLIT) &&
                 rk_layout_fits(ROPEKV_KV_BF16, ROPEKV_KV_SPLIT));
+    /* vLLM's writer maps amax to 448, and to 224 on gfx942's FNUZ bytes */
+    assert_true(s.tile.scale == RK_TILE_F32 && s.tile.sat_ocp == 448.0f && s.tile.sat_fnuz == 224.0f);
+    /* f32 scales: the spec names its readers, and sends the E8M0 readers to deepseek_v32_pow2 */
+    assert_non_null(strstr(s.tile.readers, "FlashMLA sm_90"));
+    assert_non_null(strstr(s.tile.readers, "deepseek_v32_pow2"));
+
+    s = load_file(state, "deepseek_v32_pow2.lua");
+    /* the same row with power-of-two scales, for every reader, E8M0 ones included; the tile row alone */
+    assert_true(s.n_kv == 1 && s.kv[0] == ROPEKV_KV_FP8_TILE && s.tile.scale == RK_TILE_POW2 && s.tile.tile == 128);
+    assert_true(s.tile.sat_ocp == 448.0f && s.tile.sat_fnuz == 224.0f && s.tile.row_bytes == 656);
+    assert_true(s.n_qdt == 1 && s.q_dtypes[0] == ROPEKV_Q_BF16 && s.n_norms == 3);
+    assert_non_null(strstr(s.tile.readers, "E8M0"));
+    assert_non_null(strstr(s.tile.readers, "FlashMLA sm_100"));
     assert_true(s.n_norms == 3 && s.norm.weight == RK_NW_BF16 && s.norm.eps == 1e-6f && s.norm.round == RK_NR_TWICE);
 
     s = load_file(state, "deepseek_v2_lite.lua");
@@ -810,6 +823,10 @@ static void test_fp8_tile(void **state) {
          "fp8_tile.saturate.ocp: must be at most 448"},
         {"s.kv_dtypes = { 'fp8_tile' }  s.fp8_tile = { where = 1 }", ROPEKV_ERR_SPEC_INVALID,
          "fp8_tile: unknown key 'where'"},
+        {"s.kv_dtypes = { 'fp8_tile' }  s.fp8_tile = { readers = string.rep('x', 256) }", ROPEKV_ERR_SPEC_INVALID,
+         "fp8_tile.readers: too long (at most 255 characters, got 256)"},
+        {"s.kv_dtypes = { 'fp8_tile' }  s.fp8_tile = { readers = { 'FlashMLA' } }", ROPEKV_ERR_SPEC_INVALID,
+         "fp8_tile.readers: must be a string, got table"},
         {"s.kv_dtypes = { 'fp8_tile' }  s.kv_layouts = { 'flat', 'split' }", ROPEKV_ERR_SPEC_INVALID,
          "kv_layouts: 'split' with kv dtype 'fp8_tile'"},
         {"s.ops = { 'write', 'gather' }", ROPEKV_ERR_SPEC_INVALID,
@@ -826,9 +843,12 @@ static void test_fp8_tile(void **state) {
     assert_true(s.tile.scales_at == 512 && s.tile.rope_at == 528 && s.tile.row_bytes == 656);
     assert_true(s.n_ops == 2 && s.ops[0] == ROPEKV_OP_WRITE && s.ops[1] == ROPEKV_OP_READ &&
                 s.read_neg == RK_READ_ZERO);
+    assert_string_equal(s.tile.readers, "");
     s = load_ok(state, "s.kv_dtypes = { 'fp8_tile' }  s.fp8_tile = { tile = 64, scale = 'pow2', rope_at = 768,"
-                       " scales_at = 896 }  s.ops = { 'read' }  s.read = { negative_slot = 'skip' }");
+                       " scales_at = 896, readers = 'an E8M0 reader' }  s.ops = { 'read' }"
+                       "  s.read = { negative_slot = 'skip' }");
     assert_true(s.tile.tile == 64 && s.tile.scale == RK_TILE_POW2 && s.tile.row_bytes == 928);
+    assert_string_equal(s.tile.readers, "an E8M0 reader");
     assert_true(s.n_ops == 1 && s.ops[0] == ROPEKV_OP_READ && s.read_neg == RK_READ_SKIP);
     s = load_ok(state, "s.kv_lora_rank = 256  s.qk_rope_head_dim = 32  s.kv_dtypes = { 'fp8_tile' }"
                        "  s.fp8_tile = { tile = 32 }");

@@ -13,7 +13,7 @@ BLOCK_SIZE = 16
 SPECS = {
     "deepseek_v3": dict(kv_scale="mul_recip", kv_rr=False, q_scale="mul_recip", q_rr=False, q_sat=FP8_MAX,
                         q_forms=("absorbed", "zero_copy", "none")),
-    "kimi_k2": dict(kv_scale="div", kv_rr=False, q_scale="div", q_rr=True, q_sat=FP8_MAX,
+    "kimi_k2": dict(kv_scale="div", kv_rr=False, q_scale="mul_recip", q_rr=True, q_sat=FP8_MAX,
                     q_forms=("absorbed", "inplace")),
 }
 SCALE_CONV = {"none": 0, "mul_recip": 1, "div": 2, "mul": 3}  # the Triton kernel's constexpr

@@ -92,7 +92,8 @@ class KernelInfo:
     "bf16" for q form none), q_fp8_format (None for a bf16 query output), layout ("flat"/"paged"/"split"),
     q_fp8_scale, q_fp8_saturate, q_fp8_rope_bf16_round, q_fp8_matches, sanitize, op ("write"/"read"), fp8_tile
     (values per tile, 0 for other caches), fp8_tile_scale ("f32"/"pow2", None for other caches), fp8_tile_scales_at,
-    fp8_tile_rope_at, row_bytes (bytes of one cache row; of its latent part alone in the split layout),
+    fp8_tile_rope_at, fp8_tile_readers (the spec's word on which readers read the tile row right, None for other
+    caches), row_bytes (bytes of one cache row; of its latent part alone in the split layout),
     read_negative_slot ("zero"/"skip" for the read op, else None), norm ("none"/"rms"/"rms_out"), norm_weight
     ("bf16"/"f32", None without a norm), norm_eps, norm_rounding ("twice"/"once", None without a norm),
     norm_matches, block, wide_block, wide_from, pdl."""

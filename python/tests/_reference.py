@@ -10,7 +10,7 @@ SPECS = {
                         q_scale="mul_recip", q_sat=448.0, q_rr=False),  # fp8 query: FlashInfer / aiter style
     "kimi_k2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="div", sat=448.0, rr=False,
                     neg="skip_all", sanitize=True, pos="int32", nope_head=128,
-                    q_scale="div", q_sat=448.0, q_rr=True),  # fp8 query: vLLM style
+                    q_scale="mul_recip", q_sat=448.0, q_rr=True),  # fp8 query: vLLM's QuantFP8
     "minicpm3_4b": dict(L=256, R=32, rope="neox", cos_sin="f32_split", scale="none", sat=448.0, rr=True,
                         neg="skip_kv", sanitize=False, pos="int64", nope_head=64,
                         q_scale="mul", q_sat=448.0, q_rr=True),
@@ -21,6 +21,10 @@ SPECS = {
                          neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
                          q_scale="mul_recip", q_sat=448.0, q_rr=False,
                          tile=128, tile_scale="f32", scales_at=512, rope_at=528, row_bytes=656),
+    # the same row with power-of-two scales (E8M0 readers: FlashMLA sm_100, FlashInfer sm_120)
+    "deepseek_v32_pow2": dict(L=512, R=64, rope="gptj", cos_sin="f32_cat", scale="none", sat=448.0, rr=False,
+                              neg="skip_kv", sanitize=False, pos="int64", nope_head=128,
+                              tile=128, tile_scale="pow2", scales_at=512, rope_at=528, row_bytes=656),
 }
 BF16_MAX = 3.38953139e38
 
@@ -340,7 +344,8 @@ def _kv_reference(torch, spec, kv, x, slot, K, c, sn, min_slot):
     if kv == "bf16":
         if s["sanitize"]:
             row = torch.cat([k_nope.float(), kr], dim=-1)
-            row = torch.nan_to_num(row, nan=0.0, posinf=BF16_MAX, neginf=-BF16_MAX).to(torch.bfloat16)
+            # NaN -> 0, then clamped to the bf16 max: an inf, and a float that would round to inf, store +-0x7f7f
+            row = torch.nan_to_num(row, nan=0.0).clamp(-BF16_MAX, BF16_MAX).to(torch.bfloat16)
         else:
             row = torch.cat([k_nope, kr.to(torch.bfloat16)], dim=-1)
         flat[slot[valid]] = row[valid]

@@ -16,8 +16,8 @@ import ropekv  # noqa: E402  (after _support, which puts python/ on sys.path)
 Q_SCALES = (0.37, 1.0, 1.0 / 448)
 
 
-# (spec, q form, kv dtype, q_scale): every q form each spec lists, both caches, the three scales, the three
-# conventions of the specs' query fp8 policies (mul_recip; div and mul with the rope rounded to bf16 first)
+# (spec, q form, kv dtype, q_scale): every q form each spec lists, both caches, the three scales, the specs' query
+# fp8 policies (mul_recip; mul_recip and mul with the rope rounded to bf16 first)
 FP8Q_HOST_CASES = [("deepseek_v3", "absorbed", "bf16", 0.37), ("deepseek_v3", "absorbed", "fp8_e4m3", 1.0),
                    ("deepseek_v3", "absorbed", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "fp8_e4m3", 0.37),
                    ("deepseek_v3", "zero_copy", "bf16", 1.0 / 448), ("deepseek_v3", "zero_copy", "bf16", 1.0),
@@ -71,7 +71,7 @@ def test_host_fp8_q_kernel_info():
     assert k.q_dtype == "fp8_e4m3" and "/" in i.key
     kk = c.kernel("kimi_k2", kv="bf16", q="inplace", positions="int32", q_dtype="fp8_e4m3").info
     assert (kk.q_dtype, kk.q_fp8_format, kk.q_fp8_scale, kk.q_fp8_saturate, kk.q_fp8_rope_bf16_round) == (
-        "fp8_e4m3", "ocp", "div", 448.0, True), kk
+        "fp8_e4m3", "ocp", "mul_recip", 448.0, True), kk
     b = c.kernel("deepseek_v3", kv="fp8_e4m3", q="absorbed").info
     assert (b.q_dtype, b.q_fp8_format, b.q_fp8_scale, b.q_fp8_saturate, b.q_fp8_rope_bf16_round) == (
         "bf16", None, "none", 0.0, False), b

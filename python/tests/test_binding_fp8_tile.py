@@ -57,6 +57,41 @@ def test_host_torch_fp8_tile_rows():
         assert inf_tile.item() == math.inf, "the scale of a tile with inf"
 
 
+def test_host_torch_fp8_tile_pow2_rows():
+    """deepseek_v32_pow2: the same row with every tile scale a power of two, against tile_rows byte for byte; the
+    kernel reports the scale form and the readers its rows are for (deepseek_v32's f32 scales are not for E8M0
+    readers), and an E8M0 reader (the scale's exponent alone) reads its rows as an f32 reader does."""
+    torch = _torch()
+    c = context("host")
+    k = c.kernel("deepseek_v32_pow2", kv="fp8_tile", q="absorbed", layout="paged")
+    i = k.info
+    assert (i.fp8_tile, i.fp8_tile_scale, i.row_bytes) == (128, "pow2", 656), i
+    assert "E8M0" in i.fp8_tile_readers and "FlashMLA sm_100" in i.fp8_tile_readers, i.fp8_tile_readers
+    f = c.kernel("deepseek_v32", kv="fp8_tile", q="absorbed", layout="paged").info
+    assert f.fp8_tile_scale == "f32" and "deepseek_v32_pow2" in f.fp8_tile_readers, f.fp8_tile_readers
+    assert c.kernel("deepseek_v32", kv="bf16", q="absorbed").info.fp8_tile_readers is None
+    x = make_inputs(torch, "deepseek_v32_pow2", "absorbed", "fp8_tile", 20, 2, "cpu", seed=53)
+    kn = x["k_nope"]
+    kn[2, :128] = 0.0
+    kn[4, 128:256] *= 1e-30
+    kn[6, 256:384] *= 1e30
+    kn[8, 5] = float("nan")
+    kn[11, 130] = float("inf")
+    want = reference(torch, "deepseek_v32_pow2", "absorbed", "fp8_tile", x)
+    cache = layout_cache(torch, "deepseek_v32_pow2", "fp8_tile", "paged", x["kv_cache"].numel() // 656, 16, "cpu")
+    k(**dict(x, kv_cache=cache["kv_cache"]))
+    exp = expected_bases(torch, cache, want["kv_cache"].reshape(-1, 656), 512)[0]
+    assert torch.equal(cache["bases"][0], exp), "pow2 rows: %d bytes differ" % int((cache["bases"][0] != exp).sum())
+    flat = want["kv_cache"].reshape(-1, 656)
+    sl = x["slots"].long()
+    rows = flat[sl[(sl >= 0) & (sl < flat.shape[0])]]  # the rows written (a slot is padding, one past the cache)
+    rows = rows[rows[:, 512:528].contiguous().view(torch.float32).isfinite().all(dim=1)]
+    scale = rows[:, 512:528].contiguous().view(torch.int32)
+    assert bool((scale & 0x7FFFFF == 0).all()), "every finite scale is a power of two"
+    e8m0 = (scale & 0x7F800000).view(torch.float32)  # what an E8M0 reader takes: the exponent alone
+    assert torch.equal(e8m0, rows[:, 512:528].contiguous().view(torch.float32))
+
+
 def _check_tile_errors(torch, ctx, device):
     """fp8_tile caches are uint8 rows of info.row_bytes; the kernel takes no k_scale (ignored)."""
     k = ctx.kernel("deepseek_v32", kv="fp8_tile", layout="paged")

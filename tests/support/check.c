@@ -291,6 +291,34 @@ static void plant_fma_witness(const rk_desc *v, const rk_shape *sh, set *s, int6
     }
 }
 
+/* Rope floats at the bf16 max, planted in table row 0 (pairs 2 to 5; s = 0) and in the KV rows of the tokens at
+ * position 0: k_pe = (2^99, -2^99) per pair gives (y, -y), y = 2^99 * c exactly, with c = y * 2^-99 for y the
+ * largest float that rounds to the bf16 max (0x7f7f7fff), the tie just above it that rounds to inf (0x7f7f8000),
+ * 3.4e38, and 2^99 * (FLT_MAX * 2^-98), an inf from the fma itself. A sanitized bf16 store clamps them to
+ * +-0x7f7f; a kernel that clamps before the rounding only stores inf for three of them. */
+static void plant_bf16_bound(const rk_desc *v, const rk_shape *sh, set *s, int64_t row_elems) {
+    const rk_spec *sp = v->spec;
+    const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, H2 = R / 2;
+    if (v->op != ROPEKV_OP_WRITE || sp->rope == RK_ROPE_NONE || sp->cos_sin == RK_CS_BF16_SPLIT) return;
+    float *cos = s->cos, *sin = sp->cos_sin == RK_CS_F32_CAT ? (float *)s->cos + H2 : s->sin;
+    const uint32_t y[4] = {0x7f7f7fffu, 0x7f7f8000u, 0x7f7fc99eu /* 3.4e38 */, 0u};
+    const int64_t K = kv_tokens_of(v, sh);
+    for (int i = 2; i < 6 && i < H2; i++) {
+        float c;
+        uint32_t u = y[i - 2];
+        memcpy(&c, &u, sizeof c);
+        cos[i] = i == 5 ? 3.40282347e38f * 0x1p-98f : c * 0x1p-99f;
+        sin[i] = 0.0f;
+        const int64_t e0 = sp->rope == RK_ROPE_GPTJ ? 2 * i : i, e1 = sp->rope == RK_ROPE_GPTJ ? 2 * i + 1 : H2 + i;
+        for (int64_t t = 0; t < K; t++) {
+            int64_t p = v->pos == ROPEKV_INDEX_INT64 ? ((int64_t *)s->pos)[t] : ((int32_t *)s->pos)[t];
+            if (p > 0) continue;                   /* positions <= 0 read table row 0 */
+            s->k[t * row_elems + L + e0] = 0x7100; /* 2^99 */
+            s->k[t * row_elems + L + e1] = 0xf100; /* -2^99 */
+        }
+    }
+}
+
 /* fp8_tile rows: the tiles whose scale is an edge case, planted in the first two KV tokens: token 0 an
  * all-zero tile (+0 and -0: scale FLT_MIN), a tile whose amax is the saturation bound itself (scale 1 for
  * OCP's 448), a tile of bf16 subnormals (amax / sat below FLT_MIN); token 1 a tile holding +inf and a tile
@@ -443,6 +471,7 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
         }
     }
     plant_fma_witness(v, sh, &ref, q_st_of(v, sh), row_elems);
+    plant_bf16_bound(v, sh, &ref, row_elems);
     plant_tile_cases(v, sh, &ref, row_elems);
     plant_norm_cases(v, sh, &ref, row_elems);
     rk_args a;
