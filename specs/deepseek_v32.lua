@@ -8,8 +8,8 @@
 -- it paged ([num_blocks, block_size, 656] bytes, block_size 64) with int64 slot mappings.
 -- The scales are raw float32 (amax / 448), as vLLM's writer stores them: right for readers that multiply by the
 -- float32 (or its bf16 rounding), wrong for readers that take each scale as a power of two (FlashMLA's sm_100
--- sparse decode and FlashInfer's sm_120 reader: 2^floor(log2(scale)), up to 2x small). For those, use
--- deepseek_v32_pow2, whose scales are powers of two.
+-- sparse decode and FlashInfer's sm_120 reader in its pow2_fp32 mode: 2^floor(log2(scale)), up to 2x small). For
+-- those, use deepseek_v32_pow2, whose scales are powers of two.
 return {
   name = "deepseek_v32",
   description = "DeepSeek-V3.2 MLA: L = 512, R = 64, 656-byte tile-scaled fp8 cache rows",
