@@ -198,6 +198,81 @@ void rk_desc_views(const rk_desc *d, int pdl, rk_views *out) {
 #include "params.def"
 }
 
+/* ---- the tensors --------------------------------------------------------------------------------------- */
+const char *rk_sym_name(rk_sym s) {
+    static const char *const names[] = {
+#define RK_SYM_NAME_(e, text) text,
+        RK_SYM_LIST(RK_SYM_NAME_)
+#undef RK_SYM_NAME_
+    };
+    return (unsigned)s < RK_SYM_COUNT ? names[s] : "";
+}
+
+int64_t rk_sym_size(const rk_desc *d, rk_sym s) {
+    switch (s) {
+    case RK_SYM_ONE: return 1;
+    case RK_SYM_L: return d->L;
+    case RK_SYM_R: return d->R;
+    case RK_SYM_W: return d->L + d->R;
+    case RK_SYM_HALF_R: return d->R / 2;
+    case RK_SYM_ROW_BYTES: return d->row_bytes;
+    default: return -1;
+    }
+}
+
+const char *rk_dtype_name(rk_dtype t) {
+    switch (t) {
+#define RK_DTYPE_NAME_(e, text, bytes) \
+    case e: return text;
+        RK_DTYPE_LIST(RK_DTYPE_NAME_)
+#undef RK_DTYPE_NAME_
+    }
+    return "";
+}
+
+static int dtype_bytes(rk_dtype t) {
+    switch (t) {
+#define RK_DTYPE_BYTES_(e, text, bytes) \
+    case e: return bytes;
+        RK_DTYPE_LIST(RK_DTYPE_BYTES_)
+#undef RK_DTYPE_BYTES_
+    }
+    return 1;
+}
+
+int rk_tensors(const rk_desc *d, rk_tensor *out, int cap) {
+    int n = 0;
+#define RK_ST(field) offsetof(ropekv_args, field), #field
+#define RK_PACKED RK_NO_STRIDE, NULL
+#define RK_TENSOR(name_, uses, access_, need_, dtype_, rank_, dim0, dim1, dim2, stride0, stride1, rule_, align_, \
+                  unit_, label_, when_)                                                                          \
+    if (uses) {                                                                                                  \
+        const struct {                                                                                           \
+            size_t at;                                                                                           \
+            const char *name;                                                                                    \
+        } st_[2] = {{stride0}, {stride1}};                                                                       \
+        if (n < cap)                                                                                             \
+            out[n] = (rk_tensor){.name = #name_,                                                                 \
+                                 .at = offsetof(ropekv_args, name_),                                             \
+                                 .access = (access_),                                                            \
+                                 .need = (need_),                                                                \
+                                 .dtype = (dtype_),                                                              \
+                                 .elem = dtype_bytes(dtype_),                                                    \
+                                 .rank = (rank_),                                                                \
+                                 .dim = {(dim0), (dim1), (dim2)},                                                \
+                                 .stride_at = {st_[0].at, st_[1].at},                                            \
+                                 .stride = {st_[0].name, st_[1].name},                                           \
+                                 .rule = (rule_),                                                                \
+                                 .align = (align_),                                                              \
+                                 .unit = (unit_),                                                                \
+                                 .label = (label_),                                                              \
+                                 .when = (when_)};                                                               \
+        n++;                                                                                                     \
+    }
+#include "tensors.def"
+    return n;
+}
+
 rk_choice rk_desc_choice(const rk_desc *d) {
     return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm};
 }

@@ -90,9 +90,11 @@ struct ropekv_kernel {
     int refs;
     ropekv_status status;
     char *error;
-    rk_spec spec;      /* the spec it was described from (d.spec points here) */
-    rk_desc d;         /* the description: name, key, code parameters, launch and argument rules */
-    rk_views views;    /* its public view (ropekv_kernel_param), pointing into spec and d */
+    rk_spec spec;                      /* the spec it was described from (d.spec points here) */
+    rk_desc d;                         /* the description: name, key, code parameters, launch and argument rules */
+    rk_views views;                    /* its public view (ropekv_kernel_param), pointing into spec and d */
+    rk_tensor tensors[RK_TENSORS_MAX]; /* its tensors (ropekv_kernel_tensor) */
+    int n_tensors;
     void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
     void *fn[2];       /* fn[1] is set (atomically) once built */
     int wide_building; /* under ctx->mu */
@@ -880,7 +882,10 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
     if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
     k->d.spec = &k->spec;
-    if (s == ROPEKV_OK) rk_desc_views(&k->d, c->pdl, &k->views);
+    if (s == ROPEKV_OK) {
+        rk_desc_views(&k->d, c->pdl, &k->views);
+        k->n_tensors = rk_tensors(&k->d, k->tensors, RK_TENSORS_MAX);
+    }
     void *fn = NULL;
     if (s == ROPEKV_OK) s = build(c, k, 0, &fn);
 
@@ -987,6 +992,45 @@ ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name,
     if (!k || !name) return ROPEKV_ERR_NULL;
     for (int i = 0; i < k->views.n; i++)
         if (strcmp(k->views.v[i].name, name) == 0) return ropekv_kernel_param(k, i, NULL, value, kind);
+    return ROPEKV_ERR_ARG;
+}
+
+int ropekv_kernel_tensor_count(const ropekv_kernel *k) { return k ? k->n_tensors : 0; }
+
+ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_info *out) {
+    if (!k || !out) return ROPEKV_ERR_NULL;
+    if (i < 0 || i >= k->n_tensors) return ROPEKV_ERR_ARG;
+    size_t size;
+    memcpy(&size, out, sizeof size);
+    if (size == 0) size = sizeof *out;
+    if (size < sizeof size || size > SIZE_MAX_) return ROPEKV_ERR_VERSION;
+    const rk_tensor *t = &k->tensors[i];
+    ropekv_tensor_info v = {
+        .size = size < sizeof v ? size : sizeof v,
+        .name = t->name,
+        .access = t->access,
+        .need = t->need,
+        .dtype = rk_dtype_name(t->dtype),
+        .elem_bytes = t->elem,
+        .rank = t->rank,
+        .align = t->align,
+        .stride_multiple = t->unit,
+        .when = t->when,
+    };
+    for (int j = 0; j < t->rank && j < ROPEKV_TENSOR_RANK_MAX; j++) {
+        v.dims[j] = rk_sym_name(t->dim[j]);
+        v.sizes[j] = rk_sym_size(&k->d, t->dim[j]);
+        v.strides[j] = j + 1 < t->rank ? t->stride[j] : NULL;
+    }
+    memcpy(out, &v, size < sizeof v ? size : sizeof v);
+    if (size > sizeof v) memset((char *)out + sizeof v, 0, size - sizeof v);
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const char *name, ropekv_tensor_info *out) {
+    if (!k || !name || !out) return ROPEKV_ERR_NULL;
+    for (int i = 0; i < k->n_tensors; i++)
+        if (strcmp(k->tensors[i].name, name) == 0) return ropekv_kernel_tensor(k, i, out);
     return ROPEKV_ERR_ARG;
 }
 
