@@ -353,7 +353,8 @@ typedef enum rk_sym { RK_SYM_LIST(RK_SYM_ENUM_) RK_SYM_COUNT } rk_sym;
     X(RK_DT_FP8, "fp8_e4m3", 1) \
     X(RK_DT_U8, "uint8", 1)     \
     X(RK_DT_I32, "int32", 4)    \
-    X(RK_DT_I64, "int64", 8)
+    X(RK_DT_I64, "int64", 8)    \
+    X(RK_DT_VARIES, "", 0) /* a family's tensor whose kernels differ (rk_family_tensors) */
 #define RK_DTYPE_ENUM_(e, text, bytes) e,
 typedef enum rk_dtype { RK_DTYPE_LIST(RK_DTYPE_ENUM_) } rk_dtype;
 #undef RK_DTYPE_ENUM_
@@ -383,6 +384,12 @@ typedef struct rk_tensor {
 /* The tensors d touches, in the order of gen/tensors.def, into out[0 .. cap): returns their count (at most
  * RK_TENSORS_MAX; out may hold fewer than the count when cap is smaller). Pure. */
 int rk_tensors(const rk_desc *d, rk_tensor *out, int cap);
+/* Every tensor some kernel of a family may take: the write op with q form q, or the read op (q ignored), over every
+ * spec, kv dtype, layout, q dtype, index dtype and norm, in the order of gen/tensors.def (first rows), without a spec.
+ * access: written where some kernel writes it; need: the kernels' own where all of them take it with one need, else
+ * ROPEKV_NEED_OPTIONAL; dtype RK_DT_VARIES and elem 0, rank 0 (no dims, no strides), align and unit 0 and when ""
+ * where the kernels differ. Returns the count (out may hold fewer when cap is smaller). Pure. */
+int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap);
 /* A symbol's public spelling, and its size where the description fixes it (L, R, W, R/2, row bytes, 1), else -1. */
 const char *rk_sym_name(rk_sym s);
 int64_t rk_sym_size(const rk_desc *d, rk_sym s);

@@ -506,6 +506,17 @@ ROPEKV_API ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, rop
 /* The same by name: ROPEKV_ERR_NULL for a NULL k, name or out, ROPEKV_ERR_ARG for a tensor k does not take. */
 ROPEKV_API ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const char *name, ropekv_tensor_info *out);
 
+/* The tensors of a family of kernels, without a context or a kernel (for bindings that declare an operation's
+ * arguments before any kernel is built): every tensor some kernel of the write op with q form q, or of the read op (q
+ * is then ignored), may take, over every spec, kv dtype, layout, q dtype, index dtype and norm, in ropekv_args' order.
+ * access is written where some kernel writes the tensor; need is ROPEKV_NEED_OPTIONAL where some kernel of the family
+ * does not take it, else the kernels' own; what the kernels do not agree on is left empty: dtype "" (elem_bytes 0),
+ * rank 0 (no dims or strides), align and stride_multiple 0, when "". sizes are -1 (the spec fixes them). Count: 0 for
+ * an op or q outside the enums. ROPEKV_OK, ROPEKV_ERR_NULL for a NULL out, ROPEKV_ERR_ARG for an op, q or i out of
+ * range, ROPEKV_ERR_VERSION as ropekv_kernel_tensor. Text is static. Thread-safe. */
+ROPEKV_API int ropekv_family_tensor_count(ropekv_op op, ropekv_q_form q);
+ROPEKV_API ropekv_status ropekv_family_tensor(ropekv_op op, ropekv_q_form q, int i, ropekv_tensor_info *out);
+
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ALIAS) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
  * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31

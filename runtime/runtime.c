@@ -997,14 +997,13 @@ ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name,
 
 int ropekv_kernel_tensor_count(const ropekv_kernel *k) { return k ? k->n_tensors : 0; }
 
-ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_info *out) {
-    if (!k || !out) return ROPEKV_ERR_NULL;
-    if (i < 0 || i >= k->n_tensors) return ROPEKV_ERR_ARG;
+/* A row of a tensor table as the caller's ropekv_tensor_info (its size field says how much of it to fill): sizes from
+ * d, or -1 without one (a family's row). */
+static ropekv_status tensor_info(const rk_tensor *t, const rk_desc *d, ropekv_tensor_info *out) {
     size_t size;
     memcpy(&size, out, sizeof size);
     if (size == 0) size = sizeof *out;
     if (size < sizeof size || size > SIZE_MAX_) return ROPEKV_ERR_VERSION;
-    const rk_tensor *t = &k->tensors[i];
     ropekv_tensor_info v = {
         .size = size < sizeof v ? size : sizeof v,
         .name = t->name,
@@ -1019,12 +1018,57 @@ ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_
     };
     for (int j = 0; j < t->rank && j < ROPEKV_TENSOR_RANK_MAX; j++) {
         v.dims[j] = rk_sym_name(t->dim[j]);
-        v.sizes[j] = rk_sym_size(&k->d, t->dim[j]);
+        v.sizes[j] = d ? rk_sym_size(d, t->dim[j]) : -1;
         v.strides[j] = j + 1 < t->rank ? t->stride[j] : NULL;
     }
     memcpy(out, &v, size < sizeof v ? size : sizeof v);
     if (size > sizeof v) memset((char *)out + sizeof v, 0, size - sizeof v);
     return ROPEKV_OK;
+}
+
+ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_info *out) {
+    if (!k || !out) return ROPEKV_ERR_NULL;
+    if (i < 0 || i >= k->n_tensors) return ROPEKV_ERR_ARG;
+    return tensor_info(&k->tensors[i], &k->d, out);
+}
+
+/* The families' tables (rk_family_tensors), made once: the write op's q forms, then the read op. */
+enum { FAMILIES = 5, FAMILY_MAX = 24 };
+static struct {
+    int n;
+    rk_tensor t[FAMILY_MAX];
+} families[FAMILIES];
+static pthread_once_t families_once = PTHREAD_ONCE_INIT;
+
+static void families_make(void) {
+    for (int f = 0; f < FAMILIES; f++) {
+        const ropekv_op op = f < 4 ? ROPEKV_OP_WRITE : ROPEKV_OP_READ;
+        const int n = rk_family_tensors(op, f < 4 ? (ropekv_q_form)f : ROPEKV_Q_NONE, families[f].t, FAMILY_MAX);
+        families[f].n = n < FAMILY_MAX ? n : FAMILY_MAX;
+    }
+}
+
+/* The family of (op, q), or -1 for values outside the enums. */
+static int family_of(ropekv_op op, ropekv_q_form q) {
+    if (op == ROPEKV_OP_READ) return 4;
+    if (op != ROPEKV_OP_WRITE || (unsigned)q > (unsigned)ROPEKV_Q_NONE) return -1;
+    return (int)q;
+}
+
+int ropekv_family_tensor_count(ropekv_op op, ropekv_q_form q) {
+    const int f = family_of(op, q);
+    if (f < 0) return 0;
+    pthread_once(&families_once, families_make);
+    return families[f].n;
+}
+
+ropekv_status ropekv_family_tensor(ropekv_op op, ropekv_q_form q, int i, ropekv_tensor_info *out) {
+    if (!out) return ROPEKV_ERR_NULL;
+    const int f = family_of(op, q);
+    if (f < 0) return ROPEKV_ERR_ARG;
+    pthread_once(&families_once, families_make);
+    if (i < 0 || i >= families[f].n) return ROPEKV_ERR_ARG;
+    return tensor_info(&families[f].t[i], NULL, out);
 }
 
 ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const char *name, ropekv_tensor_info *out) {

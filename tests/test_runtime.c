@@ -1827,6 +1827,28 @@ static void test_kernel_tensors(void **state) {
     assert_string_equal(t.dims[1], "out_w");
     ropekv_kernel_release(k);
     ropekv_destroy(c);
+
+    /* a family's table, without a kernel: what its kernels agree on */
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED), 15);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_NONE), 11);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_READ, ROPEKV_Q_ABSORBED), 6); /* q does not apply */
+    assert_int_equal(ropekv_family_tensor_count((ropekv_op)7, ROPEKV_Q_NONE), 0);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_INPLACE, 0, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "q_pe");
+    assert_true(t.access == ROPEKV_TENSOR_READ_WRITE && t.need == ROPEKV_NEED_TOKENS && t.sizes[2] == -1);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 2, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "q_out");
+    assert_string_equal(t.dtype, ""); /* bf16 or fp8 per kernel */
+    assert_true(t.rank == 3 && t.access == ROPEKV_TENSOR_WRITE && t.elem_bytes == 0);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 5, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "kv_cache");
+    assert_true(t.rank == 0 && t.need == ROPEKV_NEED_KV_TOKENS); /* flat rows or paged blocks */
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 8, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "cos_sin");
+    assert_int_equal(t.need, ROPEKV_NEED_OPTIONAL); /* a spec without RoPE has no tables */
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 15, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_family_tensor((ropekv_op)7, ROPEKV_Q_NONE, 0, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_NONE, 0, NULL), ROPEKV_ERR_NULL);
 }
 
 /* Norm kernels launched through the API compute what the reference computes (rk_check: random rows, the planted zero,
