@@ -510,7 +510,7 @@ ROPEKV_API ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const
  * arguments before any kernel is built): every tensor some kernel of the write op with q form q, or of the read op (q
  * is then ignored), may take, over every spec, kv dtype, layout, q dtype, index dtype and norm, in ropekv_args' order.
  * access is written where some kernel writes the tensor; need is ROPEKV_NEED_OPTIONAL where some kernel of the family
- * does not take it, else the kernels' own; what the kernels do not agree on is left empty: dtype "" (elem_bytes 0),
+ * does not take it (or the kernels' needs differ), else the kernels' own; what the kernels do not agree on is left empty: dtype "" (elem_bytes 0),
  * rank 0 (no dims or strides), align and stride_multiple 0, when "". sizes are -1 (the spec fixes them). Count: 0 for
  * an op or q outside the enums. ROPEKV_OK, ROPEKV_ERR_NULL for a NULL out, ROPEKV_ERR_ARG for an op, q or i out of
  * range, ROPEKV_ERR_VERSION as ropekv_kernel_tensor. Text is static. Thread-safe. */
