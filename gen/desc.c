@@ -198,6 +198,165 @@ void rk_desc_views(const rk_desc *d, int pdl, rk_views *out) {
 #include "params.def"
 }
 
+/* ---- the tensors --------------------------------------------------------------------------------------- */
+const char *rk_sym_name(rk_sym s) {
+    static const char *const names[] = {
+#define RK_SYM_NAME_(e, text) text,
+        RK_SYM_LIST(RK_SYM_NAME_)
+#undef RK_SYM_NAME_
+    };
+    return (unsigned)s < RK_SYM_COUNT ? names[s] : "";
+}
+
+int64_t rk_sym_size(const rk_desc *d, rk_sym s) {
+    switch (s) {
+    case RK_SYM_ONE: return 1;
+    case RK_SYM_L: return d->L;
+    case RK_SYM_R: return d->R;
+    case RK_SYM_W: return d->L + d->R;
+    case RK_SYM_HALF_R: return d->R / 2;
+    case RK_SYM_ROW_BYTES: return d->row_bytes;
+    default: return -1;
+    }
+}
+
+const char *rk_dtype_name(rk_dtype t) {
+    switch (t) {
+#define RK_DTYPE_NAME_(e, text, bytes) \
+    case e: return text;
+        RK_DTYPE_LIST(RK_DTYPE_NAME_)
+#undef RK_DTYPE_NAME_
+    }
+    return "";
+}
+
+static int dtype_bytes(rk_dtype t) {
+    switch (t) {
+#define RK_DTYPE_BYTES_(e, text, bytes) \
+    case e: return bytes;
+        RK_DTYPE_LIST(RK_DTYPE_BYTES_)
+#undef RK_DTYPE_BYTES_
+    }
+    return 1;
+}
+
+int rk_tensors(const rk_desc *d, rk_tensor *out, int cap) {
+    int n = 0;
+#define RK_ST(field) offsetof(ropekv_args, field), #field
+#define RK_PACKED RK_NO_STRIDE, NULL
+#define RK_TENSOR(name_, uses, access_, need_, dtype_, rank_, dim0, dim1, dim2, stride0, stride1, rule_, align_, \
+                  unit_, label_, when_)                                                                          \
+    if (uses) {                                                                                                  \
+        const struct {                                                                                           \
+            size_t at;                                                                                           \
+            const char *name;                                                                                    \
+        } st_[2] = {{stride0}, {stride1}};                                                                       \
+        if (n < cap)                                                                                             \
+            out[n] = (rk_tensor){.name = #name_,                                                                 \
+                                 .at = offsetof(ropekv_args, name_),                                             \
+                                 .access = (access_),                                                            \
+                                 .need = (need_),                                                                \
+                                 .dtype = (dtype_),                                                              \
+                                 .elem = dtype_bytes(dtype_),                                                    \
+                                 .rank = (rank_),                                                                \
+                                 .dim = {(dim0), (dim1), (dim2)},                                                \
+                                 .stride_at = {st_[0].at, st_[1].at},                                            \
+                                 .stride = {st_[0].name, st_[1].name},                                           \
+                                 .rule = (rule_),                                                                \
+                                 .align = (align_),                                                              \
+                                 .unit = (unit_),                                                                \
+                                 .label = (label_),                                                              \
+                                 .when = (when_)};                                                               \
+        n++;                                                                                                     \
+    }
+#include "tensors.def"
+    return n;
+}
+
+/* Merges one kernel's row r into the family's row f (the first kernel's row, seen == 1). */
+static void family_merge(rk_tensor *f, const rk_tensor *r) {
+    f->access |= r->access;
+    if (f->need != r->need) f->need = ROPEKV_NEED_OPTIONAL;
+    if (f->dtype != r->dtype) f->dtype = RK_DT_VARIES, f->elem = 0;
+    int same = f->rank == r->rank && f->rule == r->rule;
+    for (int i = 0; same && i < r->rank; i++) same = f->dim[i] == r->dim[i];
+    for (int i = 0; same && i + 1 < r->rank; i++) same = f->stride_at[i] == r->stride_at[i];
+    if (!same) {
+        f->rank = 0;
+        for (int i = 0; i < RK_TENSOR_RANK; i++) f->dim[i] = RK_SYM_NONE;
+        for (int i = 0; i + 1 < RK_TENSOR_RANK; i++) f->stride_at[i] = RK_NO_STRIDE, f->stride[i] = NULL;
+    }
+    if (f->align != r->align || f->unit != r->unit) f->align = f->unit = 0;
+    if (strcmp(f->when, r->when) != 0) f->when = "";
+}
+
+int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
+    enum { NAMES = 24 };
+    rk_tensor fam[NAMES];
+    long seen[NAMES] = {0}, kernels = 0;
+    int n = 0;
+    const int write = op == ROPEKV_OP_WRITE;
+    rk_desc d;
+    memset(&d, 0, sizeof d);
+    d.op = op;
+    d.q = write ? q : ROPEKV_Q_NONE;
+    d.pos = ROPEKV_INDEX_INT64;
+    /* every choice and every spec-level value the rows read */
+    for (int kv = 0; kv < 3; kv++)
+        for (int layout = 0; layout < 3; layout++)
+            for (int qdt = 0; qdt < (write && d.q != ROPEKV_Q_NONE ? 2 : 1); qdt++)
+                for (int pos = 0; pos < (write ? 2 : 1); pos++)
+                    for (int slot = 0; slot < 2; slot++)
+                        for (int rope = 0; rope < 2; rope++)
+                            for (int cs = 0; cs < 3; cs++)
+                                for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 ? 2 : 1); ks++)
+                                    for (int qs = 0; qs < (qdt ? 2 : 1); qs++)
+                                        for (int norm = 0; norm < (write ? 3 : 1); norm++)
+                                            for (int nw = 0; nw < (norm ? 2 : 1); nw++) {
+                                                if (!rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
+                                                    continue;
+                                                d.kv = (ropekv_kv_dtype)kv;
+                                                d.layout = (ropekv_kv_layout)layout;
+                                                d.q_dtype = (ropekv_q_dtype)qdt;
+                                                if (write) d.pos = (ropekv_index)pos;
+                                                d.slot = (ropekv_index)slot;
+                                                d.rope = rope ? RK_ROPE_NONE : RK_ROPE_GPTJ;
+                                                d.cos_sin = (rk_cos_sin)cs;
+                                                d.kv8_scale = ks ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;
+                                                d.q8_scale = qs ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;
+                                                d.norm = (ropekv_norm)norm;
+                                                d.norm_weight = nw ? RK_NW_F32 : RK_NW_BF16;
+                                                rk_tensor rows[RK_TENSORS_MAX];
+                                                const int m = rk_tensors(&d, rows, RK_TENSORS_MAX);
+                                                kernels++;
+                                                for (int i = 0; i < m && i < RK_TENSORS_MAX; i++) {
+                                                    int j = 0;
+                                                    while (j < n && strcmp(fam[j].name, rows[i].name) != 0) j++;
+                                                    if (j == n) {
+                                                        if (n == NAMES) continue;
+                                                        fam[n++] = rows[i];
+                                                    } else {
+                                                        family_merge(&fam[j], &rows[i]);
+                                                    }
+                                                    seen[j]++;
+                                                }
+                                            }
+    for (int j = 0; j < n; j++)
+        if (seen[j] < kernels) fam[j].need = ROPEKV_NEED_OPTIONAL;
+    for (int j = 1; j < n; j++) /* the order of the rows (of the pointers in ropekv_args) */
+        for (int i = j; i > 0 && fam[i].at < fam[i - 1].at; i--) {
+            const rk_tensor t = fam[i];
+            fam[i] = fam[i - 1];
+            fam[i - 1] = t;
+        }
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        if (k < cap) out[k] = fam[j];
+        k++;
+    }
+    return k;
+}
+
 rk_choice rk_desc_choice(const rk_desc *d) {
     return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm};
 }

@@ -323,6 +323,79 @@ typedef struct rk_views {
 /* pdl: whether the context launches with programmatic dependent launch (the row's pdl is d->arch->pdl). */
 void rk_desc_views(const rk_desc *d, int pdl, rk_views *out);
 
+/* ---- the tensors of a description (gen/tensors.def) -------------------------------------------------------
+ * What a kernel reads and writes, as data: the argument checks (runtime/args_check.c) walk it once per launch, and
+ * the public view (ropekv_kernel_tensor) shows it. Dimensions are symbols: the description fixes some (L, R, W,
+ * R/2, row bytes, 1), the launch's args the others (include/ropekv.h lists them). */
+#define RK_SYM_LIST(X)                 \
+    X(RK_SYM_NONE, "")                 \
+    X(RK_SYM_ONE, "1")                 \
+    X(RK_SYM_T, "T")                   \
+    X(RK_SYM_TKV, "Tkv")               \
+    X(RK_SYM_P, "P")                   \
+    X(RK_SYM_H, "H")                   \
+    X(RK_SYM_MAX_POS, "max_pos")       \
+    X(RK_SYM_KV_ROWS, "kv_rows")       \
+    X(RK_SYM_BLOCKS, "blocks")         \
+    X(RK_SYM_BLOCK_SIZE, "block_size") \
+    X(RK_SYM_L, "L")                   \
+    X(RK_SYM_R, "R")                   \
+    X(RK_SYM_W, "W")                   \
+    X(RK_SYM_HALF_R, "R/2")            \
+    X(RK_SYM_ROW_BYTES, "row_bytes")   \
+    X(RK_SYM_OUT_W, "out_w")
+#define RK_SYM_ENUM_(e, text) e,
+typedef enum rk_sym { RK_SYM_LIST(RK_SYM_ENUM_) RK_SYM_COUNT } rk_sym;
+#undef RK_SYM_ENUM_
+/* The element types: X(enumerator, public spelling, bytes). */
+#define RK_DTYPE_LIST(X)        \
+    X(RK_DT_BF16, "bf16", 2)    \
+    X(RK_DT_F32, "f32", 4)      \
+    X(RK_DT_FP8, "fp8_e4m3", 1) \
+    X(RK_DT_U8, "uint8", 1)     \
+    X(RK_DT_I32, "int32", 4)    \
+    X(RK_DT_I64, "int64", 8)    \
+    X(RK_DT_VARIES, "", 0) /* a family's tensor whose kernels differ (rk_family_tensors) */
+#define RK_DTYPE_ENUM_(e, text, bytes) e,
+typedef enum rk_dtype { RK_DTYPE_LIST(RK_DTYPE_ENUM_) } rk_dtype;
+#undef RK_DTYPE_ENUM_
+/* How a tensor's strides keep its rows apart: RK_ROWS_ANY, two strided dimensions in either nesting order (the
+ * query's tokens and heads); RK_ROWS_TOKEN, rows at one stride (a token's); RK_ROWS_CACHE, a cache part's rows at one
+ * stride (flat) or entries inside blocks (paged, split); RK_DENSE, no strides (packed). */
+typedef enum rk_rows_rule { RK_ROWS_ANY, RK_ROWS_TOKEN, RK_ROWS_CACHE, RK_DENSE } rk_rows_rule;
+#define RK_TENSOR_RANK 3
+#define RK_NO_STRIDE ((size_t)-1)
+typedef struct rk_tensor {
+    const char *name; /* the ropekv_args field of its pointer */
+    size_t at;        /* its offset in ropekv_args */
+    ropekv_tensor_access access;
+    ropekv_tensor_need need;
+    rk_dtype dtype;
+    int elem; /* bytes of an element */
+    int rank;
+    rk_sym dim[RK_TENSOR_RANK];
+    size_t stride_at[RK_TENSOR_RANK - 1]; /* the ropekv_args int64 field of dim i's stride, or RK_NO_STRIDE */
+    const char *stride[RK_TENSOR_RANK - 1];
+    rk_rows_rule rule;
+    int align, unit;   /* pointer alignment (bytes); strides a multiple of unit elements */
+    const char *label; /* its name in messages */
+    const char *when;  /* why it is needed, for the message of a NULL pointer ("" for none) */
+} rk_tensor;
+#define RK_TENSORS_MAX 16
+/* The tensors d touches, in the order of gen/tensors.def, into out[0 .. cap): returns their count (at most
+ * RK_TENSORS_MAX; out may hold fewer than the count when cap is smaller). Pure. */
+int rk_tensors(const rk_desc *d, rk_tensor *out, int cap);
+/* Every tensor some kernel of a family may take: the write op with q form q, or the read op (q ignored), over every
+ * spec, kv dtype, layout, q dtype, index dtype and norm, in the order of gen/tensors.def (first rows), without a spec.
+ * access: written where some kernel writes it; need: the kernels' own where all of them take it with one need, else
+ * ROPEKV_NEED_OPTIONAL; dtype RK_DT_VARIES and elem 0, rank 0 (no dims, no strides), align and unit 0 and when ""
+ * where the kernels differ. Returns the count (out may hold fewer when cap is smaller). Pure. */
+int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap);
+/* A symbol's public spelling, and its size where the description fixes it (L, R, W, R/2, row bytes, 1), else -1. */
+const char *rk_sym_name(rk_sym s);
+int64_t rk_sym_size(const rk_desc *d, rk_sym s);
+const char *rk_dtype_name(rk_dtype t);
+
 /* x as the shortest decimal ("%.Ng", N <= 9) that reads back as x: "448", "1e-06", "0". */
 void rk_float_text(float x, char *out, size_t cap);
 

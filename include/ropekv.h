@@ -68,6 +68,7 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_ERR_ALIGN, 603, "a pointer or stride breaks the alignment the vector path needs")      \
     X(ROPEKV_ERR_ARG, 604, "an invalid argument")                                                   \
     X(ROPEKV_ERR_VERSION, 605, "a struct's size is invalid or newer than this library knows")       \
+    X(ROPEKV_ERR_ALIAS, 606, "a tensor the kernel writes shares bytes with another tensor")         \
     X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                       \
     X(ROPEKV_ERR_IO, 901, "an I/O error")
 
@@ -251,7 +252,19 @@ typedef struct ropekv_variant {
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).
  * Strides are in elements of the tensor's dtype (bytes for an fp8 cache); the last dimension is
  * contiguous. L = kv_lora_rank, R = qk_rope_head_dim of the spec, W = L + R. T = tokens (query rows),
- * Tkv = the tokens with a KV row (kv_tokens; T unless set), P = max(T, Tkv). */
+ * Tkv = the tokens with a KV row (kv_tokens; T unless set), P = max(T, Tkv). ropekv_kernel_tensor lists a kernel's
+ * tensors with their shapes, strides and alignment.
+ *
+ * Aliasing: a tensor the kernel writes (q_out, kv_cache, kv_rope_cache, norm_out, out, out_rope, and q_pe of the
+ * inplace form) may share no byte with another tensor the launch touches, or the launch is refused with
+ * ROPEKV_ERR_ALIAS (on a GPU the kernel would race with itself: norm_out = k_nope, q_scale inside q_out, a cache over
+ * k_nope). Tensors that are only read may overlap freely (q_nope and q_pe slices of one query, k_nope and k_pe slices
+ * of the kv_a projection). The in-place forms are the q forms': zero_copy does not read q_nope (it already lies in
+ * q_out[..., :L]; the pointer is not looked at), and inplace rewrites each q_pe row where it lies. Tensors whose
+ * bytes interleave without sharing any are accepted where the rows of both repeat at one stride and each row of one
+ * falls in the gap after a row of the other: aiter's page-segmented split cache (kv_rope_cache = kv_cache + B * L,
+ * the same block stride), or norm_out and k_nope as the two halves of one [Tkv, 2L] buffer; other interleavings of a
+ * written tensor are refused. */
 #define ROPEKV_KV_TOKENS_NONE (-1) /* ropekv_args.kv_tokens: no token has a KV row */
 typedef struct ropekv_args {
     size_t size;           /* 0, or sizeof(ropekv_args) (see "structs that grow") */
@@ -437,7 +450,77 @@ typedef struct ropekv_kernel_params {
 } ropekv_kernel_params;
 ROPEKV_API ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out);
 
-/* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ARG) and launches on stream (a
+/* ---- what a kernel takes: its tensors, one at a time ----------------------------------------------------
+ * Every tensor a kernel reads or writes, as the argument checks of ropekv_launch see it: the ropekv_args field of its
+ * pointer, whether the kernel reads or writes it, its dtype, its dimensions as symbols, the ropekv_args fields of
+ * their strides, its alignment and when the launch needs it. A tensor the kernel never touches (q_nope of the
+ * zero_copy form, the norm's tensors without a norm, kv_rope_cache outside the split layout, ...) is not listed.
+ *
+ * Dimension symbols (sizes[i] gives the number where the kernel fixes it, -1 where the launch does):
+ *   T          tokens (query rows; the read-back op's rows)       Tkv   the tokens with a KV row (kv_tokens)
+ *   P          max(T, Tkv)                                       H     heads
+ *   max_pos    rows of the cos/sin tables                        kv_rows  the slots of a flat cache
+ *   blocks, block_size   a paged or split cache: kv_rows / kv_block_size blocks of kv_block_size entries
+ *   L, R, W    kv_lora_rank, qk_rope_head_dim, L + R             R/2   half the rope dimension (split tables)
+ *   row_bytes  an fp8_tile row's bytes                           out_w W, or L when out_rope is given (read-back)
+ *   1          one element (a scale)
+ * Strides count elements of the tensor's dtype (bytes for fp8 and uint8). strides[i] names the ropekv_args field of
+ * dimension i's stride, or is NULL where the tensor is packed there: the last dimension always, and every dimension of
+ * a dense tensor (positions, slots, the cos/sin tables, the norm weight, the scales), whose stride is the product of
+ * the sizes after it. */
+typedef enum ropekv_tensor_access {
+    ROPEKV_TENSOR_READ = 1,
+    ROPEKV_TENSOR_WRITE = 2,
+    ROPEKV_TENSOR_READ_WRITE = 3, /* q_pe of the inplace form: read, then rewritten in place */
+} ropekv_tensor_access;
+/* When a launch needs the tensor (its pointer may then not be NULL); otherwise the pointer is not read. */
+typedef enum ropekv_tensor_need {
+    ROPEKV_NEED_TOKENS = 0, /* the launch has rows: T > 0 (query rows; the read-back op's rows) */
+    ROPEKV_NEED_KV_TOKENS,  /* it has KV rows: Tkv > 0 */
+    ROPEKV_NEED_POSITIONS,  /* it has either: P = max(T, Tkv) > 0 */
+    ROPEKV_NEED_ROPE,       /* it rotates a row: query rows of a q form that has a query, or KV rows */
+    ROPEKV_NEED_OPTIONAL,   /* never: a choice (out_rope: where the read-back op puts the rope parts) */
+} ropekv_tensor_need;
+#define ROPEKV_TENSOR_RANK_MAX 3
+typedef struct ropekv_tensor_info {
+    size_t size;                 /* set by the caller: 0 or sizeof(ropekv_tensor_info); the library fills that much */
+    const char *name;            /* the ropekv_args field of its pointer: "q_nope", "kv_cache", ... */
+    ropekv_tensor_access access; /* read, written or both */
+    ropekv_tensor_need need;     /* when a launch needs it */
+    const char *dtype; /* "bf16", "f32", "fp8_e4m3" (the kernel's fp8_format bytes), "uint8" (an fp8_tile row's
+                                    bytes), "int32" or "int64" */
+    int elem_bytes;    /* bytes of one element */
+    int rank;          /* dimensions, <= ROPEKV_TENSOR_RANK_MAX */
+    const char *dims[ROPEKV_TENSOR_RANK_MAX];    /* symbols (above), outermost first */
+    int64_t sizes[ROPEKV_TENSOR_RANK_MAX];       /* the size of a dimension the kernel fixes, -1 for a launch's count */
+    const char *strides[ROPEKV_TENSOR_RANK_MAX]; /* the ropekv_args stride field of each dimension, or NULL (packed) */
+    int align;                                   /* the pointer's alignment in bytes */
+    int stride_multiple;                         /* strides are multiples of this many elements */
+    const char *when; /* why it is needed, in words ("q form absorbed", "fp8 cache with a scale"); "" if plain */
+} ropekv_tensor_info;
+
+/* The number of tensors of k (0 for NULL). */
+ROPEKV_API int ropekv_kernel_tensor_count(const ropekv_kernel *k);
+/* Tensor i, 0 <= i < ropekv_kernel_tensor_count(k), into *out (out->size set by the caller). ROPEKV_OK,
+ * ROPEKV_ERR_NULL for a NULL k or out, ROPEKV_ERR_ARG for an i out of range, ROPEKV_ERR_VERSION for an out->size that
+ * is not 0 and smaller than the size field or larger than 4096; a size larger than the library's struct gets its
+ * fields and zeros past them. Text stays valid while the context lives. */
+ROPEKV_API ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_info *out);
+/* The same by name: ROPEKV_ERR_NULL for a NULL k, name or out, ROPEKV_ERR_ARG for a tensor k does not take. */
+ROPEKV_API ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const char *name, ropekv_tensor_info *out);
+
+/* The tensors of a family of kernels, without a context or a kernel (for bindings that declare an operation's
+ * arguments before any kernel is built): every tensor some kernel of the write op with q form q, or of the read op (q
+ * is then ignored), may take, over every spec, kv dtype, layout, q dtype, index dtype and norm, in ropekv_args' order.
+ * access is written where some kernel writes the tensor; need is ROPEKV_NEED_OPTIONAL where some kernel of the family
+ * does not take it (or the kernels' needs differ), else the kernels' own; what the kernels do not agree on is left empty: dtype "" (elem_bytes 0),
+ * rank 0 (no dims or strides), align and stride_multiple 0, when "". sizes are -1 (the spec fixes them). Count: 0 for
+ * an op or q outside the enums. ROPEKV_OK, ROPEKV_ERR_NULL for a NULL out, ROPEKV_ERR_ARG for an op, q or i out of
+ * range, ROPEKV_ERR_VERSION as ropekv_kernel_tensor. Text is static. Thread-safe. */
+ROPEKV_API int ropekv_family_tensor_count(ropekv_op op, ropekv_q_form q);
+ROPEKV_API ropekv_status ropekv_family_tensor(ropekv_op op, ropekv_q_form q, int i, ropekv_tensor_info *out);
+
+/* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ALIAS) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
  * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31
  * bytes builds the kernel's 64-bit entry first, unless ropekv_kernel_prepare did; if that build fails it

@@ -1,5 +1,6 @@
-/* The argument rules of a kernel, all read from its description: required pointers, strides that keep
- * rows apart, the alignment the 16-byte vector path needs, and the launch plan with the index width. */
+/* The argument rules of a kernel, all read from its description: the counts, then one pass over its tensors
+ * (gen/tensors.def: required pointers, strides that keep rows apart, the alignment the 16-byte vector path needs,
+ * extents), the bytes a written tensor may not share, and the launch plan with the index width. */
 #include <stdint.h>
 #include <string.h>
 
@@ -44,235 +45,236 @@ static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w
     return ok_th || ok_ht;
 }
 
-/* Largest element offset touched through (st, sh) plus one row, or -1 past BYTES_MAX. */
-static int64_t span(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w) {
-    const int64_t inner = extent(H - 1, sh, w);
-    return inner < 0 ? -1 : extent(T - 1, st, inner);
+/* The launch's counts, by which the symbols of the tensors' dimensions are read. */
+typedef struct counts {
+    int64_t T, K, P, H, max_pos, kv_rows, B, out_w;
+    int has_q; /* the kernel writes a query and the launch has query rows */
+} counts;
+
+static int64_t sym_value(const rk_desc *p, const counts *c, rk_sym s) {
+    switch (s) {
+    case RK_SYM_T: return c->T;
+    case RK_SYM_TKV: return c->K;
+    case RK_SYM_P: return c->P;
+    case RK_SYM_H: return c->H;
+    case RK_SYM_MAX_POS: return c->max_pos;
+    case RK_SYM_KV_ROWS: return c->kv_rows;
+    case RK_SYM_BLOCKS: return c->kv_rows == 0 || c->B < 1 ? 0 : (c->kv_rows - 1) / c->B + 1;
+    case RK_SYM_BLOCK_SIZE: return c->kv_rows < c->B ? c->kv_rows : c->B; /* the entries a block has in use */
+    case RK_SYM_OUT_W: return c->out_w;
+    case RK_SYM_NONE: return 1;
+    default: return rk_sym_size(p, s);
+    }
 }
 
-/* One part of the KV rows in one cache (ropekv_kv_layout): `rows` slots of `w` elements, B a block, at
- * entry stride est and block stride bst (the flat layout is one block of every row). Entries of a block
- * and blocks may not overlap; the vector path needs the base `align`-byte aligned and the strides a
- * multiple of `unit` elements (16 and 8 for bf16 rows, 8 and 8 for fp8 rows, 16 and 16 for fp8_tile rows,
- * whose bf16 rope part is read and written 16 bytes at a time). *extent: the elements the part spans. */
-static ropekv_status cache_part(const char *name, const char *est_name, const void *base, int64_t rows, int64_t B,
-                                int64_t est, int64_t bst, int64_t w, int align, int unit, int64_t *ext, rk_err *err) {
-    const int64_t per_block = rows < B ? rows : B, blocks = rows == 0 ? 0 : (rows - 1) / B + 1;
-    const int64_t block_w = per_block > 0 ? extent(per_block - 1, est, w) : 0;
-    CHECK(base, ROPEKV_ERR_NULL, "%s is NULL", name);
-    CHECK(est >= 0 && bst >= 0, ROPEKV_ERR_STRIDE, "%s: %s %lld or its block stride %lld is negative", name, est_name,
-          (long long)est, (long long)bst);
-    CHECK(per_block <= 1 || est >= w, ROPEKV_ERR_STRIDE, "%s: %s %lld < row width %lld", name, est_name, (long long)est,
-          (long long)w);
-    CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
-          "%s: block stride %lld < %lld, the span of a block's %lld entries", name, (long long)bst, (long long)block_w,
-          (long long)per_block);
-    CHECK(aligned(base, (size_t)align) && est % unit == 0 && (blocks <= 1 || bst % unit == 0), ROPEKV_ERR_ALIGN,
-          "%s must be %d-byte aligned with strides a multiple of %d elements", name, align, unit);
-    *ext = blocks > 0 && block_w >= 0 ? extent(blocks - 1, blocks > 1 ? bst : 0, block_w) : blocks > 0 ? -1 : 0;
+/* Whether the launch touches tensor t (and then needs its pointer). */
+static int touched(const rk_tensor *t, const counts *c, const ropekv_args *a) {
+    switch (t->need) {
+    case ROPEKV_NEED_TOKENS: return c->T > 0;
+    case ROPEKV_NEED_KV_TOKENS: return c->K > 0;
+    case ROPEKV_NEED_POSITIONS: return c->P > 0;
+    case ROPEKV_NEED_ROPE: return c->has_q || c->K > 0;
+    case ROPEKV_NEED_OPTIONAL: {
+        const void *ptr;
+        memcpy(&ptr, (const char *)a + t->at, sizeof ptr);
+        return c->T > 0 && ptr != NULL;
+    }
+    }
+    return 0;
+}
+
+/* A touched tensor as the launch lays it out: its base, its bytes, and its rows as the alias check reads them:
+ * n rows at a stride of `step` bytes, each within `foot` bytes of its start (n == 1: the whole tensor). */
+typedef struct placed {
+    const rk_tensor *t;
+    uintptr_t base;
+    int64_t bytes, n, step, foot;
+} placed;
+
+/* One tensor's rules: its pointer, its strides, its alignment and its extent (in bytes, at most BYTES_MAX and
+ * below the top of the address space); fills *pl. */
+static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const counts *c, const ropekv_args *a,
+                                  placed *pl, rk_err *err) {
+    const void *ptr;
+    memcpy(&ptr, (const char *)a + t->at, sizeof ptr);
+    if (!ptr) {
+        if (t->when[0]) return (ropekv_status)rk_fail(err, ROPEKV_ERR_NULL, "%s is NULL (%s)", t->name, t->when);
+        return (ropekv_status)rk_fail(err, ROPEKV_ERR_NULL, "%s is NULL", t->name);
+    }
+    /* the dimensions: n[] counts, st[] strides (elements), w the packed tail */
+    int64_t n[RK_TENSOR_RANK], st[RK_TENSOR_RANK - 1] = {0, 0};
+    int strided = 0;
+    for (int i = 0; i < t->rank; i++) n[i] = sym_value(p, c, t->dim[i]);
+    for (int i = 0; i + 1 < t->rank; i++)
+        if (t->stride_at[i] != RK_NO_STRIDE) {
+            memcpy(&st[i], (const char *)a + t->stride_at[i], sizeof st[i]);
+            strided = i + 1;
+        }
+    int64_t w = 1; /* the packed dimensions after the strided ones, in elements */
+    for (int i = strided; i < t->rank; i++) w = extent(n[i], w, 0) < 0 ? -1 : n[i] * w;
+    const int64_t n0 = strided >= 1 ? n[0] : 1, n1 = strided == 2 ? n[1] : 1;
+    const int64_t s0 = st[0], s1 = strided == 2 ? st[1] : 0;
+    /* strides: rows may not overlap (outputs would race; inputs would be a caller bug), and the alignment the vector
+     * path assumes */
+    switch (t->rule) {
+    case RK_ROWS_ANY:
+        CHECK(rows_disjoint(n0, n1, s0, s1, w), ROPEKV_ERR_STRIDE,
+              "%s strides (token %lld, head %lld) overlap rows of %lld", t->label, (long long)s0, (long long)s1,
+              (long long)w);
+        CHECK(aligned(ptr, (size_t)t->align) && s0 % t->unit == 0 && s1 % t->unit == 0, ROPEKV_ERR_ALIGN,
+              "%s must be %d-byte aligned with strides a multiple of %d elements", t->label, t->align, t->unit);
+        break;
+    case RK_ROWS_TOKEN:
+        CHECK(rows_disjoint(n0, 1, s0, 0, w), ROPEKV_ERR_STRIDE, "%s token stride %lld < %lld", t->label, (long long)s0,
+              (long long)w);
+        CHECK(aligned(ptr, (size_t)t->align) && s0 % t->unit == 0, ROPEKV_ERR_ALIGN,
+              "%s must be %d-byte aligned with a token stride a multiple of %d elements", t->label, t->align, t->unit);
+        break;
+    case RK_ROWS_CACHE: { /* entries (s1) inside blocks (s0), or flat rows (s0) */
+        const int paged = strided == 2;
+        const int64_t est = paged ? s1 : s0, bst = paged ? s0 : 0, per_block = paged ? n1 : n0, blocks = paged ? n0 : 1;
+        const char *est_name = t->stride[paged ? 1 : 0];
+        const int64_t block_w = per_block > 0 ? extent(per_block - 1, est, w) : 0;
+        CHECK(est >= 0 && bst >= 0, ROPEKV_ERR_STRIDE, "%s: %s %lld or its block stride %lld is negative", t->label,
+              est_name, (long long)est, (long long)bst);
+        CHECK(per_block <= 1 || est >= w, ROPEKV_ERR_STRIDE, "%s: %s %lld < row width %lld", t->label, est_name,
+              (long long)est, (long long)w);
+        CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
+              "%s: block stride %lld < %lld, the span of a block's %lld entries", t->label, (long long)bst,
+              (long long)block_w, (long long)per_block);
+        CHECK(aligned(ptr, (size_t)t->align) && est % t->unit == 0 && (blocks <= 1 || bst % t->unit == 0),
+              ROPEKV_ERR_ALIGN, "%s must be %d-byte aligned with strides a multiple of %d elements", t->label, t->align,
+              t->unit);
+        break;
+    }
+    case RK_DENSE:
+        CHECK(aligned(ptr, (size_t)t->align), ROPEKV_ERR_ALIGN, "%s must be %d-byte aligned", t->label, t->align);
+        break;
+    }
+    /* the extent: n0 x n1 rows of w elements at (s0, s1), in bytes */
+    int64_t elems = w < 0 ? -1 : 0; /* -1: past BYTES_MAX */
+    if (n0 > 0 && n1 > 0 && w > 0) {
+        const int64_t inner = extent(n1 - 1, s1, w);
+        elems = inner < 0 ? -1 : extent(n0 - 1, s0, inner);
+    }
+    const int64_t bytes = elems >= 0 && elems <= BYTES_MAX / t->elem ? elems * t->elem : -1;
+    CHECK(bytes >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^57 bytes, more than any address space",
+          t->label);
+    CHECK((uintptr_t)ptr <= UINTPTR_MAX - (uint64_t)bytes, ROPEKV_ERR_SHAPE,
+          "%s: its %lld bytes from %p pass the end of the address space", t->label, (long long)bytes, ptr);
+    /* its rows for the alias check: the outer strided dimension (the larger stride of two) and the span of the rest */
+    *pl = (placed){.t = t, .base = (uintptr_t)ptr, .bytes = bytes, .n = 1, .step = 0, .foot = bytes};
+    if (bytes > 0 && strided >= 1) {
+        const int outer_is_0 = strided == 1 || n1 == 1 || (n0 > 1 && s0 >= s1);
+        const int64_t on = outer_is_0 ? n0 : n1, os = outer_is_0 ? s0 : s1;
+        const int64_t in_n = strided == 1 ? 1 : outer_is_0 ? n1 : n0, in_s = outer_is_0 ? s1 : s0;
+        if (on > 1) {
+            pl->n = on;
+            pl->step = os * t->elem;
+            pl->foot = extent(in_n - 1, in_s, w) * t->elem;
+        }
+    }
     return ROPEKV_OK;
 }
 
-/* A tensor the launch touches: its base, its extent in elements (-1 past BYTES_MAX) and an element's bytes. */
-typedef struct tensor_span {
-    const char *what;
-    const void *base;
-    int64_t elems, elem_bytes;
-} tensor_span;
+/* Whether two placed tensors may share a byte. Their bytes overlap as ranges; they still share none when the rows of
+ * both repeat at one stride S, each row within S of its start, and the rows of one fall after the other's within
+ * each period (y's rows start δ = (y - x) mod S after x's: x's foot <= δ and δ + y's foot <= S). */
+static int may_share(const placed *x, const placed *y) {
+    if (x->base >= y->base + (uint64_t)y->bytes || y->base >= x->base + (uint64_t)x->bytes) return 0;
+    if (x->n > 1 && y->n > 1 && x->step != y->step) return 1;
+    const int64_t S = x->n > 1 ? x->step : y->step;
+    if (S <= 0 || x->foot > S || y->foot > S) return 1;
+    const int64_t diff = (int64_t)(y->base - x->base); /* the ranges overlap: |diff| < 2^57 */
+    const int64_t delta = ((diff % S) + S) % S;
+    return !(x->foot <= delta && delta + y->foot <= S);
+}
 
-/* The last rule of every launch and its index width: no tensor may span more than BYTES_MAX bytes or end past
- * the top of the address space, and the 64-bit entry runs once a chunk index (with a block's worth of slack)
- * or a byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in
- * its index type). Positions and slots are indexed by token, below 2^31. */
-static ropekv_status index_width(const tensor_span *s, size_t n, rk_plan *pl, rk_err *err) {
-    int64_t reach = pl->total + (int64_t)pl->block * pl->args.chunks;
-    for (size_t i = 0; i < n; i++) {
-        const int64_t bytes = s[i].elems >= 0 && s[i].elems <= BYTES_MAX / s[i].elem_bytes
-                                  ? s[i].elems * s[i].elem_bytes
-                                  : -1;
-        CHECK(bytes >= 0 && bytes <= BYTES_MAX, ROPEKV_ERR_SHAPE,
-              "%s: its strides and sizes reach past 2^57 bytes, more than any address space", s[i].what);
-        CHECK((uintptr_t)s[i].base <= UINTPTR_MAX - (uint64_t)bytes, ROPEKV_ERR_SHAPE,
-              "%s: its %lld bytes from %p pass the end of the address space", s[i].what, (long long)bytes, s[i].base);
-        if (bytes > reach) reach = bytes;
-    }
-    pl->wide = reach >= INT32_MAX;
+/* No tensor the kernel writes may share a byte with another tensor the launch touches (include/ropekv.h,
+ * "Aliasing"); tensors it only reads may. */
+static ropekv_status alias_check(const placed *pl, int n, rk_err *err) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            const placed *x = &pl[i], *y = &pl[j];
+            const int xw = (x->t->access & ROPEKV_TENSOR_WRITE) != 0, yw = (y->t->access & ROPEKV_TENSOR_WRITE) != 0;
+            if ((!xw && !yw) || x->bytes == 0 || y->bytes == 0 || !may_share(x, y)) continue;
+            const placed *wr = xw ? x : y, *other = xw ? y : x;
+            return (ropekv_status)rk_fail(
+                err, ROPEKV_ERR_ALIAS,
+                "%s (%lld bytes from %p) overlaps %s (%lld bytes from %p), which the kernel writes: a written tensor may "
+                "share no byte with another tensor of the launch",
+                other->t->label, (long long)other->bytes, (const void *)other->base, wr->t->label, (long long)wr->bytes,
+                (const void *)wr->base);
+        }
     return ROPEKV_OK;
-}
-
-/* The cache parts of the variant's layout: their pointers, strides and alignment; *kv and *rope: their
- * extents in elements (-1 past BYTES_MAX). */
-static ropekv_status cache_check(const rk_desc *p, const ropekv_args *a, int64_t *kv, int64_t *rope, rk_err *err) {
-    const int64_t R = p->R;
-    const int tile = p->kv == ROPEKV_KV_FP8_TILE, fp8 = p->kv == ROPEKV_KV_FP8_E4M3;
-    const int align = fp8 ? 8 : 16, unit = tile ? 16 : 8;
-    const int64_t row_w = p->kv == ROPEKV_KV_BF16 ? p->row_bytes / 2 : p->row_bytes; /* in cache elements */
-    if (p->layout == ROPEKV_KV_FLAT)
-        return cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_rows, a->kv_st, 0, row_w, align, unit, kv,
-                          err);
-    CHECK(a->kv_block_size >= 1 && a->kv_block_size <= INT32_MAX, ROPEKV_ERR_SHAPE,
-          "kv_block_size = %lld: must be in [1, 2^31) (layout %s)", (long long)a->kv_block_size,
-          rk_layout_name(p->layout));
-    ropekv_status st = cache_part("kv_cache", "kv_st", a->kv_cache, a->kv_rows, a->kv_block_size, a->kv_st,
-                                  a->kv_block_st, row_w, align, unit, kv, err);
-    if (st == ROPEKV_OK && p->layout == ROPEKV_KV_SPLIT)
-        st = cache_part("kv_rope_cache", "kv_rope_st", a->kv_rope_cache, a->kv_rows, a->kv_block_size, a->kv_rope_st,
-                        a->kv_rope_block_st, R, align, unit, rope, err);
-    return st;
-}
-
-/* The read-back op's rules: tokens, slots, the cache of its layout, k_scale for an fp8 row with a scale, and
- * the bf16 outputs (out [T, W], or [T, L] and out_rope [T, R]). */
-static ropekv_status read_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
-    const int64_t L = p->L, R = p->R, W = L + R, T = a->tokens;
-    const int split_out = a->out_rope != NULL;
-    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
-    CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
-    int64_t kv_extent = 0, rope_extent = 0;
-    if (T > 0) {
-        CHECK(a->out, ROPEKV_ERR_NULL, "out is NULL (the read-back op's output)");
-        CHECK(a->slots, ROPEKV_ERR_NULL, "slots is NULL");
-        CHECK(p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8_scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
-              "k_scale is NULL (fp8 cache with a scale)");
-        ropekv_status st = cache_check(p, a, &kv_extent, &rope_extent, err);
-        if (st != ROPEKV_OK) return st;
-        CHECK(rows_disjoint(T, 1, a->out_st, 0, split_out ? L : W), ROPEKV_ERR_STRIDE, "out token stride %lld < %lld",
-              (long long)a->out_st, (long long)(split_out ? L : W));
-        CHECK(!split_out || rows_disjoint(T, 1, a->out_rope_st, 0, R), ROPEKV_ERR_STRIDE,
-              "out_rope token stride %lld < %lld", (long long)a->out_rope_st, (long long)R);
-        CHECK(aligned(a->out, 16) && a->out_st % 8 == 0, ROPEKV_ERR_ALIGN,
-              "out must be 16-byte aligned with a token stride a multiple of 8 elements");
-        CHECK(!split_out || (aligned(a->out_rope, 16) && a->out_rope_st % 8 == 0), ROPEKV_ERR_ALIGN,
-              "out_rope must be 16-byte aligned with a token stride a multiple of 8 elements");
-        CHECK(aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4), ROPEKV_ERR_ALIGN,
-              "slots must be aligned to their element size");
-        CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
-    }
-    rk_args_from_api(a, &pl->args);
-    rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks, &pl->block);
-    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
-    const int64_t kv_bytes = p->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    const tensor_span spans[] = {
-        {"kv_cache", a->kv_cache, kv_extent, kv_bytes},
-        {"kv_rope_cache", a->kv_rope_cache, rope_extent, kv_bytes},
-        {"out", a->out, T > 0 ? span(T, 1, a->out_st, 0, split_out ? L : W) : 0, 2},
-        {"out_rope", a->out_rope, T > 0 && split_out ? span(T, 1, a->out_rope_st, 0, R) : 0, 2},
-    };
-    return index_width(spans, sizeof spans / sizeof spans[0], pl, err);
 }
 
 ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl, rk_err *err) {
-    const int64_t L = p->L, R = p->R, W = L + R, T = a ? a->tokens : 0, H = a ? a->heads : 0;
-    const int q8 = p->q_dtype != ROPEKV_Q_BF16;
     CHECK(a, ROPEKV_ERR_NULL, "args is NULL");
+    const int64_t L = p->L, R = p->R, W = L + R, T = a->tokens, H = a->heads;
+    const int read = p->op == ROPEKV_OP_READ;
     CHECK(T >= 0 && T <= INT32_MAX, ROPEKV_ERR_SHAPE, "tokens = %lld: must be in [0, 2^31)", (long long)T);
     /* the norm's tensors belong to the variants that use them: one passed to another kernel is a mix-up */
     CHECK(p->norm != ROPEKV_NORM_NONE || (!a->norm_weight && !a->norm_out), ROPEKV_ERR_ARG,
           "norm_weight or norm_out is set, but kernel %s has no fused norm (variant norm none)", p->key);
     CHECK(p->norm == ROPEKV_NORM_RMS_OUT || !a->norm_out, ROPEKV_ERR_ARG,
           "norm_out is set, but kernel %s does not write it (variant norm rms; rms_out writes it)", p->key);
-    if (p->op == ROPEKV_OP_READ) return read_check(p, a, pl, err);
-    CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
-    CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
-    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
-    CHECK(a->kv_tokens == ROPEKV_KV_TOKENS_NONE || (a->kv_tokens >= 0 && a->kv_tokens <= INT32_MAX), ROPEKV_ERR_SHAPE,
-          "kv_tokens = %lld: must be in [0, 2^31) or ROPEKV_KV_TOKENS_NONE", (long long)a->kv_tokens);
-    CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
-    /* KV rows for tokens [0, K), query rows for [0, T); positions for [0, P) */
-    const int64_t K = a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
-    const int64_t P = T > K ? T : K;
-    /* A tensor is required (and its strides and alignment checked) only when the launch has rows of it:
-     * the query tensors for T > 0, the KV inputs, slots and cache for K > 0. */
-    const int absorbed = p->q == ROPEKV_Q_ABSORBED && T > 0, zc = p->q == ROPEKV_Q_ZERO_COPY && T > 0;
-    const int has_q = p->q != ROPEKV_Q_NONE && T > 0, has_kv = K > 0;
-    const int tables = p->rope != RK_ROPE_NONE && (has_q || has_kv);
-    /* required pointers */
-    CHECK(!absorbed || a->q_nope, ROPEKV_ERR_NULL, "q_nope is NULL (q form absorbed)");
-    CHECK(!has_q || a->q_pe, ROPEKV_ERR_NULL, "q_pe is NULL");
-    CHECK(!(absorbed || zc) || a->q_out, ROPEKV_ERR_NULL, "q_out is NULL");
-    CHECK(!has_kv || a->k_nope, ROPEKV_ERR_NULL, "k_nope is NULL");
-    CHECK(!has_kv || a->k_pe, ROPEKV_ERR_NULL, "k_pe is NULL");
-    CHECK(P == 0 || a->positions, ROPEKV_ERR_NULL, "positions is NULL");
-    CHECK(!has_kv || a->slots, ROPEKV_ERR_NULL, "slots is NULL");
-    CHECK(!tables || a->cos_sin, ROPEKV_ERR_NULL, "cos_sin is NULL");
-    CHECK(!tables || p->cos_sin == RK_CS_F32_CAT || a->sin, ROPEKV_ERR_NULL,
-          "sin is NULL (the spec's cos/sin tables are split)");
-    CHECK(!has_kv || p->kv != ROPEKV_KV_FP8_E4M3 || p->kv8_scale == RK_SCALE_NONE || a->k_scale, ROPEKV_ERR_NULL,
-          "k_scale is NULL (fp8 cache with a scale)");
-    CHECK(!has_q || !q8 || p->q8_scale == RK_SCALE_NONE || a->q_scale, ROPEKV_ERR_NULL,
-          "q_scale is NULL (fp8 query with a scale)");
-    const int norm = p->norm != ROPEKV_NORM_NONE && has_kv, norm_out = p->norm == ROPEKV_NORM_RMS_OUT && has_kv;
-    const int64_t w_bytes = p->norm_weight == RK_NW_F32 ? 4 : 2;
-    CHECK(!norm || a->norm_weight, ROPEKV_ERR_NULL, "norm_weight is NULL (norm %s)", rk_norm_name(p->norm));
-    CHECK(!norm_out || a->norm_out, ROPEKV_ERR_NULL, "norm_out is NULL (norm rms_out)");
-    /* strides: rows may not overlap (outputs would race; inputs would be a caller bug) */
-    CHECK(!absorbed || rows_disjoint(T, H, a->q_nope_st, a->q_nope_sh, L), ROPEKV_ERR_STRIDE,
-          "q_nope strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_nope_st,
-          (long long)a->q_nope_sh, (long long)L);
-    CHECK(!has_q || rows_disjoint(T, H, a->q_pe_st, a->q_pe_sh, R), ROPEKV_ERR_STRIDE,
-          "q_pe strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_pe_st, (long long)a->q_pe_sh,
-          (long long)R);
-    CHECK(!(absorbed || zc) || rows_disjoint(T, H, a->q_out_st, a->q_out_sh, W), ROPEKV_ERR_STRIDE,
-          "q_out strides (token %lld, head %lld) overlap rows of %lld", (long long)a->q_out_st, (long long)a->q_out_sh,
-          (long long)W);
-    CHECK(!has_kv || rows_disjoint(K, 1, a->k_nope_st, 0, L), ROPEKV_ERR_STRIDE, "k_nope token stride %lld < %lld",
-          (long long)a->k_nope_st, (long long)L);
-    CHECK(!has_kv || rows_disjoint(K, 1, a->k_pe_st, 0, R), ROPEKV_ERR_STRIDE, "k_pe token stride %lld < %lld",
-          (long long)a->k_pe_st, (long long)R);
-    CHECK(!norm_out || rows_disjoint(K, 1, a->norm_out_st, 0, L), ROPEKV_ERR_STRIDE,
-          "norm_out token stride %lld < %lld", (long long)a->norm_out_st, (long long)L);
-    /* the cache rows, per layout (the caches are required with KV rows, whatever kv_rows says) */
-    int64_t kv_extent = 0, rope_extent = 0;
-    if (has_kv) {
-        ropekv_status st = cache_check(p, a, &kv_extent, &rope_extent, err);
-        if (st != ROPEKV_OK) return st;
+    if (!read) {
+        CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
+        CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
     }
-    /* alignment the vector path assumes: 16-byte rows of bf16 (8 bytes for fp8 cache rows and queries) */
-    const int64_t q_align = q8 ? 8 : 16;
-    CHECK(!absorbed || (aligned(a->q_nope, 16) && a->q_nope_st % 8 == 0 && a->q_nope_sh % 8 == 0), ROPEKV_ERR_ALIGN,
-          "q_nope must be 16-byte aligned with strides a multiple of 8 elements");
-    CHECK(!has_q || (aligned(a->q_pe, 16) && a->q_pe_st % 8 == 0 && a->q_pe_sh % 8 == 0), ROPEKV_ERR_ALIGN,
-          "q_pe must be 16-byte aligned with strides a multiple of 8 elements");
-    CHECK(!(absorbed || zc) || (aligned(a->q_out, (size_t)q_align) && a->q_out_st % 8 == 0 && a->q_out_sh % 8 == 0),
-          ROPEKV_ERR_ALIGN, "q_out must be %lld-byte aligned with strides a multiple of 8 elements",
-          (long long)q_align);
-    CHECK(!has_kv || (aligned(a->k_nope, 16) && a->k_nope_st % 8 == 0), ROPEKV_ERR_ALIGN,
-          "k_nope must be 16-byte aligned with a token stride a multiple of 8 elements");
-    CHECK(!has_kv || (aligned(a->k_pe, 16) && a->k_pe_st % 8 == 0), ROPEKV_ERR_ALIGN,
-          "k_pe must be 16-byte aligned with a token stride a multiple of 8 elements");
-    CHECK(aligned(a->positions, p->pos == ROPEKV_INDEX_INT64 ? 8 : 4) &&
-              aligned(a->slots, p->slot == ROPEKV_INDEX_INT64 ? 8 : 4),
-          ROPEKV_ERR_ALIGN, "positions and slots must be aligned to their element size");
-    const size_t cs_align = p->cos_sin == RK_CS_BF16_SPLIT ? 8 : 16;
-    CHECK(!tables || (aligned(a->cos_sin, cs_align) && (!a->sin || aligned(a->sin, cs_align))), ROPEKV_ERR_ALIGN,
-          "cos/sin tables must be %zu-byte aligned", cs_align);
-    CHECK(!a->k_scale || aligned(a->k_scale, 4), ROPEKV_ERR_ALIGN, "k_scale must be 4-byte aligned");
-    CHECK(!a->q_scale || aligned(a->q_scale, 4), ROPEKV_ERR_ALIGN, "q_scale must be 4-byte aligned");
-    CHECK(!norm || aligned(a->norm_weight, 16), ROPEKV_ERR_ALIGN, "norm_weight must be 16-byte aligned");
-    CHECK(!norm_out || (aligned(a->norm_out, 16) && a->norm_out_st % 8 == 0), ROPEKV_ERR_ALIGN,
-          "norm_out must be 16-byte aligned with a token stride a multiple of 8 elements");
+    CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
+    if (!read)
+        CHECK(a->kv_tokens == ROPEKV_KV_TOKENS_NONE || (a->kv_tokens >= 0 && a->kv_tokens <= INT32_MAX),
+              ROPEKV_ERR_SHAPE, "kv_tokens = %lld: must be in [0, 2^31) or ROPEKV_KV_TOKENS_NONE",
+              (long long)a->kv_tokens);
+    CHECK(a->min_slot >= 0, ROPEKV_ERR_ARG, "min_slot = %lld: must be >= 0", (long long)a->min_slot);
+    /* write: KV rows for tokens [0, K), query rows for [0, T); positions for [0, P). read: T rows. */
+    const int64_t K = read ? T : a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
+    const int64_t P = T > K ? T : K;
+    const counts c = {.T = T,
+                      .K = K,
+                      .P = P,
+                      .H = read ? 1 : H,
+                      .max_pos = a->max_pos,
+                      .kv_rows = a->kv_rows,
+                      .B = p->layout == ROPEKV_KV_FLAT ? 1 : a->kv_block_size,
+                      .out_w = a->out_rope ? L : W,
+                      .has_q = p->q != ROPEKV_Q_NONE && T > 0};
+    /* the caches are required with rows, whatever kv_rows says; their blocks need a size */
+    if (p->layout != ROPEKV_KV_FLAT && K > 0)
+        CHECK(a->kv_block_size >= 1 && a->kv_block_size <= INT32_MAX, ROPEKV_ERR_SHAPE,
+              "kv_block_size = %lld: must be in [1, 2^31) (layout %s)", (long long)a->kv_block_size,
+              rk_layout_name(p->layout));
 
-    /* launch size and index width */
+    /* every tensor the launch touches, once */
+    rk_tensor ts[RK_TENSORS_MAX];
+    placed placed_[RK_TENSORS_MAX];
+    const int nt = rk_tensors(p, ts, RK_TENSORS_MAX);
+    int np = 0;
+    int64_t widest = 0; /* bytes of the largest tensor indexed by offset (positions and slots: by token) */
+    for (int i = 0; i < nt && i < RK_TENSORS_MAX; i++) {
+        if (!touched(&ts[i], &c, a)) continue;
+        ropekv_status st = tensor_check(p, &ts[i], &c, a, &placed_[np], err);
+        if (st != ROPEKV_OK) return st;
+        if (ts[i].dtype != RK_DT_I32 && ts[i].dtype != RK_DT_I64 && placed_[np].bytes > widest)
+            widest = placed_[np].bytes;
+        np++;
+    }
+    ropekv_status st = alias_check(placed_, np, err);
+    if (st != ROPEKV_OK) return st;
+
+    /* launch size and index width: the 64-bit entry runs once a chunk index (with a block's worth of slack) or a
+     * byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in its
+     * index type). Positions and slots are indexed by token, below 2^31. */
     rk_args_from_api(a, &pl->args);
-    pl->args.kv_tokens = K;
+    if (!read) pl->args.kv_tokens = K;
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks, &pl->block);
-    CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
-          (long long)H);
-    /* every tensor's extent in elements (all 0 without rows: P == 0) */
-    const int64_t cs_w = p->cos_sin == RK_CS_F32_CAT ? R : R / 2, cs_bytes = p->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
-    const int64_t cs_elems = tables ? extent(a->max_pos, cs_w, 0) : 0, kv_bytes = p->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    const tensor_span spans[] = {
-        {"q_nope", a->q_nope, absorbed ? span(T, H, a->q_nope_st, a->q_nope_sh, L) : 0, 2},
-        {"q_pe", a->q_pe, has_q ? span(T, H, a->q_pe_st, a->q_pe_sh, R) : 0, 2},
-        {"q_out", a->q_out, (absorbed || zc) ? span(T, H, a->q_out_st, a->q_out_sh, W) : 0, q8 ? 1 : 2},
-        {"k_nope", a->k_nope, has_kv ? span(K, 1, a->k_nope_st, 0, L) : 0, 2},
-        {"k_pe", a->k_pe, has_kv ? span(K, 1, a->k_pe_st, 0, R) : 0, 2},
-        {"kv_cache", a->kv_cache, kv_extent, kv_bytes},
-        {"kv_rope_cache", a->kv_rope_cache, rope_extent, kv_bytes},
-        {"the cos/sin tables (max_pos rows)", a->cos_sin, cs_elems, cs_bytes},
-        {"the sin table (max_pos rows)", a->sin, p->cos_sin == RK_CS_F32_CAT ? 0 : cs_elems, cs_bytes},
-        {"norm_weight", a->norm_weight, norm ? L : 0, w_bytes},
-        {"norm_out", a->norm_out, norm_out ? span(K, 1, a->norm_out_st, 0, L) : 0, 2},
-    };
-    return index_width(spans, sizeof spans / sizeof spans[0], pl, err);
+    if (read) CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
+    else
+        CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens x %lld heads need too many blocks", (long long)P,
+              (long long)H);
+    const int64_t reach = pl->total + (int64_t)pl->block * pl->args.chunks;
+    pl->wide = (reach > widest ? reach : widest) >= INT32_MAX;
+    return ROPEKV_OK;
 }

@@ -19,8 +19,10 @@ typedef struct rk_plan {
  * are zero. */
 void rk_args_from_api(const ropekv_args *a, rk_args *r);
 
-/* Checks a against the rules of d and plans the launch. ROPEKV_OK, or ROPEKV_ERR_NULL / SHAPE / STRIDE /
- * ALIGN with the field named in err. Pure: reads nothing but its arguments. */
+/* Checks a against the rules of d (its counts, then each tensor of rk_tensors(d) the launch touches: pointer,
+ * strides, alignment, extent; then no written tensor sharing a byte with another) and plans the launch. ROPEKV_OK,
+ * or ROPEKV_ERR_NULL / SHAPE / STRIDE / ALIGN / ARG / ALIAS with the field named in err. Pure: reads nothing but its
+ * arguments. */
 ropekv_status rk_args_check(const rk_desc *d, const ropekv_args *a, rk_plan *pl, rk_err *err);
 
 #endif

@@ -90,9 +90,11 @@ struct ropekv_kernel {
     int refs;
     ropekv_status status;
     char *error;
-    rk_spec spec;      /* the spec it was described from (d.spec points here) */
-    rk_desc d;         /* the description: name, key, code parameters, launch and argument rules */
-    rk_views views;    /* its public view (ropekv_kernel_param), pointing into spec and d */
+    rk_spec spec;                      /* the spec it was described from (d.spec points here) */
+    rk_desc d;                         /* the description: name, key, code parameters, launch and argument rules */
+    rk_views views;                    /* its public view (ropekv_kernel_param), pointing into spec and d */
+    rk_tensor tensors[RK_TENSORS_MAX]; /* its tensors (ropekv_kernel_tensor) */
+    int n_tensors;
     void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
     void *fn[2];       /* fn[1] is set (atomically) once built */
     int wide_building; /* under ctx->mu */
@@ -880,7 +882,10 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
     if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
     k->d.spec = &k->spec;
-    if (s == ROPEKV_OK) rk_desc_views(&k->d, c->pdl, &k->views);
+    if (s == ROPEKV_OK) {
+        rk_desc_views(&k->d, c->pdl, &k->views);
+        k->n_tensors = rk_tensors(&k->d, k->tensors, RK_TENSORS_MAX);
+    }
     void *fn = NULL;
     if (s == ROPEKV_OK) s = build(c, k, 0, &fn);
 
@@ -987,6 +992,89 @@ ropekv_status ropekv_kernel_param_find(const ropekv_kernel *k, const char *name,
     if (!k || !name) return ROPEKV_ERR_NULL;
     for (int i = 0; i < k->views.n; i++)
         if (strcmp(k->views.v[i].name, name) == 0) return ropekv_kernel_param(k, i, NULL, value, kind);
+    return ROPEKV_ERR_ARG;
+}
+
+int ropekv_kernel_tensor_count(const ropekv_kernel *k) { return k ? k->n_tensors : 0; }
+
+/* A row of a tensor table as the caller's ropekv_tensor_info (its size field says how much of it to fill): sizes from
+ * d, or -1 without one (a family's row). */
+static ropekv_status tensor_info(const rk_tensor *t, const rk_desc *d, ropekv_tensor_info *out) {
+    size_t size;
+    memcpy(&size, out, sizeof size);
+    if (size == 0) size = sizeof *out;
+    if (size < sizeof size || size > SIZE_MAX_) return ROPEKV_ERR_VERSION;
+    ropekv_tensor_info v = {
+        .size = size < sizeof v ? size : sizeof v,
+        .name = t->name,
+        .access = t->access,
+        .need = t->need,
+        .dtype = rk_dtype_name(t->dtype),
+        .elem_bytes = t->elem,
+        .rank = t->rank,
+        .align = t->align,
+        .stride_multiple = t->unit,
+        .when = t->when,
+    };
+    for (int j = 0; j < t->rank && j < ROPEKV_TENSOR_RANK_MAX; j++) {
+        v.dims[j] = rk_sym_name(t->dim[j]);
+        v.sizes[j] = d ? rk_sym_size(d, t->dim[j]) : -1;
+        v.strides[j] = j + 1 < t->rank ? t->stride[j] : NULL;
+    }
+    memcpy(out, &v, size < sizeof v ? size : sizeof v);
+    if (size > sizeof v) memset((char *)out + sizeof v, 0, size - sizeof v);
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_kernel_tensor(const ropekv_kernel *k, int i, ropekv_tensor_info *out) {
+    if (!k || !out) return ROPEKV_ERR_NULL;
+    if (i < 0 || i >= k->n_tensors) return ROPEKV_ERR_ARG;
+    return tensor_info(&k->tensors[i], &k->d, out);
+}
+
+/* The families' tables (rk_family_tensors), made once: the write op's q forms, then the read op. */
+enum { FAMILIES = 5, FAMILY_MAX = 24 };
+static struct {
+    int n;
+    rk_tensor t[FAMILY_MAX];
+} families[FAMILIES];
+static pthread_once_t families_once = PTHREAD_ONCE_INIT;
+
+static void families_make(void) {
+    for (int f = 0; f < FAMILIES; f++) {
+        const ropekv_op op = f < 4 ? ROPEKV_OP_WRITE : ROPEKV_OP_READ;
+        const int n = rk_family_tensors(op, f < 4 ? (ropekv_q_form)f : ROPEKV_Q_NONE, families[f].t, FAMILY_MAX);
+        families[f].n = n < FAMILY_MAX ? n : FAMILY_MAX;
+    }
+}
+
+/* The family of (op, q), or -1 for values outside the enums. */
+static int family_of(ropekv_op op, ropekv_q_form q) {
+    if (op == ROPEKV_OP_READ) return 4;
+    if (op != ROPEKV_OP_WRITE || (unsigned)q > (unsigned)ROPEKV_Q_NONE) return -1;
+    return (int)q;
+}
+
+int ropekv_family_tensor_count(ropekv_op op, ropekv_q_form q) {
+    const int f = family_of(op, q);
+    if (f < 0) return 0;
+    pthread_once(&families_once, families_make);
+    return families[f].n;
+}
+
+ropekv_status ropekv_family_tensor(ropekv_op op, ropekv_q_form q, int i, ropekv_tensor_info *out) {
+    if (!out) return ROPEKV_ERR_NULL;
+    const int f = family_of(op, q);
+    if (f < 0) return ROPEKV_ERR_ARG;
+    pthread_once(&families_once, families_make);
+    if (i < 0 || i >= families[f].n) return ROPEKV_ERR_ARG;
+    return tensor_info(&families[f].t[i], NULL, out);
+}
+
+ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const char *name, ropekv_tensor_info *out) {
+    if (!k || !name || !out) return ROPEKV_ERR_NULL;
+    for (int i = 0; i < k->n_tensors; i++)
+        if (strcmp(k->tensors[i].name, name) == 0) return ropekv_kernel_tensor(k, i, out);
     return ROPEKV_ERR_ARG;
 }
 

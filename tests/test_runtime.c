@@ -600,9 +600,27 @@ static void test_kernel_params(void **state) {
 /* ---- argument checks: one failing case per rule ------------------------------------------------- */
 enum { L = 512, R = 64, W = 576, T = 4, H = 2 };
 static uint16_t q[T * H * W + 8], qo[T * H * W + 8], kbuf[T * W + 8];
-static uint8_t kv[(T + 2) * W + 16];
+static uint8_t kv[2 * (T + 2) * W + 16]; /* T + 2 rows of bf16 */
 static int64_t pos[T + 1], slots[T + 1];
 static float cs[8 * R + 4], kscale[2] = {1.0f, 1.0f};
+
+static void *sparse(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* The bytes of an fp8 cache of WIDE_ROWS rows (2^31 bytes: its offsets need the 64-bit entry), a sparse mapping of its
+ * own: a claim that large over the static buffers would overlap the other tensors (ROPEKV_ERR_ALIAS). */
+enum { WIDE_ROWS = INT32_MAX / W + 1 };
+/* An address far from every buffer, for a tensor whose claims are checked but never launched on (larger than the
+ * buffers here, they would overlap the others: ROPEKV_ERR_ALIAS). */
+#define FAR ((void *)((uintptr_t)1 << 60))
+static uint8_t *wide_cache(void) {
+    static uint8_t *p;
+    if (!p) p = sparse((size_t)WIDE_ROWS * W);
+    assert_non_null(p);
+    return p;
+}
 
 static ropekv_args good_args(void) {
     return (ropekv_args){
@@ -762,15 +780,17 @@ static void test_wide_entry_on_first_need(void **state) {
     for (size_t i = 0; i < sizeof kbuf / sizeof kbuf[0]; i++) kbuf[i] = (uint16_t)(0xbc00 + (i * 53) % 811);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) cs[i] = (float)((int)(i % 13) - 6) / 7.0f;
     ropekv_args narrow = good_args(), wide = good_args();
-    wide.kv_rows = INT32_MAX / W + 1; /* rows the slots never reach, but the offsets need 64 bits */
+    uint8_t *kvw = wide_cache(); /* both launches write the cache there */
+    narrow.kv_cache = wide.kv_cache = kvw;
+    wide.kv_rows = WIDE_ROWS; /* rows the slots never reach, but the offsets need 64 bits */
 
     memset(qo, 0, sizeof qo);
-    memset(kv, 0, sizeof kv);
+    memset(kvw, 0, sizeof kv);
     assert_int_equal(ropekv_launch(k, &narrow, NULL), ROPEKV_OK);
     static uint16_t qo_narrow[sizeof qo / sizeof qo[0]];
     static uint8_t kv_narrow[sizeof kv];
     memcpy(qo_narrow, qo, sizeof qo);
-    memcpy(kv_narrow, kv, sizeof kv);
+    memcpy(kv_narrow, kvw, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 1);
     assert_int_equal(rk_test_count_files(dir).entries, 1);
@@ -778,19 +798,19 @@ static void test_wide_entry_on_first_need(void **state) {
     /* its build fails: the launch says why and writes nothing */
     setenv("CXX", "/nonexistent/c++", 1);
     memset(qo, 0, sizeof qo);
-    memset(kv, 0, sizeof kv);
+    memset(kvw, 0, sizeof kv);
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++"));
     assert_non_null(strstr(ropekv_last_error(c), ropekv_kernel_name(k)));
     unsetenv("CXX");
     for (size_t i = 0; i < sizeof qo / sizeof qo[0]; i++) assert_int_equal(qo[i], 0);
-    for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kv[i], 0);
+    for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kvw[i], 0);
     assert_int_equal(rk_test_count_files(dir).entries, 1);
 
     /* the next wide launch builds it, and it agrees with the 32-bit entry */
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
     assert_memory_equal(qo, qo_narrow, sizeof qo);
-    assert_memory_equal(kv, kv_narrow, sizeof kv);
+    assert_memory_equal(kvw, kv_narrow, sizeof kv);
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 3); /* the 32-bit entry, the failed build, the 64-bit entry */
@@ -802,10 +822,10 @@ static void test_wide_entry_on_first_need(void **state) {
     c = open_ctx(dir);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
     memset(qo, 0, sizeof qo);
-    memset(kv, 0, sizeof kv);
+    memset(kvw, 0, sizeof kv);
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
     assert_memory_equal(qo, qo_narrow, sizeof qo);
-    assert_memory_equal(kv, kv_narrow, sizeof kv);
+    assert_memory_equal(kvw, kv_narrow, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 0 && st.disk_hits == 2);
     ropekv_kernel_release(k);
@@ -832,7 +852,8 @@ static void test_prepare_wide_entry(void **state) {
     assert_true(before.compiles == 2);
     for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i % 8;
     ropekv_args wide = good_args();
-    wide.kv_rows = INT32_MAX / W + 1;     /* the offsets need the 64-bit entry */
+    wide.kv_cache = wide_cache();
+    wide.kv_rows = WIDE_ROWS;             /* the offsets need the 64-bit entry */
     setenv("CXX", "/nonexistent/c++", 1); /* a compile now would fail the launch */
     expect(c, k, wide, ROPEKV_OK, NULL);
     unsetenv("CXX");
@@ -968,6 +989,7 @@ static void test_extents_in_bytes(void **state) {
     a.max_pos = (int64_t)1 << 56; /* x R = 2^62 f32 elements */
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
     assert_non_null(strstr(why, "cos/sin tables (max_pos rows): its strides and sizes reach past 2^57 bytes"));
+    a.cos_sin = FAR;
     a.max_pos = ((int64_t)1 << 57) / (4 * R); /* exactly 2^57 bytes: accepted */
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_OK);
     a.max_pos++;
@@ -979,6 +1001,7 @@ static void test_extents_in_bytes(void **state) {
     assert_non_null(strstr(why, "q_out"));
     /* an fp8 cache one byte row past 2^57 bytes, and one that ends past the top of the address space */
     a = good_args();
+    a.kv_cache = FAR;
     a.kv_rows = ((int64_t)1 << 57) / W;
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_OK);
     a.kv_rows++;
@@ -1004,6 +1027,7 @@ static void test_index_width_in_bytes(void **state) {
     rk_plan pl;
     rk_err err = {0};
     ropekv_args a = good_args();
+    a.kv_cache = FAR;
     a.kv_rows = ((int64_t)1 << 30) / W - 1; /* under 2^30 elements: both offsets fit */
     assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
     assert_int_equal(pl.wide, 0);
@@ -1160,11 +1184,6 @@ static void test_read_round_trip(void **state) {
  * written are backed): the launch takes the 64-bit entry, and the rows written and read there are the
  * reference's byte for byte, the reference running on a second such mapping. Skipped where the system refuses
  * the mapping. */
-static void *sparse(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
 static void test_slots_near_2_31(void **state) {
     (void)state;
     enum { B = 64, EST = 672 };
@@ -1578,6 +1597,278 @@ static void test_norm_argument_checks(void **state) {
     ropekv_destroy(c);
 }
 
+/* Aliasing (include/ropekv.h): a tensor the kernel writes may share no byte with another tensor of the launch, each
+ * pair the checks must refuse refused with ROPEKV_ERR_ALIAS naming both (launch and query alike); the in-place forms
+ * (zero_copy's q_nope in q_out, inplace's q_pe), tensors only read, and written rows interleaved with another
+ * tensor's without a shared byte are accepted. */
+static void test_aliasing(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    char why[512];
+    for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i;
+    assert_string_equal(ropekv_status_name(ROPEKV_ERR_ALIAS), "ROPEKV_ERR_ALIAS");
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    ropekv_args a = good_args();
+    /* the cache over k_nope, with other strides (fp8 rows of W bytes over bf16 rows of W elements) */
+    a.kv_cache = kbuf;
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "k_nope");
+    assert_non_null(strstr(ropekv_last_error(c), "overlaps kv_cache"));
+    assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_ALIAS);
+    assert_non_null(strstr(why, "which the kernel writes"));
+    /* slots inside the cache; q_pe inside q_out's rows (absorbed reads it while it writes them) */
+    a = good_args();
+    a.slots = kv + 64;
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "slots");
+    a = good_args();
+    a.q_pe = qo + L;
+    a.q_pe_st = H * W;
+    a.q_pe_sh = W;
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "q_pe");
+    /* tensors only read may overlap: q_nope and q_pe, k_nope and k_pe as the same bytes */
+    a = good_args();
+    a.q_pe = q;
+    a.k_pe = kbuf;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    ropekv_kernel_release(k);
+
+    /* q_scale inside q_out's bytes (an fp8 query) */
+    ropekv_variant v = DS_FP8;
+    v.q_dtype = ROPEKV_Q_FP8_E4M3;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    static float qscale[2] = {0.5f, 0.5f};
+    a = good_args();
+    a.q_scale = qscale;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.q_scale = (const float *)((uint8_t *)qo + 64);
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "q_scale");
+    assert_non_null(strstr(ropekv_last_error(c), "overlaps q_out"));
+    ropekv_kernel_release(k);
+
+    /* zero_copy does not read q_nope, which lies in q_out[..., :L]: any pointer is accepted, q_out's own too */
+    v = DS_FP8;
+    v.q = ROPEKV_Q_ZERO_COPY;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    a = good_args();
+    a.q_nope = qo;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.q_pe = qo + L; /* but q_pe is read: not inside q_out */
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "q_pe");
+    ropekv_kernel_release(k);
+    /* inplace rewrites q_pe where it lies; q_nope and q_out are not its tensors */
+    v.q = ROPEKV_Q_INPLACE;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    a = good_args();
+    a.q_out = q;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.q_pe = kbuf + L; /* the rope part it rewrites may not be k_pe's */
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "q_pe");
+    ropekv_kernel_release(k);
+
+    /* norm_out = k_nope refused; norm_out and k_nope as the halves of one [K, 2L] buffer accepted */
+    static _Alignas(16) uint16_t halves[T * 2 * L];
+    assert_int_equal(ropekv_kernel_get(c, &DS_NORM, &k), ROPEKV_OK);
+    a = norm_args();
+    a.norm_out = kbuf;
+    a.norm_out_st = W;
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "norm_out");
+    assert_non_null(strstr(ropekv_last_error(c), "k_nope"));
+    a = norm_args();
+    a.k_nope = halves;
+    a.k_nope_st = 2 * L;
+    a.norm_out = halves + L;
+    a.norm_out_st = 2 * L;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.norm_out = halves + L - 8; /* one chunk into k_nope's rows */
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "norm_out");
+    ropekv_kernel_release(k);
+
+    /* split: the rope parts inside the latent parts' entries refused (the page-segmented layout: test_kv_layouts) */
+    ropekv_variant sv = {.spec = "deepseek_v2_lite", .layout = ROPEKV_KV_SPLIT};
+    assert_int_equal(ropekv_kernel_get(c, &sv, &k), ROPEKV_OK);
+    static float cs2[8 * 32 * 2];
+    static _Alignas(16) uint16_t pages[2 * 2 * W];
+    a = good_args();
+    a.cos_sin = a.sin = cs2;
+    a.kv_cache = pages;
+    a.kv_st = L;
+    a.kv_block_size = 2;
+    a.kv_block_st = 2 * W;
+    a.kv_rows = 4;
+    a.kv_rope_cache = pages + 2 * L;
+    a.kv_rope_st = R;
+    a.kv_rope_block_st = 2 * W;
+    expect(c, k, a, ROPEKV_OK, NULL);
+    a.kv_rope_cache = pages + L;
+    expect(c, k, a, ROPEKV_ERR_ALIAS, "kv_rope_cache");
+    ropekv_kernel_release(k);
+
+    /* the read-back op's outputs over its cache */
+    ropekv_variant rv = {.spec = "deepseek_v3", .op = ROPEKV_OP_READ};
+    assert_int_equal(ropekv_kernel_get(c, &rv, &k), ROPEKV_OK);
+    ropekv_args r = {.tokens = T, .slots = slots, .kv_cache = kv, .kv_st = W, .kv_rows = T + 2, .out = qo, .out_st = W};
+    expect(c, k, r, ROPEKV_OK, NULL);
+    r.out = kv + 2 * W;
+    expect(c, k, r, ROPEKV_ERR_ALIAS, "out");
+    r.out = qo;
+    r.out_st = L;
+    r.out_rope = qo + L - 8;
+    r.out_rope_st = L;
+    expect(c, k, r, ROPEKV_ERR_ALIAS, "out_rope");
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
+/* The tensor table (ropekv_kernel_tensor): the tensors a kernel touches, in order, with their dtypes, dimensions,
+ * strides, alignment and needs, by index and by name; and every tensor it lists is one the launch needs. */
+static void test_kernel_tensors(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx(NULL);
+    ropekv_kernel *k;
+    ropekv_tensor_info t = {.size = sizeof t};
+    assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
+    static const char *const names[] = {"q_nope",   "q_pe",      "q_out", "k_nope",  "k_pe",
+                                        "kv_cache", "positions", "slots", "cos_sin", "k_scale"};
+    assert_int_equal(ropekv_kernel_tensor_count(k), sizeof names / sizeof names[0]);
+    for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
+        assert_int_equal(ropekv_kernel_tensor(k, i, &t), ROPEKV_OK);
+        assert_string_equal(t.name, names[i]);
+        assert_int_equal(t.size, sizeof t);
+    }
+    assert_int_equal(ropekv_kernel_tensor_find(k, "q_nope", &t), ROPEKV_OK);
+    assert_int_equal(t.access, ROPEKV_TENSOR_READ);
+    assert_int_equal(t.need, ROPEKV_NEED_TOKENS);
+    assert_string_equal(t.dtype, "bf16");
+    assert_int_equal(t.elem_bytes, 2);
+    assert_int_equal(t.rank, 3);
+    assert_string_equal(t.dims[0], "T");
+    assert_string_equal(t.dims[1], "H");
+    assert_string_equal(t.dims[2], "L");
+    assert_true(t.sizes[0] == -1 && t.sizes[1] == -1 && t.sizes[2] == L);
+    assert_string_equal(t.strides[0], "q_nope_st");
+    assert_string_equal(t.strides[1], "q_nope_sh");
+    assert_null(t.strides[2]);
+    assert_true(t.align == 16 && t.stride_multiple == 8);
+    assert_string_equal(t.when, "q form absorbed");
+    assert_int_equal(ropekv_kernel_tensor_find(k, "q_out", &t), ROPEKV_OK);
+    assert_int_equal(t.access, ROPEKV_TENSOR_WRITE);
+    assert_true(t.sizes[2] == W);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "kv_cache", &t), ROPEKV_OK);
+    assert_string_equal(t.dtype, "fp8_e4m3");
+    assert_int_equal(t.need, ROPEKV_NEED_KV_TOKENS);
+    assert_true(t.rank == 2 && t.align == 8 && t.elem_bytes == 1);
+    assert_string_equal(t.dims[0], "kv_rows");
+    assert_string_equal(t.strides[0], "kv_st");
+    assert_int_equal(ropekv_kernel_tensor_find(k, "cos_sin", &t), ROPEKV_OK);
+    assert_true(t.rank == 2 && t.sizes[1] == R && t.strides[0] == NULL && t.need == ROPEKV_NEED_ROPE);
+    assert_string_equal(t.dtype, "f32");
+    assert_int_equal(ropekv_kernel_tensor_find(k, "k_scale", &t), ROPEKV_OK);
+    assert_string_equal(t.when, "fp8 cache with a scale");
+    assert_int_equal(ropekv_kernel_tensor_find(k, "positions", &t), ROPEKV_OK);
+    assert_true(t.need == ROPEKV_NEED_POSITIONS && t.align == 8);
+    assert_string_equal(t.dims[0], "P");
+    /* errors, and the sized struct */
+    assert_int_equal(ropekv_kernel_tensor_find(k, "norm_out", &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_tensor_find(k, NULL, &t), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_tensor(k, -1, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_tensor(k, ropekv_kernel_tensor_count(k), &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_tensor(NULL, 0, &t), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_tensor(k, 0, NULL), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_kernel_tensor_count(NULL), 0);
+    t.size = 0;
+    assert_int_equal(ropekv_kernel_tensor(k, 0, &t), ROPEKV_OK);
+    assert_int_equal(t.size, sizeof t);
+    t.size = 4;
+    assert_int_equal(ropekv_kernel_tensor(k, 0, &t), ROPEKV_ERR_VERSION);
+    struct {
+        size_t size;
+        const char *name;
+    } head = {sizeof head, NULL}; /* a caller that knows the first fields only */
+    assert_int_equal(ropekv_kernel_tensor(k, 1, (ropekv_tensor_info *)(void *)&head), ROPEKV_OK);
+    assert_string_equal(head.name, "q_pe");
+    struct {
+        ropekv_tensor_info now;
+        int64_t later;
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.now.size = sizeof big;
+    assert_int_equal(ropekv_kernel_tensor(k, 0, &big.now), ROPEKV_OK);
+    assert_true(big.later == 0 && big.now.size == sizeof big.now);
+    /* every tensor listed is needed by a launch with rows: NULL is refused, naming it */
+    t.size = sizeof t;
+    for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
+        assert_int_equal(ropekv_kernel_tensor(k, i, &t), ROPEKV_OK);
+        static const struct {
+            const char *name;
+            size_t at;
+        } fields[] = {{"q_nope", offsetof(ropekv_args, q_nope)},       {"q_pe", offsetof(ropekv_args, q_pe)},
+                      {"q_out", offsetof(ropekv_args, q_out)},         {"k_nope", offsetof(ropekv_args, k_nope)},
+                      {"k_pe", offsetof(ropekv_args, k_pe)},           {"kv_cache", offsetof(ropekv_args, kv_cache)},
+                      {"positions", offsetof(ropekv_args, positions)}, {"slots", offsetof(ropekv_args, slots)},
+                      {"cos_sin", offsetof(ropekv_args, cos_sin)},     {"k_scale", offsetof(ropekv_args, k_scale)}};
+        ropekv_args a = good_args();
+        const void *none = NULL;
+        memcpy((char *)&a + fields[i].at, &none, sizeof none);
+        expect(c, k, a, ROPEKV_ERR_NULL, fields[i].name);
+    }
+    ropekv_kernel_release(k);
+    /* the other forms: zero_copy has no q_nope; inplace writes q_pe; paged caches are blocks of entries; the
+     * read-back op's out_rope is optional */
+    ropekv_variant v = DS_FP8;
+    v.q = ROPEKV_Q_ZERO_COPY;
+    v.layout = ROPEKV_KV_PAGED;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "q_nope", &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "kv_cache", &t), ROPEKV_OK);
+    assert_true(t.rank == 3 && t.sizes[2] == W);
+    assert_string_equal(t.dims[0], "blocks");
+    assert_string_equal(t.dims[1], "block_size");
+    assert_string_equal(t.strides[0], "kv_block_st");
+    assert_string_equal(t.strides[1], "kv_st");
+    ropekv_kernel_release(k);
+    v.q = ROPEKV_Q_INPLACE;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "q_pe", &t), ROPEKV_OK);
+    assert_int_equal(t.access, ROPEKV_TENSOR_READ_WRITE);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "q_out", &t), ROPEKV_ERR_ARG);
+    ropekv_kernel_release(k);
+    ropekv_variant rv = {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .op = ROPEKV_OP_READ};
+    assert_int_equal(ropekv_kernel_get(c, &rv, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_tensor_count(k), 4); /* kv_cache, slots, out, out_rope: no k_scale */
+    assert_int_equal(ropekv_kernel_tensor_find(k, "kv_cache", &t), ROPEKV_OK);
+    assert_true(t.access == ROPEKV_TENSOR_READ && t.need == ROPEKV_NEED_TOKENS && t.sizes[1] == 656);
+    assert_string_equal(t.dtype, "uint8");
+    assert_string_equal(t.dims[1], "row_bytes");
+    assert_int_equal(ropekv_kernel_tensor_find(k, "out_rope", &t), ROPEKV_OK);
+    assert_int_equal(t.need, ROPEKV_NEED_OPTIONAL);
+    assert_int_equal(ropekv_kernel_tensor_find(k, "out", &t), ROPEKV_OK);
+    assert_string_equal(t.dims[1], "out_w");
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+
+    /* a family's table, without a kernel: what its kernels agree on */
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED), 15);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_NONE), 11);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_READ, ROPEKV_Q_ABSORBED), 6); /* q does not apply */
+    assert_int_equal(ropekv_family_tensor_count((ropekv_op)7, ROPEKV_Q_NONE), 0);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_INPLACE, 0, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "q_pe");
+    assert_true(t.access == ROPEKV_TENSOR_READ_WRITE && t.need == ROPEKV_NEED_TOKENS && t.sizes[2] == -1);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 2, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "q_out");
+    assert_string_equal(t.dtype, ""); /* bf16 or fp8 per kernel */
+    assert_true(t.rank == 3 && t.access == ROPEKV_TENSOR_WRITE && t.elem_bytes == 0);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 5, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "kv_cache");
+    assert_true(t.rank == 0 && t.need == ROPEKV_NEED_KV_TOKENS); /* flat rows or paged blocks */
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 8, &t), ROPEKV_OK);
+    assert_string_equal(t.name, "cos_sin");
+    assert_int_equal(t.need, ROPEKV_NEED_OPTIONAL); /* a spec without RoPE has no tables */
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 15, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_family_tensor((ropekv_op)7, ROPEKV_Q_NONE, 0, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_NONE, 0, NULL), ROPEKV_ERR_NULL);
+}
+
 /* Norm kernels launched through the API compute what the reference computes (rk_check: random rows, the planted zero,
  * overflowing, ordered and subnormal rows, norm_out compared): DeepSeek-V3's bf16 cache with rms_out, DeepSeek-V3.2's
  * paged fp8_tile rows with rms, and a run-time spec's f32 weight rounded once. */
@@ -1719,6 +2010,8 @@ int main(void) {
         cmocka_unit_test(test_norm_variants),
         cmocka_unit_test(test_norm_argument_checks),
         cmocka_unit_test(test_norm_launch),
+        cmocka_unit_test(test_aliasing),
+        cmocka_unit_test(test_kernel_tensors),
         cmocka_unit_test(test_read_round_trip),
         cmocka_unit_test(test_slots_near_2_31),
         cmocka_unit_test(test_prepare_wide_entry),

@@ -32,7 +32,8 @@ from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, NORMS, OPS, Q_DTYP
 from ._capi import library
 from ._capi import library_path
 from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
-from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, raw_args, version
+from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, TensorInfo, family_tensors, raw_args
+from ._core import version
 from ._core import version_number
 
 
@@ -49,7 +50,8 @@ def __getattr__(name):
 
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "NORMS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
-    "Context", "Kernel", "KernelInfo", "RopekvError", "candidate_paths", "library", "library_path", "raw_args",
+    "Context", "Kernel", "KernelInfo", "RopekvError", "TensorInfo", "candidate_paths", "family_tensors", "library",
+    "library_path", "raw_args",
     "ropekv_args", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
     "version_number",
 ]

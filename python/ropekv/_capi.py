@@ -147,6 +147,29 @@ class ropekv_args(_Sized):
     ]
 
 
+class ropekv_tensor_info(_Sized):
+    """One tensor of a kernel's table (ropekv_kernel_tensor) or of a family's (ropekv_family_tensor)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("access", ctypes.c_int),  # ACCESS
+        ("need", ctypes.c_int),  # NEEDS
+        ("dtype", ctypes.c_char_p),
+        ("elem_bytes", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("dims", ctypes.c_char_p * 3),
+        ("sizes", ctypes.c_int64 * 3),
+        ("strides", ctypes.c_char_p * 3),
+        ("align", ctypes.c_int),
+        ("stride_multiple", ctypes.c_int),
+        ("when", ctypes.c_char_p),
+    ]
+
+
+ACCESS = {1: "read", 2: "write", 3: "read_write"}  # ropekv_tensor_access
+NEEDS = {0: "tokens", 1: "kv_tokens", 2: "positions", 3: "rope", 4: "optional"}  # ropekv_tensor_need
+
+
 # ropekv_args as bytes: every field is 8 bytes (its size, int64_t or a pointer), so one struct.Struct packs a whole argument
 # block, which a launch passes through LAUNCH_PACKED (Kernel.launch_tensors' argument plans).
 ARGS_PACK = struct.Struct("<" + "".join("Q" if t in (ctypes.c_void_p, ctypes.c_size_t) else "q"
@@ -187,6 +210,11 @@ _PROTOTYPES = {
                                       ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
     "ropekv_kernel_param_find": (_status, [_kernel_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
                                            ctypes.POINTER(ctypes.c_int)]),
+    "ropekv_kernel_tensor_count": (ctypes.c_int, [_kernel_p]),
+    "ropekv_kernel_tensor": (_status, [_kernel_p, ctypes.c_int, ctypes.POINTER(ropekv_tensor_info)]),
+    "ropekv_kernel_tensor_find": (_status, [_kernel_p, ctypes.c_char_p, ctypes.POINTER(ropekv_tensor_info)]),
+    "ropekv_family_tensor_count": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
+    "ropekv_family_tensor": (_status, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ropekv_tensor_info)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
     "ropekv_kernel_prepare": (_status, [_kernel_p, ctypes.c_uint]),
 }

@@ -116,6 +116,84 @@ class KernelInfo:
         return "KernelInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._names)
 
 
+class TensorInfo:
+    """One tensor a kernel takes, as the library's table gives it (ropekv_kernel_tensor; include/ropekv.h says what
+    each field means): name (the ropekv_args field and the keyword), access ("read", "write", "read_write"), need
+    (when a launch needs it: "tokens", "kv_tokens", "positions", "rope", "optional"), dtype ("bf16", "f32", "fp8_e4m3",
+    "uint8", "int32", "int64"; None where a family's kernels differ), elem_bytes, dims (symbols, outermost first),
+    sizes (the kernel's size of each, None for a launch's count), strides (the ropekv_args stride field of each, None
+    where packed), align (bytes), stride_multiple (elements) and when (why it is needed, in words, or "")."""
+
+    __slots__ = ("name", "access", "need", "dtype", "elem_bytes", "dims", "sizes", "strides", "align",
+                 "stride_multiple", "when")
+
+    def __init__(self, t):
+        """t: a filled _capi.ropekv_tensor_info."""
+        rank = t.rank
+        self.name = t.name.decode()
+        self.access = _capi.ACCESS.get(t.access, "read")
+        self.need = _capi.NEEDS.get(t.need, "optional")
+        self.dtype = t.dtype.decode() or None
+        self.elem_bytes = t.elem_bytes
+        self.dims = tuple(t.dims[i].decode() for i in range(rank))
+        self.sizes = tuple(None if t.sizes[i] < 0 else int(t.sizes[i]) for i in range(rank))
+        self.strides = tuple(t.strides[i].decode() if t.strides[i] else None for i in range(rank))
+        self.align = t.align
+        self.stride_multiple = t.stride_multiple
+        self.when = t.when.decode()
+
+    @property
+    def written(self):
+        return self.access != "read"
+
+    @property
+    def packed(self):
+        """No dimension has a stride field: the tensor is contiguous (positions, slots, the tables, weights, scales)."""
+        return not any(self.strides)
+
+    def shape_text(self):
+        """Its dimensions as text, a fixed size after its symbol: "[T, H, L=512]"."""
+        return "[%s]" % ", ".join(d if n is None or d == str(n) else "%s=%d" % (d, n) for d, n in zip(self.dims,
+                                                                                                      self.sizes))
+
+    def __repr__(self):
+        return "TensorInfo(%s %s %s %s%s)" % (self.name, self.access, self.dtype, self.shape_text(),
+                                              ", needed with %s" % self.need if self.need != "optional" else "")
+
+
+def _table(count, get):
+    out = []
+    for i in range(count):
+        t = _capi.ropekv_tensor_info()
+        code = get(i, t)
+        if code != 0:
+            raise RopekvError(_capi.status_name(code), "reading tensor %d of a table failed" % i, code)
+        out.append(TensorInfo(t))
+    return tuple(out)
+
+
+def kernel_tensors(lib, handle):
+    """The tensors of a kernel (ropekv_kernel_tensor), in the library's order."""
+    return _table(lib.ropekv_kernel_tensor_count(handle),
+                  lambda i, t: lib.ropekv_kernel_tensor(handle, i, ctypes.byref(t)))
+
+
+_FAMILIES = {}
+
+
+def family_tensors(op, q="none"):
+    """Every tensor some kernel of the write op with q form q (or of the read op) may take (ropekv_family_tensor):
+    what the kernels agree on is set, the rest None; need is "optional" where some kernel does not take it."""
+    key = (op, q if op == "write" else "none")
+    got = _FAMILIES.get(key)
+    if got is None:
+        lib = _capi.library()
+        o, qv = _capi.OPS[key[0]], _capi.Q_FORMS[key[1]]
+        got = _FAMILIES[key] = _table(lib.ropekv_family_tensor_count(o, qv),
+                                      lambda i, t: lib.ropekv_family_tensor(o, qv, i, ctypes.byref(t)))
+    return got
+
+
 def _enum(table, value, what):
     if isinstance(value, int) and not isinstance(value, bool) and value in table.values():
         return value
@@ -406,6 +484,8 @@ class Kernel:
         self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op, self.norm = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         self.info = KernelInfo(kernel_params(ctx._lib, handle))
+        self.tensors = kernel_tensors(ctx._lib, handle)  # the tensors it takes (TensorInfo), the library's table
+        self._tensor_by_name = {t.name: t for t in self.tensors}
         self._read = self.info.op == "read"
         self._zero_copy = self.info.q == "zero_copy"
         self._plans = {}  # argument signature -> checked ropekv_args (_torch.plan_args)
@@ -486,22 +566,29 @@ class Kernel:
         aligned rows). A kernel without the norm refuses norm_weight and norm_out, an "rms" kernel norm_out."""
         if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
-        self.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale,
-                             q_scale, kv_rope_cache, out, out_rope, norm_weight, norm_out), min_slot, stream)
+        self.launch_named({"q_nope": q_nope, "q_pe": q_pe, "q_out": q_out, "k_nope": k_nope, "k_pe": k_pe,
+                           "kv_cache": kv_cache, "positions": positions, "slots": slots, "cos_sin": cos_sin, "sin": sin,
+                           "k_scale": k_scale, "q_scale": q_scale, "kv_rope_cache": kv_rope_cache, "out": out,
+                           "out_rope": out_rope, "norm_weight": norm_weight, "norm_out": norm_out}, min_slot, stream)
         if self._read:
             return out if out_rope is None else (out, out_rope)
 
-    def launch_tensors(self, vals, min_slot=0, stream=None):
-        """__call__ without keywords: vals holds the tensors in the order q_nope ... out_rope (__call__'s parameters),
-        norm_weight, norm_out (the last two may be left off), None where absent; out must be given for a read kernel.
-        The checks of a launch run once per argument signature (dtypes, shapes, strides, devices, min_slot); a launch
-        with a signature seen before only reads the tensors' pointers (see _torch.plan_args)."""
+    def launch_named(self, tensors, min_slot=0, stream=None):
+        """__call__ on a dict of tensors by name (the names of self.tensors, None or absent where not given); out must
+        be given for a read kernel. The checks of a launch run once per argument signature (dtypes, shapes, strides,
+        devices, min_slot); a launch with a signature seen before only reads the tensors' pointers (see
+        _torch.plan_args)."""
         h = self._h
         if h is None or self.ctx._h is None:
             raise ValueError("this kernel's ropekv context is closed")
-        s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), _torch.stream_for(self.ctx, stream))
+        s = self._launch_packed(h, _torch.plan_args(self, tensors, min_slot), _torch.stream_for(self.ctx, stream))
         if s != 0:
             self.ctx._raise(s)
+
+    def launch_tensors(self, vals, min_slot=0, stream=None):
+        """launch_named with the tensors in the order of ropekv_args' pointers (q_nope ... out_rope, norm_weight,
+        norm_out; the last two may be left off), None where absent."""
+        self.launch_named(dict(zip(_capi.ARGS_POINTERS, vals)), min_slot, stream)
 
     def bind(self, *, stream=None, **tensors):
         """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.

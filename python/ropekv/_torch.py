@@ -1,4 +1,5 @@
-"""torch tensors -> ropekv_args. Imported only when tensors are used (torch is imported lazily)."""
+"""torch tensors -> ropekv_args, by the kernel's tensor table (the library's ropekv_kernel_tensor: each tensor's dtype,
+dimensions, strides and needs). Imported only when tensors are used (torch is imported lazily)."""
 from . import _capi
 
 
@@ -7,13 +8,28 @@ def _torch():
     return torch
 
 
-_ARG_NAMES = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-              "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope", "norm_weight", "norm_out")
-_N_ARGS = len(_ARG_NAMES)
-_NO_NORM = (None, None)  # a launch's vals without the norm's two tensors (the form before the norm) padded with it
-# what each op reads or writes (the rest must be None)
-_READ_NAMES = ("kv_cache", "kv_rope_cache", "slots", "k_scale", "out", "out_rope")
-_WRITE_NAMES = tuple(n for n in _ARG_NAMES if n not in ("out", "out_rope"))
+_NAMES = _capi.ARGS_POINTERS  # every tensor keyword, in the order of ropekv_args' pointers
+_NAME_SET = frozenset(_NAMES)
+_CACHES = ("kv_cache", "kv_rope_cache")
+_SCALES = ("k_scale", "q_scale")  # 1.0 where the kernel reads one and none is given; dropped where it reads none
+_Q_NAMES = ("q_nope", "q_pe", "q_out")
+_ROWS_OF = {"Tkv": "the tokens of slots", "P": "max of the query and slot tokens"}  # dims that may have more rows
+_Q_FORMS = ("absorbed", "zero_copy", "inplace", "none")
+_OP_TABLES = {}
+
+
+def _op_table(op):
+    """{name: TensorInfo} of every tensor some kernel of op may take (the library's family tables, the first form's
+    row where several have one)."""
+    got = _OP_TABLES.get(op)
+    if got is None:
+        from ._core import family_tensors
+        got = {}
+        for q in (_Q_FORMS if op == "write" else ("none",)):
+            for ti in family_tensors(op, q):
+                got.setdefault(ti.name, ti)
+        got = _OP_TABLES[op] = {n: got[n] for n in _NAMES if n in got}
+    return got
 
 
 def _fp8_dtypes(torch, fmt):
@@ -109,49 +125,6 @@ def _cache_part(a, t, layout, width, strict, rope=False, what="L+R"):
     return blocks * B, B
 
 
-def _cache_args(a, t, layout, info, strict):
-    """The cache fields of ropekv_args from t["kv_cache"] (and t["kv_rope_cache"] for the split layout), checked
-    against the kernel's row (info; None: widths as the tensors have them)."""
-    if info is not None and info.kv == "fp8_tile":  # one row, flat or paged (the spec refuses split)
-        width, what = info.row_bytes, "the row bytes"
-    elif info is not None:
-        width = info.L if layout == "split" else info.W
-        what = "L" if layout == "split" else "L+R"
-    else:
-        width = int(t["kv_cache"].shape[-1]) if t["kv_cache"].dim() else 0
-        what = "the row"
-    a.kv_cache = t["kv_cache"].data_ptr()
-    rows, B = _cache_part(a, t["kv_cache"], layout, width, strict, what=what)
-    if layout != "split":
-        return
-    rc = t["kv_rope_cache"]
-    if rc is None:
-        return
-    rwidth = info.R if info is not None else (int(rc.shape[-1]) if rc.dim() else 0)
-    rrows, rB = _cache_part(a, rc, layout, rwidth, strict, rope=True, what="R")
-    if strict and (rB != B or rrows != rows):
-        raise ValueError("kv_rope_cache %s must have the blocks and block size of kv_cache %s" % (
-            list(rc.shape), list(t["kv_cache"].shape)))
-    a.kv_rope_cache = rc.data_ptr()
-
-
-def _check_cache_dtypes(torch, info, t):
-    """kv_cache (and kv_rope_cache) dtype for the kernel's KV dtype: bf16; an fp8 e4m3 cache uint8 or the float8
-    dtype of its format; an fp8_tile cache uint8 (its rows hold fp8 values, float32 scales and bf16 rope values)."""
-    if info.kv == "fp8_tile":
-        allowed = (torch.uint8,)
-        for name in ("kv_cache", "kv_rope_cache"):
-            v = t[name]
-            if v is not None and v.dtype not in allowed:
-                raise TypeError("%s must be uint8 (an fp8_tile cache: rows of %d bytes, strides in bytes), got %s" % (
-                    name, info.row_bytes, str(v.dtype).replace("torch.", "")))
-        return
-    allowed = _fp8_dtypes(torch, info.fp8_format) if info.kv == "fp8_e4m3" else (torch.bfloat16,)
-    for name in ("kv_cache", "kv_rope_cache"):
-        if t[name] is not None:
-            _check_dtype(name, t[name], allowed)
-
-
 _UNIT_SCALES = {}  # device -> a float32 tensor [1] holding 1.0: the scale of a caller who passes none
 
 
@@ -182,27 +155,110 @@ def _where(ctx):
     return "the CPU (host backend)" if ctx.backend == "host" else "cuda:%d (%s backend)" % (ctx.device, ctx.backend)
 
 
+def _torch_dtypes(torch, ti, info):
+    """The torch dtypes a tensor of the table may have: its dtype's; an fp8 one as uint8 or the float8 dtype of the
+    target's format."""
+    if ti.dtype == "fp8_e4m3":
+        return _fp8_dtypes(torch, info.fp8_format or info.q_fp8_format)
+    return (getattr(torch, {"bf16": "bfloat16", "f32": "float32"}.get(ti.dtype, ti.dtype)),)
+
+
+def _describe(ti, info):
+    """A tensor of the table in words, for messages: "q_out [T, H, W=576] fp8_e4m3 (ocp)"."""
+    dtype = ti.dtype + (" (%s)" % (info.fp8_format or info.q_fp8_format) if ti.dtype == "fp8_e4m3" else "")
+    return "%s %s %s" % (ti.name, ti.shape_text(), dtype)
+
+
+def _stray(kernel, info, t, name):
+    """A tensor given to a kernel whose table does not list it: dropped (a scale it does not read; zero_copy's q_nope
+    when it is q_out itself; the tables of a kernel without RoPE), else ValueError saying why."""
+    q = info.q
+    if name in _SCALES:
+        return
+    if name in _Q_NAMES:
+        if q == "zero_copy" and name == "q_nope" and t["q_out"] is not None \
+                and t[name].data_ptr() == t["q_out"].data_ptr():
+            return  # q_out[..., :L] itself: the zero-copy form does not read it
+        raise ValueError("q form %r does not take %s (pass None)" % (q, name))
+    if name == "norm_weight" or (name == "norm_out" and info.norm == "none"):
+        raise ValueError("%s is for a kernel with the fused kv_a RMSNorm (norm='rms' or 'rms_out'); %s has norm none "
+                         "(pass None, or ask for the kernel with norm=)" % (name, info.key))
+    if name == "norm_out":
+        raise ValueError("norm_out is written by norm='rms_out' kernels only; %s has norm rms (pass None, or ask for "
+                         "norm='rms_out')" % info.key)
+    if name == "sin" and info.rope != "none":
+        raise ValueError("sin must be None: spec %s takes one cos_sin table [max_pos, R] (cos | sin)" % kernel.spec)
+    if name in ("cos_sin", "sin"):
+        return  # no RoPE: the tables are not read
+    raise ValueError("%s does not take %s (its tensors: %s)" % (info.key, name, ", ".join(ti.name for ti in
+                                                                                       kernel.tensors)))
+
+
+def _required(torch, info, ti, t):
+    """A tensor of the table that was not given: a scale reads as 1.0 (q_scale once the query rows are known),
+    anything else is a ValueError naming it."""
+    if ti.name == "k_scale":
+        t["k_scale"] = _unit_scale(torch, t["kv_cache"].device if t["kv_cache"] is not None else None, "k_scale")
+        return
+    if ti.name == "q_scale":
+        return
+    if ti.name in _Q_NAMES:
+        raise ValueError("q form %r needs %s" % (info.q, ti.name))
+    raise ValueError("%s is required%s: %s" % (ti.name, " (%s)" % ti.when if ti.when else
+                                               " (op read)" if info.op == "read" else "", _describe(ti, info)))
+
+
+def _check_shape_of(ti, v, values):
+    """A tensor's shape against its dims (values: the launch's counts by symbol). A dim of Tkv or P rows may have more
+    (vLLM's slot_mapping shorter than the batch); a scale is one element in any shape."""
+    if ti.dims == ("1",):
+        if v.numel() != 1:
+            raise ValueError("%s must hold one element, got shape %s" % (ti.name, list(v.shape)))
+        return
+    want = [n if n is not None else values[d] for d, n in zip(ti.dims, ti.sizes)]
+    more = ti.dims[0] in _ROWS_OF and ti.name != "slots"
+    if more:
+        if v.dim() != len(want) or list(v.shape[1:]) != want[1:] or v.shape[0] < want[0]:
+            raise ValueError("%s must have shape [%s] with n >= %d (%s), got %s" % (
+                ti.name, ", ".join(["n"] + [str(n) for n in want[1:]]), want[0], _ROWS_OF[ti.dims[0]], list(v.shape)))
+    elif tuple(v.shape) != tuple(want):
+        raise ValueError("%s must have shape %s, got %s" % (ti.name, want, list(v.shape)))
+
+
+def _check_packing(ti, v):
+    """The strides a tensor's table allows: the last dimension contiguous, and a packed tensor (no stride field)
+    contiguous throughout."""
+    if not ti.packed or ti.name in _CACHES:
+        _check_last_contiguous(ti.name, v)
+    elif ti.dims == ("1",):
+        pass  # one element
+    elif v.dim() == 1:
+        if v.shape[0] > 1 and v.stride(0) != 1:
+            raise ValueError("%s must be contiguous (stride 1), got stride %d" % (ti.name, v.stride(0)))
+    elif not v.is_contiguous():
+        raise ValueError("%s must be contiguous (rows of the table back to back)" % ti.name)
+
+
 def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
-    """(ropekv_args, keepalive) for a launch of kernel with torch tensors. kernel=None reads the tensors as they
-    are (for Context.query, with the variant's layout and op): no dtype, shape or device checks against a kernel.
-    A read kernel's tensors: see read_args. The cache per the layout: see _cache_args. Query rows are written for the
-    tokens of the q tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than
-    the batch, DP-padded queries longer); k_nope / k_pe hold at least Tkv rows, positions at least max(T, Tkv).
-    min_slot: slots below it are never written (1 keeps a reserved dummy slot 0 untouched).
-    An fp8 query output (info.q_dtype "fp8_e4m3"): q_out (absorbed, zero_copy) is uint8 or the float8 dtype of
-    info.q_fp8_format, its strides in bytes (elements of that 1-byte dtype); inplace takes the bf16 q_pe as it
-    is (the kernel writes fp8 bytes over the start of its rows); q_scale (one float32) is needed when the launch
-    has query rows and info.q_fp8_scale is not "none".
-    The fused kv_a RMSNorm (info.norm "rms" / "rms_out"): norm_weight, 1-D [L] contiguous, of info.norm_weight's dtype
-    (bf16 or float32); rms_out: norm_out [>= Tkv, L] bf16, its last dimension contiguous (the library checks its
-    16-byte alignment). Refused by name for a kernel that does not read them (norm none; norm_out with norm rms)."""
+    """(ropekv_args, keepalive) for a launch of kernel with torch tensors, by the kernel's tensor table
+    (Kernel.tensors: its tensors' dtypes, dimensions, strides and needs, from the library). kernel=None reads the
+    tensors as they are (for Context.query, with the variant's layout and op): no dtype, shape or device checks
+    against a kernel. The cache per the layout: see _cache_args. Query rows are written for the tokens of the q
+    tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than the batch, DP-padded
+    queries longer); k_nope / k_pe (and norm_out) hold at least Tkv rows, positions at least max(T, Tkv). A read
+    kernel's rows are its slots'. min_slot: slots below it are never written (1 keeps a reserved dummy slot 0
+    untouched). A kernel's tensors must all be given, but for the scales (None reads as 1.0); tensors it does not
+    take are refused by name, but for a scale it does not read, and zero_copy's q_nope when it is q_out itself (not
+    read). An fp8 tensor (a cache, an fp8 query output) is uint8 or the float8 dtype of the target's format, its
+    strides in bytes; inplace takes the bf16 q_pe as it is (the kernel writes fp8 bytes over the start of its rows);
+    an fp8_tile cache is uint8 rows of info.row_bytes."""
     torch = _torch()
     if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
         raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
-    unknown = sorted(set(tensors) - set(_ARG_NAMES))
+    unknown = sorted(set(tensors) - _NAME_SET)
     if unknown:
-        raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_ARG_NAMES)))
-    t = {k: tensors.get(k) for k in _ARG_NAMES}
+        raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_NAMES)))
+    t = {k: tensors.get(k) for k in _NAMES}
     for name, v in t.items():
         if v is not None and not isinstance(v, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(v).__name__))
@@ -214,237 +270,153 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     info = kernel.info if strict else None
     if strict:
         layout, op = info.layout, info.op
-    names = _READ_NAMES if op == "read" else _WRITE_NAMES
-    extra = [n for n in _ARG_NAMES if n not in names and t[n] is not None]
+    ops = _op_table(op)
+    extra = [n for n in _NAMES if n not in ops and t[n] is not None]
     if extra:
         raise ValueError("%s takes no %s (op %s: %s)" % (info.key if strict else "op " + op, ", ".join(extra), op,
-                                                          ", ".join(names)))
+                                                          ", ".join(ops)))
     if layout != "split" and t["kv_rope_cache"] is not None:
         raise ValueError("kv_rope_cache is for the split layout only (this %s is %s)" % (
             "kernel's layout" if strict else "layout", layout))
-    if op == "read":
-        return read_args(torch, kernel, ctx, t, layout, min_slot)
+    read = op == "read"
+    table = kernel._tensor_by_name if strict else ops
 
     if strict:
-        q = info.q
-        need = {"absorbed": ("q_nope", "q_pe", "q_out"), "zero_copy": ("q_pe", "q_out"), "inplace": ("q_pe",),
-                "none": ()}[q]
-        for name in need:
-            if t[name] is None:
-                raise ValueError("q form %r needs %s" % (q, name))
-        for name in ("q_nope", "q_pe", "q_out"):
-            if name in need or t[name] is None:
+        for name in _NAMES:  # what the kernel does not take
+            if t[name] is not None and name not in table:
+                _stray(kernel, info, t, name)
+                t[name] = None
+        for ti in kernel.tensors:  # what it needs
+            if t[ti.name] is None and ti.need != "optional":
+                _required(torch, info, ti, t)
+        for ti in kernel.tensors:  # dtypes
+            v = t[ti.name]
+            if v is None:
                 continue
-            if q == "zero_copy" and name == "q_nope" and t["q_out"] is not None \
-                    and t[name].data_ptr() == t["q_out"].data_ptr():
-                t[name] = None  # q_out[..., :L] itself: the zero-copy form does not read it
-                continue
-            raise ValueError("q form %r does not take %s (pass None)" % (q, name))
-        for name in ("k_nope", "k_pe", "kv_cache", "positions", "slots"):
-            if t[name] is None:
-                raise ValueError("%s is required" % name)
-        if layout == "split" and t["kv_rope_cache"] is None:
-            raise ValueError("kv_rope_cache is required (layout split: the rope parts [pages, block_size, R])")
-        if info.rope != "none" and t["cos_sin"] is None:
-            raise ValueError("cos_sin is required")
-        split = info.cos_sin != "f32_cat"
-        if info.rope != "none" and split and t["sin"] is None:
-            raise ValueError("sin is required: spec %s has split cos/sin tables (%s)" % (kernel.spec, info.cos_sin))
-        if not split and t["sin"] is not None:
-            raise ValueError("sin must be None: spec %s takes one cos_sin table [max_pos, R] (cos | sin)" % kernel.spec)
-        _check_norm_presence(info, t)
-        fp8 = info.kv == "fp8_e4m3"
-        needs_scale = fp8 and info.scale != "none"
-        if needs_scale and t["k_scale"] is None:
-            t["k_scale"] = _unit_scale(torch, t["kv_cache"].device, "k_scale")
-        if not needs_scale:
-            t["k_scale"] = None  # not read by this kernel
-        q_fp8 = info.q_dtype == "fp8_e4m3" and q != "none"
-        needs_q_scale = q_fp8 and info.q_fp8_scale != "none"
-        if not needs_q_scale:
-            t["q_scale"] = None  # not read by this kernel (checked against the query rows below)
-
-        # dtypes
-        bf16 = (torch.bfloat16,)
-        for name in ("q_nope", "q_pe", "k_nope", "k_pe"):
-            if t[name] is not None:
-                _check_dtype(name, t[name], bf16)
-        if t["q_out"] is not None:
-            if q_fp8:
-                fp8_q = _fp8_dtypes(torch, info.q_fp8_format)
-                if t["q_out"].dtype not in fp8_q:
-                    raise TypeError("q_out must be %s (the kernel's query output is fp8 e4m3, %s), got %s" % (
-                        _dtype_names(fp8_q), info.q_fp8_format, str(t["q_out"].dtype).replace("torch.", "")))
-            else:
-                _check_dtype("q_out", t["q_out"], bf16)
-        _check_cache_dtypes(torch, info, t)
-        idx = {"int64": (torch.int64,), "int32": (torch.int32,)}
-        _check_dtype("positions", t["positions"], idx[info.positions])
-        _check_dtype("slots", t["slots"], idx[info.slots])
-        cs_dt = (torch.bfloat16,) if info.cos_sin == "bf16_split" else (torch.float32,)
-        for name in ("cos_sin", "sin"):
-            if t[name] is not None:
-                _check_dtype(name, t[name], cs_dt)
-        if t["k_scale"] is not None:
-            _check_dtype("k_scale", t["k_scale"], (torch.float32,))
-            if t["k_scale"].numel() != 1:
-                raise ValueError("k_scale must hold one element, got shape %s" % list(t["k_scale"].shape))
-        if t["q_scale"] is not None:
-            _check_dtype("q_scale", t["q_scale"], (torch.float32,))
-            if t["q_scale"].numel() != 1:
-                raise ValueError("q_scale must hold one element, got shape %s" % list(t["q_scale"].shape))
-        if t["norm_weight"] is not None:
-            _check_dtype("norm_weight", t["norm_weight"], (_NORM_WEIGHT_DTYPES[info.norm_weight](torch),))
-        if t["norm_out"] is not None:
-            _check_dtype("norm_out", t["norm_out"], bf16)
-
-        # devices
-        for name, v in t.items():
+            allowed = _torch_dtypes(torch, ti, info)
+            if v.dtype not in allowed:
+                got = str(v.dtype).replace("torch.", "")
+                raise TypeError("%s must be %s, got %s (%s)" % (ti.name, _dtype_names(allowed), got,
+                                                                _describe(ti, info)))
+        for name, v in t.items():  # devices
             if v is not None and not _device_ok(ctx, v):
                 raise ValueError("%s is on %s; this context runs on %s" % (name, v.device, _where(ctx)))
 
-    # sizes: T query tokens (the q tensors; k_nope without them), K tokens with a KV row (slots), P positions
+    # the launch's counts: T query tokens (the q tensors; k_nope without them), Tkv tokens with a KV row (slots), P
+    # positions; a read kernel's T rows (slots)
     def rows(name):
         v = t[name]
         return int(v.shape[0]) if v is not None and v.dim() >= 1 else None
 
-    qref = t["q_pe"] if t["q_pe"] is not None else t["q_out"]
-    T = rows("q_pe") if t["q_pe"] is not None else rows("q_out")
-    K = rows("slots")
-    if T is None:  # q form none: no query rows; the launch covers the slots' tokens
-        T = K if K is not None else (rows("k_nope") or 0)
-    if K is None:
-        K = T
+    if read:
+        T = K = rows("slots") or 0
+        H = 1
+    else:
+        qref = t["q_pe"] if t["q_pe"] is not None else t["q_out"]
+        T = rows("q_pe") if t["q_pe"] is not None else rows("q_out")
+        K = rows("slots")
+        if T is None:  # q form none: no query rows; the launch covers the slots' tokens
+            T = K if K is not None else (rows("k_nope") or 0)
+        if K is None:
+            K = T
+        H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
     P = max(T, K)
-    H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
 
     if strict:
-        L, R, W = info.L, info.R, info.W
-        if needs_q_scale and T > 0 and t["q_scale"] is None:
-            t["q_scale"] = _unit_scale(torch, t["q_out"].device if t["q_out"] is not None else t["q_pe"].device,
-                                       "q_scale")
-        shapes = {"q_nope": (T, H, L), "q_pe": (T, H, R), "q_out": (T, H, W), "slots": (K,)}
-        for name, want in shapes.items():
-            if t[name] is not None:
-                _check_shape(name, t[name], want)
-        for name, width in (("k_nope", L), ("k_pe", R)) + ((("norm_out", L),) if t["norm_out"] is not None else ()):
-            v = t[name]
-            if v.dim() != 2 or v.shape[1] != width or v.shape[0] < K:
-                raise ValueError("%s must have shape [n, %d] with n >= %d (the tokens of slots), got %s"
-                                 % (name, width, K, list(v.shape)))
-        v = t["norm_weight"]
-        if v is not None:
-            if v.dim() != 1 or v.shape[0] != L:
-                raise ValueError("norm_weight must have shape [%d] (L, the kv_a RMSNorm weight), got %s"
-                                 % (L, list(v.shape)))
-            if L > 1 and v.stride(0) != 1:
-                raise ValueError("norm_weight must be contiguous (stride 1), got stride %d" % v.stride(0))
-        v = t["positions"]
-        if v.dim() != 1 or v.shape[0] < P:
-            raise ValueError("positions must have shape [n] with n >= %d (max of the query and slot tokens), got %s"
-                             % (P, list(v.shape)))
-        if t["cos_sin"] is not None:
-            cs = t["cos_sin"]
-            width = R if info.cos_sin == "f32_cat" else R // 2
-            if cs.dim() != 2 or cs.shape[1] != width or cs.shape[0] < 1:
-                raise ValueError("cos_sin must have shape [max_pos, %d], got %s" % (width, list(cs.shape)))
-            if t["sin"] is not None and tuple(t["sin"].shape) != tuple(cs.shape):
-                raise ValueError("sin must have the shape of cos_sin %s, got %s" % (list(cs.shape), list(t["sin"].shape)))
+        if "q_scale" in table and T > 0 and t["q_scale"] is None:
+            t["q_scale"] = _unit_scale(torch, (t["q_out"] if t["q_out"] is not None else t["q_pe"]).device, "q_scale")
+        values = {"T": T, "Tkv": K, "P": P, "H": H, "out_w": info.L if t["out_rope"] is not None else info.W}
+        for ti in kernel.tensors:
+            v = t[ti.name]
+            if v is None or ti.name in _CACHES:
+                continue
+            if ti.name == "cos_sin":
+                if v.dim() != 2 or v.shape[1] != ti.sizes[1] or v.shape[0] < 1:
+                    raise ValueError("cos_sin must have shape [max_pos, %d], got %s" % (ti.sizes[1], list(v.shape)))
+            elif ti.name == "sin":
+                if tuple(v.shape) != tuple(t["cos_sin"].shape):
+                    raise ValueError("sin must have the shape of cos_sin %s, got %s" % (list(t["cos_sin"].shape),
+                                                                                       list(v.shape)))
+            else:
+                _check_shape_of(ti, v, values)
 
-    for name in ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "kv_rope_cache", "norm_weight", "norm_out"):
-        if t[name] is not None:
-            _check_last_contiguous(name, t[name])
-    for name in ("positions", "slots"):
-        v = t[name]
-        if v is not None and v.dim() == 1 and v.shape[0] > 1 and v.stride(0) != 1:
-            raise ValueError("%s must be contiguous (stride 1), got stride %d" % (name, v.stride(0)))
-    for name in ("cos_sin", "sin"):
-        v = t[name]
-        if v is not None and not v.is_contiguous():
-            raise ValueError("%s must be contiguous (rows of the table back to back)" % name)
+    for ti in table.values():
+        v = t[ti.name]
+        if v is not None:
+            _check_packing(ti, v)
 
     a = _capi.ropekv_args()
     a.tokens, a.heads = T, H
-    a.kv_tokens = K if K > 0 else (_capi.KV_TOKENS_NONE if T > 0 else 0)
+    if read:
+        a.max_pos = 1
+    else:
+        a.kv_tokens = K if K > 0 else (_capi.KV_TOKENS_NONE if T > 0 else 0)
+        cs = t["cos_sin"]
+        a.max_pos = int(cs.shape[0]) if cs is not None and cs.dim() >= 1 else 1
     a.min_slot = min_slot
-
-    def ptr(name):
-        v = t[name]
-        return v.data_ptr() if v is not None else None
-
-    for name in ("q_nope", "q_pe", "q_out"):
-        v = t[name]
-        if v is None:
+    for name, v in t.items():  # pointers, and the strides the table names
+        if v is None or name in _CACHES:
             continue
-        setattr(a, name, ptr(name))
-        if v.dim() == 3:
-            setattr(a, name + "_st", _st(v, 0))
-            setattr(a, name + "_sh", _st(v, 1))
-    for name in ("k_nope", "k_pe", "norm_out"):
-        v = t[name]
-        if v is None:
-            continue
-        setattr(a, name, ptr(name))
-        if v.dim() == 2:
-            setattr(a, name + "_st", _st(v, 0))
-    a.norm_weight = ptr("norm_weight")
+        setattr(a, name, v.data_ptr())
+        ti = table.get(name)
+        if ti is not None and v.dim() == len(ti.dims):
+            for i, field in enumerate(ti.strides):
+                if field:
+                    setattr(a, field, _st(v, i))
     if t["kv_cache"] is not None:
-        _cache_args(a, t, layout, info, strict)
-    a.positions = ptr("positions")
-    a.slots = ptr("slots")
-    a.cos_sin = ptr("cos_sin")
-    a.sin = ptr("sin")
-    a.k_scale = ptr("k_scale")
-    a.q_scale = ptr("q_scale")
-    a.max_pos = int(t["cos_sin"].shape[0]) if t["cos_sin"] is not None and t["cos_sin"].dim() >= 1 else 1
+        _cache_args(a, t, layout, table if strict else None, strict)
     keep = tuple(v for v in t.values() if v is not None)
     return a, keep
 
 
-_NORM_WEIGHT_DTYPES = {"bf16": lambda torch: torch.bfloat16, "f32": lambda torch: torch.float32}
+def _cache_args(a, t, layout, table, strict):
+    """The cache fields of ropekv_args from t["kv_cache"] (and t["kv_rope_cache"] for the split layout), checked
+    against the kernel's table (None: widths as the tensors have them): flat, rows of one stride (the leading
+    dimensions collapse); paged and split, [num_blocks, block_size, row] as engines hold them."""
+    def width_of(name):
+        ti = table.get(name) if table is not None else None
+        if ti is not None and ti.sizes and ti.sizes[-1] is not None:
+            return ti.sizes[-1], ti.dims[-1]
+        v = t[name]
+        return (int(v.shape[-1]) if v.dim() else 0), "the row"
 
-
-def _check_norm_presence(info, t):
-    """The fused norm's tensors against the kernel's norm: norm_weight is read by rms and rms_out kernels only (and
-    required there), norm_out written by rms_out kernels only (and required there)."""
-    norm = info.norm
-    if norm == "none":
-        for name in ("norm_weight", "norm_out"):
-            if t[name] is not None:
-                raise ValueError("%s is for a kernel with the fused kv_a RMSNorm (norm='rms' or 'rms_out'); %s has "
-                                 "norm none (pass None, or ask for the kernel with norm=)" % (name, info.key))
+    width, what = width_of("kv_cache")
+    a.kv_cache = t["kv_cache"].data_ptr()
+    rows, B = _cache_part(a, t["kv_cache"], layout, width, strict, what=what)
+    if layout != "split":
         return
-    if t["norm_weight"] is None:
-        raise ValueError("norm_weight is required (norm %s: the kv_a RMSNorm weight [%d], %s)" % (
-            norm, info.L, "bfloat16" if info.norm_weight == "bf16" else "float32"))
-    if norm == "rms" and t["norm_out"] is not None:
-        raise ValueError("norm_out is written by norm='rms_out' kernels only; %s has norm rms (pass None, or ask for "
-                         "norm='rms_out')" % info.key)
-    if norm == "rms_out" and t["norm_out"] is None:
-        raise ValueError("norm_out is required (norm rms_out writes the normalized c_kv to norm_out [Tkv, %d] bf16)"
-                         % info.L)
+    rc = t["kv_rope_cache"]
+    if rc is None:
+        return
+    rwidth, rwhat = width_of("kv_rope_cache")
+    rrows, rB = _cache_part(a, rc, layout, rwidth, strict, rope=True, what=rwhat)
+    if strict and (rB != B or rrows != rows):
+        raise ValueError("kv_rope_cache %s must have the blocks and block size of kv_cache %s" % (
+            list(rc.shape), list(t["kv_cache"].shape)))
+    a.kv_rope_cache = rc.data_ptr()
 
 
 _PLANS_MAX = 64  # argument plans kept per kernel (a full table is dropped and refilled)
 
 
-def plan_args(kernel, vals, min_slot):
-    """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with vals, the tensors in
-    _ARG_NAMES order (None where absent), as tensor_args makes it, at the cost of reading each tensor's pointer.
+def plan_args(kernel, tensors, min_slot):
+    """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with tensors (a dict by name, None or
+    absent where not given), as tensor_args makes it, at the cost of reading each tensor's pointer.
 
     Every check of tensor_args depends on what the tensors' signatures hold (dtype, shape, strides, device) and on
     min_slot, never on their data or addresses (the library checks alignment and overlap at every launch), with one
     exception: whether a zero-copy q_nope is q_out itself, which joins the signature. So the first launch with a
     signature runs the full checks and keeps the fields they produce as the plan; a launch with the same signature
     takes the plan's fields with its own tensors' pointers. Pointer fields not taken from a tensor of the same name
-    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them. vals without the last two (norm_weight,
-    norm_out) are read as None there."""
-    if len(vals) != _N_ARGS:
-        vals = tuple(vals) + _NO_NORM if len(vals) == _N_ARGS - 2 else vals
-    try:
-        sig = tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals])
-    except AttributeError:  # not a tensor: tensor_args raises the named error
-        sig = None
+    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
+    get = tensors.get
+    vals = [get(n) for n in _NAMES]
+    sig = None
+    if len(tensors) <= len(_NAMES) and _NAME_SET.issuperset(tensors):  # else tensor_args names the stranger
+        try:
+            sig = tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals])
+        except AttributeError:  # not a tensor: tensor_args raises the named error
+            sig = None
     if sig is not None:
         if kernel._zero_copy and vals[0] is not None and vals[2] is not None:
             sig = (sig, vals[0].data_ptr() == vals[2].data_ptr())
@@ -456,10 +428,10 @@ def plan_args(kernel, vals, min_slot):
             for f, i in ptrs:
                 fields[f] = vals[i].data_ptr()
             return _capi.ARGS_PACK.pack(*fields)
-    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_ARG_NAMES, vals)))
+    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **tensors)
     fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
     if sig is not None:
-        ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_ARG_NAMES)
+        ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_NAMES)
                      if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
         if len(kernel._plans) >= _PLANS_MAX:
             kernel._plans.clear()
@@ -485,70 +457,6 @@ def stream_for(ctx, stream):
         return raw(ctx.device) or None
     return _torch().cuda.current_stream(ctx.device).cuda_stream or None
 
-
-
-def read_args(torch, kernel, ctx, t, layout, min_slot):
-    """(ropekv_args, keepalive) of a read-back launch (op read): out[t] = the row of slots[t] as bf16. kv_cache
-    (with kv_rope_cache for the split layout) as a write kernel takes it, slots [T] (int64/int32 per the variant),
-    out [T, L+R] bf16, or out [T, L] with out_rope [T, R], and k_scale (one float32) for an fp8 e4m3 cache whose
-    convention is not "none". kernel=None (Context.query): the tensors as they are."""
-    strict = kernel is not None
-    info = kernel.info if strict else None
-    if strict:
-        for name in ("kv_cache", "slots", "out"):
-            if t[name] is None:
-                raise ValueError("%s is required (op read)" % name)
-        if layout == "split" and t["kv_rope_cache"] is None:
-            raise ValueError("kv_rope_cache is required (layout split: the rope parts [pages, block_size, R])")
-        needs_scale = info.kv == "fp8_e4m3" and info.scale != "none"
-        if needs_scale and t["k_scale"] is None:
-            t["k_scale"] = _unit_scale(torch, t["kv_cache"].device, "k_scale")
-        if not needs_scale:
-            t["k_scale"] = None  # not read by this kernel
-        _check_cache_dtypes(torch, info, t)
-        _check_dtype("slots", t["slots"], {"int64": (torch.int64,), "int32": (torch.int32,)}[info.slots])
-        for name in ("out", "out_rope"):
-            if t[name] is not None:
-                _check_dtype(name, t[name], (torch.bfloat16,))
-        if t["k_scale"] is not None:
-            _check_dtype("k_scale", t["k_scale"], (torch.float32,))
-            if t["k_scale"].numel() != 1:
-                raise ValueError("k_scale must hold one element, got shape %s" % list(t["k_scale"].shape))
-        for name, v in t.items():
-            if v is not None and not _device_ok(ctx, v):
-                raise ValueError("%s is on %s; this context runs on %s" % (name, v.device, _where(ctx)))
-    sl = t["slots"]
-    T = int(sl.shape[0]) if sl is not None and sl.dim() >= 1 else 0
-    if strict:
-        L, R, W = info.L, info.R, info.W
-        _check_shape("slots", sl, (T,))
-        if t["out_rope"] is not None:
-            _check_shape("out", t["out"], (T, L))
-            _check_shape("out_rope", t["out_rope"], (T, R))
-        elif tuple(t["out"].shape) != (T, W):
-            raise ValueError("out must have shape %s (or %s with out_rope [%d, %d]), got %s" % (
-                [T, W], [T, L], T, R, list(t["out"].shape)))
-    for name in ("kv_cache", "kv_rope_cache", "out", "out_rope"):
-        if t[name] is not None:
-            _check_last_contiguous(name, t[name])
-    if sl is not None and sl.dim() == 1 and sl.shape[0] > 1 and sl.stride(0) != 1:
-        raise ValueError("slots must be contiguous (stride 1), got stride %d" % sl.stride(0))
-
-    a = _capi.ropekv_args()
-    a.tokens, a.heads, a.max_pos = T, 1, 1
-    a.min_slot = min_slot
-    if t["kv_cache"] is not None:
-        _cache_args(a, t, layout, info, strict)
-    a.slots = sl.data_ptr() if sl is not None else None
-    a.k_scale = t["k_scale"].data_ptr() if t["k_scale"] is not None else None
-    for name in ("out", "out_rope"):
-        v = t[name]
-        if v is not None:
-            setattr(a, name, v.data_ptr())
-            if v.dim() == 2:
-                setattr(a, name + "_st", _st(v, 0))
-    keep = tuple(v for v in t.values() if v is not None)
-    return a, keep
 
 
 def new_read_out(kernel, kv_cache, slots, split=False):

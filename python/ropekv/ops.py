@@ -24,19 +24,53 @@ import threading
 
 import torch
 
-from . import _core
+from . import _capi, _core
 
-# The write operator's arguments in schema syntax, described once. write_q_inplace is the same with q_pe written
-# and no q form (q form inplace puts rope(q_pe) back into q_pe); the read operator has its own list. The fused kv_a
-# RMSNorm's arguments come last, with defaults (norm none, no tensors), so calls written before them stay valid.
-_WRITE_ARGS = ("str spec", "str kv", "str q_form", "str q_dtype", "str layout", "Tensor? q_nope", "Tensor? q_pe",
-               "Tensor(a!)? q_out", "Tensor k_nope", "Tensor k_pe", "Tensor(b!) kv_cache", "Tensor positions",
-               "Tensor slots", "Tensor? cos_sin", "Tensor? sin", "Tensor? k_scale", "Tensor? q_scale",
-               "Tensor(c!)? kv_rope_cache", "int min_slot=0", 'str norm="none"', "Tensor? norm_weight=None",
-               "Tensor(e!)? norm_out=None")
-_INPLACE_ARGS = tuple("Tensor(d!) q_pe" if a == "Tensor? q_pe" else a for a in _WRITE_ARGS if a != "str q_form")
-_READ_ARGS = ("str spec", "str kv", "str layout", "Tensor kv_cache", "Tensor? kv_rope_cache", "Tensor slots",
-              "Tensor? k_scale", "Tensor(a!) out", "Tensor(b!)? out_rope", "int min_slot=0")
+# The operators' arguments come from the library's tensor tables (ropekv_family_tensor: every tensor some kernel of a
+# family may take, whether some kernel writes it, whether every kernel needs it). write launches the kernels of q forms
+# absorbed, zero_copy and none; write_q_inplace those of q form inplace (rope(q_pe) written back into q_pe), with the
+# arguments of write (less q_form) so that a call switches between the two by name alone; read the read-back kernels.
+# A tensor is "Tensor" where every kernel the operator launches needs it, else "Tensor?"; it is marked written
+# (Tensor(x!)) where some kernel of the operator's arguments writes it. The positions of the tensors version 0.1's
+# operators took are frozen (calls passing them positionally stay valid): after the variant's strings, those tensors,
+# then min_slot (and norm), then every other tensor of the table, with default None (the fused kv_a RMSNorm's).
+_HEAD = {"write": ("str spec", "str kv", "str q_form", "str q_dtype", "str layout"),
+         "write_q_inplace": ("str spec", "str kv", "str q_dtype", "str layout"),
+         "read": ("str spec", "str kv", "str layout")}
+_FROZEN = {"write": ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
+                     "k_scale", "q_scale", "kv_rope_cache"),
+           "read": ("kv_cache", "kv_rope_cache", "slots", "k_scale", "out", "out_rope")}
+_FROZEN["write_q_inplace"] = _FROZEN["write"]
+_SCALARS = {"write": ("int min_slot=0", 'str norm="none"'), "write_q_inplace": ("int min_slot=0", 'str norm="none"'),
+            "read": ("int min_slot=0",)}
+# (op, the q forms it launches, the q forms whose tensors its arguments list)
+_FAMILIES = {"write": ("write", ("absorbed", "zero_copy", "none"), ("absorbed", "zero_copy", "none")),
+             "write_q_inplace": ("write", ("inplace",), ("absorbed", "zero_copy", "inplace", "none")),
+             "read": ("read", ("none",), ("none",))}
+
+
+def _schema(name):
+    """(the schema's argument list, the names of its tensors) of operator name, from the library's family tables."""
+    op, launched, listed = _FAMILIES[name]
+    tables = {q: {t.name: t for t in _core.family_tensors(op, q)} for q in set(launched) | set(listed)}
+    names = []
+    for q in listed:
+        names += [n for n in tables[q] if n not in names]
+    frozen = _FROZEN[name]
+    missing = [n for n in frozen if n not in names]
+    assert not missing, "the library's %s tables lack %s" % (op, missing)
+    order = [n for n in _capi.ARGS_POINTERS if n in names]  # the table's order
+    later = [n for n in order if n not in frozen]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+
+    def arg(n, default):
+        written = any(n in tables[q] and tables[q][n].written for q in listed)
+        needed = all(n in tables[q] and tables[q][n].need != "optional" for q in launched)
+        alias = "(%s!)" % next(letters) if written else ""
+        return "Tensor%s%s %s%s" % (alias, "" if needed and not default else "?", n, "=None" if default else "")
+
+    args = list(_HEAD[name]) + [arg(n, False) for n in frozen] + list(_SCALARS[name]) + [arg(n, True) for n in later]
+    return args, tuple(frozen) + tuple(later)
 
 
 _LOCK = threading.Lock()
@@ -112,24 +146,30 @@ def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op, norm
     return k
 
 
-def _write_impl(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0, norm="none", norm_weight=None, norm_out=None):
-    k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write", norm)
-    k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
-                      kv_rope_cache, None, None, norm_weight, norm_out), min_slot)
+def _launch(name, a):
+    """Operator name's launch, its arguments by name (a): the kernel of the variant they name, on the cache's device,
+    launched on the tensors of the operator's table."""
+    q_form = "none" if name == "read" else "inplace" if name == "write_q_inplace" else a["q_form"]
+    if name == "read":
+        k = _kernel(a["kv_cache"].get_device(), a["spec"], a["kv"], "none", None, a["slots"], "bf16", a["layout"],
+                    "read")
+    else:
+        k = _kernel(a["kv_cache"].get_device(), a["spec"], a["kv"], q_form, a["positions"], a["slots"], a["q_dtype"],
+                    a["layout"], "write", a.get("norm", "none"))
+    k.launch_named({n: a.get(n) for n in _TENSORS[name]}, a.get("min_slot", 0))
 
 
-def _write_q_inplace_impl(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                          cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot=0, norm="none", norm_weight=None,
-                          norm_out=None):
-    _write_impl(spec, kv, "inplace", q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots,
-                cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot, norm, norm_weight, norm_out)
+def _impl(name):
+    """Operator name's implementation: the dispatcher's arguments (in the schema's order, or by name) to _launch."""
+    order = _ORDER[name]
 
+    def impl(*args, **kwargs):
+        a = dict(zip(order, args))
+        a.update(kwargs)
+        _launch(name, a)
 
-def _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot=0):
-    k = _kernel(kv_cache.get_device(), spec, kv, "none", None, slots, "bf16", layout, "read")
-    k.launch_tensors((None, None, None, None, None, kv_cache, None, slots, None, None, k_scale, None, kv_rope_cache, out,
-                      out_rope, None, None), min_slot)
+    impl.__name__ = "_%s_impl" % name
+    return impl
 
 
 def _fake(*args, **kwargs):
@@ -138,13 +178,15 @@ def _fake(*args, **kwargs):
     return None
 
 
-_OPS = (("write", _WRITE_ARGS, _write_impl), ("write_q_inplace", _INPLACE_ARGS, _write_q_inplace_impl),
-        ("read", _READ_ARGS, _read_impl))
+_ORDER = {}  # operator -> its arguments' names, in the schema's order
+_TENSORS = {}  # operator -> its tensors' names
 _LIB = torch.library.Library("ropekv", "DEF")
-for _name, _args, _impl in _OPS:
+for _name in ("write", "write_q_inplace", "read"):
+    _args, _TENSORS[_name] = _schema(_name)
+    _ORDER[_name] = tuple(a.split(" ")[1].split("=")[0] for a in _args)
     _LIB.define("%s(%s) -> ()" % (_name, ", ".join(_args)))
     for _key in ("CPU", "CUDA"):
-        _LIB.impl(_name, _impl, _key)
+        _LIB.impl(_name, _impl(_name), _key)
     _register_fake = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
     if _register_fake is not None:  # torch >= 2.2
         _register_fake("ropekv::" + _name, _fake, lib=_LIB)
@@ -152,6 +194,17 @@ for _name, _args, _impl in _OPS:
         # fallthrough there, so the fake is registered for it too)
         _LIB.impl(_name, _fake, "Meta")
         _LIB.impl(_name, _fake, "AutogradMeta")
+
+
+def _call(name, a):
+    """Operator name with arguments a (by name): eager on plain tensors, its implementation directly, without the
+    dispatcher's boxing; else (torch.compile, fake or meta tensors) torch.ops.ropekv.<name>, with the arguments in its
+    schema's order, which becomes a node of the graph."""
+    kv_cache = a["kv_cache"]
+    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
+        _launch(name, a)
+    else:
+        getattr(torch.ops.ropekv, name)(*[a.get(n) for n in _ORDER[name]])
 
 
 def _compiling_probe():
@@ -184,19 +237,11 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
-    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
-        # eager on plain tensors: the operator's own implementation, without the dispatcher's boxing
-        _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write",
-                norm).launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin,
-                                      k_scale, q_scale, kv_rope_cache, None, None, norm_weight, norm_out), min_slot)
-    elif q_form == "inplace":
-        torch.ops.ropekv.write_q_inplace(spec, kv, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
-                                         positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot,
-                                         norm, norm_weight, norm_out)
-    else:
-        torch.ops.ropekv.write(spec, kv, q_form, q_dtype, layout, q_nope, q_pe, q_out, k_nope, k_pe, kv_cache,
-                               positions, slots, cos_sin, sin, k_scale, q_scale, kv_rope_cache, min_slot, norm,
-                               norm_weight, norm_out)
+    _call("write_q_inplace" if q_form == "inplace" else "write",
+          dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
+               k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,
+               k_scale=k_scale, q_scale=q_scale, kv_rope_cache=kv_rope_cache, min_slot=min_slot, norm=norm,
+               norm_weight=norm_weight, norm_out=norm_out))
 
 
 def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None, kv_rope_cache=None, k_scale=None,
@@ -204,8 +249,6 @@ def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None,
     """The read-back (torch.ops.ropekv.read): out[t] = the row of slots[t] as bf16, [T, L+R]; or [T, L] with the rope
     parts in out_rope [T, R]. A slot below min_slot gives a zero row or leaves it, per the spec. Returns out, or
     (out, out_rope)."""
-    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
-        _read_impl(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
-    else:
-        torch.ops.ropekv.read(spec, kv, layout, kv_cache, kv_rope_cache, slots, k_scale, out, out_rope, min_slot)
+    _call("read", dict(spec=spec, kv=kv, layout=layout, kv_cache=kv_cache, kv_rope_cache=kv_rope_cache, slots=slots,
+                       k_scale=k_scale, out=out, out_rope=out_rope, min_slot=min_slot))
     return out if out_rope is None else (out, out_rope)

@@ -36,7 +36,8 @@ def test_struct_layout_matches_header():
     version_dir = next((d for d in version_dirs if os.path.exists(os.path.join(d, "ropekv_version.h"))), None)
     assert version_dir, "ropekv_version.h not found in %s" % ", ".join(version_dirs)
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
-    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args]
+    structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args,
+               ropekv._capi.ropekv_tensor_info]
     for st in structs:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (st.__name__, st.__name__))
         for f, _ in st._fields_:
@@ -99,6 +100,33 @@ def test_kernel_info():
     assert (value.value, kind.value) == (b"fp8_e4m3", ropekv._capi.PARAM_KINDS["text"])
     assert lib.ropekv_kernel_param_find(k._h, b"no_such_parameter", ctypes.byref(value), None) == \
         ropekv.STATUS["ROPEKV_ERR_ARG"]
+
+
+def test_kernel_tensors():
+    """A kernel's tensors come from the library's table (ropekv_kernel_tensor): names, access, dtypes, dimensions and
+    strides; a family's (ropekv_family_tensor) without a kernel, what its kernels agree on."""
+    c = context("host")
+    k = c.kernel("deepseek_v3", kv="fp8_e4m3", layout="paged")
+    by = {t.name: t for t in k.tensors}
+    assert [t.name for t in k.tensors] == ["q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions",
+                                          "slots", "cos_sin", "k_scale"], k.tensors
+    q = by["q_nope"]
+    assert (q.access, q.need, q.dtype, q.dims, q.sizes, q.strides) == (
+        "read", "tokens", "bf16", ("T", "H", "L"), (None, None, 512), ("q_nope_st", "q_nope_sh", None)), q
+    assert q.shape_text() == "[T, H, L=512]" and q.when == "q form absorbed" and not q.packed
+    kv = by["kv_cache"]
+    assert (kv.access, kv.dtype, kv.elem_bytes, kv.dims, kv.strides, kv.align) == (
+        "write", "fp8_e4m3", 1, ("blocks", "block_size", "W"), ("kv_block_st", "kv_st", None), 8), kv
+    assert by["q_out"].written and by["positions"].packed and by["k_scale"].when == "fp8 cache with a scale"
+    assert [t.name for t in c.kernel("deepseek_v3", q="inplace").tensors if t.written] == ["q_pe", "kv_cache"]
+    r = c.kernel("deepseek_v3", op="read")
+    assert [(t.name, t.access, t.need) for t in r.tensors] == [
+        ("kv_cache", "read", "tokens"), ("slots", "read", "tokens"), ("out", "write", "tokens"),
+        ("out_rope", "write", "optional")]
+    fam = {t.name: t for t in ropekv.family_tensors("write", "absorbed")}
+    assert fam["k_nope"].need == "kv_tokens" and fam["cos_sin"].need == "optional" and fam["sin"].need == "optional"
+    assert fam["q_out"].dtype is None and fam["q_out"].dims == ("T", "H", "W") and fam["kv_cache"].dims == ()
+    assert "out" not in fam and [t.name for t in ropekv.family_tensors("read")][-2:] == ["out", "out_rope"]
 
 
 def test_context_host_basics():

@@ -78,6 +78,13 @@ def _check_norm_errors(torch, ctx, device):
     _expect(ropekv.RopekvError, lambda: out(**x, norm_weight=w, norm_out=base[4:4 + 8 * 520].view(8, 520)[:, :512]),
             {"ROPEKV_ERR_ALIGN"})  # a row stride of 520 is fine, 8 bytes past a 16-byte boundary is not
     out(**x, norm_weight=w, norm_out=base[:8 * 520].view(8, 520)[:, :512])
+    # norm_out over k_nope races with its reads: refused by the library (ROPEKV_ERR_ALIAS); beside it in one buffer
+    # (the halves of [8, 1024] rows), accepted
+    e = _expect(ropekv.RopekvError, lambda: out(**x, norm_weight=w, norm_out=x["k_nope"]), {"ROPEKV_ERR_ALIAS"})
+    assert "norm_out" in e.message and "k_nope" in e.message, e
+    halves = torch.zeros(8, 1024, dtype=torch.bfloat16, device=device)
+    halves[:, :512] = x["k_nope"][:8]
+    out(**dict(x, k_nope=halves[:, :512]), norm_weight=w, norm_out=halves[:, 512:])
     e = _expect(ValueError, lambda: ctx.kernel("deepseek_v3", op="read")(kv_cache=x["kv_cache"], slots=x["slots"],
                                                                       norm_weight=w))
     assert "norm_weight" in str(e), e

@@ -194,6 +194,16 @@ def _check_errors(torch, ctx, device):
     assert not ok and "ROPEKV_ERR_STRIDE" in why
     ok, why = ctx.query("deepseek_v3", kv="bf16", q="absorbed", **x)
     assert ok, why
+    # aliasing: a tensor the kernel writes shares no byte with another, checked at every launch (the same signature as
+    # a launch that ran: its plan is reused, the library still refuses)
+    k(**x)
+    e = _expect(ropekv.RopekvError, lambda: k(**dict(x, q_pe=x["q_out"][..., 512:])), {"ROPEKV_ERR_ALIAS"})
+    assert "q_pe" in e.message and "q_out" in e.message, e
+    ok, why = ctx.query("deepseek_v3", kv="bf16", q="absorbed", **dict(x, q_pe=x["q_out"][..., 512:]))
+    assert not ok and "ROPEKV_ERR_ALIAS" in why, why
+    e = _expect(ropekv.RopekvError, lambda: k(**dict(x, slots=x["kv_cache"].view(-1).view(torch.int64)[:T])),
+                {"ROPEKV_ERR_ALIAS"})
+    assert "slots" in e.message and "kv_cache" in e.message, e
     # devices
     if device == "cpu":
         if torch.cuda.is_available():

@@ -130,6 +130,14 @@ def test_op_errors_host():
     _expect(ValueError, lambda: ops.write("deepseek_v3", **dict(x, q_pe=x["q_pe"][:, :1])))
     _expect(TypeError, lambda: ops.write("deepseek_v3", **dict(x, slots=x["slots"].to(torch.int16))))
     _expect(ValueError, lambda: ops.write("deepseek_v3", **x, min_slot=-2))
+    # aliasing: q_pe read from the q_out rows the kernel writes
+    e = _expect(ropekv.RopekvError, lambda: ops.write("deepseek_v3", **dict(x, q_pe=x["q_out"][..., 512:])),
+                {"ROPEKV_ERR_ALIAS"})
+    assert "q_out" in e.message, e
+    e = _expect(ropekv.RopekvError, lambda: torch.ops.ropekv.write(
+        "deepseek_v3", "bf16", "absorbed", "bf16", "flat", x["q_nope"], x["q_out"][..., 512:], x["q_out"], x["k_nope"],
+        x["k_pe"], x["kv_cache"], x["positions"], x["slots"], x["cos_sin"], None, None, None, None),
+        {"ROPEKV_ERR_ALIAS"})
 
 
 NORM_OP_CASES = [("deepseek_v3", "absorbed", "fp8_e4m3", 11, None, 0), ("kimi_k2", "inplace", "bf16", 11, None, 0),
