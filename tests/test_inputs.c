@@ -2,7 +2,8 @@
  *   - spec text: the 1 MiB cap on every entry point (exactly 1 MiB loads, one byte more is refused);
  *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
  *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
- *   - $CXX: a command with arguments; a compiler that fails silently or is killed by a signal;
+ *   - $CXX: a command with arguments; a compiler that leaves a background job holding its output; one that
+ *     fails silently or is killed by a signal;
  *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
  *     when a context opens (and only those); an unusable $TMPDIR named as such; a noexec one used
  *     (kernels load from memory).
@@ -243,6 +244,22 @@ static void test_cxx(void **state) {
     assert_int_equal(rk_read_file(mark, &ran), ROPEKV_OK);
     assert_string_equal((const char *)ran.data, "'quoted\n"); /* quotes are not interpreted */
     rk_code_free(&ran);
+
+    /* a compiler that leaves a background job holding its output: the compile ends when the compiler exits,
+     * with no limit and with one (not reported as timed out) */
+    write_text(cxx, "#!/bin/sh\nsleep 30 &\nexec c++ \"$@\"\n", 0700);
+    setenv("CXX", cxx, 1);
+    static const char *const limits[] = {"0", "20"};
+    for (int i = 0; i < 2; i++) {
+        setenv("ROPEKV_COMPILE_TIMEOUT", limits[i], 1);
+        const double t0 = rk_now_ms();
+        c = rk_test_host_ctx(NULL);
+        assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+        assert_true(rk_now_ms() - t0 < 15e3);
+        ropekv_kernel_release(k);
+        ropekv_destroy(c);
+    }
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
 
     /* fails without a word: the exit status names it */
     setenv("CXX", "false", 1);
