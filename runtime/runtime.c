@@ -878,7 +878,11 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     unsigned described_gen; /* differs from gen only when the spec is replaced meanwhile: then the kernel
                                is the new content's, under the old lookup, and never found again */
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
-    if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
+    if (s == ROPEKV_OK && described_gen != gen) { /* other threads' lookups read it under mu */
+        pthread_mutex_lock(&c->mu);
+        k->generation = ~0u;
+        pthread_mutex_unlock(&c->mu);
+    }
     k->d.spec = &k->spec;
     if (s == ROPEKV_OK) rk_desc_views(&k->d, c->pdl, &k->views);
     void *fn = NULL;
