@@ -143,8 +143,10 @@ typedef struct ropekv_options {
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
- * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG),
- * always named there. */
+ * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG) and
+ * an unusable library named by $ROPEKV_LIBHIP or $ROPEKV_LIBCUDA (ROPEKV_ERR_BACKEND, not a reason to choose
+ * another backend), always named there. With logging on, each backend the automatic choice passes over is
+ * logged with the reason. */
 ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
 /* Gives up the handle; the context is freed now, or when its last kernel is released. */
 ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);

@@ -337,13 +337,26 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
         c->compile_only = 1;
         ordinal = RK_COMPILE_ONLY;
     }
+    /* Each backend passed over is logged with the reason; a library the caller named ($ROPEKV_LIBHIP,
+     * $ROPEKV_LIBCUDA) that cannot be used is an error, never a reason to try the next backend. */
     rk_buf log = {0};
     const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
     rc = ROPEKV_ERR_BACKEND;
     for (int i = 0; i < 3 && rc != ROPEKV_OK; i++) {
         if (want != ROPEKV_BACKEND_AUTO && want != (ropekv_backend)(i + 1)) continue;
         if (log.len) rk_buf_put(&log, "; ", 2);
+        const size_t at = log.len;
         rc = open_backend(c, order[i], ordinal, target, &log);
+        if (rc == ROPEKV_OK) break;
+        const char *reason = log.p && log.len > at ? log.p + at : ropekv_status_name((ropekv_status)rc);
+        if (c->dev.named_unusable) {
+            fprintf(stderr, "ropekv: error: %s; name a usable library there, or unset it\n", reason);
+            rc = ROPEKV_ERR_BACKEND;
+            break;
+        }
+        const size_t n = strlen(order[i]->name);
+        const int named = strncmp(reason, order[i]->name, n) == 0 && (reason[n] == ':' || reason[n] == ' ');
+        logf_(c, "backend skipped: %s%s%s", named ? "" : order[i]->name, named ? "" : ": ", reason);
     }
     if (rc == ROPEKV_OK && !(c->arch = arch_for_target(&c->archs, c->dev.target))) {
         rk_buf_printf(&log, "target %s has no row in specs/archs.lua", c->dev.target);

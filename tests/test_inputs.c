@@ -2,6 +2,8 @@
  *   - spec text: the 1 MiB cap on every entry point (exactly 1 MiB loads, one byte more is refused);
  *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
  *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
+ *   - the backend choice: each backend passed over logged with its reason; an unusable library named by
+ *     ROPEKV_LIBHIP or ROPEKV_LIBCUDA an error, not a reason to choose another backend;
  *   - $CXX: a command with arguments; a compiler that leaves a background job holding its output; one that
  *     fails silently or is killed by a signal;
  *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
@@ -217,6 +219,65 @@ static void test_env_at_create(void **state) {
     assert_non_null(strstr(end_capture(), "ROPEKV_BACKEND=gpu: expected one of: hip cuda host"));
     c = rk_test_host_ctx(NULL);
     assert_non_null(c);
+    ropekv_destroy(c);
+    setenv("ROPEKV_BACKEND", "host", 1);
+}
+
+/* ---- backend choice ------------------------------------------------------------------------------- */
+/* ropekv_create(o) with the variable var set to value fails with ROPEKV_ERR_BACKEND naming them on stderr (without
+ * the log), unless an AMD device is chosen before cuda is tried; o choosing the host backend is not affected. */
+static void expect_unusable(ropekv_options *o, const char *var, const char *value) {
+    ropekv_ctx *c = NULL;
+    char says[256];
+    snprintf(says, sizeof says, "%s=%s", var, value);
+    setenv(var, value, 1);
+    begin_capture();
+    ropekv_status s = ropekv_create(&c, o);
+    const char *err = end_capture();
+    if (s == ROPEKV_OK && strcmp(ropekv_backend_name(c), "hip") == 0 && strcmp(var, "ROPEKV_LIBCUDA") == 0) {
+        ropekv_destroy(c);
+    } else {
+        assert_int_equal(s, ROPEKV_ERR_BACKEND);
+        assert_null(c);
+        if (!strstr(err, says) || !strstr(err, "name a usable library there, or unset it"))
+            fail_msg("'%s' not in '%s'", says, err);
+    }
+    o->backend = ROPEKV_BACKEND_HOST;
+    assert_int_equal(ropekv_create(&c, o), ROPEKV_OK);
+    ropekv_destroy(c);
+    o->backend = ROPEKV_BACKEND_AUTO;
+    unsetenv(var);
+}
+
+/* The automatic choice logs each backend it passes over with the reason (ROPEKV_LOG=1). A library named by
+ * ROPEKV_LIBHIP or ROPEKV_LIBCUDA that cannot be used (not loadable, lacking an entry point, or another than the one
+ * the process loaded already) fails ropekv_create instead of another backend being chosen; once the variable is
+ * unset the choice is the one before. */
+static void test_backend_choice(void **state) {
+    (void)state;
+    ropekv_options o = {.disk_cache = -1};
+    ropekv_ctx *c = NULL;
+    unsetenv("ROPEKV_BACKEND");
+    expect_unusable(&o, "ROPEKV_LIBHIP", "/nonexistent/libamdhip64.so");
+    expect_unusable(&o, "ROPEKV_LIBHIP", "libc.so.6"); /* loads, lacks hipInit */
+    expect_unusable(&o, "ROPEKV_LIBCUDA", "/nonexistent/libcuda.so.1");
+
+    setenv("ROPEKV_LOG", "1", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    const char *err = end_capture();
+    char chosen[16];
+    snprintf(chosen, sizeof chosen, "%s", ropekv_backend_name(c));
+    ropekv_destroy(c);
+    if (strcmp(chosen, "host") == 0) { /* no GPU here: both device backends were passed over, and said why */
+        assert_non_null(strstr(err, "ropekv: backend skipped: hip: "));
+        assert_non_null(strstr(err, "ropekv: backend skipped: cuda: "));
+    }
+    unsetenv("ROPEKV_LOG");
+    /* after a libamdhip64 found by default, perhaps loaded now: one named is refused either way */
+    expect_unusable(&o, "ROPEKV_LIBHIP", "libc.so.6");
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_string_equal(ropekv_backend_name(c), chosen);
     ropekv_destroy(c);
     setenv("ROPEKV_BACKEND", "host", 1);
 }
@@ -446,8 +507,9 @@ static void test_tmpdir_unusable(void **state) {
 
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_size_cap), cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
-        cmocka_unit_test(test_cxx),           cmocka_unit_test(test_tmp_sweep),  cmocka_unit_test(test_tmpdir_unusable),
+        cmocka_unit_test(test_spec_size_cap),   cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_backend_choice),  cmocka_unit_test(test_cxx),        cmocka_unit_test(test_tmp_sweep),
+        cmocka_unit_test(test_tmpdir_unusable),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("inputs", tests, setup, teardown);
