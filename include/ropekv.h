@@ -139,7 +139,7 @@ typedef struct ropekv_options {
                                   machine without the GPU); the backend must be chosen (options.backend or
                                   $ROPEKV_BACKEND), and the target too (or $ROPEKV_TARGET). Its kernels
                                   can be got, prepared and described, never launched (ROPEKV_ERR_BACKEND).
-                                  0: a device context */
+                                  0 (or -1, off as for the options above): a device context */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a

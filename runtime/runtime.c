@@ -328,7 +328,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     if (want == ROPEKV_BACKEND_AUTO && eb >= 0) want = (ropekv_backend)(eb + 1);
     const char *target = o && o->target ? o->target : rk_env_text(RK_ENV_TARGET);
     int ordinal = o ? o->device : 0;
-    if (o && o->compile_only) { /* no device: the backend and the target are the caller's */
+    if (o && o->compile_only > 0) { /* no device: the backend and the target are the caller's */
         if (want == ROPEKV_BACKEND_AUTO || !target) {
             fprintf(stderr, "ropekv: error: a compile-only context needs options.backend and options.target\n");
             ropekv_destroy(c);

@@ -313,6 +313,9 @@ static void test_compile_only(void **state) {
     ropekv_ctx *c;
     ropekv_options no_target = {.compile_only = 1, .backend = ROPEKV_BACKEND_HOST}; /* and no $ROPEKV_TARGET */
     assert_int_equal(ropekv_create(&c, &no_target), ROPEKV_ERR_ARG);
+    no_target.compile_only = -1; /* off, as -1 is for every tri-state option: a device context, no target needed */
+    assert_int_equal(ropekv_create(&c, &no_target), ROPEKV_OK);
+    ropekv_destroy(c);
     ropekv_options o = {
         .backend = ROPEKV_BACKEND_HOST, .target = "host", .cache_dir = dir, .disk_cache = 1, .compile_only = 1};
     assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
@@ -672,8 +675,8 @@ static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status
 }
 
 /* The structs that grow (include/ropekv.h). A caller built against an older, shorter struct passes its size, and the
- * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (compile_only
- * without a target, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
+ * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (cache_ro a wild
+ * pointer, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
  * accepted while the bytes past the library's are zero, else refused with ROPEKV_ERR_VERSION, as is a size smaller
  * than the size field. */
 static void test_struct_sizes(void **state) {
