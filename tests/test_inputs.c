@@ -210,6 +210,25 @@ static void test_env_at_create(void **state) {
     assert_null(strstr(err, "ROPEKV_LIB"));
     unsetenv("ROPEKV_DISABLE_CAHCE");
     unsetenv("ROPEKV_LIB");
+    /* however many there are */
+    char name[64];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d", i);
+        setenv(name, "1", 1);
+    }
+    begin_capture();
+    for (int i = 0; i < 3; i++) {
+        c = rk_test_host_ctx(NULL);
+        assert_non_null(c);
+        ropekv_destroy(c);
+    }
+    err = end_capture();
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d is not a variable", i);
+        if (occurrences(err, name) != 1) fail_msg("'%s' %d times in '%s'", name, occurrences(err, name), err);
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d", i);
+        unsetenv(name);
+    }
 
     /* an invalid backend is an error (another backend would surprise), unless the options choose one */
     setenv("ROPEKV_BACKEND", "gpu", 1);
