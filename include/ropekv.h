@@ -143,7 +143,8 @@ typedef struct ropekv_options {
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
- * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG) and
+ * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG), a
+ * target (options.target, $ROPEKV_TARGET) too long or holding control characters (ROPEKV_ERR_ARG), and
  * an unusable library named by $ROPEKV_LIBHIP or $ROPEKV_LIBCUDA (ROPEKV_ERR_BACKEND, not a reason to choose
  * another backend), always named there. With logging on, each backend the automatic choice passes over is
  * logged with the reason. */

@@ -34,7 +34,8 @@ static void cu_load(const char *env) {
     cu_attempted = 1;
     snprintf(cu_tried, sizeof cu_tried, "%s", env ? env : "");
     cu_named = env != NULL;
-    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBCUDA=%.280s", env);
+    char shown[280];
+    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBCUDA=%s", rk_printable(env, shown, sizeof shown));
     else snprintf(lib, sizeof lib, "libcuda.so.1");
     if (rk_dl_open(&dl, candidate, 1, NULL) != ROPEKV_OK) {
         snprintf(cu_why, sizeof cu_why, "%s cannot be loaded (%.420s)", lib, dl.error);
@@ -68,8 +69,10 @@ static const rk_cuda_api *driver(unsigned need, char *why, size_t cap, int *name
     if (!api && named) *named = cu_named;
     if (api && env && strcmp(cu_tried, env) != 0 &&
         named) { /* the backend's open: not the library the variable names */
-        snprintf(why, cap, "ROPEKV_LIBCUDA=%.280s cannot be used: this process loaded %s%.280s already", env,
-                 cu_tried[0] ? "ROPEKV_LIBCUDA=" : "the default libcuda.so.1", cu_tried);
+        char shown[280], loaded[280];
+        snprintf(why, cap, "ROPEKV_LIBCUDA=%s cannot be used: this process loaded %s%s already",
+                 rk_printable(env, shown, sizeof shown), cu_tried[0] ? "ROPEKV_LIBCUDA=" : "the default libcuda.so.1",
+                 rk_printable(cu_tried, loaded, sizeof loaded));
         *named = 1;
         api = NULL;
     }

@@ -75,7 +75,8 @@ static void hip_load(const char *env) {
     hip_attempted = 1;
     snprintf(hip_tried, sizeof hip_tried, "%s", env ? env : "");
     hip_named = env != NULL;
-    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBHIP=%.280s", env);
+    char shown[280];
+    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBHIP=%s", rk_printable(env, shown, sizeof shown));
     else snprintf(lib, sizeof lib, "libamdhip64");
     if (rk_hip_dl_open(&dl) != ROPEKV_OK) {
         snprintf(hip_why, sizeof hip_why, "%s cannot be loaded (%.420s)", lib, dl.error);
@@ -106,8 +107,10 @@ static int hip_ready(char *why, size_t cap, int *named) {
         snprintf(why, cap, "%s", hip_why);
         *named = hip_named;
     } else if (env && strcmp(hip_tried, env) != 0) {
-        snprintf(why, cap, "ROPEKV_LIBHIP=%.280s cannot be used: this process loaded %s%.280s already", env,
-                 hip_tried[0] ? "ROPEKV_LIBHIP=" : "the default libamdhip64", hip_tried);
+        char shown[280], loaded[280];
+        snprintf(why, cap, "ROPEKV_LIBHIP=%s cannot be used: this process loaded %s%s already",
+                 rk_printable(env, shown, sizeof shown), hip_tried[0] ? "ROPEKV_LIBHIP=" : "the default libamdhip64",
+                 rk_printable(hip_tried, loaded, sizeof loaded));
         *named = 1;
         ok = 0;
     }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "rk.h"
 
 #define HDR RK_CACHE_HEADER_SIZE
 #define PATH_CAP (sizeof(((rk_cache *)0)->dir) + 128)
@@ -124,6 +125,13 @@ static int set_dir(rk_cache *c, const char *dir) {
         return -1;
     }
     size_t n = strlen(dir);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) { /* never a path meant, and unsafe in messages */
+            char shown[1024];
+            say(c->why, sizeof c->why, "cache directory '%s' holds control characters" MEMORY_ONLY,
+                rk_printable(dir, shown, sizeof shown));
+            return -1;
+        }
     for (;;) {
         while (n > 1 && dir[n - 1] == '/') n--;
         if (n > 2 && dir[n - 1] == '.' && dir[n - 2] == '/') n -= 2; /* "dir/." */

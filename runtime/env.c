@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "rk.h"
+
 typedef enum { TEXT, FLAG, NUMBER, CHOICE, VERSION } kind;
 
 static const struct {
@@ -58,8 +60,10 @@ static void warn(rk_env_id id, const char *v, const char *expected, const char *
     int again = warned[id] == h;
     warned[id] = h;
     pthread_mutex_unlock(&mu);
+    char shown[256];
     if (!again)
-        fprintf(stderr, "ropekv: warning: %s=%.200s: expected %s; using %s\n", table[id].name, v, expected, using);
+        fprintf(stderr, "ropekv: warning: %s=%s: expected %s; using %s\n", table[id].name,
+                rk_printable(v, shown, sizeof shown), expected, using);
 }
 
 /* 1 or 0 for a flag's spelling, -1 for anything else. */
@@ -112,7 +116,9 @@ int rk_env_choice(rk_env_id id, char *why, size_t cap) {
     const char *v = rk_env_text(id);
     int i = v ? choice_index(table[id].choices, v) : -1;
     if (v && i < 0) {
-        snprintf(why, cap, "%s=%.200s: expected one of: %s", table[id].name, v, table[id].choices);
+        char shown[256];
+        snprintf(why, cap, "%s=%s: expected one of: %s", table[id].name, rk_printable(v, shown, sizeof shown),
+                 table[id].choices);
         return -2;
     }
     return i;
@@ -171,8 +177,9 @@ void rk_env_warn_invalid(void) {
             cap = cap ? cap * 2 : 16;
         }
         warned[n_warned++] = h;
-        fprintf(stderr, "ropekv: warning: %.*s is not a variable ropekv reads (a misspelling? README lists them)\n",
-                (int)(n < 200 ? n : 200), *e);
+        char shown[256];
+        fprintf(stderr, "ropekv: warning: %s is not a variable ropekv reads (a misspelling? README lists them)\n",
+                rk_escape(*e, n, shown, sizeof shown));
     }
     pthread_mutex_unlock(&mu);
 }

@@ -118,7 +118,8 @@ int rk_run_in(const char *const argv[], int dirfd, int timeout_s, unsigned flags
     close(fd[1]);
     if (e != 0) {
         close(fd[0]);
-        if (out) rk_buf_printf(out, "%s: cannot run: %s\n", argv[0], strerror(e));
+        char shown[512];
+        if (out) rk_buf_printf(out, "%s: cannot run: %s\n", rk_printable(argv[0], shown, sizeof shown), strerror(e));
         return ROPEKV_ERR_IO;
     }
     /* The output is read until the program exits, not until the pipe's end, which what it left running
@@ -184,18 +185,28 @@ const char *rk_tmp_base(void) {
     return t && *t ? t : "/tmp";
 }
 
+/* Whether s holds a control character (below 0x20, or 0x7f). */
+static int has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+    return 0;
+}
+
 int rk_tmp_check(int need_exec, char *why, size_t cap) {
     const char *base = rk_tmp_base(), *set = getenv("TMPDIR"), *problem = NULL;
     struct stat st;
     struct statvfs vfs;
-    if (stat(base, &st) != 0) problem = errno == ENOENT ? "no such directory" : strerror(errno);
+    char shown[512];
+    if (has_control(base)) problem = "holds control characters";
+    else if (stat(base, &st) != 0) problem = errno == ENOENT ? "no such directory" : strerror(errno);
     else if (!S_ISDIR(st.st_mode)) problem = "not a directory";
     else if (access(base, W_OK | X_OK) != 0) problem = "not writable";
     else if (need_exec && statvfs(base, &vfs) == 0 && (vfs.f_flag & ST_NOEXEC))
         problem = "on a noexec mount, so the host backend cannot load the kernels it builds there";
     if (!problem) return 0;
-    if (set && *set) snprintf(why, cap, "TMPDIR=%s: %s", base, problem);
-    else snprintf(why, cap, "%s (TMPDIR is not set): %s", base, problem);
+    rk_printable(base, shown, sizeof shown);
+    if (set && *set) snprintf(why, cap, "TMPDIR=%s: %s", shown, problem);
+    else snprintf(why, cap, "%s (TMPDIR is not set): %s", shown, problem);
     return -1;
 }
 
@@ -216,8 +227,9 @@ int rk_mktmpdir(char *path, size_t cap, const char *what) {
 
 const char *rk_tmp_failure(char *why, size_t cap) {
     const int e = errno;
+    char shown[512];
     if (rk_tmp_check(0, why, cap) != 0) return why;
-    snprintf(why, cap, "%s: %s", rk_tmp_base(), strerror(e));
+    snprintf(why, cap, "%s: %s", rk_printable(rk_tmp_base(), shown, sizeof shown), strerror(e));
     return why;
 }
 
@@ -241,9 +253,10 @@ int rk_tmp_opendir(const char *path) {
 
 int rk_tmp_shared(char *why, size_t cap) {
     const char *base = rk_tmp_base(), *set = getenv("TMPDIR");
-    char head[256], dir[PATH_MAX];
-    if (set && *set) snprintf(head, sizeof head, "TMPDIR=%.200s", base);
-    else snprintf(head, sizeof head, "%s (TMPDIR is not set)", base);
+    char head[256], dir[PATH_MAX], shown[200];
+    rk_printable(base, shown, sizeof shown);
+    if (set && *set) snprintf(head, sizeof head, "TMPDIR=%s", shown);
+    else snprintf(head, sizeof head, "%s (TMPDIR is not set)", shown);
     if (!realpath(base, dir)) { /* what cannot be looked at is not known to be private */
         snprintf(why, cap, "%s: %s", head, strerror(errno));
         return 1;
@@ -256,7 +269,8 @@ int rk_tmp_shared(char *why, size_t cap) {
             problem = "is writable by other users and not sticky";
         else if (st.st_uid != geteuid() && st.st_uid != 0) problem = "belongs to another user";
         if (problem) {
-            snprintf(why, cap, "%s: %s %s", head, dir, problem);
+            char at[512];
+            snprintf(why, cap, "%s: %s %s", head, rk_printable(dir, at, sizeof at), problem);
             return 1;
         }
         char *slash = strrchr(dir, '/');

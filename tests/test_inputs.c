@@ -6,6 +6,7 @@
  *     ROPEKV_LIBHIP or ROPEKV_LIBCUDA an error, not a reason to choose another backend;
  *   - $CXX: a command with arguments; a compiler that leaves a background job holding its output; one that
  *     fails silently or is killed by a signal;
+ *   - control characters in caller strings (names, paths, targets, variables): escaped in every message;
  *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
  *     when a context opens (and only those); an unusable $TMPDIR named as such; a noexec one used
  *     (kernels load from memory).
@@ -524,11 +525,90 @@ static void test_tmpdir_unusable(void **state) {
     unsetenv("TMPDIR");
 }
 
+/* ---- control characters in what the caller gives ----------------------------------------------------- */
+/* Every caller string a message repeats (a spec name or path, a target, a directory, $CXX, $TMPDIR, a variable's name
+ * or value) shows its control characters escaped (\x1b, \n): none reaches stderr or ropekv_last_error raw. A target
+ * holding them, or too long for a target id, is refused when the context is created. */
+static void expect_escaped(const char *text, const char *want) {
+    if (!strstr(text, want) || strchr(text, '\x1b')) fail_msg("want '%s' (and no raw ESC) in '%s'", want, text);
+}
+
+static void test_control_characters(void **state) {
+    (void)state;
+    ropekv_ctx *c = NULL;
+    ropekv_kernel *k = NULL;
+    const char *err;
+
+    setenv("ROPEKV_TARGET", "host\x1b[31m", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    expect_escaped(end_capture(), "ROPEKV_TARGET 'host\\x1b[31m': holds control characters");
+    unsetenv("ROPEKV_TARGET");
+    char long_target[200];
+    memset(long_target, 'x', sizeof long_target - 1);
+    long_target[sizeof long_target - 1] = '\0';
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .target = long_target, .disk_cache = -1};
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_ERR_ARG);
+    assert_non_null(strstr(end_capture(), "options.target 'xxx"));
+
+    setenv("ROPEKV_LOG", "yes\x1b", 1);
+    setenv("ROPEKV_NO\x1bSUCH", "1", 1);
+    begin_capture();
+    c = rk_test_host_ctx(NULL);
+    err = end_capture();
+    expect_escaped(err, "ROPEKV_LOG=yes\\x1b: expected");
+    expect_escaped(err, "ROPEKV_NO\\x1bSUCH is not a variable");
+    unsetenv("ROPEKV_LOG");
+    unsetenv("ROPEKV_NO\x1bSUCH");
+    const ropekv_variant bad_spec = {.spec = "deepseek\x1b[2J"};
+    assert_int_equal(ropekv_kernel_get(c, &bad_spec, &k), ROPEKV_ERR_NO_SPEC);
+    expect_escaped(ropekv_last_error(c), "no spec named 'deepseek\\x1b[2J'");
+    assert_int_equal(ropekv_load_spec(c, "/nonexistent/\x1b]0;x\a.lua"), ROPEKV_ERR_IO);
+    expect_escaped(ropekv_last_error(c), "cannot open spec /nonexistent/\\x1b]0;x\\x07.lua");
+    assert_int_equal(ropekv_load_spec_text(c, "t\x1b.lua", "error('\\27')", 12), ROPEKV_ERR_SPEC_RUNTIME);
+    expect_escaped(ropekv_last_error(c), "t\\x1b.lua");
+    ropekv_destroy(c);
+
+    setenv("ROPEKV_BACKEND", "host\x1b", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    expect_escaped(end_capture(), "ROPEKV_BACKEND=host\\x1b: expected one of");
+    setenv("ROPEKV_BACKEND", "host", 1);
+
+    char dir[PATH];
+    sub(dir, "cache\x1b");
+    begin_capture();
+    c = rk_test_host_ctx(dir);
+    expect_escaped(end_capture(), "cache\\x1b' holds control characters; using memory-only caching");
+    ropekv_destroy(c);
+
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    sub(dir, "tmp\x1b");
+    setenv("TMPDIR", dir, 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_IO);
+    expect_escaped(ropekv_last_error(c), "tmp\\x1b: holds control characters");
+    ropekv_destroy(c);
+    unsetenv("TMPDIR");
+    setenv("CXX", "/nonexistent/c\x1b++", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    expect_escaped(ropekv_last_error(c), "/nonexistent/c\\x1b++: cannot run");
+    ropekv_destroy(c);
+    unsetenv("CXX");
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_size_cap),   cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
-        cmocka_unit_test(test_backend_choice),  cmocka_unit_test(test_cxx),        cmocka_unit_test(test_tmp_sweep),
+        cmocka_unit_test(test_spec_size_cap),
+        cmocka_unit_test(test_env_values),
+        cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_cxx),
+        cmocka_unit_test(test_tmp_sweep),
         cmocka_unit_test(test_tmpdir_unusable),
+        cmocka_unit_test(test_control_characters),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("inputs", tests, setup, teardown);
