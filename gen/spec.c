@@ -923,7 +923,9 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) 
         size_t len;
         const char *name = lua_tolstring(L, -1, &len);
         char esc[64];
-        if (rk_arch_find(archs, name) == NULL || strlen(name) != len) {
+        if (strlen(name) != len) /* the part before the NUL may well be a known target */
+            return bad_target(s, key, "'%s' holds a NUL byte", rk_escape(name, len, esc, sizeof esc));
+        if (rk_arch_find(archs, name) == NULL) {
             char known[RK_MAX_ARCHS * (RK_NAME_MAX + 2) + 8];
             size_t k = 0;
             known[0] = '\0';

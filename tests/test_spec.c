@@ -969,7 +969,7 @@ static void test_targets(void **state) {
          TFILE ": targets[2]: unknown target 'gfx999' (known: gfx90a, gfx942, gfx950, gfx1100, "
                "gfx1201, gfx1250, sm_80, sm_90, sm_100, sm_103, sm_120, host)"},
         {"s.targets = 'gfx999'", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'gfx999'"},
-        {"s.targets = { 'host\\0x' }", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'host\\x00x'"},
+        {"s.targets = { 'host\\0x' }", ROPEKV_ERR_SPEC_TARGET, "targets[1]: 'host\\x00x' holds a NUL byte"},
         {"s.targets = { 'host', 'host' }", ROPEKV_ERR_SPEC_INVALID, "targets[2]: duplicate 'host' (also targets[1])"},
         {"s.targets = { 1 }", ROPEKV_ERR_SPEC_INVALID, "targets[1]: must be a string, got number"},
         {"s.targets = { 'host', nil, 'sm_90' }", ROPEKV_ERR_SPEC_INVALID, "targets: must be a list"},
