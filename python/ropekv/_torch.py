@@ -197,8 +197,8 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     (bf16 or float32); rms_out: norm_out [>= Tkv, L] bf16, its last dimension contiguous (the library checks its
     16-byte alignment). Refused by name for a kernel that does not read them (norm none; norm_out with norm rms)."""
     torch = _torch()
-    if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
-        raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
+    if not isinstance(min_slot, int) or isinstance(min_slot, bool) or not 0 <= min_slot < 1 << 63:
+        raise ValueError("min_slot must be an int from 0 to 2**63 - 1 (int64), got %r" % (min_slot,))
     unknown = sorted(set(tensors) - set(_ARG_NAMES))
     if unknown:
         raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_ARG_NAMES)))
