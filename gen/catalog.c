@@ -45,13 +45,15 @@ const rk_spec *rk_catalog_find(const rk_catalog *c, const char *name) {
 }
 
 int rk_spec_builtin(const char *name, const rk_arch_table *archs, rk_spec *out, rk_err *err) {
-    char base[96], file[112];
+    char base[96], file[112], esc[128];
     size_t len;
     if (strlen(name) >= sizeof base - 4 || strcmp(name, "archs") == 0)
-        return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in", name);
+        return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in", rk_printable(name, esc, sizeof esc));
     snprintf(base, sizeof base, "%s.lua", name);
     const char *text = rk_embedded(base, &len);
-    if (!text) return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in or loaded", name);
+    if (!text)
+        return rk_fail(err, ROPEKV_ERR_NO_SPEC, "no spec named '%s' is built in or loaded",
+                       rk_printable(name, esc, sizeof esc));
     snprintf(file, sizeof file, "specs/%s", base);
     int rc = rk_spec_load(file, text, len, archs, out, err);
     if (rc == ROPEKV_OK && strcmp(out->name, name) != 0)

@@ -24,6 +24,14 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #endif
     ;
 
+/* A caller's string (a spec or file name, a target, a path, an environment value) as a message may show it: the
+ * len bytes at s, NUL bytes included, with each control character (below 0x20, and 0x7f) written as \n, \r, \t or
+ * \xNN, so that a message cannot hide a NUL, break a line or send a terminal escape; other bytes as they are. Cut
+ * with "..." to fit cap (which must be at least 4). Returns out. */
+const char *rk_escape(const char *s, size_t len, char *out, size_t cap);
+/* rk_escape of the NUL-terminated s ("(null)" for NULL). */
+const char *rk_printable(const char *s, char *out, size_t cap);
+
 /* ---- enumerations: one spelling table per enum ---------------------------------------------------
  * One row per value: X(enumerator, spelling, token). The spelling is what spec files, variant keys and
  * the public view (ropekv_kernel_param) use, and the name of the kernel's C++ enumerator (templates/params.hip: a binding

@@ -252,9 +252,13 @@ static int sb_open(lua_State *L) {
     return 1;
 }
 
-/* The error text on top of the stack, without converting anything. */
-static const char *top_msg(lua_State *L) {
-    return lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(no error message)";
+/* The error text on top of the stack, without converting anything, escaped into buf (rk_escape: a spec's error()
+ * is its text, which may hold control characters). */
+static const char *top_msg(lua_State *L, char *buf, size_t cap) {
+    if (lua_type(L, -1) != LUA_TSTRING) return "(no error message)";
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    return rk_escape(msg, len, buf, cap);
 }
 
 /* "<file>: <msg>", unless Lua already put the file name first ("<file>:3: ..."). */
@@ -272,7 +276,8 @@ static int mem_fail(rk_err *err, const char *file, const char *msg) {
 /* Classifies a failed lua_pcall (or load). Running out of memory is the spec's fault when the cap
  * refused an allocation (ROPEKV_ERR_SPEC_LIMIT), the machine's when the system allocator failed (ROPEKV_ERR_NOMEM). */
 static int run_fail(lua_State *L, const sandbox *sb, int status, const char *file, rk_err *err) {
-    const char *msg = top_msg(L);
+    char buf[1024];
+    const char *msg = top_msg(L, buf, sizeof buf);
     int oom = status == LUA_ERRMEM || status == LUA_ERRERR || strncmp(msg, "not enough memory", 17) == 0;
     if (sb->insn_hit) return lua_fail(err, ROPEKV_ERR_SPEC_LIMIT, file, msg);
     if (oom && sb->mem_refused) return mem_fail(err, file, msg);
@@ -292,7 +297,8 @@ static int run_chunk(lua_State *L, sandbox *sb, int env, const char *file, const
     int h = lua_gettop(L);
     int st = luaL_loadbufferx(L, text, len, chunkname, "t");
     if (st == LUA_ERRMEM) return run_fail(L, sb, st, file, err);
-    if (st != LUA_OK) return lua_fail(err, ROPEKV_ERR_SPEC_SYNTAX, file, top_msg(L));
+    char buf[1024];
+    if (st != LUA_OK) return lua_fail(err, ROPEKV_ERR_SPEC_SYNTAX, file, top_msg(L, buf, sizeof buf));
     lua_pushvalue(L, env);
     lua_setupvalue(L, -2, 1); /* a main chunk's only upvalue is _ENV */
     sb->t0 = cpu_seconds();
@@ -365,7 +371,13 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 /* Readable form of the key at idx for "unknown key" messages. */
 static void describe_key(lua_State *L, int idx, char *buf, size_t cap) {
     switch (lua_type(L, idx)) {
-    case LUA_TSTRING: snprintf(buf, cap, "'%.60s'", lua_tostring(L, idx)); break;
+    case LUA_TSTRING: {
+        size_t len;
+        const char *k = lua_tolstring(L, idx, &len);
+        char esc[64];
+        snprintf(buf, cap, "'%s'", rk_escape(k, len, esc, sizeof esc));
+        break;
+    }
     case LUA_TNUMBER:
         if (lua_isinteger(L, idx)) snprintf(buf, cap, "[%lld]", (long long)lua_tointeger(L, idx));
         else snprintf(buf, cap, "[%.14g]", (double)lua_tonumber(L, idx));
@@ -483,8 +495,10 @@ static int get_ident(const scope *s, const char *key, const char *extra, char *o
     TRY(get_string(s, key, NULL, out, cap));
     for (const char *c = out;; c++) {
         if (*c == '\0' && c > out) return ROPEKV_OK;
-        if (*c == '\0' || !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr(extra, *c)))
-            return bad(s, key, "must match [a-z0-9%s]+, got '%s'", extra, out);
+        if (*c == '\0' || !((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || strchr(extra, *c))) {
+            char esc[128];
+            return bad(s, key, "must match [a-z0-9%s]+, got '%s'", extra, rk_printable(out, esc, sizeof esc));
+        }
     }
 }
 
@@ -506,7 +520,8 @@ static int parse_top(const scope *s, const char *key, const rk_enum *e, int *out
         }
         if (n < sizeof known) n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name);
     }
-    return bad(s, key, "unknown value '%.60s' (one of: %s)", v, known);
+    char esc[64];
+    return bad(s, key, "unknown value '%s' (one of: %s)", rk_escape(v, len, esc, sizeof esc), known);
 }
 
 /* One spelling of an enum; def < 0: required. */
@@ -910,13 +925,17 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) 
         if (lua_type(L, -1) != LUA_TSTRING) return bad(s, key, "must be a string, got %s", luaL_typename(L, -1));
         size_t len;
         const char *name = lua_tolstring(L, -1, &len);
-        if (rk_arch_find(archs, name) == NULL || strlen(name) != len) {
+        char esc[64];
+        if (strlen(name) != len) /* the part before the NUL may well be a known target */
+            return bad_target(s, key, "'%s' holds a NUL byte", rk_escape(name, len, esc, sizeof esc));
+        if (rk_arch_find(archs, name) == NULL) {
             char known[RK_MAX_ARCHS * (RK_NAME_MAX + 2) + 8];
             size_t k = 0;
             known[0] = '\0';
             for (int a = 0; archs != NULL && a < archs->n; a++)
                 k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", a ? ", " : "", archs->a[a].name);
-            return bad_target(s, key, "unknown target '%.60s' (known: %s)", name, k > 0 ? known : "none");
+            return bad_target(s, key, "unknown target '%s' (known: %s)", rk_escape(name, len, esc, sizeof esc),
+                              k > 0 ? known : "none");
         }
         copy_str(o->targets[i], sizeof o->targets[i], name);
         lua_pop(L, 1);
@@ -1005,7 +1024,8 @@ static int run_job(const char *text, size_t len, job *j) {
 
 int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err) {
     rk_arch_table *t = calloc(1, sizeof *t);
-    if (file == NULL) file = "(archs)";
+    char shown[4400]; /* the name messages give the file */
+    file = file ? rk_printable(file, shown, sizeof shown) : "(archs)";
     if (t == NULL) return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
     job j = {file, err, NULL, t, NULL, ROPEKV_OK};
     int rc = run_job(text, len, &j);
@@ -1017,7 +1037,8 @@ int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table 
 int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out,
                  rk_err *err) {
     rk_spec s;
-    if (file == NULL) file = "(spec)";
+    char shown[4400]; /* the name messages give the file */
+    file = file ? rk_printable(file, shown, sizeof shown) : "(spec)";
     memset(&s, 0, sizeof s);
     copy_str(s.file, sizeof s.file, file);
     job j = {file, err, archs, NULL, &s, ROPEKV_OK};

@@ -17,6 +17,44 @@ int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...) {
     return (int)code;
 }
 
+/* The escape of byte c into e (rk_escape); its length. */
+static size_t escape_byte(unsigned char c, char e[4]) {
+    static const char hex[] = "0123456789abcdef";
+    e[0] = '\\';
+    if (c == '\n') e[1] = 'n';
+    else if (c == '\r') e[1] = 'r';
+    else if (c == '\t') e[1] = 't';
+    else if (c < 0x20 || c == 0x7f) {
+        e[1] = 'x';
+        e[2] = hex[c >> 4];
+        e[3] = hex[c & 15];
+        return 4;
+    } else {
+        e[0] = (char)c;
+        return 1;
+    }
+    return 2;
+}
+
+const char *rk_escape(const char *s, size_t len, char *out, size_t cap) {
+    char e[4];
+    size_t need = 0, o = 0;
+    for (size_t i = 0; i < len; i++) need += escape_byte((unsigned char)s[i], e);
+    const size_t room = need < cap ? need : cap - 4; /* all of it, or what fits before "..." */
+    for (size_t i = 0; i < len; i++) {
+        const size_t n = escape_byte((unsigned char)s[i], e);
+        if (o + n > room) break;
+        memcpy(out + o, e, n);
+        o += n;
+    }
+    memcpy(out + o, need < cap ? "" : "...", need < cap ? 1 : 4);
+    return out;
+}
+
+const char *rk_printable(const char *s, char *out, size_t cap) {
+    return s ? rk_escape(s, strlen(s), out, cap) : rk_escape("(null)", 6, out, cap);
+}
+
 /* ---- spellings: one table per enum, built from its list in rk.h ---------------------------------- */
 #define RK_ROW_(e, spelling, token) {e, #spelling, #token},
 #define RK_TABLE_(what, LIST)                                 \

@@ -140,12 +140,15 @@ typedef struct ropekv_options {
                                   machine without the GPU); the backend must be chosen (options.backend or
                                   $ROPEKV_BACKEND), and the target too (or $ROPEKV_TARGET). Its kernels
                                   can be got, prepared and described, never launched (ROPEKV_ERR_BACKEND).
-                                  0: a device context */
+                                  0 (or -1, off as for the options above): a device context */
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a
- * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG),
- * always named there. */
+ * failed create go to stderr only when logging is on, except an invalid $ROPEKV_BACKEND (ROPEKV_ERR_ARG), a
+ * target (options.target, $ROPEKV_TARGET) too long or holding control characters (ROPEKV_ERR_ARG), and
+ * an unusable library named by $ROPEKV_LIBHIP or $ROPEKV_LIBCUDA (ROPEKV_ERR_BACKEND, not a reason to choose
+ * another backend), always named there. With logging on, each backend the automatic choice passes over is
+ * logged with the reason. */
 ROPEKV_API ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *opts);
 /* Gives up the handle; the context is freed now, or when its last kernel is released. */
 ROPEKV_API void ropekv_destroy(ropekv_ctx *ctx);

@@ -15,6 +15,8 @@ typedef struct rk_device {
     int block;             /* the most threads per block of a launch (rk_arch_max_block of the arch row), set by
                               the runtime after open: a backend may refuse at load a kernel that cannot run
                               blocks of this size */
+    int named_unusable;    /* set by a failed open: what cannot be used is the library the caller named
+                              ($ROPEKV_LIBHIP, $ROPEKV_LIBCUDA), so no other backend is tried */
     void *state;           /* backend-private */
 } rk_device;
 
@@ -23,7 +25,8 @@ typedef struct rk_device {
 typedef struct rk_backend_ops {
     const char *name;
     /* Finds device `ordinal` (target_override, if non-NULL, replaces the detected target). ROPEKV_OK,
-     * or ROPEKV_ERR_BACKEND (not on this machine) / ROPEKV_ERR_DEVICE with the reason in log.
+     * or ROPEKV_ERR_BACKEND (not on this machine; d->named_unusable when the library the caller named cannot be
+     * used) / ROPEKV_ERR_DEVICE with the reason in log.
      * ordinal RK_COMPILE_ONLY: no device; the target is target_override and only compile is used (the
      * identity, options and target are set exactly as a device of that target would have them). */
     int (*open)(rk_device *d, int ordinal, const char *target_override, rk_buf *log);
@@ -47,7 +50,8 @@ extern const rk_backend_ops rk_backend_host;
 extern const rk_backend_ops rk_backend_cuda;
 extern const rk_backend_ops rk_backend_hip;
 
-/* Opens the HIP runtime the hip backend uses ($ROPEKV_LIBHIP, else libamdhip64 of ROCm 7, 6 or 5), so that
+/* Opens the HIP runtime the hip backend uses ($ROPEKV_LIBHIP when set, and only it; else libamdhip64 of ROCm 7, 6
+ * or 5), so that
  * other users of the process's HIP (tests' device memory) get the same library. ROPEKV_OK or an rk_dl_open
  * error, the reason in dl->error. */
 struct rk_dl;

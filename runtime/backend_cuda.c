@@ -15,24 +15,38 @@
 static const rk_dl_sym cu_syms[] = {RK_CUDA_API(RK_DL_SYM)};
 #undef RK_DL_TABLE
 
+/* The driver is loaded and initialized on first use and stays open for the life of the process. An attempt is
+ * remembered with the $ROPEKV_LIBCUDA it was made under: a failed one is made again only when that changes, and once
+ * a library is loaded the backend refuses a $ROPEKV_LIBCUDA naming another one. */
 static rk_cuda_api cu_table;
-static const rk_cuda_api *cu; /* &cu_table once loaded and initialized */
-static char cu_why[256];
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static const rk_cuda_api *cu; /* &cu_table once loaded and initialized (under cu_mu until set; then for good) */
+static int cu_attempted;      /* under cu_mu: an attempt was made, */
+static char cu_tried[4096];   /* under $ROPEKV_LIBCUDA = this ("" unset), and when it failed: */
+static int cu_named;          /* failing to use the library it names (not the driver or the device), */
+static char cu_why[768];      /* for this reason */
+static pthread_mutex_t cu_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void cu_load(void) {
-    const char *path = rk_env_text(RK_ENV_LIBCUDA);
-    const char *candidate[] = {path && *path ? path : "libcuda.so.1"};
+/* Under cu_mu: one attempt to load libcuda ($ROPEKV_LIBCUDA when set), resolve the table and initialize. */
+static void cu_load(const char *env) {
+    const char *candidate[] = {env ? env : "libcuda.so.1"};
+    char lib[300];
     rk_dl dl;
+    cu_attempted = 1;
+    snprintf(cu_tried, sizeof cu_tried, "%s", env ? env : "");
+    cu_named = env != NULL;
+    char shown[280];
+    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBCUDA=%s", rk_printable(env, shown, sizeof shown));
+    else snprintf(lib, sizeof lib, "libcuda.so.1");
     if (rk_dl_open(&dl, candidate, 1, NULL) != ROPEKV_OK) {
-        snprintf(cu_why, sizeof cu_why, "libcuda.so.1 not found (%.220s)", dl.error);
+        snprintf(cu_why, sizeof cu_why, "%s cannot be loaded (%.420s)", lib, dl.error);
         return;
     }
     if (rk_dl_resolve(&dl, cu_syms, sizeof cu_syms / sizeof cu_syms[0], &cu_table, RK_CUDA_BACKEND) != ROPEKV_OK) {
-        snprintf(cu_why, sizeof cu_why, "libcuda.so.1 lacks %s", dl.missing);
+        snprintf(cu_why, sizeof cu_why, "%s lacks %s", lib, dl.missing);
         rk_dl_close(&dl);
         return;
     }
+    cu_named = 0; /* the library is usable: what follows is the driver's or the device's */
     if (cu_table.cuInit(0) != 0) {
         snprintf(cu_why, sizeof cu_why, "cuInit failed (no usable NVIDIA driver or device)");
         rk_dl_close(&dl);
@@ -41,16 +55,32 @@ static void cu_load(void) {
     cu = &cu_table; /* the library stays open for the life of the process */
 }
 
-const rk_cuda_api *rk_cuda_driver(unsigned need, char *why, size_t cap) {
-    pthread_once(&cu_once, cu_load);
-    const char *missing = cu ? rk_dl_first_missing(cu_syms, sizeof cu_syms / sizeof cu_syms[0], cu, need) : NULL;
-    if (cu && !missing) return cu;
-    if (why && cap) {
+/* rk_cuda_driver, and *named (may be NULL) set when what cannot be used is the library $ROPEKV_LIBCUDA names. */
+static const rk_cuda_api *driver(unsigned need, char *why, size_t cap, int *named) {
+    pthread_mutex_lock(&cu_mu);
+    const char *env = rk_env_text(RK_ENV_LIBCUDA);
+    if (!cu && (!cu_attempted || strcmp(cu_tried, env ? env : "") != 0)) cu_load(env);
+    const rk_cuda_api *api = cu;
+    const char *missing = api ? rk_dl_first_missing(cu_syms, sizeof cu_syms / sizeof cu_syms[0], api, need) : NULL;
+    if ((!api || missing) && why && cap) {
         if (missing) snprintf(why, cap, "libcuda.so.1 lacks %s", missing);
         else snprintf(why, cap, "%s", cu_why);
     }
-    return NULL;
+    if (!api && named) *named = cu_named;
+    if (api && env && strcmp(cu_tried, env) != 0 &&
+        named) { /* the backend's open: not the library the variable names */
+        char shown[280], loaded[280];
+        snprintf(why, cap, "ROPEKV_LIBCUDA=%s cannot be used: this process loaded %s%s already",
+                 rk_printable(env, shown, sizeof shown), cu_tried[0] ? "ROPEKV_LIBCUDA=" : "the default libcuda.so.1",
+                 rk_printable(cu_tried, loaded, sizeof loaded));
+        *named = 1;
+        api = NULL;
+    }
+    pthread_mutex_unlock(&cu_mu);
+    return api && !missing ? api : NULL;
 }
+
+const rk_cuda_api *rk_cuda_driver(unsigned need, char *why, size_t cap) { return driver(need, why, cap, NULL); }
 
 static const char *cu_err(CUresult r) {
     const char *s = NULL;
@@ -73,7 +103,7 @@ static void cuda_identity(rk_device *d, int have_nvrtc, int major, int minor) {
 
 static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
     int major = 0, minor = 0, n = 0;
-    char why[256];
+    char why[768];
     if (ordinal == RK_COMPILE_ONLY) { /* no driver, no device: the compiler is what is needed */
         if (rk_nvrtc_available(&major, &minor, why, sizeof why) != 0) {
             rk_buf_printf(log, "cuda (compile only): %s", why);
@@ -83,7 +113,7 @@ static int cuda_open(rk_device *d, int ordinal, const char *target_override, rk_
         cuda_identity(d, 1, major, minor);
         return ROPEKV_OK;
     }
-    if (!rk_cuda_driver(RK_CUDA_BACKEND, why, sizeof why)) {
+    if (!driver(RK_CUDA_BACKEND, why, sizeof why, &d->named_unusable)) {
         rk_buf_printf(log, "cuda: %s", why);
         return ROPEKV_ERR_BACKEND;
     }

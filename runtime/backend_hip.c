@@ -50,36 +50,72 @@ typedef struct hip_api {
 static const rk_dl_sym hip_syms[] = {HIP_API(RK_DL_SYM)};
 #undef RK_DL_TABLE
 
+/* The library is loaded on first use and stays open for the life of the process. An attempt is remembered with the
+ * $ROPEKV_LIBHIP it was made under: a failed one is made again only when that changes, and once a library is loaded
+ * a $ROPEKV_LIBHIP naming another one is refused. */
 static hip_api hip;
-static int hip_loaded;
-static char hip_why[256];
-static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
+static int hip_loaded;       /* under hip_mu until set; then for good */
+static int hip_attempted;    /* under hip_mu: an attempt was made, */
+static char hip_tried[4096]; /* under $ROPEKV_LIBHIP = this ("" unset), and when it failed: */
+static int hip_named;        /* failing to use the library it names (not merely to find the default one), */
+static char hip_why[768];    /* for this reason */
+static pthread_mutex_t hip_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int rk_hip_dl_open(rk_dl *dl) {
     const char *env = rk_env_text(RK_ENV_LIBHIP);
-    const char *names[] = {env && *env ? env : "libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
-                           "libamdhip64.so.5"};
+    if (env) return rk_dl_open(dl, &env, 1, NULL); /* the caller's choice, and nothing else */
+    const char *names[] = {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"};
     return rk_dl_open(dl, names, sizeof names / sizeof names[0], NULL);
 }
 
-static void hip_load(void) {
+/* Under hip_mu: one attempt to load libamdhip64 ($ROPEKV_LIBHIP when set) and resolve the table. */
+static void hip_load(const char *env) {
     rk_dl dl;
+    char lib[300];
+    hip_attempted = 1;
+    snprintf(hip_tried, sizeof hip_tried, "%s", env ? env : "");
+    hip_named = env != NULL;
+    char shown[280];
+    if (env) snprintf(lib, sizeof lib, "ROPEKV_LIBHIP=%s", rk_printable(env, shown, sizeof shown));
+    else snprintf(lib, sizeof lib, "libamdhip64");
     if (rk_hip_dl_open(&dl) != ROPEKV_OK) {
-        snprintf(hip_why, sizeof hip_why, "libamdhip64 not found");
+        snprintf(hip_why, sizeof hip_why, "%s cannot be loaded (%.420s)", lib, dl.error);
         return;
     }
     if (rk_dl_resolve(&dl, hip_syms, sizeof hip_syms / sizeof hip_syms[0], &hip, 1) != ROPEKV_OK) {
-        snprintf(hip_why, sizeof hip_why, "libamdhip64 lacks %s", dl.missing);
+        snprintf(hip_why, sizeof hip_why, "%s lacks %s", lib, dl.missing);
         rk_dl_close(&dl);
         return;
     }
     hip.properties = hip.properties_r0600 ? hip.properties_r0600 : hip.properties_old;
     if (!hip.properties) {
-        snprintf(hip_why, sizeof hip_why, "libamdhip64 lacks hipGetDeviceProperties");
+        snprintf(hip_why, sizeof hip_why, "%s lacks hipGetDeviceProperties", lib);
         rk_dl_close(&dl);
         return;
     }
     hip_loaded = 1; /* the library stays open for the life of the process */
+}
+
+/* 1 when libamdhip64 is loaded; else 0 with the reason in why and *named set when the library that cannot be
+ * used is the one $ROPEKV_LIBHIP names (also one other than the library this process loaded already). */
+static int hip_ready(char *why, size_t cap, int *named) {
+    pthread_mutex_lock(&hip_mu);
+    const char *env = rk_env_text(RK_ENV_LIBHIP);
+    if (!hip_loaded && (!hip_attempted || strcmp(hip_tried, env ? env : "") != 0)) hip_load(env);
+    int ok = hip_loaded;
+    if (!ok) {
+        snprintf(why, cap, "%s", hip_why);
+        *named = hip_named;
+    } else if (env && strcmp(hip_tried, env) != 0) {
+        char shown[280], loaded[280];
+        snprintf(why, cap, "ROPEKV_LIBHIP=%s cannot be used: this process loaded %s%s already",
+                 rk_printable(env, shown, sizeof shown), hip_tried[0] ? "ROPEKV_LIBHIP=" : "the default libamdhip64",
+                 rk_printable(hip_tried, loaded, sizeof loaded));
+        *named = 1;
+        ok = 0;
+    }
+    pthread_mutex_unlock(&hip_mu);
+    return ok;
 }
 
 /* gcnArchName from a hipDeviceProp_t of any ROCm version: the NUL-terminated "gfx..." string in it
@@ -126,7 +162,7 @@ static void hip_identity(rk_device *d, int have_rtc, int major, int minor) {
 
 static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
     int major = 0, minor = 0, n = 0;
-    char why[512];
+    char why[768];
     if (ordinal == RK_COMPILE_ONLY) { /* no HIP runtime, no device: the compiler is what is needed */
         if (rk_hiprtc_available(&major, &minor, why, sizeof why) != 0) {
             rk_buf_printf(log, "hip (compile only): %s", why);
@@ -136,9 +172,8 @@ static int hip_open(rk_device *d, int ordinal, const char *target_override, rk_b
         hip_identity(d, 1, major, minor);
         return ROPEKV_OK;
     }
-    pthread_once(&hip_once, hip_load);
-    if (!hip_loaded) {
-        rk_buf_printf(log, "hip: %s", hip_why);
+    if (!hip_ready(why, sizeof why, &d->named_unusable)) {
+        rk_buf_printf(log, "hip: %s", why);
         return ROPEKV_ERR_BACKEND;
     }
     hipError_t e = hip.init(0);

@@ -14,17 +14,20 @@
  * answer in time (rk_host_compiler_version) is named by its command alone. ROPEKV_OK or
  * ROPEKV_ERR_NOMEM. */
 static int compiler_identity(char *out, size_t cap) {
-    char line[160];
+    char line[160], id[512];
     int rc = rk_host_compiler_version(line, sizeof line);
-    if (rc == ROPEKV_OK) snprintf(out, cap, "host %s: %s", rk_host_compiler(), line);
-    else snprintf(out, cap, "host %s", rk_host_compiler());
+    if (rc == ROPEKV_OK) snprintf(id, sizeof id, "host %s: %s", rk_host_compiler(), line);
+    else snprintf(id, sizeof id, "host %s", rk_host_compiler());
+    rk_printable(id, out, cap); /* shown in messages too */
     return rc == ROPEKV_ERR_NOMEM ? rc : ROPEKV_OK;
 }
 
 static int host_open(rk_device *d, int ordinal, const char *target_override, rk_buf *log) {
     (void)ordinal;
     if (target_override && strcmp(target_override, "host") != 0) {
-        rk_buf_printf(log, "the host backend only builds for target 'host', not '%s'", target_override);
+        char shown[160];
+        rk_buf_printf(log, "the host backend only builds for target 'host', not '%s'",
+                      rk_printable(target_override, shown, sizeof shown));
         return ROPEKV_ERR_TARGET;
     }
     snprintf(d->target, sizeof d->target, "host");

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "rk.h"
 
 #define HDR RK_CACHE_HEADER_SIZE
 #define PATH_CAP (sizeof(((rk_cache *)0)->dir) + 128)
@@ -114,15 +115,34 @@ static int system_dir(const char *real) {
     return strncmp(real, "/proc/", 6) == 0 || strncmp(real, "/sys/", 5) == 0;
 }
 
-/* Drops trailing slashes and copies dir into c->dir; 0, or -1 with the reason in c->why. */
+/* Copies dir into c->dir with its own name last, so that lstat and O_NOFOLLOW see the directory's entry itself:
+ * trailing slashes and "." components are dropped ("dir/", "dir/." and "dir/./" would make them follow a symlink
+ * named dir), and a last component ".." (the parent of what the rest names, perhaps through a symlink) is refused.
+ * 0, or -1 with the reason in c->why. */
 static int set_dir(rk_cache *c, const char *dir) {
     if (!dir || !*dir) {
         say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
         return -1;
     }
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') /* "dir/" would make lstat follow a symlink */
-        n--;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) { /* never a path meant, and unsafe in messages */
+            char shown[1024];
+            say(c->why, sizeof c->why, "cache directory '%s' holds control characters" MEMORY_ONLY,
+                rk_printable(dir, shown, sizeof shown));
+            return -1;
+        }
+    for (;;) {
+        while (n > 1 && dir[n - 1] == '/') n--;
+        if (n > 2 && dir[n - 1] == '.' && dir[n - 2] == '/') n -= 2; /* "dir/." */
+        else if (n == 2 && dir[0] == '/' && dir[1] == '.') n = 1;    /* "/." */
+        else break;
+    }
+    if ((n == 2 || (n > 2 && dir[n - 3] == '/')) && dir[n - 1] == '.' && dir[n - 2] == '.') {
+        say(c->why, sizeof c->why, "cache directory %.*s ends in '..': name the directory itself" MEMORY_ONLY,
+            (int)(n < 1024 ? n : 1024), dir);
+        return -1;
+    }
     if (n + 1 > sizeof c->dir - 128) {
         say(c->why, sizeof c->why, "cache directory path is too long (%zu bytes)" MEMORY_ONLY, n);
         return -1;

@@ -14,12 +14,14 @@ int rk_dl_open(rk_dl *dl, const char *const *candidates, size_t n, const char *p
         if (!candidates[i] || !candidates[i][0]) continue;
         void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {
-            const char *e = dlerror();
-            snprintf(dl->error, sizeof dl->error, "%s", e ? e : "?");
+            const char *e = dlerror(); /* names the file: a caller's path, escaped */
+            rk_printable(e ? e : "?", dl->error, sizeof dl->error);
             continue;
         }
         if (probe && !dlsym(h, probe)) {
-            snprintf(dl->error, sizeof dl->error, "%s: no symbol %s", candidates[i], probe);
+            char shown[256];
+            snprintf(dl->error, sizeof dl->error, "%s: no symbol %s", rk_printable(candidates[i], shown, sizeof shown),
+                     probe);
             dlclose(h);
             continue;
         }

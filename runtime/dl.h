@@ -29,7 +29,7 @@ typedef struct rk_dl_sym {
 typedef struct rk_dl {
     void *handle;        /* NULL until a candidate opened */
     char path[4096];     /* the candidate that opened */
-    char error[512];     /* when none opened: dlerror() of the last one tried */
+    char error[512];     /* when none opened: dlerror() of the last one tried (rk_printable) */
     const char *missing; /* when rk_dl_resolve failed: the first symbol it lacks */
 } rk_dl;
 

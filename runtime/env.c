@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "rk.h"
+
 typedef enum { TEXT, FLAG, NUMBER, CHOICE, VERSION } kind;
 
 static const struct {
@@ -42,19 +44,26 @@ const char *rk_env_text(rk_env_id id) {
     return v && *v ? v : NULL;
 }
 
+/* FNV-1a of the n bytes at s, never 0. */
+static uint64_t hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211u;
+    return h | 1;
+}
+
 /* Warns about an invalid value once per variable and value (a hash of the last one warned about). */
 static void warn(rk_env_id id, const char *v, const char *expected, const char *using) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static uint64_t warned[RK_ENV_COUNT];
-    uint64_t h = 1469598103934665603u; /* FNV-1a, never 0 for a value */
-    for (const char *p = v; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
-    h |= 1;
+    const uint64_t h = hash(v, strlen(v));
     pthread_mutex_lock(&mu);
     int again = warned[id] == h;
     warned[id] = h;
     pthread_mutex_unlock(&mu);
+    char shown[256];
     if (!again)
-        fprintf(stderr, "ropekv: warning: %s=%.200s: expected %s; using %s\n", table[id].name, v, expected, using);
+        fprintf(stderr, "ropekv: warning: %s=%s: expected %s; using %s\n", table[id].name,
+                rk_printable(v, shown, sizeof shown), expected, using);
 }
 
 /* 1 or 0 for a flag's spelling, -1 for anything else. */
@@ -107,7 +116,9 @@ int rk_env_choice(rk_env_id id, char *why, size_t cap) {
     const char *v = rk_env_text(id);
     int i = v ? choice_index(table[id].choices, v) : -1;
     if (v && i < 0) {
-        snprintf(why, cap, "%s=%.200s: expected one of: %s", table[id].name, v, table[id].choices);
+        char shown[256];
+        snprintf(why, cap, "%s=%s: expected one of: %s", table[id].name, rk_printable(v, shown, sizeof shown),
+                 table[id].choices);
         return -2;
     }
     return i;
@@ -143,7 +154,8 @@ static int unknown_name(const char *entry) {
 void rk_env_warn_invalid(void) {
     extern char **environ;
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static char warned[8][64]; /* the unknown names warned about (once each; a few are kept) */
+    static uint64_t *warned; /* hashes of the unknown names warned about (once each), n of them, room for cap */
+    static size_t n_warned, cap;
     int major, minor;
     for (int i = 0; i < RK_ENV_COUNT; i++) {
         if (table[i].kind == FLAG) rk_env_flag((rk_env_id)i);
@@ -153,16 +165,21 @@ void rk_env_warn_invalid(void) {
     pthread_mutex_lock(&mu);
     for (char **e = environ; e && *e; e++) {
         if (!unknown_name(*e)) continue;
-        const size_t n = strcspn(*e, "="), kept = n < sizeof warned[0] - 1 ? n : sizeof warned[0] - 1;
-        int seen = 0, free_slot = -1;
-        for (int i = 0; i < 8 && !seen; i++) {
-            seen = warned[i][0] && strlen(warned[i]) == kept && strncmp(warned[i], *e, kept) == 0;
-            if (!warned[i][0] && free_slot < 0) free_slot = i;
+        const size_t n = strcspn(*e, "=");
+        const uint64_t h = hash(*e, n);
+        size_t i = 0;
+        while (i < n_warned && warned[i] != h) i++;
+        if (i < n_warned) continue;
+        if (n_warned == cap) { /* out of memory: not warned now (rather than at every context) */
+            uint64_t *grown = realloc(warned, sizeof *grown * (cap ? cap * 2 : 16));
+            if (!grown) continue;
+            warned = grown;
+            cap = cap ? cap * 2 : 16;
         }
-        if (seen) continue;
-        if (free_slot >= 0) snprintf(warned[free_slot], sizeof warned[0], "%.*s", (int)kept, *e);
-        fprintf(stderr, "ropekv: warning: %.*s is not a variable ropekv reads (a misspelling? README lists them)\n",
-                (int)(n < 200 ? n : 200), *e);
+        warned[n_warned++] = h;
+        char shown[256];
+        fprintf(stderr, "ropekv: warning: %s is not a variable ropekv reads (a misspelling? README lists them)\n",
+                rk_escape(*e, n, shown, sizeof shown));
     }
     pthread_mutex_unlock(&mu);
 }

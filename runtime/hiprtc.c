@@ -77,7 +77,9 @@ static void hip_load(void) {
     rk_dl dl;
     if (env && *env) {
         if (rk_dl_open(&dl, &env, 1, "hiprtcCreateProgram") != ROPEKV_OK) {
-            snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: $ROPEKV_HIPRTC (%s) cannot be opened or has no hiprtc", env);
+            char shown[400];
+            snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: $ROPEKV_HIPRTC (%s) cannot be opened or has no hiprtc",
+                     rk_printable(env, shown, sizeof shown));
             return;
         }
     } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], "hiprtcCreateProgram") != ROPEKV_OK) {
@@ -94,7 +96,9 @@ static void hip_load(void) {
     if (g_hip.create && dladdr(*(void **)&g_hip.create, &di) && di.dli_fname) where = di.dli_fname;
     snprintf(g_hip.path, sizeof g_hip.path, "%s", realpath(where, real) ? real : where);
     if (rc != ROPEKV_OK) {
-        snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: %.600s lacks %s", g_hip.path, dl.missing);
+        char shown[600];
+        snprintf(g_hip.why, sizeof g_hip.why, "hiprtc: %s lacks %s", rk_printable(g_hip.path, shown, sizeof shown),
+                 dl.missing);
         rk_dl_close(&dl);
         return;
     }

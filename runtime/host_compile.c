@@ -195,11 +195,11 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
     static const char *const options[] = {"-std=c++17",      "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                                           "-fno-math-errno", "-w",  "-x",    "c++",     "-o"};
     const char *argv[128];
-    char *store, how[96];
+    char *store, how[96], cxx[256]; /* $CXX as messages show it */
+    rk_printable(rk_host_compiler(), cxx, sizeof cxx);
     int n, rc = rk_host_compiler_argv(argv, 128 - 13, &store, &n);
     if (rc != ROPEKV_OK) {
-        snprintf(log, log_cap, "$CXX (%s): %s", rk_host_compiler(),
-                 rc == ROPEKV_ERR_NOMEM ? "out of memory" : "too many words");
+        snprintf(log, log_cap, "$CXX (%s): %s", cxx, rc == ROPEKV_ERR_NOMEM ? "out of memory" : "too many words");
         free(store);
         unlinkat(dfd, cpp, 0);
         close(dfd);
@@ -216,21 +216,20 @@ int rk_host_build(const char *src, size_t len, const char *name, const char *dir
     rc = rk_run_in(argv, dfd, timeout, 0, &out_log, &status);
     rk_run_status_text(status, how, sizeof how);
     if (rc == ROPEKV_ERR_NOMEM) {
-        snprintf(log, log_cap, "out of memory running %s", rk_host_compiler());
+        snprintf(log, log_cap, "out of memory running %s", cxx);
     } else if (status == RK_RUN_TIMED_OUT) {
-        snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", rk_host_compiler(),
-                 timeout);
+        snprintf(log, log_cap, "%s timed out after %d s (ROPEKV_COMPILE_TIMEOUT) and was killed", cxx, timeout);
         rc = ROPEKV_ERR_COMPILE;
     } else if (rc != ROPEKV_OK) { /* could not be started: rk_run's words say why */
         snprintf(log, log_cap, "%s", out_log.len ? out_log.p : "");
         rc = ROPEKV_ERR_COMPILE;
     } else if (status != 0) {
-        snprintf(log, log_cap, "%s failed (%s)%s%s", rk_host_compiler(), how,
-                 out_log.len ? ":\n" : ", printing nothing", out_log.len ? out_log.p : "");
+        snprintf(log, log_cap, "%s failed (%s)%s%s", cxx, how, out_log.len ? ":\n" : ", printing nothing",
+                 out_log.len ? out_log.p : "");
         rc = ROPEKV_ERR_COMPILE;
     } else if (renameat(dfd, tmp, dfd, so) != 0) {
         if (errno == ENOENT) {
-            snprintf(log, log_cap, "%s exited 0 without writing %s/%s", rk_host_compiler(), dir, tmp);
+            snprintf(log, log_cap, "%s exited 0 without writing %s/%s", cxx, dir, tmp);
             rc = ROPEKV_ERR_COMPILE;
         } else {
             snprintf(log, log_cap, "cannot rename %s/%s: %s", dir, tmp, strerror(errno));

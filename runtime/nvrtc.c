@@ -48,7 +48,9 @@ static void nv_load(void) {
     rk_dl dl;
     if (env && *env) {
         if (rk_dl_open(&dl, &env, 1, NULL) != ROPEKV_OK) {
-            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%.200s): %.260s", env, dl.error);
+            char shown[200];
+            snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: cannot open $ROPEKV_NVRTC (%s): %.260s",
+                     rk_printable(env, shown, sizeof shown), dl.error);
             return;
         }
     } else if (rk_dl_open(&dl, names, sizeof names / sizeof names[0], NULL) != ROPEKV_OK) {
@@ -58,12 +60,16 @@ static void nv_load(void) {
         return;
     }
     if (rk_dl_resolve(&dl, nv_syms, sizeof nv_syms / sizeof nv_syms[0], &g_nv, 1) != ROPEKV_OK) {
-        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s lacks %s (CUDA < 11.1?)", dl.path, dl.missing);
+        char shown[400];
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %s lacks %s (CUDA < 11.1?)",
+                 rk_printable(dl.path, shown, sizeof shown), dl.missing);
         rk_dl_close(&dl);
         return;
     }
     if (g_nv.version(&g_nv.major, &g_nv.minor) != NVRTC_OK) {
-        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %.400s: nvrtcVersion failed", dl.path);
+        char shown[400];
+        snprintf(g_nv.why, sizeof g_nv.why, "nvrtc: %s: nvrtcVersion failed",
+                 rk_printable(dl.path, shown, sizeof shown));
         rk_dl_close(&dl);
         return;
     }

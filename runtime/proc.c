@@ -23,6 +23,9 @@
 
 extern char **environ;
 
+#define RK_RUN_POLL_MS 50    /* how often a run with no output looks for the program's exit */
+#define RK_RUN_DRAIN_MS 1000 /* how long output may still come once the program is gone */
+
 void rk_code_free(rk_codeobj *c) {
     if (!c) return;
     free(c->data);
@@ -48,6 +51,17 @@ static char **env_tmpdir_here(void) {
     env[k++] = (char *)"TMPDIR=.";
     env[k] = NULL;
     return env;
+}
+
+/* One read of the output pipe fd into out (may be NULL; once out cannot grow, *rc is ROPEKV_ERR_NOMEM and the
+ * output is still read, so the program never blocks on a full pipe). 0 at the pipe's end (or an error), else 1. */
+static int drain(int fd, rk_buf *out, int *rc) {
+    char chunk[8192];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof chunk)) < 0 && errno == EINTR) {}
+    if (n <= 0) return 0;
+    if (out && *rc == ROPEKV_OK) *rc = rk_buf_put(out, chunk, (size_t)n);
+    return 1;
 }
 
 int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status) {
@@ -92,14 +106,10 @@ int rk_run_in(const char *const argv[], int dirfd, int timeout_s, unsigned flags
     sigaddset(&dfl, SIGPIPE);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
-    short spawn_flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    if (timeout_s > 0) {
-        /* Its own process group, so a kill reaches what it started too (a compiler driver's
-         * compiler, assembler and linker). */
-        posix_spawnattr_setpgroup(&at, 0);
-        spawn_flags |= POSIX_SPAWN_SETPGROUP;
-    }
-    posix_spawnattr_setflags(&at, spawn_flags);
+    /* Its own session, so that its process group is what it starts too (a compiler driver's compiler,
+     * assembler and linker, a wrapper's background job): killed as one on a timeout, and once it has
+     * exited, so that nothing it left running outlives it holding the output pipe. */
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
     pid_t pid;
     int e = posix_spawnp(&pid, file, &fa, &at, (char *const *)argv, env);
     posix_spawn_file_actions_destroy(&fa);
@@ -108,39 +118,54 @@ int rk_run_in(const char *const argv[], int dirfd, int timeout_s, unsigned flags
     close(fd[1]);
     if (e != 0) {
         close(fd[0]);
-        if (out) rk_buf_printf(out, "%s: cannot run: %s\n", argv[0], strerror(e));
+        char shown[512];
+        if (out) rk_buf_printf(out, "%s: cannot run: %s\n", rk_printable(argv[0], shown, sizeof shown), strerror(e));
         return ROPEKV_ERR_IO;
     }
-    double deadline = rk_now_ms() + timeout_s * 1e3;
-    int timed_out = 0;
-    char chunk[8192];
+    /* The output is read until the program exits, not until the pipe's end, which what it left running
+     * may hold open for as long as it lives. The exit is seen with WNOWAIT, so the pid (and with it the
+     * process group's id) stays the program's until the group is killed and the program reaped. */
+    const double deadline = rk_now_ms() + timeout_s * 1e3;
+    int timed_out = 0, open_ = 1, nap_ms = 1;
     int rc = ROPEKV_OK;
     for (;;) {
-        if (timeout_s > 0) {
-            double left = deadline - rk_now_ms();
-            struct pollfd p = {.fd = fd[0], .events = POLLIN};
-            int k = left > 0 ? poll(&p, 1, left > 1e9 ? 1000000000 : (int)left + 1) : 0;
-            if (k < 0 && errno == EINTR) continue;
-            if (k == 0) {
-                timed_out = 1;
-                kill(-pid, SIGKILL);
-                kill(pid, SIGKILL);
-                break;
-            }
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 ? si.si_pid == pid : errno != EINTR)
+            break; /* exited (or cannot be waited for: waitpid below says why) */
+        const double left = timeout_s > 0 ? deadline - rk_now_ms() : 1e9;
+        if (left <= 0) {
+            timed_out = 1;
+            break;
         }
-        ssize_t n = read(fd[0], chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        if (out && rc == ROPEKV_OK) rc = rk_buf_put(out, chunk, (size_t)n); /* keep draining */
+        if (open_) { /* output, or RK_RUN_POLL_MS without any: then look for the exit again */
+            const int k = poll(&(struct pollfd){.fd = fd[0], .events = POLLIN}, 1,
+                               left < RK_RUN_POLL_MS ? (int)left + 1 : RK_RUN_POLL_MS);
+            if (k > 0) open_ = drain(fd[0], out, &rc);
+        } else { /* the pipe's end came first: the program is exiting, or lives on without its output */
+            const int ms = left < nap_ms ? (int)left + 1 : nap_ms;
+            nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}, NULL);
+            if (nap_ms < RK_RUN_POLL_MS) nap_ms *= 2;
+        }
     }
-    close(fd[0]);
+    kill(-pid, SIGKILL); /* the group: what it left running, or all of it past the limit */
+    if (timed_out) kill(pid, SIGKILL);
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0) {
         if (errno != EINTR) {
+            close(fd[0]);
             if (out) rk_buf_printf(out, "%s: waitpid: %s\n", argv[0], strerror(errno));
             return ROPEKV_ERR_IO;
         }
     }
+    /* What is still in the pipe, for a bounded time: a process that left the group may still hold it. */
+    const double drain_end = rk_now_ms() + RK_RUN_DRAIN_MS;
+    while (open_) {
+        const double left = drain_end - rk_now_ms();
+        if (left <= 0 || poll(&(struct pollfd){.fd = fd[0], .events = POLLIN}, 1, (int)left + 1) == 0) break;
+        open_ = drain(fd[0], out, &rc);
+    }
+    close(fd[0]);
     if (timed_out) *status = RK_RUN_TIMED_OUT;
     else if (WIFEXITED(ws)) *status = WEXITSTATUS(ws);
     else if (WIFSIGNALED(ws)) *status = RK_RUN_SIGNALED(WTERMSIG(ws));
@@ -160,18 +185,28 @@ const char *rk_tmp_base(void) {
     return t && *t ? t : "/tmp";
 }
 
+/* Whether s holds a control character (below 0x20, or 0x7f). */
+static int has_control(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+    return 0;
+}
+
 int rk_tmp_check(int need_exec, char *why, size_t cap) {
     const char *base = rk_tmp_base(), *set = getenv("TMPDIR"), *problem = NULL;
     struct stat st;
     struct statvfs vfs;
-    if (stat(base, &st) != 0) problem = errno == ENOENT ? "no such directory" : strerror(errno);
+    char shown[512];
+    if (has_control(base)) problem = "holds control characters";
+    else if (stat(base, &st) != 0) problem = errno == ENOENT ? "no such directory" : strerror(errno);
     else if (!S_ISDIR(st.st_mode)) problem = "not a directory";
     else if (access(base, W_OK | X_OK) != 0) problem = "not writable";
     else if (need_exec && statvfs(base, &vfs) == 0 && (vfs.f_flag & ST_NOEXEC))
         problem = "on a noexec mount, so the host backend cannot load the kernels it builds there";
     if (!problem) return 0;
-    if (set && *set) snprintf(why, cap, "TMPDIR=%s: %s", base, problem);
-    else snprintf(why, cap, "%s (TMPDIR is not set): %s", base, problem);
+    rk_printable(base, shown, sizeof shown);
+    if (set && *set) snprintf(why, cap, "TMPDIR=%s: %s", shown, problem);
+    else snprintf(why, cap, "%s (TMPDIR is not set): %s", shown, problem);
     return -1;
 }
 
@@ -192,8 +227,9 @@ int rk_mktmpdir(char *path, size_t cap, const char *what) {
 
 const char *rk_tmp_failure(char *why, size_t cap) {
     const int e = errno;
+    char shown[512];
     if (rk_tmp_check(0, why, cap) != 0) return why;
-    snprintf(why, cap, "%s: %s", rk_tmp_base(), strerror(e));
+    snprintf(why, cap, "%s: %s", rk_printable(rk_tmp_base(), shown, sizeof shown), strerror(e));
     return why;
 }
 
@@ -217,9 +253,10 @@ int rk_tmp_opendir(const char *path) {
 
 int rk_tmp_shared(char *why, size_t cap) {
     const char *base = rk_tmp_base(), *set = getenv("TMPDIR");
-    char head[256], dir[PATH_MAX];
-    if (set && *set) snprintf(head, sizeof head, "TMPDIR=%.200s", base);
-    else snprintf(head, sizeof head, "%s (TMPDIR is not set)", base);
+    char head[256], dir[PATH_MAX], shown[200];
+    rk_printable(base, shown, sizeof shown);
+    if (set && *set) snprintf(head, sizeof head, "TMPDIR=%s", shown);
+    else snprintf(head, sizeof head, "%s (TMPDIR is not set)", shown);
     if (!realpath(base, dir)) { /* what cannot be looked at is not known to be private */
         snprintf(why, cap, "%s: %s", head, strerror(errno));
         return 1;
@@ -232,7 +269,8 @@ int rk_tmp_shared(char *why, size_t cap) {
             problem = "is writable by other users and not sticky";
         else if (st.st_uid != geteuid() && st.st_uid != 0) problem = "belongs to another user";
         if (problem) {
-            snprintf(why, cap, "%s: %s %s", head, dir, problem);
+            char at[512];
+            snprintf(why, cap, "%s: %s %s", head, rk_printable(dir, at, sizeof at), problem);
             return 1;
         }
         char *slash = strrchr(dir, '/');

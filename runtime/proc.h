@@ -35,9 +35,11 @@ enum {
  * stdout and stderr appended to out (may be NULL). ROPEKV_OK when it ran to an exit (status in
  * *status: the exit code, or RK_RUN_SIGNALED(signal)); ROPEKV_ERR_IO when it could not be started (reason in
  * out); ROPEKV_ERR_NOMEM when out could not hold its output (it still ran to its end).
- * timeout_s > 0: the program runs in its own process group, and when it has not finished after
- * timeout_s seconds the whole group (what it started too) is killed and *status is
- * RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
+ * The program runs in its own session, whose process group is what it starts too. The run ends when
+ * the program exits, not when its output pipe closes: then the group is killed (what it left running,
+ * such as a wrapper's background job holding the pipe) and the output still in the pipe read for at
+ * most a second. timeout_s > 0: when it has not exited after timeout_s seconds the whole group is
+ * killed and *status is RK_RUN_TIMED_OUT (out keeps what it wrote until then). */
 int rk_run(const char *const argv[], int timeout_s, unsigned flags, rk_buf *out, int *status);
 /* rk_run with the directory open as dirfd as the program's current directory and TMPDIR=. in its
  * environment, so that it reaches its files and makes its own temporary ones through the directory

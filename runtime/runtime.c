@@ -237,8 +237,9 @@ static void open_read_only(ropekv_ctx *c, const char *list) {
         p += n;
         if (!dir[0]) continue;
         if (c->n_ro == RK_MAX_RO_LAYERS) {
+            char shown[512];
             fprintf(stderr, "ropekv: warning: more than %d read-only cache layers; %s and later ones not used\n",
-                    RK_MAX_RO_LAYERS, dir);
+                    RK_MAX_RO_LAYERS, rk_printable(dir, shown, sizeof shown));
             return;
         }
         rk_cache *l = &c->ro[c->n_ro];
@@ -329,8 +330,20 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     }
     if (want == ROPEKV_BACKEND_AUTO && eb >= 0) want = (ropekv_backend)(eb + 1);
     const char *target = o && o->target ? o->target : rk_env_text(RK_ENV_TARGET);
+    if (target) { /* a target id is short and printable: it is part of cache keys and of messages */
+        int control = 0;
+        for (const char *p = target; *p; p++) control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+        if (control || strlen(target) >= sizeof c->dev.target) {
+            char shown[160];
+            fprintf(stderr, "ropekv: error: %s '%s': %s\n", o && o->target ? "options.target" : "ROPEKV_TARGET",
+                    rk_printable(target, shown, sizeof shown),
+                    control ? "holds control characters" : "too long for a target id");
+            ropekv_destroy(c);
+            return ROPEKV_ERR_ARG;
+        }
+    }
     int ordinal = o ? o->device : 0;
-    if (o && o->compile_only) { /* no device: the backend and the target are the caller's */
+    if (o && o->compile_only > 0) { /* no device: the backend and the target are the caller's */
         if (want == ROPEKV_BACKEND_AUTO || !target) {
             fprintf(stderr, "ropekv: error: a compile-only context needs options.backend and options.target\n");
             ropekv_destroy(c);
@@ -339,13 +352,26 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
         c->compile_only = 1;
         ordinal = RK_COMPILE_ONLY;
     }
+    /* Each backend passed over is logged with the reason; a library the caller named ($ROPEKV_LIBHIP,
+     * $ROPEKV_LIBCUDA) that cannot be used is an error, never a reason to try the next backend. */
     rk_buf log = {0};
     const rk_backend_ops *order[3] = {&rk_backend_hip, &rk_backend_cuda, &rk_backend_host};
     rc = ROPEKV_ERR_BACKEND;
     for (int i = 0; i < 3 && rc != ROPEKV_OK; i++) {
         if (want != ROPEKV_BACKEND_AUTO && want != (ropekv_backend)(i + 1)) continue;
         if (log.len) rk_buf_put(&log, "; ", 2);
+        const size_t at = log.len;
         rc = open_backend(c, order[i], ordinal, target, &log);
+        if (rc == ROPEKV_OK) break;
+        const char *reason = log.p && log.len > at ? log.p + at : ropekv_status_name((ropekv_status)rc);
+        if (c->dev.named_unusable) {
+            fprintf(stderr, "ropekv: error: %s; name a usable library there, or unset it\n", reason);
+            rc = ROPEKV_ERR_BACKEND;
+            break;
+        }
+        const size_t n = strlen(order[i]->name);
+        const int named = strncmp(reason, order[i]->name, n) == 0 && (reason[n] == ':' || reason[n] == ' ');
+        logf_(c, "backend skipped: %s%s%s", named ? "" : order[i]->name, named ? "" : ": ", reason);
     }
     if (rc == ROPEKV_OK && !(c->arch = arch_for_target(&c->archs, c->dev.target))) {
         rk_buf_printf(&log, "target %s has no row in specs/archs.lua", c->dev.target);
@@ -456,14 +482,17 @@ ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char 
     int rc_put = put_spec(c, &s, ++c->generation, 1); /* kernels of the old content are never found again */
     pthread_mutex_unlock(&c->mu);
     if (rc_put != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "load_spec: out of memory");
-    logf_(c, "loaded spec %s from %s", s.name, file);
+    char shown[4400];
+    logf_(c, "loaded spec %s from %s", s.name, rk_printable(file, shown, sizeof shown));
     return ROPEKV_OK;
 }
 
 ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     if (!c || !path) return c ? fail(c, ROPEKV_ERR_NULL, "load_spec: NULL path") : ROPEKV_ERR_NULL;
+    char shown[4400];
+    const char *name = rk_printable(path, shown, sizeof shown);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(c, ROPEKV_ERR_IO, "cannot open spec %s: %s", path, strerror(errno));
+    if (!f) return fail(c, ROPEKV_ERR_IO, "cannot open spec %s: %s", name, strerror(errno));
     rk_buf b = {0};
     char chunk[4096];
     size_t n;
@@ -474,8 +503,8 @@ ropekv_status ropekv_load_spec(ropekv_ctx *c, const char *path) {
     }
     int bad = ferror(f);
     fclose(f);
-    ropekv_status s = rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", path)
-                      : bad           ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", path)
+    ropekv_status s = rc != ROPEKV_OK ? fail(c, ROPEKV_ERR_NOMEM, "%s: out of memory", name)
+                      : bad           ? fail(c, ROPEKV_ERR_IO, "cannot read spec %s", name)
                                       : ropekv_load_spec_text(c, path, b.p ? b.p : "", b.len);
     rk_buf_free(&b);
     return s;
@@ -841,8 +870,9 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     if (variant_in(c, v, &vin) != ROPEKV_OK) return ROPEKV_ERR_VERSION;
     v = &vin;
     if (!v->spec) return fail(c, ROPEKV_ERR_NULL, "variant.spec is NULL");
+    char esc[128];
     if (strlen(v->spec) >= sizeof((ropekv_kernel *)0)->spec_name)
-        return fail(c, ROPEKV_ERR_NO_SPEC, "no spec named '%.64s...': name too long", v->spec);
+        return fail(c, ROPEKV_ERR_NO_SPEC, "no spec named '%s': name too long", rk_printable(v->spec, esc, 72));
 
     pthread_mutex_lock(&c->mu);
     unsigned gen = spec_generation(c, v->spec);
@@ -880,7 +910,11 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     unsigned described_gen; /* differs from gen only when the spec is replaced meanwhile: then the kernel
                                is the new content's, under the old lookup, and never found again */
     ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
-    if (s == ROPEKV_OK && described_gen != gen) k->generation = ~0u;
+    if (s == ROPEKV_OK && described_gen != gen) { /* other threads' lookups read it under mu */
+        pthread_mutex_lock(&c->mu);
+        k->generation = ~0u;
+        pthread_mutex_unlock(&c->mu);
+    }
     k->d.spec = &k->spec;
     if (s == ROPEKV_OK) {
         rk_desc_views(&k->d, c->pdl, &k->views);

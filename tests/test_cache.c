@@ -509,6 +509,20 @@ static void test_unusable_directories(void **state) {
     expect_unusable(q, "is a symbolic link");
     snprintf(q, sizeof q, "%s/link//", f->root);
     expect_unusable(q, "is a symbolic link");
+    /* ... or spelled with "." components after it, which lstat would follow; and ".." last */
+    static const char *const spellings[] = {"link/.", "link/./", "link//.//./", "link/./."};
+    for (size_t i = 0; i < sizeof spellings / sizeof spellings[0]; i++) {
+        snprintf(q, sizeof q, "%s/%s", f->root, spellings[i]);
+        expect_unusable(q, "is a symbolic link");
+        rk_cache_open_ro(&c, q);
+        assert_int_equal(c.usable, 0);
+        assert_non_null(strstr(c.why, "is a symbolic link"));
+    }
+    snprintf(q, sizeof q, "%s/link/..", f->root);
+    expect_unusable(q, "ends in '..'");
+    snprintf(q, sizeof q, "%s/./open/.", f->root); /* "." components of a real directory are fine */
+    rk_cache_open(&c, q);
+    assert_int_equal(c.usable, 1);
 
     expect_unusable(NULL, "no cache directory");
     expect_unusable("", "no cache directory");

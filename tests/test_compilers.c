@@ -131,6 +131,17 @@ static void test_helpers(void **state) {
     assert_true(rk_now_ms() - t0 < 10e3);
     assert_true(has(&out, "started"));
     rk_buf_free(&out);
+    /* a program that exits leaving a child holding its output: the run ends at the exit, with or without a
+     * limit (not when the child closes the pipe), and is not reported as timed out */
+    const char *leaves[] = {"/bin/sh", "-c", "echo done; sleep 30 & exit 0", NULL};
+    for (int limit = 0; limit <= 20; limit += 20) {
+        t0 = rk_now_ms();
+        assert_int_equal(rk_run(leaves, limit, 0, &out, &st), ROPEKV_OK);
+        assert_int_equal(st, 0);
+        assert_true(rk_now_ms() - t0 < 10e3);
+        assert_true(has(&out, "done"));
+        rk_buf_free(&out);
+    }
 
     const char *argv[8] = {"cc"};
     char *store = NULL;

@@ -550,7 +550,8 @@ static void test_spec_file_changes(void **state) {
 }
 
 /* The spec's file name reaches the generated source only inside a comment, with control characters
- * and backslashes replaced: a name with a newline cannot add code to the kernel. */
+ * escaped (rk_escape: the name as messages show it) and backslashes replaced: a name with a newline cannot
+ * add code to the kernel. */
 static void test_spec_file_name_stays_a_comment(void **state) {
     (void)state;
     char text[512];
@@ -571,7 +572,7 @@ static void test_spec_file_name_stays_a_comment(void **state) {
     assert_true(rk_variants(&spec, &cat.archs, vs, RK_MAX_VARIANTS_PER_SPEC, &err) > 0);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&vs[0], &src, &err), ROPEKV_OK);
-    assert_non_null(strstr(src.p, "from specs/evil?#error the file name became code?.lua?. Do not edit."));
+    assert_non_null(strstr(src.p, "from specs/evil?n#error the file name became code?n.lua?. Do not edit."));
     assert_null(strstr(src.p, "\n#error"));
     rk_buf_free(&src);
 }

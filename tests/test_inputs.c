@@ -2,7 +2,11 @@
  *   - spec text: the 1 MiB cap on every entry point (exactly 1 MiB loads, one byte more is refused);
  *   - ROPEKV_* variables: every spelling a flag, number, choice or version accepts, and an invalid
  *     value warned about once and replaced by the default, or (ROPEKV_BACKEND) an error;
- *   - $CXX: a command with arguments; a compiler that fails silently or is killed by a signal;
+ *   - the backend choice: each backend passed over logged with its reason; an unusable library named by
+ *     ROPEKV_LIBHIP or ROPEKV_LIBCUDA an error, not a reason to choose another backend;
+ *   - $CXX: a command with arguments; a compiler that leaves a background job holding its output; one that
+ *     fails silently or is killed by a signal;
+ *   - control characters in caller strings (names, paths, targets, variables): escaped in every message;
  *   - temporary directories: none left after a compile, failed or not; those of killed processes swept
  *     when a context opens (and only those); an unusable $TMPDIR named as such; a noexec one used
  *     (kernels load from memory).
@@ -207,6 +211,25 @@ static void test_env_at_create(void **state) {
     assert_null(strstr(err, "ROPEKV_LIB"));
     unsetenv("ROPEKV_DISABLE_CAHCE");
     unsetenv("ROPEKV_LIB");
+    /* however many there are */
+    char name[64];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d", i);
+        setenv(name, "1", 1);
+    }
+    begin_capture();
+    for (int i = 0; i < 3; i++) {
+        c = rk_test_host_ctx(NULL);
+        assert_non_null(c);
+        ropekv_destroy(c);
+    }
+    err = end_capture();
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d is not a variable", i);
+        if (occurrences(err, name) != 1) fail_msg("'%s' %d times in '%s'", name, occurrences(err, name), err);
+        snprintf(name, sizeof name, "ROPEKV_MISSPELT_%02d", i);
+        unsetenv(name);
+    }
 
     /* an invalid backend is an error (another backend would surprise), unless the options choose one */
     setenv("ROPEKV_BACKEND", "gpu", 1);
@@ -216,6 +239,65 @@ static void test_env_at_create(void **state) {
     assert_non_null(strstr(end_capture(), "ROPEKV_BACKEND=gpu: expected one of: hip cuda host"));
     c = rk_test_host_ctx(NULL);
     assert_non_null(c);
+    ropekv_destroy(c);
+    setenv("ROPEKV_BACKEND", "host", 1);
+}
+
+/* ---- backend choice ------------------------------------------------------------------------------- */
+/* ropekv_create(o) with the variable var set to value fails with ROPEKV_ERR_BACKEND naming them on stderr (without
+ * the log), unless an AMD device is chosen before cuda is tried; o choosing the host backend is not affected. */
+static void expect_unusable(ropekv_options *o, const char *var, const char *value) {
+    ropekv_ctx *c = NULL;
+    char says[256];
+    snprintf(says, sizeof says, "%s=%s", var, value);
+    setenv(var, value, 1);
+    begin_capture();
+    ropekv_status s = ropekv_create(&c, o);
+    const char *err = end_capture();
+    if (s == ROPEKV_OK && strcmp(ropekv_backend_name(c), "hip") == 0 && strcmp(var, "ROPEKV_LIBCUDA") == 0) {
+        ropekv_destroy(c);
+    } else {
+        assert_int_equal(s, ROPEKV_ERR_BACKEND);
+        assert_null(c);
+        if (!strstr(err, says) || !strstr(err, "name a usable library there, or unset it"))
+            fail_msg("'%s' not in '%s'", says, err);
+    }
+    o->backend = ROPEKV_BACKEND_HOST;
+    assert_int_equal(ropekv_create(&c, o), ROPEKV_OK);
+    ropekv_destroy(c);
+    o->backend = ROPEKV_BACKEND_AUTO;
+    unsetenv(var);
+}
+
+/* The automatic choice logs each backend it passes over with the reason (ROPEKV_LOG=1). A library named by
+ * ROPEKV_LIBHIP or ROPEKV_LIBCUDA that cannot be used (not loadable, lacking an entry point, or another than the one
+ * the process loaded already) fails ropekv_create instead of another backend being chosen; once the variable is
+ * unset the choice is the one before. */
+static void test_backend_choice(void **state) {
+    (void)state;
+    ropekv_options o = {.disk_cache = -1};
+    ropekv_ctx *c = NULL;
+    unsetenv("ROPEKV_BACKEND");
+    expect_unusable(&o, "ROPEKV_LIBHIP", "/nonexistent/libamdhip64.so");
+    expect_unusable(&o, "ROPEKV_LIBHIP", "libc.so.6"); /* loads, lacks hipInit */
+    expect_unusable(&o, "ROPEKV_LIBCUDA", "/nonexistent/libcuda.so.1");
+
+    setenv("ROPEKV_LOG", "1", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    const char *err = end_capture();
+    char chosen[16];
+    snprintf(chosen, sizeof chosen, "%s", ropekv_backend_name(c));
+    ropekv_destroy(c);
+    if (strcmp(chosen, "host") == 0) { /* no GPU here: both device backends were passed over, and said why */
+        assert_non_null(strstr(err, "ropekv: backend skipped: hip: "));
+        assert_non_null(strstr(err, "ropekv: backend skipped: cuda: "));
+    }
+    unsetenv("ROPEKV_LOG");
+    /* after a libamdhip64 found by default, perhaps loaded now: one named is refused either way */
+    expect_unusable(&o, "ROPEKV_LIBHIP", "libc.so.6");
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_string_equal(ropekv_backend_name(c), chosen);
     ropekv_destroy(c);
     setenv("ROPEKV_BACKEND", "host", 1);
 }
@@ -243,6 +325,22 @@ static void test_cxx(void **state) {
     assert_int_equal(rk_read_file(mark, &ran), ROPEKV_OK);
     assert_string_equal((const char *)ran.data, "'quoted\n"); /* quotes are not interpreted */
     rk_code_free(&ran);
+
+    /* a compiler that leaves a background job holding its output: the compile ends when the compiler exits,
+     * with no limit and with one (not reported as timed out) */
+    write_text(cxx, "#!/bin/sh\nsleep 30 &\nexec c++ \"$@\"\n", 0700);
+    setenv("CXX", cxx, 1);
+    static const char *const limits[] = {"0", "20"};
+    for (int i = 0; i < 2; i++) {
+        setenv("ROPEKV_COMPILE_TIMEOUT", limits[i], 1);
+        const double t0 = rk_now_ms();
+        c = rk_test_host_ctx(NULL);
+        assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+        assert_true(rk_now_ms() - t0 < 15e3);
+        ropekv_kernel_release(k);
+        ropekv_destroy(c);
+    }
+    unsetenv("ROPEKV_COMPILE_TIMEOUT");
 
     /* fails without a word: the exit status names it */
     setenv("CXX", "false", 1);
@@ -427,10 +525,90 @@ static void test_tmpdir_unusable(void **state) {
     unsetenv("TMPDIR");
 }
 
+/* ---- control characters in what the caller gives ----------------------------------------------------- */
+/* Every caller string a message repeats (a spec name or path, a target, a directory, $CXX, $TMPDIR, a variable's name
+ * or value) shows its control characters escaped (\x1b, \n): none reaches stderr or ropekv_last_error raw. A target
+ * holding them, or too long for a target id, is refused when the context is created. */
+static void expect_escaped(const char *text, const char *want) {
+    if (!strstr(text, want) || strchr(text, '\x1b')) fail_msg("want '%s' (and no raw ESC) in '%s'", want, text);
+}
+
+static void test_control_characters(void **state) {
+    (void)state;
+    ropekv_ctx *c = NULL;
+    ropekv_kernel *k = NULL;
+    const char *err;
+
+    setenv("ROPEKV_TARGET", "host\x1b[31m", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    expect_escaped(end_capture(), "ROPEKV_TARGET 'host\\x1b[31m': holds control characters");
+    unsetenv("ROPEKV_TARGET");
+    char long_target[200];
+    memset(long_target, 'x', sizeof long_target - 1);
+    long_target[sizeof long_target - 1] = '\0';
+    ropekv_options o = {.backend = ROPEKV_BACKEND_HOST, .target = long_target, .disk_cache = -1};
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_ERR_ARG);
+    assert_non_null(strstr(end_capture(), "options.target 'xxx"));
+
+    setenv("ROPEKV_LOG", "yes\x1b", 1);
+    setenv("ROPEKV_NO\x1bSUCH", "1", 1);
+    begin_capture();
+    c = rk_test_host_ctx(NULL);
+    err = end_capture();
+    expect_escaped(err, "ROPEKV_LOG=yes\\x1b: expected");
+    expect_escaped(err, "ROPEKV_NO\\x1bSUCH is not a variable");
+    unsetenv("ROPEKV_LOG");
+    unsetenv("ROPEKV_NO\x1bSUCH");
+    const ropekv_variant bad_spec = {.spec = "deepseek\x1b[2J"};
+    assert_int_equal(ropekv_kernel_get(c, &bad_spec, &k), ROPEKV_ERR_NO_SPEC);
+    expect_escaped(ropekv_last_error(c), "no spec named 'deepseek\\x1b[2J'");
+    assert_int_equal(ropekv_load_spec(c, "/nonexistent/\x1b]0;x\a.lua"), ROPEKV_ERR_IO);
+    expect_escaped(ropekv_last_error(c), "cannot open spec /nonexistent/\\x1b]0;x\\x07.lua");
+    assert_int_equal(ropekv_load_spec_text(c, "t\x1b.lua", "error('\\27')", 12), ROPEKV_ERR_SPEC_RUNTIME);
+    expect_escaped(ropekv_last_error(c), "t\\x1b.lua");
+    ropekv_destroy(c);
+
+    setenv("ROPEKV_BACKEND", "host\x1b", 1);
+    begin_capture();
+    assert_int_equal(ropekv_create(&c, NULL), ROPEKV_ERR_ARG);
+    expect_escaped(end_capture(), "ROPEKV_BACKEND=host\\x1b: expected one of");
+    setenv("ROPEKV_BACKEND", "host", 1);
+
+    char dir[PATH];
+    sub(dir, "cache\x1b");
+    begin_capture();
+    c = rk_test_host_ctx(dir);
+    expect_escaped(end_capture(), "cache\\x1b' holds control characters; using memory-only caching");
+    ropekv_destroy(c);
+
+    const ropekv_variant v = {.spec = "deepseek_v3", .kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED};
+    sub(dir, "tmp\x1b");
+    setenv("TMPDIR", dir, 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_IO);
+    expect_escaped(ropekv_last_error(c), "tmp\\x1b: holds control characters");
+    ropekv_destroy(c);
+    unsetenv("TMPDIR");
+    setenv("CXX", "/nonexistent/c\x1b++", 1);
+    c = rk_test_host_ctx(NULL);
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_COMPILE);
+    expect_escaped(ropekv_last_error(c), "/nonexistent/c\\x1b++: cannot run");
+    ropekv_destroy(c);
+    unsetenv("CXX");
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_size_cap), cmocka_unit_test(test_env_values), cmocka_unit_test(test_env_at_create),
-        cmocka_unit_test(test_cxx),           cmocka_unit_test(test_tmp_sweep),  cmocka_unit_test(test_tmpdir_unusable),
+        cmocka_unit_test(test_spec_size_cap),
+        cmocka_unit_test(test_env_values),
+        cmocka_unit_test(test_env_at_create),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_cxx),
+        cmocka_unit_test(test_tmp_sweep),
+        cmocka_unit_test(test_tmpdir_unusable),
+        cmocka_unit_test(test_control_characters),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests_name("inputs", tests, setup, teardown);

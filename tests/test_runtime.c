@@ -313,6 +313,9 @@ static void test_compile_only(void **state) {
     ropekv_ctx *c;
     ropekv_options no_target = {.compile_only = 1, .backend = ROPEKV_BACKEND_HOST}; /* and no $ROPEKV_TARGET */
     assert_int_equal(ropekv_create(&c, &no_target), ROPEKV_ERR_ARG);
+    no_target.compile_only = -1; /* off, as -1 is for every tri-state option: a device context, no target needed */
+    assert_int_equal(ropekv_create(&c, &no_target), ROPEKV_OK);
+    ropekv_destroy(c);
     ropekv_options o = {
         .backend = ROPEKV_BACKEND_HOST, .target = "host", .cache_dir = dir, .disk_cache = 1, .compile_only = 1};
     assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
@@ -366,6 +369,56 @@ static void test_threads_share_one_compile(void **state) {
         assert_ptr_equal(a[i].k, a[0].k);
     }
     for (int i = 0; i < 8; i++) ropekv_kernel_release(a[i].k);
+    ropekv_destroy(c);
+}
+
+/* Threads getting a kernel while another thread loads its spec again and again (the same text: each load is a new
+ * generation): every get and load succeeds, and a lookup never reads a kernel's generation while the thread building
+ * it marks it stale (one described after a load that came between its lookup and its description). A compile-only
+ * context keeps each get cheap (a disk hit, nothing loaded), so that the narrow window between a lookup and its
+ * description is met often: under ThreadSanitizer (the tsan preset) a race there shows within seconds. */
+static const char SMALL_SPEC[] =
+    "return { name = 'small', kv_lora_rank = 256, qk_rope_head_dim = 32, targets = {'host'} }";
+
+static int reloads_done; /* atomic */
+
+static void *reload_in_thread(void *p) {
+    thread_arg *t = p;
+    for (int i = 0; i < 3000 && t->rc == ROPEKV_OK; i++)
+        t->rc = ropekv_load_spec_text(t->c, "small.lua", SMALL_SPEC, sizeof SMALL_SPEC - 1);
+    __atomic_store_n(&reloads_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *get_many_in_thread(void *p) {
+    thread_arg *t = p;
+    const ropekv_variant v = {.spec = "small"};
+    while (t->rc == ROPEKV_OK && !__atomic_load_n(&reloads_done, __ATOMIC_ACQUIRE)) {
+        ropekv_kernel *k = NULL;
+        t->rc = ropekv_kernel_get(t->c, &v, &k);
+        ropekv_kernel_release(k);
+    }
+    return NULL;
+}
+
+static void test_threads_reload_spec(void **state) {
+    (void)state;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/reload", cache);
+    ropekv_options o = {
+        .backend = ROPEKV_BACKEND_HOST, .target = "host", .cache_dir = dir, .disk_cache = 1, .compile_only = 1};
+    ropekv_ctx *c = NULL;
+    assert_int_equal(ropekv_create(&c, &o), ROPEKV_OK);
+    assert_int_equal(ropekv_load_spec_text(c, "small.lua", SMALL_SPEC, sizeof SMALL_SPEC - 1), ROPEKV_OK);
+    pthread_t th[8];
+    thread_arg a[8];
+    for (int i = 0; i < 8; i++) {
+        a[i] = (thread_arg){.c = c};
+        assert_int_equal(pthread_create(&th[i], NULL, i ? get_many_in_thread : reload_in_thread, &a[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++)
+        if (a[i].rc != ROPEKV_OK) fail_msg("thread %d: %s", i, ropekv_status_name((ropekv_status)a[i].rc));
     ropekv_destroy(c);
 }
 
@@ -658,8 +711,8 @@ static void expect(ropekv_ctx *c, ropekv_kernel *k, ropekv_args a, ropekv_status
 }
 
 /* The structs that grow (include/ropekv.h). A caller built against an older, shorter struct passes its size, and the
- * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (compile_only
- * without a target, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
+ * library reads no further: past it the bytes here are 0xff, which as fields would be refused or fail (cache_ro a wild
+ * pointer, q_dtype 0xffffffff, a norm_weight for a kernel without the norm). A newer, longer struct is
  * accepted while the bytes past the library's are zero, else refused with ROPEKV_ERR_VERSION, as is a size smaller
  * than the size field. */
 static void test_struct_sizes(void **state) {
@@ -1989,7 +2042,7 @@ static void test_missing_backends(void **state) {
     setenv("ROPEKV_BACKEND", "host", 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_jit_cold_warm_disk),
@@ -2016,11 +2069,13 @@ int main(void) {
         cmocka_unit_test(test_slots_near_2_31),
         cmocka_unit_test(test_prepare_wide_entry),
         cmocka_unit_test(test_compile_only),
+        cmocka_unit_test(test_threads_reload_spec),
         cmocka_unit_test(test_read_only_layers),
         cmocka_unit_test(test_read_only_entry_trust),
         cmocka_unit_test(test_release_after_destroy),
         cmocka_unit_test(test_runtime_spec),
         cmocka_unit_test(test_missing_backends),
     };
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_threads*" */
     return cmocka_run_group_tests_name("runtime", tests, setup, teardown);
 }

@@ -142,6 +142,37 @@ static void test_fail(void **state) {
     assert_int_equal(strlen(err.msg), sizeof err.msg - 1);
 }
 
+/* rk_escape: control characters, NUL bytes included, as escapes; other bytes as they are; cut with "...". */
+static void test_escape(void **state) {
+    (void)state;
+    char out[64];
+    assert_string_equal(rk_escape("a\0b\n\t\r\x1b[1m\x7f\xc3\xa9", 13, out, sizeof out),
+                        "a\\x00b\\n\\t\\r\\x1b[1m\\x7f\xc3\xa9");
+    assert_string_equal(rk_printable("plain/path-1.lua", out, sizeof out), "plain/path-1.lua");
+    assert_string_equal(rk_printable(NULL, out, sizeof out), "(null)");
+    assert_string_equal(rk_printable("", out, sizeof out), "");
+    assert_string_equal(rk_printable("abcdefgh", out, 9), "abcdefgh"); /* just fits */
+    assert_string_equal(rk_printable("abcdefghi", out, 9), "abcde...");
+    assert_string_equal(rk_printable("ab\001", out, 8), "ab\\x01");
+    assert_string_equal(rk_printable("ab\001c", out, 7), "ab...");
+    assert_string_equal(rk_printable("abcdef", out, 4), "...");
+
+    /* what a spec's file name, keys, values and error() text put into messages */
+    static const fail_case c[] = {
+        {"s['k\\1'] = 1", ROPEKV_ERR_SPEC_INVALID, "unknown key 'k\\x01'"},
+        {"s.rope = 'neox\\27[0m'", ROPEKV_ERR_SPEC_INVALID, "unknown value 'neox\\x1b[0m'"},
+        {"s.name = 'a\\nb'", ROPEKV_ERR_SPEC_INVALID, "got 'a\\nb'"},
+        {"error('\\27[31mred\\nline')", ROPEKV_ERR_SPEC_RUNTIME, "\\x1b[31mred\\nline"},
+    };
+    run_spec_cases(state, c, N(c));
+    rk_err err = {0};
+    rk_spec spec;
+    assert_int_equal(rk_spec_load("evil\x1b]0;title\x07.lua", "error('x')", 10, *state, &spec, &err),
+                     ROPEKV_ERR_SPEC_RUNTIME);
+    assert_non_null(strstr(err.msg, "evil\\x1b]0;title\\x07.lua"));
+    assert_null(strchr(err.msg, '\x1b'));
+}
+
 /* Every enum table: values, spellings and name tokens unique; tokens free of '_' (it separates a kernel
  * name's fields); a value outside the table has no spelling. */
 static void check_table(const rk_enum *e) {
@@ -618,7 +649,7 @@ static void test_unknown_keys(void **state) {
         {"s.fp8.saturat = {}", ROPEKV_ERR_SPEC_INVALID, TFILE ": fp8: unknown key 'saturat'"},
         {"s.fp8.saturate.e5m2 = 57344", ROPEKV_ERR_SPEC_INVALID,
          "fp8.saturate: unknown key 'e5m2' (allowed: ocp, fnuz)"},
-        {"s['name\\0x'] = 1", ROPEKV_ERR_SPEC_INVALID, "unknown key 'name'"},
+        {"s['name\\0x'] = 1", ROPEKV_ERR_SPEC_INVALID, "unknown key 'name\\x00x'"},
     };
     run_spec_cases(state, c, N(c));
 }
@@ -958,7 +989,7 @@ static void test_targets(void **state) {
          TFILE ": targets[2]: unknown target 'gfx999' (known: gfx90a, gfx942, gfx950, gfx1100, "
                "gfx1201, gfx1250, sm_80, sm_90, sm_100, sm_103, sm_120, host)"},
         {"s.targets = 'gfx999'", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'gfx999'"},
-        {"s.targets = { 'host\\0x' }", ROPEKV_ERR_SPEC_TARGET, "targets[1]: unknown target 'host'"},
+        {"s.targets = { 'host\\0x' }", ROPEKV_ERR_SPEC_TARGET, "targets[1]: 'host\\x00x' holds a NUL byte"},
         {"s.targets = { 'host', 'host' }", ROPEKV_ERR_SPEC_INVALID, "targets[2]: duplicate 'host' (also targets[1])"},
         {"s.targets = { 1 }", ROPEKV_ERR_SPEC_INVALID, "targets[1]: must be a string, got number"},
         {"s.targets = { 'host', nil, 'sm_90' }", ROPEKV_ERR_SPEC_INVALID, "targets: must be a list"},
@@ -1097,6 +1128,7 @@ static void test_arguments(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail),
+        cmocka_unit_test(test_escape),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_builtin_specs_by_name),
         cmocka_unit_test(test_arch_find),

@@ -215,10 +215,30 @@ def _tristate(value, what):
     raise ValueError("%s must be None, True or False, got %r" % (what, value))
 
 
-def _cstr(s):
+def _cstr(s, what=None):
+    """s as bytes for a C string (None stays None). what names it: then a NUL byte in it, which would end the C
+    string there and silently drop the rest, is a ValueError."""
     if s is None:
         return None
-    return s.encode() if isinstance(s, str) else bytes(s)
+    b = s.encode() if isinstance(s, str) else bytes(s)
+    if what is not None and b"\0" in b:
+        raise ValueError("%s must not contain a NUL byte, got %r" % (what, s))
+    return b
+
+
+_INT32 = (0, (1 << 31) - 1)  # a non-negative C int
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)  # a pointer or size_t
+
+
+def _int_in(value, bounds, what):
+    """value, an int (not a bool) within bounds (lo, hi); else TypeError or ValueError naming what. ctypes would
+    silently wrap an int past its field's range (2**64 as 0)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("%s must be an int, got %s" % (what, type(value).__name__))
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError("%s must be an int from %d to %d, got %d" % (what, bounds[0], bounds[1], value))
+    return value
 
 
 def _torch_cuda_init(device):
@@ -259,11 +279,12 @@ class Context:
         self._lock = threading.Lock()
         lib = _capi.library()
         b = _enum(_capi.BACKENDS, backend, "backend")
-        if not isinstance(device, int) or device < 0:
-            raise ValueError("device must be a non-negative int, got %r" % (device,))
+        if not isinstance(device, int) or isinstance(device, bool) or not _INT32[0] <= device <= _INT32[1]:
+            raise ValueError("device must be an int from 0 to %d, got %r" % (_INT32[1], device))
         if b in (_capi.BACKENDS["auto"], _capi.BACKENDS["cuda"], _capi.BACKENDS["hip"]):
             _torch_cuda_init(device)
-        self._opts = _capi.ropekv_options(b, device, _cstr(target), _cstr(cache_dir), _tristate(disk_cache, "disk_cache"),
+        self._opts = _capi.ropekv_options(b, device, _cstr(target, "target"), _cstr(cache_dir, "cache_dir"),
+                                          _tristate(disk_cache, "disk_cache"),
                                           _tristate(log, "log"), _tristate(pdl, "pdl"),
                                           _tristate(pdl_prefetch, "pdl_prefetch"))
         h = ctypes.c_void_p()
@@ -344,13 +365,13 @@ class Context:
 
     def load_spec(self, path):
         """Loads (or replaces) a model spec from a file."""
-        self._check(self._lib.ropekv_load_spec(self._handle(), _cstr(str(path))))
+        self._check(self._lib.ropekv_load_spec(self._handle(), _cstr(str(path), "path")))
         self._spec_changed()
 
     def load_spec_text(self, name, text):
         """Loads (or replaces) a model spec from text; name labels it in messages."""
         data = _cstr(text)
-        self._check(self._lib.ropekv_load_spec_text(self._handle(), _cstr(name), data, len(data)))
+        self._check(self._lib.ropekv_load_spec_text(self._handle(), _cstr(name, "name"), data, len(data)))
         self._spec_changed()
 
     def cache_clear(self):
@@ -366,7 +387,7 @@ class Context:
         op = _BY_VALUE["op"][_enum(_capi.OPS, op, "op")]
         norm = _BY_VALUE["norm"][_enum(_capi.NORMS, norm, "norm")]
         key = (spec, kv, q, positions, slots, q_dtype, layout, op, norm)
-        v = _capi.ropekv_variant(spec.encode(), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
+        v = _capi.ropekv_variant(_cstr(spec, "spec"), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
                                  _enum(_capi.INDEX_TYPES, positions, "positions"),
                                  _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype],
                                  _capi.LAYOUTS[layout], _capi.OPS[op], _capi.NORMS[norm])
@@ -446,6 +467,7 @@ def raw_args(d):
     if unknown:
         raise ValueError("unknown ropekv_args fields: %s (known: %s)" % (", ".join(unknown), ", ".join(_capi.ARGS_FIELDS)))
     a = _capi.ropekv_args()
+    types = dict(_capi.ropekv_args._fields_)
     for name, value in d.items():
         if value is None:
             continue
@@ -455,9 +477,8 @@ def raw_args(d):
             value = ctypes.addressof(value)  # a ctypes buffer passed for a pointer field
         elif isinstance(value, ctypes._SimpleCData):
             value = value.value
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError("ropekv_args field %s must be an int, got %s" % (name, type(value).__name__))
-        setattr(a, name, value)
+        bounds = _UINT64 if types[name] in (ctypes.c_void_p, ctypes.c_size_t) else _INT64
+        setattr(a, name, _int_in(value, bounds, "ropekv_args field %s" % name))
     return a
 
 
@@ -465,10 +486,10 @@ def _stream_handle(stream):
     if stream is None:
         return None
     if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream or None
+        return _int_in(stream, _UINT64, "stream") or None
     h = getattr(stream, "cuda_stream", None)
     if isinstance(h, int):
-        return h or None
+        return _int_in(h, _UINT64, "stream.cuda_stream") or None
     if isinstance(stream, ctypes.c_void_p):
         return stream.value
     raise TypeError("stream must be None, an int handle or an object with .cuda_stream, got %s" % type(stream).__name__)

@@ -253,8 +253,8 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     strides in bytes; inplace takes the bf16 q_pe as it is (the kernel writes fp8 bytes over the start of its rows);
     an fp8_tile cache is uint8 rows of info.row_bytes."""
     torch = _torch()
-    if not isinstance(min_slot, int) or isinstance(min_slot, bool) or min_slot < 0:
-        raise ValueError("min_slot must be an int >= 0, got %r" % (min_slot,))
+    if not isinstance(min_slot, int) or isinstance(min_slot, bool) or not 0 <= min_slot < 1 << 63:
+        raise ValueError("min_slot must be an int from 0 to 2**63 - 1 (int64), got %r" % (min_slot,))
     unknown = sorted(set(tensors) - _NAME_SET)
     if unknown:
         raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_NAMES)))

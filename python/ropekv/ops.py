@@ -204,6 +204,7 @@ def _call(name, a):
     if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
         _launch(name, a)
     else:
+        _one_device(**{n: t for n, t in a.items() if isinstance(t, torch.Tensor)})
         getattr(torch.ops.ropekv, name)(*[a.get(n) for n in _ORDER[name]])
 
 
@@ -218,6 +219,32 @@ def _compiling_probe():
 _is_compiling = _compiling_probe()
 
 
+def _one_device(**tensors):
+    """Refuses tensors on more than one device, naming them: given to the dispatcher, a meta tensor among CPU or
+    CUDA ones selects the fake implementation, which does nothing (a silent no-op, not an error)."""
+    by_device = {}
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor):
+            by_device.setdefault(str(t.device), []).append(name)
+    if len(by_device) > 1:
+        raise ValueError("the tensors must be on one device, got %s" % "; ".join(
+            "%s on %s" % (", ".join(names), dev) for dev, names in by_device.items()))
+
+
+# q_out's dtype -> the q_dtype it implies (write's default)
+_Q_DTYPE_OF = {torch.bfloat16: "bf16", torch.uint8: "fp8_e4m3"}
+_Q_DTYPE_OF.update({getattr(torch, n): "fp8_e4m3" for n in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, n)})
+
+
+def _q_dtype_of(q_out):
+    q_dtype = _Q_DTYPE_OF.get(q_out.dtype)
+    if q_dtype is None:
+        raise TypeError("q_out must be bfloat16 (q_dtype bf16) or %s (q_dtype fp8_e4m3), got %s" % (
+            " or ".join(str(d).replace("torch.", "") for d, q in _Q_DTYPE_OF.items() if q == "fp8_e4m3"),
+            str(q_out.dtype).replace("torch.", "")))
+    return q_dtype
+
+
 def _q_form(q_nope, q_pe, q_out):
     if q_out is not None:
         return "absorbed" if q_nope is not None else "zero_copy"
@@ -229,14 +256,15 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
           min_slot=0, norm="none", norm_weight=None, norm_out=None):
     """The fused RoPE + KV-cache write (torch.ops.ropekv.write; write_q_inplace for q form inplace). The tensors are
     Kernel.__call__'s. q_form defaults from the query tensors given (q_out and q_nope: absorbed; q_out alone:
-    zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bf16, else fp8_e4m3; for inplace pass
-    it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes over its rows). norm: the fused kv_a RMSNorm, "none"
-    (default), "rms" (k_nope is the raw c_kv, normalized with norm_weight [L] before it is cached) or "rms_out" (and
-    written to norm_out [Tkv, L] bf16)."""
+    zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bfloat16: bf16; uint8 or a float8 e4m3
+    dtype: fp8_e4m3; another is a TypeError; for inplace pass it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes
+    over its rows). norm: the fused kv_a RMSNorm, "none" (default), "rms" (k_nope is the raw c_kv, normalized with
+    norm_weight [L] before it is cached) or "rms_out" (and written to norm_out [Tkv, L] bf16). Tensors on more than
+    one device are refused by name (a ValueError)."""
     if q_form is None:
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
-        q_dtype = "fp8_e4m3" if q_out is not None and q_out.dtype != torch.bfloat16 else "bf16"
+        q_dtype = _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
     _call("write_q_inplace" if q_form == "inplace" else "write",
           dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
                k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,

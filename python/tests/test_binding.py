@@ -12,6 +12,7 @@
     test_binding_fp8_tile.py  DeepSeek-V3.2's fp8_tile rows
     test_binding_read.py      the read-back op and write-then-read round trips
     test_binding_norm.py      the fused kv_a RMSNorm
+    test_binding_inputs.py    bad inputs refused before ctypes or the dispatcher: NUL bytes, ints past a field, devices
 
 Helpers: _support.py (the pytest shim, contexts, bit comparisons, this runner), _reference.py (inputs as engines lay
 them out, the op in PyTorch), _cases.py (the case runners test_ops.py shares).

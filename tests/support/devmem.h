@@ -3,7 +3,7 @@
  * backends, chosen by ropekv_backend_name:
  *   cuda  the CUDA driver API, through the table the library loads (runtime/cuda_api.h); the device's
  *         primary context (the one the cuda backend uses) is made current on the calling thread
- *   hip   libamdhip64 opened with dlopen ($ROPEKV_LIBHIP first, as the hip backend opens it, so both
+ *   hip   libamdhip64 opened with dlopen ($ROPEKV_LIBHIP when set, as the hip backend opens it, so both
  *         use one HIP runtime): hipMalloc, hipFree, hipMemcpy, hipDeviceSynchronize
  *   host  malloc (the host backend runs kernels on the CPU: its "device" pointers are host memory)
  * No CUDA or HIP header is needed to build it. Addresses are uint64_t whatever the backend. */
