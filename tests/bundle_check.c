@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ropekv.h"
 
@@ -58,9 +59,14 @@ int main(void) {
                      .kv_block_st = B * W};
     CHECK(ropekv_launch(k, &a, NULL) == ROPEKV_OK, "launch");
     CHECK(memcmp(qo, q, 2 * L) == 0 && memcmp(kv + 5 * W, kn, 2 * L) == 0, "the launch wrote its rows");
-    a.kv_rows = (INT32_MAX / W + 1) / B * B + B; /* the 64-bit entry */
+    a.kv_rows = (INT32_MAX / W + 1) / B * B + B; /* the 64-bit entry: a cache that large, reserved, not backed */
     a.kv_block_st = B * W;
+    const size_t wide_bytes = (size_t)a.kv_rows * W * sizeof(uint16_t);
+    void *wide = mmap(NULL, wide_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(wide != MAP_FAILED, "reserving the wide cache");
+    a.kv_cache = wide;
     CHECK(ropekv_launch(k, &a, NULL) == ROPEKV_OK, "wide launch");
+    munmap(wide, wide_bytes);
     ropekv_stats st;
     CHECK(ropekv_get_stats(c, &st) == ROPEKV_OK && st.compiles == 0 && st.disk_hits == 2,
           "two bundle hits, no compile");
