@@ -827,11 +827,9 @@ static int read_tile(const scope *s, rk_spec *o) {
     rk_tile_policy *t = &o->tile;
     int listed = 0;
     for (int i = 0; i < o->n_kv; i++) listed |= o->kv[i] == ROPEKV_KV_FP8_TILE;
-    const int given = push_field(s, "fp8_tile") != LUA_TNIL;
-    lua_pop(s->L, 1);
     if (!listed) {
         memset(t, 0, sizeof *t);
-        return given ? bad(s, "fp8_tile", "kv_dtypes does not list 'fp8_tile'") : ROPEKV_OK;
+        return given(s, "fp8_tile") ? bad(s, "fp8_tile", "kv_dtypes does not list 'fp8_tile'") : ROPEKV_OK;
     }
     TRY(open_table(s, "fp8_tile", &f));
     TRY(check_keys(&f, tile_keys));
@@ -874,19 +872,18 @@ static int read_norm(const scope *s, rk_spec *o) {
     static const int def_norm[] = {ROPEKV_NORM_NONE, ROPEKV_NORM_RMS, ROPEKV_NORM_RMS_OUT};
     int fused = 0, w, r;
     /* open when the spec describes the model's norm (kv_norm), else none */
-    READ_LIST(s, "norms", &rk_norm_enum, def_norm, given(s, "kv_norm") ? 3 : 1, o->norms, o->n_norms);
+    const int table = given(s, "kv_norm");
+    READ_LIST(s, "norms", &rk_norm_enum, def_norm, table ? 3 : 1, o->norms, o->n_norms);
     for (int i = 0; i < o->n_norms; i++) fused |= o->norms[i] != ROPEKV_NORM_NONE;
-    const int given = push_field(s, "kv_norm") != LUA_TNIL;
-    lua_pop(s->L, 1);
     memset(&o->norm, 0, sizeof o->norm);
-    if (!fused) return given ? bad(s, "kv_norm", "norms lists neither 'rms' nor 'rms_out'") : ROPEKV_OK;
+    if (!fused) return table ? bad(s, "kv_norm", "norms lists neither 'rms' nor 'rms_out'") : ROPEKV_OK;
     const int chunks = o->kv_lora_rank / 8;
     if ((chunks & (chunks - 1)) != 0)
         return bad(s, "norms",
                    "the fused RMSNorm needs kv_lora_rank / 8 a power of two (its sum is a tree over "
                    "16-byte chunks), got kv_lora_rank %d",
                    o->kv_lora_rank);
-    if (!given) return bad(s, "kv_norm", "required when norms lists 'rms' or 'rms_out' (at least its eps)");
+    if (!table) return bad(s, "kv_norm", "required when norms lists 'rms' or 'rms_out' (at least its eps)");
     scope f;
     double eps = 0;
     TRY(open_table(s, "kv_norm", &f));
