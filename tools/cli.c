@@ -777,17 +777,18 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         fprintf(stderr, "ropekv-gen isa-baseline: out of memory\n");
         goto out;
     }
+    rk_err err = {0};
+    const int k = rk_cover_catalog(cat, NULL, 0, shapes, MAX_VARIANTS, &err); /* test_matrix's set */
+    if (k < 0) {
+        fprintf(stderr, "ropekv-gen isa-baseline: %s\n", err.msg);
+        goto out;
+    }
     for (int a = 0; a < cat->archs.n; a++) {
         const rk_arch *arch = &cat->archs.a[a];
         if (arch->vendor != RK_VENDOR_AMD) continue;
         const rk_compiler cc = rk_build_pick(arch);
-        rk_err err = {0};
-        const int k = rk_cover_on(cat, arch, shapes, MAX_VARIANTS, &err); /* test_matrix's set */
-        if (k < 0) {
-            fprintf(stderr, "ropekv-gen isa-baseline: %s\n", err.msg);
-            goto out;
-        }
         for (int i = 0; i < k; i++) {
+            if (shapes[i].arch != arch) continue;
             if (o->filter && !strstr(shapes[i].key, o->filter)) continue;
             int dup = 0; /* identical kernels (same name) are built once, as in test_matrix */
             for (int j = 0; j < n && !dup; j++) dup = !strcmp(items[j].v.name, shapes[i].name);

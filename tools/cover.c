@@ -195,10 +195,3 @@ int rk_cover_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out
     }
     return n < 0 ? -1 : m;
 }
-
-int rk_cover_on(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap, rk_err *err) {
-    int n = rk_cover_catalog(cat, NULL, 0, out, cap, err), m = 0;
-    for (int i = 0; i < n; i++)
-        if (strcmp(out[i].arch->name, target->name) == 0) out[m++] = out[i];
-    return n < 0 ? -1 : m;
-}

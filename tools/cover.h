@@ -52,8 +52,4 @@ int rk_cover_catalog(const rk_catalog *cat, const char *filter, int all, rk_desc
  * kernel name: the shapes a GPU or a compiler of that row runs. Returns the count, or -1 with err set. */
 int rk_cover_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap, rk_err *err);
 
-/* rk_cover_catalog's covering set, only its variants on one row (the compile matrix and the ISA baseline of that
- * row). Returns the count, or -1 with err set. */
-int rk_cover_on(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap, rk_err *err);
-
 #endif
