@@ -98,10 +98,12 @@ static int check_segment(const ctx *c, int i) {
     if (!in_enum(&rk_elem_enum, (int)s->elem)) return seg_bad(c, i, "elem", "not an element type (%d)", (int)s->elem);
     if (!in_enum(&rk_scale_type_enum, (int)s->scale))
         return seg_bad(c, i, "scale", "not a scale type (%d)", (int)s->scale);
-    if (!in_enum(&rk_scale_rule_enum, (int)s->rule)) return seg_bad(c, i, "rule", "not a scale rule (%d)", (int)s->rule);
+    if (!in_enum(&rk_scale_rule_enum, (int)s->rule))
+        return seg_bad(c, i, "rule", "not a scale rule (%d)", (int)s->rule);
     if (!in_enum(&rk_scale_at_enum, (int)s->scale_at))
         return seg_bad(c, i, "scale_at", "not a scale placement (%d)", (int)s->scale_at);
-    if (!in_enum(&rk_outer_enum, (int)s->outer)) return seg_bad(c, i, "outer", "not an outer scale (%d)", (int)s->outer);
+    if (!in_enum(&rk_outer_enum, (int)s->outer))
+        return seg_bad(c, i, "outer", "not an outer scale (%d)", (int)s->outer);
     if (s->from < 0 || s->from >= total)
         return seg_bad(c, i, "from", "must be in 0..%d (L + R = %d values), got %d", total - 1, total, s->from);
     if (s->n <= 0 || s->n > total - s->from)
@@ -115,7 +117,8 @@ static int check_segment(const ctx *c, int i) {
         return seg_bad(c, i, "at", "must be a multiple of %d (%s values), got %d", align, elem, s->at);
     const int bytes = s->n * bits / 8;
     if (s->at + bytes > r->row_bytes)
-        return seg_bad(c, i, "at", "the values' bytes [%d, %d) pass row_bytes (%d)", s->at, s->at + bytes, r->row_bytes);
+        return seg_bad(c, i, "at", "the values' bytes [%d, %d) pass row_bytes (%d)", s->at, s->at + bytes,
+                       r->row_bytes);
     /* blocks and their scales */
     if (s->block != 0 && s->block != 16 && s->block != 32 && s->block != 64 && s->block != 128)
         return seg_bad(c, i, "block", "must be 0 (no block scales), 16, 32, 64 or 128, got %d", s->block);
@@ -142,7 +145,8 @@ static int check_segment(const ctx *c, int i) {
             return seg_bad(c, i, "scales_at", "the %d scales' bytes [%d, %d) pass row_bytes (%d)", s->n / s->block,
                            s->scales_at, s->scales_at + sb, r->row_bytes);
         if (s->scale_at == RK_SA_PAGE_TAIL && s->scales_at + sb > r->tail_bytes)
-            return seg_bad(c, i, "tail_bytes", "the %d page-tail scales' bytes [%d, %d) of the token's %s need tail_bytes >= %d, got %d",
+            return seg_bad(c, i, "tail_bytes",
+                           "the %d page-tail scales' bytes [%d, %d) of the token's %s need tail_bytes >= %d, got %d",
                            s->n / s->block, s->scales_at, s->scales_at + sb, where, s->scales_at + sb, r->tail_bytes);
     } else if (s->scales_at != 0) {
         return seg_bad(c, i, "scales_at", "given (%d) without block scales (block is 0)", s->scales_at);
@@ -229,9 +233,10 @@ static int check_overlaps(const ctx *c, int tail) {
     for (int a = 1; a < n; a++)
         for (int b = 0; b < a; b++)
             if (sp[a].lo < sp[b].hi && sp[b].lo < sp[a].hi)
-                return seg_bad(c, sp[a].seg, sp[a].key, "its %s' bytes [%d, %d) of the %s overlap segments[%d]'s %s [%d, %d)",
-                               sp[a].what, sp[a].lo, sp[a].hi, tail ? "page tail" : "row", sp[b].seg + 1, sp[b].what,
-                               sp[b].lo, sp[b].hi);
+                return seg_bad(c, sp[a].seg, sp[a].key,
+                               "its %s' bytes [%d, %d) of the %s overlap segments[%d]'s %s [%d, %d)", sp[a].what,
+                               sp[a].lo, sp[a].hi, tail ? "page tail" : "row", sp[b].seg + 1, sp[b].what, sp[b].lo,
+                               sp[b].hi);
     return ROPEKV_OK;
 }
 
@@ -242,8 +247,8 @@ static int check_split(const ctx *c) {
     const int n = spans_of(r, 0, sp);
     for (int k = 0; k < n; k++)
         if (sp[k].lo < r->split_at && r->split_at < sp[k].hi)
-            return rec_bad(c, "split_at", "%d cuts segments[%d]'s %s [%d, %d)", r->split_at, sp[k].seg + 1,
-                           sp[k].what, sp[k].lo, sp[k].hi);
+            return rec_bad(c, "split_at", "%d cuts segments[%d]'s %s [%d, %d)", r->split_at, sp[k].seg + 1, sp[k].what,
+                           sp[k].lo, sp[k].hi);
     return ROPEKV_OK;
 }
 
