@@ -1158,7 +1158,8 @@ static int read_records(const scope *s, job *j, rk_spec *o) {
         } else if (t == LUA_TTABLE) {
             scope rec = *s;
             rec.idx = lua_gettop(L);
-            snprintf(rec.path, sizeof rec.path, "%s%s.", s->path, key);
+            if (snprintf(rec.path, sizeof rec.path, "%s%s.", s->path, key) >= (int)sizeof rec.path)
+                return bad(s, key, "nested too deeply");
             const rk_record_lib *lib = NULL;
             if (given(&rec, "like")) {
                 int rc = ROPEKV_OK;

@@ -51,10 +51,10 @@ static const struct {
     const char *name;
     int L, R, row, tail;
 } published[] = {
-    {"bf16", 512, 64, 1152, 0},         {"fp8", 512, 64, 576, 0},           {"fp8_ds_mla", 512, 64, 656, 0},
-    {"fp8_ds_mla_pow2", 512, 64, 656, 0}, {"glm_next_fp8", 512, 0, 528, 0}, {"dsv4_fp8", 448, 64, 576, 8},
-    {"dsv41_mxfp8", 448, 64, 528, 0},   {"dsv41_fp4", 448, 64, 288, 0},     {"nvfp4", 512, 64, 352, 0},
-    {"nvfp4_fp8rope", 512, 64, 352, 0}, {"nvfp4_ds_mla", 512, 64, 432, 0},  {"nvfp4_ds_mla_fp8rope", 512, 64, 368, 0},
+    {"bf16", 512, 64, 1152, 0},           {"fp8", 512, 64, 576, 0},          {"fp8_ds_mla", 512, 64, 656, 0},
+    {"fp8_ds_mla_pow2", 512, 64, 656, 0}, {"glm_next_fp8", 512, 0, 528, 0},  {"dsv4_fp8", 448, 64, 576, 8},
+    {"dsv41_mxfp8", 448, 64, 528, 0},     {"dsv41_fp4", 448, 64, 288, 0},    {"nvfp4", 512, 64, 352, 0},
+    {"nvfp4_fp8rope", 512, 64, 352, 0},   {"nvfp4_ds_mla", 512, 64, 432, 0}, {"nvfp4_ds_mla_fp8rope", 512, 64, 368, 0},
     {"glm_next_nvfp4", 512, 0, 304, 0},
 };
 
@@ -66,8 +66,8 @@ static void test_library(void **state) {
         if (rk_record_check(r, "specs/records.lua", &err) != ROPEKV_OK) fail_msg("%s", err.msg);
         if (r->L != published[i].L || r->R != published[i].R || r->row_bytes != published[i].row ||
             r->tail_bytes != published[i].tail)
-            fail_msg("%s: L %d R %d row %d tail %d, want %d %d %d %d", r->name, r->L, r->R, r->row_bytes,
-                     r->tail_bytes, published[i].L, published[i].R, published[i].row, published[i].tail);
+            fail_msg("%s: L %d R %d row %d tail %d, want %d %d %d %d", r->name, r->L, r->R, r->row_bytes, r->tail_bytes,
+                     published[i].L, published[i].R, published[i].row, published[i].tail);
     }
     assert_int_equal(lib->n, (int)(sizeof published / sizeof published[0]));
     /* the totals the engines name */
@@ -290,10 +290,12 @@ static void test_spec_errors(void **state) {
          "qk_rope_head_dim 32"},
         {512, 64, "s.records = { 'bf16', 'dsv4_fp8' }", "specs/t.lua: records[2]: record 'dsv4_fp8' is for L = 448"},
         {512, 64, "s.records = { { like = 'fp8', L = 256 } }", "specs/t.lua: records[1]: record 'fp8' is for L = 256"},
-        {512, 64, "s.records = { 'bf16', 'bf16' }", "specs/t.lua: records[2]: duplicate record 'bf16' (also records[1])"},
+        {512, 64, "s.records = { 'bf16', 'bf16' }",
+         "specs/t.lua: records[2]: duplicate record 'bf16' (also records[1])"},
         {512, 64, "s.records = { 5 }", "specs/t.lua: records[1]: must be a record's name or a table, got number"},
         {512, 64, "s.records = 5", "specs/t.lua: records: must be a list of strings (or one string), got number"},
-        {512, 64, "s.records = { { like = 'zzz' } }", "specs/t.lua: records[1].like: unknown record 'zzz' (known: bf16"},
+        {512, 64, "s.records = { { like = 'zzz' } }",
+         "specs/t.lua: records[1].like: unknown record 'zzz' (known: bf16"},
         {512, 64, "s.records = { { like = 'fp8', colour = 1 } }", "specs/t.lua: records[1]: unknown key 'colour'"},
         {512, 64, "s.records = { { like = 'fp8', segments = { { elem = 'e5m2' } } } }",
          "specs/t.lua: records[1].segments[1].elem: unknown value 'e5m2' (one of: bf16, e4m3, e2m1)"},
@@ -307,8 +309,9 @@ static void test_spec_errors(void **state) {
         {512, 64, "s.records = { { segments = {} } }", "specs/t.lua: records[1].name: required"},
         {512, 64, "s.records = { { name = 'x', segments = { { from = 0, n = 576, elem = 'bf16', at = 0 } } } }",
          "specs/t.lua: records[1].row_bytes: required"},
-        {512, 64, "s.records = { { name = 'x', row_bytes = 576, segments = { { from = 0, n = 576, elem = 'e4m3', "
-                  "at = 0, scale = 'f32', block = 64 } } } }",
+        {512, 64,
+         "s.records = { { name = 'x', row_bytes = 576, segments = { { from = 0, n = 576, elem = 'e4m3', "
+         "at = 0, scale = 'f32', block = 64 } } } }",
          "specs/t.lua: records[1].segments[1].scales_at: required"},
         /* rk_record_check's rules reach a spec's records, naming its file */
         {512, 64, "s.records = { { like = 'fp8', segments = { { at = 4 } } } }",
@@ -358,7 +361,8 @@ static void test_own_library(void **state) {
         {"return { records = { { name = 'a', L = 8, R = 0, row_bytes = 16, segments = { { from = 0, n = 8, "
          "elem = 'bf16', at = 0 } } }, { like = 'a' } } }",
          "lib.lua: records[2].name: duplicate record 'a'"},
-        {"return { records = { { name = 'a', R = 0, row_bytes = 16, segments = {} } } }", "lib.lua: records[1].L: required"},
+        {"return { records = { { name = 'a', R = 0, row_bytes = 16, segments = {} } } }",
+         "lib.lua: records[1].L: required"},
         {"return { records = {} }", "lib.lua: records: must not be empty"},
         {"return { recs = {} }", "lib.lua: unknown key 'recs' (allowed: records)"},
         {"return { records = { { name = 'a', L = 8, R = 0, row_bytes = 8, segments = { { from = 0, n = 8, "
