@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+struct rk_err; /* gen/rk.h */
+
 /* clang-format off */
 /* Element types of a segment: X(enumerator, spelling, token, bits). e4m3 is the target's fp8 byte format (OCP, or
  * FNUZ on gfx942); e2m1 packs two values per byte, the first in the low nibble. */
@@ -80,16 +82,16 @@ typedef struct rk_segment {
 /* How a reader takes a block's scale back: exact (the stored value), bf16 (rounded to bf16 first, as FlashMLA's
  * sm_90 sparse decode does), pow2_down (2^floor(log2 s), an E8M0 reading toward zero, as FlashMLA's sm_100 sparse
  * decode does). A record names each reader it was checked for. */
-#define RK_READ_SCALE_LIST(X)            \
-    X(RK_RS_EXACT, exact, exact)         \
-    X(RK_RS_BF16, bf16, bf16)            \
+#define RK_READ_SCALE_LIST(X)    \
+    X(RK_RS_EXACT, exact, exact) \
+    X(RK_RS_BF16, bf16, bf16)    \
     X(RK_RS_POW2_DOWN, pow2_down, pow2d)
 #define RK_ENUMERATOR_(e, spelling, token) e,
 typedef enum { RK_READ_SCALE_LIST(RK_ENUMERATOR_) } rk_read_scale;
 #undef RK_ENUMERATOR_
 
 typedef struct rk_reader {
-    char name[64];    /* the engine kernel, e.g. "flashmla_sm100_sparse" */
+    char name[64]; /* the engine kernel, e.g. "flashmla_sm100_sparse" */
     rk_read_scale scale;
 } rk_reader;
 
@@ -100,12 +102,22 @@ typedef struct rk_record {
     int split_at;   /* the split layout: bytes [0, split_at) in kv_cache, [split_at, row_bytes) in kv_rope_cache;
                        0 when the record cannot be split (a segment or scale straddles every boundary) */
     int tail_bytes; /* bytes of a token's page-tail part (page_tail scales), 0 for none */
+    int conv;       /* how an RK_OUT_TENSOR segment takes the launch's k_scale: an rk_scale of gen/rk.h (mul_recip:
+                       x * (1 / k_scale), div: x / k_scale, mul: x * k_scale); RK_SCALE_NONE (0) when no segment
+                       has a tensor scale. Engines differ here, so it is the record's (a spec takes a library
+                       record with its own convention: { like = "fp8", conv = "div" }) */
     int n_seg;
     rk_segment seg[RK_RECORD_SEGMENTS];
     int n_readers;
     rk_reader readers[RK_RECORD_READERS];
     char matches[160]; /* whose writer it matches, in the spec's words */
 } rk_record;
+
+/* Bits of one value of an element type (16, 8, 4); bytes of a segment's values (n * bits / 8); bytes of its
+ * block scales (n / block of 4 (f32) or 1 (UE8M0, e4m3) bytes; 0 without blocks). gen/record.c. */
+int rk_elem_bits(rk_elem e);
+int rk_seg_bytes(const rk_segment *s);
+int rk_seg_scale_bytes(const rk_segment *s);
 
 /* ---- gen/record.c: validation ----------------------------------------------------------------------------------
  * ROPEKV_OK, or ROPEKV_ERR_SPEC with a message naming the record, the segment (by index and its `from`) and the key
@@ -122,8 +134,8 @@ int rk_record_check(const rk_record *r, const char *file, struct rk_err *err);
  * (tail_bytes; NULL when the record has none), in fp8 byte format fmt, with the launch's tensor scale k_scale (an
  * RK_OUT_TENSOR segment, under convention conv) and sanitize (NaN -> 0, +-inf -> the largest finite value before
  * any amax). Padding bytes are written as zeros. Bit-exact with the kernels' writer. */
-void rk_record_encode(const rk_record *r, int fmt, const float *x, float k_scale, int conv, int sanitize,
-                      uint8_t *row, uint8_t *tail);
+void rk_record_encode(const rk_record *r, int fmt, const float *x, float k_scale, int conv, int sanitize, uint8_t *row,
+                      uint8_t *tail);
 /* The row back as reader rd reads it (NULL: ropekv's read op, scales exact), y[0, L + R) as floats before the
  * read op's bf16 rounding. */
 void rk_record_decode(const rk_record *r, int fmt, const uint8_t *row, const uint8_t *tail, float k_scale, int conv,

@@ -140,6 +140,9 @@ typedef struct rk_enum {
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
     rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
     rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum;
+/* The enums of a cache record (gen/record.h), tables in gen/record.c. */
+extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_scale_at_enum, rk_outer_enum,
+    rk_read_scale_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -195,6 +198,25 @@ typedef struct rk_arch_table {
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
 /* The most threads a block of this row's launches has: the kernel's launch bound. */
 int rk_arch_max_block(const rk_arch *a);
+
+/* ---- cache records (gen/record.h; the library specs/records.lua) ------------------------------ */
+#include "record.h"
+
+#define RK_RECORDS_MAX 32 /* records in a library */
+#define RK_SPEC_RECORDS 8 /* records a model spec lists */
+typedef struct rk_record_lib {
+    int n;
+    rk_record r[RK_RECORDS_MAX];
+} rk_record_lib;
+
+/* Reads a records library (the text of specs/records.lua: `return { records = { {...}, ... } }`) in the Lua
+ * sandbox; every record is checked with rk_record_check. An entry may take an earlier one as its base
+ * ({ like = "name", <keys that differ> }). Errors as rk_spec_load's, naming file and key. */
+int rk_records_load(const char *file, const char *text, size_t len, rk_record_lib *out, rk_err *err);
+/* The built-in library (specs/records.lua, embedded at build time). */
+int rk_records_builtin(rk_record_lib *out, rk_err *err);
+/* The record named name, or NULL. */
+const rk_record *rk_record_find(const rk_record_lib *lib, const char *name);
 
 /* ---- model spec (specs/<model>.lua) ---------------------------------------------------------- */
 /* How an output becomes fp8 e4m3: the spec's `fp8` table (the KV row) and `q_fp8` table (the query). */
@@ -259,6 +281,11 @@ typedef struct rk_spec {
     int sanitize; /* 1: NaN -> 0, +-inf -> +-max finite in the KV row */
     int n_targets;
     char targets[RK_MAX_TARGETS][RK_NAME_MAX];
+    /* The cache records the spec lists (`records`: library names, tables of their own, or { like = name, ... }),
+     * each checked against kv_lora_rank and qk_rope_head_dim and with rk_record_check. Data for now: kernels
+     * are still generated from kv_dtypes, fp8 and fp8_tile. */
+    int n_records;
+    rk_record records[RK_SPEC_RECORDS];
 } rk_spec;
 
 /* Load a spec file's text in the Lua sandbox and validate it.
@@ -268,6 +295,10 @@ typedef struct rk_spec {
 #define RK_SPEC_TEXT_MAX ((size_t)1 << 20)
 int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table *out, rk_err *err);
 int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out, rk_err *err);
+/* The same with the records library a spec's `records` names are looked up in; lib NULL: the built-in library
+ * (read from its embedded text when the spec names a record, as rk_spec_load does). */
+int rk_spec_load_lib(const char *file, const char *text, size_t len, const rk_arch_table *archs,
+                     const rk_record_lib *lib, rk_spec *out, rk_err *err);
 
 /* ---- kernel ABI: templates/args.h, shared with the kernel ------------------------------------------ */
 typedef int64_t rk_i64;
@@ -505,11 +536,12 @@ const char *rk_embedded_at(size_t i, size_t *len); /* name of the i-th file, NUL
 #define RK_MAX_SPECS 64
 typedef struct rk_catalog {
     rk_arch_table archs;
+    rk_record_lib records; /* specs/records.lua: the records model specs name */
     int n_specs;
     rk_spec specs[RK_MAX_SPECS];
 } rk_catalog;
 
-/* archs.lua and every model spec embedded at build time. */
+/* archs.lua, records.lua and every model spec embedded at build time. */
 int rk_catalog_load_embedded(rk_catalog *c, rk_err *err);
 /* One more spec (text of a file); a spec with the same name replaces the old one. */
 int rk_catalog_add(rk_catalog *c, const char *file, const char *text, size_t len, rk_err *err);

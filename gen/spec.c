@@ -717,7 +717,7 @@ static const char *const spec_keys[] = {
     "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
     "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
     "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     "norms",
-    "kv_norm",  NULL,
+    "kv_norm",  "records",     NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
@@ -945,7 +945,246 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) 
     return ROPEKV_OK;
 }
 
-static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
+/* ---- cache records (gen/record.h) ------------------------------------------------------------------ */
+static const char *const lib_keys[] = {"records", NULL};
+static const char *const record_keys[] = {"name",       "like", "L",        "R",       "row_bytes", "split_at",
+                                          "tail_bytes", "conv", "segments", "readers", "matches",   NULL};
+static const char *const segment_keys[] = {"from",  "n",        "elem",      "at",        "block",
+                                           "scale", "rule",     "scale_at",  "scales_at", "saturate",
+                                           "outer", "outer_at", "rope_bf16", NULL};
+static const char *const reader_keys[] = {"name", "scale", NULL};
+
+/* Opens element i (1-based) of the list at lv, which must be a table, as sub ("<key>[i]."). */
+static int open_elem(const scope *s, const char *key, int lv, int i, scope *sub) {
+    char name[64];
+    snprintf(name, sizeof name, "%s[%d]", key, i);
+    if (lua_rawgeti(s->L, lv, i) != LUA_TTABLE) return bad(s, name, "must be a table, got %s", luaL_typename(s->L, -1));
+    *sub = *s;
+    sub->idx = lua_gettop(s->L);
+    if (snprintf(sub->path, sizeof sub->path, "%s%s.", s->path, name) >= (int)sizeof sub->path)
+        return bad(s, name, "nested too deeply");
+    return ROPEKV_OK;
+}
+
+/* Pushes the list of tables s[key] (a table; absent: *n = 0, nothing pushed). */
+static int open_table_list(const scope *s, const char *key, int max, int *n) {
+    const int t = push_field(s, key);
+    lua_pop(s->L, 1);
+    *n = 0;
+    if (t == LUA_TNIL) return ROPEKV_OK;
+    if (t != LUA_TTABLE) return bad(s, key, "must be a list of tables, got %s", lua_typename(s->L, t));
+    return open_list(s, key, max, n);
+}
+
+/* The bound of a segment's elements: `saturate = { ocp, fnuz }`; e4m3 values take exact e4m3 values (get_sat),
+ * e2m1 and bf16 any number (rk_record_check bounds them). Absent: the base's (same element type), else the
+ * element's largest finite value (0 for bf16). */
+static int read_seg_sat(const scope *s, const rk_segment *base, rk_segment *o) {
+    scope f;
+    TRY(open_table(s, "saturate", &f));
+    TRY(check_keys(&f, sat_keys));
+    const int same = base != NULL && base->elem == o->elem;
+    const double full = o->elem == RK_EL_E2M1 ? 6 : 0;
+    double ocp = same ? base->sat_ocp : full, fnuz = same ? base->sat_fnuz : full;
+    if (o->elem == RK_EL_E4M3 && (!same || given(&f, "ocp"))) {
+        TRY(get_sat(&f, "ocp", RK_FP8_OCP, &o->sat_ocp));
+    } else {
+        TRY(get_number(&f, "ocp", &ocp, &ocp));
+        o->sat_ocp = (float)ocp;
+    }
+    if (o->elem == RK_EL_E4M3 && (!same || given(&f, "fnuz"))) {
+        TRY(get_sat(&f, "fnuz", RK_FP8_FNUZ, &o->sat_fnuz));
+    } else {
+        TRY(get_number(&f, "fnuz", &fnuz, &fnuz));
+        o->sat_fnuz = (float)fnuz;
+    }
+    lua_pop(s->L, 1);
+    return ROPEKV_OK;
+}
+
+/* One segment; every key defaults to base's (NULL: from, n, elem and at are required). */
+static int read_segment(const scope *s, const rk_segment *base, rk_segment *o) {
+    const rk_segment none = {0};
+    const rk_segment *b = base != NULL ? base : &none;
+    int v;
+    TRY(check_keys(s, segment_keys));
+    TRY(get_int(s, "from", base ? &b->from : NULL, 0, 1 << 16, &o->from));
+    TRY(get_int(s, "n", base ? &b->n : NULL, 0, 1 << 16, &o->n));
+    TRY(get_enum(s, "elem", &rk_elem_enum, base ? (int)b->elem : -1, &v));
+    o->elem = (rk_elem)v;
+    TRY(get_int(s, "at", base ? &b->at : NULL, 0, 1 << 16, &o->at));
+    TRY(get_int(s, "block", &b->block, 0, 1 << 16, &o->block));
+    TRY(get_enum(s, "scale", &rk_scale_type_enum, (int)b->scale, &v));
+    o->scale = (rk_scale_type)v;
+    const int def_rule = base != NULL ? (int)b->rule : o->scale == RK_ST_UE8M0 ? RK_SR_POW2_UP : RK_SR_EXACT;
+    TRY(get_enum(s, "rule", &rk_scale_rule_enum, def_rule, &v));
+    o->rule = (rk_scale_rule)v;
+    TRY(get_enum(s, "scale_at", &rk_scale_at_enum, (int)b->scale_at, &v));
+    o->scale_at = (rk_scale_at)v;
+    const int need_scales = base == NULL && o->scale != RK_ST_NONE;
+    TRY(get_int(s, "scales_at", need_scales ? NULL : &b->scales_at, 0, 1 << 16, &o->scales_at));
+    TRY(read_seg_sat(s, base, o));
+    TRY(get_enum(s, "outer", &rk_outer_enum, (int)b->outer, &v));
+    o->outer = (rk_outer)v;
+    const int need_outer = base == NULL && o->outer == RK_OUT_TOKEN;
+    TRY(get_int(s, "outer_at", need_outer ? NULL : &b->outer_at, 0, 1 << 16, &o->outer_at));
+    return get_bool(s, "rope_bf16", &b->rope_bf16, &o->rope_bf16);
+}
+
+/* One record. Its base: `like` (a record of lib), else none (name, row_bytes and segments required; L and R
+ * default to def_L and def_R when those are >= 0). Over a base, every key given replaces the base's, but
+ * `segments`, whose entries are read over the base's entries one by one. */
+static int read_record(const scope *s, const rk_record_lib *lib, int def_L, int def_R, rk_record *o) {
+    lua_State *L = s->L;
+    const rk_record *base = NULL;
+    int n, v;
+    TRY(check_keys(s, record_keys));
+    memset(o, 0, sizeof *o);
+    if (given(s, "like")) {
+        char like[sizeof o->name];
+        TRY(get_string(s, "like", NULL, like, sizeof like));
+        base = rk_record_find(lib, like);
+        if (base == NULL) {
+            char known[RK_RECORDS_MAX * 34 + 8], esc[64];
+            size_t k = 0;
+            known[0] = '\0';
+            for (int i = 0; lib != NULL && i < lib->n; i++)
+                k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", lib->r[i].name);
+            return bad(s, "like", "unknown record '%s' (known: %s)", rk_printable(like, esc, sizeof esc),
+                       k > 0 ? known : "none");
+        }
+        *o = *base;
+    }
+    if (base == NULL || given(s, "name")) TRY(get_ident(s, "name", "_", o->name, sizeof o->name));
+    const int dl = base ? base->L : def_L, dr = base ? base->R : def_R;
+    TRY(get_int(s, "L", dl >= 0 ? &dl : NULL, 0, 8192, &o->L));
+    TRY(get_int(s, "R", dr >= 0 ? &dr : NULL, 0, 1024, &o->R));
+    TRY(get_int(s, "row_bytes", base ? &base->row_bytes : NULL, 1, 1 << 16, &o->row_bytes));
+    const int zero = 0;
+    TRY(get_int(s, "split_at", base ? &base->split_at : &zero, 0, 1 << 16, &o->split_at));
+    TRY(get_int(s, "tail_bytes", base ? &base->tail_bytes : &zero, 0, 1 << 16, &o->tail_bytes));
+    TRY(get_enum(s, "conv", &rk_scale_enum, base ? base->conv : RK_SCALE_NONE, &v));
+    o->conv = v;
+    TRY(open_table_list(s, "segments", RK_RECORD_SEGMENTS, &n));
+    if (n == 0 && base == NULL) return bad(s, "segments", "required (a list of tables)");
+    if (n > 0) {
+        const int lv = lua_gettop(L);
+        for (int i = 0; i < n; i++) {
+            scope seg;
+            TRY(open_elem(s, "segments", lv, i + 1, &seg));
+            TRY(read_segment(&seg, base != NULL && i < base->n_seg ? &base->seg[i] : NULL, &o->seg[i]));
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if (base == NULL || n > base->n_seg) o->n_seg = n;
+    }
+    TRY(open_table_list(s, "readers", RK_RECORD_READERS, &n));
+    if (n > 0) {
+        const int lv = lua_gettop(L);
+        memset(o->readers, 0, sizeof o->readers);
+        for (int i = 0; i < n; i++) {
+            scope rd;
+            TRY(open_elem(s, "readers", lv, i + 1, &rd));
+            TRY(check_keys(&rd, reader_keys));
+            TRY(get_ident(&rd, "name", "_", o->readers[i].name, sizeof o->readers[i].name));
+            TRY(get_enum(&rd, "scale", &rk_read_scale_enum, RK_RS_EXACT, &v));
+            o->readers[i].scale = (rk_read_scale)v;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        o->n_readers = n;
+    }
+    return get_string(s, "matches", base ? base->matches : "", o->matches, sizeof o->matches);
+}
+
+/* A records library: `records`, a list of records, each checked, names distinct. */
+static int read_lib(const scope *s, rk_record_lib *lib) {
+    int n;
+    TRY(check_keys(s, lib_keys));
+    TRY(open_table_list(s, "records", RK_RECORDS_MAX, &n));
+    if (n == 0) return bad(s, "records", "required (a list of tables)");
+    const int lv = lua_gettop(s->L);
+    lib->n = 0;
+    for (int i = 0; i < n; i++) {
+        scope row;
+        rk_record r;
+        TRY(open_elem(s, "records", lv, i + 1, &row));
+        TRY(read_record(&row, lib, -1, -1, &r));
+        TRY(rk_record_check(&r, s->file, s->err));
+        if (rk_record_find(lib, r.name) != NULL) return bad(&row, "name", "duplicate record '%s'", r.name);
+        lib->r[lib->n++] = r;
+        lua_pop(s->L, 1);
+    }
+    lua_pop(s->L, 1);
+    return ROPEKV_OK;
+}
+
+typedef struct job job;
+static const rk_record_lib *job_lib(job *j, rk_err *err, int *rc);
+
+/* A model spec's `records`: library names, tables of their own, or { like = name, ... } (absent: none). Each must
+ * be for the spec's L and R; names distinct. */
+static int read_records(const scope *s, job *j, rk_spec *o) {
+    lua_State *L = s->L;
+    int n;
+    o->n_records = 0;
+    if (!given(s, "records")) return ROPEKV_OK;
+    TRY(open_list(s, "records", RK_SPEC_RECORDS, &n));
+    const int lv = lua_gettop(L);
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        rk_record *r = &o->records[i];
+        snprintf(key, sizeof key, "records[%d]", i + 1);
+        push_elem(L, lv, i + 1);
+        const int t = lua_type(L, -1);
+        if (t == LUA_TSTRING) {
+            size_t len;
+            const char *name = lua_tolstring(L, -1, &len);
+            char esc[64];
+            int rc = ROPEKV_OK;
+            const rk_record_lib *lib = job_lib(j, s->err, &rc);
+            if (lib == NULL) return rc;
+            const rk_record *found = strlen(name) == len ? rk_record_find(lib, name) : NULL;
+            if (found == NULL) {
+                char known[RK_RECORDS_MAX * 34 + 8];
+                size_t k = 0;
+                known[0] = '\0';
+                for (int x = 0; x < lib->n; x++)
+                    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", x ? ", " : "", lib->r[x].name);
+                return bad(s, key, "unknown record '%s' (known: %s)", rk_escape(name, len, esc, sizeof esc),
+                           k > 0 ? known : "none");
+            }
+            *r = *found;
+        } else if (t == LUA_TTABLE) {
+            scope rec = *s;
+            rec.idx = lua_gettop(L);
+            if (snprintf(rec.path, sizeof rec.path, "%s%s.", s->path, key) >= (int)sizeof rec.path)
+                return bad(s, key, "nested too deeply");
+            const rk_record_lib *lib = NULL;
+            if (given(&rec, "like")) {
+                int rc = ROPEKV_OK;
+                lib = job_lib(j, s->err, &rc);
+                if (lib == NULL) return rc;
+            }
+            TRY(read_record(&rec, lib, o->kv_lora_rank, o->rope_dim, r));
+        } else {
+            return bad(s, key, "must be a record's name or a table, got %s", luaL_typename(L, -1));
+        }
+        lua_pop(L, 1);
+        if (r->L != o->kv_lora_rank || r->R != o->rope_dim)
+            return bad(s, key, "record '%s' is for L = %d, R = %d; the spec has kv_lora_rank %d, qk_rope_head_dim %d",
+                       r->name, r->L, r->R, o->kv_lora_rank, o->rope_dim);
+        TRY(rk_record_check(r, s->file, s->err));
+        for (int x = 0; x < i; x++)
+            if (strcmp(o->records[x].name, r->name) == 0)
+                return bad(s, key, "duplicate record '%s' (also records[%d])", r->name, x + 1);
+        o->n_records = i + 1;
+    }
+    lua_pop(L, 1);
+    return ROPEKV_OK;
+}
+
+static int read_spec(const scope *s, job *j, const rk_arch_table *archs, rk_spec *o) {
     int v, no = 0;
     TRY(check_keys(s, spec_keys));
     TRY(get_ident(s, "name", "_", o->name, sizeof o->name));
@@ -966,18 +1205,41 @@ static int read_spec(const scope *s, const rk_arch_table *archs, rk_spec *o) {
     TRY(get_enum(s, "negative_slot", &rk_neg_enum, RK_NEG_SKIP_KV, &v));
     o->negative_slot = (rk_neg)v;
     TRY(get_bool(s, "sanitize", &no, &o->sanitize));
-    return read_targets(s, archs, o);
+    TRY(read_targets(s, archs, o));
+    return read_records(s, j, o);
 }
 
 /* ---- driver: state, chunk, protected conversion ------------------------------------------------------ */
-typedef struct job {
+struct job {
     const char *file;
     rk_err *err;
     const rk_arch_table *archs; /* model specs: the known targets */
-    rk_arch_table *archs_out;   /* one of archs_out / spec_out is set */
+    rk_arch_table *archs_out;   /* one of archs_out / spec_out / lib_out is set */
     rk_spec *spec_out;
+    rk_record_lib *lib_out;
+    const rk_record_lib *lib; /* model specs: the library their `records` names come from (NULL: the built-in) */
+    rk_record_lib *own_lib;   /* the built-in library, read on first use (freed by the loader) */
     int rc;
-} job;
+};
+
+/* The job's records library: its own, or the built-in one read on first use; NULL with *rc set when that fails. */
+static const rk_record_lib *job_lib(job *j, rk_err *err, int *rc) {
+    if (j->lib != NULL) return j->lib;
+    if (j->own_lib == NULL) {
+        rk_record_lib *lib = calloc(1, sizeof *lib);
+        if (lib == NULL) {
+            *rc = rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory (the records library)", j->file);
+            return NULL;
+        }
+        *rc = rk_records_builtin(lib, err);
+        if (*rc != ROPEKV_OK) {
+            free(lib);
+            return NULL;
+        }
+        j->own_lib = lib;
+    }
+    return j->own_lib;
+}
 
 /* Protected: (job, result) -> converts the result into the job's output. */
 static int convert(lua_State *L) {
@@ -988,7 +1250,8 @@ static int convert(lua_State *L) {
         j->rc = rk_fail(j->err, ROPEKV_ERR_SPEC_INVALID, "%s: the chunk must return a table, got %s", j->file,
                         luaL_typename(L, 2));
     else if (j->archs_out != NULL) j->rc = read_archs(&s, j->archs_out);
-    else j->rc = read_spec(&s, j->archs, j->spec_out);
+    else if (j->lib_out != NULL) j->rc = read_lib(&s, j->lib_out);
+    else j->rc = read_spec(&s, j, j->archs, j->spec_out);
     return 0;
 }
 
@@ -1024,22 +1287,47 @@ int rk_archs_load(const char *file, const char *text, size_t len, rk_arch_table 
     char shown[4400]; /* the name messages give the file */
     file = file ? rk_printable(file, shown, sizeof shown) : "(archs)";
     if (t == NULL) return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
-    job j = {file, err, NULL, t, NULL, ROPEKV_OK};
+    job j = {file, err, NULL, t, NULL, NULL, NULL, NULL, ROPEKV_OK};
     int rc = run_job(text, len, &j);
     if (rc == ROPEKV_OK && out != NULL) *out = *t;
     free(t);
     return rc;
 }
 
-int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out,
-                 rk_err *err) {
+int rk_spec_load_lib(const char *file, const char *text, size_t len, const rk_arch_table *archs,
+                     const rk_record_lib *lib, rk_spec *out, rk_err *err) {
     rk_spec s;
     char shown[4400]; /* the name messages give the file */
     file = file ? rk_printable(file, shown, sizeof shown) : "(spec)";
     memset(&s, 0, sizeof s);
     copy_str(s.file, sizeof s.file, file);
-    job j = {file, err, archs, NULL, &s, ROPEKV_OK};
+    job j = {file, err, archs, NULL, &s, NULL, lib, NULL, ROPEKV_OK};
     int rc = run_job(text, len, &j);
     if (rc == ROPEKV_OK && out != NULL) *out = s;
+    free(j.own_lib);
     return rc;
+}
+
+int rk_spec_load(const char *file, const char *text, size_t len, const rk_arch_table *archs, rk_spec *out,
+                 rk_err *err) {
+    return rk_spec_load_lib(file, text, len, archs, NULL, out, err);
+}
+
+int rk_records_load(const char *file, const char *text, size_t len, rk_record_lib *out, rk_err *err) {
+    char shown[4400];
+    file = file ? rk_printable(file, shown, sizeof shown) : "(records)";
+    rk_record_lib *lib = calloc(1, sizeof *lib);
+    if (lib == NULL) return rk_fail(err, ROPEKV_ERR_NOMEM, "%s: out of memory", file);
+    job j = {file, err, NULL, NULL, NULL, lib, NULL, NULL, ROPEKV_OK};
+    int rc = run_job(text, len, &j);
+    if (rc == ROPEKV_OK && out != NULL) *out = *lib;
+    free(lib);
+    return rc;
+}
+
+int rk_records_builtin(rk_record_lib *out, rk_err *err) {
+    size_t len;
+    const char *text = rk_embedded("records.lua", &len);
+    if (text == NULL) return rk_fail(err, ROPEKV_ERR_IO, "specs/records.lua is not embedded in this build");
+    return rk_records_load("specs/records.lua", text, len, out, err);
 }

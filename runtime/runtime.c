@@ -539,7 +539,7 @@ static void listed_by(ropekv_ctx *c, const rk_spec *s, const rk_choice *choice, 
         if (!file) break;
         size_t len = strlen(file);
         if (len < 5 || len - 4 >= sizeof names[0] || strcmp(file + len - 4, ".lua") != 0 ||
-            strcmp(file, "archs.lua") == 0)
+            strcmp(file, "archs.lua") == 0 || strcmp(file, "records.lua") == 0)
             continue;
         snprintf(names[n], sizeof names[0], "%.*s", (int)(len - 4), file);
         int dup = 0;

@@ -19,6 +19,7 @@ return {
   cos_sin = "f32_cat",
   -- the row formats V3.2's engines store: the tile row (the sparse indexer reads it) and bf16
   kv_dtypes = { "fp8_tile", "bf16" },
+  records = { "fp8_ds_mla", "bf16" },
   fp8_tile = {
     tile = 128,
     scale = "f32",

@@ -16,6 +16,7 @@ return {
   rope = "gptj",
   cos_sin = "f32_cat",
   kv_dtypes = { "fp8_tile" },
+  records = { "fp8_ds_mla_pow2" },
   q_dtypes = { "bf16" },
   fp8_tile = {
     tile = 128,

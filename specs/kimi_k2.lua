@@ -27,6 +27,11 @@ return {
     rope_bf16_round = true,
     matches = "vLLM's static QuantFP8 (scaled_fp8_quant): q * (1 / q_scale) after a bf16 rope",
   },
+  -- The cache records: bf16, and the fp8 record the vLLM way (x / k_scale, FNUZ clamped at 224).
+  records = {
+    "bf16",
+    { like = "fp8", conv = "div", segments = { { saturate = { fnuz = 224 } }, { saturate = { fnuz = 224 } } } },
+  },
   negative_slot = "skip_all",
   sanitize = true,
   -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads

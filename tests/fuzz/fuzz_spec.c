@@ -128,6 +128,12 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
                    rk_neg_name(s->negative_slot),
                "enum out of range");
     FUZZ_CHECK(s->rope != RK_ROPE_NEOX || s->rope_dim % 16 == 0, "neox with R %d", s->rope_dim);
+    FUZZ_CHECK(s->n_records >= 0 && s->n_records <= RK_SPEC_RECORDS, "%d records", s->n_records);
+    for (int i = 0; i < s->n_records; i++) {
+        rk_err err = {0};
+        FUZZ_CHECK(rk_record_check(&s->records[i], "fuzz.lua", &err) == ROPEKV_OK, "records[%d]: %s", i + 1, err.msg);
+        FUZZ_CHECK(s->records[i].L == s->kv_lora_rank && s->records[i].R == s->rope_dim, "records[%d]: L, R", i + 1);
+    }
     FUZZ_CHECK(s->n_pos >= 1 && s->n_pos <= 2 && s->n_slot >= 1 && s->n_slot <= 2 && s->n_kv >= 1 && s->n_kv <= 3 &&
                    s->n_q >= 1 && s->n_q <= 4 && s->n_targets >= 1 && s->n_targets <= RK_MAX_TARGETS,
                "list sizes");
@@ -203,6 +209,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == ROPEKV_OK) check_spec(s, archs, size);
     else check_failure(rc, &err);
     free(s);
+
+    /* the same text as a records library: every record it yields passes rk_record_check */
+    rk_record_lib *lib = malloc(sizeof *lib);
+    FUZZ_CHECK(lib != NULL, "out of memory");
+    err.code = (ropekv_status)-1;
+    rc = rk_records_load("fuzz_records.lua", text, size, lib, &err);
+    if (rc == ROPEKV_OK) {
+        FUZZ_CHECK(lib->n >= 1 && lib->n <= RK_RECORDS_MAX, "%d records", lib->n);
+        for (int i = 0; i < lib->n; i++)
+            FUZZ_CHECK(rk_record_check(&lib->r[i], "fuzz_records.lua", &err) == ROPEKV_OK, "%s", err.msg);
+    } else {
+        check_failure(rc, &err);
+    }
+    free(lib);
 
     rk_arch_table *t = malloc(sizeof *t);
     FUZZ_CHECK(t != NULL, "out of memory");
