@@ -15,6 +15,40 @@
 typedef __int128 i128;
 #define ADDRESS_SPACE ((i128)1 << 57) /* no claim past it is a buffer */
 
+/* Pairs whose argument rules differ (the read-back op's block and rope-cache checks, q form none or absorbed beside
+ * paged and split caches), which the covering set guarantees on some row but not on the host's: added when the host
+ * variants lack them. */
+static const struct {
+    const char *spec;
+    rk_choice c;
+} RULE_CASES[] = {
+    {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .op = ROPEKV_OP_READ}},
+    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_SPLIT, .op = ROPEKV_OP_READ}},
+    {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED}},
+    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
+    {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
+};
+
+/* RULE_CASES[i] on the host row, unless a variant with its key is there already. 0, or -1 with why. */
+static int add_rule_case(rk_oracle *o, const rk_arch *host, size_t i, char *why, size_t cap) {
+    rk_desc d;
+    rk_err err = {0};
+    if (rk_desc_make(rk_catalog_find(&o->cat, RULE_CASES[i].spec), host, &RULE_CASES[i].c, &d, &err) != ROPEKV_OK) {
+        snprintf(why, cap, "rule case %zu: %s", i, err.msg);
+        return -1;
+    }
+    for (int k = 0; k < o->n; k++)
+        if (!strcmp(o->var[k].d.key, d.key)) return 0;
+    if (o->n == RK_ORACLE_MAX_VARIANTS) {
+        snprintf(why, cap, "the oracle holds at most %d variants (RK_ORACLE_MAX_VARIANTS)", RK_ORACLE_MAX_VARIANTS);
+        return -1;
+    }
+    o->var[o->n].d = d;
+    o->var[o->n].v = rk_variant_of(&d);
+    o->n++;
+    return 0;
+}
+
 /* The host row's variants of the covering set, the catalog's pointers (spec, row) into o->cat. 0, or -1 with why. */
 static int host_variants(rk_oracle *o, char *why, size_t cap) {
     enum { ROOM = 8192 }; /* the whole covering set (436 today) */
@@ -44,6 +78,7 @@ static int host_variants(rk_oracle *o, char *why, size_t cap) {
         o->n++;
     }
     free(set);
+    for (size_t i = 0; i < sizeof RULE_CASES / sizeof RULE_CASES[0] && rc == 0; i++) rc = add_rule_case(o, host, i, why, cap);
     return rc;
 }
 
