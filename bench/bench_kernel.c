@@ -2,9 +2,15 @@
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
- *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...]
+ *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...] [--list]
  *
- * For each (knobs, kv, q form, query dtype, norm, shape) it renders the variant with the sm row's values replaced by the knobs,
+ * The variants: with none of --kv, --q, --qdtype, --norm and --layout, the covering set's variants of the spec
+ * (tools/cover.h) retargeted to the sm_90 row, as gpu_conformance retargets them (every KV dtype, q form, query
+ * dtype, index width, layout, op and norm the spec has, each value and pair of values at least once); with any of
+ * them, the product of those lists (the others at their defaults: bf16,fp8_e4m3, absorbed, bf16, none, flat) on the
+ * write op with 64-bit indices. --list prints the variants' keys and their count, and exits (no GPU needed).
+ *
+ * For each (knobs, variant, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
  * it 5 times and prints the median per-call time (paged: blocks of 16 rows), next to the floors (an empty kernel and a 16-byte
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
@@ -17,6 +23,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cover.h"
 #include "cuda_api.h"
 #include "rk.h"
 
@@ -154,38 +161,132 @@ static int parse_enum(const char *list, const rk_enum *e, int *out, int cap) {
     return n;
 }
 
-/* Bytes a launch moves: the query part per q form and dtype, the KV rows, positions, slots and cos/sin. */
+/* Bytes a launch moves: the query part per q form and dtype, the KV rows, positions, slots and cos/sin; the
+ * read-back op: the KV rows, slots and its bf16 output. */
 static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
     const double L = v->L, R = v->R, W = L + R, qe = v->q_dtype == ROPEKV_Q_BF16 ? 2 : 1;
     const double kve = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
+    const double row = v->layout == ROPEKV_KV_SPLIT ? W * kve : v->row_bytes; /* both parts of a split row */
+    const double pos = v->pos == ROPEKV_INDEX_INT32 ? 4 : 8, slot = v->slot == ROPEKV_INDEX_INT32 ? 4 : 8;
+    if (v->op == ROPEKV_OP_READ) return (double)T * (row + W * 2 + slot);
     double q = 0;
     if (v->q == ROPEKV_Q_ABSORBED) q = W * 2 + W * qe;  /* q_nope + q_pe read, q_out written */
     else if (v->q != ROPEKV_Q_NONE) q = R * 2 + R * qe; /* q_pe read, the rope part written */
     const double norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? (double)T * L * 2 : 0; /* the normalized c_kv */
-    return (double)T * H * q + (double)T * W * (2 + kve) + (double)T * (8 + 8 + R * 4) + norm_out;
+    return (double)T * H * q + (double)T * (W * 2 + row) + (double)T * (pos + slot + R * 4) + norm_out;
+}
+
+/* n indices in device memory as w (int32 or int64). */
+static void upload_index(CUdeviceptr dst, const int64_t *v, int64_t n, ropekv_index w) {
+    if (w == ROPEKV_INDEX_INT64) {
+        CK(cu->cuMemcpyHtoD(dst, v, (size_t)n * 8));
+        return;
+    }
+    int32_t *t = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)v[i];
+    CK(cu->cuMemcpyHtoD(dst, t, (size_t)n * 4));
+    free(t);
+}
+
+/* The covering set's variants of sp retargeted to row (rk_cover_retarget), their choices into out: the count, or -1
+ * with a message. */
+static int covering_choices(const rk_catalog *cat, const rk_spec *sp, const rk_arch *row, rk_choice *out, int cap) {
+    enum { ROOM = 8192 }; /* the whole covering set (436 today) */
+    rk_desc *set = malloc(sizeof *set * ROOM);
+    rk_err err = {0};
+    const int n = set ? rk_cover_retarget(cat, row, set, ROOM, &err) : -1;
+    int m = n < 0 ? -1 : 0;
+    if (n < 0) fprintf(stderr, "bench_kernel: the covering set: %s\n", set ? err.msg : "out of memory");
+    for (int i = 0; i < n && m >= 0; i++) {
+        if (set[i].spec != sp) continue;
+        if (m == cap) {
+            fprintf(stderr, "bench_kernel: the covering set has more than %d variants of %s\n", cap, sp->name);
+            m = -1;
+        } else {
+            out[m++] = rk_desc_choice(&set[i]);
+        }
+    }
+    free(set);
+    return m;
 }
 
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, norms[3] = {ROPEKV_NORM_NONE}, nq = 1, nqd = 1;
-    int nno = 1, layout = ROPEKV_KV_FLAT;
+    int nno = 1, layout = ROPEKV_KV_FLAT, chosen = 0, list = 0; /* chosen: a variant option was given */
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
     int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
     int nb = 1, nc = 1, nn = 1, np = 1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--spec")) spec_name = argv[i + 1];
-        else if (!strcmp(argv[i], "--block")) nb = parse_list(argv[i + 1], blocks_l, 8);
-        else if (!strcmp(argv[i], "--chunks")) nc = parse_list(argv[i + 1], chunks_l, 8);
-        else if (!strcmp(argv[i], "--nt")) nn = parse_list(argv[i + 1], nt_l, 2);
-        else if (!strcmp(argv[i], "--pdl")) np = parse_list(argv[i + 1], pdl_l, 5);
-        else if (!strcmp(argv[i], "--kv")) kvs = argv[i + 1];
-        else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
-        else if (!strcmp(argv[i], "--q")) nq = parse_enum(argv[i + 1], &rk_qform_enum, qforms, 4);
-        else if (!strcmp(argv[i], "--qdtype")) nqd = parse_enum(argv[i + 1], &rk_qdtype_enum, qdts, 2);
-        else if (!strcmp(argv[i], "--norm")) nno = parse_enum(argv[i + 1], &rk_norm_enum, norms, 3);
-        else if (!strcmp(argv[i], "--layout") && parse_enum(argv[i + 1], &rk_layout_enum, &layout, 1) != 1) return 2;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--list")) {
+            list = 1;
+            continue;
+        }
+        if (i + 1 == argc) break;
+        const char *opt = argv[i], *val = argv[++i];
+        chosen |= !strcmp(opt, "--kv") || !strcmp(opt, "--q") || !strcmp(opt, "--qdtype") || !strcmp(opt, "--norm") ||
+                  !strcmp(opt, "--layout");
+        if (!strcmp(opt, "--spec")) spec_name = val;
+        else if (!strcmp(opt, "--block")) nb = parse_list(val, blocks_l, 8);
+        else if (!strcmp(opt, "--chunks")) nc = parse_list(val, chunks_l, 8);
+        else if (!strcmp(opt, "--nt")) nn = parse_list(val, nt_l, 2);
+        else if (!strcmp(opt, "--pdl")) np = parse_list(val, pdl_l, 5);
+        else if (!strcmp(opt, "--kv")) kvs = val;
+        else if (!strcmp(opt, "--shapes")) shapes = val;
+        else if (!strcmp(opt, "--q")) nq = parse_enum(val, &rk_qform_enum, qforms, 4);
+        else if (!strcmp(opt, "--qdtype")) nqd = parse_enum(val, &rk_qdtype_enum, qdts, 2);
+        else if (!strcmp(opt, "--norm")) nno = parse_enum(val, &rk_norm_enum, norms, 3);
+        else if (!strcmp(opt, "--layout") && parse_enum(val, &rk_layout_enum, &layout, 1) != 1) return 2;
     }
     if (nq <= 0 || nqd <= 0 || nno <= 0) return 2;
+
+    /* the variants: the covering set's on the row, or the product of the options */
+    static rk_catalog cat;
+    rk_err err = {0};
+    if (rk_catalog_load_embedded(&cat, &err) != ROPEKV_OK) {
+        fprintf(stderr, "bench_kernel: %s\n", err.msg);
+        return 1;
+    }
+    const rk_spec *sp = rk_catalog_find(&cat, spec_name);
+    const rk_arch *row = rk_arch_find(&cat.archs, "sm_90");
+    if (!sp || !row) {
+        fprintf(stderr, "bench_kernel: no spec '%s' or no sm_90 row\n", spec_name);
+        return 1;
+    }
+    enum { MAX_VARIANTS = 256 };
+    static rk_choice choices[MAX_VARIANTS];
+    int nv = 0;
+    if (!chosen) {
+        nv = covering_choices(&cat, sp, row, choices, MAX_VARIANTS);
+        if (nv < 0) return 1;
+    }
+    for (const char *kv = chosen ? kvs : NULL; kv && *kv;) {
+        const int fp8 = !strncmp(kv, "fp8", 3);
+        for (int qv = 0; qv < nq * nqd * nno && nv < MAX_VARIANTS; qv++)
+            choices[nv++] = (rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
+                                        (ropekv_q_form)qforms[qv / (nqd * nno)],
+                                        ROPEKV_INDEX_INT64,
+                                        ROPEKV_INDEX_INT64,
+                                        (ropekv_q_dtype)qdts[qv / nno % nqd],
+                                        (ropekv_kv_layout)layout,
+                                        ROPEKV_OP_WRITE,
+                                        (ropekv_norm)norms[qv % nno]};
+        kv = strchr(kv, ',');
+        if (kv) kv++;
+    }
+    if (list) {
+        for (int i = 0; i < nv; i++) {
+            rk_desc v;
+            if (rk_desc_make(sp, row, &choices[i], &v, &err) != ROPEKV_OK) {
+                fprintf(stderr, "bench_kernel: %s\n", err.msg);
+                return 1;
+            }
+            printf("%s\n", v.key);
+        }
+        printf("%d variants (%s)\n", nv, chosen ? "the product of the options" : "the covering set on sm_90");
+        return 0;
+    }
+
     rk_device dev = {.ops = &rk_backend_cuda};
     rk_buf log = {0};
     if (dev.ops->open(&dev, 0, NULL, &log) != ROPEKV_OK) {
@@ -247,138 +348,136 @@ int main(int argc, char **argv) {
     }
     printf("\n");
 
-    static rk_catalog cat;
-    rk_err err = {0};
-    if (rk_catalog_load_embedded(&cat, &err) != ROPEKV_OK) return 1;
-    const rk_spec *sp = rk_catalog_find(&cat, spec_name);
-    const rk_arch *row = NULL;
-    for (int i = 0; i < cat.archs.n; i++)
-        if (!strcmp(cat.archs.a[i].name, "sm_90")) row = &cat.archs.a[i];
-    if (!sp || !row) return 1;
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
-    printf("| T | H | kv | q | q dtype | norm | block | chunks | nt | pdl | us | limit us | %% of limit |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const char *kv = kvs; kv && *kv;) {
-        int fp8 = !strncmp(kv, "fp8", 3);
-        for (int qv = 0; qv < nq * nqd * nno; qv++)
-            for (int b = 0; b < nb; b++)
-                for (int c = 0; c < nc; c++)
-                    for (int n = 0; n < nn * np; n++) {
-                        rk_arch arch = *row;
-                        arch.block = arch.wide_block = blocks_l[b];
-                        arch.chunks = chunks_l[c];
-                        arch.nt_stores = nt_l[n % nn];
-                        arch.pdl = pdl_l[n / nn] != 0;
-                        rk_desc v;
-                        if (rk_desc_make(sp, &arch,
-                                         &(rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
-                                                      (ropekv_q_form)qforms[qv / (nqd * nno)], ROPEKV_INDEX_INT64,
-                                                      ROPEKV_INDEX_INT64, (ropekv_q_dtype)qdts[qv / nno % nqd],
-                                                      (ropekv_kv_layout)layout, ROPEKV_OP_WRITE,
-                                                      (ropekv_norm)norms[qv % nno]},
-                                         &v, &err) != ROPEKV_OK) {
-                            fprintf(stderr, "bench_kernel: %s\n", err.msg);
-                            return 1;
-                        }
-                        rk_buf src = {0};
-                        rk_codeobj kco = {0};
-                        rk_buf klog = {0};
-                        void *mod, *fn[2];
-                        if (rk_emit(&v, &src, &err) != ROPEKV_OK ||
-                            dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != ROPEKV_OK ||
-                            dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != ROPEKV_OK) {
-                            fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
-                            return 1;
-                        }
-                        for (const char *s = shapes; s && *s;) {
-                            int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
-                            size_t kv_elem = fp8 ? 1 : 2;
-                            CUdeviceptr q, qo, k, cache, pos, slots, cs, scale, nw, no;
-                            CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
-                            CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
-                            CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
-                            const int64_t rows = (T + 16) / 16 * 16; /* T + 1 rows, whole blocks of 16 */
-                            CK(cu->cuMemAlloc(&cache, (size_t)rows * W * kv_elem));
-                            CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
-                            CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
-                            CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
-                            CK(cu->cuMemAlloc(&scale, 4));
-                            CK(cu->cuMemAlloc(&nw, (size_t)L * 4));       /* the norm's weight (f32 at most) */
-                            CK(cu->cuMemAlloc(&no, (size_t)(T * L * 2))); /* its output (rms_out) */
-                            CK(cu->cuMemsetD8(nw, 0x3f, (size_t)L * 4));
-                            CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
-                            CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
-                            /* positions spread over the table, slots a shuffled permutation of the rows */
-                            int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
-                            for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
-                            for (int64_t t = T - 1; t > 0; t--) {
-                                int64_t j = (int64_t)((t * 40503u + 7) % (uint64_t)(t + 1)), x = hs[t];
-                                hs[t] = hs[j];
-                                hs[j] = x;
-                            }
-                            CK(cu->cuMemcpyHtoD(pos, hp, (size_t)T * 8));
-                            CK(cu->cuMemcpyHtoD(slots, hs, (size_t)T * 8));
-                            free(hp);
-                            free(hs);
-                            CK(cu->cuMemsetD8(cs, 0x3f, (size_t)4096 * R * 4));
-                            CK(cu->cuMemsetD8(scale, 0x3f, 4));
-                            rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
-                            const int pdl_mode = pdl_l[n / nn];
-                            rc.a = (rk_args){
-                                .q_nope = (void *)q,
-                                .q_pe = (void *)(q + (size_t)L * 2),
-                                .q_out = (void *)qo,
-                                .k_nope = (void *)k,
-                                .k_pe = (void *)(k + (size_t)L * 2),
-                                .kv_cache = (void *)cache,
-                                .positions = (void *)pos,
-                                .slots = (void *)slots,
-                                .cos_sin = (void *)cs,
-                                .k_scale = (const float *)scale,
-                                .q_scale = (const float *)scale,
-                                .tokens = T,
-                                .kv_tokens = T,
-                                .heads = H,
-                                .max_pos = 4096,
-                                .q_nope_st = H * W,
-                                .q_nope_sh = W,
-                                .q_pe_st = H * W,
-                                .q_pe_sh = W,
-                                .q_out_st = H * W,
-                                .q_out_sh = W,
-                                .k_nope_st = W,
-                                .k_pe_st = W,
-                                .kv_st = W,
-                                .kv_rows = rows,
-                                .kv_block_size = 16,
-                                .kv_block_st = 16 * W,
-                                .prefetch = pdl_mode >= 3,
-                                .norm_weight = (const void *)nw,
-                                .norm_out = (void *)no,
-                                .norm_out_st = L,
-                            };
-                            int64_t total;
-                            rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
-                            rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
-                            float us = time_graph(launch_rope, &rc);
-                            double limit = bytes_moved(&v, T, H) / bw * 1e6;
-                            if (limit < t_rt) limit = t_rt;
-                            printf("| %lld | %lld | %s | %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.0f%% |\n",
-                                   (long long)T, (long long)H, fp8 ? "fp8" : "bf16", rk_qform_name(v.q),
-                                   rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm), arch.block, arch.chunks,
-                                   arch.nt_stores, pdl_mode, us, limit, 100 * limit / us);
-                            fflush(stdout);
-                            CUdeviceptr all[] = {q, qo, k, cache, pos, slots, cs, scale, nw, no};
-                            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
-                            s = strchr(s, ',');
-                            if (s) s++;
-                        }
-                        rk_buf_free(&src);
-                        rk_buf_free(&klog);
-                        rk_code_free(&kco);
+    printf(
+        "| T | H | kv | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | us | limit us | %% of "
+        "limit |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int vi = 0; vi < nv; vi++)
+        for (int b = 0; b < nb; b++)
+            for (int c = 0; c < nc; c++)
+                for (int n = 0; n < nn * np; n++) {
+                    rk_arch arch = *row;
+                    arch.block = arch.wide_block = blocks_l[b];
+                    arch.chunks = chunks_l[c];
+                    arch.nt_stores = nt_l[n % nn];
+                    arch.pdl = pdl_l[n / nn] != 0;
+                    rk_desc v;
+                    if (rk_desc_make(sp, &arch, &choices[vi], &v, &err) != ROPEKV_OK) {
+                        fprintf(stderr, "bench_kernel: %s\n", err.msg);
+                        return 1;
                     }
-        kv = strchr(kv, ',');
-        if (kv) kv++;
-    }
+                    rk_buf src = {0};
+                    rk_codeobj kco = {0};
+                    rk_buf klog = {0};
+                    void *mod, *fn[2];
+                    if (rk_emit(&v, &src, &err) != ROPEKV_OK ||
+                        dev.ops->compile(&dev, src.p, src.len, v.name, &arch, &kco, &klog) != ROPEKV_OK ||
+                        dev.ops->load(&dev, &kco, v.name, &mod, fn, &klog) != ROPEKV_OK) {
+                        fprintf(stderr, "%s: %s %s\n", v.name, err.msg, klog.p ? klog.p : "");
+                        return 1;
+                    }
+                    for (const char *s = shapes; s && *s;) {
+                        int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
+                        const size_t kv_elem = v.kv == ROPEKV_KV_BF16 ? 2 : 1;
+                        const int64_t kv_st = v.row_bytes / (int64_t)kv_elem; /* split: the latent part */
+                        const int split = v.layout == ROPEKV_KV_SPLIT, read = v.op == ROPEKV_OP_READ;
+                        CUdeviceptr q, qo, k, cache, rope, out, pos, slots, cs, scale, nw, no;
+                        CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemAlloc(&qo, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
+                        const int64_t rows = (T + 16) / 16 * 16; /* T + 1 rows, whole blocks of 16 */
+                        CK(cu->cuMemAlloc(&cache, (size_t)(rows * kv_st) * kv_elem));
+                        CK(cu->cuMemAlloc(&rope, (size_t)(rows * R) * kv_elem)); /* a split layout's rope rows */
+                        CK(cu->cuMemAlloc(&out, (size_t)(T * W * 2)));           /* the read-back op's rows */
+                        CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
+                        CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
+                        CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
+                        CK(cu->cuMemAlloc(&scale, 4));
+                        CK(cu->cuMemAlloc(&nw, (size_t)L * 4));       /* the norm's weight (f32 at most) */
+                        CK(cu->cuMemAlloc(&no, (size_t)(T * L * 2))); /* its output (rms_out) */
+                        CK(cu->cuMemsetD8(nw, 0x3f, (size_t)L * 4));
+                        CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
+                        CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
+                        /* positions spread over the table, slots a shuffled permutation of the rows */
+                        int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
+                        for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
+                        for (int64_t t = T - 1; t > 0; t--) {
+                            int64_t j = (int64_t)((t * 40503u + 7) % (uint64_t)(t + 1)), x = hs[t];
+                            hs[t] = hs[j];
+                            hs[j] = x;
+                        }
+                        upload_index(pos, hp, T, v.pos);
+                        upload_index(slots, hs, T, v.slot);
+                        free(hp);
+                        free(hs);
+                        CK(cu->cuMemsetD8(cs, 0x3f, (size_t)4096 * R * 4));
+                        CK(cu->cuMemsetD8(scale, 0x3f, 4));
+                        rope_call rc = {.dev = &dev, .fn = fn[0], .block = arch.block, .pdl = arch.pdl};
+                        const int pdl_mode = pdl_l[n / nn];
+                        rc.a = (rk_args){
+                            .q_nope = (void *)q,
+                            .q_pe = (void *)(q + (size_t)L * 2),
+                            .q_out = (void *)qo,
+                            .k_nope = (void *)k,
+                            .k_pe = (void *)(k + (size_t)L * 2),
+                            .kv_cache = (void *)cache,
+                            .positions = (void *)pos,
+                            .slots = (void *)slots,
+                            .cos_sin = (void *)cs,
+                            .sin = (void *)(cs + (size_t)4096 * R * 2), /* split tables: sin after cos's rows */
+                            .k_scale = (const float *)scale,
+                            .q_scale = (const float *)scale,
+                            .tokens = T,
+                            .kv_tokens = T,
+                            .heads = H,
+                            .max_pos = 4096,
+                            .q_nope_st = H * W,
+                            .q_nope_sh = W,
+                            .q_pe_st = H * W,
+                            .q_pe_sh = W,
+                            .q_out_st = H * W,
+                            .q_out_sh = W,
+                            .k_nope_st = W,
+                            .k_pe_st = W,
+                            .kv_st = kv_st,
+                            .kv_rows = rows,
+                            .kv_block_size = 16,
+                            .kv_block_st = 16 * kv_st,
+                            .kv_rope_cache = split ? (void *)rope : NULL,
+                            .kv_rope_st = R,
+                            .kv_rope_block_st = 16 * R,
+                            .out = read ? (void *)out : NULL,
+                            .out_st = W,
+                            .prefetch = pdl_mode >= 3,
+                            .norm_weight = (const void *)nw,
+                            .norm_out = (void *)no,
+                            .norm_out_st = L,
+                        };
+                        int64_t total;
+                        rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
+                        rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
+                        float us = time_graph(launch_rope, &rc);
+                        double limit = bytes_moved(&v, T, H) / bw * 1e6;
+                        if (limit < t_rt) limit = t_rt;
+                        printf("| %lld | %lld | %s | %s | %s | %s | %s | %s | %s/%s | %d | %d | %d | %d | %.2f | %.2f "
+                               "| %.0f%% |\n",
+                               (long long)T, (long long)H,
+                               v.kv == ROPEKV_KV_BF16       ? "bf16"
+                               : v.kv == ROPEKV_KV_FP8_E4M3 ? "fp8"
+                                                            : rk_kv_name(v.kv),
+                               rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
+                               rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
+                               arch.block, arch.chunks, arch.nt_stores, pdl_mode, us, limit, 100 * limit / us);
+                        fflush(stdout);
+                        CUdeviceptr all[] = {q, qo, k, cache, rope, out, pos, slots, cs, scale, nw, no};
+                        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
+                        s = strchr(s, ',');
+                        if (s) s++;
+                    }
+                    rk_buf_free(&src);
+                    rk_buf_free(&klog);
+                    rk_code_free(&kco);
+                }
     return 0;
 }

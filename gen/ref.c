@@ -319,10 +319,12 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     if (v->q == ROPEKV_Q_NONE) return;
     for (int64_t h = 0; h < a->heads; h++) {
         uint16_t *q_pe = (uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
-        /* q_out's strides count its own elements: bf16, or bytes for an fp8 query */
-        const int64_t at = t * a->q_out_st + h * a->q_out_sh;
-        uint16_t *out = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY ? (uint16_t *)a->q_out + at : NULL;
-        uint8_t *out8 = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY ? (uint8_t *)a->q_out + at : NULL;
+        /* q_out's strides count its own elements: bf16, or bytes for an fp8 query; the inplace form has no q_out,
+         * and its strides may be any numbers */
+        const int has_out = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY;
+        const int64_t at = has_out ? t * a->q_out_st + h * a->q_out_sh : 0;
+        uint16_t *out = has_out ? (uint16_t *)a->q_out + at : NULL;
+        uint8_t *out8 = has_out ? (uint8_t *)a->q_out + at : NULL;
         switch (v->q) {
         case ROPEKV_Q_ABSORBED: {
             const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;

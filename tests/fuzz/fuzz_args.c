@@ -2,10 +2,11 @@
  *
  * The input is a draw (rk_draw_of_bytes): a variant, whether the read-back op splits its output and which norm
  * tensors are passed by mistake, every int64 size, stride and count of ropekv_args, and the seed of the buffers'
- * contents, positions and slots. On the host backend (the variants compiled once, on the first input) the launch
- * must be refused with a named error and write nothing, or equal the CPU reference on copies; every buffer has
- * guard pages on both sides. The seed corpus (tests/fuzz/corpus/args) has a valid draw per variant and
- * near-overflow ones (CAMPAIGN.md). */
+ * contents, positions and slots. The variants are the covering set's host variants (the first byte taken modulo
+ * their count); on the host backend (each variant's kernel compiled on its first launch) the launch must be refused
+ * with a named error and write nothing, or equal the CPU reference on copies; every buffer has guard pages on both
+ * sides. The seed corpus (tests/fuzz/corpus/args, written by `test_args_random --seeds`) has a valid draw per
+ * variant and near-overflow ones (CAMPAIGN.md). */
 #include "args_oracle.h"
 #include "fuzz.h"
 

@@ -8,30 +8,79 @@
 #include <unistd.h>
 
 #include "args_oracle.h"
+#include "build.h" /* rk_variant_of */
 #include "check.h"
+#include "cover.h"
 
 typedef __int128 i128;
 #define ADDRESS_SPACE ((i128)1 << 57) /* no claim past it is a buffer */
 
+/* Pairs whose argument rules differ (the read-back op's block and rope-cache checks, q form none or absorbed beside
+ * paged and split caches), which the covering set guarantees on some row but not on the host's: added when the host
+ * variants lack them. */
 static const struct {
     const char *spec;
-    ropekv_variant v;
-} VARIANTS[RK_ORACLE_VARIANTS] = {
-    {"deepseek_v3", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED}},
-    {"deepseek_v3",
-     {.kv = ROPEKV_KV_FP8_E4M3,
-      .q = ROPEKV_Q_ZERO_COPY,
-      .positions = ROPEKV_INDEX_INT32,
-      .slots = ROPEKV_INDEX_INT32,
-      .q_dtype = ROPEKV_Q_FP8_E4M3,
-      .layout = ROPEKV_KV_PAGED}},
-    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
+    rk_choice c;
+} RULE_CASES[] = {
     {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .op = ROPEKV_OP_READ}},
-    {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .op = ROPEKV_OP_READ}},
-    {"deepseek_v3", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .norm = ROPEKV_NORM_RMS_OUT}},
-    {"deepseek_v32",
-     {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
+    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_SPLIT, .op = ROPEKV_OP_READ}},
+    {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED}},
+    {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
+    {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
 };
+
+/* RULE_CASES[i] on the host row, unless a variant with its key is there already. 0, or -1 with why. */
+static int add_rule_case(rk_oracle *o, const rk_arch *host, size_t i, char *why, size_t cap) {
+    rk_desc d;
+    rk_err err = {0};
+    if (rk_desc_make(rk_catalog_find(&o->cat, RULE_CASES[i].spec), host, &RULE_CASES[i].c, &d, &err) != ROPEKV_OK) {
+        snprintf(why, cap, "rule case %zu: %s", i, err.msg);
+        return -1;
+    }
+    for (int k = 0; k < o->n; k++)
+        if (!strcmp(o->var[k].d.key, d.key)) return 0;
+    if (o->n == RK_ORACLE_MAX_VARIANTS) {
+        snprintf(why, cap, "the oracle holds at most %d variants (RK_ORACLE_MAX_VARIANTS)", RK_ORACLE_MAX_VARIANTS);
+        return -1;
+    }
+    o->var[o->n].d = d;
+    o->var[o->n].v = rk_variant_of(&d);
+    o->n++;
+    return 0;
+}
+
+/* The host row's variants of the covering set, the catalog's pointers (spec, row) into o->cat. 0, or -1 with why. */
+static int host_variants(rk_oracle *o, char *why, size_t cap) {
+    enum { ROOM = 8192 }; /* the whole covering set (436 today) */
+    rk_desc *set = malloc(sizeof *set * ROOM);
+    rk_err err = {0};
+    if (!set) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    const int n = rk_cover_catalog(&o->cat, NULL, 0, set, ROOM, &err);
+    const rk_arch *host = rk_arch_find(&o->cat.archs, "host");
+    int rc = 0, hosts = 0;
+    if (n < 0) {
+        snprintf(why, cap, "the covering set: %s", err.msg);
+        rc = -1;
+    }
+    for (int i = 0; i < n; i++) hosts += set[i].arch == host;
+    if (rc == 0 && (hosts == 0 || hosts > RK_ORACLE_MAX_VARIANTS)) {
+        snprintf(why, cap, "the covering set has %d host variants; the oracle holds 1 to %d (RK_ORACLE_MAX_VARIANTS)",
+                 hosts, RK_ORACLE_MAX_VARIANTS);
+        rc = -1;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (set[i].arch != host) continue;
+        o->var[o->n].d = set[i];
+        o->var[o->n].v = rk_variant_of(&set[i]);
+        o->n++;
+    }
+    free(set);
+    for (size_t i = 0; i < sizeof RULE_CASES / sizeof RULE_CASES[0] && rc == 0; i++) rc = add_rule_case(o, host, i, why, cap);
+    return rc;
+}
 
 int rk_oracle_open(rk_oracle *o, char *why, size_t cap) {
     memset(o, 0, sizeof *o);
@@ -40,33 +89,19 @@ int rk_oracle_open(rk_oracle *o, char *why, size_t cap) {
         snprintf(why, cap, "catalog: %s", err.msg);
         return -1;
     }
+    if (host_variants(o, why, cap) != 0) return -1;
     ropekv_options opt = {.backend = ROPEKV_BACKEND_HOST, .disk_cache = -1};
     ropekv_status s = ropekv_create(&o->ctx, &opt);
     if (s != ROPEKV_OK) {
         snprintf(why, cap, "ropekv_create: %s", ropekv_status_name(s));
         return -1;
     }
-    const rk_arch *host = rk_arch_find(&o->cat.archs, "host");
-    for (int i = 0; i < RK_ORACLE_VARIANTS; i++) {
-        ropekv_variant v = VARIANTS[i].v;
-        v.spec = VARIANTS[i].spec;
-        o->var[i].v = v;
-        rk_choice c = {v.kv, v.q, v.positions, v.slots, v.q_dtype, v.layout, v.op, v.norm};
-        if (rk_desc_make(rk_catalog_find(&o->cat, v.spec), host, &c, &o->var[i].d, &err) != ROPEKV_OK) {
-            snprintf(why, cap, "variant %d: %s", i, err.msg);
-            return -1;
-        }
-        s = ropekv_kernel_get(o->ctx, &v, &o->var[i].k);
-        if (s != ROPEKV_OK) {
-            snprintf(why, cap, "variant %d: %s: %s", i, ropekv_status_name(s), ropekv_last_error(o->ctx));
-            return -1;
-        }
-    }
     return 0;
 }
 
 void rk_oracle_close(rk_oracle *o) {
-    for (int i = 0; i < RK_ORACLE_VARIANTS; i++) ropekv_kernel_release(o->var[i].k);
+    for (int i = 0; i < o->n; i++)
+        if (o->var[i].k) ropekv_kernel_release(o->var[i].k);
     ropekv_destroy(o->ctx);
     memset(o, 0, sizeof *o);
 }
@@ -97,6 +132,21 @@ rk_draw rk_draw_of_bytes(const uint8_t *p, size_t n) {
     }
     d.seed = le(p, n, 2 + 8 * RK_ORACLE_SEED_AT);
     return d;
+}
+
+static void put_le(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> 8 * i);
+}
+
+void rk_draw_to_bytes(const rk_draw *d, uint8_t p[RK_ORACLE_DRAW_BYTES]) {
+    p[0] = (uint8_t)d->variant;
+    p[1] = (uint8_t)((d->out_rope ? 1u : 0u) | (d->stray & 3u) << 1);
+    for (int i = 0; i < RK_ORACLE_NFIELDS; i++) {
+        int64_t v;
+        memcpy(&v, (const char *)&d->a + rk_oracle_fields[i], sizeof v);
+        put_le(p + 2 + 8 * (i < RK_ORACLE_SEED_AT ? i : i + 1), (uint64_t)v);
+    }
+    put_le(p + 2 + 8 * RK_ORACLE_SEED_AT, d->seed);
 }
 
 /* ---- what the args claim -------------------------------------------------------------------------- */
@@ -340,9 +390,8 @@ static void rk_args_of(const ropekv_args *p, int64_t K, rk_args *a) {
 }
 
 int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
-    const unsigned vi = dr->variant % RK_ORACLE_VARIANTS;
+    const unsigned vi = dr->variant % (unsigned)o->n;
     const rk_desc *d = &o->var[vi].d;
-    ropekv_kernel *k = o->var[vi].k;
     ropekv_args a = dr->a;
     const int out_rope = d->op == ROPEKV_OP_READ && dr->out_rope;
     const claims c = claims_of(d, &a, out_rope);
@@ -387,7 +436,16 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
         memcpy(ref[b].region, ker[b].region, ker[b].region_len);
         *field(&a, b) = ker[b].p;
     }
-    ropekv_status s = ropekv_launch(k, &a, NULL);
+    if (!o->var[vi].k) { /* the variant's first launch */
+        ropekv_status ks = ropekv_kernel_get(o->ctx, &o->var[vi].v, &o->var[vi].k);
+        if (ks != ROPEKV_OK) {
+            snprintf(why, cap, "%s: %s: %s", d->key, ropekv_status_name(ks), ropekv_last_error(o->ctx));
+            o->var[vi].k = NULL;
+            rc = 1;
+            goto out;
+        }
+    }
+    ropekv_status s = ropekv_launch(o->var[vi].k, &a, NULL);
     if (s != ROPEKV_OK) {
         const char *msg = ropekv_last_error(o->ctx);
         if (s != ROPEKV_ERR_NULL && s != ROPEKV_ERR_SHAPE && s != ROPEKV_ERR_STRIDE && s != ROPEKV_ERR_ALIGN &&
