@@ -26,7 +26,8 @@ static const struct {
     {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_SPLIT, .op = ROPEKV_OP_READ}},
     {"deepseek_v3", {.kv = ROPEKV_KV_FP8_E4M3, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED}},
     {"deepseek_v2_lite", {.kv = ROPEKV_KV_BF16, .q = ROPEKV_Q_ABSORBED, .layout = ROPEKV_KV_SPLIT}},
-    {"deepseek_v32", {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
+    {"deepseek_v32",
+     {.kv = ROPEKV_KV_FP8_TILE, .q = ROPEKV_Q_NONE, .layout = ROPEKV_KV_PAGED, .norm = ROPEKV_NORM_RMS}},
 };
 
 /* RULE_CASES[i] on the host row, unless a variant with its key is there already. 0, or -1 with why. */
@@ -78,7 +79,8 @@ static int host_variants(rk_oracle *o, char *why, size_t cap) {
         o->n++;
     }
     free(set);
-    for (size_t i = 0; i < sizeof RULE_CASES / sizeof RULE_CASES[0] && rc == 0; i++) rc = add_rule_case(o, host, i, why, cap);
+    for (size_t i = 0; i < sizeof RULE_CASES / sizeof RULE_CASES[0] && rc == 0; i++)
+        rc = add_rule_case(o, host, i, why, cap);
     return rc;
 }
 
