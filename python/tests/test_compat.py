@@ -180,5 +180,256 @@ def test_vllm_rotary_refusals_host():
         assert str(e).startswith(name + ":"), e
 
 
+
+# ---- FlashInfer ------------------------------------------------------------------------------------------------
+def _fi_inputs(torch, device, seed, T=6, H=3):
+    g = torch.Generator().manual_seed(seed)
+    q = _bf16(torch, (T, H, W), g, device)
+    kv = _bf16(torch, (T, W), g, device)
+    table = _table(torch, g, device)
+    pos = torch.randint(0, 64, (T,), generator=g).to(device)
+    return q, kv, table, pos
+
+
+def _fi_want(torch, q, kv, table, pos, qs, ks):
+    """FlashInfer's definition, in its return order (q_rope_out, k_rope_out, q_nope_out, k_nope_out): fp8(rope(x) *
+    quant_scale) of the rope parts, fp8(x * quant_scale) of the nope parts."""
+    return (_fp8(torch, _rope(torch, q[..., L:], table, pos), qs), _fp8(torch, _rope(torch, kv[:, L:], table, pos), ks),
+            _fp8(torch, q[..., :L].float(), qs), _fp8(torch, kv[:, :L].float(), ks))
+
+
+def _flashinfer_rope(device):
+    """mla_rope_quantize_fp8 with its outputs allocated, and into one preallocated query and key buffer, with a
+    multiplier whose reciprocal is not exact (1 / 0.7)."""
+    torch, compat = _setup(device)
+    q, kv, table, pos = _fi_inputs(torch, device, 13)
+    f = compat.flashinfer.mla_rope_quantize_fp8
+    for qs, ks in ((1.0, 0.5), (1 / 0.7, 3.0)):
+        want = _fi_want(torch, q, kv, table, pos, qs, ks)
+        got = f(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], table, pos, is_neox=False, quantize_dtype=torch.uint8,
+                quant_scale_q=qs, quant_scale_kv=ks)
+        for name, a, b in zip(("q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out"), got, want):
+            _eq(torch, a, b, "mla_rope_quantize_fp8 %s (%r, %r)" % (name, qs, ks))
+    qo = torch.zeros(q.shape, dtype=torch.uint8, device=device)
+    ko = torch.zeros(kv.shape, dtype=torch.uint8, device=device)
+    got = f(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], table, pos, False, None, 2.0, 0.25, qo[..., L:], ko[:, L:],
+            qo[..., :L], ko[:, :L])
+    assert got[0].data_ptr() == qo[..., L:].data_ptr() and got[3].data_ptr() == ko.data_ptr()
+    want = _fi_want(torch, q, kv, table, pos, 2.0, 0.25)
+    _eq(torch, qo, torch.cat([want[2], want[0]], dim=-1), "mla_rope_quantize_fp8 into one query buffer")
+    _eq(torch, ko, torch.cat([want[3], want[1]], dim=-1), "mla_rope_quantize_fp8 into one key buffer")
+
+
+def test_flashinfer_mla_rope_quantize_fp8_host():
+    _flashinfer_rope("cpu")
+
+
+
+def test_flashinfer_scale_bound_host():
+    """A multiplier with no exact k under x * (1 / k) (3.0686924...): every fp8 code within one step of FlashInfer's,
+    the rest of the codes equal; an exact one (0.5, 1 / 0.7) bit for bit (above)."""
+    torch, compat = _setup("cpu")
+    from ropekv.compat import _common as c
+    qs = 3.068692445755005
+    assert not c.scale_exact(qs, "mul_recip") and c.scale_exact(1 / 0.7, "mul_recip") and c.scale_exact(0.5, "div")
+    q, kv, table, pos = _fi_inputs(torch, "cpu", 14, T=32, H=8)
+    got = compat.flashinfer.mla_rope_quantize_fp8(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], table, pos, False,
+                                                 torch.uint8, qs, qs)
+    for a, b in zip(got, _fi_want(torch, q, kv, table, pos, qs, qs)):
+        steps, _, n, bad = sp.compare_bits(torch, a, b, "fp8")
+        assert steps <= 1 and bad <= n // 100, (steps, bad, n)
+
+
+def _flashinfer_paged(device, one_buffer):
+    """rope_quantize_fp8_append_paged_kv_cache: the key's fp8 row at the slot FlashInfer's page table gives each token
+    (kv_indices[kv_indptr[b] + p // page_size] * page_size + p % page_size), the caches two slices of one buffer
+    (ropekv's paged layout) or two buffers (the split layout)."""
+    torch, compat = _setup(device)
+    q, kv, table, pos_ids = _fi_inputs(torch, device, 15, T=7)
+    buf = torch.full((6, 4, W), 0x5A, dtype=torch.uint8, device=device)
+    before = buf.clone()
+    kv_indices = torch.tensor([4, 1, 5, 0, 2], dtype=torch.int32, device=device)
+    kv_indptr = torch.tensor([0, 2, 5], dtype=torch.int32, device=device)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1], dtype=torch.int32, device=device)
+    positions = torch.tensor([4, 5, 7, 0, 3, 8, 11], dtype=torch.int32, device=device)
+    caches = (buf[..., :L], buf[..., L:]) if one_buffer else (buf[..., :L].clone(), buf[..., L:].clone())
+    q_rope_out, q_nope_out = compat.flashinfer.rope_quantize_fp8_append_paged_kv_cache(
+        q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], None, table, pos_ids, caches, kv_indices,
+        kv_indptr, batch, positions, is_neox=False, quantize_dtype=torch.uint8, quant_scale_q=0.5, quant_scale_kv=2.0,
+        page_size=4)
+    want = _fi_want(torch, q, kv, table, pos_ids, 0.5, 2.0)
+    _eq(torch, q_rope_out, want[0], "append_paged q_rope_out")
+    _eq(torch, q_nope_out, want[2], "append_paged q_nope_out")
+    pages = [1, 1, 1, 5, 5, 2, 2]  # per token: request 0 has pages [4, 1], request 1 [5, 0, 2]
+    slots = torch.tensor([pg * 4 + p % 4 for pg, p in zip(pages, positions.tolist())], device=device)
+    flat = before.view(24, W)
+    flat[slots] = torch.cat([want[3], want[1]], dim=-1)
+    got = buf if one_buffer else torch.cat(caches, dim=-1)
+    _eq(torch, got.view(24, W), flat, "append_paged cache%s" % ("" if one_buffer else "s (split)"))
+
+
+@sp.parametrize("one_buffer", [True, False])
+def test_flashinfer_append_paged_host(one_buffer):
+    _flashinfer_paged("cpu", one_buffer)
+
+
+def test_flashinfer_errors_host():
+    torch, compat = _setup("cpu")
+    q, kv, table, pos = _fi_inputs(torch, "cpu", 16, T=4)
+    f = compat.flashinfer.mla_rope_quantize_fp8
+    a = (q[..., L:], kv[:, L:], q[..., :L], kv[:, :L])
+    e = _expect(ValueError, lambda: f(*a, table.double(), pos, False, torch.uint8))
+    assert str(e) == "cos_sin_cache should be float32", e
+    e = _expect(NotImplementedError, lambda: f(*a, table, pos, True, torch.uint8))  # NeoX pairs: not deepseek_v3's
+    assert str(e).startswith("is_neox:"), e
+    e = _expect(NotImplementedError, lambda: f(*a, table, pos, False, torch.uint8, q_rope_out=torch.zeros(
+        4, 3, R, dtype=torch.uint8), q_nope_out=torch.zeros(4, 3, L, dtype=torch.uint8)))
+    assert str(e).startswith("q_nope_out, q_rope_out:"), e
+    e = _expect(ValueError, lambda: f(*a, table, pos, False, torch.int8))
+    assert "quantize_dtype must be" in str(e), e
+    e = _expect(ValueError, lambda: f(q[..., L:], kv[:, L:], q[..., :L], kv[:, :256], table, pos, False, torch.uint8))
+    assert "k_nope" in str(e), e  # ropekv's table: the shapes
+    g = compat.flashinfer.rope_quantize_fp8_append_paged_kv_cache
+    buf = torch.zeros(2, 4, W, dtype=torch.uint8)
+    idx = [torch.zeros(n, dtype=torch.int32) for n in (1, 2, 4, 4)]
+    e = _expect(ValueError, lambda: g(*a, kv, table, pos, (buf[..., :L], buf[..., L:]), *idx, False, torch.uint8,
+                                      page_size=4))
+    assert str(e) == "MLA should not have V input (pass None)", e
+    e = _expect(ValueError, lambda: g(*a, None, table, pos, (buf,), *idx, False, torch.uint8, page_size=4))
+    assert str(e) == "paged_kv_cache must be a tuple of 2 tensors", e
+    e = _expect(ValueError, lambda: g(*a, None, table, pos, (buf[..., :L].view(torch.int8), buf[..., L:]), *idx, False,
+                                      torch.uint8, page_size=4))
+    assert str(e).startswith("MLA cache dtype mismatch"), e
+    e = _expect(NotImplementedError, lambda: g(*a, None, table, pos, (buf[..., :L], buf[..., L:]), *idx, False,
+                                               torch.uint8, page_size=8))
+    assert str(e).startswith("page_size:"), e
+
+
+# ---- SGLang ----------------------------------------------------------------------------------------------------
+def _sglang(device):
+    """mla_rope_quantize_fp8_fused: q_out = fp8(cat(q_nope, rope(q_rope))), the key's fp8 row into kv_buffer at
+    kv_cache_loc and into k_nope_out | k_rope_out, no scale; a 2-D query (one head) too."""
+    torch, compat = _setup(device)
+    q, kv, table, pos = _fi_inputs(torch, device, 17, T=5)
+    want = _fi_want(torch, q, kv, table, pos, 1.0, 1.0)
+    q_out = torch.zeros(q.shape, dtype=torch.uint8, device=device)
+    k_out = torch.zeros(kv.shape, dtype=torch.uint8, device=device)
+    kv_buffer = torch.zeros(12, 1, W, dtype=torch.uint8, device=device)
+    loc = torch.tensor([3, 0, 11, 7, 4], device=device)
+    compat.sglang.mla_rope_quantize_fp8_fused(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False, q_out,
+                                              k_out[:, :L], k_out[:, L:], kv_buffer, loc)
+    _eq(torch, q_out, torch.cat([want[2], want[0]], dim=-1), "sglang q_out")
+    k_rows = torch.cat([want[3], want[1]], dim=-1)
+    _eq(torch, k_out, k_rows, "sglang k_nope_out | k_rope_out")
+    flat = torch.zeros(12, W, dtype=torch.uint8, device=device)
+    flat[loc] = k_rows
+    _eq(torch, kv_buffer.view(12, W), flat, "sglang kv_buffer")
+    q2 = torch.zeros(5, W, dtype=torch.uint8, device=device)
+    compat.sglang.mla_rope_quantize_fp8_fused(q[:, 0, :L], q[:, 0, L:], kv[:, :L], kv[:, L:], table, pos, False, q2)
+    _eq(torch, q2, torch.cat([want[2], want[0]], dim=-1)[:, 0], "sglang 2-D q_out, no key outputs")
+
+
+def test_sglang_mla_rope_quantize_fp8_fused_host():
+    _sglang("cpu")
+
+
+def test_sglang_errors_host():
+    torch, compat = _setup("cpu")
+    q, kv, table, pos = _fi_inputs(torch, "cpu", 18, T=3)
+    f = compat.sglang.mla_rope_quantize_fp8_fused
+    q_out = torch.zeros(q.shape, dtype=torch.uint8)
+    e = _expect(RuntimeError, lambda: f(q[..., :L], q[..., L:], kv[:, None, :L], kv[:, L:], table, pos, False, q_out))
+    assert str(e) == "k_nope must be 2D", e
+    e = _expect(RuntimeError, lambda: f(q[..., :L], q[..., L:], kv[:2, :L], kv[:2, L:], table, pos, False, q_out))
+    assert str(e) == "nnz_k must equal nnz_tokens", e
+    e = _expect(NotImplementedError, lambda: f(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False, q_out,
+                                               torch.zeros(3, L, dtype=torch.uint8), torch.zeros(3, R, dtype=torch.uint8)))
+    assert str(e).startswith("k_nope_out, k_rope_out:"), e
+    e = _expect(RuntimeError, lambda: f(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False,
+                                        q_out.view(torch.int8)))
+    assert isinstance(e, TypeError) and "q_out" in str(e), e
+
+
+# ---- aiter -----------------------------------------------------------------------------------------------------
+def _aiter(device, fp8):
+    """fused_qk_rope_cat_and_cache_mla: q_out = cat(q_nope, rope(q_pe)) for the b query tokens, the cache rows of the
+    b_slot > b tokens' slots (negative skipped) cat(k_nope, rope(k_pe)), bf16 or fp8(x * (1 / k_scale)); cos / sin
+    the two halves of one table."""
+    torch, compat = _setup(device)
+    g = torch.Generator().manual_seed(19)
+    b, bk, H = 4, 6, 3
+    q = _bf16(torch, (b, H, W), g, device)
+    kv = _bf16(torch, (bk, 1, W), g, device)
+    table = _table(torch, g, device)
+    cos, sin = table.chunk(2, dim=-1)
+    pos = torch.tensor([3, 9, 0, 63, 12, 5], device=device)
+    slots = torch.tensor([7, -1, 2, 0, 5], device=device)
+    dt = getattr(torch, "float8_e4m3fn") if fp8 else torch.bfloat16
+    cache = torch.zeros(8, 1, W, dtype=torch.uint8 if fp8 else torch.bfloat16, device=device).view(dt)
+    k_scale = torch.tensor([0.8], device=device)
+    q_out, zq, none, zn = compat.aiter.fused_qk_rope_cat_and_cache_mla(
+        q[..., :L], q[..., L:], kv[..., :L], kv[..., L:], cache, slots, pos, cos, sin, k_scale, False)
+    assert none is None and zq.shape == (0, H, R) and zn.shape == (0, H, L)
+    want_q = torch.cat([q[..., :L], _rope(torch, q[..., L:], table, pos[:b]).to(torch.bfloat16)], dim=-1)
+    _eq(torch, q_out, want_q, "aiter q_out")
+    rows = torch.cat([kv[:5, 0, :L].float(), _rope(torch, kv[:5, 0, L:], table, pos[:5])], dim=-1)[slots >= 0]
+    want = torch.zeros(8, W, dtype=torch.uint8 if fp8 else torch.bfloat16, device=device)
+    recip = (1.0 / k_scale).item()
+    want[slots[slots >= 0]] = _fp8(torch, rows, recip) if fp8 else rows.to(torch.bfloat16)
+    _eq(torch, cache.view(8, W), want, "aiter kv_cache")
+
+
+def test_aiter_bf16_host():
+    _aiter("cpu", False)
+
+
+def test_aiter_fp8_host():
+    if not hasattr(sp._torch(), "float8_e4m3fn"):
+        sp.skip("torch %s has no float8_e4m3fn (aiter's fp8 cache dtype)" % sp._torch().__version__)
+    _aiter("cpu", True)
+
+
+def test_aiter_errors_host():
+    torch, compat = _setup("cpu")
+    q, kv = torch.zeros(2, 2, W, dtype=torch.bfloat16), torch.zeros(3, 1, W, dtype=torch.bfloat16)
+    cache, slots, pos = torch.zeros(4, 1, W, dtype=torch.bfloat16), torch.arange(3), torch.arange(3)
+    table = torch.zeros(8, R)
+    cos, sin = table.chunk(2, dim=-1)
+    f = compat.aiter.fused_qk_rope_cat_and_cache_mla
+    a = (q[..., :L], q[..., L:], kv[..., :L], kv[..., L:])
+    e = _expect(AssertionError, lambda: f(*a, cache[..., :500], slots, pos, cos, sin, None, False))
+    assert "summed up to be the D dimension of kv_cache" in str(e), e
+    e = _expect(AssertionError, lambda: f(*a, cache.float(), slots, pos, cos, sin, None, False))
+    assert str(e) == "KV cache dtype must be BF16, FP8 or packed FP4", e
+    e = _expect(AssertionError, lambda: f(*a, cache, torch.arange(4), pos, cos, sin, None, False))
+    assert "slot_mapping should not exceed K batch size" in str(e), e
+    for kw, name in ((dict(num_decode_toks_for_zeros=2), "num_decode_toks_for_zeros"),
+                     (dict(k_pe_out=kv[..., L:].clone()), "k_pe_out"), (dict(shuffled_kv_cache=True), "shuffled"),
+                     (dict(cos=table, sin=table), "cos"), (dict(cos=cos.clone(), sin=sin.clone()), "cos, sin"),
+                     (dict(is_neox=True), "is_neox")):
+        args = dict(kv_cache=cache, slot_mapping=slots, pos=pos, cos=cos, sin=sin, k_scale=None, is_neox=False)
+        args.update(kw)
+        e = _expect(NotImplementedError, lambda: f(*a, **args))
+        assert str(e).startswith(name), (name, e)
+    e = _expect(AssertionError, lambda: f(*a, cache, slots.int().float(), pos, cos, sin, None, False))
+    assert isinstance(e, TypeError) and "slots" in str(e), e  # ropekv's table: slot indices int32 / int64
+
+
+# ---- CUDA ------------------------------------------------------------------------------------------------------
+def test_cuda_shims():
+    """Every shim's semantics on a CUDA device, bit for bit, as on the host."""
+    _setup("cuda")
+    for kv_dtype in ("auto", "fp8", "fp8_ds_mla"):
+        _vllm_write("cuda", kv_dtype)
+    _vllm_rotary("cuda")
+    _flashinfer_rope("cuda")
+    _flashinfer_paged("cuda", True)
+    _flashinfer_paged("cuda", False)
+    _sglang("cuda")
+    _aiter("cuda", False)
+    if hasattr(sp._torch(), "float8_e4m3fn"):
+        _aiter("cuda", True)
+
+
 if __name__ == "__main__":
     sys.exit(sp.main(globals()))

@@ -88,32 +88,43 @@ def _f32(x):
 
 
 def scale_value(value, convention, argument):
-    """The float32 k_scale / q_scale under which the spec's convention computes x * value (the engines' multiplier),
-    bit for bit: mul: value; mul_recip: a k with float32(1 / k) == float32(value); div: 1 / value when that is exact
-    (a power of two); none: 1.0 only. Anything else is refused by name (NotImplementedError)."""
+    """The float32 k_scale / q_scale under which the spec's convention computes x * value (the engines' multiplier):
+    mul: value itself; mul_recip: a k with float32(1 / k) == float32(value) where one exists (the product is then the
+    engine's, bit for bit), else float32(1 / value), whose reciprocal is value's float32 neighbour (the product may
+    differ in its last bit, the fp8 code by one step where it lies on a rounding boundary: about one multiplier in
+    eight); div: float32(1 / value) (exact for a power of two; otherwise the same one-step bound); none: 1.0 only (any
+    other multiplier is refused by name, NotImplementedError)."""
     try:
         v = _f32(float(value))
     except (OverflowError, TypeError, ValueError):
         raise TypeError("%s must be a float, got %r" % (argument, value))
     if convention == "mul":
         return v
-    if v != 0 and v == v and abs(v) != float("inf"):
+    if convention in ("mul_recip", "div") and v != 0 and v == v and abs(v) != float("inf"):
+        k = _f32(1.0 / v)
         if convention == "mul_recip":
-            k = _f32(1.0 / v)
             bits = struct.unpack("<I", struct.pack("<f", k))[0]
             near = [struct.unpack("<f", struct.pack("<I", b))[0] for b in (bits + 1, bits - 1)
                     if 0 < (b & 0x7FFFFFFF) < 0x7F800000]
-            for c in [k] + near:
-                if c != 0 and _f32(1.0 / c) == v:
-                    return c
-        elif convention == "div":
-            k = _f32(1.0 / v)
-            if _f32(1.0 / k) == v and k * v == 1.0:
-                return k
+            for cand in [k] + near:
+                if _f32(1.0 / cand) == v:
+                    return cand
+        return k
     if convention == "none" and v == 1.0:
         return 1.0
-    raise refuse(argument, "%r cannot be taken as the spec's %s scale exactly (x * %r); pass a spec of the mul "
-                           "convention with spec=" % (value, convention, value))
+    raise refuse(argument, "%r cannot be taken as a multiplier under the spec's %s scale convention; pass a spec of "
+                           "another convention with spec=" % (value, convention))
+
+
+def scale_exact(value, convention):
+    """Whether scale_value's k gives the engine's product x * value bit for bit for every x."""
+    v = _f32(float(value))
+    k = scale_value(value, convention, "scale")
+    if convention == "mul_recip":
+        return _f32(1.0 / k) == v
+    if convention == "div":
+        return k * v == 1.0
+    return True
 
 
 _TENSORS = {}  # (what, device, ...) -> a tensor made once

@@ -5,10 +5,11 @@ rope_quantize_fp8_append_paged_kv_cache, for MLA (2-D k_rope / k_nope).
 
 FlashInfer quantizes fp8(x * quant_scale) with a Python float multiplier; ropekv takes a float32 scale tensor under the
 spec's convention, and the shim passes the one that computes the same product (deepseek_v3's x * (1 / k): the float32 k
-whose reciprocal is quant_scale; a multiplier no such k exists for is refused). The two parts of each output are one
+whose reciprocal is quant_scale; for the multipliers no such k exists for, about one in eight, the nearest, and a code
+may differ by one fp8 step: docs/engines.md). The two parts of each output are one
 ropekv row: q_nope_out | q_rope_out must be the two slices of one [nnz, H, L + R] buffer (as they are when the shim
 allocates them), k_nope_out | k_rope_out of one [nnz, L + R] buffer, and the paged caches (ckv_cache, kpe_cache) the two
-slices of one [pages, page_size, L + R] buffer, or two caches under a spec with the split layout. Errors FlashInfer
+slices of one [pages, page_size, L + R] buffer (ropekv's paged layout) or two buffers (its split layout). Errors FlashInfer
 raises are ValueError; ropekv's table checks raise ValueError too (and their own type)."""
 import torch
 
