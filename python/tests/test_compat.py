@@ -342,8 +342,9 @@ def test_sglang_errors_host():
     assert str(e) == "k_nope must be 2D", e
     e = _expect(RuntimeError, lambda: f(q[..., :L], q[..., L:], kv[:2, :L], kv[:2, L:], table, pos, False, q_out))
     assert str(e) == "nnz_k must equal nnz_tokens", e
+    apart = (torch.zeros(3, L, dtype=torch.uint8), torch.zeros(3, R, dtype=torch.uint8))
     e = _expect(NotImplementedError, lambda: f(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False, q_out,
-                                               torch.zeros(3, L, dtype=torch.uint8), torch.zeros(3, R, dtype=torch.uint8)))
+                                               *apart))
     assert str(e).startswith("k_nope_out, k_rope_out:"), e
     e = _expect(RuntimeError, lambda: f(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False,
                                         q_out.view(torch.int8)))

@@ -9,8 +9,8 @@ whose reciprocal is quant_scale; for the multipliers no such k exists for, about
 may differ by one fp8 step: docs/engines.md). The two parts of each output are one
 ropekv row: q_nope_out | q_rope_out must be the two slices of one [nnz, H, L + R] buffer (as they are when the shim
 allocates them), k_nope_out | k_rope_out of one [nnz, L + R] buffer, and the paged caches (ckv_cache, kpe_cache) the two
-slices of one [pages, page_size, L + R] buffer (ropekv's paged layout) or two buffers (its split layout). Errors FlashInfer
-raises are ValueError; ropekv's table checks raise ValueError too (and their own type)."""
+slices of one [pages, page_size, L + R] buffer (ropekv's paged layout) or two buffers (its split layout). Errors
+FlashInfer raises are ValueError; ropekv's table checks raise ValueError too (and their own type)."""
 import torch
 
 from .. import ops

@@ -7,7 +7,6 @@ which is the same conversion under every convention. k_nope_out | k_rope_out mus
 [nnz, L + R] buffer (ropekv writes the key as one row). SGLang refuses tensors off the GPU; the shim also takes CPU
 tensors (ropekv's host backend). Errors SGLang raises are RuntimeError (its TORCH_CHECKs); ropekv's table checks raise
 RuntimeError too (and their own type)."""
-import torch
 
 from .. import ops
 from . import _common as c
