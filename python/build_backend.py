@@ -1,5 +1,5 @@
 """The PEP 517 build backend of pyproject.toml: builds libropekv.so with CMake and writes a wheel of the
-ropekv package (python/ropekv/*.py) with the library inside it (ropekv/libropekv.so, which the binding
+ropekv package (python/ropekv/**/*.py) with the library inside it (ropekv/libropekv.so, which the binding
 loads first after $ROPEKV_LIB). Lua is built into the library, so the wheel needs nothing else at run time.
 
   ROPEKV_BUILD_DIR  the absolute path of a configured build directory of this repository to use (its
@@ -59,9 +59,9 @@ def _write_wheel(wheel_directory, version, library):
     tag = "py3-none-" + re.sub(r"[-.]", "_", sysconfig.get_platform())
     dist_info = "%s-%s.dist-info" % (NAME, version)
     files = []  # (path in the wheel, bytes)
-    for py in sorted(glob.glob(os.path.join(HERE, NAME, "*.py"))):
+    for py in sorted(glob.glob(os.path.join(HERE, NAME, "**", "*.py"), recursive=True)):  # subpackages too
         with open(py, "rb") as f:
-            files.append((NAME + "/" + os.path.basename(py), f.read()))
+            files.append((NAME + "/" + os.path.relpath(py, os.path.join(HERE, NAME)).replace(os.sep, "/"), f.read()))
     with open(library, "rb") as f:
         files.append((NAME + "/libropekv.so", f.read()))
     metadata = "Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nRequires-Python: >=3.8\n" % (
