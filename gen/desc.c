@@ -527,7 +527,13 @@ int rk_desc_writes_fp8(const rk_desc *d) {
 }
 
 int rk_read_pairs(const rk_desc *d) {
-    return d->kv == ROPEKV_KV_FP8_TILE && (d->L / 8) % 2 == 0 && (d->tile / 8) % 2 == 0;
+    for (int i = 0; i < d->rec.n_seg; i++) {
+        const rk_segment *g = &d->rec.seg[i];
+        if (g->from == 0)
+            return g->n >= d->L && g->elem == RK_EL_E4M3 && g->block > 0 && (d->L / 8) % 2 == 0 &&
+                   (g->block / 8) % 2 == 0;
+    }
+    return 0;
 }
 
 int rk_query_rope_lanes(const rk_desc *d) {

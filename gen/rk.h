@@ -451,7 +451,7 @@ int rk_desc_writes_fp8(const rk_desc *d);
 int rk_query_rope_lanes(const rk_desc *d);
 
 /* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows
- * whose tiles are an even number of chunks. rk_launch_plan does so in launches of at least the row's
+ * whose latent is one block-scaled e4m3 segment with blocks of an even number of chunks (an fp8_tile row). rk_launch_plan does so in launches of at least the row's
  * chunks_from chunks (a.lanes = L/16 + R/8 instead of L/8 + R/8), where bandwidth counts more than a lane's
  * latency. The kernel's READ_PAIRS. */
 int rk_read_pairs(const rk_desc *d);
