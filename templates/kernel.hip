@@ -278,18 +278,19 @@ RK_DEVICE rk_u8 *tail_byte(const args &a, I slot, int b) {
            entry * (I)TAIL_BYTES + (I)b;
 }
 
-// Segment S of the record: bits of a value, the byte of value x[j] (j in the segment), lanes of a block.
+// Segment S of the record: bits of a value, lanes of a block, bytes of a block scale, the first chunk past it
+// (segments are in the order of their values: gen/render.c); the byte of value x[j] (j in the segment).
 template <int S>
-constexpr int seg_bits() { return SEG[S].elem == Elem::bf16 ? 16 : SEG[S].elem == Elem::e4m3 ? 8 : 4; }
+constexpr int SEG_BITS = SEG[S].elem == Elem::bf16 ? 16 : SEG[S].elem == Elem::e4m3 ? 8 : 4;
 template <int S>
-RK_DEVICE int value_byte(int j) { return SEG[S].at + (j - SEG[S].from) * seg_bits<S>() / 8; }
+constexpr int BLOCK_CH = SEG[S].block > 0 ? SEG[S].block / V : 1;
 template <int S>
-constexpr int block_ch() { return SEG[S].block > 0 ? SEG[S].block / V : 1; }
+constexpr int SCALE_BYTES = SEG[S].scale == ScaleType::f32 ? 4 : 1;
 template <int S>
-constexpr int scale_bytes() { return SEG[S].scale == ScaleType::f32 ? 4 : 1; }
-// The first chunk past segment S (segments are in the order of their values: gen/render.c).
+constexpr int SEG_END_CH = (SEG[S].from + SEG[S].n) / V;
 template <int S>
-constexpr int seg_end_ch() { return (SEG[S].from + SEG[S].n) / V; }
+RK_DEVICE int value_byte(int j) { return SEG[S].at + (j - SEG[S].from) * SEG_BITS<S> / 8; }
+static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segment, inside its row");
 
 // ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
 // The sum of squares is the reference's tree: chunk sums p[c], then for d = L_CH/2, .., 1, p[c] + p[c ^ d]. The NG
@@ -355,8 +356,8 @@ RK_DEVICE rk_v16 norm8(rk_v16 raw, const f8 &w, float r) {
     return pack_bf16(x);
 }
 
-// Block-scaled segments: a block of SEG[S].block values is block_ch<S>() chunks, on consecutive lanes of one wave
-// (the copy section starts at a multiple of the wave, a token's lanes are a multiple of block_ch, and a block
+// Block-scaled segments: a block of SEG[S].block values is BLOCK_CH<S> chunks, on consecutive lanes of one wave
+// (the copy section starts at a multiple of the wave, a token's lanes are a multiple of BLOCK_CH, and a block
 // starts at a multiple of its values: chunk()).
 
 // The largest |x| of a chunk, NaN ignored (a NaN compares false).
@@ -392,7 +393,7 @@ RK_DEVICE f8 block_prep(f8 y, bool nope, float k) {
 // (the latent normalized with the row's factor r, the rope part rotated; k: block_prep's).
 template <class I, int S>
 RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float k) {
-    constexpr int B = block_ch<S>();
+    constexpr int B = BLOCK_CH<S>;
 #if defined(RK_HOST)
     const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
     const int first = SEG[S].from / V + (c - SEG[S].from / V) / B * B;
@@ -520,7 +521,7 @@ RK_DEVICE void kv_segment(const args &a, I t, int c) {
         else rk_store4_out(p, pack_e2m1<Scale::div, false>(y, d, G.sat, false));
         const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
         if ((j - G.from) % G.block == 0) {
-            const int at = G.scales_at + scale_bytes<S>() * b;
+            const int at = G.scales_at + SCALE_BYTES<S> * b;
             rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, (I)slot, at) : row_byte<I>(a, (I)slot, at);
             if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
             else *q = (rk_u8)bits;
@@ -532,7 +533,7 @@ RK_DEVICE void kv_segment(const args &a, I t, int c) {
 template <class I, int S = 0>
 RK_DEVICE void kv_chunk(const args &a, I t, int c) {
     if constexpr (S + 1 < NSEG) {
-        if (c >= seg_end_ch<S>()) {
+        if (c >= SEG_END_CH<S>) {
             kv_chunk<I, S + 1>(a, t, c);
             return;
         }

@@ -26,7 +26,7 @@ RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
 // an even number of chunks: both halves lie in one block, and the row is 16-byte aligned. A launch the plan makes
 // paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
 constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == Elem::e4m3 && SEG[0].block > 0 &&
-                            L_CH % 2 == 0 && block_ch<0>() % 2 == 0;
+                            L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
 // Eight stored values of chunk c of segment S (p: their bytes), dequantized: times the block's scale as stored in
 // the row (the read op's reader takes it exactly), or the inverse of the writer's tensor scale convention
@@ -35,7 +35,7 @@ template <class I, int S>
 RK_DEVICE f8 dequant8(const args &a, I slot, f8 y, int c, float k) {
     constexpr Segment G = SEG[S];
     if (G.block > 0) {
-        const int at = G.scales_at + scale_bytes<S>() * ((c * V - G.from) / G.block);
+        const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
         const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at) : row_byte<I>(a, slot, at);
         k = G.scale == ScaleType::f32 ? *(const float *)q
             : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
@@ -72,7 +72,7 @@ RK_DEVICE void read_segment(const args &a, I slot, int c, int n, rk_u16 *dst) {
 template <class I, int S = 0>
 RK_DEVICE void read_row_chunk(const args &a, I slot, int c, int n, rk_u16 *dst) {
     if constexpr (S + 1 < NSEG) {
-        if (c >= seg_end_ch<S>()) {
+        if (c >= SEG_END_CH<S>) {
             read_row_chunk<I, S + 1>(a, slot, c, n, dst);
             return;
         }
