@@ -53,8 +53,9 @@ static uint32_t record_digest(const rk_record *r) {
     h = fnv(h, head, sizeof head);
     for (int i = 0; i < r->n_seg; i++) {
         const rk_segment *g = &r->seg[i];
-        const int f[] = {g->from,      g->n,        (int)g->elem,  g->at,     g->block,    (int)g->scale,
-                         (int)g->rule, (int)g->scale_at, g->scales_at, (int)g->outer, g->outer_at, g->rope_bf16};
+        const int f[] = {g->from,      g->n,          (int)g->elem, g->at,
+                         g->block,     (int)g->scale, (int)g->rule, (int)g->scale_at,
+                         g->scales_at, (int)g->outer, g->outer_at,  g->rope_bf16};
         h = fnv(h, f, sizeof f);
         h = fnv(h, &g->sat_ocp, sizeof g->sat_ocp);
         h = fnv(h, &g->sat_fnuz, sizeof g->sat_fnuz);

@@ -271,7 +271,8 @@ void rk_record_decode(const rk_record *r, int fmt, const uint8_t *row, const uin
             } else if (g->outer == RK_OUT_TOKEN) {
                 v = v * gs;
             }
-            if (g->outer == RK_OUT_TENSOR && conv != RK_SCALE_NONE) v = conv == RK_SCALE_MUL ? v / k_scale : v * k_scale;
+            if (g->outer == RK_OUT_TENSOR && conv != RK_SCALE_NONE)
+                v = conv == RK_SCALE_MUL ? v / k_scale : v * k_scale;
             y[g->from + i] = v;
         }
     }

@@ -422,9 +422,7 @@ static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, uint
 }
 
 /* The launch's tensor scale for the record's outer tensor scale (1 when the convention is none). */
-static float kv_scale(const rk_desc *v, const rk_args *a) {
-    return v->kv8_scale == RK_SCALE_NONE ? 1.0f : *a->k_scale;
-}
+static float kv_scale(const rk_desc *v, const rk_args *a) { return v->kv8_scale == RK_SCALE_NONE ? 1.0f : *a->k_scale; }
 
 enum { ROW_MAX = 20480 }; /* bytes of a row held on the stack; a longer one is allocated */
 

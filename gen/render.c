@@ -229,7 +229,8 @@ static int record_text(const rk_desc *d, rk_buf *o) {
                            "constexpr int UNIT = %d;                            // bytes of the cache's stride unit\n"
                            "constexpr int NSEG = %d;\n"
                            "constexpr Segment SEG[NSEG] = {\n",
-                           r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1, r->n_seg);
+                           r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1,
+                           r->n_seg);
     static const char *const elem[] = {"bf16", "e4m3", "e2m1"}, *const type[] = {"none", "f32", "ue8m0", "e4m3"},
                              *const rule[] = {"exact", "pow2_up"}, *const at[] = {"inl", "tail"},
                              *const outer[] = {"none", "tensor", "token"};
@@ -243,13 +244,13 @@ static int record_text(const rk_desc *d, rk_buf *o) {
         const rk_segment *g = &r->seg[order[i]];
         char sat[32];
         float_literal(d->fp8 == RK_FP8_FNUZ ? g->sat_fnuz : g->sat_ocp, sat, sizeof sat);
-        rc |= rk_buf_printf(o,
-                            "    {%d, %d, Elem::%s, %d, %d, ScaleType::%s, ScaleRule::%s, ScaleAt::%s, %d, %s, Outer::%s, "
-                            "Scale::%s, %d, %s},\n",
-                            g->from, g->n, elem[g->elem], g->at, g->block, type[g->scale], rule[g->rule],
-                            at[g->scale_at], g->scales_at, sat, outer[g->outer],
-                            rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
-                            g->rope_bf16 ? "true" : "false");
+        rc |= rk_buf_printf(
+            o,
+            "    {%d, %d, Elem::%s, %d, %d, ScaleType::%s, ScaleRule::%s, ScaleAt::%s, %d, %s, Outer::%s, "
+            "Scale::%s, %d, %s},\n",
+            g->from, g->n, elem[g->elem], g->at, g->block, type[g->scale], rule[g->rule], at[g->scale_at], g->scales_at,
+            sat, outer[g->outer], rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
+            g->rope_bf16 ? "true" : "false");
     }
     rc |= rk_buf_printf(o, "};");
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;

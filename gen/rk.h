@@ -470,8 +470,8 @@ float rk_bf16_to_f32(uint16_t b);
 uint16_t rk_f32_to_bf16(float f); /* RNE; any NaN -> 0x7fff */
 float rk_fp8_to_f32(uint8_t b, rk_fp8_fmt fmt);
 uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt); /* RNE, saturating to the format's max finite */
-uint8_t rk_f32_to_e2m1(float f);                 /* gen/record_codec.c: RNE to the e2m1 grid, saturating at 6 */
-float rk_e2m1_to_f32(uint8_t code);              /* the low nibble's value */
+uint8_t rk_f32_to_e2m1(float f);                /* gen/record_codec.c: RNE to the e2m1 grid, saturating at 6 */
+float rk_e2m1_to_f32(uint8_t code);             /* the low nibble's value */
 
 /* Today's row formats as records (gen/record_codec.c): the spec's fp8 policy (an e4m3 segment each for the latent
  * and the rope part, the launch's tensor scale), its fp8_tile table (an e4m3 latent in tiles with float32 scales,

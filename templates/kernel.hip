@@ -288,6 +288,10 @@ template <int S>
 constexpr int SCALE_BYTES = SEG[S].scale == ScaleType::f32 ? 4 : 1;
 template <int S>
 constexpr int SEG_END_CH = (SEG[S].from + SEG[S].n) / V;
+// 1 when segment S's values and inline scales lie in one part of a split row (a scale is then addressed from its
+// value's byte).
+template <int S>
+constexpr bool SAME_PART = SPLIT_AT == 0 || (SEG[S].at >= SPLIT_AT) == (SEG[S].scales_at >= SPLIT_AT);
 template <int S>
 RK_DEVICE int value_byte(int j) { return SEG[S].at + (j - SEG[S].from) * SEG_BITS<S> / 8; }
 static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segment, inside its row");
@@ -522,7 +526,9 @@ RK_DEVICE void kv_segment(const args &a, I t, int c) {
         const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
         if ((j - G.from) % G.block == 0) {
             const int at = G.scales_at + SCALE_BYTES<S> * b;
-            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, (I)slot, at) : row_byte<I>(a, (I)slot, at);
+            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, (I)slot, at)
+                       : SAME_PART<S>               ? p + (at - value_byte<S>(j))
+                                                    : row_byte<I>(a, (I)slot, at);
             if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
             else *q = (rk_u8)bits;
         }

@@ -28,15 +28,17 @@ RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
 constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == Elem::e4m3 && SEG[0].block > 0 &&
                             L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
-// Eight stored values of chunk c of segment S (p: their bytes), dequantized: times the block's scale as stored in
+// Eight stored values y of chunk c of segment S (p: their bytes in the row), dequantized: times the block's scale as stored in
 // the row (the read op's reader takes it exactly), or the inverse of the writer's tensor scale convention
 // (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale).
 template <class I, int S>
-RK_DEVICE f8 dequant8(const args &a, I slot, f8 y, int c, float k) {
+RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float k) {
     constexpr Segment G = SEG[S];
     if (G.block > 0) {
         const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
-        const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at) : row_byte<I>(a, slot, at);
+        const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at)
+                         : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
+                                                      : row_byte<I>(a, slot, at);
         k = G.scale == ScaleType::f32 ? *(const float *)q
             : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
                                           : rk_fp8_to_f32(*q);
@@ -58,14 +60,14 @@ RK_DEVICE void read_segment(const args &a, I slot, int c, int n, rk_u16 *dst) {
         const float k = G.outer == Outer::tensor && G.conv != Scale::none ? *a.k_scale : 1.0f;
         if (READ_PAIRS && S == 0 && n == 2) {
             const rk_v16 w = rk_load16(p);  // both halves in one block: one scale
-            const rk_v16 lo = pack_bf16(dequant8<I, S>(a, slot, unpack_fp8(rk_v8{w.x, w.y}), c, k));
-            const rk_v16 hi = pack_bf16(dequant8<I, S>(a, slot, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
+            const rk_v16 lo = pack_bf16(dequant8<I, S>(a, slot, p, unpack_fp8(rk_v8{w.x, w.y}), c, k));
+            const rk_v16 hi = pack_bf16(dequant8<I, S>(a, slot, p + 8, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
             rk_store16_out(dst, lo);
             rk_store16_out(dst + V, hi);
             return;
         }
         const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_load8(p)) : unpack_e2m1(*(const rk_u32 *)p);
-        rk_store16_out(dst, pack_bf16(dequant8<I, S>(a, slot, y, c, k)));
+        rk_store16_out(dst, pack_bf16(dequant8<I, S>(a, slot, p, y, c, k)));
     }
 }
 

@@ -2237,8 +2237,17 @@ static rk_record one_segment(int n, rk_elem elem, int block, rk_scale_type st, r
     r.L = n;
     r.row_bytes = row_bytes;
     r.n_seg = 1;
-    r.seg[0] = (rk_segment){.from = 0, .n = n, .elem = elem, .at = 0, .block = block, .scale = st, .rule = ru,
-                            .scale_at = RK_SA_INLINE, .scales_at = scales_at, .sat_ocp = sat, .sat_fnuz = sat,
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = n,
+                            .elem = elem,
+                            .at = 0,
+                            .block = block,
+                            .scale = st,
+                            .rule = ru,
+                            .scale_at = RK_SA_INLINE,
+                            .scales_at = scales_at,
+                            .sat_ocp = sat,
+                            .sat_fnuz = sat,
                             .outer = RK_OUT_NONE};
     return r;
 }
@@ -2249,8 +2258,8 @@ static rk_record one_segment(int n, rk_elem elem, int block, rk_scale_type st, r
 static void test_codec_e2m1_ties(void **state) {
     (void)state;
     const rk_record r = one_segment(16, RK_EL_E2M1, 0, RK_ST_NONE, RK_SR_EXACT, 0, 6.0f, 8);
-    const float x[16] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f,
-                         7.0f,  -INFINITY, NAN, 0.2f, 5.1f, 0.0f, 1.5f, -3.5f};
+    const float x[16] = {0.25f, 0.75f,     1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f,
+                         7.0f,  -INFINITY, NAN,   0.2f,  5.1f, 0.0f, 1.5f, -3.5f};
     /* codes: 0, 2, 2, 4, 4, 6, 6, 8, 7, f, 7, 0, 7, 0, 3, e */
     const uint8_t want[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x07, 0x07, 0xe3};
     uint8_t row[8];
@@ -2308,8 +2317,7 @@ static void test_codec_ue8m0_blocks(void **state) {
     check8(row, want, 40, "UE8M0 blocks");
     float y[32];
     rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
-    assert_true(y[0] == 448.0f && y[1] == 1.0f && y[8] == 448.0f && y[9] == -3.0f && y[24] == 224.0f &&
-                y[25] == 0.75f);
+    assert_true(y[0] == 448.0f && y[1] == 1.0f && y[8] == 448.0f && y[9] == -3.0f && y[24] == 224.0f && y[25] == 0.75f);
     /* FNUZ, sat 240: amax 240 -> s = 1, 240 -> 0x7f; 241 -> s = 2, 120.5 -> 120 (0x77) */
     const rk_record f = one_segment(32, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 32, 240.0f, 40);
     float z[32] = {0};
@@ -2373,9 +2381,19 @@ static void test_codec_v41_record(void **state) {
     memset(&r, 0, sizeof r);
     snprintf(r.name, sizeof r.name, "v41");
     r.L = 512, r.R = 64, r.row_bytes = 608, r.n_seg = 1;
-    r.seg[0] = (rk_segment){.from = 0, .n = 576, .elem = RK_EL_E4M3, .at = 0, .block = 32, .scale = RK_ST_UE8M0,
-                            .rule = RK_SR_POW2_UP, .scale_at = RK_SA_INLINE, .scales_at = 576, .sat_ocp = 448.0f,
-                            .sat_fnuz = 240.0f, .outer = RK_OUT_NONE, .rope_bf16 = 1};
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = 576,
+                            .elem = RK_EL_E4M3,
+                            .at = 0,
+                            .block = 32,
+                            .scale = RK_ST_UE8M0,
+                            .rule = RK_SR_POW2_UP,
+                            .scale_at = RK_SA_INLINE,
+                            .scales_at = 576,
+                            .sat_ocp = 448.0f,
+                            .sat_fnuz = 240.0f,
+                            .outer = RK_OUT_NONE,
+                            .rope_bf16 = 1};
     float x[576], y[576];
     for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 20) - 12);
     for (int i = 0; i < 32; i++) x[i] = (float)((int)(rng32() % 2001) - 1000) / 16.0f;
@@ -2409,9 +2427,19 @@ static void test_codec_e2m1_e4m3_scales(void **state) {
         memset(&r, 0, sizeof r);
         snprintf(r.name, sizeof r.name, "nvfp4");
         r.L = 512, r.R = 64, r.row_bytes = 336, r.n_seg = 1;
-        r.seg[0] = (rk_segment){.from = 0, .n = 576, .elem = RK_EL_E2M1, .at = 0, .block = 16, .scale = RK_ST_E4M3,
-                                .rule = RK_SR_EXACT, .scale_at = RK_SA_INLINE, .scales_at = 288, .sat_ocp = 6.0f,
-                                .sat_fnuz = 6.0f, .outer = token ? RK_OUT_TOKEN : RK_OUT_NONE, .outer_at = 324};
+        r.seg[0] = (rk_segment){.from = 0,
+                                .n = 576,
+                                .elem = RK_EL_E2M1,
+                                .at = 0,
+                                .block = 16,
+                                .scale = RK_ST_E4M3,
+                                .rule = RK_SR_EXACT,
+                                .scale_at = RK_SA_INLINE,
+                                .scales_at = 288,
+                                .sat_ocp = 6.0f,
+                                .sat_fnuz = 6.0f,
+                                .outer = token ? RK_OUT_TOKEN : RK_OUT_NONE,
+                                .outer_at = 324};
         float x[576], y[576];
         for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 8) - 10);
         uint8_t row[336];
@@ -2421,7 +2449,8 @@ static void test_codec_e2m1_e4m3_scales(void **state) {
             float amax = 0.0f;
             for (int i = 16 * b; i < 16 * b + 16; i++) amax = fmaxf(amax, fabsf(x[i]));
             for (int i = 16 * b; i < 16 * b + 16; i++)
-                if (!(fabsf(y[i] - x[i]) <= 0.25f * amax)) fail_msg("token %d: value %d: %a -> %a", token, i, x[i], y[i]);
+                if (!(fabsf(y[i] - x[i]) <= 0.25f * amax))
+                    fail_msg("token %d: value %d: %a -> %a", token, i, x[i], y[i]);
         }
         if (!token) { /* scale s = amax / 6 as e4m3: the first block's by hand */
             float amax = 0.0f;
