@@ -39,6 +39,40 @@ static void kv_token(const rk_desc *d, char *out, size_t cap) {
                  rk_enum_token(&rk_tile_scale_enum, d->tile_scale), sat, d->scales_at, d->rope_at);
 }
 
+/* FNV-1a over n bytes. */
+static uint32_t fnv(uint32_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 16777619u;
+    return h;
+}
+
+/* A digest of everything in a record that a kernel is specialized on (its geometry, layout and segments; not its
+ * name, its words or its readers), field by field so that padding in the structs does not count. */
+static uint32_t record_digest(const rk_record *r) {
+    uint32_t h = 2166136261u;
+    const int head[] = {r->L, r->R, r->row_bytes, r->split_at, r->tail_bytes, r->n_seg};
+    h = fnv(h, head, sizeof head);
+    for (int i = 0; i < r->n_seg; i++) {
+        const rk_segment *g = &r->seg[i];
+        const int f[] = {g->from,      g->n,          (int)g->elem, g->at,
+                         g->block,     (int)g->scale, (int)g->rule, (int)g->scale_at,
+                         g->scales_at, (int)g->outer, g->outer_at,  g->rope_bf16};
+        h = fnv(h, f, sizeof f);
+        h = fnv(h, &g->sat_ocp, sizeof g->sat_ocp);
+        h = fnv(h, &g->sat_fnuz, sizeof g->sat_fnuz);
+    }
+    return h;
+}
+
+/* 1 when d's record is its kv dtype's row format as the spec's tables make it (rk_record_of_kv): the kv token then
+ * spells every field the kernel depends on. */
+static int legacy_record(const rk_desc *d) {
+    rk_record r;
+    rk_record_of_kv(d->spec, d->kv, &r);
+    if (d->op == ROPEKV_OP_READ)
+        for (int i = 0; i < r.n_seg; i++) r.seg[i].sat_ocp = r.seg[i].sat_fnuz = 0.0f, r.seg[i].rope_bf16 = 0;
+    return record_digest(&r) == record_digest(&d->rec);
+}
+
 /* write: rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<qform>_q<qdtype>_<scale>_sat<N>_rr<0|1>
  *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>[_<rms|rmsout>_<wbf16|wf32>_eps<N>_<r2|r1>]_<target>
  * read:  rkread_L<L>_R<R>_s<32|64>_<kv>_<rzero|rskip>_<flat|paged|split>_<target>
@@ -47,6 +81,10 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     char qsat[32], kv[96], q[32];
     int n;
     kv_token(d, kv, sizeof kv);
+    if (!legacy_record(d)) { /* a record of its own: its name and digest follow the kv token */
+        const size_t k = strlen(kv);
+        snprintf(kv + k, sizeof kv - k, "_rec%s_%08x", d->rec.name, (unsigned)record_digest(&d->rec));
+    }
     if (d->op == ROPEKV_OP_READ) {
         n = snprintf(out, cap, "rkread_L%d_R%d_s%s_%s_%s_%s_%s", d->L, d->R, rk_enum_token(&rk_index_enum, d->slot), kv,
                      rk_enum_token(&rk_read_neg_enum, d->read_neg), rk_enum_token(&rk_layout_enum, d->layout),
@@ -133,10 +171,13 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         d->q8_sat = fp8_sat(&s->q_fp8, d->fp8);
         d->q8_rope_bf16 = s->q_fp8.rope_bf16;
     }
-    const int elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    d->row_bytes = d->kv == ROPEKV_KV_FP8_TILE    ? s->tile.row_bytes
-                   : d->layout == ROPEKV_KV_SPLIT ? d->L * elem
-                                                  : (d->L + d->R) * elem;
+    rk_record_of_kv(s, d->kv, &d->rec);
+    if (read) /* the writer's bound and rope rounding: not the reader's */
+        for (int i = 0; i < d->rec.n_seg; i++) {
+            d->rec.seg[i].sat_ocp = d->rec.seg[i].sat_fnuz = 0.0f;
+            d->rec.seg[i].rope_bf16 = 0;
+        }
+    d->row_bytes = d->layout == ROPEKV_KV_SPLIT ? d->rec.split_at : d->rec.row_bytes;
     char what[96];
     if (read) snprintf(what, sizeof what, "read");
     else snprintf(what, sizeof what, "%s/pos=%s", rk_qform_name(d->q), rk_idx_name(d->pos));
@@ -487,7 +528,13 @@ int rk_desc_writes_fp8(const rk_desc *d) {
 }
 
 int rk_read_pairs(const rk_desc *d) {
-    return d->kv == ROPEKV_KV_FP8_TILE && (d->L / 8) % 2 == 0 && (d->tile / 8) % 2 == 0;
+    for (int i = 0; i < d->rec.n_seg; i++) {
+        const rk_segment *g = &d->rec.seg[i];
+        if (g->from == 0)
+            return g->n >= d->L && g->elem == RK_EL_E4M3 && g->block > 0 && (d->L / 8) % 2 == 0 &&
+                   (g->block / 8) % 2 == 0;
+    }
+    return 0;
 }
 
 int rk_query_rope_lanes(const rk_desc *d) {

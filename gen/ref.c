@@ -103,6 +103,7 @@
  *     fp8_tile   latent: bf16(v * scale_k) with the row's float32 scale of the value's tile; rope: bits copied
  *   Otherwise the output row is zeros (read.negative_slot zero) or left as it is (skip). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rk.h"
@@ -350,74 +351,51 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     }
 }
 
-/* sanitize(x) for a bf16 store: NaN -> 0, anything beyond the bf16 max finite (an inf, or a float that would
- * round to inf) -> +-max. Clamping to the max itself changes no value that rounds to a finite bf16. */
-static float sanitize_bf16(float x) {
-    const float max = 3.38953139e38f; /* 0x7f7f0000 */
-    if (isnan(x)) return 0.0f;
-    return x > max ? max : x < -max ? -max : x;
-}
-
-/* Element j of the KV row: x is the f32 value, raw the original bf16 bits for the k_nope part
- * (copied as they are into a bf16 cache without sanitize), rope marks the k_pe part. */
-static void store_kv_elem(const rk_desc *v, const rk_args *a, void *row, int j, float x, int rope, uint16_t raw) {
-    if (v->kv == ROPEKV_KV_BF16 || v->kv == ROPEKV_KV_FP8_TILE) { /* (fp8_tile: only its bf16 rope part) */
-        uint16_t *r = row;
-        if (v->sanitize) r[j] = rk_f32_to_bf16(sanitize_bf16(x));
-        else r[j] = rope ? rk_f32_to_bf16(x) : raw;
-        return;
-    }
-    if (rope && v->kv8_rope_bf16) x = rk_bf16_to_f32(rk_f32_to_bf16(x));
-    ((uint8_t *)row)[j] = fp8_elem(v->kv8_scale, v->kv8_sat, v->fp8, a->k_scale, v->sanitize, x);
-}
-
-/* Where a slot's latent and rope parts lie in their caches (ropekv_kv_layout; an fp8_tile row's rope part at
- * byte rope_at of the row). */
-static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t **latent, uint8_t **rope) {
-    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    int64_t at, at_rope;
+/* Where a slot's row lies: the bytes [0, split_at) of the record at *part0 and, in the split layout, the bytes
+ * [split_at, row_bytes) at *part1 (else at *part0 + split_at: the row is contiguous); a page-tail record's tail
+ * after the block's kv_block_size rows, tail_bytes a token (ropekv_kv_layout). */
+static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t **part0, uint8_t **part1,
+                      uint8_t **tail) {
+    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1; /* the strides count the cache's elements */
+    int64_t at, at_rope, block = 0, entry = 0;
     if (v->layout == ROPEKV_KV_FLAT) {
         at = slot * a->kv_st;
-        at_rope = at + v->L;
+        at_rope = 0;
     } else {
-        const int64_t block = slot / a->kv_block_size, entry = slot % a->kv_block_size;
+        block = slot / a->kv_block_size;
+        entry = slot % a->kv_block_size;
         at = block * a->kv_block_st + entry * a->kv_st;
-        at_rope = v->layout == ROPEKV_KV_SPLIT ? block * a->kv_rope_block_st + entry * a->kv_rope_st : at + v->L;
+        at_rope = block * a->kv_rope_block_st + entry * a->kv_rope_st;
     }
-    if (v->kv == ROPEKV_KV_FP8_TILE) at_rope = at + v->rope_at;
-    *latent = (uint8_t *)a->kv_cache + at * elem;
-    *rope = (uint8_t *)(v->layout == ROPEKV_KV_SPLIT ? a->kv_rope_cache : a->kv_cache) + at_rope * elem;
+    *part0 = (uint8_t *)a->kv_cache + at * elem;
+    *part1 = v->layout == ROPEKV_KV_SPLIT ? (uint8_t *)a->kv_rope_cache + at_rope * elem : *part0 + v->rec.split_at;
+    *tail = v->rec.tail_bytes && v->layout == ROPEKV_KV_PAGED
+                ? (uint8_t *)a->kv_cache + (block * a->kv_block_st + a->kv_block_size * a->kv_st) * elem +
+                      entry * v->rec.tail_bytes
+                : NULL;
 }
 
-/* The tile scale of amax (see the definition above). */
-static float tile_scale(const rk_desc *v, float amax) {
-    float s = amax / v->kv8_sat;
-    if (!(s >= 0x1p-126f)) s = 0x1p-126f;
-    if (v->tile_scale == RK_TILE_POW2 && isfinite(s)) {
-        int e;
-        float m = frexpf(s, &e); /* s = m 2^e, m in [0.5, 1): a power of two has m = 0.5 */
-        if (m != 0.5f) s = ldexpf(1.0f, e);
-    }
-    return s;
+/* Bytes [b, e) of the row to or from the cache (a range never straddles split_at: rk_record_check). */
+static void range_copy(const rk_desc *v, uint8_t *part0, uint8_t *part1, uint8_t *row, int b, int e, int to_cache) {
+    const int split = v->layout == ROPEKV_KV_SPLIT && b >= v->rec.split_at;
+    uint8_t *c = split ? part1 + (b - v->rec.split_at) : part0 + b;
+    if (to_cache) memcpy(c, row + b, (size_t)(e - b));
+    else memcpy(row + b, c, (size_t)(e - b));
 }
 
-/* The latent of an fp8_tile row: fp8 bytes at row[0, L), the float32 tile scales at row + scales_at. */
-static void write_tile_latent(const rk_desc *v, const uint16_t *k_nope, uint8_t *row) {
-    for (int k0 = 0; k0 < v->L; k0 += v->tile) {
-        float x[256], amax = 0.0f; /* tile <= 256 (spec limit) */
-        for (int j = 0; j < v->tile; j++) {
-            x[j] = rk_bf16_to_f32(k_nope[k0 + j]);
-            if (v->sanitize) x[j] = sanitize_bf16(x[j]);
-            if (fabsf(x[j]) > amax) amax = fabsf(x[j]);
-        }
-        const float scale = tile_scale(v, amax), sat = v->kv8_sat;
-        for (int j = 0; j < v->tile; j++) {
-            float y = x[j] / scale;
-            if (y > sat) y = sat;
-            else if (y < -sat) y = -sat;
-            row[k0 + j] = rk_f32_to_fp8(y, v->fp8);
-        }
-        memcpy(row + v->scales_at + 4 * (k0 / v->tile), &scale, 4);
+/* The row's bytes to or from the cache: the values, inline scales and token scales of its segments, split at
+ * split_at in the split layout. The row's padding is not written to the cache (the kernels store no more than
+ * the record's values and scales) and reads as zeros. */
+static void row_copy(const rk_desc *v, uint8_t *part0, uint8_t *part1, uint8_t *row, int to_cache) {
+    if (!to_cache) memset(row, 0, (size_t)v->rec.row_bytes);
+    for (int s = 0; s < v->rec.n_seg; s++) {
+        const rk_segment *g = &v->rec.seg[s];
+        const int bits = g->elem == RK_EL_BF16 ? 16 : g->elem == RK_EL_E4M3 ? 8 : 4;
+        range_copy(v, part0, part1, row, g->at, g->at + g->n * bits / 8, to_cache);
+        if (g->block && g->scale_at == RK_SA_INLINE)
+            range_copy(v, part0, part1, row, g->scales_at,
+                       g->scales_at + g->n / g->block * (g->scale == RK_ST_F32 ? 4 : 1), to_cache);
+        if (g->outer == RK_OUT_TOKEN) range_copy(v, part0, part1, row, g->outer_at, g->outer_at + 4, to_cache);
     }
 }
 
@@ -445,10 +423,13 @@ static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, uint
     }
 }
 
+/* The launch's tensor scale for the record's outer tensor scale (1 when the convention is none). */
+static float kv_scale(const rk_desc *v, const rk_args *a) { return v->kv8_scale == RK_SCALE_NONE ? 1.0f : *a->k_scale; }
+
+enum { ROW_MAX = 20480 }; /* bytes of a row held on the stack; a longer one is allocated */
+
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
-    uint8_t *latent, *rope;
-    row_parts(v, a, slot, &latent, &rope);
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
     uint16_t normed[8192];
     if (v->norm != ROPEKV_NORM_NONE) {
@@ -456,16 +437,22 @@ static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
         k_nope = normed;
     }
     const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
-    if (v->kv == ROPEKV_KV_FP8_TILE) write_tile_latent(v, k_nope, latent);
-    else
-        for (int j = 0; j < L; j++) store_kv_elem(v, a, latent, j, rk_bf16_to_f32(k_nope[j]), 0, k_nope[j]);
+    float x[8192 + 1024]; /* L <= 8192, R <= 1024 (spec limits) */
+    for (int j = 0; j < L; j++) x[j] = rk_bf16_to_f32(k_nope[j]);
     for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
         rope_pair(v, a, pos, k_pe, i, &j0, &j1, &y0, &y1);
-        store_kv_elem(v, a, rope, j0, y0, 1, 0);
-        store_kv_elem(v, a, rope, j1, y1, 1, 0);
+        x[L + j0] = y0;
+        x[L + j1] = y1;
     }
+    uint8_t small[ROW_MAX], *row = v->rec.row_bytes <= ROW_MAX ? small : malloc((size_t)v->rec.row_bytes);
+    if (!row) return;
+    uint8_t *part0, *part1, *tail;
+    row_parts(v, a, slot, &part0, &part1, &tail);
+    rk_record_encode(&v->rec, v->fp8, x, kv_scale(v, a), v->kv8_scale, v->sanitize, row, tail);
+    row_copy(v, part0, part1, row, 1);
+    if (row != small) free(row);
 }
 
 /* The read-back op: row t of out (and out_rope) from the row of slots[t]. */
@@ -481,29 +468,25 @@ static void read_row(const rk_desc *v, const rk_args *a, int64_t t) {
         }
         return;
     }
-    uint8_t *latent, *rope;
-    row_parts(v, a, slot, &latent, &rope);
-    if (v->kv == ROPEKV_KV_BF16) {
-        memcpy(out, latent, (size_t)L * 2);
-        memcpy(out_rope, rope, (size_t)R * 2);
-        return;
-    }
-    if (v->kv == ROPEKV_KV_FP8_TILE) {
-        for (int j = 0; j < L; j++) {
-            float scale;
-            memcpy(&scale, latent + v->scales_at + 4 * (j / v->tile), 4);
-            out[j] = rk_f32_to_bf16(rk_fp8_to_f32(latent[j], v->fp8) * scale);
+    uint8_t small[ROW_MAX], *row = v->rec.row_bytes <= ROW_MAX ? small : malloc((size_t)v->rec.row_bytes);
+    if (!row) return;
+    uint8_t *part0, *part1, *tail;
+    row_parts(v, a, slot, &part0, &part1, &tail);
+    row_copy(v, part0, part1, row, 0);
+    float y[8192 + 1024];
+    rk_record_decode(&v->rec, v->fp8, row, tail, kv_scale(v, a), v->kv8_scale, NULL, y);
+    for (int s = 0; s < v->rec.n_seg; s++) {
+        const rk_segment *g = &v->rec.seg[s];
+        for (int i = 0; i < g->n; i++) {
+            const int j = g->from + i;
+            uint16_t b;
+            if (g->elem == RK_EL_BF16) memcpy(&b, row + g->at + 2 * i, 2); /* bf16 bits, copied */
+            else b = rk_f32_to_bf16(y[j]);
+            if (j < L) out[j] = b;
+            else out_rope[j - L] = b;
         }
-        memcpy(out_rope, rope, (size_t)R * 2);
-        return;
     }
-    const float k = v->kv8_scale == RK_SCALE_NONE ? 1.0f : *a->k_scale;
-    for (int j = 0; j < L + R; j++) {
-        float x = rk_fp8_to_f32(j < L ? latent[j] : rope[j - L], v->fp8);
-        if (v->kv8_scale == RK_SCALE_MUL) x = x / k;
-        else if (v->kv8_scale != RK_SCALE_NONE) x = x * k;
-        (j < L ? out : out_rope)[j < L ? j : j - L] = rk_f32_to_bf16(x);
-    }
+    if (row != small) free(row);
 }
 
 /* Query rows for tokens [0, tokens), KV rows for tokens [0, kv_tokens); a slot below min_slot

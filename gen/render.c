@@ -218,6 +218,44 @@ static const char *bind_text(rk_param_kind kind, const rk_enum *e, double v, cha
     return NULL;
 }
 
+/* The record's tables (templates/params.hip): its bytes, split and tail, the cache's stride unit, and one Segment a
+ * segment, the bound the target's fp8 format's and the tensor scale's convention the description's. */
+static int record_text(const rk_desc *d, rk_buf *o) {
+    const rk_record *r = &d->rec;
+    int rc = rk_buf_printf(o,
+                           "constexpr int ROW_BYTES = %d;                      // record %s: bytes of a token's row\n"
+                           "constexpr int SPLIT_AT = %d;                        // the split layout's first part\n"
+                           "constexpr int TAIL_BYTES = %d;                      // bytes of a token's page tail\n"
+                           "constexpr int UNIT = %d;                            // bytes of the cache's stride unit\n"
+                           "constexpr int NSEG = %d;\n"
+                           "constexpr Segment SEG[NSEG] = {\n",
+                           r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1,
+                           r->n_seg);
+    static const char *const elem[] = {"bf16", "e4m3", "e2m1"}, *const type[] = {"none", "f32", "ue8m0", "e4m3"},
+                             *const rule[] = {"exact", "pow2_up"}, *const at[] = {"inl", "tail"},
+                             *const outer[] = {"none", "tensor", "token"};
+    int order[RK_RECORD_SEGMENTS]; /* the segments in the order of their values: the kernels' dispatch */
+    for (int i = 0; i < r->n_seg; i++) {
+        int k = i;
+        for (; k > 0 && r->seg[order[k - 1]].from > r->seg[i].from; k--) order[k] = order[k - 1];
+        order[k] = i;
+    }
+    for (int i = 0; i < r->n_seg; i++) {
+        const rk_segment *g = &r->seg[order[i]];
+        char sat[32];
+        float_literal(d->fp8 == RK_FP8_FNUZ ? g->sat_fnuz : g->sat_ocp, sat, sizeof sat);
+        rc |= rk_buf_printf(
+            o,
+            "    {%d, %d, Elem::%s, %d, %d, ScaleType::%s, ScaleRule::%s, ScaleAt::%s, %d, %s, Outer::%s, "
+            "Scale::%s, %d, %s},\n",
+            g->from, g->n, elem[g->elem], g->at, g->block, type[g->scale], rule[g->rule], at[g->scale_at], g->scales_at,
+            sat, outer[g->outer], rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
+            g->rope_bf16 ? "true" : "false");
+    }
+    rc |= rk_buf_printf(o, "};");
+    return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
+}
+
 /* The template bindings: every value the kernel is specialized on, from the description: a binding per row of
  * gen/params.def that has one, then the target row's values and the kernel's name. */
 int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
@@ -227,7 +265,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
 #include "params.def"
     };
     const rk_arch *a = d->arch;
-    rk_binding bind[N_PARAMS + 10];
+    rk_binding bind[N_PARAMS + 11];
     char text[N_PARAMS][48], block[16], wide_block[16], wave[16], chunks[16];
     int n = 0;
 #define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment)          \
@@ -253,15 +291,26 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"hw_fp8", FLAG(a->fp8_hw)},
         {"fp8_fnuz", FLAG(d->fp8 == RK_FP8_FNUZ)},
         {"name", d->name},
+        {"record", NULL},
     };
 #undef FLAG
     for (size_t i = 0; i < sizeof target / sizeof target[0]; i++) bind[n++] = target[i];
+    rk_buf record = {0};
+    if (record_text(d, &record) != ROPEKV_OK) {
+        rk_buf_free(&record);
+        return rk_fail(err, ROPEKV_ERR_NOMEM, "emit: out of memory");
+    }
+    bind[n - 1].value = record.p;
     for (int i = 0; i < n; i++)
-        if (!bind[i].value) return rk_fail(err, ROPEKV_ERR_RENDER, "%s: '%s' has no spelling", d->key, bind[i].name);
+        if (!bind[i].value) {
+            rk_buf_free(&record);
+            return rk_fail(err, ROPEKV_ERR_RENDER, "%s: '%s' has no spelling", d->key, bind[i].name);
+        }
     rk_buf tpl = {0};
     int rc = rk_template_text(&tpl, err);
     if (rc == ROPEKV_OK && header(d, out) != ROPEKV_OK) rc = rk_fail(err, ROPEKV_ERR_NOMEM, "emit: out of memory");
     if (rc == ROPEKV_OK) rc = rk_render(tpl.p, tpl.len, bind, n, out, err);
     rk_buf_free(&tpl);
+    rk_buf_free(&record);
     return rc;
 }

@@ -17,6 +17,9 @@ typedef struct rk_err {
     char msg[2048];
 } rk_err;
 
+/* Cache records as data: what a token's row holds (gen/record.h). */
+#include "record.h"
+
 /* Sets err (if non-NULL) and returns code. printf-style. */
 int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -200,8 +203,6 @@ const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
 int rk_arch_max_block(const rk_arch *a);
 
 /* ---- cache records (gen/record.h; the library specs/records.lua) ------------------------------ */
-#include "record.h"
-
 #define RK_RECORDS_MAX 32 /* records in a library */
 #define RK_SPEC_RECORDS 8 /* records a model spec lists */
 typedef struct rk_record_lib {
@@ -334,6 +335,8 @@ typedef struct rk_desc {
     const rk_arch *arch; /* the target's row: wave, block, chunks, pdl, hardware conversions */
 #define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) type field;
 #include "params.def"
+    rk_record rec;  /* the cache row (rk_record_of_kv of the kv dtype): what the writer and the reader specialize on;
+                       for the read-back op, sat and rope_bf16 are 0 (the writer's, not the reader's) */
     char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
                        spec/target/kv/read/slot=...[/layout=...] */
     char name[224]; /* extern "C" kernel name: every code parameter, readable */
@@ -477,7 +480,7 @@ int rk_desc_writes_fp8(const rk_desc *d);
 int rk_query_rope_lanes(const rk_desc *d);
 
 /* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows
- * whose tiles are an even number of chunks. rk_launch_plan does so in launches of at least the row's
+ * whose latent is one block-scaled e4m3 segment with blocks of an even number of chunks (an fp8_tile row). rk_launch_plan does so in launches of at least the row's
  * chunks_from chunks (a.lanes = L/16 + R/8 instead of L/8 + R/8), where bandwidth counts more than a lane's
  * latency. The kernel's READ_PAIRS. */
 int rk_read_pairs(const rk_desc *d);
@@ -496,6 +499,14 @@ float rk_bf16_to_f32(uint16_t b);
 uint16_t rk_f32_to_bf16(float f); /* RNE; any NaN -> 0x7fff */
 float rk_fp8_to_f32(uint8_t b, rk_fp8_fmt fmt);
 uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt); /* RNE, saturating to the format's max finite */
+uint8_t rk_f32_to_e2m1(float f);                /* gen/record_codec.c: RNE to the e2m1 grid, saturating at 6 */
+float rk_e2m1_to_f32(uint8_t code);             /* the low nibble's value */
+
+/* Today's row formats as records (gen/record_codec.c): the spec's fp8 policy (an e4m3 segment each for the latent
+ * and the rope part, the launch's tensor scale), its fp8_tile table (an e4m3 latent in tiles with float32 scales,
+ * a bf16 rope part), or bf16 (two bf16 segments), for the spec's L and R: 2 (L + R) bytes split at 2 L, L + R split at
+ * L, the tile table's row_bytes (no split). */
+void rk_record_of_kv(const rk_spec *spec, ropekv_kv_dtype kv, rk_record *out);
 
 /* ---- growable text buffer ---------------------------------------------------------------------- */
 typedef struct rk_buf {

@@ -260,16 +260,41 @@ RK_DEVICE I row_at(const args &a, I slot, bool rope) {
     return block * (I)a.kv_block_st + entry * (I)a.kv_st;
 }
 
-// Chunk c of a row (c < L_CH: the latent; then the rope part) within its row, in elements of the cache:
-// an fp8_tile row puts the latent's fp8 bytes first and the bf16 rope part at byte ROPE_AT.
-RK_DEVICE int in_row(int c) {
-    if (KV == Kv::fp8_tile) return c < L_CH ? c * V : ROPE_AT + (c - L_CH) * 2 * V;
-    if (LAYOUT == Layout::split && c >= L_CH) return (c - L_CH) * V;
-    return c * V;
+// Byte b of a slot's row: the split layout puts the record's bytes [SPLIT_AT, ROW_BYTES) in kv_rope_cache (the
+// rows' strides count UNIT bytes, the cache's element).
+template <class I>
+RK_DEVICE rk_u8 *row_byte(const args &a, I slot, int b) {
+    const bool second = LAYOUT == Layout::split && SPLIT_AT > 0 && b >= SPLIT_AT;
+    rk_u8 *cache = (rk_u8 *)(second ? a.kv_rope_cache : a.kv_cache);
+    return cache + row_at<I>(a, slot, second) * (I)UNIT + (I)(second ? b - SPLIT_AT : b);
 }
 
+// Byte b of a slot's page tail (paged layout): after its block's kv_block_size rows, TAIL_BYTES a token.
 template <class I>
-RK_DEVICE I kv_at(const args &a, I slot, int c) { return row_at<I>(a, slot, c >= L_CH) + in_row(c); }
+RK_DEVICE rk_u8 *tail_byte(const args &a, I slot, int b) {
+    const I block = divide<I>(slot, a.kv_block_size, a.block_mul, a.block_shift);
+    const I entry = slot - block * (I)a.kv_block_size;
+    return (rk_u8 *)a.kv_cache + (block * (I)a.kv_block_st + (I)a.kv_block_size * (I)a.kv_st) * (I)UNIT +
+           entry * (I)TAIL_BYTES + (I)b;
+}
+
+// Segment S of the record: bits of a value, lanes of a block, bytes of a block scale, the first chunk past it
+// (segments are in the order of their values: gen/render.c); the byte of value x[j] (j in the segment).
+template <int S>
+constexpr int SEG_BITS = SEG[S].elem == Elem::bf16 ? 16 : SEG[S].elem == Elem::e4m3 ? 8 : 4;
+template <int S>
+constexpr int BLOCK_CH = SEG[S].block > 0 ? SEG[S].block / V : 1;
+template <int S>
+constexpr int SCALE_BYTES = SEG[S].scale == ScaleType::f32 ? 4 : 1;
+template <int S>
+constexpr int SEG_END_CH = (SEG[S].from + SEG[S].n) / V;
+// 1 when segment S's values and inline scales lie in one part of a split row (a scale is then addressed from its
+// value's byte).
+template <int S>
+constexpr bool SAME_PART = SPLIT_AT == 0 || (SEG[S].at >= SPLIT_AT) == (SEG[S].scales_at >= SPLIT_AT);
+template <int S>
+RK_DEVICE int value_byte(int j) { return SEG[S].at + (j - SEG[S].from) * SEG_BITS<S> / 8; }
+static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segment, inside its row");
 
 // ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
 // The sum of squares is the reference's tree: chunk sums p[c], then for d = L_CH/2, .., 1, p[c] + p[c ^ d]. The NG
@@ -335,9 +360,9 @@ RK_DEVICE rk_v16 norm8(rk_v16 raw, const f8 &w, float r) {
     return pack_bf16(x);
 }
 
-// fp8_tile rows: a tile of TILE values is TILE_CH chunks, on consecutive lanes of one wave (the copy
-// section starts at a multiple of the wave and a token's lanes are a multiple of TILE_CH: chunk()).
-constexpr int TILE_CH = TILE > 0 ? TILE / V : 1;
+// Block-scaled segments: a block of SEG[S].block values is BLOCK_CH<S> chunks, on consecutive lanes of one wave
+// (the copy section starts at a multiple of the wave, a token's lanes are a multiple of BLOCK_CH, and a block
+// starts at a multiple of its values: chunk()).
 
 // The largest |x| of a chunk, NaN ignored (a NaN compares false).
 RK_DEVICE float amax8(const f8 &y) {
@@ -349,26 +374,45 @@ RK_DEVICE float amax8(const f8 &y) {
     return m;
 }
 
-// The latent's values on their way into a tile: with SANITIZE, NaN -> 0 and +-inf -> +-BF16_MAX (the
-// tile's scale stays finite).
-RK_DEVICE f8 tile_prep(f8 y) {
+// A chunk's values on their way into segment S's blocks: a rope value rounded to bf16 first (rope_bf16), the
+// launch's tensor scale (k: fp8_factor's), and with SANITIZE NaN -> 0 and +-inf -> +-BF16_MAX (the block's scale
+// stays finite).
+template <int S>
+RK_DEVICE f8 block_prep(f8 y, bool nope, float k) {
+    constexpr Segment G = SEG[S];
+    constexpr Scale CONV = G.outer == Outer::tensor ? G.conv : Scale::none;
+    if (G.rope_bf16 && !nope)
+        for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
+    if (CONV == Scale::mul_recip || CONV == Scale::mul)
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
+    else if (CONV == Scale::div)
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] / k;
     if (SANITIZE)
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
     return y;
 }
 
-// The amax of chunk c's tile of token t's latent, own being the chunk's: the tile's lanes exchange
-// theirs (rk_group_max); on the host, where lanes run one after another, the lane reads its tile (and
-// normalizes it with the row's factor r).
-template <class I>
-RK_DEVICE float tile_amax(const args &a, I t, int c, float own, float r) {
+// The amax of chunk c's block of segment S, own being the chunk's: the block's lanes exchange theirs
+// (rk_group_max); on the host, where lanes run one after another, the lane computes its block's values itself
+// (the latent normalized with the row's factor r, the rope part rotated; k: block_prep's).
+template <class I, int S>
+RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float k) {
+    constexpr int B = BLOCK_CH<S>;
 #if defined(RK_HOST)
     const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
+    const int first = SEG[S].from / V + (c - SEG[S].from / V) / B * B;
     float m = 0.0f;
-    for (int k = c / TILE_CH * TILE_CH; k < (c / TILE_CH + 1) * TILE_CH; k++) {
-        rk_v16 p = rk_load16(row + k * V);
-        if (NORM != Norm::none) p = norm8(p, norm_weight8(a, k), r);
-        float x = amax8(tile_prep(unpack_bf16(p)));
+    for (int q = first; q < first + B; q++) {
+        f8 y;
+        if (q < L_CH) {
+            rk_v16 p = rk_load16(row + q * V);
+            if (NORM != Norm::none) p = norm8(p, norm_weight8(a, q), r);
+            y = unpack_bf16(p);
+        } else {
+            f8 unused;
+            y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (q - L_CH) * V, t, &unused);
+        }
+        float x = amax8(block_prep<S>(y, q < L_CH, k));
         m = x > m ? x : m;
     }
     (void)own;
@@ -378,35 +422,66 @@ RK_DEVICE float tile_amax(const args &a, I t, int c, float own, float r) {
     (void)t;
     (void)c;
     (void)r;
-    return rk_group_max<TILE_CH>(own);
+    (void)k;
+    return rk_group_max<B>(own);
 #endif
 }
 
-// A tile's scale: max(amax / SAT, FLT_MIN) (an IEEE division), rounded up to a power of two for
-// TileScale::pow2 (an inf amax gives an inf scale).
-RK_DEVICE float tile_scale(float amax) {
-    float s = amax / SAT;
+// A block's scale: s = max(amax / sat, FLT_MIN) (an IEEE division), rounded up to a power of two by pow2_up (and
+// for a UE8M0 byte, which holds nothing else; an inf amax gives an inf scale). *bits is what the row stores (the
+// float's bits, the UE8M0 byte, or the e4m3 byte, 0x01 for an s that rounds to zero); the value returned is what
+// the values are divided by (the stored scale decoded: UE8M0 0xff is NaN).
+template <int S>
+RK_DEVICE float block_scale(float amax, rk_u32 *bits) {
+    constexpr Segment G = SEG[S];
+    float s = amax / G.sat;
     s = s > 1.17549435e-38f ? s : 1.17549435e-38f;
-    if (TILE_SCALE == TileScale::pow2) {
+    if (G.rule == ScaleRule::pow2_up || G.scale == ScaleType::ue8m0) {
         rk_u32 u = rk_f32_bits(s);
         if ((u & 0x7fffffu) != 0u && u < 0x7f800000u) u = (u & 0xff800000u) + 0x800000u;
         s = rk_bits_f32(u);
     }
+    if (G.scale == ScaleType::ue8m0) {
+        *bits = rk_ue8m0(s);
+        return *bits == 0xffu ? rk_bits_f32(0x7fc00000u) : s;
+    }
+    if (G.scale == ScaleType::e4m3) {
+        rk_u32 b = rk_pack_fp8(s, 0.0f) & 0xffu;
+        b = (b & 0x7fu) == 0u ? 1u : b;
+        *bits = b;
+        return rk_fp8_to_f32(b);
+    }
+    *bits = rk_f32_bits(s);
     return s;
 }
 
-// One chunk of the KV row: c_kv (c < L_CH) or rotated k_pe. The slot is loaded first but waited for
-// only at the store, like skip_all's above: a slot below min_slot (negative, or a reserved row) or past
-// the cache skips the write.
-// The fp8 scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate:
-// read after the rotation it would add a memory round trip to the chain. An fp8_tile row's latent
-// chunk finds its tile's scale with the other lanes of the tile before any of them can skip.
-template <class I>
-RK_DEVICE void kv_chunk(const args &a, I t, int c) {
+// Eight values -> eight e2m1 nibbles (the first in the low nibble), each scaled and clamped as pack_fp8's.
+template <Scale S, bool CLEAN>
+RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
+    if (rope_bf16)
+        for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
+    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<S, CLEAN>(y.v[i], k, sat);
+    return rk_pack_e2m1(y.v[0], y.v[1]) | (rk_pack_e2m1(y.v[2], y.v[3]) << 8) |
+           (rk_pack_e2m1(y.v[4], y.v[5]) << 16) | (rk_pack_e2m1(y.v[6], y.v[7]) << 24);
+}
+
+// The generic writer: chunk c of token t's row (its values x[8c, 8c + 8): c_kv for c < L_CH, else rotated k_pe),
+// stored as segment S of the record says. The slot is loaded first but waited for only at the store, like
+// skip_all's above: a slot below min_slot (negative, or a reserved row) or past the cache skips the write. The
+// tensor scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate: read after
+// the rotation it would add a memory round trip to the chain. A block-scaled chunk finds its block's scale with
+// the other lanes of the block before any of them can skip.
+template <class I, int S>
+RK_DEVICE void kv_segment(const args &a, I t, int c) {
+    constexpr Segment G = SEG[S];
+    static_assert(G.outer != Outer::token, "a per-token outer scale has no kernel writer yet");
+    static_assert(G.block == 0 || G.from % G.block == 0, "a block starts at a multiple of its values");
+    constexpr bool HAS_NOPE = G.from < L, HAS_ROPE = G.from + G.n > L;
+    constexpr bool scaled = G.outer == Outer::tensor && G.conv != Scale::none;
+    constexpr Scale CONV = scaled ? G.conv : Scale::none;
     const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
-    const bool scaled = KV == Kv::fp8_e4m3 && SCALE != Scale::none;
     float k_scale = scaled && !a.prefetch ? *a.k_scale : 1.0f;
-    const bool nope = c < L_CH;
+    const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
     float r = 1.0f;  // the norm's factor
@@ -425,25 +500,51 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c) {
         f8 unused;
         y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
     }
-    if (KV == Kv::fp8_tile && nope) {
-        y = tile_prep(y);
-        k_scale = tile_scale(tile_amax<I>(a, t, c, amax8(y), r));
-    }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
-    if (slot < a.min_slot || slot >= a.kv_rows) return;
-    void *cache = LAYOUT == Layout::split && !nope ? a.kv_rope_cache : a.kv_cache;
-    const I at = kv_at<I>(a, (I)slot, c);
-    if (KV == Kv::fp8_tile && nope) {
-        rk_store8_out((rk_u8 *)cache + at, pack_fp8<Scale::div, false>(y, k_scale, SAT, false));
-        if (c % TILE_CH == 0) *(float *)((rk_u8 *)cache + (at - c * V) + SCALES_AT + 4 * (c / TILE_CH)) = k_scale;
-    } else if (KV == Kv::fp8_e4m3) {
-        rk_v8 out = pack_fp8<SCALE, SANITIZE>(y, fp8_factor<SCALE>(k_scale), SAT, ROPE_BF16 && !nope);
-        rk_store8_out((rk_u8 *)cache + at, out);
-    } else {  // bf16 row, or an fp8_tile row's bf16 rope part
+    const int j = c * V;  // the chunk's first value
+    if constexpr (G.elem == Elem::bf16) {
+        if (slot < a.min_slot || slot >= a.kv_rows) return;
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16_out((rk_u8 *)cache + at * (KV == Kv::bf16 ? 2 : 1), out);
+        rk_store16_out(row_byte<I>(a, (I)slot, value_byte<S>(j)), out);
+    } else if constexpr (G.block == 0) {
+        if (slot < a.min_slot || slot >= a.kv_rows) return;
+        rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
+        if constexpr (G.elem == Elem::e4m3)
+            rk_store8_out(p, pack_fp8<CONV, SANITIZE>(y, fp8_factor<CONV>(k_scale), G.sat, G.rope_bf16 && !nope));
+        else
+            rk_store4_out(p, pack_e2m1<CONV, SANITIZE>(y, fp8_factor<CONV>(k_scale), G.sat, G.rope_bf16 && !nope));
+    } else {
+        const float k = fp8_factor<CONV>(k_scale);
+        y = block_prep<S>(y, nope, k);
+        rk_u32 bits;
+        const float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), &bits);
+        if (slot < a.min_slot || slot >= a.kv_rows) return;
+        rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
+        if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::div, false>(y, d, G.sat, false));
+        else rk_store4_out(p, pack_e2m1<Scale::div, false>(y, d, G.sat, false));
+        const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
+        if ((j - G.from) % G.block == 0) {
+            const int at = G.scales_at + SCALE_BYTES<S> * b;
+            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, (I)slot, at)
+                       : SAME_PART<S>               ? p + (at - value_byte<S>(j))
+                                                    : row_byte<I>(a, (I)slot, at);
+            if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
+            else *q = (rk_u8)bits;
+        }
     }
+}
+
+// Chunk c of the KV row: its segment is found by comparisons with the segments' constant bounds.
+template <class I, int S = 0>
+RK_DEVICE void kv_chunk(const args &a, I t, int c) {
+    if constexpr (S + 1 < NSEG) {
+        if (c >= SEG_END_CH<S>) {
+            kv_chunk<I, S + 1>(a, t, c);
+            return;
+        }
+    }
+    kv_segment<I, S>(a, t, c);
 }
 
 // A token's lanes, in two sections, so that no wave mixes rotating lanes (two dependent loads:

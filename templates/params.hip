@@ -28,4 +28,28 @@ enum class NormWeight { bf16, f32 };
 enum class NormRounding { twice, once };
 
 //@ constants: one per row of gen/params.def with a kernel constant (written here by gen/render.c)
+
+// The cache record (gen/record.h): what a token's row holds, byte for byte. The generic writer (kernel.hip,
+// kv_chunk) and reader (read.hip) are specialized on these tables; every branch on them folds at compile time.
+enum class Elem { bf16, e4m3, e2m1 };
+enum class ScaleType { none, f32, ue8m0, e4m3 };
+enum class ScaleRule { exact, pow2_up };
+enum class ScaleAt { inl, tail };
+enum class Outer { none, tensor, token };
+struct Segment {
+    int from, n;         // the logical values x[from, from + n) of the row (the latent, then the rope part)
+    Elem elem;           // stored as
+    int at;              // at this byte of the row
+    int block;           // values per block scale (0: none)
+    ScaleType scale;     // a block scale's storage
+    ScaleRule rule;      // and rule
+    ScaleAt scale_at;    // inline in the row, or in the token's page tail
+    int scales_at;       // byte of the first block scale (in the row or the tail)
+    float sat;           // the bound (the target's fp8 format's)
+    Outer outer;         // an outer scale over the segment
+    Scale conv;          // the tensor scale's convention with k_scale (none without one)
+    int outer_at;        // a token scale's byte in the row
+    bool rope_bf16;      // rope values rounded to bf16 first
+};
+${record}
 }  // namespace rkp

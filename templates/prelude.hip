@@ -170,6 +170,49 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 #endif
 }
 
+// f32 -> e2m1 (a nibble: sign, 2 exponent bits, 1 mantissa bit): the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, a tie
+// going to the even code (each comparison with a midpoint is > or >= by the parity of the code below it),
+// saturating at 6 (inf included); e2m1 has no NaN: a NaN gives 0x7 (+6). -0 and negative values that round to
+// zero keep the sign (0x8).
+RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
+    const rk_u32 u = rk_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7u;
+    const float x = rk_bits_f32(u & 0x7fffffffu);
+    const rk_u32 code = (rk_u32)(x > 0.25f) + (rk_u32)(x >= 0.75f) + (rk_u32)(x > 1.25f) + (rk_u32)(x >= 1.75f) +
+                        (rk_u32)(x > 2.5f) + (rk_u32)(x >= 3.5f) + (rk_u32)(x > 5.0f);
+    return code | ((u >> 28) & 0x8u);
+}
+
+// Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's sm_100a / sm_120a targets have the
+// conversion (cvt.rn.satfinite.e2m1x2.f32: nearest even, saturating); a NaN is pinned to +6 first, as the
+// software form gives it.
+RK_DEVICE rk_u32 rk_pack_e2m1(float lo, float hi) {
+#if defined(RK_NV) && (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL))
+    unsigned short r;
+    lo = rk_isnan(lo) ? 6.0f : lo;
+    hi = rk_isnan(hi) ? 6.0f : hi;
+    asm("{\n.reg .b8 t;\ncvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\ncvt.u16.u8 %0, t;\n}" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return rk_e2m1_sw(lo) | (rk_e2m1_sw(hi) << 4);
+#endif
+}
+
+// An e2m1 nibble -> f32, exact.
+RK_DEVICE float rk_e2m1_to_f32(rk_u32 c) {
+    const rk_u32 m = c & 7u;  // 0, 0.5, 1, 1.5 (subnormal and first binade: m / 2), then 2, 3, 4, 6
+    const float v = m < 4u ? (float)m * 0.5f : (float)((2u + (m & 1u)) << ((m >> 1) - 2u));
+    return (c & 8u) ? -v : v;
+}
+
+// A UE8M0 scale byte (2^(b - 127)) of a power of two s >= 2^-126 (or inf): its biased exponent; inf gives 0xff,
+// UE8M0's NaN. (The sm_100a conversion, cvt.rp.satfinite.ue8m0x2.f32, saturates inf to 2^127 instead.)
+RK_DEVICE rk_u32 rk_ue8m0(float s) { return (rk_f32_bits(s) >> 23) & 0xffu; }
+// A UE8M0 byte -> f32: 0xff is NaN, 0 is 2^-127 (a subnormal float).
+RK_DEVICE float rk_ue8m0_to_f32(rk_u32 b) {
+    return b == 0xffu ? rk_bits_f32(0x7fc00000u) : b == 0u ? rk_bits_f32(0x00400000u) : rk_bits_f32(b << 23);
+}
+
 // fp8 e4m3 -> f32, exact, in the target's format (OCP: bias 7, 0x7f/0xff NaN; FNUZ: bias 8, 0x80 NaN).
 RK_DEVICE float rk_fp8_to_f32(rk_u32 b) {
     const rk_u32 bias = RK_FP8_FNUZ ? 8u : 7u;
@@ -289,6 +332,7 @@ RK_DEVICE void rk_store16_out(void *p, rk_v16 v) {
     rk_store16(p, v);
 #endif
 }
+RK_DEVICE void rk_store4_out(void *p, rk_u32 v) { *(rk_u32 *)p = v; }
 RK_DEVICE void rk_store8_out(void *p, rk_v8 v) {
 #if RK_NT_STORES && defined(RK_NV)
     asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");

@@ -1,6 +1,6 @@
 // ---- the read-back op: cache rows gathered by slot into bf16 rows ---------------------------------------
 // out[t] = the row of slots[t], t in [0, a.tokens), dequantized and rounded to bf16 (include/ropekv.h,
-// ropekv_op). A lane per 16-byte chunk of the output row (two for an fp8_tile latent in large launches:
+// ropekv_op). A lane per 16-byte chunk of the output row (two for a block-scaled e4m3 latent in large launches:
 // READ_PAIRS below): the latent lanes, then R_CH rope lanes (a.lanes: rk_launch_plan). Like the writer, a lane loads
 // what it needs itself.
 namespace rk {
@@ -15,24 +15,71 @@ RK_DEVICE f8 unpack_fp8(rk_v8 p) {
     return r;
 }
 
-// The factor an fp8 value is scaled back with: the inverse of the writer's convention (mul_recip and div
-// divided by k_scale, so multiply; mul multiplied, so divide); *divides says which.
-RK_DEVICE float read_factor(const args &a, bool *divides) {
-    *divides = KV == Kv::fp8_e4m3 && SCALE == Scale::mul;
-    return KV == Kv::fp8_e4m3 && SCALE != Scale::none ? *a.k_scale : 1.0f;
+// Four e2m1 bytes -> eight floats (exact; the first value in the low nibble).
+RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
+    f8 r;
+    for (int i = 0; i < V; i++) r.v[i] = rk_e2m1_to_f32(p >> (4 * i));
+    return r;
 }
 
-// fp8_tile rows may pair latent chunks (16 fp8 bytes in one load: the row is 16-byte aligned, and both halves
-// lie in one tile): a launch the plan makes paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
-constexpr bool READ_PAIRS = KV == Kv::fp8_tile && L_CH % 2 == 0 && TILE_CH % 2 == 0;
+// A latent lane may take two chunks (16 fp8 bytes in one load) where the latent is one e4m3 segment in blocks of
+// an even number of chunks: both halves lie in one block, and the row is 16-byte aligned. A launch the plan makes
+// paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
+constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == Elem::e4m3 && SEG[0].block > 0 &&
+                            L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
-// Eight fp8 values of chunk c of the row at cache + row (c < L_CH), dequantized (k: read_factor's).
-RK_DEVICE f8 dequant8(rk_v8 p, const rk_u8 *row, int c, float k, bool divides) {
-    f8 y = unpack_fp8(p);
-    if (KV == Kv::fp8_tile) k = *(const float *)(row + SCALES_AT + 4 * (c / TILE_CH));
-    if (KV == Kv::fp8_tile || SCALE != Scale::none)
-        for (int i = 0; i < V; i++) y.v[i] = divides ? y.v[i] / k : y.v[i] * k;
+// Eight stored values y of chunk c of segment S (p: their bytes in the row), dequantized: times the block's scale as stored in
+// the row (the read op's reader takes it exactly), or the inverse of the writer's tensor scale convention
+// (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale).
+template <class I, int S>
+RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float k) {
+    constexpr Segment G = SEG[S];
+    if (G.block > 0) {
+        const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
+        const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at)
+                         : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
+                                                      : row_byte<I>(a, slot, at);
+        k = G.scale == ScaleType::f32 ? *(const float *)q
+            : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
+                                          : rk_fp8_to_f32(*q);
+    }
+    if (G.block > 0 || G.conv != Scale::none)
+        for (int i = 0; i < V; i++) y.v[i] = G.block == 0 && G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;
     return y;
+}
+
+// Output chunks c .. c + n - 1 of a row, in segment S: bf16 bits copied, or dequantized and rounded to bf16.
+template <class I, int S>
+RK_DEVICE void read_segment(const args &a, I slot, int c, int n, rk_u16 *dst) {
+    constexpr Segment G = SEG[S];
+    static_assert(G.outer != Outer::token, "a per-token outer scale has no kernel reader yet");
+    const rk_u8 *p = row_byte<I>(a, slot, value_byte<S>(c * V));
+    if constexpr (G.elem == Elem::bf16) {
+        rk_store16_out(dst, rk_load16(p));
+    } else {
+        const float k = G.outer == Outer::tensor && G.conv != Scale::none ? *a.k_scale : 1.0f;
+        if (READ_PAIRS && S == 0 && n == 2) {
+            const rk_v16 w = rk_load16(p);  // both halves in one block: one scale
+            const rk_v16 lo = pack_bf16(dequant8<I, S>(a, slot, p, unpack_fp8(rk_v8{w.x, w.y}), c, k));
+            const rk_v16 hi = pack_bf16(dequant8<I, S>(a, slot, p + 8, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
+            rk_store16_out(dst, lo);
+            rk_store16_out(dst + V, hi);
+            return;
+        }
+        const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_load8(p)) : unpack_e2m1(*(const rk_u32 *)p);
+        rk_store16_out(dst, pack_bf16(dequant8<I, S>(a, slot, p, y, c, k)));
+    }
+}
+
+template <class I, int S = 0>
+RK_DEVICE void read_row_chunk(const args &a, I slot, int c, int n, rk_u16 *dst) {
+    if constexpr (S + 1 < NSEG) {
+        if (c >= SEG_END_CH<S>) {
+            read_row_chunk<I, S + 1>(a, slot, c, n, dst);
+            return;
+        }
+    }
+    read_segment<I, S>(a, slot, c, n, dst);
 }
 
 // Lane j of token t's output row: output chunks c .. c + n - 1 (a row is ln latent lanes, then R_CH rope lanes).
@@ -51,24 +98,7 @@ RK_DEVICE void read_chunk(const args &a, I t, int j) {
             for (int i = 0; i < n; i++) rk_store16_out(dst + i * V, rk_v16{0, 0, 0, 0});
         return;
     }
-    const rk_u8 *cache = (const rk_u8 *)(LAYOUT == Layout::split && rope ? a.kv_rope_cache : a.kv_cache);
-    const I at = kv_at<I>(a, (I)slot, c);
-    if (KV == Kv::bf16 || (KV == Kv::fp8_tile && rope)) {  // bf16 bits, copied
-        rk_store16_out(dst, rk_load16(cache + at * (KV == Kv::bf16 ? 2 : 1)));
-        return;
-    }
-    bool divides = false;
-    const float k = read_factor(a, &divides);
-    const rk_u8 *row = cache + (at - c * V);  // (fp8 rows: c * V bytes into the row)
-    if (n == 2) {
-        const rk_v16 p = rk_load16(cache + at);  // both halves in one tile: one scale
-        const rk_v16 lo = pack_bf16(dequant8(rk_v8{p.x, p.y}, row, c, k, divides));
-        const rk_v16 hi = pack_bf16(dequant8(rk_v8{p.z, p.w}, row, c + 1, k, divides));
-        rk_store16_out(dst, lo);
-        rk_store16_out(dst + V, hi);
-        return;
-    }
-    rk_store16_out(dst, pack_bf16(dequant8(rk_load8(cache + at), row, c, k, divides)));
+    read_row_chunk<I>(a, (I)slot, c, n, dst);
 }
 
 // Chunk g of the whole launch.

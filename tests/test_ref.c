@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -2224,6 +2225,241 @@ static void test_norm_out_rows(void **state) {
     }
 }
 
+/* ---- the record codec (gen/record_codec.c): hand-derived bytes ----------------------------------------------- */
+
+/* A one-segment record over x[0, n) (L = n, R = 0 unless said): elem at byte 0, blocks of block values with
+ * scales of type st (rule ru) inline at scales_at, bound sat for both fp8 formats. */
+static rk_record one_segment(int n, rk_elem elem, int block, rk_scale_type st, rk_scale_rule ru, int scales_at,
+                             float sat, int row_bytes) {
+    rk_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "test");
+    r.L = n;
+    r.row_bytes = row_bytes;
+    r.n_seg = 1;
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = n,
+                            .elem = elem,
+                            .at = 0,
+                            .block = block,
+                            .scale = st,
+                            .rule = ru,
+                            .scale_at = RK_SA_INLINE,
+                            .scales_at = scales_at,
+                            .sat_ocp = sat,
+                            .sat_fnuz = sat,
+                            .outer = RK_OUT_NONE};
+    return r;
+}
+
+/* e2m1, no blocks: every midpoint of the grid {0, 0.5, 1, 1.5, 2, 3, 4, 6} is a tie that goes to the even code
+ * (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5 -> 4.0); 7 and -inf saturate; a NaN
+ * is +6 (0x7), or 0 with sanitize; -0.25 rounds to -0 (0x8); the first value of a byte is its low nibble. */
+static void test_codec_e2m1_ties(void **state) {
+    (void)state;
+    const rk_record r = one_segment(16, RK_EL_E2M1, 0, RK_ST_NONE, RK_SR_EXACT, 0, 6.0f, 8);
+    const float x[16] = {0.25f, 0.75f,     1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f,
+                         7.0f,  -INFINITY, NAN,   0.2f,  5.1f, 0.0f, 1.5f, -3.5f};
+    /* codes: 0, 2, 2, 4, 4, 6, 6, 8, 7, f, 7, 0, 7, 0, 3, e */
+    const uint8_t want[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x07, 0x07, 0xe3};
+    uint8_t row[8];
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    check8(row, want, 8, "e2m1 ties");
+    const uint8_t want_clean[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x00, 0x07, 0xe3}; /* NaN -> 0 */
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    check8(row, want_clean, 8, "e2m1 ties, sanitized");
+    float y[16];
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+    const float back[16] = {0, 1, 1, 2, 2, 4, 4, -0.0f, 6, -6, 0, 0, 6, 0, 1.5f, -4};
+    for (int i = 0; i < 16; i++)
+        if (fbits(y[i]) != fbits(back[i])) fail_msg("e2m1 value %d decodes to %a, want %a", i, y[i], back[i]);
+}
+
+/* e4m3, no blocks, no outer scale (OCP): ties between codes go to the even one (1.0625 -> 1.0 0x38, 1.1875 ->
+ * 1.25 0x3a; subnormals: 2^-10 -> 0, 3 * 2^-10 -> 2^-8 0x02); 464 meets the clamp (448, 0x7e); NaN is 0x7f, or 0
+ * with sanitize; -inf meets the clamp (0xfe) either way. */
+static void test_codec_e4m3_ties(void **state) {
+    (void)state;
+    const rk_record r = one_segment(8, RK_EL_E4M3, 0, RK_ST_NONE, RK_SR_EXACT, 0, 448.0f, 8);
+    const float x[8] = {1.0625f, 1.1875f, 0x1p-10f, 0x3p-10f, 464.0f, NAN, -INFINITY, -1.0625f};
+    const uint8_t want[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x7f, 0xfe, 0xb8};
+    const uint8_t want_clean[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x00, 0xfe, 0xb8};
+    uint8_t row[8];
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    check8(row, want, 8, "e4m3 ties");
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    check8(row, want_clean, 8, "e4m3 ties, sanitized");
+}
+
+/* Blocks of 8 e4m3 values with UE8M0 scales (pow2_up) after 32 value bytes, sat 448 (OCP) or 240 (FNUZ):
+ *   block 0  amax 448: s = 1 exactly a power of two, kept: byte 127; 448 -> 0x7e, 1.0625 a tie -> 0x38
+ *   block 1  amax 449: s = 449/448 just above 1, up to 2: byte 128; 449/2 = 224.5 -> 224 (0x76), -3/2 -> 0xbc
+ *   block 2  all zero (one -0): s = FLT_MIN: byte 1; the zeros stay +0 / -0
+ *   block 3  amax 224: s = 0.5 exactly: byte 126; 224 / 0.5 = 448 -> 0x7e, 0.75 / 0.5 = 1.5 -> 0x3c
+ * and the padding after the scales is zeroed. */
+static void test_codec_ue8m0_blocks(void **state) {
+    (void)state;
+    const rk_record r = one_segment(32, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 32, 448.0f, 40);
+    float x[32] = {0};
+    x[0] = 448.0f, x[1] = 1.0625f;
+    x[8] = 449.0f, x[9] = -3.0f;
+    x[17] = -0.0f;
+    x[24] = 224.0f, x[25] = 0.75f;
+    uint8_t row[40];
+    memset(row, 0xee, sizeof row);
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    uint8_t want[40] = {0};
+    want[0] = 0x7e, want[1] = 0x38;
+    want[8] = 0x76, want[9] = 0xbc;
+    want[17] = 0x80;
+    want[24] = 0x7e, want[25] = 0x3c;
+    want[32] = 127, want[33] = 128, want[34] = 1, want[35] = 126;
+    check8(row, want, 40, "UE8M0 blocks");
+    float y[32];
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+    assert_true(y[0] == 448.0f && y[1] == 1.0f && y[8] == 448.0f && y[9] == -3.0f && y[24] == 224.0f && y[25] == 0.75f);
+    /* FNUZ, sat 240: amax 240 -> s = 1, 240 -> 0x7f; 241 -> s = 2, 120.5 -> 120 (0x77) */
+    const rk_record f = one_segment(32, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 32, 240.0f, 40);
+    float z[32] = {0};
+    z[0] = 240.0f, z[8] = 241.0f;
+    rk_record_encode(&f, RK_FP8_FNUZ, z, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[0], 0x7f);
+    assert_int_equal(row[8], 0x77);
+    assert_int_equal(row[32], 127);
+    assert_int_equal(row[33], 128);
+    assert_int_equal(row[34], 1);
+}
+
+/* Non-finite values in a UE8M0 block: an inf makes the scale inf (0xff, UE8M0's NaN), so the block's values are
+ * NaN (0x7f) and a NaN alone is ignored by the amax (its block of 2s: s = 2/448 -> 2^-7, byte 120, 2 -> 256
+ * (0x78)); with sanitize the inf is BF16_MAX = 2^128 - 2^120: s = BF16_MAX / 448 -> 2^120 (byte 247), the value
+ * 255 -> 256 (0x78), 1 / 2^120 -> 0; the NaN is 0. */
+static void test_codec_ue8m0_nonfinite(void **state) {
+    (void)state;
+    const rk_record r = one_segment(16, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 16, 448.0f, 20);
+    float x[16];
+    for (int i = 0; i < 16; i++) x[i] = i < 8 ? 1.0f : 2.0f;
+    x[0] = INFINITY, x[9] = NAN;
+    uint8_t row[20];
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    for (int i = 0; i < 8; i++) assert_int_equal(row[i], 0x7f);
+    assert_int_equal(row[16], 0xff);
+    assert_int_equal(row[8], 0x78);
+    assert_int_equal(row[9], 0x7f);
+    assert_int_equal(row[17], 120);
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    assert_int_equal(row[0], 0x78);
+    for (int i = 1; i < 8; i++) assert_int_equal(row[i], 0x00);
+    assert_int_equal(row[16], 247);
+    assert_int_equal(row[9], 0x00);
+    assert_int_equal(row[17], 120);
+}
+
+/* f32 scales, exact rule: an all-zero block takes FLT_MIN (0x00800000); a block holding the max (448) scale 1. */
+static void test_codec_f32_blocks(void **state) {
+    (void)state;
+    const rk_record r = one_segment(16, RK_EL_E4M3, 8, RK_ST_F32, RK_SR_EXACT, 16, 448.0f, 24);
+    float x[16] = {0};
+    x[8] = -448.0f, x[9] = 0.5f;
+    uint8_t row[24];
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    uint32_t s0, s1;
+    memcpy(&s0, row + 16, 4);
+    memcpy(&s1, row + 20, 4);
+    assert_int_equal(s0, 0x00800000u);
+    assert_int_equal(s1, 0x3f800000u);
+    assert_int_equal(row[8], 0xfe);
+    assert_int_equal(row[9], 0x30);
+}
+
+/* DeepSeek-V4.1 style: one e4m3 segment over the 576 values (the latent and the rotated rope part, rounded to bf16
+ * first), blocks of 32 with UE8M0 scales inline after the values, 608 bytes (14 of padding). Each value comes back
+ * within half an e4m3 step of its (rope: bf16-rounded) value: 2^-4 relative, or 2^-10 s among the subnormals. */
+static void test_codec_v41_record(void **state) {
+    (void)state;
+    rk_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "v41");
+    r.L = 512, r.R = 64, r.row_bytes = 608, r.n_seg = 1;
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = 576,
+                            .elem = RK_EL_E4M3,
+                            .at = 0,
+                            .block = 32,
+                            .scale = RK_ST_UE8M0,
+                            .rule = RK_SR_POW2_UP,
+                            .scale_at = RK_SA_INLINE,
+                            .scales_at = 576,
+                            .sat_ocp = 448.0f,
+                            .sat_fnuz = 240.0f,
+                            .outer = RK_OUT_NONE,
+                            .rope_bf16 = 1};
+    float x[576], y[576];
+    for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 20) - 12);
+    for (int i = 0; i < 32; i++) x[i] = (float)((int)(rng32() % 2001) - 1000) / 16.0f;
+    x[5] = 1792.0f; /* the max of block 0: s = 1792 / 448 = 4, byte 129, 448 -> 0x7e */
+    uint8_t row[608];
+    memset(row, 0xee, sizeof row);
+    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[576], 129);
+    assert_int_equal(row[5], 0x7e);
+    for (int i = 576 + 18; i < 608; i++) assert_int_equal(row[i], 0);
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+    for (int i = 0; i < 576; i++) {
+        const float want = i >= 512 ? rk_bf16_to_f32(rk_f32_to_bf16(x[i])) : x[i];
+        const float s = ldexpf(1.0f, (int)row[576 + i / 32] - 127);
+        if (!(fabsf(y[i] - want) <= fabsf(want) * 0x1p-4f + s * 0x1p-10f))
+            fail_msg("value %d: %a decodes to %a", i, want, y[i]);
+    }
+    /* read as FlashMLA's sm_100 reader (pow2_down) does: a UE8M0 scale is a power of two, read the same */
+    const rk_reader rd = {"pow2_down", RK_RS_POW2_DOWN};
+    float z[576];
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, &rd, z);
+    assert_memory_equal(y, z, sizeof y);
+}
+
+/* e2m1 with e4m3 scales per 16 (exact rule), and with a per-token float32 over them (two levels): each value
+ * comes back within 1/4 of its block's amax (half the widest e2m1 gap, 1 of 6, plus the scale's e4m3 rounding). */
+static void test_codec_e2m1_e4m3_scales(void **state) {
+    (void)state;
+    for (int token = 0; token < 2; token++) {
+        rk_record r;
+        memset(&r, 0, sizeof r);
+        snprintf(r.name, sizeof r.name, "nvfp4");
+        r.L = 512, r.R = 64, r.row_bytes = 336, r.n_seg = 1;
+        r.seg[0] = (rk_segment){.from = 0,
+                                .n = 576,
+                                .elem = RK_EL_E2M1,
+                                .at = 0,
+                                .block = 16,
+                                .scale = RK_ST_E4M3,
+                                .rule = RK_SR_EXACT,
+                                .scale_at = RK_SA_INLINE,
+                                .scales_at = 288,
+                                .sat_ocp = 6.0f,
+                                .sat_fnuz = 6.0f,
+                                .outer = token ? RK_OUT_TOKEN : RK_OUT_NONE,
+                                .outer_at = 324};
+        float x[576], y[576];
+        for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 8) - 10);
+        uint8_t row[336];
+        rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+        rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+        for (int b = 0; b < 36; b++) {
+            float amax = 0.0f;
+            for (int i = 16 * b; i < 16 * b + 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (int i = 16 * b; i < 16 * b + 16; i++)
+                if (!(fabsf(y[i] - x[i]) <= 0.25f * amax))
+                    fail_msg("token %d: value %d: %a -> %a", token, i, x[i], y[i]);
+        }
+        if (!token) { /* scale s = amax / 6 as e4m3: the first block's by hand */
+            float amax = 0.0f;
+            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+            assert_int_equal(row[288], rk_f32_to_fp8(amax / 6.0f, RK_FP8_OCP));
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_to_f32_exact),
@@ -2264,6 +2500,13 @@ int main(void) {
         cmocka_unit_test(test_norm_sanitize),
         cmocka_unit_test(test_norm_feeds_the_row),
         cmocka_unit_test(test_norm_out_rows),
+        cmocka_unit_test(test_codec_e2m1_ties),
+        cmocka_unit_test(test_codec_e4m3_ties),
+        cmocka_unit_test(test_codec_ue8m0_blocks),
+        cmocka_unit_test(test_codec_ue8m0_nonfinite),
+        cmocka_unit_test(test_codec_f32_blocks),
+        cmocka_unit_test(test_codec_v41_record),
+        cmocka_unit_test(test_codec_e2m1_e4m3_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

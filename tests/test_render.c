@@ -225,14 +225,15 @@ static void test_bindings_are_named(void **state) {
                      ROPEKV_OK);
     rk_buf src = {0};
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
-    const char *want[] = {"constexpr Kv KV = Kv::fp8_e4m3;",
-                          "constexpr QForm QFORM = QForm::zero_copy;",
-                          "constexpr Index POS = Index::int32;",
-                          "constexpr Index SLOT = Index::int64;",
-                          "constexpr Rope ROPE = Rope::gptj;",
-                          "constexpr Scale SCALE = Scale::mul_recip;",
-                          "#define RK_FP8_FNUZ 1",
-                          "constexpr Norm NORM = Norm::none;"};
+    const char *want[] = {
+        "constexpr Kv KV = Kv::fp8_e4m3;",
+        "constexpr QForm QFORM = QForm::zero_copy;",
+        "constexpr Index POS = Index::int32;",
+        "constexpr Index SLOT = Index::int64;",
+        "constexpr Rope ROPE = Rope::gptj;",
+        "Elem::e4m3, 0, 0, ScaleType::none, ScaleRule::exact, ScaleAt::inl, 0, 240.0f, Outer::tensor, Scale::mul_recip",
+        "#define RK_FP8_FNUZ 1",
+        "constexpr Norm NORM = Norm::none;"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(src.p, want[i])) fail_msg("source of %s lacks '%s'", d.key, want[i]);
     rk_buf_free(&src);
