@@ -288,9 +288,9 @@ static void test_check_catches_a_wrong_kernel(void **state) {
          1},
         /* fp8_tile: x times the reciprocal of the scale instead of x / scale (not correctly rounded) */
         {"deepseek_v32/host/fp8_tile/none/pos=int64/slot=int64/layout=paged",
-         "pack_fp8<Scale::div, false>(y, k_scale, SAT, false)", "pack_fp8<Scale::mul,false>(y,1/k_scale,SAT,false)", 1},
+         "pack_fp8<Scale::div, false>(y, d, G.sat, false)", "pack_fp8<Scale::mul,false>(y,1/d,G.sat,false)", 1},
         /* read-back: the tile's scale not applied */
-        {"deepseek_v32/host/fp8_tile/read/slot=int64/layout=paged", "y.v[i] = divides ? y.v[i] / k : y.v[i] * k;",
+        {"deepseek_v32/host/fp8_tile/read/slot=int64/layout=paged", "y.v[i] = G.block == 0 && G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;",
          "y.v[i] = y.v[i];", 1},
         /* read-back: a padding row left as it was instead of zeros */
         {"deepseek_v3/host/bf16/read/slot=int32",
