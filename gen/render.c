@@ -218,6 +218,40 @@ static const char *bind_text(rk_param_kind kind, const rk_enum *e, double v, cha
     return NULL;
 }
 
+/* 1 when segment b continues a in the row as one run of the same stores: the next values at the next bytes, one
+ * element type without blocks, one outer scale and bound (a's rounding of rope values only matters where a holds
+ * some: a latent-only a takes b's). */
+static int continues(const rk_segment *a, const rk_segment *b, int L) {
+    const int bits = a->elem == RK_EL_BF16 ? 16 : a->elem == RK_EL_E4M3 ? 8 : 4;
+    return a->elem == b->elem && a->block == 0 && b->block == 0 && a->outer == b->outer && a->outer != RK_OUT_TOKEN &&
+           a->sat_ocp == b->sat_ocp && a->sat_fnuz == b->sat_fnuz && a->from + a->n == b->from &&
+           a->at + a->n * bits / 8 == b->at && (a->from + a->n <= L || a->rope_bf16 == b->rope_bf16);
+}
+
+/* The segments the kernels dispatch on, into out (when not NULL): the record's in the order of their values, each
+ * run of segments that continue one another (continues) made one, so that a row stored as one run (bf16, fp8) is
+ * one segment and a lane chooses nothing. Returns their count. */
+static int kernel_segments(const rk_record *r, int L, rk_segment *out) {
+    rk_segment seg[RK_RECORD_SEGMENTS];
+    int n = 0;
+    for (int i = 0; i < r->n_seg; i++) {
+        int k = i;
+        for (; k > 0 && seg[k - 1].from > r->seg[i].from; k--) seg[k] = seg[k - 1];
+        seg[k] = r->seg[i];
+    }
+    for (int i = 0; i < r->n_seg; i++) {
+        if (n > 0 && continues(&seg[n - 1], &seg[i], L)) {
+            seg[n - 1].n += seg[i].n;
+            seg[n - 1].rope_bf16 = seg[i].rope_bf16;
+        } else {
+            seg[n++] = seg[i];
+        }
+    }
+    if (out)
+        for (int i = 0; i < n; i++) out[i] = seg[i];
+    return n;
+}
+
 /* The record's tables (templates/params.hip): its bytes, split and tail, the cache's stride unit, and one Segment a
  * segment, the bound the target's fp8 format's and the tensor scale's convention the description's. */
 static int record_text(const rk_desc *d, rk_buf *o) {
@@ -230,18 +264,14 @@ static int record_text(const rk_desc *d, rk_buf *o) {
                            "constexpr int NSEG = %d;\n"
                            "constexpr Segment SEG[NSEG] = {\n",
                            r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1,
-                           r->n_seg);
+                           kernel_segments(r, d->L, NULL));
     static const char *const elem[] = {"bf16", "e4m3", "e2m1"}, *const type[] = {"none", "f32", "ue8m0", "e4m3"},
                              *const rule[] = {"exact", "pow2_up"}, *const at[] = {"inl", "tail"},
                              *const outer[] = {"none", "tensor", "token"};
-    int order[RK_RECORD_SEGMENTS]; /* the segments in the order of their values: the kernels' dispatch */
-    for (int i = 0; i < r->n_seg; i++) {
-        int k = i;
-        for (; k > 0 && r->seg[order[k - 1]].from > r->seg[i].from; k--) order[k] = order[k - 1];
-        order[k] = i;
-    }
-    for (int i = 0; i < r->n_seg; i++) {
-        const rk_segment *g = &r->seg[order[i]];
+    rk_segment seg[RK_RECORD_SEGMENTS];
+    const int n_seg = kernel_segments(r, d->L, seg);
+    for (int i = 0; i < n_seg; i++) {
+        const rk_segment *g = &seg[i];
         char sat[32];
         float_literal(d->fp8 == RK_FP8_FNUZ ? g->sat_fnuz : g->sat_ocp, sat, sizeof sat);
         rc |= rk_buf_printf(
