@@ -265,9 +265,6 @@ static int record_text(const rk_desc *d, rk_buf *o) {
                            "constexpr Segment SEG[NSEG] = {\n",
                            r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1,
                            kernel_segments(r, d->L, NULL));
-    static const char *const elem[] = {"bf16", "e4m3", "e2m1"}, *const type[] = {"none", "f32", "ue8m0", "e4m3"},
-                             *const rule[] = {"exact", "pow2_up"}, *const at[] = {"inl", "tail"},
-                             *const outer[] = {"none", "tensor", "token"};
     rk_segment seg[RK_RECORD_SEGMENTS];
     const int n_seg = kernel_segments(r, d->L, seg);
     for (int i = 0; i < n_seg; i++) {
@@ -278,8 +275,10 @@ static int record_text(const rk_desc *d, rk_buf *o) {
             o,
             "    {%d, %d, Elem::%s, %d, %d, ScaleType::%s, ScaleRule::%s, ScaleAt::%s, %d, %s, Outer::%s, "
             "Scale::%s, %d, %s},\n",
-            g->from, g->n, elem[g->elem], g->at, g->block, type[g->scale], rule[g->rule], at[g->scale_at], g->scales_at,
-            sat, outer[g->outer], rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
+            g->from, g->n, rk_enum_name(&rk_elem_enum, g->elem), g->at, g->block,
+            rk_enum_name(&rk_scale_type_enum, g->scale), rk_enum_name(&rk_scale_rule_enum, g->rule),
+            rk_enum_token(&rk_scale_at_enum, g->scale_at), g->scales_at, sat, rk_enum_name(&rk_outer_enum, g->outer),
+            rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
             g->rope_bf16 ? "true" : "false");
     }
     rc |= rk_buf_printf(o, "};");

@@ -34,7 +34,7 @@ enum class NormRounding { twice, once };
 enum class Elem { bf16, e4m3, e2m1 };
 enum class ScaleType { none, f32, ue8m0, e4m3 };
 enum class ScaleRule { exact, pow2_up };
-enum class ScaleAt { inl, tail };
+enum class ScaleAt { inl, tail };  // the tokens of RK_SCALE_AT_LIST (gen/record.h): "inline" is a keyword
 enum class Outer { none, tensor, token };
 struct Segment {
     int from, n;         // the logical values x[from, from + n) of the row (the latent, then the rope part)
