@@ -365,7 +365,8 @@ static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t 
         block = slot / a->kv_block_size;
         entry = slot % a->kv_block_size;
         at = block * a->kv_block_st + entry * a->kv_st;
-        at_rope = block * a->kv_rope_block_st + entry * a->kv_rope_st;
+        /* the rope cache's strides are the caller's only in the split layout (unchecked, maybe huge, elsewhere) */
+        at_rope = v->layout == ROPEKV_KV_SPLIT ? block * a->kv_rope_block_st + entry * a->kv_rope_st : 0;
     }
     *part0 = (uint8_t *)a->kv_cache + at * elem;
     *part1 = v->layout == ROPEKV_KV_SPLIT ? (uint8_t *)a->kv_rope_cache + at_rope * elem : *part0 + v->rec.split_at;
