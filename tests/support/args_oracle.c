@@ -223,8 +223,7 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     const int64_t L = d->L, R = d->R, W = L + R, T = a->tokens, H = a->heads;
     const int paged = d->layout != ROPEKV_KV_FLAT;
     const int64_t B = paged ? a->kv_block_size : (a->kv_rows > 0 ? a->kv_rows : 1);
-    const int64_t kv_elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1,
-                  row_w = d->kv == ROPEKV_KV_BF16 ? d->row_bytes / 2 : d->row_bytes;
+    const int64_t kv_elem = rk_desc_kv_elem(d), row_w = kv_elem == 2 ? d->row_bytes / 2 : d->row_bytes;
     const int64_t idx_pos = d->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = d->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     if (T < 0 || T > INT32_MAX || a->kv_rows < 0 || a->min_slot < 0) c.refuse = 1;
     if (c.refuse) return c;
