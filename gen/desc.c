@@ -429,7 +429,6 @@ static int listed(const choice *c) {
 }
 
 static int kv_row(const rk_spec *s, ropekv_kv_dtype kv);
-static void row_names(const rk_spec *s, char *out, size_t cap);
 
 int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_desc *d, rk_err *err) {
     int rc = rk_desc_make(s, a, ch, d, err);
@@ -464,14 +463,6 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
         if ((k == 0 ? row_listed : listed(&c[k])) || (k == 4 && d->q == ROPEKV_Q_NONE) ||
             (read && (k == 1 || k == 2 || k == 7)))
             continue;
-        if (k == 0) {
-            char rows[RK_MAX_ROWS * 34];
-            row_names(s, rows, sizeof rows);
-            return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists the rows {%s}, not %s%s (variant %s)", s->name,
-                           rows, rk_kv_name(d->kv),
-                           d->kv == ROPEKV_KV_FP8_TILE && !s->tile.row_bytes ? ": the spec has no fp8_tile table" : "",
-                           d->key);
-        }
         char got[128];
         size_t at = 0;
         got[0] = '\0';
@@ -484,8 +475,15 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
                           : k == 1 && c[k].want == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE
                               ? ": rope 'none' leaves nothing to rotate in place"
                               : "";
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s%s (variant %s)", s->name, c[k].key,
-                       got, rk_enum_name(c[k].e, c[k].want), why, d->key);
+        /* the row: the spec's other rows are its records (ropekv_variant.record) */
+        char rows[RK_MAX_ROWS * 34] = "";
+        if (k == 0 && rk_spec_rows(s) > s->n_kv) {
+            size_t r = (size_t)snprintf(rows, sizeof rows, "; its records (by name):");
+            for (int i = s->n_kv; i < rk_spec_rows(s) && r < sizeof rows; i++)
+                r += (size_t)snprintf(rows + r, sizeof rows - r, " %s", rk_spec_row(s, i, NULL, NULL));
+        }
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s%s (variant %s)%s", s->name, c[k].key,
+                       got, rk_enum_name(c[k].e, c[k].want), why, d->key, rows);
     }
     return ROPEKV_OK;
 }

@@ -45,14 +45,14 @@ static int add_rule_case(rk_oracle *o, const rk_arch *host, size_t i, char *why,
         return -1;
     }
     o->var[o->n].d = d;
-    o->var[o->n].v = rk_variant_of(&d);
+    o->var[o->n].v = rk_variant_of(&o->var[o->n].d); /* its record name points into the description */
     o->n++;
     return 0;
 }
 
 /* The host row's variants of the covering set, the catalog's pointers (spec, row) into o->cat. 0, or -1 with why. */
 static int host_variants(rk_oracle *o, char *why, size_t cap) {
-    enum { ROOM = 8192 }; /* the whole covering set (436 today) */
+    enum { ROOM = 8192 }; /* the whole covering set (609 today) */
     rk_desc *set = malloc(sizeof *set * ROOM);
     rk_err err = {0};
     if (!set) {
@@ -75,7 +75,7 @@ static int host_variants(rk_oracle *o, char *why, size_t cap) {
     for (int i = 0; i < n && rc == 0; i++) {
         if (set[i].arch != host) continue;
         o->var[o->n].d = set[i];
-        o->var[o->n].v = rk_variant_of(&set[i]);
+        o->var[o->n].v = rk_variant_of(&o->var[o->n].d);
         o->n++;
     }
     free(set);
