@@ -270,7 +270,8 @@ int main(int argc, char **argv) {
                                         (ropekv_q_dtype)qdts[qv / nno % nqd],
                                         (ropekv_kv_layout)layout,
                                         ROPEKV_OP_WRITE,
-                                        (ropekv_norm)norms[qv % nno]};
+                                        (ropekv_norm)norms[qv % nno],
+                                        0};
         kv = strchr(kv, ',');
         if (kv) kv++;
     }

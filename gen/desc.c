@@ -25,31 +25,16 @@ static void dtype_token(int fp8, rk_fp8_fmt fmt, char *out, size_t cap) {
     snprintf(out, cap, "%s%s", fp8 ? "fp8" : "bf16", fp8 ? rk_enum_token(&rk_fp8_enum, fmt) : "");
 }
 
-/* The row format's part of a name: bf16 | fp8<fmt>_<scale>_sat<N>_rr<0|1> |
- * fp8tile<fmt>_t<tile>_<f32|pow2>_sat<N>_at<scales_at>_<rope_at>. */
-static void kv_token(const rk_desc *d, char *out, size_t cap) {
-    char sat[32], kv[32];
-    sat_token(d->kv8_sat, sat, sizeof sat);
-    dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
-    if (d->kv == ROPEKV_KV_BF16) snprintf(out, cap, "%s", kv);
-    else if (d->kv == ROPEKV_KV_FP8_E4M3)
-        snprintf(out, cap, "%s_%s_sat%s_rr%d", kv, rk_enum_token(&rk_scale_enum, d->kv8_scale), sat, d->kv8_rope_bf16);
-    else
-        snprintf(out, cap, "fp8tile%s_t%d_%s_sat%s_at%d_%d", rk_enum_token(&rk_fp8_enum, d->fp8), d->tile,
-                 rk_enum_token(&rk_tile_scale_enum, d->tile_scale), sat, d->scales_at, d->rope_at);
-}
-
 /* FNV-1a over n bytes. */
 static uint32_t fnv(uint32_t h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 16777619u;
     return h;
 }
 
-/* A digest of everything in a record that a kernel is specialized on (its geometry, layout and segments; not its
- * name, its words or its readers), field by field so that padding in the structs does not count. */
-static uint32_t record_digest(const rk_record *r) {
+/* Field by field, so that padding in the structs does not count. */
+uint32_t rk_record_digest(const rk_record *r) {
     uint32_t h = 2166136261u;
-    const int head[] = {r->L, r->R, r->row_bytes, r->split_at, r->tail_bytes, r->n_seg};
+    const int head[] = {r->L, r->R, r->row_bytes, r->split_at, r->tail_bytes, r->conv, r->n_seg};
     h = fnv(h, head, sizeof head);
     for (int i = 0; i < r->n_seg; i++) {
         const rk_segment *g = &r->seg[i];
@@ -63,15 +48,29 @@ static uint32_t record_digest(const rk_record *r) {
     return h;
 }
 
-/* 1 when d's record is its kv dtype's row format as the spec's tables make it (rk_record_of_kv): the kv token then
- * spells every field the kernel depends on. */
-static int legacy_record(const rk_desc *d) {
-    rk_record r;
-    rk_record_of_kv(d->spec, d->kv, &r);
-    if (d->op == ROPEKV_OP_READ)
-        for (int i = 0; i < r.n_seg; i++) r.seg[i].sat_ocp = r.seg[i].sat_fnuz = 0.0f, r.seg[i].rope_bf16 = 0;
-    return record_digest(&r) == record_digest(&d->rec);
+/* The row format's part of a name: bf16 | fp8<fmt>_<scale>_sat<N>_rr<0|1> |
+ * fp8tile<fmt>_t<tile>_<f32|pow2>_sat<N>_at<scales_at>_<rope_at> for a kv dtype's row; rec<name without '_'>_<digest>
+ * for a record of the spec's (rk_record_digest: the bytes it writes; the target's fp8 format is the name's target). */
+static void kv_token(const rk_desc *d, char *out, size_t cap) {
+    char sat[32], kv[32];
+    if (d->record) { /* a record of the spec's: rec<name>_<digest> (two records of one name may differ) */
+        size_t k = (size_t)snprintf(out, cap, "rec");
+        for (const char *c = d->rec.name; *c && k + 1 < cap; c++)
+            if (*c != '_') out[k++] = *c;
+        out[k < cap ? k : cap - 1] = '\0';
+        if (k < cap) snprintf(out + k, cap - k, "_%08x", (unsigned)rk_record_digest(&d->rec));
+        return;
+    }
+    sat_token(d->kv8_sat, sat, sizeof sat);
+    dtype_token(d->kv != ROPEKV_KV_BF16, d->fp8, kv, sizeof kv);
+    if (d->kv == ROPEKV_KV_BF16) snprintf(out, cap, "%s", kv);
+    else if (d->kv == ROPEKV_KV_FP8_E4M3)
+        snprintf(out, cap, "%s_%s_sat%s_rr%d", kv, rk_enum_token(&rk_scale_enum, d->kv8_scale), sat, d->kv8_rope_bf16);
+    else
+        snprintf(out, cap, "fp8tile%s_t%d_%s_sat%s_at%d_%d", rk_enum_token(&rk_fp8_enum, d->fp8), d->tile,
+                 rk_enum_token(&rk_tile_scale_enum, d->tile_scale), sat, d->scales_at, d->rope_at);
 }
+
 
 /* write: rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<qform>_q<qdtype>_<scale>_sat<N>_rr<0|1>
  *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>[_<rms|rmsout>_<wbf16|wf32>_eps<N>_<r2|r1>]_<target>
@@ -81,10 +80,6 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     char qsat[32], kv[96], q[32];
     int n;
     kv_token(d, kv, sizeof kv);
-    if (!legacy_record(d)) { /* a record of its own: its name and digest follow the kv token */
-        const size_t k = strlen(kv);
-        snprintf(kv + k, sizeof kv - k, "_rec%s_%08x", d->rec.name, (unsigned)record_digest(&d->rec));
-    }
     if (d->op == ROPEKV_OP_READ) {
         n = snprintf(out, cap, "rkread_L%d_R%d_s%s_%s_%s_%s_%s", d->L, d->R, rk_enum_token(&rk_index_enum, d->slot), kv,
                      rk_enum_token(&rk_read_neg_enum, d->read_neg), rk_enum_token(&rk_layout_enum, d->layout),
@@ -117,19 +112,27 @@ static float fp8_sat(const rk_fp8_policy *p, rk_fp8_fmt fmt) { return fmt == RK_
 int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc *d, rk_err *err) {
     memset(d, 0, sizeof *d);
     if (!rk_kv_name(c->kv) || !rk_qform_name(c->q) || !rk_idx_name(c->pos) || !rk_idx_name(c->slot) ||
-        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op) || !rk_norm_name(c->norm))
-        return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value");
-    if (!rk_layout_fits(c->kv, c->layout))
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: kv dtype fp8_tile is one row: layout flat or paged, not split",
-                       s->name);
+        !rk_qdtype_name(c->q_dtype) || !rk_layout_name(c->layout) || !rk_op_name(c->op) || !rk_norm_name(c->norm) ||
+        c->record < 0 || c->record > s->n_records)
+        return rk_fail(err, ROPEKV_ERR_ARG, "variant has an out-of-range enum value or record index");
     const int read = c->op == ROPEKV_OP_READ;
+    d->record = c->record;
+    if (d->record) d->rec = s->records[d->record - 1];
+    else rk_record_of_kv(s, c->kv, &d->rec);
+    const char *why = rk_record_unsupported(&d->rec);
+    if (why) return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: record %s: %s", s->name, d->rec.name, why);
+    if (!rk_record_fits(&d->rec, c->layout))
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: record %s %s, not %s", s->name, d->rec.name,
+                       d->rec.tail_bytes ? "keeps scales in the page tail: layout paged"
+                                         : "is one row (no split_at): layout flat or paged",
+                       rk_layout_name(c->layout));
     if (!read && c->norm != ROPEKV_NORM_NONE && s->norm.eps <= 0)
         return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: norm %s needs the spec's kv_norm table (%s has none)", s->name,
                        rk_norm_name(c->norm), s->file);
     d->spec = s;
     d->arch = a;
     d->op = c->op;
-    d->kv = c->kv;
+    d->kv = d->record ? ROPEKV_KV_BF16 : c->kv;
     /* the read-back op has no query and reads no positions: canonical values, one kernel */
     d->q = read ? ROPEKV_Q_NONE : c->q;
     d->pos = read ? ROPEKV_INDEX_INT64 : c->pos;
@@ -152,7 +155,11 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         d->norm_eps = s->norm.eps;
         d->norm_round = s->norm.round;
     }
-    if (d->kv == ROPEKV_KV_FP8_E4M3) {
+    if (d->record) {
+        /* a record's tensor scale takes k_scale under its own convention */
+        for (int i = 0; i < d->rec.n_seg; i++)
+            if (d->rec.seg[i].outer == RK_OUT_TENSOR) d->kv8_scale = (rk_scale)d->rec.conv;
+    } else if (d->kv == ROPEKV_KV_FP8_E4M3) {
         d->kv8_scale = s->fp8.scale;
         /* the writer's clamp and rounding: not the reader's */
         d->kv8_sat = read ? 0.0f : fp8_sat(&s->fp8, d->fp8);
@@ -171,7 +178,6 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         d->q8_sat = fp8_sat(&s->q_fp8, d->fp8);
         d->q8_rope_bf16 = s->q_fp8.rope_bf16;
     }
-    rk_record_of_kv(s, d->kv, &d->rec);
     if (read) /* the writer's bound and rope rounding: not the reader's */
         for (int i = 0; i < d->rec.n_seg; i++) {
             d->rec.seg[i].sat_ocp = d->rec.seg[i].sat_fnuz = 0.0f;
@@ -181,8 +187,8 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     char what[96];
     if (read) snprintf(what, sizeof what, "read");
     else snprintf(what, sizeof what, "%s/pos=%s", rk_qform_name(d->q), rk_idx_name(d->pos));
-    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/slot=%s%s%s%s%s%s%s", s->name, a->name, rk_kv_name(d->kv),
-                     what, rk_idx_name(d->slot), d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
+    int n = snprintf(d->key, sizeof d->key, "%s/%s/%s/%s/slot=%s%s%s%s%s%s%s", s->name, a->name, d->rec.name, what,
+                     rk_idx_name(d->slot), d->q_dtype != ROPEKV_Q_BF16 ? "/q_dtype=" : "",
                      d->q_dtype != ROPEKV_Q_BF16 ? rk_qdtype_name(d->q_dtype) : "",
                      d->layout != ROPEKV_KV_FLAT ? "/layout=" : "",
                      d->layout != ROPEKV_KV_FLAT ? rk_layout_name(d->layout) : "",
@@ -257,6 +263,7 @@ int64_t rk_sym_size(const rk_desc *d, rk_sym s) {
     case RK_SYM_W: return d->L + d->R;
     case RK_SYM_HALF_R: return d->R / 2;
     case RK_SYM_ROW_BYTES: return d->row_bytes;
+    case RK_SYM_ROPE_BYTES: return d->rec.row_bytes - d->rec.split_at;
     default: return -1;
     }
 }
@@ -343,20 +350,26 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
     d.q = write ? q : ROPEKV_Q_NONE;
     d.pos = ROPEKV_INDEX_INT64;
     /* every choice and every spec-level value the rows read */
-    for (int kv = 0; kv < 3; kv++)
+    rk_record split_rec; /* a record of the spec's (kv 3 below): bytes, split or not */
+    memset(&split_rec, 0, sizeof split_rec);
+    split_rec.split_at = 1;
+    for (int kv = 0; kv < 4; kv++)
         for (int layout = 0; layout < 3; layout++)
             for (int qdt = 0; qdt < (write && d.q != ROPEKV_Q_NONE ? 2 : 1); qdt++)
                 for (int pos = 0; pos < (write ? 2 : 1); pos++)
                     for (int slot = 0; slot < 2; slot++)
                         for (int rope = 0; rope < 2; rope++)
                             for (int cs = 0; cs < 3; cs++)
-                                for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 ? 2 : 1); ks++)
+                                for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 || kv == 3 ? 2 : 1); ks++)
                                     for (int qs = 0; qs < (qdt ? 2 : 1); qs++)
                                         for (int norm = 0; norm < (write ? 3 : 1); norm++)
                                             for (int nw = 0; nw < (norm ? 2 : 1); nw++) {
-                                                if (!rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
+                                                if (kv < 3 &&
+                                                    !rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
                                                     continue;
-                                                d.kv = (ropekv_kv_dtype)kv;
+                                                d.record = kv == 3;
+                                                d.rec = split_rec;
+                                                d.kv = kv == 3 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv;
                                                 d.layout = (ropekv_kv_layout)layout;
                                                 d.q_dtype = (ropekv_q_dtype)qdt;
                                                 if (write) d.pos = (ropekv_index)pos;
@@ -399,7 +412,7 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
 }
 
 rk_choice rk_desc_choice(const rk_desc *d) {
-    return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm};
+    return (rk_choice){d->kv, d->q, d->pos, d->slot, d->q_dtype, d->layout, d->op, d->norm, d->record};
 }
 
 /* One of the caller's choices and the spec's list for it (enum values, read as int). */
@@ -414,6 +427,8 @@ static int listed(const choice *c) {
         if (c->list[i] == c->want) return 1;
     return 0;
 }
+
+static int kv_row(const rk_spec *s, ropekv_kv_dtype kv);
 
 int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_desc *d, rk_err *err) {
     int rc = rk_desc_make(s, a, ch, d, err);
@@ -432,6 +447,8 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
                    {"ops", &rk_op_enum, s->n_ops, {0}, (int)d->op},
                    {"norms", &rk_norm_enum, s->n_norms, {0}, (int)d->norm}};
     for (int i = 0; i < s->n_kv; i++) c[0].list[i] = (int)s->kv[i];
+    /* the row: a record of the spec's, or a kv dtype the spec lists (in kv_dtypes, or a record of its name) */
+    const int row_listed = d->record > 0 || kv_row(s, d->kv) >= 0;
     for (int i = 0; i < s->n_q; i++) c[1].list[i] = (int)s->q[i];
     for (int i = 0; i < s->n_pos; i++) c[2].list[i] = (int)s->pos[i];
     for (int i = 0; i < s->n_slot; i++) c[3].list[i] = (int)s->slot[i];
@@ -443,7 +460,9 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
     for (int k = 0; k < 8; k++) {
         /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes; the read-back
          * op has no query, reads no positions and normalizes nothing */
-        if (listed(&c[k]) || (k == 4 && d->q == ROPEKV_Q_NONE) || (read && (k == 1 || k == 2 || k == 7))) continue;
+        if ((k == 0 ? row_listed : listed(&c[k])) || (k == 4 && d->q == ROPEKV_Q_NONE) ||
+            (read && (k == 1 || k == 2 || k == 7)))
+            continue;
         char got[128];
         size_t at = 0;
         got[0] = '\0';
@@ -456,8 +475,15 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
                           : k == 1 && c[k].want == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE
                               ? ": rope 'none' leaves nothing to rotate in place"
                               : "";
-        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s%s (variant %s)", s->name, c[k].key,
-                       got, rk_enum_name(c[k].e, c[k].want), why, d->key);
+        /* the row: the spec's other rows are its records (ropekv_variant.record) */
+        char rows[RK_MAX_ROWS * 34] = "";
+        if (k == 0 && rk_spec_rows(s) > s->n_kv) {
+            size_t r = (size_t)snprintf(rows, sizeof rows, "; its records (by name):");
+            for (int i = s->n_kv; i < rk_spec_rows(s) && r < sizeof rows; i++)
+                r += (size_t)snprintf(rows + r, sizeof rows - r, " %s", rk_spec_row(s, i, NULL, NULL));
+        }
+        return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s lists %s {%s}, not %s%s (variant %s)%s", s->name, c[k].key,
+                       got, rk_enum_name(c[k].e, c[k].want), why, d->key, rows);
     }
     return ROPEKV_OK;
 }
@@ -465,6 +491,101 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
 int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout) {
     return !(kv == ROPEKV_KV_FP8_TILE && layout == ROPEKV_KV_SPLIT);
 }
+
+int rk_record_fits(const rk_record *r, ropekv_kv_layout layout) {
+    if (layout == ROPEKV_KV_SPLIT && r->split_at <= 0) return 0;
+    return r->tail_bytes == 0 || layout == ROPEKV_KV_PAGED;
+}
+
+const char *rk_record_unsupported(const rk_record *r) {
+    for (int i = 0; i < r->n_seg; i++)
+        if (r->seg[i].outer == RK_OUT_TOKEN)
+            return "a per-token outer scale has no kernel writer or reader yet (the reference encodes it)";
+    return NULL;
+}
+
+/* The kv dtype a record's name spells, or -1. */
+static int kv_of_name(const char *name) {
+    for (int k = 0; k < rk_kv_enum.n; k++)
+        if (strcmp(rk_kv_enum.v[k].name, name) == 0) return rk_kv_enum.v[k].value;
+    return -1;
+}
+
+/* The row of kv dtype kv: its index in rk_spec_rows, or -1 when the spec lists it nowhere. */
+static int kv_row(const rk_spec *s, ropekv_kv_dtype kv) {
+    const int n = rk_spec_rows(s);
+    for (int i = 0; i < n; i++) {
+        rk_choice c;
+        rk_spec_row(s, i, &c, NULL);
+        if (c.record == 0 && c.kv == kv) return i;
+    }
+    return -1;
+}
+
+int rk_spec_rows(const rk_spec *s) {
+    int n = s->n_kv;
+    for (int i = 0; i < s->n_records; i++) {
+        const int kv = kv_of_name(s->records[i].name);
+        int dup = 0;
+        for (int k = 0; k < s->n_kv && kv >= 0; k++) dup |= (int)s->kv[k] == kv;
+        n += !dup;
+    }
+    return n;
+}
+
+const char *rk_spec_row(const rk_spec *s, int i, rk_choice *c, rk_record *r) {
+    rk_choice row = {0};
+    if (i < s->n_kv) {
+        row.kv = s->kv[i];
+    } else {
+        int left = i - s->n_kv, at = 0;
+        for (; at < s->n_records; at++) {
+            const int kv = kv_of_name(s->records[at].name);
+            int dup = 0;
+            for (int k = 0; k < s->n_kv && kv >= 0; k++) dup |= (int)s->kv[k] == kv;
+            if (!dup && left-- == 0) break;
+        }
+        if (at == s->n_records) return NULL;
+        const int kv = kv_of_name(s->records[at].name);
+        if (kv >= 0) row.kv = (ropekv_kv_dtype)kv; /* the spec's loader checked that it is that dtype's row */
+        else row.record = at + 1;
+    }
+    if (c) {
+        c->kv = row.kv;
+        c->record = row.record;
+    }
+    rk_record tmp;
+    if (!r) r = &tmp;
+    if (row.record) *r = s->records[row.record - 1];
+    else rk_record_of_kv(s, row.kv, r);
+    return row.record ? s->records[row.record - 1].name : rk_kv_name(row.kv);
+}
+
+/* The names of the spec's rows, comma separated. */
+static void row_names(const rk_spec *s, char *out, size_t cap) {
+    size_t at = 0;
+    out[0] = '\0';
+    const int n = rk_spec_rows(s);
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%s", i ? ", " : "", rk_spec_row(s, i, NULL, NULL));
+}
+
+int rk_spec_row_find(const rk_spec *s, const char *name, rk_choice *c, rk_err *err) {
+    const int n = rk_spec_rows(s);
+    for (int i = 0; i < n; i++) {
+        rk_choice row;
+        if (strcmp(rk_spec_row(s, i, &row, NULL), name) != 0) continue;
+        c->kv = row.kv;
+        c->record = row.record;
+        return ROPEKV_OK;
+    }
+    char rows[RK_MAX_ROWS * 34], esc[80];
+    row_names(s, rows, sizeof rows);
+    return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "spec %s has no record named '%s' (its records: %s)", s->name,
+                   rk_printable(name, esc, sizeof esc), rows);
+}
+
+int rk_desc_kv_elem(const rk_desc *d) { return d->record == 0 && d->kv == ROPEKV_KV_BF16 ? 2 : 1; }
 
 int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err) {
     int n = 0;
@@ -474,17 +595,21 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
             rk_fail(err, ROPEKV_ERR_SPEC_TARGET, "%s: targets[%d]: unknown target '%s'", s->file, t + 1, s->targets[t]);
             return -1;
         }
-        for (int k = 0; k < s->n_kv; k++) {
-            rk_choice c[RK_MAX_VARIANTS_PER_SPEC / RK_MAX_TARGETS / 3];
+        const int rows = rk_spec_rows(s);
+        for (int k = 0; k < rows; k++) {
+            rk_choice c[RK_MAX_VARIANTS_PER_SPEC / RK_MAX_TARGETS / RK_MAX_ROWS], row;
+            rk_record rec;
             int m = 0;
+            rk_spec_row(s, k, &row, &rec);
+            if (rk_record_unsupported(&rec)) continue; /* not in the kernels yet: rk_desc_make says why */
             for (int op = 0; op < s->n_ops; op++) {
                 if (s->ops[op] == ROPEKV_OP_READ) {
                     for (int sl = 0; sl < s->n_slot; sl++)
                         for (int ly = 0; ly < s->n_layout; ly++)
-                            if (rk_layout_fits(s->kv[k], s->layouts[ly]))
-                                c[m++] = (rk_choice){s->kv[k],       ROPEKV_Q_NONE,   ROPEKV_INDEX_INT64,
-                                                     s->slot[sl],    ROPEKV_Q_BF16,   s->layouts[ly],
-                                                     ROPEKV_OP_READ, ROPEKV_NORM_NONE};
+                            if (rk_record_fits(&rec, s->layouts[ly]))
+                                c[m++] = (rk_choice){row.kv,         ROPEKV_Q_NONE,    ROPEKV_INDEX_INT64,
+                                                     s->slot[sl],    ROPEKV_Q_BF16,    s->layouts[ly],
+                                                     ROPEKV_OP_READ, ROPEKV_NORM_NONE, row.record};
                     continue;
                 }
                 for (int nm = 0; nm < s->n_norms; nm++)
@@ -494,10 +619,10 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                                 for (int sl = 0; sl < s->n_slot; sl++)
                                     for (int ly = 0; ly < s->n_layout; ly++)
                                         /* q form none takes one q dtype: rk_desc_make makes it bf16 */
-                                        if (rk_layout_fits(s->kv[k], s->layouts[ly]))
-                                            c[m++] = (rk_choice){s->kv[k],        s->q[q],         s->pos[p],
+                                        if (rk_record_fits(&rec, s->layouts[ly]))
+                                            c[m++] = (rk_choice){row.kv,          s->q[q],         s->pos[p],
                                                                  s->slot[sl],     s->q_dtypes[qd], s->layouts[ly],
-                                                                 ROPEKV_OP_WRITE, s->norms[nm]};
+                                                                 ROPEKV_OP_WRITE, s->norms[nm],    row.record};
             }
             for (int i = 0; i < m; i++) {
                 if (n == cap) {
@@ -524,7 +649,9 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
 }
 
 int rk_desc_writes_fp8(const rk_desc *d) {
-    return d->op == ROPEKV_OP_WRITE && (d->kv != ROPEKV_KV_BF16 || d->q_dtype != ROPEKV_Q_BF16);
+    int row = 0; /* an e4m3 value or scale in the row */
+    for (int i = 0; i < d->rec.n_seg; i++) row |= d->rec.seg[i].elem == RK_EL_E4M3 || d->rec.seg[i].scale == RK_ST_E4M3;
+    return d->op == ROPEKV_OP_WRITE && (row || d->q_dtype != ROPEKV_Q_BF16);
 }
 
 int rk_read_pairs(const rk_desc *d) {

@@ -322,6 +322,7 @@ void rk_record_of_kv(const rk_spec *s, ropekv_kv_dtype kv, rk_record *r) {
             r->seg[i].outer = s->fp8.scale == RK_SCALE_NONE ? RK_OUT_NONE : RK_OUT_TENSOR;
         }
         r->seg[1].rope_bf16 = s->fp8.rope_bf16;
+        r->conv = (int)s->fp8.scale;
         snprintf(r->matches, sizeof r->matches, "%s", s->fp8.matches);
         break;
     case ROPEKV_KV_FP8_TILE: {

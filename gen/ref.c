@@ -356,7 +356,7 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
  * after the block's kv_block_size rows, tail_bytes a token (ropekv_kv_layout). */
 static void row_parts(const rk_desc *v, const rk_args *a, int64_t slot, uint8_t **part0, uint8_t **part1,
                       uint8_t **tail) {
-    const int64_t elem = v->kv == ROPEKV_KV_BF16 ? 2 : 1; /* the strides count the cache's elements */
+    const int64_t elem = rk_desc_kv_elem(v); /* the strides count the cache's elements */
     int64_t at, at_rope, block = 0, entry = 0;
     if (v->layout == ROPEKV_KV_FLAT) {
         at = slot * a->kv_st;

@@ -175,7 +175,7 @@ static int header(const rk_desc *d, rk_buf *o) {
     rc |= rk_buf_printf(o, "// Values:  kv_lora_rank=%d qk_rope_head_dim=%d rope=%s cos_sin=%s positions=%s slots=%s\n",
                         d->L, d->R, rk_rope_name(d->rope), rk_cos_sin_name(d->cos_sin), rk_idx_name(d->pos),
                         rk_idx_name(d->slot));
-    rc |= rk_buf_printf(o, "//          kv=%s layout=%s q=%s negative_slot=%s sanitize=%s\n", rk_kv_name(d->kv),
+    rc |= rk_buf_printf(o, "//          kv=%s layout=%s q=%s negative_slot=%s sanitize=%s\n", d->rec.name,
                         rk_layout_name(d->layout), rk_qform_name(d->q), rk_neg_name(d->neg),
                         d->sanitize ? "true" : "false");
     if (d->kv == ROPEKV_KV_FP8_E4M3)
@@ -186,6 +186,10 @@ static int header(const rk_desc *d, rk_buf *o) {
             o, "//          fp8_tile=%s tile=%d scale=%s saturate=%.9g scales_at=%d rope_at=%d row_bytes=%d\n",
             rk_fp8_name(d->fp8), d->tile, rk_enum_name(&rk_tile_scale_enum, d->tile_scale), (double)d->kv8_sat,
             d->scales_at, d->rope_at, d->row_bytes);
+    if (d->record)
+        rc |= rk_buf_printf(o, "//          record=%s fp8=%s row_bytes=%d split_at=%d tail_bytes=%d conv=%s\n",
+                            d->rec.name, rk_fp8_name(d->fp8), d->rec.row_bytes, d->rec.split_at, d->rec.tail_bytes,
+                            rk_scale_name(d->kv8_scale));
     if (d->op == ROPEKV_OP_READ)
         rc |= rk_buf_printf(o, "//          op=read negative_slot=%s\n", rk_enum_name(&rk_read_neg_enum, d->read_neg));
     if (d->norm != ROPEKV_NORM_NONE)
@@ -263,7 +267,7 @@ static int record_text(const rk_desc *d, rk_buf *o) {
                            "constexpr int UNIT = %d;                            // bytes of the cache's stride unit\n"
                            "constexpr int NSEG = %d;\n"
                            "constexpr Segment SEG[NSEG] = {\n",
-                           r->row_bytes, r->name, r->split_at, r->tail_bytes, d->kv == ROPEKV_KV_BF16 ? 2 : 1,
+                           r->row_bytes, r->name, r->split_at, r->tail_bytes, rk_desc_kv_elem(d),
                            kernel_segments(r, d->L, NULL));
     rk_segment seg[RK_RECORD_SEGMENTS];
     const int n_seg = kernel_segments(r, d->L, seg);

@@ -283,8 +283,8 @@ typedef struct rk_spec {
     int n_targets;
     char targets[RK_MAX_TARGETS][RK_NAME_MAX];
     /* The cache records the spec lists (`records`: library names, tables of their own, or { like = name, ... }),
-     * each checked against kv_lora_rank and qk_rope_head_dim and with rk_record_check. Data for now: kernels
-     * are still generated from kv_dtypes, fp8 and fp8_tile. */
+     * each checked against kv_lora_rank and qk_rope_head_dim and with rk_record_check. With the kv dtypes' rows they
+     * are the rows a caller chooses from (rk_spec_rows); one named as a kv dtype is that dtype's row. */
     int n_records;
     rk_record records[RK_SPEC_RECORDS];
 } rk_spec;
@@ -316,6 +316,8 @@ typedef struct rk_choice {
     ropekv_kv_layout layout;
     ropekv_op op;
     ropekv_norm norm;
+    int record; /* the row: 0, kv's (a kv dtype's row, rk_record_of_kv); i >= 1, the spec's records[i - 1] (kv is
+                   then ignored, and canonical: bf16) */
 } rk_choice;
 
 /* The kinds of a parameter's value (gen/params.def). */
@@ -335,10 +337,12 @@ typedef struct rk_desc {
     const rk_arch *arch; /* the target's row: wave, block, chunks, pdl, hardware conversions */
 #define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment) type field;
 #include "params.def"
-    rk_record rec;  /* the cache row (rk_record_of_kv of the kv dtype): what the writer and the reader specialize on;
-                       for the read-back op, sat and rope_bf16 are 0 (the writer's, not the reader's) */
-    char key[192];  /* spec/target/kv/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
-                       spec/target/kv/read/slot=...[/layout=...] */
+    int record; /* the choice's row: 0 for the kv dtype's, i >= 1 for spec->records[i - 1] (kv is then bf16, canonical) */
+    rk_record rec;  /* the cache row (rk_record_of_kv of the kv dtype, or the spec's record): what the writer and the
+                       reader specialize on; for the read-back op, sat and rope_bf16 are 0 (the writer's, not the
+                       reader's) */
+    char key[192];  /* spec/target/row/q/pos=.../slot=...[/q_dtype=fp8_e4m3][/layout=paged|split], or for read
+                       spec/target/row/read/slot=...[/layout=...]; row: the record's name (a kv dtype's spelling) */
     char name[224]; /* extern "C" kernel name: every code parameter, readable */
 } rk_desc;
 
@@ -385,6 +389,7 @@ void rk_desc_views(const rk_desc *d, int pdl, rk_views *out);
     X(RK_SYM_W, "W")                   \
     X(RK_SYM_HALF_R, "R/2")            \
     X(RK_SYM_ROW_BYTES, "row_bytes")   \
+    X(RK_SYM_ROPE_BYTES, "rope_bytes") \
     X(RK_SYM_OUT_W, "out_w")
 #define RK_SYM_ENUM_(e, text) e,
 typedef enum rk_sym { RK_SYM_LIST(RK_SYM_ENUM_) RK_SYM_COUNT } rk_sym;
@@ -453,12 +458,32 @@ rk_choice rk_desc_choice(const rk_desc *d);
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
-/* 1 when a row format can lie in a layout: a tile-scaled row (fp8_tile) is one row, never split in two caches. */
+/* 1 when a kv dtype's row can lie in a layout: a tile-scaled row (fp8_tile) is one row, never split in two caches. */
 int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout);
+/* The same for any record: split only where it has a split_at, a page-tail record only paged. */
+int rk_record_fits(const rk_record *r, ropekv_kv_layout layout);
+/* Why the kernels cannot write or read record r yet (a per-token outer scale), or NULL when they can. */
+const char *rk_record_unsupported(const rk_record *r);
 
-#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * 3 * (7 * 2 * 2 * 3 * 3 + 2 * 3))
+/* The rows a caller chooses from (the kv dimension): the spec's kv dtypes (kv_dtypes, each named by its spelling),
+ * then each record of its `records` not named as a listed kv dtype (a record named as an unlisted kv dtype is that
+ * dtype's row). rk_spec_rows counts them; rk_spec_row sets row i's kv and record in *c (when not NULL) and its
+ * record in *r (when not NULL), and returns its name. */
+int rk_spec_rows(const rk_spec *s);
+const char *rk_spec_row(const rk_spec *s, int i, rk_choice *c, rk_record *r);
+/* The row named name: ROPEKV_OK with its kv and record set in *c, or ROPEKV_ERR_UNSUPPORTED naming the spec's rows. */
+int rk_spec_row_find(const rk_spec *s, const char *name, rk_choice *c, rk_err *err);
+/* A digest of everything in a record a kernel is specialized on (geometry, layout, segments, conv; not its name,
+ * words or readers). */
+uint32_t rk_record_digest(const rk_record *r);
+/* Bytes of one element of d's cache (its strides count them): 2 for a bf16 kv dtype's row, else 1. */
+int rk_desc_kv_elem(const rk_desc *d);
 
-/* Every variant a spec lists, in a fixed order (targets, kv dtypes, then the write variants: q forms, q dtypes,
+#define RK_MAX_ROWS (3 + RK_SPEC_RECORDS) /* a spec's rows: its kv dtypes and records (rk_spec_rows) */
+#define RK_MAX_VARIANTS_PER_SPEC (RK_MAX_TARGETS * RK_MAX_ROWS * (7 * 2 * 2 * 3 * 3 + 2 * 3))
+
+/* Every variant a spec lists, in a fixed order (targets, rows (rk_spec_rows: kv dtypes, then records; a record the
+ * kernels cannot write yet, rk_record_unsupported, is left out), then the write variants: q forms, q dtypes,
  * positions, slots, layouts as listed in the spec, q form none once with a bf16 query; then the read variants:
  * slots, layouts): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
  * set (unknown target). The library never enumerates: it describes the one variant asked for. */

@@ -1178,6 +1178,19 @@ static int read_records(const scope *s, job *j, rk_spec *o) {
         for (int x = 0; x < i; x++)
             if (strcmp(o->records[x].name, r->name) == 0)
                 return bad(s, key, "duplicate record '%s' (also records[%d])", r->name, x + 1);
+        /* a record named as a kv dtype is that dtype's row (rk_spec_rows): it must be the row the tables make */
+        for (int k = 0; k < rk_kv_enum.n; k++) {
+            rk_record row;
+            if (strcmp(r->name, rk_kv_enum.v[k].name) != 0) continue;
+            if (rk_kv_enum.v[k].value == ROPEKV_KV_FP8_TILE && !given(s, "fp8_tile"))
+                return bad(s, key, "record '%s' is named as the kv dtype, but the spec has no fp8_tile table", r->name);
+            rk_record_of_kv(o, (ropekv_kv_dtype)rk_kv_enum.v[k].value, &row);
+            if (rk_record_digest(&row) != rk_record_digest(r))
+                return bad(s, key,
+                           "record '%s' is named as the kv dtype but differs from the row the spec's tables make "
+                           "(rename it)",
+                           r->name);
+        }
         o->n_records = i + 1;
     }
     lua_pop(L, 1);

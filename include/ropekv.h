@@ -250,6 +250,14 @@ typedef struct ropekv_variant {
     ropekv_kv_layout layout; /* where the KV rows lie (see ropekv_kv_layout) */
     ropekv_op op;            /* write (the default) or read (see ropekv_op) */
     ropekv_norm norm;        /* write: the fused kv_a RMSNorm (see ropekv_norm); none by default */
+    /* The cache row by its record's name (docs/formats.md, "Choosing a record"): NULL, the kv dtype chooses as
+     * above; else one of the spec's rows, whose names are its kv dtypes' spellings ("bf16", "fp8_e4m3", "fp8_tile")
+     * and the names of the records its `records` key lists ("fp8_ds_mla", "nvfp4"), and kv is ignored. A name the
+     * spec does not have is ROPEKV_ERR_UNSUPPORTED naming the spec's rows; so is a record the kernels cannot write
+     * yet (a per-token outer scale). A record's cache is bytes (uint8 rows of its row_bytes; in the split layout
+     * kv_cache holds the bytes [0, split_at) and kv_rope_cache the rest); ropekv_kernel_param's "record",
+     * "record_row_bytes", "record_split_at" and "record_tail_bytes" describe it. Read when size covers it. */
+    const char *record;
 } ropekv_variant;
 
 /* The tensors of one launch. Pointers are device pointers (host memory for the host backend).

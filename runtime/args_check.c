@@ -116,6 +116,7 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
     const int64_t s0 = st[0], s1 = strided == 2 ? st[1] : 0;
     /* strides: rows may not overlap (outputs would race; inputs would be a caller bug), and the alignment the vector
      * path assumes */
+    int64_t tails_at = 0; /* a page-tail record: where the first block's tails end (elements) */
     switch (t->rule) {
     case RK_ROWS_ANY:
         CHECK(rows_disjoint(n0, n1, s0, s1, w), ROPEKV_ERR_STRIDE,
@@ -142,6 +143,14 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
         CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
               "%s: block stride %lld < %lld, the span of a block's %lld entries", t->label, (long long)bst,
               (long long)block_w, (long long)per_block);
+        /* a page-tail record: a block's tails (tail_bytes a token) lie after its rows, inside the block stride */
+        const int64_t tail = paged && t->at == offsetof(ropekv_args, kv_cache) ? p->rec.tail_bytes : 0;
+        const int64_t tails_end = tail && per_block > 0 ? extent(per_block, est + tail, 0) : 0;
+        CHECK(!tail || (tails_end >= 0 && bst >= tails_end), ROPEKV_ERR_STRIDE,
+              "%s: block stride %lld leaves no room for the page tail: record %s keeps %lld bytes a token after a "
+              "block's %lld rows (block_size x (kv_st + tail_bytes) = %lld)",
+              t->label, (long long)bst, p->rec.name, (long long)tail, (long long)per_block, (long long)tails_end);
+        tails_at = tails_end;
         CHECK(aligned(ptr, (size_t)t->align) && est % t->unit == 0 && (blocks <= 1 || bst % t->unit == 0),
               ROPEKV_ERR_ALIGN, "%s must be %d-byte aligned with strides a multiple of %d elements", t->label, t->align,
               t->unit);
@@ -156,6 +165,10 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
     if (n0 > 0 && n1 > 0 && w > 0) {
         const int64_t inner = extent(n1 - 1, s1, w);
         elems = inner < 0 ? -1 : extent(n0 - 1, s0, inner);
+    }
+    if (tails_at > 0 && elems >= 0) { /* the last block's tails end past its rows */
+        const int64_t e = extent(n0 - 1, s0, tails_at);
+        elems = e < 0 ? -1 : e > elems ? e : elems;
     }
     const int64_t bytes = elems >= 0 && elems <= BYTES_MAX / t->elem ? elems * t->elem : -1;
     CHECK(bytes >= 0, ROPEKV_ERR_SHAPE, "%s: its strides and sizes reach past 2^57 bytes, more than any address space",

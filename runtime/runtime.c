@@ -84,7 +84,8 @@ struct ropekv_kernel {
     /* lookup key: the spec's name and generation, and the caller's choices */
     unsigned generation;
     char spec_name[64];
-    ropekv_variant v; /* v.spec points at spec_name */
+    char record_name[64]; /* v.record points here (when the caller named a record) */
+    ropekv_variant v;     /* v.spec points at spec_name */
     /* state: 0 building, 1 ready, 2 failed (waiters copy status and message) */
     int state;
     int refs;
@@ -520,9 +521,9 @@ ropekv_status ropekv_cache_clear(ropekv_ctx *c) {
 /* A variant's choices as the description takes them: the one list of its enumerated fields (the lookup
  * below compares two of them whole: rk_choice is enums only, no padding). */
 static rk_choice choice_of(const ropekv_variant *v) {
-    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout, v->op, v->norm};
+    return (rk_choice){v->kv, v->q, v->positions, v->slots, v->q_dtype, v->layout, v->op, v->norm, 0};
 }
-_Static_assert(sizeof(rk_choice) == 8 * sizeof(ropekv_kv_dtype), "rk_choice: enums only");
+_Static_assert(sizeof(rk_choice) == 9 * sizeof(int), "rk_choice: enums and the record index only");
 
 /* How to fix a variant that spec s does not list: the other specs of the same L and R (loaded ones, then the
  * built-in ones) that list the whole choice on the context's target, named into out. Runs only on that
@@ -591,9 +592,11 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
         pthread_mutex_unlock(&c->mu);
         if (rc != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "out of memory");
     }
-    const rk_choice choice = choice_of(v);
+    rk_choice choice = choice_of(v);
+    if (v->record && rk_spec_row_find(spec, v->record, &choice, &err) != ROPEKV_OK)
+        return fail(c, ROPEKV_ERR_UNSUPPORTED, "%s", err.msg);
     int rc = rk_desc_listed(spec, c->arch, &choice, d, &err);
-    if (rc == ROPEKV_ERR_UNSUPPORTED) {
+    if (rc == ROPEKV_ERR_UNSUPPORTED && choice.record == 0) {
         char who[256];
         listed_by(c, spec, &choice, who, sizeof who);
         return fail(c, ROPEKV_ERR_UNSUPPORTED, "%s; %s", err.msg, who);
@@ -853,7 +856,10 @@ static ropekv_status args_in(ropekv_ctx *c, const ropekv_args **a, ropekv_args *
 
 static int same_lookup(const ropekv_kernel *k, const ropekv_variant *v, unsigned gen) {
     const rk_choice have = choice_of(&k->v), want = choice_of(v);
-    return memcmp(&have, &want, sizeof have) == 0 && k->generation == gen && strcmp(k->spec_name, v->spec) == 0;
+    const int same_row = v->record ? k->v.record && strcmp(k->v.record, v->record) == 0
+                                   : !k->v.record && have.kv == want.kv;
+    return memcmp(&have.q, &want.q, sizeof have - offsetof(rk_choice, q)) == 0 && same_row && k->generation == gen &&
+           strcmp(k->spec_name, v->spec) == 0;
 }
 
 /* Under mu: the generation a lookup of spec uses (0 for a built-in spec not read yet). */
@@ -873,6 +879,9 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     char esc[128];
     if (strlen(v->spec) >= sizeof((ropekv_kernel *)0)->spec_name)
         return fail(c, ROPEKV_ERR_NO_SPEC, "no spec named '%s': name too long", rk_printable(v->spec, esc, 72));
+    if (v->record && strlen(v->record) >= sizeof((ropekv_kernel *)0)->record_name)
+        return fail(c, ROPEKV_ERR_UNSUPPORTED, "spec %s has no record named '%s': name too long",
+                    rk_printable(v->spec, esc, 72), rk_printable(v->record, esc + 72, 56));
 
     pthread_mutex_lock(&c->mu);
     unsigned gen = spec_generation(c, v->spec);
@@ -903,6 +912,10 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
     k->generation = gen;
     k->v = *v;
     k->v.spec = k->spec_name;
+    if (v->record) {
+        snprintf(k->record_name, sizeof k->record_name, "%s", v->record);
+        k->v.record = k->record_name;
+    }
     k->next = c->kernels;
     c->kernels = k;
     pthread_mutex_unlock(&c->mu);
@@ -958,7 +971,7 @@ const char *ropekv_kernel_name(const ropekv_kernel *k) { return k ? k->d.name : 
 ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *out) {
     if (!k || !out) return ROPEKV_ERR_NULL;
     const rk_desc *d = &k->d;
-    const int fp8 = d->kv != ROPEKV_KV_BF16, q8 = d->q_dtype != ROPEKV_Q_BF16;
+    const int fp8 = d->record || d->kv != ROPEKV_KV_BF16, q8 = d->q_dtype != ROPEKV_Q_BF16;
     *out = (ropekv_kernel_params){
         .name = d->name,
         .key = d->key,
@@ -976,9 +989,10 @@ ropekv_status ropekv_kernel_info(const ropekv_kernel *k, ropekv_kernel_params *o
         .fp8_scale = rk_scale_name(d->kv8_scale),
         .fp8_saturate = d->kv8_sat,
         .fp8_rope_bf16_round = d->kv8_rope_bf16,
-        .fp8_matches = d->kv == ROPEKV_KV_FP8_TILE ? d->spec->tile.matches
-                       : fp8                       ? d->spec->fp8.matches
-                                                   : "",
+        .fp8_matches = d->record                     ? d->rec.matches
+                       : d->kv == ROPEKV_KV_FP8_TILE ? d->spec->tile.matches
+                       : fp8                         ? d->spec->fp8.matches
+                                                     : "",
         .q_dtype = d->q_dtype,
         .q_fp8_format = q8 ? rk_fp8_name(d->fp8) : "",
         .q_fp8_scale = rk_scale_name(d->q8_scale),

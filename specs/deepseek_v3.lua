@@ -17,6 +17,10 @@ return {
   -- The query in fp8 for fp8 attention (FlashMLA FP8, FlashInfer / TRT-LLM MLA fp8, aiter's MLA decode):
   -- per-tensor q_scale, multiplied by its reciprocal, the f32 rope quantized as it is.
   q_fp8 = { scale = "mul_recip", matches = "FlashInfer and aiter fused peers: q * (1 / q_scale)" },
+  -- The cache records beside bf16 and fp8_e4m3: NVFP4 (its engines store one for V3: TensorRT-LLM, FlashInfer).
+  -- The library's nvfp4 is FlashInfer's dense MLA layout (nvfp4_quantize_append_paged_mla_kv_cache); that
+  -- TensorRT-LLM's bytes are the same is not verified.
+  records = { "nvfp4" },
   -- The fused kv_a RMSNorm (kv_a_layernorm: rms_norm_eps 1e-6, a bf16 weight of kv_lora_rank values): the op reads
   -- the raw kv_a projection's c_kv and caches it normalized; rms_out also writes the normalized c_kv (prefill's
   -- up-projection reads it).

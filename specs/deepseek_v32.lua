@@ -19,7 +19,8 @@ return {
   cos_sin = "f32_cat",
   -- the row formats V3.2's engines store: the tile row (the sparse indexer reads it) and bf16
   kv_dtypes = { "fp8_tile", "bf16" },
-  records = { "fp8_ds_mla", "bf16" },
+  -- and the NVFP4 record of vLLM's DSA path (nvfp4.fp8rope, vllm #51724)
+  records = { "fp8_ds_mla", "bf16", "nvfp4_fp8rope" },
   fp8_tile = {
     tile = 128,
     scale = "f32",

@@ -29,8 +29,8 @@ constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == 
                             L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
 // Eight stored values y of chunk c of segment S (p: their bytes in the row), dequantized: times the block's scale as stored in
-// the row (the read op's reader takes it exactly), or the inverse of the writer's tensor scale convention
-// (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale).
+// the row (the read op's reader takes it exactly), then the inverse of the writer's tensor scale convention
+// (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale), as rk_record_decode.
 template <class I, int S>
 RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float k) {
     constexpr Segment G = SEG[S];
@@ -39,12 +39,13 @@ RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float 
         const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at)
                          : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
                                                       : row_byte<I>(a, slot, at);
-        k = G.scale == ScaleType::f32 ? *(const float *)q
-            : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
-                                          : rk_fp8_to_f32(*q);
+        const float d = G.scale == ScaleType::f32     ? *(const float *)q
+                        : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
+                                                      : rk_fp8_to_f32(*q);
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * d;
     }
-    if (G.block > 0 || G.conv != Scale::none)
-        for (int i = 0; i < V; i++) y.v[i] = G.block == 0 && G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;
+    if (G.conv != Scale::none)  // then the tensor scale (k is 1 without one)
+        for (int i = 0; i < V; i++) y.v[i] = G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;
     return y;
 }
 

@@ -74,9 +74,14 @@ static void probe_compilers(void) {
 /* The disassembly is scanned for v_cvt_pk_bf16_f32 where the test looks for it. */
 static int wants_bf16_hw(const rk_desc *v) {
     if (v->arch->vendor != RK_VENDOR_AMD || !v->arch->bf16_hw) return 0;
-    if (v->op == ROPEKV_OP_READ) return v->kv != ROPEKV_KV_BF16; /* fp8 values rounded to bf16 (bf16 rows: copied) */
-    return (v->kv == ROPEKV_KV_BF16 || v->kv == ROPEKV_KV_FP8_TILE) &&
-           v->spec->rope != RK_ROPE_NONE; /* the rope part */
+    int quantized = 0, bf16_rope = 0; /* the row's segments: values not stored as bf16; rope values stored as bf16 */
+    for (int i = 0; i < v->rec.n_seg; i++) {
+        const rk_segment *g = &v->rec.seg[i];
+        quantized |= g->elem != RK_EL_BF16;
+        bf16_rope |= g->elem == RK_EL_BF16 && g->from + g->n > v->L;
+    }
+    if (v->op == ROPEKV_OP_READ) return quantized;     /* fp8 / fp4 values rounded to bf16 (bf16 rows: copied) */
+    return bf16_rope && v->spec->rope != RK_ROPE_NONE; /* the rope part */
 }
 
 /* ---- the Blackwell rows ----------------------------------------------------------------------- */
@@ -434,9 +439,13 @@ static void test_retarget(void **state) {
             writes += sp->ops[o] == ROPEKV_OP_WRITE;
             reads += sp->ops[o] == ROPEKV_OP_READ;
         }
-        int rows = 0; /* a row format in a layout it fits (a tile row is never split) */
-        for (int k = 0; k < sp->n_kv; k++)
-            for (int l = 0; l < sp->n_layout; l++) rows += rk_layout_fits(sp->kv[k], sp->layouts[l]);
+        int rows = 0;                                /* a row format in a layout it fits (a tile row is never split) */
+        for (int k = 0; k < rk_spec_rows(sp); k++) { /* its kv dtypes and the records the kernels write */
+            rk_record rec;
+            rk_spec_row(sp, k, NULL, &rec);
+            for (int l = 0; l < sp->n_layout && !rk_record_unsupported(&rec); l++)
+                rows += rk_record_fits(&rec, sp->layouts[l]);
+        }
         shapes += rows * sp->n_slot * (writes * forms * sp->n_pos * sp->n_norms + reads);
     }
     const rk_arch *a = rk_arch_find(&g_cat.archs, "gfx1100");

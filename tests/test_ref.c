@@ -1284,8 +1284,9 @@ static void test_op_kimi_k2_q_fp8(void **state) {
     for (int k = 0; k < 2; k++) {
         const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
         assert_non_null(arch);
-        const rk_choice ch = {ROPEKV_KV_BF16,    ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
-                              ROPEKV_Q_FP8_E4M3, ROPEKV_KV_FLAT,    ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        const rk_choice ch = {ROPEKV_KV_BF16,     ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
+                              ROPEKV_INDEX_INT64, ROPEKV_Q_FP8_E4M3, ROPEKV_KV_FLAT,
+                              ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE,  0};
         rk_desc d;
         rk_err err = {0};
         if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
@@ -1342,8 +1343,9 @@ static void test_op_deepseek_v32_tile_bound(void **state) {
     for (int k = 0; k < 2; k++) {
         const rk_arch *arch = rk_arch_find(&cat->archs, targets[k]);
         assert_non_null(arch);
-        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
-                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,    ROPEKV_INDEX_INT64,
+                              ROPEKV_INDEX_INT64, ROPEKV_Q_BF16,    ROPEKV_KV_FLAT,
+                              ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE, 0};
         rk_desc d;
         rk_err err = {0};
         if (rk_desc_make(sp, arch, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);
@@ -1439,8 +1441,9 @@ static void test_tile_readers(void **state) {
         assert_non_null(spec);
         assert_int_equal(spec->tile.scale, sp ? RK_TILE_POW2 : RK_TILE_F32);
         assert_true(spec->tile.readers[0] != '\0'); /* the spec says which readers its rows are for */
-        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,  ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
-                              ROPEKV_Q_BF16,      ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+        const rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,    ROPEKV_INDEX_INT64,
+                              ROPEKV_INDEX_INT64, ROPEKV_Q_BF16,    ROPEKV_KV_FLAT,
+                              ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE, 0};
         rk_desc d;
         rk_err err = {0};
         if (rk_desc_make(spec, host, &ch, &d, &err) != ROPEKV_OK) fail_msg("rk_desc_make: %s", err.msg);

@@ -220,7 +220,7 @@ static void test_bindings_are_named(void **state) {
     assert_int_equal(rk_desc_make(s, a,
                                   &(rk_choice){ROPEKV_KV_FP8_E4M3, ROPEKV_Q_ZERO_COPY, ROPEKV_INDEX_INT32,
                                                ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                               ROPEKV_NORM_NONE},
+                                               ROPEKV_NORM_NONE, 0},
                                   &d, &err),
                      ROPEKV_OK);
     rk_buf src = {0};
@@ -242,7 +242,7 @@ static void test_bindings_are_named(void **state) {
     assert_int_equal(rk_desc_make(s, a,
                                   &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_PAGED, ROPEKV_OP_WRITE,
-                                               ROPEKV_NORM_RMS_OUT},
+                                               ROPEKV_NORM_RMS_OUT, 0},
                                   &d, &err),
                      ROPEKV_OK);
     assert_int_equal(rk_emit(&d, &src, &err), ROPEKV_OK);
@@ -269,7 +269,7 @@ static void test_desc_listed(void **state) {
     assert_int_equal(rk_desc_listed(s, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_NONE},
+                                                 ROPEKV_NORM_NONE, 0},
                                     &d, &err),
                      ROPEKV_OK);
     assert_string_equal(d.key, "deepseek_v3/sm_90/bf16/absorbed/pos=int64/slot=int64");
@@ -279,7 +279,7 @@ static void test_desc_listed(void **state) {
     assert_int_equal(rk_desc_listed(&forms, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_INPLACE, ROPEKV_INDEX_INT32,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_NONE},
+                                                 ROPEKV_NORM_NONE, 0},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists q_forms {absorbed, zero_copy, none}, not inplace"));
@@ -289,7 +289,7 @@ static void test_desc_listed(void **state) {
     assert_int_equal(rk_desc_listed(&mini, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT32,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_NONE},
+                                                 ROPEKV_NORM_NONE, 0},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "lists positions {int64}, not int32"));
@@ -298,14 +298,14 @@ static void test_desc_listed(void **state) {
     assert_int_equal(rk_desc_listed(lite, sm90,
                                     &(rk_choice){ROPEKV_KV_FP8_TILE, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_NONE},
+                                                 ROPEKV_NORM_NONE, 0},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "not fp8_tile: the spec has no fp8_tile table"));
     assert_int_equal(rk_desc_listed(lite, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_RMS},
+                                                 ROPEKV_NORM_RMS, 0},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "norm rms needs the spec's kv_norm table"));
@@ -315,20 +315,20 @@ static void test_desc_listed(void **state) {
     assert_int_equal(rk_desc_listed(&narrow, sm90,
                                     &(rk_choice){ROPEKV_KV_BF16, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                  ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                                 ROPEKV_NORM_NONE},
+                                                 ROPEKV_NORM_NONE, 0},
                                     &d, &err),
                      ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "does not list target sm_90"));
     assert_int_equal(rk_desc_make(s, sm90,
                                   &(rk_choice){(ropekv_kv_dtype)7, ROPEKV_Q_ABSORBED, ROPEKV_INDEX_INT64,
                                                ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                               ROPEKV_NORM_NONE},
+                                               ROPEKV_NORM_NONE, 0},
                                   &d, &err),
                      ROPEKV_ERR_ARG);
     assert_int_equal(rk_desc_make(s, sm90,
                                   &(rk_choice){ROPEKV_KV_BF16, (ropekv_q_form)-1, ROPEKV_INDEX_INT64,
                                                ROPEKV_INDEX_INT64, ROPEKV_Q_BF16, ROPEKV_KV_FLAT, ROPEKV_OP_WRITE,
-                                               ROPEKV_NORM_NONE},
+                                               ROPEKV_NORM_NONE, 0},
                                   &d, &err),
                      ROPEKV_ERR_ARG);
 }

@@ -1287,8 +1287,9 @@ static void test_slots_near_2_31(void **state) {
     rk_err err = {0};
     const rk_spec *sp = rk_catalog_find(&cat, "deepseek_v32");
     const rk_arch *host = rk_arch_find(&cat.archs, "host");
-    rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,   ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
-                    ROPEKV_Q_BF16,      ROPEKV_KV_PAGED, ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE};
+    rk_choice ch = {ROPEKV_KV_FP8_TILE, ROPEKV_Q_NONE,    ROPEKV_INDEX_INT64,
+                    ROPEKV_INDEX_INT64, ROPEKV_Q_BF16,    ROPEKV_KV_PAGED,
+                    ROPEKV_OP_WRITE,    ROPEKV_NORM_NONE, 0};
     assert_int_equal(rk_desc_make(sp, host, &ch, &wd, &err), ROPEKV_OK);
     ch.op = ROPEKV_OP_READ;
     assert_int_equal(rk_desc_make(sp, host, &ch, &rd, &err), ROPEKV_OK);

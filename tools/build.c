@@ -360,7 +360,8 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
 /* ---- retargeting ------------------------------------------------------------------------------ */
 ropekv_variant rk_variant_of(const rk_desc *d) {
     const rk_choice c = rk_desc_choice(d);
-    return (ropekv_variant){.spec = d->spec->name,
+    return (ropekv_variant){ROPEKV_SIZED(ropekv_variant),
+                            .spec = d->spec->name,
                             .kv = c.kv,
                             .q = c.q,
                             .positions = c.pos,
@@ -368,7 +369,8 @@ ropekv_variant rk_variant_of(const rk_desc *d) {
                             .q_dtype = c.q_dtype,
                             .layout = c.layout,
                             .op = c.op,
-                            .norm = c.norm};
+                            .norm = c.norm,
+                            .record = c.record ? d->rec.name : NULL};
 }
 
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap) {

@@ -95,7 +95,7 @@ typedef struct rk_build_item {
 int rk_build_retarget(const rk_catalog *cat, const rk_arch *target, rk_desc *out, int cap);
 
 /* The public variant of a description: its spec's name and its choices (what a caller passes to
- * ropekv_kernel_get for the same kernel). */
+ * ropekv_kernel_get for the same kernel); a record of the spec's by its name, which points into d. */
 ropekv_variant rk_variant_of(const rk_desc *d);
 
 /* Builds every item in a pool of `jobs` worker processes (tools/pool.h; < 1: the number of online

@@ -31,7 +31,8 @@ int rk_cover_value(const rk_desc *d, const rk_arch_table *archs, int dim) {
         for (int i = 0; i < archs->n; i++)
             if (strcmp(archs->a[i].name, d->arch->name) == 0) return i;
         return -1;
-    case RK_DIM_KV: return enum_index(&rk_kv_enum, (int)d->kv);
+    case RK_DIM_KV: /* the row: a kv dtype's, or a record of the spec's after them */
+        return d->record ? rk_kv_enum.n - 1 + d->record : enum_index(&rk_kv_enum, (int)d->kv);
     case RK_DIM_Q: return read ? -1 : enum_index(&rk_qform_enum, (int)d->q);
     case RK_DIM_Q_DTYPE: return read || d->q == ROPEKV_Q_NONE ? -1 : enum_index(&rk_qdtype_enum, (int)d->q_dtype);
     case RK_DIM_POSITIONS: return read ? -1 : enum_index(&rk_index_enum, (int)d->pos);

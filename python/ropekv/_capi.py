@@ -99,6 +99,7 @@ class ropekv_variant(_Sized):
         ("layout", ctypes.c_int),
         ("op", ctypes.c_int),
         ("norm", ctypes.c_int),  # ropekv_norm (NORMS)
+        ("record", ctypes.c_char_p),  # the cache row by its record's name (None: kv chooses)
     ]
 
 

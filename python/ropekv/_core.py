@@ -379,22 +379,24 @@ class Context:
         self._check(self._lib.ropekv_cache_clear(self._handle()))
 
     @staticmethod
-    def _variant(spec, kv, q, positions, slots, q_dtype="bf16", layout="flat", op="write", norm="none"):
+    def _variant(spec, kv, q, positions, slots, q_dtype="bf16", layout="flat", op="write", norm="none", record=None):
         if not isinstance(spec, str) or not spec:
             raise ValueError("spec must be a non-empty string (a spec name such as 'deepseek_v3'), got %r" % (spec,))
         q_dtype = _q_dtype(q_dtype)
         layout = _BY_VALUE["layout"][_enum(_capi.LAYOUTS, layout, "layout")]
         op = _BY_VALUE["op"][_enum(_capi.OPS, op, "op")]
         norm = _BY_VALUE["norm"][_enum(_capi.NORMS, norm, "norm")]
-        key = (spec, kv, q, positions, slots, q_dtype, layout, op, norm)
+        if record is not None and (not isinstance(record, str) or not record):
+            raise ValueError("record must be None or a record's name (such as 'fp8_ds_mla'), got %r" % (record,))
+        key = (spec, kv, q, positions, slots, q_dtype, layout, op, norm, record)
         v = _capi.ropekv_variant(_cstr(spec, "spec"), _enum(_capi.KV_DTYPES, kv, "kv"), _enum(_capi.Q_FORMS, q, "q"),
                                  _enum(_capi.INDEX_TYPES, positions, "positions"),
                                  _enum(_capi.INDEX_TYPES, slots, "slots"), _capi.Q_DTYPES[q_dtype],
-                                 _capi.LAYOUTS[layout], _capi.OPS[op], _capi.NORMS[norm])
+                                 _capi.LAYOUTS[layout], _capi.OPS[op], _capi.NORMS[norm], _cstr(record, "record"))
         return key, v
 
     def query(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", raw=None,
-              layout="flat", op="write", norm="none", **tensors):
+              layout="flat", op="write", norm="none", record=None, **tensors):
         """Is this configuration supported? Returns (ok, reason) without compiling anything.
 
         With tensors (the keywords of Kernel.__call__) or raw (a dict of ropekv_args fields as ints), every
@@ -402,7 +404,7 @@ class Context:
         checks against the kernel happen in Kernel.__call__. positions and slots name index types
         ("int64"/"int32"); given tensors instead, they are passed on and their dtype picks the type. q_dtype: the
         query output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz).
-        layout, op and norm: as in kernel()."""
+        layout, op, norm and record: as in kernel()."""
         def index_arg(value, name):
             if value is None or isinstance(value, (str, int)):
                 return value
@@ -411,7 +413,7 @@ class Context:
 
         positions = index_arg(positions, "positions")
         slots = index_arg(slots, "slots")
-        _, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm)
+        _, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm, record)
         args = None
         keep = None
         try:
@@ -432,7 +434,7 @@ class Context:
         return s == 0, reason if reason else _capi.status_message(s)
 
     def kernel(self, spec, kv="bf16", q="absorbed", positions="int64", slots="int64", q_dtype="bf16", layout="flat",
-               op="write", norm="none"):
+               op="write", norm="none", record=None):
         """The kernel of one variant (compiled on first use, then cached here and on disk). q_dtype: the query
         output's dtype, "bf16" or "fp8_e4m3" (or torch.bfloat16 / torch.float8_e4m3fn / float8_e4m3fnuz): an fp8
         query output is e4m3 in the target's format, made with the spec's q_fp8 policy and a q_scale.
@@ -443,8 +445,11 @@ class Context:
         q_dtype do not apply to it). norm (write kernels of a spec with a kv_norm table: deepseek_v3, kimi_k2,
         deepseek_v32): "none" (k_nope cached as it is), "rms" (the fused kv_a RMSNorm: k_nope is the raw c_kv, each
         row normalized with the spec's eps and weight dtype before it is cached; the launch takes norm_weight [L]) or
-        "rms_out" (and the normalized rows written to norm_out [Tkv, L] bf16)."""
-        key, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm)
+        "rms_out" (and the normalized rows written to norm_out [Tkv, L] bf16). record: the cache row by its record's
+        name, one of the spec's ("fp8_ds_mla", "nvfp4", or a kv dtype's spelling), instead of kv (docs/formats.md,
+        "Choosing a record"); its cache is uint8 rows of info.record_row_bytes (split: record_split_at bytes in
+        kv_cache, the rest in kv_rope_cache)."""
+        key, v = self._variant(spec, kv, q, positions, slots, q_dtype, layout, op, norm, record)
         with self._lock:
             k = self._kernels.get(key)
             if k is not None and k._h is not None:
@@ -502,7 +507,8 @@ class Kernel:
     def __init__(self, ctx, handle, key):
         self.ctx = ctx
         self._h = handle
-        self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op, self.norm = key
+        (self.spec, self.kv, self.q, self.positions, self.slots, self.q_dtype, self.layout, self.op, self.norm,
+         self.record) = key
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         self.info = KernelInfo(kernel_params(ctx._lib, handle))
         self.tensors = kernel_tensors(ctx._lib, handle)  # the tensors it takes (TensorInfo), the library's table

@@ -43,6 +43,8 @@ _FROZEN = {"write": ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "p
 _FROZEN["write_q_inplace"] = _FROZEN["write"]
 _SCALARS = {"write": ("int min_slot=0", 'str norm="none"'), "write_q_inplace": ("int min_slot=0", 'str norm="none"'),
             "read": ("int min_slot=0",)}
+# after every tensor: the cache row by its record's name (None: kv chooses), so positional calls stay valid
+_TAIL = ("str? record=None",)
 # (op, the q forms it launches, the q forms whose tensors its arguments list)
 _FAMILIES = {"write": ("write", ("absorbed", "zero_copy", "none"), ("absorbed", "zero_copy", "none")),
              "write_q_inplace": ("write", ("inplace",), ("absorbed", "zero_copy", "inplace", "none")),
@@ -69,7 +71,8 @@ def _schema(name):
         alias = "(%s!)" % next(letters) if written else ""
         return "Tensor%s%s %s%s" % (alias, "" if needed and not default else "?", n, "=None" if default else "")
 
-    args = list(_HEAD[name]) + [arg(n, False) for n in frozen] + list(_SCALARS[name]) + [arg(n, True) for n in later]
+    args = (list(_HEAD[name]) + [arg(n, False) for n in frozen] + list(_SCALARS[name]) + [arg(n, True) for n in later] +
+            list(_TAIL))
     return args, tuple(frozen) + tuple(later)
 
 
@@ -130,17 +133,17 @@ def _index_name(t, name):
     return dt
 
 
-def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op, norm="none"):
+def _kernel(index, spec, kv, q_form, positions, slots, q_dtype, layout, op, norm="none", record=None):
     """The kernel of a variant for the device of index (a tensor's get_device()): a dictionary lookup after the
     first call."""
     key = (index, spec, kv, q_form, positions.dtype if positions is not None else None, slots.dtype, q_dtype, layout,
-           op, norm)
+           op, norm, record)
     k = _KERNELS.get(key)
     if k is None or k._h is None:
         pos = _index_name(positions, "positions") if positions is not None else "int64"
         dev = torch.device("cpu") if index < 0 else torch.device("cuda", index)
         k = context(dev).kernel(spec, kv=kv, q=q_form, positions=pos, slots=_index_name(slots, "slots"),
-                                q_dtype=q_dtype, layout=layout, op=op, norm=norm)
+                                q_dtype=q_dtype, layout=layout, op=op, norm=norm, record=record)
         with _LOCK:
             _KERNELS[key] = k
     return k
@@ -152,10 +155,10 @@ def _launch(name, a):
     q_form = "none" if name == "read" else "inplace" if name == "write_q_inplace" else a["q_form"]
     if name == "read":
         k = _kernel(a["kv_cache"].get_device(), a["spec"], a["kv"], "none", None, a["slots"], "bf16", a["layout"],
-                    "read")
+                    "read", record=a.get("record"))
     else:
         k = _kernel(a["kv_cache"].get_device(), a["spec"], a["kv"], q_form, a["positions"], a["slots"], a["q_dtype"],
-                    a["layout"], "write", a.get("norm", "none"))
+                    a["layout"], "write", a.get("norm", "none"), a.get("record"))
     k.launch_named({n: a.get(n) for n in _TENSORS[name]}, a.get("min_slot", 0))
 
 
@@ -253,14 +256,15 @@ def _q_form(q_nope, q_pe, q_out):
 
 def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=None, q_pe=None, q_out=None, k_nope,
           k_pe, kv_cache, positions, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None,
-          min_slot=0, norm="none", norm_weight=None, norm_out=None):
+          min_slot=0, norm="none", norm_weight=None, norm_out=None, record=None):
     """The fused RoPE + KV-cache write (torch.ops.ropekv.write; write_q_inplace for q form inplace). The tensors are
     Kernel.__call__'s. q_form defaults from the query tensors given (q_out and q_nope: absorbed; q_out alone:
     zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bfloat16: bf16; uint8 or a float8 e4m3
     dtype: fp8_e4m3; another is a TypeError; for inplace pass it: "bf16" keeps q_pe bf16, "fp8_e4m3" writes fp8 bytes
     over its rows). norm: the fused kv_a RMSNorm, "none" (default), "rms" (k_nope is the raw c_kv, normalized with
     norm_weight [L] before it is cached) or "rms_out" (and written to norm_out [Tkv, L] bf16). Tensors on more than
-    one device are refused by name (a ValueError)."""
+    one device are refused by name (a ValueError). record: the cache row by its record's name (one of the spec's, e.g.
+    "fp8_ds_mla"; kv is then ignored): kv_cache is uint8 [.., record_row_bytes]."""
     if q_form is None:
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
@@ -269,14 +273,14 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
           dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
                k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,
                k_scale=k_scale, q_scale=q_scale, kv_rope_cache=kv_rope_cache, min_slot=min_slot, norm=norm,
-               norm_weight=norm_weight, norm_out=norm_out))
+               norm_weight=norm_weight, norm_out=norm_out, record=record))
 
 
 def read(spec, *, kv="bf16", layout="flat", kv_cache, slots, out, out_rope=None, kv_rope_cache=None, k_scale=None,
-         min_slot=0):
+         min_slot=0, record=None):
     """The read-back (torch.ops.ropekv.read): out[t] = the row of slots[t] as bf16, [T, L+R]; or [T, L] with the rope
     parts in out_rope [T, R]. A slot below min_slot gives a zero row or leaves it, per the spec. Returns out, or
     (out, out_rope)."""
     _call("read", dict(spec=spec, kv=kv, layout=layout, kv_cache=kv_cache, kv_rope_cache=kv_rope_cache, slots=slots,
-                       k_scale=k_scale, out=out, out_rope=out_rope, min_slot=min_slot))
+                       k_scale=k_scale, out=out, out_rope=out_rope, min_slot=min_slot, record=record))
     return out if out_rope is None else (out, out_rope)

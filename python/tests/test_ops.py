@@ -52,11 +52,13 @@ def test_schemas_name_the_tensors_written():
         names = [a.name for a in schema.arguments]
         assert names[:2] == ["spec", "kv"], names
         # the norm's arguments come last with defaults, so positional calls written before them stay valid
-        tail = ["min_slot", "norm", "norm_weight", "norm_out"] if name != "read" else ["min_slot"]
+        # and the record's name after every tensor
+        tail = ["min_slot", "norm", "norm_weight", "norm_out", "record"] if name != "read" else ["min_slot", "record"]
         assert names[-len(tail):] == tail, names
         if name != "read":
             defaults = {a.name: a.default_value for a in schema.arguments if a.name in tail}
-            assert defaults == {"min_slot": 0, "norm": "none", "norm_weight": None, "norm_out": None}, defaults
+            assert defaults == {"min_slot": 0, "norm": "none", "norm_weight": None, "norm_out": None,
+                                "record": None}, defaults
 
 
 def test_import_without_ops_needs_no_torch():
@@ -169,9 +171,29 @@ def test_op_norm_dispatcher_and_cache_key_host():
     z, _ = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
     ops.write("deepseek_v3", **z)  # the same variant without the norm: another kernel, the raw c_kv cached
     assert not torch.equal(z["kv_cache"], x["kv_cache"])
-    norms = {k[-1] for k in ops._KERNELS if k[1] == "deepseek_v3" and k[2] == "bf16" and k[3] == "absorbed"
-             and k[-2] == "write"}
+    norms = {k[-2] for k in ops._KERNELS if k[1] == "deepseek_v3" and k[2] == "bf16" and k[3] == "absorbed"
+             and k[-3] == "write" and k[-1] is None}
     assert {"none", "rms_out"} <= norms, norms
+
+
+def test_op_write_record_host():
+    """A record chosen by name (record="fp8_ds_mla", kv ignored) writes a uint8 cache of its row_bytes: the same bytes
+    as deepseek_v32's fp8_tile row, which is that record; KernelInfo shows the record; a name the spec does not have
+    is refused naming its rows."""
+    torch, ops = _ops()
+    x = cs.make_inputs(torch, "deepseek_v32", "absorbed", "fp8_tile", 9, 2, "cpu", seed=11)
+    y = cs.make_inputs(torch, "deepseek_v32", "absorbed", "fp8_tile", 9, 2, "cpu", seed=11)
+    ops.write("deepseek_v32", kv="fp8_tile", **x)
+    ops.write("deepseek_v32", record="fp8_ds_mla", **y)
+    assert y["kv_cache"].dtype == torch.uint8
+    for a, b in ((x["kv_cache"], y["kv_cache"]), (x["q_out"], y["q_out"])):
+        assert sp._same_bits(torch, a, b)
+    k = sp.context("host").kernel("deepseek_v32", q="none", record="fp8_ds_mla")
+    assert (k.record, k.info.record, k.info.record_row_bytes, k.info.record_split_at) == ("fp8_ds_mla", "fp8_ds_mla",
+                                                                                          656, 0), k.info
+    assert "_recfp8dsmla_" in k.name, k.name
+    e = _expect(ropekv.RopekvError, lambda: sp.context("host").kernel("deepseek_v32", record="nvfp4"))
+    assert "no record named 'nvfp4'" in str(e) and "fp8_ds_mla" in str(e), e
 
 
 def test_op_norm_errors_host():

@@ -89,9 +89,13 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         writes += s->ops[i] == ROPEKV_OP_WRITE;
         reads += s->ops[i] == ROPEKV_OP_READ;
     }
-    int rows = 0; /* a row format in a layout it fits (a tile row is never split) */
-    for (int k = 0; k < s->n_kv; k++)
-        for (int l = 0; l < s->n_layout; l++) rows += rk_layout_fits(s->kv[k], s->layouts[l]);
+    int rows = 0;                               /* a row format in a layout it fits (a tile row is never split) */
+    for (int k = 0; k < rk_spec_rows(s); k++) { /* its kv dtypes and the records the kernels write */
+        rk_record rec;
+        rk_spec_row(s, k, NULL, &rec);
+        for (int l = 0; l < s->n_layout && !rk_record_unsupported(&rec); l++)
+            rows += rk_record_fits(&rec, s->layouts[l]);
+    }
     FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * s->n_pos * s->n_norms + reads), "%d variants",
                n);
     static const rk_desc *by[RK_MAX_VARIANTS_PER_SPEC];
@@ -99,7 +103,7 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         FUZZ_CHECK(v[i].name[0] && terminated(v[i].key, sizeof v[i].key), "variant %d", i);
         FUZZ_CHECK(terminated(v[i].name, sizeof v[i].name) && strspn(v[i].name, NAME_CHARS) == strlen(v[i].name),
                    "name %s", v[i].name);
-        FUZZ_CHECK(rk_layout_fits(v[i].kv, v[i].layout), "%s: a row in a layout it does not fit", v[i].key);
+        FUZZ_CHECK(rk_record_fits(&v[i].rec, v[i].layout), "%s: a row in a layout it does not fit", v[i].key);
         by[i] = &v[i];
     }
     /* keys and names unique (within one spec the read-back op's canonical choices never meet): sorted, neighbours */

@@ -45,14 +45,14 @@ static int add_rule_case(rk_oracle *o, const rk_arch *host, size_t i, char *why,
         return -1;
     }
     o->var[o->n].d = d;
-    o->var[o->n].v = rk_variant_of(&d);
+    o->var[o->n].v = rk_variant_of(&o->var[o->n].d); /* its record name points into the description */
     o->n++;
     return 0;
 }
 
 /* The host row's variants of the covering set, the catalog's pointers (spec, row) into o->cat. 0, or -1 with why. */
 static int host_variants(rk_oracle *o, char *why, size_t cap) {
-    enum { ROOM = 8192 }; /* the whole covering set (436 today) */
+    enum { ROOM = 8192 }; /* the whole covering set (609 today) */
     rk_desc *set = malloc(sizeof *set * ROOM);
     rk_err err = {0};
     if (!set) {
@@ -75,7 +75,7 @@ static int host_variants(rk_oracle *o, char *why, size_t cap) {
     for (int i = 0; i < n && rc == 0; i++) {
         if (set[i].arch != host) continue;
         o->var[o->n].d = set[i];
-        o->var[o->n].v = rk_variant_of(&set[i]);
+        o->var[o->n].v = rk_variant_of(&o->var[o->n].d);
         o->n++;
     }
     free(set);
@@ -223,8 +223,7 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     const int64_t L = d->L, R = d->R, W = L + R, T = a->tokens, H = a->heads;
     const int paged = d->layout != ROPEKV_KV_FLAT;
     const int64_t B = paged ? a->kv_block_size : (a->kv_rows > 0 ? a->kv_rows : 1);
-    const int64_t kv_elem = d->kv == ROPEKV_KV_BF16 ? 2 : 1,
-                  row_w = d->kv == ROPEKV_KV_BF16 ? d->row_bytes / 2 : d->row_bytes;
+    const int64_t kv_elem = rk_desc_kv_elem(d), row_w = kv_elem == 2 ? d->row_bytes / 2 : d->row_bytes;
     const int64_t idx_pos = d->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = d->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     if (T < 0 || T > INT32_MAX || a->kv_rows < 0 || a->min_slot < 0) c.refuse = 1;
     if (c.refuse) return c;

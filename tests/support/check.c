@@ -94,7 +94,7 @@ static int64_t kv_tokens_of(const rk_desc *v, const rk_shape *sh) {
 }
 
 /* Bytes of one cache element: 2 for bf16 rows, 1 for fp8 and fp8_tile rows (whose strides count bytes). */
-static int64_t kv_elem_of(const rk_desc *v) { return v->kv == ROPEKV_KV_BF16 ? 2 : 1; }
+static int64_t kv_elem_of(const rk_desc *v) { return rk_desc_kv_elem(v); }
 
 /* The read-back op writes its rope parts to a second output (out_rope) in the shapes with several heads
  * (heads mean nothing else to it), into out[:, L:] in the others. */
@@ -110,8 +110,8 @@ typedef struct geometry {
 static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
     const int64_t L = v->L, R = v->R;
     /* a row in cache elements; an fp8_tile row's padding in bytes keeps its 16-byte alignment */
-    const int64_t W = v->kv == ROPEKV_KV_BF16 ? v->row_bytes / 2 : v->row_bytes;
-    if (v->kv == ROPEKV_KV_FP8_TILE) pad *= 2;
+    const int64_t W = kv_elem_of(v) == 2 ? v->row_bytes / 2 : v->row_bytes;
+    if (v->record || v->kv == ROPEKV_KV_FP8_TILE) pad *= 2; /* a record's strides: multiples of 16 bytes */
     geometry g = {.rows = K + 3, .block = 1, .st = W + pad};
     if (v->layout == ROPEKV_KV_FLAT) {
         g.elems = g.rows * g.st;
@@ -119,11 +119,12 @@ static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
     }
     g.block = 4;
     const int64_t blocks = (g.rows + g.block - 1) / g.block;
-    g.st = (v->layout == ROPEKV_KV_SPLIT ? L : W) + pad;
-    g.block_st = g.block * g.st + 16;
+    g.st = (v->layout == ROPEKV_KV_SPLIT && !v->record ? L : W) + pad;
+    /* a page-tail record's tails after a block's rows */
+    g.block_st = g.block * g.st + 16 + (v->rec.tail_bytes + 15) / 16 * 16 * g.block;
     g.elems = blocks * g.block_st;
     if (v->layout == ROPEKV_KV_SPLIT) {
-        g.rope_st = R + pad;
+        g.rope_st = (v->record ? v->rec.row_bytes - v->rec.split_at : R) + pad;
         g.rope_block_st = g.block * g.rope_st + 8;
         g.rope_elems = blocks * g.rope_block_st;
     }

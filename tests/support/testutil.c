@@ -96,9 +96,12 @@ const rk_desc *rk_test_ref_variant(const rk_catalog *cat, const char *spec, cons
     static unsigned next;
     const rk_spec *s = rk_catalog_find(cat, spec);
     const rk_arch *host = rk_arch_find(&cat->archs, "host");
-    const rk_choice c = {pv->kv, pv->q, pv->positions, pv->slots, pv->q_dtype, pv->layout, pv->op, pv->norm};
+    rk_choice c = {pv->kv, pv->q, pv->positions, pv->slots, pv->q_dtype, pv->layout, pv->op, pv->norm, 0};
     rk_desc *d = &ring[next++ % 8];
     rk_err err = {0};
+    if (s && pv->size >= offsetof(ropekv_variant, record) + sizeof pv->record && pv->record &&
+        rk_spec_row_find(s, pv->record, &c, &err) != ROPEKV_OK)
+        return NULL;
     return s && host && rk_desc_listed(s, host, &c, d, &err) == ROPEKV_OK ? d : NULL;
 }
 

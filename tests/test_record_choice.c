@@ -1,0 +1,193 @@
+/* Choosing a cache row by its record's name (ropekv_variant.record): every record a built-in spec lists, written and
+ * read back through the public API on the host backend and compared byte for byte with the reference (which encodes
+ * and decodes through rk_record_encode / rk_record_decode); the kernel's public view of its record; a page-tail
+ * record's block-stride rule; old-size variants; names a spec does not have. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rk.h"
+#include "ropekv.h"
+#include "testutil.h"
+
+static char cache[] = "/tmp/ropekv-test-record-choice-XXXXXX";
+static rk_catalog cat;
+
+static int setup(void **state) {
+    (void)state;
+    return rk_test_setup(cache, &cat);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rk_test_remove_tree(cache);
+    return 0;
+}
+
+static ropekv_ctx *open_ctx(void) {
+    ropekv_ctx *c = rk_test_host_ctx(NULL);
+    assert_non_null(c);
+    return c;
+}
+
+static const char *param(const ropekv_kernel *k, const char *name) {
+    const char *v = NULL;
+    assert_int_equal(ropekv_kernel_param_find(k, name, &v, NULL), ROPEKV_OK);
+    return v;
+}
+
+/* Every record of every built-in spec that is not a kv dtype's row: its write kernel (q form none and absorbed) and
+ * its read kernel in the first layout it fits, against the reference. */
+static void test_records_launch(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx();
+    int checked = 0;
+    for (int s = 0; s < cat.n_specs; s++) {
+        const rk_spec *sp = &cat.specs[s];
+        const int rows = rk_spec_rows(sp);
+        for (int i = 0; i < rows; i++) {
+            rk_choice row;
+            rk_record rec;
+            const char *name = rk_spec_row(sp, i, &row, &rec);
+            if (row.record == 0 || rk_record_unsupported(&rec)) continue;
+            ropekv_kv_layout layout = ROPEKV_KV_FLAT;
+            while (!rk_record_fits(&rec, layout)) layout = (ropekv_kv_layout)(layout + 1);
+            for (int op = 0; op < 3; op++) {
+                ropekv_variant v = {ROPEKV_SIZED(ropekv_variant),
+                                    .spec = sp->name,
+                                    .kv = ROPEKV_KV_FP8_TILE, /* ignored: the record chooses */
+                                    .q = op == 1 ? ROPEKV_Q_ABSORBED : ROPEKV_Q_NONE,
+                                    .layout = layout,
+                                    .op = op == 2 ? ROPEKV_OP_READ : ROPEKV_OP_WRITE,
+                                    .record = name};
+                ropekv_kernel *k = NULL;
+                const ropekv_status st = ropekv_kernel_get(c, &v, &k);
+                if (st != ROPEKV_OK) fail_msg("%s %s: %s", sp->name, name, ropekv_last_error(c));
+                assert_string_equal(param(k, "record"), name);
+                assert_string_equal(param(k, "kv"), "");
+                char bytes[32];
+                snprintf(bytes, sizeof bytes, "%d", rec.row_bytes);
+                assert_string_equal(param(k, "record_row_bytes"), bytes);
+                assert_non_null(strstr(ropekv_kernel_name(k), "_rec"));
+                ropekv_tensor_info t = {.size = sizeof t};
+                assert_int_equal(ropekv_kernel_tensor_find(k, "kv_cache", &t), ROPEKV_OK);
+                assert_string_equal(t.dtype, "uint8");
+                assert_int_equal(t.sizes[t.rank - 1], layout == ROPEKV_KV_SPLIT ? rec.split_at : rec.row_bytes);
+                const rk_desc *rv = rk_test_ref_variant(&cat, sp->name, &v);
+                assert_non_null(rv);
+                assert_string_equal(rv->name, ropekv_kernel_name(k));
+                char why[4096] = "";
+                if (rk_test_check_kernel(k, rv, why, sizeof why)) fail_msg("%s: %s", rv->key, why);
+                ropekv_kernel_release(k);
+                checked++;
+            }
+        }
+    }
+    print_message("%d record kernels checked\n", checked);
+    assert_true(checked >= 12); /* fp8_ds_mla, nvfp4_fp8rope, fp8_ds_mla_pow2, kimi_k2's fp8, nvfp4 */
+    ropekv_destroy(c);
+}
+
+/* A kv dtype's name is its row (the same kernel as the enum's); an old-size variant (no record field) chooses by kv;
+ * a name the spec does not have, and a record the kernels cannot write yet, are refused naming the spec's rows. */
+static void test_record_names(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx();
+    ropekv_kernel *a = NULL, *b = NULL;
+    const ropekv_variant by_enum = {.spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE};
+    const ropekv_variant by_name = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .record = "fp8_tile"};
+    assert_int_equal(ropekv_kernel_get(c, &by_enum, &a), ROPEKV_OK);
+    assert_int_equal(ropekv_kernel_get(c, &by_name, &b), ROPEKV_OK);
+    assert_string_equal(ropekv_kernel_name(a), ropekv_kernel_name(b));
+    assert_string_equal(param(a, "record"), "fp8_tile");
+    assert_string_equal(param(a, "kv"), "fp8_tile");
+    ropekv_kernel_release(a);
+    ropekv_kernel_release(b);
+    /* a variant of the size before `record`: bytes past it are not read */
+    union {
+        unsigned char old[offsetof(ropekv_variant, record)];
+        ropekv_variant now;
+    } v;
+    memset(&v, 0xff, sizeof v);
+    memset(v.old, 0, sizeof v.old);
+    v.now.size = sizeof v.old;
+    v.now.spec = "deepseek_v32";
+    v.now.kv = ROPEKV_KV_BF16;
+    assert_int_equal(ropekv_kernel_get(c, &v.now, &a), ROPEKV_OK);
+    assert_string_equal(param(a, "record"), "bf16");
+    ropekv_kernel_release(a);
+    char why[1024];
+    const ropekv_variant bad = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .record = "nvfp4"};
+    assert_int_equal(ropekv_kernel_get(c, &bad, &a), ROPEKV_ERR_UNSUPPORTED);
+    assert_null(a);
+    assert_non_null(strstr(ropekv_last_error(c), "no record named 'nvfp4'"));
+    assert_non_null(strstr(ropekv_last_error(c), "fp8_tile, bf16, fp8_ds_mla"));
+    assert_int_equal(ropekv_query(c, &bad, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(why, "no record named"));
+    /* a record with a per-token outer scale: listed by a spec, refused by name with the reason */
+    static const char spec[] = "return { name = 'tok', kv_lora_rank = 512, qk_rope_head_dim = 64, rope = 'gptj',\n"
+                               "  cos_sin = 'f32_cat', records = { 'nvfp4_ds_mla_fp8rope' } }\n";
+    assert_int_equal(ropekv_load_spec_text(c, "tok.lua", spec, sizeof spec - 1), ROPEKV_OK);
+    const ropekv_variant tok = {ROPEKV_SIZED(ropekv_variant), .spec = "tok", .record = "nvfp4_ds_mla_fp8rope"};
+    assert_int_equal(ropekv_kernel_get(c, &tok, &a), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "per-token outer scale"));
+    ropekv_destroy(c);
+}
+
+/* A page-tail record (dsv4_fp8, L = 448): paged only, and the block stride must hold a block's tails after its rows. */
+static void test_page_tail(void **state) {
+    (void)state;
+    ropekv_ctx *c = open_ctx();
+    static const char spec[] = "return { name = 'tail', kv_lora_rank = 448, qk_rope_head_dim = 64, rope = 'gptj',\n"
+                               "  cos_sin = 'f32_cat', kv_layouts = { 'flat', 'paged' }, records = { 'dsv4_fp8' } }\n";
+    assert_int_equal(ropekv_load_spec_text(c, "tail.lua", spec, sizeof spec - 1), ROPEKV_OK);
+    ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "tail", .q = ROPEKV_Q_NONE, .record = "dsv4_fp8"};
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ropekv_last_error(c), "page tail"));
+    v.layout = ROPEKV_KV_PAGED;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_string_equal(param(k, "record_tail_bytes"), "8");
+    enum { T = 4, B = 4, W = 512, ROW = 576 };
+    static uint16_t kn[T * W];
+    static int64_t slots[T] = {0, 1, 2, 5}, pos[T] = {0, 1, 2, 3};
+    static float cs[8 * 64];
+    static uint8_t kv[2 * (B * ROW + B * 8)];
+    ropekv_args a = {ROPEKV_SIZED(ropekv_args),
+                     .k_nope = kn,
+                     .k_pe = kn + 448,
+                     .kv_cache = kv,
+                     .positions = pos,
+                     .slots = slots,
+                     .cos_sin = cs,
+                     .tokens = T,
+                     .heads = 1,
+                     .max_pos = 8,
+                     .k_nope_st = W,
+                     .k_pe_st = W,
+                     .kv_st = ROW,
+                     .kv_rows = 2 * B,
+                     .kv_block_size = B,
+                     .kv_block_st = B * ROW};
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(ropekv_last_error(c), "no room for the page tail"));
+    a.kv_block_st = B * ROW + B * 8;
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_OK);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record_names),
+        cmocka_unit_test(test_page_tail),
+        cmocka_unit_test(test_records_launch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
