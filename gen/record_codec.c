@@ -35,18 +35,6 @@
 
 #define BF16_MAX 3.38953139e38f
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static float sanitize_bf16(float x) {
     if (isnan(x)) return 0.0f;
     return x > BF16_MAX ? BF16_MAX : x < -BF16_MAX ? -BF16_MAX : x;
@@ -79,9 +67,9 @@ float rk_e2m1_to_f32(uint8_t c) {
 
 /* 2^ceil(log2 s) for a positive s (a power of two stays; inf stays inf). */
 static float pow2_up(float s) {
-    uint32_t u = f32_bits(s);
+    uint32_t u = rk_f32_bits(s);
     if ((u & 0x7fffffu) != 0u && u < 0x7f800000u) u = (u & 0xff800000u) + 0x800000u;
-    return bits_f32(u);
+    return rk_bits_f32(u);
 }
 
 static float pow2_down(float s) {
@@ -109,7 +97,7 @@ static float scale_store(const rk_segment *g, rk_fp8_fmt fmt, float s, uint8_t *
     switch (g->scale) {
     case RK_ST_F32: memcpy(out, &s, 4); return s;
     case RK_ST_UE8M0: {
-        const uint8_t b = (uint8_t)((f32_bits(s) >> 23) & 0xffu);
+        const uint8_t b = (uint8_t)((rk_f32_bits(s) >> 23) & 0xffu);
         *out = b;
         return b == 0xff ? NAN : ldexpf(1.0f, (int)b - 127);
     }
@@ -162,7 +150,7 @@ static void store_elem(const rk_segment *g, const rk_record *r, rk_fp8_fmt fmt, 
     switch (g->elem) {
     case RK_EL_BF16: {
         /* a latent value is a bf16 already: its bits (a NaN's payload kept); a rope value is rounded */
-        const uint32_t u = f32_bits(y);
+        const uint32_t u = rk_f32_bits(y);
         const uint16_t b = g->from + i < r->L && (u & 0xffffu) == 0u ? (uint16_t)(u >> 16) : rk_f32_to_bf16(y);
         memcpy(at + 2 * i, &b, 2);
         break;

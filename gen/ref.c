@@ -110,22 +110,22 @@
 
 /* ---- scalar conversions ------------------------------------------------------------------------ */
 
-static uint32_t f32_bits(float f) {
+uint32_t rk_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float bits_f32(uint32_t u) {
+float rk_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-float rk_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+float rk_bf16_to_f32(uint16_t b) { return rk_bits_f32((uint32_t)b << 16); }
 
 uint16_t rk_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
+    uint32_t u = rk_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even; a carry out of the
      * mantissa bumps the exponent, and out of the largest finite exponent gives inf. */
@@ -191,12 +191,12 @@ static uint8_t fp8_round_magnitude(uint32_t a, int bias) {
 
 uint8_t rk_f32_to_fp8(float f, rk_fp8_fmt fmt) {
     fp8_fmt_info fi = fp8_info(fmt);
-    uint32_t u = f32_bits(f);
+    uint32_t u = rk_f32_bits(f);
     uint32_t a = u & 0x7fffffffu;
     uint8_t sign = (u >> 31) ? 0x80 : 0x00;
     if (a > 0x7f800000u) return fi.nan;
     uint8_t code;
-    if (bits_f32(a) > fp8_magnitude(fi.max_code, fi.bias)) code = fi.max_code; /* satfinite, inf included */
+    if (rk_bits_f32(a) > fp8_magnitude(fi.max_code, fi.bias)) code = fi.max_code; /* satfinite, inf included */
     else code = fp8_round_magnitude(a, fi.bias);
     if (code == 0 && fmt == RK_FP8_FNUZ) return 0x00;
     return (uint8_t)(code | sign);
@@ -391,11 +391,9 @@ static void row_copy(const rk_desc *v, uint8_t *part0, uint8_t *part1, uint8_t *
     if (!to_cache) memset(row, 0, (size_t)v->rec.row_bytes);
     for (int s = 0; s < v->rec.n_seg; s++) {
         const rk_segment *g = &v->rec.seg[s];
-        const int bits = g->elem == RK_EL_BF16 ? 16 : g->elem == RK_EL_E4M3 ? 8 : 4;
-        range_copy(v, part0, part1, row, g->at, g->at + g->n * bits / 8, to_cache);
+        range_copy(v, part0, part1, row, g->at, g->at + rk_seg_bytes(g), to_cache);
         if (g->block && g->scale_at == RK_SA_INLINE)
-            range_copy(v, part0, part1, row, g->scales_at,
-                       g->scales_at + g->n / g->block * (g->scale == RK_ST_F32 ? 4 : 1), to_cache);
+            range_copy(v, part0, part1, row, g->scales_at, g->scales_at + rk_seg_scale_bytes(g), to_cache);
         if (g->outer == RK_OUT_TOKEN) range_copy(v, part0, part1, row, g->outer_at, g->outer_at + 4, to_cache);
     }
 }

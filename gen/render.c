@@ -226,10 +226,9 @@ static const char *bind_text(rk_param_kind kind, const rk_enum *e, double v, cha
  * element type without blocks, one outer scale and bound (a's rounding of rope values only matters where a holds
  * some: a latent-only a takes b's). */
 static int continues(const rk_segment *a, const rk_segment *b, int L) {
-    const int bits = a->elem == RK_EL_BF16 ? 16 : a->elem == RK_EL_E4M3 ? 8 : 4;
     return a->elem == b->elem && a->block == 0 && b->block == 0 && a->outer == b->outer && a->outer != RK_OUT_TOKEN &&
            a->sat_ocp == b->sat_ocp && a->sat_fnuz == b->sat_fnuz && a->from + a->n == b->from &&
-           a->at + a->n * bits / 8 == b->at && (a->from + a->n <= L || a->rope_bf16 == b->rope_bf16);
+           a->at + rk_seg_bytes(a) == b->at && (a->from + a->n <= L || a->rope_bf16 == b->rope_bf16);
 }
 
 /* The segments the kernels dispatch on, into out (when not NULL): the record's in the order of their values, each

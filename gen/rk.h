@@ -520,6 +520,8 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift);
 void rk_ref_run(const rk_desc *v, const rk_args *a);
 
 /* Scalar conversions used by the reference (exact semantics documented in gen/ref.c). */
+uint32_t rk_f32_bits(float f); /* the float's bits, and back */
+float rk_bits_f32(uint32_t u);
 float rk_bf16_to_f32(uint16_t b);
 uint16_t rk_f32_to_bf16(float f); /* RNE; any NaN -> 0x7fff */
 float rk_fp8_to_f32(uint8_t b, rk_fp8_fmt fmt);
