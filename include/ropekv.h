@@ -531,6 +531,64 @@ ROPEKV_API ropekv_status ropekv_kernel_tensor_find(const ropekv_kernel *k, const
 ROPEKV_API int ropekv_family_tensor_count(ropekv_op op, ropekv_q_form q);
 ROPEKV_API ropekv_status ropekv_family_tensor(ropekv_op op, ropekv_q_form q, int i, ropekv_tensor_info *out);
 
+/* ---- cache records: what one token's row holds, byte for byte ----------------------------------------------
+ * A record (docs/formats.md, "Cache records") is a list of segments over the row's logical values x[0, L + R) (the
+ * latent, then the rope part after RoPE): each stores x[from, from + n) as one element type at a byte offset of the
+ * row, optionally in blocks of `block` values sharing a scale, and names the readers (engines' kernels) it was
+ * checked for. This is the description the kernels are specialized from and the library's reference encodes with,
+ * for bindings that encode or decode rows themselves (ropekv.reference). Two sources:
+ *   ropekv_kernel_record   a kernel's row: the record its variant names, or its kv dtype's row as a record
+ *                          ("bf16", "fp8_e4m3": two e4m3 segments under the spec's fp8 policy, "fp8_tile")
+ *   ropekv_record_at       the library's records (specs/records.lua), without a context, in the file's order
+ * Text is static (the library's records) or lives as long as the kernel's context; handles likewise. The three
+ * structs begin with their size, set by the caller: 0 or sizeof(the struct); the library fills that much (a larger
+ * size gets zeros past its fields; one smaller than the size field, or over 4096, is ROPEKV_ERR_VERSION). */
+typedef struct ropekv_record ropekv_record; /* opaque */
+typedef struct ropekv_record_info {
+    size_t size;
+    const char *name; /* "fp8_ds_mla"; a kv dtype's row: its spelling */
+    int L, R;         /* the geometry: the segments cover x[0, L + R) exactly once */
+    int row_bytes;    /* bytes of a token's row */
+    int split_at;     /* the split layout's cut (bytes [0, split_at) in kv_cache, the rest in kv_rope_cache); 0: none */
+    int tail_bytes;   /* bytes of a token's page-tail part (page_tail scales); 0: none */
+    const char *conv; /* how a "tensor" outer scale takes k_scale: "mul_recip" (x * (1 / k)), "div", "mul"; "none" */
+    int segments;     /* the number of segments (ropekv_record_segment) */
+    int readers;      /* the number of readers (ropekv_record_reader) */
+    const char *matches; /* whose writer it matches, in the spec's words ("" if none) */
+} ropekv_record_info;
+typedef struct ropekv_record_segment {
+    size_t size;
+    int from, n;       /* it stores x[from, from + n) */
+    const char *elem;  /* "bf16", "e4m3" (the target's fp8 bytes), "e2m1" (two a byte, the first in the low nibble) */
+    int at;            /* byte offset of its first value in the row */
+    int block;         /* values per block scale; 0: no block scales */
+    const char *scale; /* the block scale's storage: "none", "f32", "ue8m0" (2^(b - 127), 0xff NaN), "e4m3" */
+    const char *rule;  /* "exact" or "pow2_up" (rounded up to a power of two) */
+    const char *scale_at; /* "inline" (at scales_at of the row) or "page_tail" (at scales_at of the token's tail) */
+    int scales_at;
+    float saturate_ocp, saturate_fnuz; /* the bound a block's amax maps to (s = max(amax / sat, FLT_MIN)), or an
+                                          unblocked fp8 segment's clamp, per fp8 byte format; 0 for bf16 */
+    const char *outer; /* "none"; "tensor" (the launch's k_scale under conv); "token" (a float32 in the row) */
+    int outer_at;      /* token: the byte offset of its float32 */
+    int rope_bf16;     /* 1: rope values (index >= L) are rounded to bf16 before they are quantized */
+} ropekv_record_segment;
+typedef struct ropekv_record_reader {
+    size_t size;
+    const char *name;  /* the engine kernel, e.g. "flashmla_sm100_sparse" */
+    const char *scale; /* how it takes a block scale back: "exact", "bf16" (rounded to bf16), "pow2_down" */
+} ropekv_record_reader;
+
+/* k's record (NULL for a NULL k). */
+ROPEKV_API const ropekv_record *ropekv_kernel_record(const ropekv_kernel *k);
+/* The library's records: their number, and record i (NULL out of range). Thread-safe. */
+ROPEKV_API int ropekv_record_count(void);
+ROPEKV_API const ropekv_record *ropekv_record_at(int i);
+/* The record, segment i of it, reader i of it. ROPEKV_OK, ROPEKV_ERR_NULL for a NULL r or out, ROPEKV_ERR_ARG for an
+ * i out of range, ROPEKV_ERR_VERSION for a bad out->size. */
+ROPEKV_API ropekv_status ropekv_record_describe(const ropekv_record *r, ropekv_record_info *out);
+ROPEKV_API ropekv_status ropekv_record_segment_at(const ropekv_record *r, int i, ropekv_record_segment *out);
+ROPEKV_API ropekv_status ropekv_record_reader_at(const ropekv_record *r, int i, ropekv_record_reader *out);
+
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ALIAS) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
  * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31

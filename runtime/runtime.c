@@ -1206,3 +1206,107 @@ ropekv_status ropekv_query(ropekv_ctx *c, const ropekv_variant *v, const ropekv_
     if (why && cap) snprintf(why, cap, "%s", s == ROPEKV_OK ? "supported" : c->error);
     return s;
 }
+
+/* ---- cache records: the public view of an rk_record (ropekv_record is an rk_record) ------------------------- */
+
+const ropekv_record *ropekv_kernel_record(const ropekv_kernel *k) {
+    return k ? (const ropekv_record *)&k->d.rec : NULL;
+}
+
+/* The built-in records library (specs/records.lua), read once. */
+static rk_record_lib builtin_records;
+static pthread_once_t builtin_records_once = PTHREAD_ONCE_INIT;
+
+static void builtin_records_load(void) {
+    rk_err err = {0};
+    if (rk_records_builtin(&builtin_records, &err) != ROPEKV_OK) builtin_records.n = 0;
+}
+
+int ropekv_record_count(void) {
+    pthread_once(&builtin_records_once, builtin_records_load);
+    return builtin_records.n;
+}
+
+const ropekv_record *ropekv_record_at(int i) {
+    pthread_once(&builtin_records_once, builtin_records_load);
+    if (i < 0 || i >= builtin_records.n) return NULL;
+    return (const ropekv_record *)&builtin_records.r[i];
+}
+
+/* The caller's size field of a view struct: how much of v (n bytes) to copy out, or 0 for ROPEKV_ERR_VERSION. */
+static size_t view_size(const void *out, size_t n) {
+    size_t size;
+    memcpy(&size, out, sizeof size);
+    if (size == 0) size = n;
+    if (size < sizeof size || size > SIZE_MAX_) return 0;
+    return size;
+}
+
+static void view_copy(void *out, size_t size, void *v, size_t n) {
+    const size_t m = size < n ? size : n;
+    memcpy(v, &m, sizeof m); /* the size field says how much was filled */
+    memcpy(out, v, m);
+    if (size > n) memset((char *)out + n, 0, size - n);
+}
+
+ropekv_status ropekv_record_describe(const ropekv_record *rec, ropekv_record_info *out) {
+    if (!rec || !out) return ROPEKV_ERR_NULL;
+    const rk_record *r = (const rk_record *)rec;
+    const size_t size = view_size(out, sizeof *out);
+    if (!size) return ROPEKV_ERR_VERSION;
+    ropekv_record_info v = {
+        .name = r->name,
+        .L = r->L,
+        .R = r->R,
+        .row_bytes = r->row_bytes,
+        .split_at = r->split_at,
+        .tail_bytes = r->tail_bytes,
+        .conv = rk_scale_name((rk_scale)r->conv),
+        .segments = r->n_seg,
+        .readers = r->n_readers,
+        .matches = r->matches,
+    };
+    view_copy(out, size, &v, sizeof v);
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_record_segment_at(const ropekv_record *rec, int i, ropekv_record_segment *out) {
+    if (!rec || !out) return ROPEKV_ERR_NULL;
+    const rk_record *r = (const rk_record *)rec;
+    if (i < 0 || i >= r->n_seg) return ROPEKV_ERR_ARG;
+    const size_t size = view_size(out, sizeof *out);
+    if (!size) return ROPEKV_ERR_VERSION;
+    const rk_segment *g = &r->seg[i];
+    ropekv_record_segment v = {
+        .from = g->from,
+        .n = g->n,
+        .elem = rk_enum_name(&rk_elem_enum, g->elem),
+        .at = g->at,
+        .block = g->block,
+        .scale = rk_enum_name(&rk_scale_type_enum, g->scale),
+        .rule = rk_enum_name(&rk_scale_rule_enum, g->rule),
+        .scale_at = rk_enum_name(&rk_scale_at_enum, g->scale_at),
+        .scales_at = g->scales_at,
+        .saturate_ocp = g->sat_ocp,
+        .saturate_fnuz = g->sat_fnuz,
+        .outer = rk_enum_name(&rk_outer_enum, g->outer),
+        .outer_at = g->outer_at,
+        .rope_bf16 = g->rope_bf16,
+    };
+    view_copy(out, size, &v, sizeof v);
+    return ROPEKV_OK;
+}
+
+ropekv_status ropekv_record_reader_at(const ropekv_record *rec, int i, ropekv_record_reader *out) {
+    if (!rec || !out) return ROPEKV_ERR_NULL;
+    const rk_record *r = (const rk_record *)rec;
+    if (i < 0 || i >= r->n_readers) return ROPEKV_ERR_ARG;
+    const size_t size = view_size(out, sizeof *out);
+    if (!size) return ROPEKV_ERR_VERSION;
+    ropekv_record_reader v = {
+        .name = r->readers[i].name,
+        .scale = rk_enum_name(&rk_read_scale_enum, r->readers[i].scale),
+    };
+    view_copy(out, size, &v, sizeof v);
+    return ROPEKV_OK;
+}

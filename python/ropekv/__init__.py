@@ -33,6 +33,7 @@ from ._capi import library
 from ._capi import library_path
 from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
 from ._core import BoundLaunch, Context, Kernel, KernelInfo, RopekvError, TensorInfo, family_tensors, raw_args
+from ._core import Reader, Record, Segment, record, records
 from ._core import version
 from ._core import version_number
 
@@ -50,8 +51,8 @@ def __getattr__(name):
 
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "NORMS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
-    "Context", "Kernel", "KernelInfo", "RopekvError", "TensorInfo", "candidate_paths", "family_tensors", "library",
-    "library_path", "raw_args",
+    "Context", "Kernel", "KernelInfo", "Reader", "Record", "RopekvError", "Segment", "TensorInfo", "candidate_paths",
+    "family_tensors", "library", "library_path", "raw_args", "record", "records",
     "ropekv_args", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
     "version_number",
 ]

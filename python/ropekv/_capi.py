@@ -167,6 +167,53 @@ class ropekv_tensor_info(_Sized):
     ]
 
 
+class ropekv_record_info(_Sized):
+    """A cache record (ropekv_record_describe): its geometry, bytes, convention and counts."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("L", ctypes.c_int),
+        ("R", ctypes.c_int),
+        ("row_bytes", ctypes.c_int),
+        ("split_at", ctypes.c_int),
+        ("tail_bytes", ctypes.c_int),
+        ("conv", ctypes.c_char_p),
+        ("segments", ctypes.c_int),
+        ("readers", ctypes.c_int),
+        ("matches", ctypes.c_char_p),
+    ]
+
+
+class ropekv_record_segment(_Sized):
+    """One segment of a cache record (ropekv_record_segment_at)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("from_", ctypes.c_int),  # the header's `from` (a Python keyword)
+        ("n", ctypes.c_int),
+        ("elem", ctypes.c_char_p),
+        ("at", ctypes.c_int),
+        ("block", ctypes.c_int),
+        ("scale", ctypes.c_char_p),
+        ("rule", ctypes.c_char_p),
+        ("scale_at", ctypes.c_char_p),
+        ("scales_at", ctypes.c_int),
+        ("saturate_ocp", ctypes.c_float),
+        ("saturate_fnuz", ctypes.c_float),
+        ("outer", ctypes.c_char_p),
+        ("outer_at", ctypes.c_int),
+        ("rope_bf16", ctypes.c_int),
+    ]
+
+
+class ropekv_record_reader(_Sized):
+    """One reader of a cache record (ropekv_record_reader_at)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("scale", ctypes.c_char_p),
+    ]
+
+
 ACCESS = {1: "read", 2: "write", 3: "read_write"}  # ropekv_tensor_access
 NEEDS = {0: "tokens", 1: "kv_tokens", 2: "positions", 3: "rope", 4: "optional"}  # ropekv_tensor_need
 
@@ -216,6 +263,12 @@ _PROTOTYPES = {
     "ropekv_kernel_tensor_find": (_status, [_kernel_p, ctypes.c_char_p, ctypes.POINTER(ropekv_tensor_info)]),
     "ropekv_family_tensor_count": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
     "ropekv_family_tensor": (_status, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ropekv_tensor_info)]),
+    "ropekv_kernel_record": (ctypes.c_void_p, [_kernel_p]),
+    "ropekv_record_count": (ctypes.c_int, []),
+    "ropekv_record_at": (ctypes.c_void_p, [ctypes.c_int]),
+    "ropekv_record_describe": (_status, [ctypes.c_void_p, ctypes.POINTER(ropekv_record_info)]),
+    "ropekv_record_segment_at": (_status, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ropekv_record_segment)]),
+    "ropekv_record_reader_at": (_status, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ropekv_record_reader)]),
     "ropekv_launch": (_status, [_kernel_p, ctypes.POINTER(ropekv_args), ctypes.c_void_p]),
     "ropekv_kernel_prepare": (_status, [_kernel_p, ctypes.c_uint]),
 }

@@ -1,4 +1,5 @@
 """Context, Kernel and errors over the C API (no torch needed here; see _torch.py for tensors)."""
+import collections
 import ctypes
 import struct
 import sys
@@ -191,6 +192,75 @@ def family_tensors(op, q="none"):
         o, qv = _capi.OPS[key[0]], _capi.Q_FORMS[key[1]]
         got = _FAMILIES[key] = _table(lib.ropekv_family_tensor_count(o, qv),
                                       lambda i, t: lib.ropekv_family_tensor(o, qv, i, ctypes.byref(t)))
+    return got
+
+
+# ---- cache records: what a row holds, byte for byte (the library's description, never re-typed here) ------------
+Segment = collections.namedtuple("Segment", "from_ n elem at block scale rule scale_at scales_at saturate_ocp "
+                                            "saturate_fnuz outer outer_at rope_bf16")
+Segment.__doc__ = """One segment of a record (ropekv_record_segment): it stores x[from_, from_ + n) as elem ("bf16",
+"e4m3", "e2m1") at byte `at` of the row, in blocks of `block` values (0: none) sharing a scale stored as `scale`
+("none", "f32", "ue8m0", "e4m3") under `rule` ("exact", "pow2_up") at byte scales_at of the row ("inline") or of the
+token's page tail ("page_tail"); saturate_ocp / saturate_fnuz the bound a block's amax maps to (an unblocked fp8
+segment's clamp); outer "none", "tensor" (k_scale under the record's conv) or "token" (a float32 at outer_at);
+rope_bf16: rope values rounded to bf16 before they are quantized."""
+Reader = collections.namedtuple("Reader", "name scale")
+Reader.__doc__ = """A reader a record was checked for (ropekv_record_reader): an engine's kernel and how it takes a
+block scale back ("exact", "bf16", "pow2_down")."""
+Record = collections.namedtuple("Record", "name L R row_bytes split_at tail_bytes conv segments readers matches")
+Record.__doc__ = """A cache record as the library describes it (ropekv_record_describe; docs/formats.md, "Cache
+records"): the geometry L, R (the segments cover x[0, L + R)), row_bytes, split_at (0: one row), tail_bytes (a
+token's page-tail bytes, 0: none), conv (how a "tensor" outer scale takes k_scale: "mul_recip", "div", "mul", "none"),
+segments (Segment), readers (Reader) and matches (whose writer it matches). ropekv.reference.record_encode /
+record_decode work from it."""
+
+
+def _text(b):
+    return b.decode() if b is not None else ""
+
+
+def _record(lib, handle):
+    """The Record of an opaque ropekv_record pointer."""
+    info = _capi.ropekv_record_info()
+    code = lib.ropekv_record_describe(handle, ctypes.byref(info))
+    if code != 0:
+        raise RopekvError(_capi.status_name(code), "ropekv_record_describe failed", code)
+    segs, readers = [], []
+    for i in range(info.segments):
+        g = _capi.ropekv_record_segment()
+        code = lib.ropekv_record_segment_at(handle, i, ctypes.byref(g))
+        if code != 0:
+            raise RopekvError(_capi.status_name(code), "ropekv_record_segment_at(%d) failed" % i, code)
+        segs.append(Segment(g.from_, g.n, _text(g.elem), g.at, g.block, _text(g.scale), _text(g.rule),
+                            _text(g.scale_at), g.scales_at, g.saturate_ocp, g.saturate_fnuz, _text(g.outer),
+                            g.outer_at, bool(g.rope_bf16)))
+    for i in range(info.readers):
+        r = _capi.ropekv_record_reader()
+        code = lib.ropekv_record_reader_at(handle, i, ctypes.byref(r))
+        if code != 0:
+            raise RopekvError(_capi.status_name(code), "ropekv_record_reader_at(%d) failed" % i, code)
+        readers.append(Reader(_text(r.name), _text(r.scale)))
+    return Record(_text(info.name), info.L, info.R, info.row_bytes, info.split_at, info.tail_bytes, _text(info.conv),
+                  tuple(segs), tuple(readers), _text(info.matches))
+
+
+_RECORDS = []
+
+
+def records():
+    """The library's records (specs/records.lua, ropekv_record_at), by name, in the file's order."""
+    if not _RECORDS:
+        lib = _capi.library()
+        _RECORDS.append({r.name: r for r in (_record(lib, lib.ropekv_record_at(i))
+                                             for i in range(lib.ropekv_record_count()))})
+    return _RECORDS[0]
+
+
+def record(name):
+    """The library's record of this name (a Record); KeyError naming the records for another name."""
+    got = records().get(name)
+    if got is None:
+        raise KeyError("no record named %r; the library has %s" % (name, ", ".join(records())))
     return got
 
 
@@ -512,6 +582,8 @@ class Kernel:
         self.name = ctx._lib.ropekv_kernel_name(handle).decode()
         self.info = KernelInfo(kernel_params(ctx._lib, handle))
         self.tensors = kernel_tensors(ctx._lib, handle)  # the tensors it takes (TensorInfo), the library's table
+        # its cache row as a Record (ropekv_kernel_record): the record it names, or its kv dtype's row as one
+        self.record_desc = _record(ctx._lib, ctx._lib.ropekv_kernel_record(handle))
         self._tensor_by_name = {t.name: t for t in self.tensors}
         self._read = self.info.op == "read"
         self._zero_copy = self.info.q == "zero_copy"

@@ -37,11 +37,12 @@ def test_struct_layout_matches_header():
     assert version_dir, "ropekv_version.h not found in %s" % ", ".join(version_dirs)
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ropekv.h"', "int main(void) {"]
     structs = [ropekv.ropekv_options, ropekv.ropekv_stats, ropekv.ropekv_variant, ropekv.ropekv_args,
-               ropekv._capi.ropekv_tensor_info]
+               ropekv._capi.ropekv_tensor_info, ropekv._capi.ropekv_record_info, ropekv._capi.ropekv_record_segment,
+               ropekv._capi.ropekv_record_reader]
     for st in structs:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (st.__name__, st.__name__))
         for f, _ in st._fields_:
-            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (st.__name__, f, st.__name__, f))
+            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (st.__name__, f, st.__name__, f.rstrip("_")))
     lines += ["return 0; }"]
     d = tempfile.mkdtemp(prefix="ropekv-layout-")
     try:
