@@ -578,7 +578,8 @@ typedef struct ropekv_record_reader {
     const char *scale; /* how it takes a block scale back: "exact", "bf16" (rounded to bf16), "pow2_down" */
 } ropekv_record_reader;
 
-/* k's record (NULL for a NULL k). */
+/* k's record (NULL for a NULL k). A read kernel's record has the writer's facts canonical: saturate_ocp,
+ * saturate_fnuz and rope_bf16 are 0 (they never change how a row reads back). */
 ROPEKV_API const ropekv_record *ropekv_kernel_record(const ropekv_kernel *k);
 /* The library's records: their number, and record i (NULL out of range). Thread-safe. */
 ROPEKV_API int ropekv_record_count(void);

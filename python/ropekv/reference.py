@@ -137,3 +137,276 @@ def rms_norm(x, weight, eps, rounding="twice"):
     elif rounding != "once":
         raise ValueError("rms_norm: rounding must be 'twice' or 'once', got %r" % (rounding,))
     return (y * weight.float()).to(torch.bfloat16)
+
+
+# ---- cache records (docs/formats.md, "Cache records"; gen/record_codec.c is the definition) -----------------------
+# record_encode / record_decode work from a record's description as the library gives it (ropekv.record(name),
+# Kernel.record_desc: a Record of segments and readers), never from a table of their own. Every step is one float32
+# operation on a tensor (divisors and factors are float32 tensors, never Python numbers), in the codec's order, so
+# the bytes are rk_record_encode's and the values rk_record_decode's, bit for bit.
+_FLT_MIN = 2.0 ** -126
+_READ_SCALES = ("exact", "bf16", "pow2_down")
+
+
+def _f32(v):
+    return torch.tensor(v, dtype=torch.float32)
+
+
+def _u32(v):
+    """The bits of float32 v as int64 in [0, 2^32)."""
+    return v.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def _from_u32(u):
+    """float32 values of bits u (int64 in [0, 2^32))."""
+    u = torch.where(u >= 2 ** 31, u - 2 ** 32, u)
+    return u.to(torch.int32).view(torch.float32)
+
+
+def bf16_bits(v):
+    """float32 v as bf16 bits (int64), rk_f32_to_bf16: round to nearest even, overflow to inf, NaN -> 0x7fff."""
+    u = _u32(v.float())
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    return torch.where((u & 0x7FFFFFFF) > 0x7F800000, torch.full_like(r, 0x7FFF), r)
+
+
+def bf16_from_bits(b):
+    """The float32 values of bf16 bits b (int64)."""
+    return _from_u32((b.to(torch.int64) & 0xFFFF) << 16)
+
+
+def e2m1_codes(v):
+    """float32 values (already clamped to +-6) as e2m1 codes 0..15 (int64), rk_f32_to_e2m1: the nearest of {0, 0.5,
+    1, 1.5, 2, 3, 4, 6}, a tie to the even code, saturating at 6, the sign in bit 3 (-0 too), NaN -> 0x7."""
+    a = v.abs()
+    code = torch.zeros(v.shape, dtype=torch.int64)
+    for c, mid in enumerate((0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)):
+        code += ((a > mid) | ((a == mid) & bool(c & 1))).to(torch.int64)
+    neg = (_u32(v) >> 31) == 1
+    code = torch.where(neg, code | 8, code)
+    return torch.where(torch.isnan(v), torch.full_like(code, 7), code)
+
+
+def e2m1_values(codes):
+    """The float32 values of e2m1 codes (any integer tensor)."""
+    mag = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float32)
+    c = codes.to(torch.int64)
+    m = mag[c & 7]
+    return torch.where((c & 8) != 0, -m, m)
+
+
+def pow2_up(s):
+    """Positive float32 s rounded up to a power of two (a power of two, inf and NaN stay), on the bits."""
+    u = _u32(s)
+    up = ((u & 0x7FFFFF) != 0) & (u < 0x7F800000)
+    return _from_u32(torch.where(up, (u & 0xFF800000) + 0x800000, u))
+
+
+def pow2_down(s):
+    """2^floor(log2 s) for a positive finite float32 s (an E8M0 reading toward zero); others stay."""
+    _, e = torch.frexp(s.double())
+    p = torch.ldexp(torch.ones_like(s, dtype=torch.float64), (e - 1).to(torch.int64)).float()
+    return torch.where((s > 0) & ~torch.isinf(s), p, s)
+
+
+def _le_bytes(codes, n):
+    """Integer codes [..., k] as their n little-endian bytes each, uint8 [..., k * n]."""
+    c = codes.to(torch.int64)
+    return torch.stack([(c >> (8 * i)) & 0xFF for i in range(n)], dim=-1).flatten(-2).to(torch.uint8)
+
+
+def _from_le(b, n):
+    """uint8 [..., k * n] as k little-endian integers of n bytes (int64)."""
+    b = b.to(torch.int64).unflatten(-1, (-1, n))
+    return sum(b[..., i] << (8 * i) for i in range(n))
+
+
+def _desc(desc):
+    if isinstance(desc, str):
+        from . import _core
+        return _core.record(desc)
+    return desc
+
+
+def _sat(g, fmt):
+    return _f32(g.saturate_fnuz if fmt == "fnuz" else g.saturate_ocp)
+
+
+def _clamp(v, sat):
+    """x > sat ? sat : x < -sat ? -sat : x (NaN passes)."""
+    return torch.where(v > sat, sat, torch.where(v < -sat, -sat, v))
+
+
+def _amax(v):
+    """The largest |v| over the last dimension, NaN ignored (0 for none), inf kept."""
+    a = v.abs()
+    return torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
+
+
+def _scale_bytes(g):
+    return 4 if g.scale == "f32" else 0 if g.scale == "none" else 1
+
+
+def _scale_base(desc, g):
+    """The byte offset of a segment's block scales in a token's bytes (its row, then its page-tail part)."""
+    return (desc.row_bytes if g.scale_at == "page_tail" else 0) + g.scales_at
+
+
+def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
+    """Tokens' logical values x [..., L + R] (the latent as the writer holds it, the rope part after RoPE, before any
+    rounding; taken as float32) as their bytes under record desc (a Record, or a library record's name): uint8
+    [..., row_bytes + tail_bytes], each token's row then its page-tail part (a page-tail record's block scales),
+    padding zeros. fmt: the fp8 byte format of e4m3 values and scales, "ocp" or "fnuz"; k_scale: the launch's
+    float32 tensor scale for "tensor" segments, taken under conv (None: the record's own, desc.conv); sanitize: NaN ->
+    0 and +-inf -> +-max before any amax, as a spec with sanitize = true writes. Bit-exact with rk_record_encode."""
+    desc = _desc(desc)
+    conv = desc.conv if conv is None else conv
+    x = torch.as_tensor(x).float()
+    lead = x.shape[:-1]
+    W = desc.L + desc.R
+    if x.shape[-1] != W:
+        raise ValueError("record %s takes rows of %d values, got %d" % (desc.name, W, x.shape[-1]))
+    x = x.reshape(-1, W)
+    N = x.shape[0]
+    out = torch.zeros(N, desc.row_bytes + desc.tail_bytes, dtype=torch.uint8)
+    k = torch.as_tensor(k_scale, dtype=torch.float32).reshape(())
+    bf16_max = _from_u32(torch.tensor(0x7F7F0000))
+    for g in desc.segments:
+        sat = _sat(g, fmt)
+        v = x[:, g.from_:g.from_ + g.n].clone()
+        rope = torch.arange(g.from_, g.from_ + g.n) >= desc.L
+        if g.rope_bf16:
+            v = torch.where(rope, bf16_from_bits(bf16_bits(v)), v)
+        if g.outer == "tensor":
+            if conv == "mul_recip":
+                v = v * (_f32(1.0) / k)
+            elif conv == "div":
+                v = v / k
+            elif conv == "mul":
+                v = v * k
+        if sanitize:
+            v = torch.where(torch.isnan(v), torch.zeros_like(v), v)
+            if not (g.elem == "e4m3" and not g.block):
+                v = _clamp(v, bf16_max)
+        if g.elem == "bf16":
+            u = _u32(v)
+            b = torch.where(~rope & ((u & 0xFFFF) == 0), u >> 16, bf16_bits(v))
+            out[:, g.at:g.at + 2 * g.n] = _le_bytes(b, 2)
+            continue
+        gs = None
+        if g.outer == "token":
+            smax = _f32(2.0 ** 127 if g.scale == "ue8m0" else (240.0 if fmt == "fnuz" else 448.0)
+                        if g.scale == "e4m3" else 1.0)
+            gs = _amax(v) / (smax * sat)
+            gs = torch.where(gs >= _FLT_MIN, gs, _f32(_FLT_MIN)).unsqueeze(-1)
+            out[:, g.outer_at:g.outer_at + 4] = _le_bytes(_u32(gs), 4)
+        if g.block:
+            vb = v.unflatten(-1, (g.n // g.block, g.block))
+            s = _amax(vb) / sat
+            if gs is not None:
+                s = s / gs
+            s = torch.where(s >= _FLT_MIN, s, _f32(_FLT_MIN))
+            if g.rule == "pow2_up" or g.scale == "ue8m0":
+                s = pow2_up(s)
+            at = _scale_base(desc, g)
+            nb = g.n // g.block * _scale_bytes(g)
+            if g.scale == "f32":
+                code, d = _u32(s), s
+                out[:, at:at + nb] = _le_bytes(code, 4)
+            elif g.scale == "ue8m0":
+                code = (_u32(s) >> 23) & 0xFF
+                out[:, at:at + nb] = code.to(torch.uint8)
+                d = _ue8m0_values(code)
+            else:  # e4m3
+                code = e4m3_codes(s, fmt).to(torch.int64)
+                code = torch.where((code & 0x7F) == 0, torch.ones_like(code), code)
+                out[:, at:at + nb] = code.to(torch.uint8)
+                d = e4m3_values(code, fmt)
+            if gs is not None:
+                d = d * gs
+            y = (vb / d.unsqueeze(-1)).flatten(-2)
+        else:
+            y = v / gs if gs is not None else v
+        y = _clamp(y, sat)
+        if g.elem == "e4m3":
+            out[:, g.at:g.at + g.n] = e4m3_codes(y, fmt)
+        else:  # e2m1: two a byte, the first in the low nibble
+            c = e2m1_codes(y)
+            out[:, g.at:g.at + g.n // 2] = (c[:, 0::2] | (c[:, 1::2] << 4)).to(torch.uint8)
+    return out.reshape(*lead, desc.row_bytes + desc.tail_bytes)
+
+
+def _ue8m0_values(code):
+    """UE8M0 bytes' values: 2^(b - 127), 0xff NaN."""
+    d = torch.ldexp(torch.ones(code.shape, dtype=torch.float64), code - 127).float()
+    return torch.where(code == 0xFF, _f32(float("nan")), d)
+
+
+def _reader_scale(desc, reader):
+    """A reader's scale convention: None (ropekv's read op: exact), a reader's name of desc, a Reader, or a
+    convention's spelling."""
+    if reader is None:
+        return "exact"
+    if isinstance(reader, str):
+        for r in desc.readers:
+            if r.name == reader:
+                return r.scale
+        if reader in _READ_SCALES:
+            return reader
+        raise ValueError("record %s has no reader %r (its readers: %s; or one of %s)" % (
+            desc.name, reader, ", ".join(r.name for r in desc.readers) or "none", ", ".join(_READ_SCALES)))
+    return reader.scale
+
+
+def record_decode(desc, rows, reader=None, k_scale=1.0, fmt="ocp", conv=None):
+    """Tokens' bytes under record desc (uint8 [..., row_bytes + tail_bytes], as record_encode makes them; [...,
+    row_bytes] without a page tail) back to their values [..., L + R] float32, as a reader reads them: None is ropekv's
+    read op (block scales exact; the op then rounds to bf16); a reader's name of desc.readers (or a Reader, or its
+    convention "exact", "bf16", "pow2_down") takes each block scale as that reader does. A "tensor" segment is undone
+    with k_scale under conv (None: desc.conv): x * k (mul_recip, div), x / k (mul). Bit-exact with rk_record_decode."""
+    desc = _desc(desc)
+    conv = desc.conv if conv is None else conv
+    rs = _reader_scale(desc, reader)
+    rows = torch.as_tensor(rows)
+    nbytes = desc.row_bytes + desc.tail_bytes
+    if rows.dtype != torch.uint8 or rows.shape[-1] != nbytes:
+        raise ValueError("record %s: rows must be uint8 [..., %d], got %s %s" % (desc.name, nbytes, rows.dtype,
+                                                                                  tuple(rows.shape)))
+    lead = rows.shape[:-1]
+    rows = rows.reshape(-1, nbytes)
+    N = rows.shape[0]
+    y = torch.zeros(N, desc.L + desc.R, dtype=torch.float32)
+    k = torch.as_tensor(k_scale, dtype=torch.float32).reshape(())
+    for g in desc.segments:
+        if g.elem == "bf16":
+            v = bf16_from_bits(_from_le(rows[:, g.at:g.at + 2 * g.n], 2))
+        elif g.elem == "e4m3":
+            v = e4m3_values(rows[:, g.at:g.at + g.n], fmt)
+        else:
+            b = rows[:, g.at:g.at + g.n // 2].to(torch.int64)
+            v = e2m1_values(torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2))
+        gs = None
+        if g.outer == "token":
+            gs = _from_u32(_from_le(rows[:, g.outer_at:g.outer_at + 4], 4))
+        if g.block:
+            at, nb = _scale_base(desc, g), g.n // g.block * _scale_bytes(g)
+            sb = rows[:, at:at + nb]
+            if g.scale == "f32":
+                d = _from_u32(_from_le(sb, 4))
+            elif g.scale == "ue8m0":
+                d = _ue8m0_values(sb.to(torch.int64))
+            else:
+                d = e4m3_values(sb, fmt)
+            if rs == "bf16":
+                d = bf16_from_bits(bf16_bits(d))
+            elif rs == "pow2_down":
+                d = pow2_down(d)
+            if gs is not None:
+                d = d * gs
+            v = (v.unflatten(-1, (g.n // g.block, g.block)) * d.unsqueeze(-1)).flatten(-2)
+        elif gs is not None:
+            v = v * gs
+        if g.outer == "tensor" and conv != "none":
+            v = v / k if conv == "mul" else v * k
+        y[:, g.from_:g.from_ + g.n] = v
+    return y.reshape(*lead, desc.L + desc.R)
