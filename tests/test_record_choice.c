@@ -140,6 +140,81 @@ static void test_record_names(void **state) {
     ropekv_destroy(c);
 }
 
+/* The public view of records: the library's in specs/records.lua's order, a kernel's (kimi_k2's fp8 with its own
+ * convention), the structs' size rules and the NULL / range errors. */
+static void test_record_view(void **state) {
+    (void)state;
+    assert_int_equal(ropekv_record_count(), 13);
+    assert_null(ropekv_record_at(-1));
+    assert_null(ropekv_record_at(13));
+    const ropekv_record *r = ropekv_record_at(5);
+    ropekv_record_info info = {.size = sizeof info};
+    assert_int_equal(ropekv_record_describe(r, &info), ROPEKV_OK);
+    assert_string_equal(info.name, "dsv4_fp8");
+    assert_int_equal(info.L, 448);
+    assert_int_equal(info.row_bytes, 576);
+    assert_int_equal(info.tail_bytes, 8);
+    assert_int_equal(info.segments, 2);
+    assert_int_equal(info.readers, 1);
+    assert_string_equal(info.conv, "none");
+    ropekv_record_segment g = {0}; /* size 0: the whole struct */
+    assert_int_equal(ropekv_record_segment_at(r, 0, &g), ROPEKV_OK);
+    assert_int_equal(g.size, sizeof g);
+    assert_int_equal(g.n, 448);
+    assert_int_equal(g.block, 64);
+    assert_string_equal(g.elem, "e4m3");
+    assert_string_equal(g.scale, "ue8m0");
+    assert_string_equal(g.rule, "pow2_up");
+    assert_string_equal(g.scale_at, "page_tail");
+    assert_true(g.saturate_ocp == 448.0f && g.saturate_fnuz == 240.0f);
+    assert_int_equal(ropekv_record_segment_at(r, 1, &g), ROPEKV_OK);
+    assert_string_equal(g.elem, "bf16");
+    assert_int_equal(g.at, 448);
+    ropekv_record_reader rd = {.size = sizeof rd};
+    assert_int_equal(ropekv_record_reader_at(r, 0, &rd), ROPEKV_OK);
+    assert_string_equal(rd.name, "flashmla_v4_sparse");
+    assert_string_equal(rd.scale, "exact");
+    /* errors: NULL, out of range, bad sizes; a short struct gets its prefix, a longer one zeros past it */
+    assert_int_equal(ropekv_record_describe(NULL, &info), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_record_segment_at(r, 0, NULL), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_record_segment_at(r, 2, &g), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_record_reader_at(r, 1, &rd), ROPEKV_ERR_ARG);
+    info.size = 4;
+    assert_int_equal(ropekv_record_describe(r, &info), ROPEKV_ERR_VERSION);
+    info.size = 5000;
+    assert_int_equal(ropekv_record_describe(r, &info), ROPEKV_ERR_VERSION);
+    struct {
+        ropekv_record_info info;
+        int later[4];
+    } big;
+    memset(&big, 0xff, sizeof big);
+    big.info.size = sizeof big;
+    assert_int_equal(ropekv_record_describe(r, &big.info), ROPEKV_OK);
+    assert_int_equal(big.info.size, sizeof big.info);
+    assert_int_equal(big.later[0] | big.later[3], 0);
+    struct {
+        size_t size;
+        const char *name;
+    } small = {sizeof small, NULL};
+    assert_int_equal(ropekv_record_describe(r, (ropekv_record_info *)&small), ROPEKV_OK);
+    assert_string_equal(small.name, "dsv4_fp8");
+    /* a kernel's record: kimi_k2 takes the library's fp8 with conv div and a FNUZ bound of 224 */
+    ropekv_ctx *c = open_ctx();
+    ropekv_kernel *k = NULL;
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "kimi_k2", .q = ROPEKV_Q_NONE, .record = "fp8"};
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_null(ropekv_kernel_record(NULL));
+    info.size = sizeof info;
+    assert_int_equal(ropekv_record_describe(ropekv_kernel_record(k), &info), ROPEKV_OK);
+    assert_string_equal(info.name, "fp8");
+    assert_string_equal(info.conv, "div");
+    assert_int_equal(ropekv_record_segment_at(ropekv_kernel_record(k), 1, &g), ROPEKV_OK);
+    assert_string_equal(g.outer, "tensor");
+    assert_true(g.saturate_fnuz == 224.0f);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+}
+
 /* A page-tail record (dsv4_fp8, L = 448): paged only, and the block stride must hold a block's tails after its rows. */
 static void test_page_tail(void **state) {
     (void)state;
@@ -186,6 +261,7 @@ static void test_page_tail(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_names),
+        cmocka_unit_test(test_record_view),
         cmocka_unit_test(test_page_tail),
         cmocka_unit_test(test_records_launch),
     };
