@@ -8,6 +8,8 @@ and the example layer's unfused path. Imports torch.
     e4m3_codes(v, fmt)           float32 values (scaled and clamped) as e4m3 codes (uint8), round to nearest even
     e4m3_values(codes, fmt)      the float32 values of e4m3 codes
     rms_norm(x, w, eps, rounding)  the fused kv_a RMSNorm of bf16 rows (norm rms / rms_out), the kernels' order of sums
+    record_encode(desc, x, ...)  tokens' values as their bytes under a cache record (gen/record_codec.c's encoder)
+    record_decode(desc, rows, reader=None, ...)  the bytes back to values, as ropekv's read op or a reader reads them
 """
 import math
 
