@@ -1849,7 +1849,7 @@ enum { NMAX = 64, NR = 8, NSTRIDE = 80, NT = 6 };
 static void setup_norm(setup *s, int L, rk_norm_weight w, float eps, rk_norm_round r, ropekv_norm norm) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.kv_lora_rank = L;
-    s->spec.norm = (rk_norm_policy){w, eps, r, ""};
+    s->spec.norm = (rk_norm_policy){.weight = w, .eps = eps, .round = r, .over = RK_NO_LATENT, .matches = ""};
     s->v.q = ROPEKV_Q_NONE;
     s->v.norm = norm;
 }
