@@ -11,6 +11,8 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
+  -- where its engines run it: Hopper (H800 / H200), Blackwell (B200, B300, RTX PRO), MI355X; and the host
+  targets = { "sm_90", "sm_100", "sm_103", "sm_120", "gfx950", "host" },
   kv_dtypes = { "bf16" },
   records = { "dsv41_mxfp8", "dsv41_fp4" },
   kv_norm = {

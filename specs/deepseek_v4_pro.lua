@@ -16,6 +16,8 @@ return {
   qk_rope_head_dim = 64,
   rope = "gptj",
   cos_sin = "f32_cat",
+  -- where its engines run it: Hopper (H800 / H200), Blackwell (B200, B300, RTX PRO), MI355X; and the host
+  targets = { "sm_90", "sm_100", "sm_103", "sm_120", "gfx950", "host" },
   -- the cache rows its engines store: bf16 (1024 bytes) and the V4 fp8 record (576 + 8 bytes of page tail)
   kv_dtypes = { "bf16" },
   records = { "dsv4_fp8" },
