@@ -72,8 +72,15 @@ static void kv_token(const rk_desc *d, char *out, size_t cap) {
 }
 
 
+/* An eps as the shortest decimal that reads back as the float, spelled with identifier characters: 1em06. */
+static void eps_token(float eps, char *out, size_t cap) {
+    rk_float_text(eps, out, cap);
+    for (char *e = out; *e; e++) *e = *e == '-' ? 'm' : *e == '+' || *e == '.' ? 'p' : *e;
+}
+
 /* write: rk_L<L>_R<R>_<rope>_<cossin>_p<32|64>_s<32|64>_<kv>_<qform>_q<qdtype>_<scale>_sat<N>_rr<0|1>
- *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>[_<rms|rmsout>_<wbf16|wf32>_eps<N>_<r2|r1>]_<target>
+ *          _<skipkv|skipall>_san<0|1>_<flat|paged|split>[_<rms|rmsout>_<wbf16|wf32>_eps<N>_<r2|r1>[_oh]][_qrms_eps<N>]
+ *          _<target>
  * read:  rkread_L<L>_R<R>_s<32|64>_<kv>_<rzero|rskip>_<flat|paged|split>_<target>
  * from the tokens of the spelling tables; kv per kv_token, qdtype bf16, fp8ocp or fp8fnuz. */
 static int format_name(const rk_desc *d, char *out, size_t cap) {
@@ -88,21 +95,23 @@ static int format_name(const rk_desc *d, char *out, size_t cap) {
     }
     sat_token(d->q8_sat, qsat, sizeof qsat);
     dtype_token(d->q_dtype != ROPEKV_Q_BF16, d->fp8, q, sizeof q);
-    char norm[64] = "", eps[32];
+    char norm[64] = "", eps[32], qnorm[48] = "", qeps[32];
     if (d->norm != ROPEKV_NORM_NONE) {
-        /* the shortest decimal that reads back as the float eps, spelled with identifier characters: 1em06 */
-        rk_float_text(d->norm_eps, eps, sizeof eps);
-        for (char *e = eps; *e; e++) *e = *e == '-' ? 'm' : *e == '+' || *e == '.' ? 'p' : *e;
-        snprintf(norm, sizeof norm, "_%s_%s_eps%s_%s", rk_enum_token(&rk_norm_enum, d->norm),
+        eps_token(d->norm_eps, eps, sizeof eps);
+        snprintf(norm, sizeof norm, "_%s_%s_eps%s_%s%s", rk_enum_token(&rk_norm_enum, d->norm),
                  rk_enum_token(&rk_norm_weight_enum, d->norm_weight), eps,
-                 rk_enum_token(&rk_norm_round_enum, d->norm_round));
+                 rk_enum_token(&rk_norm_round_enum, d->norm_round), d->norm_over == RK_NO_HEAD ? "_oh" : "");
     }
-    n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s%s_%s", d->L, d->R,
+    if (d->q_norm != RK_QN_NONE) {
+        eps_token(d->q_norm_eps, qeps, sizeof qeps);
+        snprintf(qnorm, sizeof qnorm, "_%s_eps%s", rk_enum_token(&rk_q_norm_enum, d->q_norm), qeps);
+    }
+    n = snprintf(out, cap, "rk_L%d_R%d_%s_%s_p%s_s%s_%s_%s_q%s_%s_sat%s_rr%d_%s_san%d_%s%s%s_%s", d->L, d->R,
                  rk_enum_token(&rk_rope_enum, d->rope), rk_enum_token(&rk_cos_sin_enum, d->cos_sin),
                  rk_enum_token(&rk_index_enum, d->pos), rk_enum_token(&rk_index_enum, d->slot), kv,
                  rk_enum_token(&rk_qform_enum, d->q), q, rk_enum_token(&rk_scale_enum, d->q8_scale), qsat,
                  d->q8_rope_bf16, rk_enum_token(&rk_neg_enum, d->neg), d->sanitize,
-                 rk_enum_token(&rk_layout_enum, d->layout), norm, d->arch->name);
+                 rk_enum_token(&rk_layout_enum, d->layout), norm, qnorm, d->arch->name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -154,7 +163,17 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
         d->norm_weight = s->norm.weight;
         d->norm_eps = s->norm.eps;
         d->norm_round = s->norm.round;
+        d->norm_over = s->norm.over;
     }
+    /* the query heads' norm, a fact of the model, on every write kernel with a query output */
+    if (!read && d->q != ROPEKV_Q_NONE && s->q_norm.norm != RK_QN_NONE) {
+        d->q_norm = s->q_norm.norm;
+        d->q_norm_eps = s->q_norm.eps;
+    }
+    /* a norm over a whole row sums over lanes of one wave: the lanes row by row */
+    d->order = !read && ((d->norm != ROPEKV_NORM_NONE && d->norm_over == RK_NO_HEAD) || d->q_norm != RK_QN_NONE)
+                   ? RK_ORDER_ROWS
+                   : RK_ORDER_SECTIONS;
     if (d->record) {
         /* a record's tensor scale takes k_scale under its own convention */
         for (int i = 0; i < d->rec.n_seg; i++)
@@ -648,6 +667,8 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
     *mul = (int64_t)((((uint64_t)1 << *shift) + (uint64_t)d - 1) / (uint64_t)d);
 }
 
+int rk_norm_values(const rk_desc *d) { return d->norm_over == RK_NO_HEAD ? d->L + d->R : d->L; }
+
 int rk_desc_writes_fp8(const rk_desc *d) {
     int row = 0; /* an e4m3 value or scale in the row */
     for (int i = 0; i < d->rec.n_seg; i++) row |= d->rec.seg[i].elem == RK_EL_E4M3 || d->rec.seg[i].scale == RK_ST_E4M3;
@@ -676,9 +697,14 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
         a->grid_tokens = a->tokens;
     } else {
+        /* the query rows written: the model's heads and the padded ones (q_heads, resolved by the launcher) */
+        const int64_t hq = a->q_heads > a->heads ? a->q_heads : a->heads;
         const int64_t qr = rk_query_rope_lanes(d), qn = d->q == ROPEKV_Q_ABSORBED ? d->L / 8 : 0;
-        const int64_t rope = (a->heads * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
-        a->lanes = rope + a->heads * qn + d->L / 8;
+        const int64_t rope = (hq * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
+        a->q_heads = hq;
+        /* row by row: q_heads query rows then the KV row, (L + R) / 8 lanes each (the kernel's row_chunk_of) */
+        if (d->order == RK_ORDER_ROWS) a->lanes = (d->q == ROPEKV_Q_NONE ? 1 : hq + 1) * ((d->L + d->R) / 8);
+        else a->lanes = rope + hq * qn + d->L / 8;
         a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);

@@ -91,7 +91,15 @@
  *             bf16((x[j] * r) * w[j])           rounding once (FlashInfer's)
  *             w[j] the weight (bf16 -> f32 exactly, or f32)
  *   The row is then written from n as from a k_nope of n (its bits copied into a bf16 cache, its fp8 values
- *   and tile scales computed from n). With norm rms_out, n is also stored at norm_out + t*norm_out_st for every
+ *   and tile scales computed from n). With kv_norm.over = head (DeepSeek-V4) the norm covers the whole head: x is
+ *   k_nope[0, L) | k_pe[0, R) (W values, the weight has W, the tree runs over W/8 chunks, r divides by W), and the
+ *   row is written from n[0, L) as the latent and rope(n[L, W)) as the rope part (the rotation of normalized
+ *   values). rms_out is not built with it.
+ *   The query norm (the spec's q_norm, DeepSeek-V4; q form absorbed): each head's x = q_nope | q_pe (W values)
+ *   becomes n[j] = bf16(x[j] * r), r = 1.0f / sqrtf(sum / W + eps) with the tree above over W/8 chunks, no weight;
+ *   q_out is then written from n as from q_nope = n[0, L) and q_pe = n[L, W).
+ *   Padded query heads (q_heads > heads, absorbed): q_out[t, h, 0:W] = 0 (bf16 zeros or fp8 0x00 bytes) for h in
+ *   [heads, q_heads), under the same rule as the token's other query rows (skip_all skips them too). With norm rms_out, n is also stored at norm_out + t*norm_out_st for every
  *   t in [0, kv_tokens), whatever its slot, except a negative slot under negative_slot = skip_all.
  *
  * The read-back op (op read), for every t in [0, tokens): slot = slots[t]; when min_slot <= slot < kv_rows,
@@ -315,11 +323,25 @@ static void rope_row_fp8(const rk_desc *v, const rk_args *a, int64_t pos, const 
     memcpy(dst, row, (size_t)v->R);
 }
 
+static float norm_factor(const uint16_t *x, int n, float eps);
+
 static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos) {
-    const int L = v->L, fp8 = v->q_dtype != ROPEKV_Q_BF16;
+    const int L = v->L, W = v->L + v->R, fp8 = v->q_dtype != ROPEKV_Q_BF16;
     if (v->q == ROPEKV_Q_NONE) return;
+    const int64_t q_heads = a->q_heads > a->heads ? a->q_heads : a->heads;
+    for (int64_t h = a->heads; h < q_heads; h++) /* padded heads (absorbed): zeros, bf16 or fp8 */
+        memset((uint8_t *)a->q_out + (t * a->q_out_st + h * a->q_out_sh) * (fp8 ? 1 : 2), 0, (size_t)W * (fp8 ? 1 : 2));
     for (int64_t h = 0; h < a->heads; h++) {
         uint16_t *q_pe = (uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
+        uint16_t head[8192 + 1024];
+        if (v->q_norm != RK_QN_NONE) { /* absorbed: the head q_nope | q_pe as bf16(x * r), before the rotation */
+            const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
+            memcpy(head, q_nope, (size_t)L * 2);
+            memcpy(head + L, q_pe, (size_t)v->R * 2);
+            const float r = norm_factor(head, W, v->q_norm_eps);
+            for (int j = 0; j < W; j++) head[j] = rk_f32_to_bf16(rk_bf16_to_f32(head[j]) * r);
+            q_pe = head + L; /* read only: absorbed writes q_out */
+        }
         /* q_out's strides count its own elements: bf16, or bytes for an fp8 query; the inplace form has no q_out,
          * and its strides may be any numbers */
         const int has_out = v->q == ROPEKV_Q_ABSORBED || v->q == ROPEKV_Q_ZERO_COPY;
@@ -328,7 +350,9 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
         uint8_t *out8 = has_out ? (uint8_t *)a->q_out + at : NULL;
         switch (v->q) {
         case ROPEKV_Q_ABSORBED: {
-            const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
+            const uint16_t *q_nope = v->q_norm != RK_QN_NONE
+                                         ? head
+                                         : (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
             if (fp8) {
                 for (int j = 0; j < L; j++) out8[j] = q_fp8_elem(v, a, rk_bf16_to_f32(q_nope[j]), 0);
                 rope_row_fp8(v, a, pos, q_pe, out8 + L);
@@ -398,10 +422,10 @@ static void row_copy(const rk_desc *v, uint8_t *part0, uint8_t *part1, uint8_t *
     }
 }
 
-/* The fused kv_a RMSNorm of a k_nope row x into n (see the definition above). */
-static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, uint16_t *n) {
-    const int L = v->L, chunks = L / 8;
-    float p[1024]; /* L <= 8192 (spec limit) */
+/* 1 / sqrt(sum(x^2) / n + eps) of the bf16 values x[0, n): the sum a tree over chunks of 8 (the definition above). */
+static float norm_factor(const uint16_t *x, int n, float eps) {
+    const int chunks = n / 8;
+    float p[1152]; /* n <= 8192 + 1024 (spec limits) */
     for (int c = 0; c < chunks; c++) {
         float s = 0.0f;
         for (int i = 8 * c; i < 8 * c + 8; i++) {
@@ -412,13 +436,19 @@ static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, uint
     }
     for (int d = chunks / 2; d >= 1; d /= 2)
         for (int c = 0; c < d; c++) p[c] = p[c] + p[c + d];
-    const float r = 1.0f / sqrtf(p[0] / (float)L + v->norm_eps);
-    for (int j = 0; j < L; j++) {
+    return 1.0f / sqrtf(p[0] / (float)n + eps);
+}
+
+/* The fused kv_a RMSNorm of the n values x (a k_nope row, or with kv_norm.over head the row k_nope | k_pe) into the
+ * bf16 row out (see the definition above); the weight has n values. */
+static void norm_row(const rk_desc *v, const rk_args *a, const uint16_t *x, int n, uint16_t *out) {
+    const float r = norm_factor(x, n, v->norm_eps);
+    for (int j = 0; j < n; j++) {
         const float w = v->norm_weight == RK_NW_BF16 ? rk_bf16_to_f32(((const uint16_t *)a->norm_weight)[j])
                                                      : ((const float *)a->norm_weight)[j];
         float y = rk_bf16_to_f32(x[j]) * r;
         if (v->norm_round == RK_NR_TWICE) y = rk_bf16_to_f32(rk_f32_to_bf16(y));
-        n[j] = rk_f32_to_bf16(y * w);
+        out[j] = rk_f32_to_bf16(y * w);
     }
 }
 
@@ -430,12 +460,18 @@ enum { ROW_MAX = 20480 }; /* bytes of a row held on the stack; a longer one is a
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
-    uint16_t normed[8192];
-    if (v->norm != ROPEKV_NORM_NONE) {
-        norm_row(v, a, k_nope, normed);
+    const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
+    uint16_t normed[8192 + 1024], head[8192 + 1024];
+    if (v->norm != ROPEKV_NORM_NONE && v->norm_over == RK_NO_HEAD) { /* the whole head, before the rotation */
+        memcpy(head, k_nope, (size_t)L * 2);
+        memcpy(head + L, k_pe, (size_t)v->R * 2);
+        norm_row(v, a, head, rk_norm_values(v), normed);
+        k_nope = normed;
+        k_pe = normed + L;
+    } else if (v->norm != ROPEKV_NORM_NONE) {
+        norm_row(v, a, k_nope, rk_norm_values(v), normed);
         k_nope = normed;
     }
-    const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
     float x[8192 + 1024]; /* L <= 8192, R <= 1024 (spec limits) */
     for (int j = 0; j < L; j++) x[j] = rk_bf16_to_f32(k_nope[j]);
     for (int i = 0; i < v->R / 2; i++) {
@@ -449,8 +485,14 @@ static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     if (!row) return;
     uint8_t *part0, *part1, *tail;
     row_parts(v, a, slot, &part0, &part1, &tail);
-    rk_record_encode(&v->rec, v->fp8, x, kv_scale(v, a), v->kv8_scale, v->sanitize, row, tail);
+    uint8_t tail_row[256]; /* the token's page tail (tail_bytes <= 255: rk_record_check) */
+    rk_record_encode(&v->rec, v->fp8, x, kv_scale(v, a), v->kv8_scale, v->sanitize, row, tail ? tail_row : NULL);
     row_copy(v, part0, part1, row, 1);
+    for (int s = 0; tail && s < v->rec.n_seg; s++) { /* its scales; its padding is not written, as the row's */
+        const rk_segment *g = &v->rec.seg[s];
+        if (g->block && g->scale_at == RK_SA_PAGE_TAIL)
+            memcpy(tail + g->scales_at, tail_row + g->scales_at, (size_t)rk_seg_scale_bytes(g));
+    }
     if (row != small) free(row);
 }
 
@@ -506,7 +548,7 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
         if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
         if (has_slot && slot >= a->min_slot && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
         if (has_slot && !skip_all && v->norm == ROPEKV_NORM_RMS_OUT)
-            norm_row(v, a, (const uint16_t *)a->k_nope + t * a->k_nope_st,
+            norm_row(v, a, (const uint16_t *)a->k_nope + t * a->k_nope_st, v->L,
                      (uint16_t *)a->norm_out + t * a->norm_out_st);
     }
 }

@@ -106,6 +106,21 @@ const char *rk_printable(const char *s, char *out, size_t cap);
 #define RK_NORM_ROUND_LIST(X)         \
     X(RK_NR_TWICE, twice, r2)         \
     X(RK_NR_ONCE, once, r1)
+/* What the kv_a RMSNorm sums over: the latent (L values: DeepSeek-V3) or the whole head, latent and rope part
+ * before its rotation (L + R: DeepSeek-V4's one 512-wide KV head). */
+#define RK_NORM_OVER_LIST(X)          \
+    X(RK_NO_LATENT, latent, ol)       \
+    X(RK_NO_HEAD, head, oh)
+/* A weightless RMSNorm of each query head (q_nope and q_pe, before the rotation), DeepSeek-V4's: none or rms. */
+#define RK_Q_NORM_LIST(X)             \
+    X(RK_QN_NONE, none, qn0)          \
+    X(RK_QN_RMS, rms, qrms)
+/* How a token's lanes are laid out (templates/kernel.hip, chunk()): in two sections (the rotating chunks, then the
+ * copied ones), or row by row (each query head's whole row, then the KV row, so that a norm over a whole row sums
+ * over lanes of one wave). Derived from the norms, never chosen. */
+#define RK_ORDER_LIST(X)              \
+    X(RK_ORDER_SECTIONS, sections, os) \
+    X(RK_ORDER_ROWS, rows, or)
 /* How an fp8_tile row's tile scale is kept: as computed, or rounded up to a power of two. */
 #define RK_TILE_SCALE_LIST(X)         \
     X(RK_TILE_F32, f32, f32)          \
@@ -128,6 +143,9 @@ typedef enum { RK_TILE_SCALE_LIST(RK_ENUMERATOR_) } rk_tile_scale;
 typedef enum { RK_READ_NEG_LIST(RK_ENUMERATOR_) } rk_read_neg;
 typedef enum { RK_NORM_WEIGHT_LIST(RK_ENUMERATOR_) } rk_norm_weight;
 typedef enum { RK_NORM_ROUND_LIST(RK_ENUMERATOR_) } rk_norm_round;
+typedef enum { RK_NORM_OVER_LIST(RK_ENUMERATOR_) } rk_norm_over;
+typedef enum { RK_Q_NORM_LIST(RK_ENUMERATOR_) } rk_q_norm;
+typedef enum { RK_ORDER_LIST(RK_ENUMERATOR_) } rk_order;
 #undef RK_ENUMERATOR_
 
 /* An enum's table, built from its list (gen/util.c). */
@@ -142,7 +160,8 @@ typedef struct rk_enum {
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
     rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
-    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum;
+    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum,
+    rk_norm_over_enum, rk_q_norm_enum, rk_order_enum;
 /* The enums of a cache record (gen/record.h), tables in gen/record.c. */
 extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_scale_at_enum, rk_outer_enum,
     rk_read_scale_enum;
@@ -246,8 +265,16 @@ typedef struct rk_norm_policy {
     rk_norm_weight weight; /* the weight's dtype */
     float eps;             /* added to the mean square */
     rk_norm_round round;   /* twice or once (see RK_NORM_ROUND_LIST) */
+    rk_norm_over over;     /* the latent, or the whole head (its weight then has L + R values) */
     char matches[128];
 } rk_norm_policy;
+
+/* The spec's `q_norm` table: a weightless RMSNorm of each query head over its W values, before the rotation. */
+typedef struct rk_q_norm_policy {
+    rk_q_norm norm; /* none, or rms */
+    float eps;
+    char matches[128];
+} rk_q_norm_policy;
 
 typedef struct rk_spec {
     char name[64];  /* spec name, [a-z0-9_]+ */
@@ -276,6 +303,7 @@ typedef struct rk_spec {
     int n_norms;
     ropekv_norm norms[3]; /* write kernels: the fused kv_a RMSNorm choices to build */
     rk_norm_policy norm;  /* its arithmetic (when norms lists more than none) */
+    rk_q_norm_policy q_norm; /* the query heads' norm (a fact of the model: every write kernel with a query has it) */
     rk_neg negative_slot;
     int n_q;
     ropekv_q_form q[4];
@@ -380,6 +408,7 @@ void rk_desc_views(const rk_desc *d, int pdl, rk_views *out);
     X(RK_SYM_TKV, "Tkv")               \
     X(RK_SYM_P, "P")                   \
     X(RK_SYM_H, "H")                   \
+    X(RK_SYM_HQ, "Hq")                 \
     X(RK_SYM_MAX_POS, "max_pos")       \
     X(RK_SYM_KV_ROWS, "kv_rows")       \
     X(RK_SYM_BLOCKS, "blocks")         \
@@ -497,6 +526,8 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
 
 /* 1 when the kernel writes fp8 bytes (an fp8 cache row or an fp8 query): where the target has the
  * hardware conversion, its code must use it. */
+/* The values the fused kv norm sums over: L, or L + R with kv_norm.over head (its weight has as many). */
+int rk_norm_values(const rk_desc *d);
 int rk_desc_writes_fp8(const rk_desc *d);
 
 /* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 1 for the in-place form with an fp8

@@ -717,14 +717,55 @@ static const char *const spec_keys[] = {
     "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
     "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
     "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     "norms",
-    "kv_norm",  "records",     NULL,
+    "kv_norm",  "records",     "q_norm",       NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
 static const char *const tile_keys[] = {"tile",    "scale",   "saturate", "scales_at",
                                         "rope_at", "matches", "readers",  NULL};
 static const char *const read_keys[] = {"negative_slot", NULL};
-static const char *const norm_keys[] = {"weight", "eps", "rounding", "matches", NULL};
+static const char *const norm_keys[] = {"weight", "eps", "rounding", "over", "matches", NULL};
+static const char *const q_norm_keys[] = {"eps", "matches", NULL};
+
+static int given(const scope *s, const char *key);
+
+/* An RMSNorm's eps: in (0, 1] and a float above zero. */
+static int get_eps(const scope *f, double *eps) {
+    TRY(get_number(f, "eps", NULL, eps));
+    if (!(*eps > 0 && *eps <= 1) || !((float)*eps > 0))
+        return bad(f, "eps", "must be in (0, 1] and above the smallest float, got %.14g", *eps);
+    return ROPEKV_OK;
+}
+
+/* A norm's sum is a tree over the 16-byte chunks of the values it covers: their count a power of two. */
+static int tree_fits(int values) { return ((values / 8) & (values / 8 - 1)) == 0; }
+/* A norm over a whole row (kv_norm.over head, q_norm) sums over the row's lanes by shuffles within a wave: the row
+ * is at least the widest wave (64 lanes of 16 bytes: W >= 512) and a power of two of chunks. */
+static int row_fits(int W) { return tree_fits(W) && W / 8 >= 64; }
+
+/* The `q_norm` table (DeepSeek-V4): a weightless RMSNorm of each query head over its W = L + R values before the
+ * rotation; eps required. Every write kernel with a query output has it: the q forms that write only part of a
+ * head (zero_copy, inplace) cannot see the whole head, so they are not built (the list's default leaves them out,
+ * a list that names them is refused). */
+static int read_q_norm(const scope *s, rk_spec *o) {
+    memset(&o->q_norm, 0, sizeof o->q_norm);
+    if (!given(s, "q_norm")) return ROPEKV_OK;
+    scope f;
+    double eps = 0;
+    TRY(open_table(s, "q_norm", &f));
+    TRY(check_keys(&f, q_norm_keys));
+    TRY(get_eps(&f, &eps));
+    TRY(get_string(&f, "matches", "", o->q_norm.matches, sizeof o->q_norm.matches));
+    lua_pop(s->L, 1);
+    if (!row_fits(o->kv_lora_rank + o->rope_dim))
+        return bad(s, "q_norm",
+                   "the query norm needs kv_lora_rank + qk_rope_head_dim a power of two of at least 512 (its sum is a "
+                   "tree over the head's 16-byte chunks, one wave's lanes or more), got %d",
+                   o->kv_lora_rank + o->rope_dim);
+    o->q_norm.norm = RK_QN_RMS;
+    o->q_norm.eps = (float)eps;
+    return ROPEKV_OK;
+}
 
 static int read_dims(const scope *s, rk_spec *o) {
     TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
@@ -792,10 +833,17 @@ static int read_lists(const scope *s, rk_spec *o) {
                                "'split' with kv dtype 'fp8_tile': a tile-scaled row is one row (flat or paged)");
     READ_LIST(s, "ops", &rk_op_enum, ops, 2, o->ops, o->n_ops);
     READ_LIST(s, "q_dtypes", &rk_qdtype_enum, qdt, 2, o->q_dtypes, o->n_qdt);
-    READ_LIST(s, "q_forms", &rk_qform_enum, qf, o->rope == RK_ROPE_NONE ? 3 : 4, o->q, o->n_q);
-    for (int i = 0; i < o->n_q; i++)
+    static const int qf_whole[] = {ROPEKV_Q_ABSORBED, ROPEKV_Q_NONE};
+    TRY(read_q_norm(s, o));
+    if (o->q_norm.norm != RK_QN_NONE) READ_LIST(s, "q_forms", &rk_qform_enum, qf_whole, 2, o->q, o->n_q);
+    else READ_LIST(s, "q_forms", &rk_qform_enum, qf, o->rope == RK_ROPE_NONE ? 3 : 4, o->q, o->n_q);
+    for (int i = 0; i < o->n_q; i++) {
         if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
+        if ((o->q[i] == ROPEKV_Q_ZERO_COPY || o->q[i] == ROPEKV_Q_INPLACE) && o->q_norm.norm != RK_QN_NONE)
+            return bad(s, "q_forms", "'%s' with a q_norm: the norm needs the whole query head (absorbed or none)",
+                       rk_qform_name(o->q[i]));
+    }
     return ROPEKV_OK;
 }
 
@@ -870,32 +918,48 @@ static int read_tile(const scope *s, rk_spec *o) {
  * but eps: DeepSeek-V3's and Kimi-K2's kv_a_layernorm have a bf16 weight and round twice). */
 static int read_norm(const scope *s, rk_spec *o) {
     static const int def_norm[] = {ROPEKV_NORM_NONE, ROPEKV_NORM_RMS, ROPEKV_NORM_RMS_OUT};
-    int fused = 0, w, r;
-    /* open when the spec describes the model's norm (kv_norm), else none */
-    const int table = given(s, "kv_norm");
-    READ_LIST(s, "norms", &rk_norm_enum, def_norm, table ? 3 : 1, o->norms, o->n_norms);
-    for (int i = 0; i < o->n_norms; i++) fused |= o->norms[i] != ROPEKV_NORM_NONE;
+    int fused = 0, w, r, over = RK_NO_LATENT;
+    scope f;
+    double eps = 0;
     memset(&o->norm, 0, sizeof o->norm);
+    /* open when the spec describes the model's norm (kv_norm), else none; a norm over the whole head has no
+     * rms_out (norm_out holds the normalized latent [Tkv, L] that prefill's up-projection reads: a V3 fact) */
+    const int table = given(s, "kv_norm");
+    if (table) {
+        TRY(open_table(s, "kv_norm", &f));
+        TRY(check_keys(&f, norm_keys));
+        TRY(get_enum(&f, "over", &rk_norm_over_enum, RK_NO_LATENT, &over));
+        lua_pop(s->L, 1);
+    }
+    READ_LIST(s, "norms", &rk_norm_enum, def_norm, !table ? 1 : over == RK_NO_HEAD ? 2 : 3, o->norms, o->n_norms);
+    for (int i = 0; i < o->n_norms; i++) {
+        fused |= o->norms[i] != ROPEKV_NORM_NONE;
+        if (o->norms[i] == ROPEKV_NORM_RMS_OUT && over == RK_NO_HEAD)
+            return bad(s, "norms", "'rms_out' with kv_norm.over 'head': norm_out holds a normalized latent only");
+    }
     if (!fused) return table ? bad(s, "kv_norm", "norms lists neither 'rms' nor 'rms_out'") : ROPEKV_OK;
-    const int chunks = o->kv_lora_rank / 8;
-    if ((chunks & (chunks - 1)) != 0)
+    if (over == RK_NO_HEAD && !row_fits(o->kv_lora_rank + o->rope_dim))
+        return bad(s, "kv_norm",
+                   "over 'head' needs kv_lora_rank + qk_rope_head_dim a power of two of at least 512 (its sum is a tree "
+                   "over the head's 16-byte chunks, one wave's lanes or more), got %d",
+                   o->kv_lora_rank + o->rope_dim);
+    if (over == RK_NO_LATENT && !tree_fits(o->kv_lora_rank))
         return bad(s, "norms",
                    "the fused RMSNorm needs kv_lora_rank / 8 a power of two (its sum is a tree over "
                    "16-byte chunks), got kv_lora_rank %d",
                    o->kv_lora_rank);
+    /* the lanes row by row (a q_norm) leave a latent-only sum no wave of its own */
+    if (over == RK_NO_LATENT && o->q_norm.norm != RK_QN_NONE && o->rope_dim > 0)
+        return bad(s, "kv_norm", "a q_norm with a norm over the latent only: set over = 'head' or drop the kv norm");
     if (!table) return bad(s, "kv_norm", "required when norms lists 'rms' or 'rms_out' (at least its eps)");
-    scope f;
-    double eps = 0;
     TRY(open_table(s, "kv_norm", &f));
-    TRY(check_keys(&f, norm_keys));
     TRY(get_enum(&f, "weight", &rk_norm_weight_enum, RK_NW_BF16, &w));
     TRY(get_enum(&f, "rounding", &rk_norm_round_enum, RK_NR_TWICE, &r));
-    TRY(get_number(&f, "eps", NULL, &eps));
-    if (!(eps > 0 && eps <= 1) || !((float)eps > 0))
-        return bad(&f, "eps", "must be in (0, 1] and above the smallest float, got %.14g", eps);
+    TRY(get_eps(&f, &eps));
     TRY(get_string(&f, "matches", "", o->norm.matches, sizeof o->norm.matches));
     o->norm.weight = (rk_norm_weight)w;
     o->norm.round = (rk_norm_round)r;
+    o->norm.over = (rk_norm_over)over;
     o->norm.eps = (float)eps;
     lua_pop(s->L, 1);
     return ROPEKV_OK;

@@ -78,6 +78,9 @@ RK_TABLE_(read_neg, RK_READ_NEG_LIST)
 RK_TABLE_(norm, RK_NORM_LIST)
 RK_TABLE_(norm_weight, RK_NORM_WEIGHT_LIST)
 RK_TABLE_(norm_round, RK_NORM_ROUND_LIST)
+RK_TABLE_(norm_over, RK_NORM_OVER_LIST)
+RK_TABLE_(q_norm, RK_Q_NORM_LIST)
+RK_TABLE_(order, RK_ORDER_LIST)
 
 static const rk_spelling *row_of(const rk_enum *e, int value) {
     for (int i = 0; i < e->n; i++)

@@ -319,6 +319,10 @@ typedef struct ropekv_args {
     const void *norm_weight; /* [L], bf16 or f32 per the spec's kv_norm.weight */
     void *norm_out;
     int64_t norm_out_st; /* rms_out: [Tkv, L] bf16, the normalized c_kv */
+    /* Padded query heads (q form absorbed): q_out holds q_heads rows per token, heads of them the model's, and the
+     * rows [heads, q_heads) are written as zeros (an attention kernel that wants 64 or 128 heads reads a
+     * tensor-parallel rank's 8 or 16). 0: heads. Read when size covers it. */
+    int64_t q_heads; /* 0, or in [heads, 65536] */
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that

@@ -47,7 +47,7 @@ static int rows_disjoint(int64_t T, int64_t H, int64_t st, int64_t sh, int64_t w
 
 /* The launch's counts, by which the symbols of the tensors' dimensions are read. */
 typedef struct counts {
-    int64_t T, K, P, H, max_pos, kv_rows, B, out_w;
+    int64_t T, K, P, H, HQ, max_pos, kv_rows, B, out_w;
     int has_q; /* the kernel writes a query and the launch has query rows */
 } counts;
 
@@ -57,6 +57,7 @@ static int64_t sym_value(const rk_desc *p, const counts *c, rk_sym s) {
     case RK_SYM_TKV: return c->K;
     case RK_SYM_P: return c->P;
     case RK_SYM_H: return c->H;
+    case RK_SYM_HQ: return c->HQ;
     case RK_SYM_MAX_POS: return c->max_pos;
     case RK_SYM_KV_ROWS: return c->kv_rows;
     case RK_SYM_BLOCKS: return c->kv_rows == 0 || c->B < 1 ? 0 : (c->kv_rows - 1) / c->B + 1;
@@ -235,6 +236,11 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     if (!read) {
         CHECK(H >= 1 && H <= 65536, ROPEKV_ERR_SHAPE, "heads = %lld: must be in [1, 65536]", (long long)H);
         CHECK(a->max_pos >= 1, ROPEKV_ERR_SHAPE, "max_pos = %lld: must be >= 1", (long long)a->max_pos);
+        CHECK(a->q_heads == 0 || (a->q_heads >= H && a->q_heads <= 65536), ROPEKV_ERR_SHAPE,
+              "q_heads = %lld: must be 0 or in [heads (%lld), 65536]", (long long)a->q_heads, (long long)H);
+        CHECK(a->q_heads == 0 || a->q_heads == H || p->q == ROPEKV_Q_ABSORBED, ROPEKV_ERR_ARG,
+              "q_heads = %lld above heads = %lld: padded query heads are written by q form absorbed, not %s",
+              (long long)a->q_heads, (long long)H, rk_qform_name(p->q));
     }
     CHECK(a->kv_rows >= 0, ROPEKV_ERR_SHAPE, "kv_rows = %lld: must be >= 0", (long long)a->kv_rows);
     if (!read)
@@ -249,6 +255,7 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
                       .K = K,
                       .P = P,
                       .H = read ? 1 : H,
+                      .HQ = read ? 1 : a->q_heads ? a->q_heads : H,
                       .max_pos = a->max_pos,
                       .kv_rows = a->kv_rows,
                       .B = p->layout == ROPEKV_KV_FLAT ? 1 : a->kv_block_size,
@@ -281,7 +288,10 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
      * byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in its
      * index type). Positions and slots are indexed by token, below 2^31. */
     rk_args_from_api(a, &pl->args);
-    if (!read) pl->args.kv_tokens = K;
+    if (!read) {
+        pl->args.kv_tokens = K;
+        pl->args.q_heads = a->q_heads ? a->q_heads : H;
+    }
     rk_launch_plan(p, &pl->args, &pl->total, &pl->blocks, &pl->block);
     if (read) CHECK(pl->blocks <= INT32_MAX, ROPEKV_ERR_SHAPE, "%lld tokens need too many blocks", (long long)T);
     else

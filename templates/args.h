@@ -16,7 +16,10 @@
 //   fp8 query. An fp8 query's q_out strides count bytes; the in-place form writes its fp8 row over the
 //   first R bytes of the q_pe row.
 //   out [T, W] bf16 (or [T, L] and out_rope [T, R]): the read-back op's rows (include/ropekv.h, ropekv_op).
-//   norm_weight [L] bf16 or f32 per the spec's kv_norm; norm_out [K, L] bf16 (include/ropekv.h, ropekv_norm).
+//   norm_weight [L] bf16 or f32 per the spec's kv_norm ([W] with a norm over the whole head); norm_out [K, L] bf16
+//   (include/ropekv.h, ropekv_norm).
+//   q_heads: the query rows q_out holds per token, >= heads (the launcher resolves 0 to heads); the rows
+//   [heads, q_heads) are written as zeros (padded heads).
 //   T = tokens: query rows [0, T); K = kv_tokens: KV rows [0, K); min_slot: slots below it are never
 //   written.
 //   (The launcher passes kv_tokens as a count: ropekv_args' 0 and ROPEKV_KV_TOKENS_NONE are resolved.)
@@ -64,7 +67,8 @@
     F(rk_i64, out_rope_st)     \
     F(const void *, norm_weight) \
     F(void *, norm_out)        \
-    F(rk_i64, norm_out_st)
+    F(rk_i64, norm_out_st)     \
+    F(rk_i64, q_heads)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)

@@ -112,10 +112,13 @@ constexpr int PAIRS = ROPE == Rope::gptj ? 4 : 8;
 // The row's values are loaded before the position and its cos/sin, so that their load overlaps that
 // two-step chain (position, then its table row) instead of following it; with a.prefetch they are
 // loaded after the gate instead (the grid before may still write them).
-RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
+// prep(p, e) turns the loaded chunk p of the row's elements [e, e + 8) into the values rotated (a normalized row's:
+// see row_factor); it runs after the lane has waited for the previous grid.
+template <class F>
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner, F prep) {
     if (ROPE == Rope::none) {
         gate(a);
-        return unpack_bf16(rk_load16(x + j));
+        return unpack_bf16(prep(rk_load16(x + j), j));
     }
     const int at = rope_at(j);
     rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
@@ -130,8 +133,111 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner)
         p0 = rk_load16(x + at);
         if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
     }
+    p0 = prep(p0, at);
+    if (ROPE == Rope::neox) p1 = prep(p1, at + H2);
     return rotate8(j < H2, p0, p1, c, s, partner);
 }
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
+    return rope8(a, x, j, t, partner, [](rk_v16 p, int) { return p; });
+}
+
+// ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
+// The sum of squares is the reference's tree: chunk sums p[c], then for d = L_CH/2, .., 1, p[c] + p[c ^ d]. The NG
+// lanes of a token's latent that share a wave take the steps d < NG by shuffles (rk_group_sum: the latent starts
+// at a multiple of the wave, and a token's lanes are a multiple of NG: chunk()); a lane takes the steps d >= NG
+// itself, from the chunks c ^ k NG it loads besides its own (wave32 targets with L_CH = 64: one more load). On the
+// host, where lanes run one after another, a lane sums the whole row.
+constexpr int NG = L_CH < RK_WAVE ? L_CH : RK_WAVE;
+constexpr int NCOL = L_CH / NG;  // chunks of the row a lane sums itself (on the GPUs)
+
+RK_DEVICE float sum_squares8(rk_v16 p) {
+    const f8 x = unpack_bf16(p);
+    float s = 0.0f;
+    for (int i = 0; i < V; i++) s = rk_fma(x.v[i], x.v[i], s);
+    return s;
+}
+
+// The tree's steps over p[0, n) (n a power of two): p[c] + p[c + d] for d = n/2, .., 1; the sum is p[0].
+RK_DEVICE float tree_sum(float *p, int n) {
+    for (int d = n / 2; d >= 1; d /= 2)
+        for (int c = 0; c < d; c++) p[c] = p[c] + p[c + d];
+    return p[0];
+}
+
+// r = 1 / sqrt(sum(x^2) / L + eps) of token t's latent row; own is chunk c's bits, already loaded.
+template <class I>
+RK_DEVICE float norm_factor(const args &a, I t, int c, rk_v16 own) {
+    const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
+#if defined(RK_HOST)
+    float p[L_CH];
+    for (int k = 0; k < L_CH; k++) p[k] = sum_squares8(k == c ? own : rk_load16(row + k * V));
+    const float sum = tree_sum(p, L_CH);
+#else
+    // Every chunk is loaded again, own included: a select of own by this lane's column would put the loads
+    // behind a branch per column, one after another (about 0.1 us more per call at T = 16 on an H200).
+    float p[NCOL];
+#pragma unroll
+    for (int m = 0; m < NCOL; m++) p[m] = sum_squares8(NCOL == 1 ? own : rk_load16_ro(row + (c % NG + m * NG) * V));
+    const float sum = rk_group_sum<NG>(tree_sum(p, NCOL));
+#endif
+    return 1.0f / rk_sqrt_rn(sum / (float)L + NORM_EPS);
+}
+
+// The weight of chunk c, as floats.
+RK_DEVICE f8 norm_weight8(const args &a, int c) {
+    f8 w;
+    if (NORM_WEIGHT == NormWeight::bf16) return unpack_bf16(rk_load16_ro((const rk_u16 *)a.norm_weight + c * V));
+    const rk_v16 lo = rk_load16_ro((const float *)a.norm_weight + c * V);
+    const rk_v16 hi = rk_load16_ro((const float *)a.norm_weight + c * V + 4);
+    const rk_u32 u[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    for (int i = 0; i < V; i++) w.v[i] = rk_bits_f32(u[i]);
+    return w;
+}
+
+// A chunk of a latent row normalized, w its weight: bf16(bf16(x * r) * w), or bf16(x * r * w) rounding once.
+RK_DEVICE rk_v16 norm8(rk_v16 raw, const f8 &w, float r) {
+    f8 x = unpack_bf16(raw);
+    for (int i = 0; i < V; i++) {
+        float y = x.v[i] * r;
+        if (NORM_ROUNDING == NormRounding::twice) y = rk_bits_f32(rk_bf16_sw(y) << 16);
+        x.v[i] = y * w.v[i];
+    }
+    return pack_bf16(x);
+}
+
+// A norm over a whole row (the lanes row by row: ORDER rows): r = 1 / sqrt(sum(x^2) / W + eps) of the row
+// x = nope[0, L) | pe[0, R) (a query head's q_nope and q_pe, or the KV row's c_kv and k_pe before the rotation), the
+// same tree over its HC chunks. Every lane of a row calls it at one place, before the row's lanes part ways (a
+// wave lies in one row: HC >= the wave, gen/spec.c), so that the shuffles see every lane of the wave.
+constexpr int HC = (L + R) / V;
+constexpr int HG = HC < RK_WAVE ? HC : RK_WAVE;
+constexpr int HCOL = HC / HG;
+RK_DEVICE rk_v16 row_chunk(const rk_u16 *nope, const rk_u16 *pe, int k) {
+    return k < L_CH ? rk_load16_ro(nope + k * V) : rk_load16_ro(pe + (k - L_CH) * V);
+}
+RK_DEVICE float row_factor(const rk_u16 *nope, const rk_u16 *pe, int c, float eps) {
+#if defined(RK_HOST)
+    float p[HC];
+    for (int k = 0; k < HC; k++) p[k] = sum_squares8(row_chunk(nope, pe, k));
+    const float sum = tree_sum(p, HC);
+    (void)c;
+#else
+    float p[HCOL];
+#pragma unroll
+    for (int m = 0; m < HCOL; m++) p[m] = sum_squares8(row_chunk(nope, pe, c % HG + m * HG));
+    const float sum = rk_group_sum<HG>(tree_sum(p, HCOL));
+#endif
+    return 1.0f / rk_sqrt_rn(sum / (float)(L + R) + eps);
+}
+
+// A query head's chunk normalized by the weightless q_norm: bf16(x * r).
+RK_DEVICE rk_v16 qnorm8(rk_v16 raw, float r) {
+    f8 x = unpack_bf16(raw);
+    for (int i = 0; i < V; i++) x.v[i] = x.v[i] * r;
+    return pack_bf16(x);
+}
+constexpr bool ROWS = ORDER == Order::rows;
+constexpr bool HEAD_NORM = NORM != Norm::none && NORM_OVER == NormOver::head;
 
 // An element on its way to fp8 under scale convention S: scaled by k (which holds 1/scale for
 // mul_recip: see fp8_factor), sanitized when CLEAN (NaN -> 0; inf is clamped), clamped to the bound
@@ -192,8 +298,20 @@ RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool ski
 // written); its slot is waited for only at the store, so that load overlaps the chunk's own (a slot
 // read first would add a memory round trip to the chain). An fp8 query's scale is read as the cache's
 // is (kv_chunk).
+// A padded query head (h >= heads, q form absorbed): chunk c of its q_out row written as zeros.
 template <class I>
-RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
+RK_DEVICE void q_pad(const args &a, I t, I h, int c) {
+    const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
+    gate(a);
+    if (skip) return;
+    const I at = t * (I)a.q_out_st + h * (I)a.q_out_sh + (c < L_CH ? c * V : L + (c - L_CH) * V);
+    if (Q8) rk_store8_out((rk_u8 *)a.q_out + at, rk_v8{0, 0});
+    else rk_store16_out((rk_u16 *)a.q_out + at, rk_v16{0, 0, 0, 0});
+}
+
+// rq: the head's q_norm factor (row_factor; 1 without a q_norm).
+template <class I>
+RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
     const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
     const bool scaled = Q8 && Q_SCALE != Scale::none;
     float q_scale = scaled && !a.prefetch ? *a.q_scale : 1.0f;
@@ -203,6 +321,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
         gate(a);
         rk_v16 x = rk_load16_ro(src + c * V);
+        if (Q_NORM == QNorm::rms) x = qnorm8(x, rq);
         if (scaled && a.prefetch) q_scale = *a.q_scale;
         if (skip) return;
         if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + c * V, pack_q8(unpack_bf16(x), fp8_factor<Q_SCALE>(q_scale), false));
@@ -226,7 +345,8 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c) {
         return;
     }
     f8 unused;
-    f8 y = rope8(a, q_pe, j, t, &unused);
+    f8 y = Q_NORM == QNorm::rms ? rope8(a, q_pe, j, t, &unused, [rq](rk_v16 p, int) { return qnorm8(p, rq); })
+                                : rope8(a, q_pe, j, t, &unused);
     if (scaled && a.prefetch) q_scale = *a.q_scale;
     if (skip) return;
     if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + L + j, pack_q8(y, fp8_factor<Q_SCALE>(q_scale), true));
@@ -296,73 +416,21 @@ template <int S>
 RK_DEVICE int value_byte(int j) { return SEG[S].at + (j - SEG[S].from) * SEG_BITS<S> / 8; }
 static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segment, inside its row");
 
-// ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
-// The sum of squares is the reference's tree: chunk sums p[c], then for d = L_CH/2, .., 1, p[c] + p[c ^ d]. The NG
-// lanes of a token's latent that share a wave take the steps d < NG by shuffles (rk_group_sum: the latent starts
-// at a multiple of the wave, and a token's lanes are a multiple of NG: chunk()); a lane takes the steps d >= NG
-// itself, from the chunks c ^ k NG it loads besides its own (wave32 targets with L_CH = 64: one more load). On the
-// host, where lanes run one after another, a lane sums the whole row.
-constexpr int NG = L_CH < RK_WAVE ? L_CH : RK_WAVE;
-constexpr int NCOL = L_CH / NG;  // chunks of the row a lane sums itself (on the GPUs)
-
-RK_DEVICE float sum_squares8(rk_v16 p) {
-    const f8 x = unpack_bf16(p);
-    float s = 0.0f;
-    for (int i = 0; i < V; i++) s = rk_fma(x.v[i], x.v[i], s);
-    return s;
-}
-
-// The tree's steps over p[0, n) (n a power of two): p[c] + p[c + d] for d = n/2, .., 1; the sum is p[0].
-RK_DEVICE float tree_sum(float *p, int n) {
-    for (int d = n / 2; d >= 1; d /= 2)
-        for (int c = 0; c < d; c++) p[c] = p[c] + p[c + d];
-    return p[0];
-}
-
-// r = 1 / sqrt(sum(x^2) / L + eps) of token t's latent row; own is chunk c's bits, already loaded.
-template <class I>
-RK_DEVICE float norm_factor(const args &a, I t, int c, rk_v16 own) {
-    const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
-#if defined(RK_HOST)
-    float p[L_CH];
-    for (int k = 0; k < L_CH; k++) p[k] = sum_squares8(k == c ? own : rk_load16(row + k * V));
-    const float sum = tree_sum(p, L_CH);
-#else
-    // Every chunk is loaded again, own included: a select of own by this lane's column would put the loads
-    // behind a branch per column, one after another (about 0.1 us more per call at T = 16 on an H200).
-    float p[NCOL];
-#pragma unroll
-    for (int m = 0; m < NCOL; m++) p[m] = sum_squares8(NCOL == 1 ? own : rk_load16_ro(row + (c % NG + m * NG) * V));
-    const float sum = rk_group_sum<NG>(tree_sum(p, NCOL));
-#endif
-    return 1.0f / rk_sqrt_rn(sum / (float)L + NORM_EPS);
-}
-
-// The weight of chunk c, as floats.
-RK_DEVICE f8 norm_weight8(const args &a, int c) {
-    f8 w;
-    if (NORM_WEIGHT == NormWeight::bf16) return unpack_bf16(rk_load16_ro((const rk_u16 *)a.norm_weight + c * V));
-    const rk_v16 lo = rk_load16_ro((const float *)a.norm_weight + c * V);
-    const rk_v16 hi = rk_load16_ro((const float *)a.norm_weight + c * V + 4);
-    const rk_u32 u[V] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    for (int i = 0; i < V; i++) w.v[i] = rk_bits_f32(u[i]);
-    return w;
-}
-
-// A chunk of a latent row normalized, w its weight: bf16(bf16(x * r) * w), or bf16(x * r * w) rounding once.
-RK_DEVICE rk_v16 norm8(rk_v16 raw, const f8 &w, float r) {
-    f8 x = unpack_bf16(raw);
-    for (int i = 0; i < V; i++) {
-        float y = x.v[i] * r;
-        if (NORM_ROUNDING == NormRounding::twice) y = rk_bits_f32(rk_bf16_sw(y) << 16);
-        x.v[i] = y * w.v[i];
-    }
-    return pack_bf16(x);
-}
-
 // Block-scaled segments: a block of SEG[S].block values is BLOCK_CH<S> chunks, on consecutive lanes of one wave
 // (the copy section starts at a multiple of the wave, a token's lanes are a multiple of BLOCK_CH, and a block
 // starts at a multiple of its values: chunk()).
+
+// Chunk c (>= L_CH) of the KV row: k_pe's values rotated, normalized first with the factor r by a norm over the
+// whole head.
+template <class I>
+RK_DEVICE f8 kv_rope8(const args &a, I t, int c, float r) {
+    f8 unused;
+    const rk_u16 *pe = (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st;
+    if constexpr (HEAD_NORM)
+        return rope8(a, pe, (c - L_CH) * V, t, &unused,
+                     [&a, r](rk_v16 p, int e) { return norm8(p, norm_weight8(a, L_CH + e / V), r); });
+    else return rope8(a, pe, (c - L_CH) * V, t, &unused);
+}
 
 // The largest |x| of a chunk, NaN ignored (a NaN compares false).
 RK_DEVICE float amax8(const f8 &y) {
@@ -409,8 +477,7 @@ RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float 
             if (NORM != Norm::none) p = norm8(p, norm_weight8(a, q), r);
             y = unpack_bf16(p);
         } else {
-            f8 unused;
-            y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (q - L_CH) * V, t, &unused);
+            y = kv_rope8(a, t, q, r);
         }
         float x = amax8(block_prep<S>(y, q < L_CH, k));
         m = x > m ? x : m;
@@ -472,7 +539,7 @@ RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
 // the rotation it would add a memory round trip to the chain. A block-scaled chunk finds its block's scale with
 // the other lanes of the block before any of them can skip.
 template <class I, int S>
-RK_DEVICE void kv_segment(const args &a, I t, int c) {
+RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr Segment G = SEG[S];
     static_assert(G.outer != Outer::token, "a per-token outer scale has no kernel writer yet");
     static_assert(G.block == 0 || G.from % G.block == 0, "a block starts at a multiple of its values");
@@ -484,21 +551,20 @@ RK_DEVICE void kv_segment(const args &a, I t, int c) {
     const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
-    float r = 1.0f;  // the norm's factor
+    float r = r_row;  // the norm's factor (a norm over the whole head: the row's, from chunk())
     if (nope) {
         gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
-        if (NORM != Norm::none) {  // from here on the row is the normalized one
+        if constexpr (NORM != Norm::none) {  // from here on the row is the normalized one
             const f8 w = norm_weight8(a, c);  // loaded beside the row, not after its sum
-            r = norm_factor<I>(a, t, c, raw);
+            if constexpr (!HEAD_NORM) r = norm_factor<I>(a, t, c, raw);
             raw = norm8(raw, w, r);
             if (NORM == Norm::rms_out && !(NEG == Neg::skip_all && slot < 0))
                 rk_store16_out((rk_u16 *)a.norm_out + t * (I)a.norm_out_st + c * V, raw);
         }
         y = unpack_bf16(raw);
     } else {
-        f8 unused;
-        y = rope8(a, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, (c - L_CH) * V, t, &unused);
+        y = kv_rope8(a, t, c, r);
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     const int j = c * V;  // the chunk's first value
@@ -537,14 +603,14 @@ RK_DEVICE void kv_segment(const args &a, I t, int c) {
 
 // Chunk c of the KV row: its segment is found by comparisons with the segments' constant bounds.
 template <class I, int S = 0>
-RK_DEVICE void kv_chunk(const args &a, I t, int c) {
+RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
     if constexpr (S + 1 < NSEG) {
         if (c >= SEG_END_CH<S>) {
-            kv_chunk<I, S + 1>(a, t, c);
+            kv_chunk<I, S + 1>(a, t, c, r);
             return;
         }
     }
-    kv_segment<I, S>(a, t, c);
+    kv_segment<I, S>(a, t, c, r);
 }
 
 // A token's lanes, in two sections, so that no wave mixes rotating lanes (two dependent loads:
@@ -565,11 +631,48 @@ template <class I>
 RK_DEVICE I token_of(const args &a, I g) { return divide<I>(g, a.lanes, a.lanes_mul, a.lanes_shift); }
 
 // Chunk g of the whole launch. I is int when every offset fits in 31 bits, else long long.
+// Row by row (ROWS): q_heads query rows of HC lanes (q form absorbed: q_chunk's numbering is the row's), then the
+// KV row's HC lanes. A norm over a row is summed here, where all of the row's lanes are, before they part ways.
+template <class I>
+RK_DEVICE void row_chunk_of(const args &a, I t, I r) {
+    const I row = r / HC;
+    const int c = (int)(r - row * HC);
+    if (QFORM != QForm::none && row < (I)a.q_heads) {
+        if (t >= (I)a.tokens) return;  // past the query rows
+        enter(a);
+        if (row >= (I)a.heads) {
+            q_pad<I>(a, t, row, c);
+            return;
+        }
+        float rq = 1.0f;
+        if constexpr (Q_NORM == QNorm::rms) {
+            gate(a);
+            rq = row_factor((const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + row * (I)a.q_nope_sh,
+                            (const rk_u16 *)a.q_pe + t * (I)a.q_pe_st + row * (I)a.q_pe_sh, c, Q_NORM_EPS);
+        }
+        q_chunk<I>(a, t, row, c, rq);
+        return;
+    }
+    if (t >= (I)a.kv_tokens) return;  // past the KV rows
+    enter(a);
+    float rk = 1.0f;
+    if constexpr (HEAD_NORM) {
+        gate(a);
+        rk = row_factor((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st, (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st, c,
+                        NORM_EPS);
+    }
+    kv_chunk<I>(a, t, c, rk);
+}
+
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
-    const I heads = (I)a.heads, rope = rope_lanes<I>(heads);
+    const I heads = (I)a.q_heads, rope = rope_lanes<I>(heads);
     const I t = token_of<I>(a, g);
     I r = g - t * (I)a.lanes;
+    if constexpr (ROWS) {
+        row_chunk_of<I>(a, t, r);
+        return;
+    }
     I h = 0;
     int c;        // chunk within the query row (q_chunk's numbering) or the KV row
     bool q_lane;
@@ -596,11 +699,12 @@ RK_DEVICE void chunk(const args &a, I g) {
     if (q_lane) {
         if (t >= (I)a.tokens) return;  // past the query rows
         enter(a);
-        q_chunk<I>(a, t, h, c);
+        if (h >= (I)a.heads) q_pad<I>(a, t, h, c);
+        else q_chunk<I>(a, t, h, c, 1.0f);
     } else {
         if (t >= (I)a.kv_tokens) return;  // past the KV rows
         enter(a);
-        kv_chunk<I>(a, t, c);
+        kv_chunk<I>(a, t, c, 1.0f);
     }
 }
 

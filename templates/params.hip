@@ -26,6 +26,9 @@ enum class ReadNeg { zero, skip };
 enum class Norm { none, rms, rms_out };
 enum class NormWeight { bf16, f32 };
 enum class NormRounding { twice, once };
+enum class NormOver { latent, head };
+enum class QNorm { none, rms };
+enum class Order { sections, rows };
 
 //@ constants: one per row of gen/params.def with a kernel constant (written here by gen/render.c)
 

@@ -1849,7 +1849,7 @@ enum { NMAX = 64, NR = 8, NSTRIDE = 80, NT = 6 };
 static void setup_norm(setup *s, int L, rk_norm_weight w, float eps, rk_norm_round r, ropekv_norm norm) {
     setup_init(s, RK_ROPE_NONE, RK_CS_F32_CAT);
     s->spec.kv_lora_rank = L;
-    s->spec.norm = (rk_norm_policy){w, eps, r, ""};
+    s->spec.norm = (rk_norm_policy){.weight = w, .eps = eps, .round = r, .over = RK_NO_LATENT, .matches = ""};
     s->v.q = ROPEKV_Q_NONE;
     s->v.norm = norm;
 }
@@ -2171,6 +2171,74 @@ static void test_norm_feeds_the_row(void **state) {
  * for a negative slot under skip_all or for a token past kv_tokens, and none at all from the rms variant (which writes
  * the same cache rows); the padding between rows is never written. Tokens 0..3 have KV rows (slots 2, -1, 9 past the
  * 4 rows, 1 below min_slot 2), token 4 only a query row (its slot 3 is not read). */
+/* DeepSeek-V4's geometry on a hand case (L = R = 8, W = 16, eps 0.5, GPT-J with cos 0 and sin 1 at position 0, so
+ * a pair (x0, x1) turns into (-x1, x0)): the kv norm over the whole head and the weightless query norm, both before
+ * the rotation, and padded query heads. The head's values are test_norm_hand_case's: the sum of squares over all 16
+ * is 56, r = 1 / sqrt(56 / 16 + 0.5) = 0.5 exactly (over the latent alone it would be 1 / sqrt(40 / 8 + 0.5)).
+ *   KV: n = that case's row; the latent is n[0, 8), the rope part n[8, 16) rotated: (0.25, -1.25) -> (1.25, 0.25),
+ *       (-0.75, 0.50390625) -> (-0.50390625, -0.75), (0.99609375, -1.5) -> (1.5, 0.99609375), (0.25, 0) -> (+0,
+ *       0.25) (fmaf(0.25, 0, -0) = +0).
+ *   q:  n = bf16(x * 0.5) (no weight): 1.5, -1.5, 2, 1, 0.5, 0.5, 0, 0 | 1, -1, 1, 0.5, 0.5, 0.5, 0.5, 0, the rope
+ *       part rotated: 1, 1, -0.5, 1, -0.5, 0.5, +0, 0.5. Heads 1 and 2 of q_heads = 3 are zeros. */
+static void test_v4_head(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16, QH = 3 };
+    setup s;
+    setup_init(&s, RK_ROPE_GPTJ, RK_CS_F32_CAT);
+    s.spec.norm = (rk_norm_policy){.weight = RK_NW_BF16, .eps = 0.5f, .round = RK_NR_TWICE, .over = RK_NO_HEAD};
+    s.spec.q_norm = (rk_q_norm_policy){.norm = RK_QN_RMS, .eps = 0.5f};
+    s.v.norm = ROPEKV_NORM_RMS;
+    const float x[W] = {3, -3, 4, 2, 1, 1, 0, 0, 2, -2, 2, 1, 1, 1, 1, 0};
+    const float w[W] = {1.0078125f, 1.0078125f, 0.5f,   -1,         3,          1.5f, 2,    -2,
+                        0.25f,      1.25f,      -0.75f, 1.0078125f, 1.9921875f, -3,   0.5f, 1};
+    const uint16_t want_kv[W] = {0x3fc2, 0xbfc2, 0x3f80, 0xbf80, 0x3fc0, 0x3f40, 0x0000, 0x8000,
+                                 0x3fa0, 0x3e80, 0xbf01, 0xbf40, 0x3fc0, 0x3f7f, 0x0000, 0x3e80};
+    const uint16_t want_q[W] = {0x3fc0, 0xbfc0, 0x4000, 0x3f80, 0x3f00, 0x3f00, 0x0000, 0x0000,
+                                0x3f80, 0x3f80, 0xbf00, 0x3f80, 0xbf00, 0x3f00, 0x0000, 0x3f00};
+    uint16_t head[W], wb[W], kv[W + 4], q_out[QH * W + 4], zeros[W] = {0};
+    int64_t pos[1] = {0}, slot[1] = {0};
+    float cs[R] = {0, 0, 0, 0, 1, 1, 1, 1};
+    put_f(head, x, W);
+    put_f(wb, w, W);
+    fill16(kv, W + 4, SENT16);
+    fill16(q_out, QH * W + 4, SENT16);
+    rk_args a = {.q_nope = head,
+                 .q_pe = head + L,
+                 .q_out = q_out,
+                 .k_nope = head,
+                 .k_pe = head + L,
+                 .kv_cache = kv,
+                 .positions = pos,
+                 .slots = slot,
+                 .cos_sin = cs,
+                 .tokens = 1,
+                 .heads = 1,
+                 .q_heads = QH,
+                 .max_pos = 1,
+                 .q_nope_st = W,
+                 .q_pe_st = W,
+                 .q_out_st = QH * W,
+                 .q_out_sh = W,
+                 .k_nope_st = W,
+                 .k_pe_st = W,
+                 .kv_st = W,
+                 .kv_rows = 1,
+                 .norm_weight = wb};
+    ref_run(&s, &a);
+    check16(kv, want_kv, W, "kv row");
+    check16(q_out, want_q, W, "q_out head 0");
+    check16(q_out + W, zeros, W, "q_out head 1 (padded)");
+    check16(q_out + 2 * W, zeros, W, "q_out head 2 (padded)");
+    for (int i = 0; i < 4; i++) assert_int_equal(kv[W + i], SENT16);
+    for (int i = 0; i < 4; i++) assert_int_equal(q_out[QH * W + i], SENT16);
+    /* over the latent alone the factor differs, so does every value */
+    s.spec.norm.over = RK_NO_LATENT;
+    s.spec.q_norm.norm = RK_QN_NONE;
+    fill16(kv, W + 4, SENT16);
+    ref_run(&s, &a);
+    assert_int_not_equal(kv[0], want_kv[0]);
+}
+
 static void test_norm_out_rows(void **state) {
     (void)state;
     enum { L = 16, T = 5, K = 4, ROWS = 4, OST = L + 8 };
@@ -2503,6 +2571,7 @@ int main(void) {
         cmocka_unit_test(test_norm_sanitize),
         cmocka_unit_test(test_norm_feeds_the_row),
         cmocka_unit_test(test_norm_out_rows),
+        cmocka_unit_test(test_v4_head),
         cmocka_unit_test(test_codec_e2m1_ties),
         cmocka_unit_test(test_codec_e4m3_ties),
         cmocka_unit_test(test_codec_ue8m0_blocks),

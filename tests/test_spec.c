@@ -919,7 +919,31 @@ static void test_kv_norm(void **state) {
         {KVN "s.kv_norm = { eps = true }", ROPEKV_ERR_SPEC_INVALID, "kv_norm.eps: must be a number, got boolean"},
         /* the other keys */
         {KVN "s.kv_norm = { eps = 1e-6, epsilon = 1e-6 }", ROPEKV_ERR_SPEC_INVALID,
-         "kv_norm: unknown key 'epsilon' (allowed: weight, eps, rounding, matches)"},
+         "kv_norm: unknown key 'epsilon' (allowed: weight, eps, rounding, over, matches)"},
+        /* a norm over the whole head (DeepSeek-V4): a power of two of chunks, a wave's lanes or more; no rms_out */
+        {KVN "s.kv_norm = { eps = 1e-6, over = 'head' }", ROPEKV_ERR_SPEC_INVALID,
+         "kv_norm: over 'head' needs kv_lora_rank + qk_rope_head_dim a power of two of at least 512"},
+        {KVN "s.kv_norm = { eps = 1e-6, over = 'head' }", ROPEKV_ERR_SPEC_INVALID, "got 576"},
+        {KVN "s.kv_lora_rank = 192  s.kv_norm = { eps = 1e-6, over = 'head' }", ROPEKV_ERR_SPEC_INVALID, "got 256"},
+        {KVN "s.kv_norm = { eps = 1e-6, over = 'rows' }", ROPEKV_ERR_SPEC_INVALID,
+         "kv_norm.over: unknown value 'rows' (one of: latent, head)"},
+        {"s.kv_lora_rank = 448  s.norms = { 'none', 'rms_out' }  s.kv_norm = { eps = 1e-6, over = 'head' }",
+         ROPEKV_ERR_SPEC_INVALID, "norms: 'rms_out' with kv_norm.over 'head'"},
+        {KVN "s.kv_lora_rank = 448  s.kv_norm = { eps = 1e-6 }", ROPEKV_ERR_SPEC_INVALID,
+         "norms: the fused RMSNorm needs kv_lora_rank / 8 a power of two"},
+        /* the query heads' norm */
+        {"s.q_norm = { eps = 1e-6 }", ROPEKV_ERR_SPEC_INVALID,
+         "q_norm: the query norm needs kv_lora_rank + qk_rope_head_dim a power of two of at least 512"},
+        {"s.kv_lora_rank = 448  s.q_norm = { }", ROPEKV_ERR_SPEC_INVALID, "q_norm.eps: required (a number)"},
+        {"s.kv_lora_rank = 448  s.q_norm = { eps = 2 }", ROPEKV_ERR_SPEC_INVALID, "q_norm.eps: must be in (0, 1]"},
+        {"s.kv_lora_rank = 448  s.q_norm = { eps = 1e-6, weight = 'bf16' }", ROPEKV_ERR_SPEC_INVALID,
+         "q_norm: unknown key 'weight' (allowed: eps, matches)"},
+        {"s.kv_lora_rank = 448  s.q_norm = { eps = 1e-6 }  s.q_forms = { 'absorbed', 'zero_copy' }",
+         ROPEKV_ERR_SPEC_INVALID, "q_forms: 'zero_copy' with a q_norm: the norm needs the whole query head"},
+        {"s.kv_lora_rank = 448  s.q_norm = { eps = 1e-6 }  s.q_forms = { 'inplace' }", ROPEKV_ERR_SPEC_INVALID,
+         "q_forms: 'inplace' with a q_norm"},
+        {"s.qk_rope_head_dim = 512  s.q_norm = { eps = 1e-6 }  " KVN "s.kv_norm = { eps = 1e-6 }",
+         ROPEKV_ERR_SPEC_INVALID, "kv_norm: a q_norm with a norm over the latent only"},
         {KVN "s.kv_norm = { eps = 1e-6, weight = 'fp16' }", ROPEKV_ERR_SPEC_INVALID,
          "kv_norm.weight: unknown value 'fp16' (one of: bf16, f32)"},
         {KVN "s.kv_norm = { eps = 1e-6, weight = 4 }", ROPEKV_ERR_SPEC_INVALID,
@@ -970,6 +994,16 @@ static void test_kv_norm(void **state) {
     assert_true(s.kv_lora_rank == 8 && s.n_norms == 1);
     s = load_ok(state, "s.kv_lora_rank = 8192  s.norms = { 'rms' }  s.kv_norm = { eps = 1e-6 }");
     assert_true(s.kv_lora_rank == 8192);
+    /* DeepSeek-V4's head: the kv norm over all 512 values (norms default to none and rms), the query norm (q forms
+     * default to absorbed and none) */
+    s = load_ok(state, "s.kv_lora_rank = 448  s.kv_norm = { eps = 1e-6, over = 'head' }  s.q_norm = { eps = 1e-5 }"
+                       "  s.q_forms = nil");
+    assert_true(s.norm.over == RK_NO_HEAD && s.n_norms == 2 && s.norms[0] == ROPEKV_NORM_NONE &&
+                s.norms[1] == ROPEKV_NORM_RMS);
+    assert_true(s.q_norm.norm == RK_QN_RMS && s.q_norm.eps == 1e-5f && s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED &&
+                s.q[1] == ROPEKV_Q_NONE);
+    s = load_ok(state, "");
+    assert_true(s.norm.over == RK_NO_LATENT && s.q_norm.norm == RK_QN_NONE);
 }
 
 /* The query's fp8 policy is read apart from the cache's. */

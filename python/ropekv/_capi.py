@@ -145,6 +145,7 @@ class ropekv_args(_Sized):
         ("norm_weight", ctypes.c_void_p),  # norm rms / rms_out: the weight [L] (bf16 or f32 per the spec)
         ("norm_out", ctypes.c_void_p),  # norm rms_out: the normalized c_kv [Tkv, L] bf16
         ("norm_out_st", ctypes.c_int64),
+        ("q_heads", ctypes.c_int64),  # padded query heads (absorbed): q_out's rows per token, >= heads; 0: heads
     ]
 
 

@@ -320,12 +320,15 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
         if K is None:
             K = T
         H = int(qref.shape[1]) if qref is not None and qref.dim() >= 2 else 1
+    # q_out's rows per token: the model's heads (q_pe's) and padded ones written as zeros
+    qo = t["q_out"]
+    HQ = int(qo.shape[1]) if qo is not None and qo.dim() >= 2 and t["q_pe"] is not None else H
     P = max(T, K)
 
     if strict:
         if "q_scale" in table and T > 0 and t["q_scale"] is None:
             t["q_scale"] = _unit_scale(torch, (t["q_out"] if t["q_out"] is not None else t["q_pe"]).device, "q_scale")
-        values = {"T": T, "Tkv": K, "P": P, "H": H, "out_w": info.L if t["out_rope"] is not None else info.W}
+        values = {"T": T, "Tkv": K, "P": P, "H": H, "Hq": HQ, "out_w": info.L if t["out_rope"] is not None else info.W}
         for ti in kernel.tensors:
             v = t[ti.name]
             if v is None or ti.name in _CACHES:
@@ -347,6 +350,8 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
 
     a = _capi.ropekv_args()
     a.tokens, a.heads = T, H
+    if not read and HQ != H:
+        a.q_heads = HQ
     if read:
         a.max_pos = 1
     else:

@@ -218,6 +218,37 @@ def test_op_norm_errors_host():
     assert e.status == "ROPEKV_ERR_UNSUPPORTED", e
 
 
+def test_padded_query_heads():
+    """DeepSeek-V4 (one 512-wide head, the kv norm over it, the weightless query norm): a q_out with more heads than
+    q_pe gets the model's heads as an unpadded launch writes them and zeros in the others (+0 bits, bf16 and fp8); a
+    padded q_out on another q form is refused."""
+    torch, ops = _ops()
+    T, H, HQ, L, R = 5, 2, 8, 448, 64
+    g = torch.Generator().manual_seed(17)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16)
+
+    x = dict(q_nope=rnd(T, H, L), q_pe=rnd(T, H, R), k_nope=rnd(T, L), k_pe=rnd(T, R),
+             positions=torch.arange(T, dtype=torch.int64), slots=torch.arange(T, dtype=torch.int64),
+             cos_sin=torch.randn(8, R, generator=g), norm="rms", norm_weight=rnd(L + R))
+    for q_dtype, make in (("bf16", lambda h: torch.full((T, h, L + R), 3.0, dtype=torch.bfloat16)),
+                          ("fp8_e4m3", lambda h: torch.full((T, h, L + R), 0x5A, dtype=torch.uint8))):
+        padded, plain = make(HQ), make(H)
+        caches = [torch.zeros(T, L + R, dtype=torch.bfloat16) for _ in range(2)]
+        scale = dict(q_scale=torch.tensor([0.5])) if q_dtype == "fp8_e4m3" else {}
+        ops.write("deepseek_v4_flash", q_out=padded, kv_cache=caches[0], **x, **scale)
+        ops.write("deepseek_v4_flash", q_out=plain, kv_cache=caches[1], **x, **scale)
+        assert torch.equal(padded[:, :H].view(torch.uint8), plain.view(torch.uint8)), q_dtype
+        assert (padded[:, H:].contiguous().view(torch.uint8) == 0).all(), q_dtype
+        assert torch.equal(caches[0].view(torch.int16), caches[1].view(torch.int16))
+        assert (plain.view(torch.uint8) != (3 if q_dtype == "fp8_e4m3" else 0)).any()
+    e = _expect(ropekv.RopekvError, lambda: ops.write("deepseek_v3", **rf.make_inputs(
+        torch, "deepseek_v3", "none", "bf16", 4, 2, "cpu"), q_out=torch.zeros(4, 4, 576, dtype=torch.bfloat16),
+        q_form="zero_copy", q_pe=torch.zeros(4, 2, 64, dtype=torch.bfloat16)))
+    assert "padded query heads are written by q form absorbed" in str(e), e
+
+
 def test_op_fake_implementation():
     """The fake implementation (a Meta kernel on torch 1.13, register_fake on 2.x) runs on meta tensors without
     launching anything: what tracing calls."""

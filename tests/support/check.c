@@ -230,7 +230,7 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
         .slots = Kb * idx_slot,
         .cos = max_pos * cs_w * cs_elem,
         .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
-        .norm_w = v->norm == ROPEKV_NORM_NONE ? 0 : L * (v->norm_weight == RK_NW_F32 ? 4 : 2),
+        .norm_w = v->norm == ROPEKV_NORM_NONE ? 0 : rk_norm_values(v) * (v->norm_weight == RK_NW_F32 ? 4 : 2),
         .norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? Kb * (L + pad) * 2 : 0,
     };
     return z;
@@ -351,7 +351,7 @@ static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64
  * bits below bf16's (so a kernel that rounds it, or the product, early is caught). */
 static void fill_norm_weight(const rk_desc *v, set *s, rk_rng *r) {
     if (v->norm == ROPEKV_NORM_NONE) return;
-    for (int j = 0; j < v->L; j++) {
+    for (int j = 0; j < rk_norm_values(v); j++) {
         float w = uniform(r, 0.25f, 2.0f);
         if (rk_rng_next(r) % 8 == 0) w = -w;
         if (rk_rng_next(r) % 16 == 0) w *= 1e-3f;
