@@ -517,9 +517,14 @@ int rk_record_fits(const rk_record *r, ropekv_kv_layout layout) {
 }
 
 const char *rk_record_unsupported(const rk_record *r) {
-    for (int i = 0; i < r->n_seg; i++)
-        if (r->seg[i].outer == RK_OUT_TOKEN)
-            return "a per-token outer scale has no kernel writer or reader yet (the reference encodes it)";
+    const int chunks = r->L / 8;
+    for (int i = 0; i < r->n_seg; i++) {
+        const rk_segment *g = &r->seg[i];
+        /* the kernels find a token's amax over the latent's lanes, as the fused norm sums them */
+        if (g->outer == RK_OUT_TOKEN && (g->from != 0 || g->n != r->L || (chunks & (chunks - 1)) != 0 || !g->block))
+            return "the kernels write a per-token outer scale over blocks of the whole latent (from 0, n = L, L / 8 a "
+                   "power of two) only; the reference encodes any";
+    }
     return NULL;
 }
 

@@ -432,6 +432,16 @@ RK_DEVICE f8 kv_rope8(const args &a, I t, int c, float r) {
     else return rope8(a, pe, (c - L_CH) * V, t, &unused);
 }
 
+// Chunk q of token t's KV row as values (the host's lanes, and a lane's other columns): c_kv normalized with the
+// row's factor r (a fused norm), or k_pe rotated (kv_rope8).
+template <class I>
+RK_DEVICE f8 kv_values(const args &a, I t, int q, float r) {
+    if (q >= L_CH) return kv_rope8(a, t, q, r);
+    rk_v16 p = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + q * V);
+    if (NORM != Norm::none) p = norm8(p, norm_weight8(a, q), r);
+    return unpack_bf16(p);
+}
+
 // The largest |x| of a chunk, NaN ignored (a NaN compares false).
 RK_DEVICE float amax8(const f8 &y) {
     float m = 0.0f;
@@ -467,19 +477,10 @@ template <class I, int S>
 RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float k) {
     constexpr int B = BLOCK_CH<S>;
 #if defined(RK_HOST)
-    const rk_u16 *row = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st;
     const int first = SEG[S].from / V + (c - SEG[S].from / V) / B * B;
     float m = 0.0f;
     for (int q = first; q < first + B; q++) {
-        f8 y;
-        if (q < L_CH) {
-            rk_v16 p = rk_load16(row + q * V);
-            if (NORM != Norm::none) p = norm8(p, norm_weight8(a, q), r);
-            y = unpack_bf16(p);
-        } else {
-            y = kv_rope8(a, t, q, r);
-        }
-        float x = amax8(block_prep<S>(y, q < L_CH, k));
+        float x = amax8(block_prep<S>(kv_values<I>(a, t, q, r), q < L_CH, k));
         m = x > m ? x : m;
     }
     (void)own;
@@ -494,14 +495,49 @@ RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float 
 #endif
 }
 
+// A per-token outer scale (segment S over the latent, [0, L): rk_record_unsupported): g = max(amax over the
+// segment / (smax * sat), FLT_MIN), smax the block scale type's largest value (f32 1, UE8M0 2^127, e4m3 the
+// target's). The segment's SC chunks are consecutive lanes of the copy section, TG of a wave: a lane takes the
+// amax of the chunks c % TG + m TG it computes besides its own (own: its chunk's), and the group exchanges them; on
+// the host a lane computes the whole segment.
+template <int S>
+constexpr float SCALE_MAX = SEG[S].scale == ScaleType::ue8m0 ? 1.70141183e38f
+                            : SEG[S].scale == ScaleType::e4m3 ? (RK_FP8_FNUZ ? 240.0f : 448.0f)
+                                                              : 1.0f;
+template <class I, int S>
+RK_DEVICE float token_scale(const args &a, I t, int c, float own, float r, float k) {
+    constexpr Segment G = SEG[S];
+    constexpr int SC = G.n / V, TG = SC < RK_WAVE ? SC : RK_WAVE, TCOL = SC / TG;
+    static_assert(G.from == 0 && G.n == L && (SC & (SC - 1)) == 0, "a token scale over the whole latent");
+    float m = 0.0f;
+#if defined(RK_HOST)
+    for (int q = 0; q < SC; q++) {
+        const float x = amax8(block_prep<S>(kv_values<I>(a, t, q, r), true, k));
+        m = x > m ? x : m;
+    }
+    (void)own;
+    (void)c;
+#else
+#pragma unroll
+    for (int col = 0; col < TCOL; col++) {
+        const float x = TCOL == 1 ? own : amax8(block_prep<S>(kv_values<I>(a, t, c % TG + col * TG, r), true, k));
+        m = x > m ? x : m;
+    }
+    m = rk_group_max<TG>(m);
+#endif
+    const float g = m / (SCALE_MAX<S> * G.sat);
+    return g >= 1.17549435e-38f ? g : 1.17549435e-38f;  // NaN: FLT_MIN
+}
+
 // A block's scale: s = max(amax / sat, FLT_MIN) (an IEEE division), rounded up to a power of two by pow2_up (and
 // for a UE8M0 byte, which holds nothing else; an inf amax gives an inf scale). *bits is what the row stores (the
 // float's bits, the UE8M0 byte, or the e4m3 byte, 0x01 for an s that rounds to zero); the value returned is what
 // the values are divided by (the stored scale decoded: UE8M0 0xff is NaN).
 template <int S>
-RK_DEVICE float block_scale(float amax, rk_u32 *bits) {
+RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     constexpr Segment G = SEG[S];
     float s = amax / G.sat;
+    if (G.outer == Outer::token) s = s / gs;  // a token scale gs: the block's scale is relative to it
     s = s > 1.17549435e-38f ? s : 1.17549435e-38f;
     if (G.rule == ScaleRule::pow2_up || G.scale == ScaleType::ue8m0) {
         rk_u32 u = rk_f32_bits(s);
@@ -541,7 +577,7 @@ RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
 template <class I, int S>
 RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr Segment G = SEG[S];
-    static_assert(G.outer != Outer::token, "a per-token outer scale has no kernel writer yet");
+    static_assert(G.outer != Outer::token || G.block > 0, "a per-token outer scale over blocks only");
     static_assert(G.block == 0 || G.from % G.block == 0, "a block starts at a multiple of its values");
     constexpr bool HAS_NOPE = G.from < L, HAS_ROPE = G.from + G.n > L;
     constexpr bool scaled = G.outer == Outer::tensor && G.conv != Scale::none;
@@ -584,9 +620,13 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         const float k = fp8_factor<CONV>(k_scale);
         y = block_prep<S>(y, nope, k);
         rk_u32 bits;
-        const float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), &bits);
+        float gs = 1.0f;  // the token scale
+        if constexpr (G.outer == Outer::token) gs = token_scale<I, S>(a, t, c, amax8(y), r, k);
+        float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), gs, &bits);
+        if (G.outer == Outer::token) d = d * gs;  // the values are divided by the stored scale times gs
         if (slot < a.min_slot || slot >= a.kv_rows) return;
         rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
+        if (G.outer == Outer::token && j == G.from) *(float *)row_byte<I>(a, (I)slot, G.outer_at) = gs;
         if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::div, false>(y, d, G.sat, false));
         else rk_store4_out(p, pack_e2m1<Scale::div, false>(y, d, G.sat, false));
         const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale

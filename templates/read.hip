@@ -42,7 +42,9 @@ RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float 
         const float d = G.scale == ScaleType::f32     ? *(const float *)q
                         : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
                                                       : rk_fp8_to_f32(*q);
-        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * d;
+        float dg = d;
+        if (G.outer == Outer::token) dg = d * *(const float *)row_byte<I>(a, slot, G.outer_at);  // times the token scale
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * dg;
     }
     if (G.conv != Scale::none)  // then the tensor scale (k is 1 without one)
         for (int i = 0; i < V; i++) y.v[i] = G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;
@@ -53,7 +55,7 @@ RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float 
 template <class I, int S>
 RK_DEVICE void read_segment(const args &a, I slot, int c, int n, rk_u16 *dst) {
     constexpr Segment G = SEG[S];
-    static_assert(G.outer != Outer::token, "a per-token outer scale has no kernel reader yet");
+    static_assert(G.outer != Outer::token || G.block > 0, "a per-token outer scale over blocks only");
     const rk_u8 *p = row_byte<I>(a, slot, value_byte<S>(c * V));
     if constexpr (G.elem == Elem::bf16) {
         rk_store16_out(dst, rk_load16(p));
