@@ -41,8 +41,8 @@ GOAL_SMALL_US, GOAL_COPY, GOAL_TRITON, GOAL_SAME = 1.2, 85.0, 1.2, 1.02
 def record_table():
     """The rows benchmarked: (spec, the row's name, chosen as a kv dtype or a record) and the record's bytes. Source:
     specs/records.lua (the records the specs' `records` keys list: deepseek_v3 nvfp4; deepseek_v32 fp8_ds_mla and
-    nvfp4_fp8rope; deepseek_v32_pow2 fp8_ds_mla_pow2; kimi_k2 fp8, the `fp8` record with conv = "div"), with the kv dtype
-    rows in the same terms. The library's binding gives a row's row_bytes and split_at and its scale convention
+    nvfp4_fp8rope; deepseek_v32_pow2 fp8_ds_mla_pow2; kimi_k2 fp8, the `fp8` record with conv = "div"), with the kv
+    dtype rows in the same terms. The library's binding gives a row's row_bytes and split_at and its scale convention
     (KernelInfo), not its segments: check_table() compares these with the library's at startup.
     A segment stores x[frm, frm + n) (here always two: the latent x[0, L), then the rope part after RoPE) as elem from
     byte at; block values share a scale (scale type, rule, at scales_at); tensor: the launch's k_scale applies under the
@@ -75,8 +75,8 @@ def record_table():
 
 def check_table(rec, info):
     """Raises where the library's view of a row (KernelInfo) differs from record_table's: its name, row_bytes,
-    split_at, scale convention, sanitizing (a writer's: a reader has none); also where the table's segments do not tile x[0, L + R) as the Triton
-    writer takes them (the latent, then the rope part)."""
+    split_at, scale convention, sanitizing (a writer's: a reader has none); also where the table's segments do not tile
+    x[0, L + R) as the Triton writer takes them (the latent, then the rope part)."""
     got = (info.record, info.record_row_bytes, info.record_split_at, info.scale, bool(info.sanitize))
     want = (rec["name"], rec["row_bytes"], rec["split_at"], rec["conv"], rec["sanitize"] and info.op == "write")
     if got != want:
@@ -108,7 +108,7 @@ def record_bytes(T, H, row_bytes, job):
     return q + T * (L + R) * 2 + T * row_bytes + T * 16 + T * R * 4
 
 
-# ---- the record's bytes in PyTorch ------------------------------------------------------------------------------------
+# ---- the record's bytes in PyTorch -----------------------------------------------------------------------------------
 def _e2m1_codes(v):
     """float32 values (clamped) as e2m1 codes (int32): rk_e2m1_sw's comparisons (ties to the even code), the sign
     kept, NaN -> 7."""
@@ -215,7 +215,7 @@ def decode_rows(rec, rows, k_scale):
     return out
 
 
-# ---- the problems -----------------------------------------------------------------------------------------------------
+# ---- the problems ----------------------------------------------------------------------------------------------------
 class Problem:
     """One shape's inputs, shared by every row: q [T, H, 576] (H = 0: none), the projection [T, 576] whose latent
     blocks of 16 are scaled by 2^-4 .. 2^4 (so that block scales differ), random positions, slots a permutation of
@@ -272,7 +272,7 @@ class ReadProblem:
         return want
 
 
-# ---- the methods: (fn, outputs) ---------------------------------------------------------------------------------------
+# ---- the methods: (fn, outputs) --------------------------------------------------------------------------------------
 def _cache_arg(k, cache):
     """The uint8 rows as the kernel takes its cache: a bf16 kv dtype's as bf16 [rows, 576], else as they are."""
     return cache.view(torch.bfloat16) if {t.name: t.dtype for t in k.tensors}["kv_cache"] == "bf16" else cache
@@ -326,7 +326,7 @@ def _ropekv_read(run, rec, pb, method):
     return k.bind(**kw), lambda: out
 
 
-# ---- checks -----------------------------------------------------------------------------------------------------------
+# ---- checks ----------------------------------------------------------------------------------------------------------
 def _same_bytes(a, b):
     """(equal elements, elements) of two tensors compared bit for bit (as bytes)."""
     x, y = a.contiguous().view(torch.uint8).reshape(-1), b.contiguous().view(torch.uint8).reshape(-1)
@@ -362,7 +362,7 @@ def check_same(outs, base):
     return same, n
 
 
-# ---- the sweep --------------------------------------------------------------------------------------------------------
+# ---- the sweep -------------------------------------------------------------------------------------------------------
 class Run:
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -508,7 +508,7 @@ def _method(run, rec, m, p, ref, kept, nbytes):
     return res
 
 
-# ---- the report -------------------------------------------------------------------------------------------------------
+# ---- the report ------------------------------------------------------------------------------------------------------
 def _cell(res):
     if res is None:
         return "-"

@@ -58,7 +58,7 @@ JOB_PEERS = {"ropekv_v32": ["triton_v32", "triton_v32_pdl", "compile_v32", "eage
 SAME_AS = {"triton_v32": "ropekv_v32", "triton_v32_pdl": "ropekv_v32", "triton_v32_none": "ropekv_v32_none",
            "triton_read": "ropekv_read", "triton_read_pdl": "ropekv_read"}
 # --mode records: every cache record of the built-in specs (records.record_table) written (absorbed: T x H; none: the
-# row only) and read back, beside a Triton writer of the same record; the methods are records.METHODS'
+# row only) and read back, beside a Triton writer of the same record; each method's job is in records.METHODS
 RECORD_T = [1, 4, 16, 128, 2048, 8192, 32768]
 RECORD_READ_ROWS = [8192, 32768, 131072, 524288]
 RECORD_METHODS = ["ropekv_rec", "triton_rec", "triton_rec_pdl", "ropekv_rec_none", "triton_rec_none", "ropekv_rec_read"]

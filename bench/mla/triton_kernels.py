@@ -13,7 +13,8 @@ def triton_kernels():
     import triton
     import triton.language as tl
     _TRITON.update(mla=_mla_kernel(triton, tl), mla_fp8q=_mla_fp8q_kernel(triton, tl), v32=_v32_kernel(triton, tl),
-                   read=_read_kernel(triton, tl), rmsnorm=_rmsnorm_kernel(triton, tl), record=_record_kernel(triton, tl),
+                   read=_read_kernel(triton, tl), rmsnorm=_rmsnorm_kernel(triton, tl),
+                   record=_record_kernel(triton, tl),
                    **_floor_kernels(triton, tl), version=triton.__version__)
     return _TRITON
 
@@ -259,8 +260,8 @@ def _read_kernel(triton, tl):
 
 
 def _record_kernel(triton, tl):
-    """--mode records' peer (triton_rec, triton_rec_pdl, triton_rec_none): one kernel for every cache record, specialized
-    by constexpr arguments that describe the record's two segments (records.triton_constexprs)."""
+    """--mode records' peer (triton_rec, triton_rec_pdl, triton_rec_none): one kernel for every cache record,
+    specialized by constexpr arguments that describe the record's two segments (records.triton_constexprs)."""
     @triton.jit
     def record_segment(x, row, ks, N: tl.constexpr, ELEM: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr,
                        SCALE: tl.constexpr, POW2: tl.constexpr, SCALES_AT: tl.constexpr, SAT: tl.constexpr,
