@@ -527,6 +527,14 @@ def pct_of_copy(r, m):
     return 100.0 * r["copy_us"] / us if us and r.get("copy_us") else None
 
 
+def copy_fraction(r, m):
+    """The lower of % of copy and BW %: where the same-size copy runs below the floor's bandwidth (the largest sizes),
+    BW % is the stricter figure; at mid sizes, where a copy's ramp-up and tail show, % of copy is."""
+    v = r["results"].get(m) or {}
+    vals = [x for x in (pct_of_copy(r, m), v.get("bw_pct") if _us(r, m) else None) if x is not None]
+    return min(vals) if vals else None
+
+
 def vs_triton(r, m):
     """The fastest Triton writer's us / ropekv's, None without both."""
     us = _us(r, m)
@@ -559,12 +567,12 @@ def goals(results):
     add("T <= 16, absorbed write <= %.1f us" % GOAL_SMALL_US, small, lambda v: v <= GOAL_SMALL_US,
         lambda it: max(it, key=lambda x: x[1]), "%.2f us")
     for job, m in (("write", "ropekv_rec"), ("kv", "ropekv_rec_none")):
-        big = [(r, pct_of_copy(r, m)) for r in results if r["job"] == job and r["T"] >= 8192]
-        add("T >= 8192, %s >= %.0f%% of the copy of its bytes" % (m, GOAL_COPY), big, lambda v: v >= GOAL_COPY,
-            lambda it: min(it, key=lambda x: x[1]), "%.0f%%")
-    reads = [(r, pct_of_copy(r, "ropekv_rec_read")) for r in results if r["job"] == "read"]
-    add("read-back >= %.0f%% of the copy of its bytes" % GOAL_COPY, reads, lambda v: v >= GOAL_COPY,
-        lambda it: min(it, key=lambda x: x[1]), "%.0f%%")
+        big = [(r, copy_fraction(r, m)) for r in results if r["job"] == job and r["T"] >= 8192]
+        add("T >= 8192, %s >= %.0f%% of the copy of its bytes (the lower of %% of copy and BW %%)" % (m, GOAL_COPY),
+            big, lambda v: v >= GOAL_COPY, lambda it: min(it, key=lambda x: x[1]), "%.0f%%")
+    reads = [(r, copy_fraction(r, "ropekv_rec_read")) for r in results if r["job"] == "read"]
+    add("read-back >= %.0f%% of the copy of its bytes (the lower of %% of copy and BW %%)" % GOAL_COPY, reads,
+        lambda v: v >= GOAL_COPY, lambda it: min(it, key=lambda x: x[1]), "%.0f%%")
     for job, m in (("write", "ropekv_rec"), ("kv", "ropekv_rec_none")):
         tri = [(r, vs_triton(r, m)) for r in results if r["job"] == job]
         add("%s >= %.1fx its own Triton writer" % (m, GOAL_TRITON), tri, lambda v: v >= GOAL_TRITON,
@@ -598,8 +606,10 @@ def write_records_outputs(args, meta, floors, results, methods):
               "- checks: ropekv's rows bit-identical to a PyTorch encoder of the record, q_out to ropekv.reference's "
               "rope, the read-back to a PyTorch decoder; the Triton writers' bytes equal to ropekv's (`!` and "
               "`differs`: not all equal, the fraction in the csv)",
-              "- % of copy = a device copy of the same bytes (half read, half written) us / the method's us; vs "
-              "Triton = the fastest Triton writer's us (triton_rec, triton_rec_pdl) / ropekv's", "", "Goals:"]
+              "- % of copy = a device copy of the same bytes (half read, half written) us / the method's us; BW % = "
+              "the job's bytes / its time / the floor's copy bandwidth (at the largest sizes the same-size copy, a "
+              "graph memcpy node, runs below that bandwidth and % of copy passes 100%); vs Triton = the fastest "
+              "Triton writer's us (triton_rec, triton_rec_pdl) / ropekv's", "", "Goals:"]
     lines += goals(results) or ["- (nothing timed)"]
     for job, ms in (("write", ["ropekv_rec", "triton_rec", "triton_rec_pdl"]),
                     ("kv", ["ropekv_rec_none", "triton_rec_none"]), ("read", ["ropekv_rec_read"])):
@@ -609,14 +619,15 @@ def write_records_outputs(args, meta, floors, results, methods):
             continue
         rk = ms[0]
         head = ["row", "T"] + (["H"] if job == "write" else []) + ["%s us" % m for m in ms] + [
-            "copy us", "% of copy"] + (["vs Triton"] if job != "read" else []) + (
+            "copy us", "% of copy", "BW %"] + (["vs Triton"] if job != "read" else []) + (
             ["vs same bytes"] if any(r["label"] in SAME_BYTES for r in rs) else [])
         body = []
         for r in rs:
-            p, t = pct_of_copy(r, rk), vs_triton(r, rk)
+            p, t, bw = pct_of_copy(r, rk), vs_triton(r, rk), (r["results"].get(rk) or {}).get("bw_pct")
             vals = [r["label"], str(r["T"])] + ([str(r["H"])] if job == "write" else [])
             vals += [_cell(r["results"].get(m)) for m in ms] + [fmt_us(r.get("copy_us")),
-                                                               "%.0f%%" % p if p is not None else "-"]
+                                                               "%.0f%%" % p if p is not None else "-",
+                                                               "%.0f%%" % bw if bw is not None else "-"]
             if job != "read":
                 vals.append("%.2fx" % t if t is not None else "-")
             if "vs same bytes" in head:
