@@ -8,7 +8,9 @@ and catch a wrong output, and a --cpu run's tables (the BW % columns); the same 
 row, its reference against a scalar model of the format) and --mode read; the ROCm platform choices, and the
 aiter peer's argument mapping through a stand-in of its op; the norm section: when it runs, the peers' RMSNorm against
 the reference's, its checks (with the host backend's kernels) passing the methods and catching a wrong output, the
-Triton RMSNorm's argument mapping through a stand-in, and a --cpu --norm run's table."""
+Triton RMSNorm's argument mapping through a stand-in, and a --cpu --norm run's table; --mode records: the records'
+PyTorch encoder and decoder on hand-made cases, its checks catching a changed byte, the Triton record writer's
+arguments against its signature, and a --cpu run (every row bit-identical to the host backend's kernels)."""
 import csv
 import glob
 import importlib.util
@@ -22,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("bench_mla", os.path.join(HERE, "bench_mla.py"))
 bm = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bm)  # the entry point (bm.main); it puts bench/ on sys.path for its package, mla
-from mla import (cli, env, jobs, library, norm, numerics, peers, read, shapes, triton_kernels, v32,  # noqa: E402
-                 write)
+from mla import (cli, env, jobs, library, norm, numerics, peers, read, records, shapes, triton_kernels,  # noqa: E402
+                 v32, write)
 
 rkref = None  # ropekv.reference, imported with torch
 
@@ -550,6 +552,160 @@ def test_cpu_run_norm():
         for r in rows:
             if r["method"].startswith("ropekv"):
                 assert float(r["bit_identical"]) == 1.0, r
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+# ---- --mode records ----------------------------------------------------------------------------------------------
+def _rows_by_label():
+    return {r["label"]: r for r in records.record_table()}
+
+
+def test_records_codec():
+    """The records' encoder on hand-made cases (e2m1 ties to the even code, the sign and NaN; a power-of-two scale
+    kept and another rounded up; an all-zero block's e4m3 scale the least code; the tensor scale), its decoder
+    giving the bf16 row back exactly and every other row within its format's error, and record_bytes."""
+    torch = _torch()
+    v = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, -0.0, -0.1, -5.5, float("nan")])
+    assert records._e2m1_codes(v).tolist() == [0, 2, 2, 4, 4, 6, 6, 7, 8, 8, 15, 7]
+    rows = _rows_by_label()
+    g = torch.Generator().manual_seed(11)
+    lat = torch.randn(4, 512, generator=g)
+    lat[0, :128] = 0
+    lat[1, :128] *= 448 * 2 / lat[1, :128].abs().max()  # tile amax 896: scale 2 exactly
+    lat[2, :128] *= 448 * 3 / lat[2, :128].abs().max()  # 3 -> 4 when rounded up
+    lat = lat.to(torch.bfloat16)
+    rope = torch.randn(4, 64, generator=g).to(torch.bfloat16).float()
+    ks = torch.tensor([0.5])
+    pow2 = records.encode_rows(rows["deepseek_v32_pow2/fp8_ds_mla_pow2"], lat, rope, ks)
+    exact = records.encode_rows(rows["deepseek_v32/fp8_ds_mla"], lat, rope, ks)
+    f = lambda r, i: r[i, 512:516].contiguous().view(torch.float32).item()  # noqa: E731
+    assert f(pow2, 0) == f(exact, 0) == 2.0 ** -126
+    assert f(pow2, 1) == f(exact, 1) == 2.0 and f(exact, 2) == 3.0 and f(pow2, 2) == 4.0
+    nv = records.encode_rows(rows["deepseek_v3/nvfp4"], lat, rope, ks)
+    assert nv[0, 256:264].tolist() == [1] * 8 and nv[0, :64].tolist() == [0] * 64  # zero blocks: scale 2^-9, codes 0
+    fp8 = records.encode_rows(rows["deepseek_v3/fp8_e4m3"], lat, rope, ks)
+    assert torch.equal(fp8[:, :512], numerics._fp8_codes(torch, (lat.float() * 2).clamp(-448, 448)))
+    x = torch.cat([lat.float(), rope], dim=1)
+    for label, rec in rows.items():
+        enc = records.encode_rows(rec, lat, rope, ks)
+        assert enc.shape == (4, rec["row_bytes"]), label
+        dec = records.decode_rows(rec, enc, ks).float()
+        if label.endswith("/bf16"):
+            assert torch.equal(dec, x.to(torch.bfloat16).float()), label
+            continue
+        for g_ in rec["segments"]:
+            xs, ds = x[:, g_["frm"]:g_["frm"] + g_["n"]], dec[:, g_["frm"]:g_["frm"] + g_["n"]]
+            blk = g_["block"] or g_["n"]
+            amax = xs.reshape(4, -1, blk).abs().amax(-1, keepdim=True)
+            err = (ds - xs).abs().reshape(4, -1, blk)
+            tol = (0.25 if g_["elem"] == "e2m1" else 2.0 ** -4) * amax + (2.0 ** -9 if not g_["block"] else 0)
+            if not g_["block"]:  # a tensor-scaled value past the bound saturates: not an error
+                tol = torch.where(xs.reshape(4, -1, blk).abs() / 0.5 > 448, torch.full_like(tol, 1e30), tol)
+            assert bool((err <= tol).all()), (label, g_["frm"], float((err - tol).max()))
+    assert records.record_bytes(2, 3, 656, "write") == 2 * 3 * 576 * 4 + 2 * 1152 + 2 * 656 + 2 * 16 + 2 * 256
+    assert records.record_bytes(2, 3, 352, "kv") == 2 * 1152 + 2 * 352 + 2 * 16 + 2 * 256
+    assert records.record_bytes(5, 1, 352, "read") == 5 * 352 + 5 * 1152 + 5 * 8
+
+
+def test_records_check_catches():
+    """check_write passes rows and a query row written as expected, and counts one changed byte of a row, of the
+    spare row and of q_out; check_table refuses a row whose bytes the library sees otherwise."""
+    torch = _torch()
+    dev = torch.device("cpu")
+    pb = records.Problem(9, 3, dev, _cos_sin(torch), 5)
+    rec = _rows_by_label()["deepseek_v32/nvfp4_fp8rope"]
+    ref = records.encode_rows(rec, pb.k_nope, pb.kv_rope, pb.k_scale)
+    cache = pb.new_cache(rec)
+    cache[pb.slots] = ref
+    q_out = torch.cat([pb.q[..., :512], pb.q_rope(0, 9)], dim=-1)
+    outs = {"cache": cache, "q_out": q_out}
+    same, n = records.check_write(pb, ref, outs)
+    assert same == n and n == 9 * 352 + 352 + 9 * 3 * 576, (same, n)
+    spare = int(torch.ones(10, dtype=torch.bool).index_fill_(0, pb.slots, False).nonzero())
+    cache[int(pb.slots[4]), 300] ^= 1
+    cache[spare, 0] = 1
+    q_out[2, 1, 520] = -q_out[2, 1, 520] if q_out[2, 1, 520] != 0 else 1.0
+    assert records.check_write(pb, ref, outs) == (n - 3, n)
+    info = types.SimpleNamespace(record="nvfp4_fp8rope", record_row_bytes=352, record_split_at=0, scale="none",
+                                 sanitize=False, op="write")
+    records.check_table(rec, info)
+    info.record_split_at = 288
+    try:
+        records.check_table(rec, info)
+    except RuntimeError as e:
+        assert "record_table" in str(e)
+    else:
+        raise AssertionError("check_table took a row the library sees otherwise")
+
+
+def _jit_signature(name):
+    """(runtime parameter names, constexpr parameter names) of a Triton function in mla/triton_kernels.py, read from
+    its source (no Triton here)."""
+    import ast
+    tree = ast.parse(open(triton_kernels.__file__).read())
+    fn = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name][0]
+    const = [a.arg for a in fn.args.args if a.annotation is not None and ast.unparse(a.annotation) == "tl.constexpr"]
+    return [a.arg for a in fn.args.args if a.arg not in const], const, fn
+
+
+def test_records_triton_args():
+    """The Triton record writer's launch (records._triton, through a stand-in of the kernel) against the kernel's
+    signature: the runtime arguments in number, the constexprs by name, the grid; and each record_segment call
+    passing every parameter."""
+    torch = _torch()
+    import ast
+    runtime, const, fn = _jit_signature("record_write_kernel")
+    seg_runtime, seg_const, _ = _jit_signature("record_segment")
+    calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "record_segment"]
+    assert len(calls) == 2 and all(len(c.args) == len(seg_runtime) + len(seg_const) for c in calls)
+    launches = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launches.append((grid, a, kw))
+
+    real = records.triton_kernels
+    records.triton_kernels = lambda: {"record": Kernel()}
+    try:
+        dev = torch.device("cpu")
+        for H, method in ((3, "triton_rec_pdl"), (0, "triton_rec_none")):
+            pb = records.Problem(5, H, dev, _cos_sin(torch), 2)
+            for rec in records.record_table():
+                fn_, outputs = records._triton(None, rec, pb, method)
+                fn_()
+                grid, a, kw = launches.pop()
+                assert grid == (5, H + 1) and len(a) == len(runtime), (grid, len(a))
+                assert a[5] is outputs()["cache"] and a[-2] == rec["row_bytes"] and a[-1] == H
+                assert set(kw) - {"num_warps", "launch_pdl"} == set(const), set(kw) ^ set(const)
+                assert kw["USE_GDC"] == method.endswith("_pdl") and kw.get("launch_pdl", False) == kw["USE_GDC"]
+                assert (H > 0) == ("q_out" in outputs())
+    finally:
+        records.triton_kernels = real
+    kw = records.triton_constexprs(_rows_by_label()["deepseek_v3/nvfp4"])
+    assert (kw["E0"], kw["B0"], kw["S0"], kw["SA0"], kw["SAT0"], kw["C0"]) == (2, 16, 3, 256, 6.0, 1)
+    assert (kw["E1"], kw["A1"], kw["B1"], kw["C1"]) == (1, 288, 0, 1)
+    kw = records.triton_constexprs(_rows_by_label()["kimi_k2/fp8"])
+    assert kw["CLEAN"] and kw["C0"] == kw["C1"] == 2
+
+
+def test_cpu_run_records():
+    """A --cpu run of --mode records: the md tables and goals, one csv row per row, shape and method; with the
+    library, every row's ropekv outputs (write, none, read) bit-identical to the PyTorch encoder and decoder."""
+    _torch()
+    if not _ropekv_host():
+        raise Skip("no library or no host compiler")
+    out = tempfile.mkdtemp(prefix="bench-mla-test-")
+    try:
+        rc = bm.main(["--mode", "records", "--cpu", "--T", "1,5", "--H", "2", "--read-rows", "7,70", "--calls", "2",
+                      "--reps", "1", "--no-plot", "--out", out, "--tag", "t"])
+        assert rc == 0
+        md = open(glob.glob(os.path.join(out, "*_records_t.md"))[0]).read()
+        assert "Goals:" in md and "### Write, q form absorbed (bf16 query)" in md and "### Read-back" in md
+        rows = list(csv.DictReader(open(glob.glob(os.path.join(out, "*_records_t.csv"))[0])))
+        assert len(rows) == len(records.record_table()) * 3 * 2, len(rows)
+        assert all(r["status"] == "ok" and r["us"] and float(r["same"]) == 1.0 for r in rows)
+        assert {r["job"] for r in rows} == {"write", "kv", "read"}
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

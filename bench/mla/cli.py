@@ -5,7 +5,7 @@ import os
 
 from .env import ROOT
 from .shapes import (ALL_H, ALL_KV, ALL_METHODS, ALL_T, CPU_METHODS, MODE_METHODS, NORM_METHODS, Q_SCALE, READ_KV,
-                     SPECS, V32_BLOCK, default_methods)
+                     RECORD_READ_ROWS, RECORD_T, SPECS, V32_BLOCK, default_methods)
 
 DESCRIPTION = ("Fused MLA RoPE + KV-cache write: ropekv against its peers, DeepSeek-V3 shapes, on one GPU (NVIDIA or "
                "AMD).")
@@ -16,7 +16,8 @@ def _parser():
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"), help="directory for .md, .csv, .png")
     p.add_argument("--mode", default="write", choices=sorted(MODE_METHODS),
                    help="write: the fused write of --spec (default); v32: DeepSeek-V3.2's fp8_tile paged writer; "
-                        "read: the read-back op (rows gathered by slot, dequantized to bf16)")
+                        "read: the read-back op (rows gathered by slot, dequantized to bf16); records: every cache "
+                        "record of the built-in specs written and read back, beside a Triton writer of it")
     p.add_argument("--block-size", type=int, default=V32_BLOCK,
                    help="entries per block of the paged caches of --mode v32 and read (default %d)" % V32_BLOCK)
     p.add_argument("--quick", action="store_true", help="T in {1, 128, 2048}, H = 16, kv bf16")
@@ -45,6 +46,10 @@ def _parser():
     p.add_argument("--norm-methods", default=None,
                    help="comma list of %s (default: all; the norm section then also runs after a --methods sweep)"
                         % ", ".join(NORM_METHODS))
+    p.add_argument("--records", default=None,
+                   help="--mode records: comma list of spec/row (e.g. deepseek_v32/fp8_ds_mla; default: every row)")
+    p.add_argument("--read-rows", default=None,
+                   help="--mode records: rows of the read-back (default %s)" % ",".join(map(str, RECORD_READ_ROWS)))
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--tag", default="", help="suffix for the output file names (e.g. when a sweep is split)")
     return p
@@ -54,10 +59,17 @@ def parse_args(argv=None):
     p = _parser()
     a = p.parse_args(argv)
     ints = lambda s: [int(v) for v in s.split(",") if v.strip()]  # noqa: E731
-    a.T_list = ints(a.T) if a.T else ([1, 128, 2048] if a.quick else ALL_T)
+    a.T_list = ints(a.T) if a.T else ([1, 128, 2048] if a.quick else RECORD_T if a.mode == "records" else ALL_T)
     a.H_list = ints(a.H) if a.H else ([16] if a.quick else ALL_H)
-    known_kv = {"write": ALL_KV, "v32": ["fp8_tile"], "read": list(READ_KV)}[a.mode]
-    if a.mode == "v32":
+    if (a.records or a.read_rows) and a.mode != "records":
+        p.error("--records and --read-rows are for --mode records")
+    a.read_rows = ints(a.read_rows) if a.read_rows else ([8192] if a.quick else RECORD_READ_ROWS)
+    known_kv = {"write": ALL_KV, "v32": ["fp8_tile"], "read": list(READ_KV), "records": []}[a.mode]
+    if a.mode == "records":
+        if a.kv:
+            p.error("--mode records takes --records, not --kv")
+        a.kv_list = []
+    elif a.mode == "v32":
         a.kv_list = ["fp8_tile"]  # the job's cache
     elif a.mode == "read":
         a.H_list = [1]  # no heads: the op reads cache rows

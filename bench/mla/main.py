@@ -1,5 +1,6 @@
 """main(): the command line, torch (imported here, so that --help works without it), the device and the run's
-metadata, then the mode: --mode v32 / read (jobs.py), or write (the write sweep, then the norm section where it runs).
+metadata, then the mode: --mode v32 / read (jobs.py), records (records.py), or write (the write sweep, then the norm
+section where it runs).
 Returns the exit status: 0, 1 when a method was WRONG, 2 without a GPU."""
 import datetime
 import sys
@@ -9,6 +10,7 @@ from .cli import parse_args
 from .env import GPU, gpu_platform, log
 from .jobs import main_job
 from .norm import run_norm_section
+from .records import run_records
 from .report import write_norm_outputs, write_outputs
 from .shapes import K_SCALE, SPECS, cos_sin_table
 from .timing import run_floors
@@ -29,6 +31,8 @@ def main(argv=None):
               file=sys.stderr)
         return 2
     dev, meta = _device_and_meta(args)
+    if args.mode == "records":
+        return run_records(args, meta, dev)
     if args.mode != "write":
         return main_job(args, meta, dev)
     return run_write(args, meta, dev)

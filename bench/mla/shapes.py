@@ -57,7 +57,12 @@ JOB_PEERS = {"ropekv_v32": ["triton_v32", "triton_v32_pdl", "compile_v32", "eage
 # the Triton peers whose outputs must equal ropekv's byte for byte (the same arithmetic)
 SAME_AS = {"triton_v32": "ropekv_v32", "triton_v32_pdl": "ropekv_v32", "triton_v32_none": "ropekv_v32_none",
            "triton_read": "ropekv_read", "triton_read_pdl": "ropekv_read"}
-MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHODS}
+# --mode records: every cache record of the built-in specs (records.record_table) written (absorbed: T x H; none: the
+# row only) and read back, beside a Triton writer of the same record; each method's job is in records.METHODS
+RECORD_T = [1, 4, 16, 128, 2048, 8192, 32768]
+RECORD_READ_ROWS = [8192, 32768, 131072, 524288]
+RECORD_METHODS = ["ropekv_rec", "triton_rec", "triton_rec_pdl", "ropekv_rec_none", "triton_rec_none", "ropekv_rec_read"]
+MODE_METHODS = {"write": ALL_METHODS, "v32": list(V32_FORMS), "read": READ_METHODS, "records": RECORD_METHODS}
 # the fused kv_a RMSNorm section (write mode, absorbed bf16 query, --spec's kv_norm): the fused op, its peers, and ropekv
 # without the norm on the already-normalized input (the baseline of the goal: fused within NORM_GOAL of it)
 NORM_METHODS = ["ropekv_norm", "ropekv_norm_out", "rmsnorm_ropekv", "eager_norm", "ropekv_nonorm"]

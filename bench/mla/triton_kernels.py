@@ -1,4 +1,5 @@
-"""The Triton kernels written here: the peers' fused kernels (write, fp8 query, V3.2 writer, read-back, RMSNorm)
+"""The Triton kernels written here: the peers' fused kernels (write, fp8 query, V3.2 writer, read-back, RMSNorm, the
+generic cache-record writer)
 and the floors' empty and round-trip kernels. They are defined on first use (triton_kernels()), so that the package
 imports without Triton: a factory per kernel defines it in a closure over triton.language."""
 
@@ -13,6 +14,7 @@ def triton_kernels():
     import triton.language as tl
     _TRITON.update(mla=_mla_kernel(triton, tl), mla_fp8q=_mla_fp8q_kernel(triton, tl), v32=_v32_kernel(triton, tl),
                    read=_read_kernel(triton, tl), rmsnorm=_rmsnorm_kernel(triton, tl),
+                   record=_record_kernel(triton, tl),
                    **_floor_kernels(triton, tl), version=triton.__version__)
     return _TRITON
 
@@ -255,6 +257,119 @@ def _read_kernel(triton, tl):
             tl.store(dst + L + pe, tl.zeros([R], dtype=tl.bfloat16))
 
     return read_rows_kernel
+
+
+def _record_kernel(triton, tl):
+    """--mode records' peer (triton_rec, triton_rec_pdl, triton_rec_none): one kernel for every cache record,
+    specialized by constexpr arguments that describe the record's two segments (records.triton_constexprs)."""
+    @triton.jit
+    def record_segment(x, row, ks, N: tl.constexpr, ELEM: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr,
+                       SCALE: tl.constexpr, POW2: tl.constexpr, SCALES_AT: tl.constexpr, SAT: tl.constexpr,
+                       CONV: tl.constexpr, RBF16: tl.constexpr, CLEAN: tl.constexpr):
+        # One segment of a record: its N values x (float32; the rope part already rotated) stored from byte AT of the
+        # row (uint8 pointer), in ropekv's arithmetic (templates/kernel.hip, kv_segment). ELEM 0 bf16, 1 e4m3, 2 e2m1
+        # (two a byte, the first in the low nibble); BLOCK values a scale (0: none) of type SCALE 1 f32, 2 ue8m0,
+        # 3 e4m3 at byte SCALES_AT, rounded up to a power of two with POW2; CONV the tensor scale ks's convention
+        # (0 none, 1 mul_recip, 2 div, 3 mul); RBF16 rounds the values to bf16 first; CLEAN sanitizes NaN and inf.
+        if RBF16:
+            x = x.to(tl.bfloat16).to(tl.float32)
+        if CONV == 1:
+            x = x * tl.div_rn(1.0, ks)
+        elif CONV == 2:
+            x = tl.div_rn(x, tl.full([N], 1.0, tl.float32) * ks)
+        elif CONV == 3:
+            x = x * ks
+        if CLEAN and (ELEM == 0 or BLOCK > 0):  # NaN -> 0, beyond the bf16 max -> the bf16 max
+            x = tl.where(x != x, 0.0, x)
+            x = tl.minimum(tl.maximum(x, -3.38953139e38), 3.38953139e38)
+        if ELEM == 0:
+            tl.store((row + AT).to(tl.pointer_type(tl.bfloat16)) + tl.arange(0, N), x.to(tl.bfloat16))
+        else:
+            if BLOCK == 0:
+                if CLEAN:
+                    x = tl.where(x != x, 0.0, x)
+                v = tl.clamp(x, -SAT, SAT, propagate_nan=tl.PropagateNan.ALL)
+            else:
+                NB: tl.constexpr = N // BLOCK
+                xb = tl.reshape(x, (NB, BLOCK))
+                amax = tl.max(tl.where(xb == xb, tl.abs(xb), 0.0), axis=1)  # NaN ignored
+                s = tl.div_rn(amax, tl.full([NB], SAT, tl.float32))
+                s = tl.where(s > 1.17549435e-38, s, 1.17549435e-38)
+                if POW2 or SCALE == 2:  # up to a power of two (s > 0: the int32 bits order as the floats)
+                    u = s.to(tl.int32, bitcast=True)
+                    u = tl.where(((u & 0x7FFFFF) != 0) & (u < 0x7F800000), ((u >> 23) + 1) << 23, u)
+                    s = u.to(tl.float32, bitcast=True)
+                if SCALE == 1:
+                    d = s
+                    tl.store((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + tl.arange(0, NB), s)
+                elif SCALE == 2:
+                    e = (s.to(tl.int32, bitcast=True) >> 23) & 0xFF
+                    d = tl.where(e == 0xFF, s - s, s)  # UE8M0 0xff is NaN (inf - inf)
+                    tl.store(row + SCALES_AT + tl.arange(0, NB), e.to(tl.uint8))
+                else:
+                    b = tl.minimum(s, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+                    b = tl.where((b & 0x7F) == 0, 1, b).to(tl.uint8)  # a scale that rounds to zero: the least
+                    d = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+                    tl.store(row + SCALES_AT + tl.arange(0, NB), b)
+                v = tl.div_rn(xb, tl.broadcast_to(d[:, None], (NB, BLOCK)))
+                v = tl.reshape(tl.clamp(v, -SAT, SAT, propagate_nan=tl.PropagateNan.ALL), (N,))
+            if ELEM == 1:
+                tl.store(row + AT + tl.arange(0, N), v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
+            else:  # e2m1: the nearest of 0, 0.5, 1, 1.5, 2, 3, 4, 6, ties to the even code; NaN -> 0x7 (+6)
+                a = tl.abs(v)
+                code = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+                        + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32)
+                        + (a > 5.0).to(tl.int32))
+                code = tl.where(v != v, 7, code | ((v.to(tl.int32, bitcast=True) >> 28) & 8))
+                lo, hi = tl.split(tl.reshape(code, (N // 2, 2)))
+                tl.store(row + AT + tl.arange(0, N // 2), (lo | (hi << 4)).to(tl.uint8))
+
+    @triton.jit
+    def record_write_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, cache_ptr, pos_ptr, slot_ptr, cs_ptr,
+                            k_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st, k_pe_st,
+                            row_st, H, L: tl.constexpr, R: tl.constexpr, CLEAN: tl.constexpr, USE_GDC: tl.constexpr,
+                            E0: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr, S0: tl.constexpr,
+                            P0: tl.constexpr, SA0: tl.constexpr, SAT0: tl.constexpr, C0: tl.constexpr,
+                            RB0: tl.constexpr, E1: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr,
+                            S1: tl.constexpr, P1: tl.constexpr, SA1: tl.constexpr, SAT1: tl.constexpr,
+                            C1: tl.constexpr, RB1: tl.constexpr):
+        # A cache record's writer in one launch, grid (T, H + 1) (q form none: (T, 1) with H = 0): a program per
+        # (token, head) writes the absorbed query row (q_nope copied, q_pe rotated, bf16), one per token the record's
+        # row of its slot in a flat uint8 cache: segment 0 the latent x[0, L), segment 1 the rope part x[L, L + R)
+        # after RoPE (GPT-J pairs, explicit fmas on rounded products: ropekv's rope), each as record_segment says.
+        if USE_GDC:  # PDL: wait for the previous grid before any memory access
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
+        nope = tl.arange(0, L)
+        pe = tl.arange(0, R)
+        if h < H:
+            hh = h.to(tl.int64)
+            dst = q_out_ptr + t * q_out_st + hh * q_out_sh
+            tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
+            xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+            tl.store(dst + L + pe, y.to(tl.bfloat16))
+        else:
+            slot = tl.load(slot_ptr + t).to(tl.int64)
+            if slot >= 0:
+                row = cache_ptr + slot * row_st
+                ks = tl.load(k_scale_ptr)
+                xn = tl.load(k_nope_ptr + t * k_nope_st + nope).to(tl.float32)
+                record_segment(xn, row, ks, L, E0, A0, B0, S0, P0, SA0, SAT0, C0, RB0, CLEAN)
+                xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+                record_segment(y, row, ks, R, E1, A1, B1, S1, P1, SA1, SAT1, C1, RB1, CLEAN)
+
+    return record_write_kernel
 
 
 def _rmsnorm_kernel(triton, tl):
