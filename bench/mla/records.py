@@ -23,7 +23,6 @@ torch = None  # set by env.bind() in main()
 rkref = None  # ropekv.reference, set with torch
 
 FLT_MIN = 2.0 ** -126
-SAT = {"bf16": 0.0, "e4m3": 448.0, "e2m1": 6.0}  # the OCP bounds (a record's default saturate)
 ELEM_CODE = {"bf16": 0, "e4m3": 1, "e2m1": 2}
 SCALE_CODE = {"none": 0, "f32": 1, "ue8m0": 2, "e4m3": 3}
 SCALE_BYTES = {"none": 0, "f32": 4, "ue8m0": 1, "e4m3": 1}
@@ -39,37 +38,32 @@ GOAL_SMALL_US, GOAL_COPY, GOAL_TRITON, GOAL_SAME = 1.2, 85.0, 1.2, 1.02
 
 
 def record_table():
-    """The rows benchmarked: (spec, the row's name, chosen as a kv dtype or a record) and the record's bytes. Source:
-    specs/records.lua (the records the specs' `records` keys list: deepseek_v3 nvfp4; deepseek_v32 fp8_ds_mla and
-    nvfp4_fp8rope; deepseek_v32_pow2 fp8_ds_mla_pow2; kimi_k2 fp8, the `fp8` record with conv = "div"), with the kv
-    dtype rows in the same terms. The library's binding gives a row's row_bytes and split_at and its scale convention
-    (KernelInfo), not its segments: check_table() compares these with the library's at startup.
+    """The rows benchmarked: (spec, the row's name, chosen as a kv dtype or a record), each described by the library's
+    record of its bytes (ropekv.record: specs/records.lua through ropekv_record_describe; a kv dtype's row is the record
+    of the same bytes: bf16, fp8, fp8_ds_mla). What a spec changes in a record (kimi_k2's fp8 divides: conv "div", and
+    sanitizes) is said here and checked against the kernel's own view at startup (check_table).
     A segment stores x[frm, frm + n) (here always two: the latent x[0, L), then the rope part after RoPE) as elem from
     byte at; block values share a scale (scale type, rule, at scales_at); tensor: the launch's k_scale applies under the
-    row's conv; the bound is the element's OCP maximum (no spec here sets another for OCP)."""
-    def seg(frm, n, elem, at, block=0, scale="none", rule="exact", scales_at=0, tensor=False):
-        return dict(frm=frm, n=n, elem=elem, at=at, block=block, scale=scale, rule=rule, scales_at=scales_at,
-                    sat=SAT[elem], tensor=tensor, rope_bf16=False)
+    row's conv; sat: the OCP bound."""
+    import ropekv
 
-    def row(spec, name, choice, row_bytes, split_at, segments, conv="none", sanitize=False):
-        return dict(spec=spec, name=name, choice=choice, label="%s/%s" % (spec, name), row_bytes=row_bytes,
-                    split_at=split_at, segments=segments, conv=conv, sanitize=sanitize)
+    def row(spec, name, choice, base, conv=None, sanitize=False):
+        r = ropekv.record(base)
+        segs = [dict(frm=g.from_, n=g.n, elem=g.elem, at=g.at, block=g.block, scale=g.scale, rule=g.rule,
+                     scales_at=g.scales_at, sat=g.saturate_ocp if g.elem != "bf16" else 0.0,
+                     tensor=g.outer == "tensor", rope_bf16=g.rope_bf16) for g in r.segments]
+        return dict(spec=spec, name=name, choice=choice, label="%s/%s" % (spec, name), row_bytes=r.row_bytes,
+                    split_at=r.split_at, segments=segs, conv=conv or r.conv, sanitize=sanitize)
 
-    bf16 = [seg(0, L, "bf16", 0), seg(L, R, "bf16", 2 * L)]
-    fp8 = [seg(0, L, "e4m3", 0, tensor=True), seg(L, R, "e4m3", L, tensor=True)]
-    ds_mla = [seg(0, L, "e4m3", 0, 128, "f32", scales_at=512), seg(L, R, "bf16", 528)]
-    ds_mla_pow2 = [seg(0, L, "e4m3", 0, 128, "f32", "pow2_up", scales_at=512), seg(L, R, "bf16", 528)]
-    nvfp4 = [seg(0, L, "e2m1", 0, 16, "e4m3", scales_at=256, tensor=True), seg(L, R, "e4m3", 288, tensor=True)]
-    nvfp4_fp8rope = [seg(0, L, "e2m1", 0, 16, "e4m3", scales_at=320), seg(L, R, "e4m3", 256)]
     return [
-        row("deepseek_v3", "bf16", "kv", 1152, 1024, bf16),
-        row("deepseek_v3", "fp8_e4m3", "kv", 576, 512, fp8, conv="mul_recip"),
-        row("deepseek_v3", "nvfp4", "record", 352, 288, nvfp4, conv="mul_recip"),
-        row("deepseek_v32", "fp8_tile", "kv", 656, 0, ds_mla),
-        row("deepseek_v32", "fp8_ds_mla", "record", 656, 0, ds_mla),
-        row("deepseek_v32", "nvfp4_fp8rope", "record", 352, 0, nvfp4_fp8rope),
-        row("deepseek_v32_pow2", "fp8_ds_mla_pow2", "record", 656, 0, ds_mla_pow2),
-        row("kimi_k2", "fp8", "record", 576, 512, fp8, conv="div", sanitize=True),
+        row("deepseek_v3", "bf16", "kv", "bf16"),
+        row("deepseek_v3", "fp8_e4m3", "kv", "fp8"),
+        row("deepseek_v3", "nvfp4", "record", "nvfp4"),
+        row("deepseek_v32", "fp8_tile", "kv", "fp8_ds_mla"),
+        row("deepseek_v32", "fp8_ds_mla", "record", "fp8_ds_mla"),
+        row("deepseek_v32", "nvfp4_fp8rope", "record", "nvfp4_fp8rope"),
+        row("deepseek_v32_pow2", "fp8_ds_mla_pow2", "record", "fp8_ds_mla_pow2"),
+        row("kimi_k2", "fp8", "record", "fp8", conv="div", sanitize=True),
     ]
 
 
@@ -81,7 +75,7 @@ def check_table(rec, info):
     want = (rec["name"], rec["row_bytes"], rec["split_at"], rec["conv"], rec["sanitize"] and info.op == "write")
     if got != want:
         raise RuntimeError("%s: the library has (record, row_bytes, split_at, scale, sanitize) = %r, this script's "
-                           "record_table %r: update record_table from specs/records.lua" % (rec["label"], got, want))
+                           "record_table %r: update record_table" % (rec["label"], got, want))
     if [(g["frm"], g["n"]) for g in rec["segments"]] != [(0, L), (L, R)]:
         raise RuntimeError("%s: the Triton writer takes two segments, the latent and the rope part" % rec["label"])
 
