@@ -78,7 +78,8 @@
  *                              float32 scale_k at byte scales_at + 4k; the rope part as the bf16 cache's
  *                              (bf16(rope(k_pe)), sanitized when set) at byte rope_at.
  *   A slot >= kv_rows is treated like a negative slot for the KV row only: the q rows are still
- *   written whatever negative_slot says.
+ *   written whatever negative_slot says. With a write mask (write_mask != NULL) the KV row of token t is written only
+ *   where write_mask[t] != 0 (a byte); the q rows and norm_out do not look at it.
  *   The fused kv_a RMSNorm (norm rms, rms_out; the spec's kv_norm: weight dtype, eps, rounding): before the KV
  *   row is written, every KV token's k_nope row x[0, L) is replaced by its normalized bf16 row n[0, L):
  *     p[c]  = the sum of squares of chunk c (x[8c .. 8c+8)), c in [0, L/8): p = 0; p = fmaf(x_i, x_i, p)
@@ -546,7 +547,8 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
         const int64_t pos = position_of(v, a, t);
         const int skip_all = has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL;
         if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
-        if (has_slot && slot >= a->min_slot && slot < a->kv_rows) write_kv_row(v, a, t, pos, slot);
+        const int masked = a->write_mask != NULL && ((const uint8_t *)a->write_mask)[t] == 0;
+        if (has_slot && slot >= a->min_slot && slot < a->kv_rows && !masked) write_kv_row(v, a, t, pos, slot);
         if (has_slot && !skip_all && v->norm == ROPEKV_NORM_RMS_OUT)
             norm_row(v, a, (const uint16_t *)a->k_nope + t * a->k_nope_st, v->L,
                      (uint16_t *)a->norm_out + t * a->norm_out_st);

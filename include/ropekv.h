@@ -323,6 +323,10 @@ typedef struct ropekv_args {
      * rows [heads, q_heads) are written as zeros (an attention kernel that wants 64 or 128 heads reads a
      * tensor-parallel rank's 8 or 16). 0: heads. Read when size covers it. */
     int64_t q_heads; /* 0, or in [heads, 65536] */
+    /* A write mask (write kernels): [Tkv] bytes (uint8 or bool), KV row t written only where write_mask[t] != 0,
+     * beside min_slot and negative slots (the reserved and padding rows an engine never wants written, whatever its
+     * slot mapping says). The query rows and norm_out do not look at it. NULL: every row. Read when size covers it. */
+    const void *write_mask;
 } ropekv_args;
 
 /* Is this configuration supported, before anything is compiled? ROPEKV_OK, or the status that

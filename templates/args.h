@@ -20,6 +20,7 @@
 //   (include/ropekv.h, ropekv_norm).
 //   q_heads: the query rows q_out holds per token, >= heads (the launcher resolves 0 to heads); the rows
 //   [heads, q_heads) are written as zeros (padded heads).
+//   write_mask: NULL, or [K] bytes: KV row t is written only where write_mask[t] != 0.
 //   T = tokens: query rows [0, T); K = kv_tokens: KV rows [0, K); min_slot: slots below it are never
 //   written.
 //   (The launcher passes kv_tokens as a count: ropekv_args' 0 and ROPEKV_KV_TOKENS_NONE are resolved.)
@@ -68,7 +69,8 @@
     F(const void *, norm_weight) \
     F(void *, norm_out)        \
     F(rk_i64, norm_out_st)     \
-    F(rk_i64, q_heads)
+    F(rk_i64, q_heads)         \
+    F(const void *, write_mask)
 
 // Filled by rk_launch_plan (gen/desc.c) from the description and the shape:
 //   chunks         16-byte chunks per thread of this launch (1 .. the row's chunks)

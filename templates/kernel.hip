@@ -583,6 +583,9 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr bool scaled = G.outer == Outer::tensor && G.conv != Scale::none;
     constexpr Scale CONV = scaled ? G.conv : Scale::none;
     const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
+    // the row is written for a slot in [min_slot, kv_rows) where the write mask (if any) is set; the mask is loaded
+    // with the slot, both waited for only at the store
+    const bool masked = a.write_mask != nullptr && ((const rk_u8 *)a.write_mask)[t] == 0;
     float k_scale = scaled && !a.prefetch ? *a.k_scale : 1.0f;
     const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
     f8 y;
@@ -605,12 +608,12 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     const int j = c * V;  // the chunk's first value
     if constexpr (G.elem == Elem::bf16) {
-        if (slot < a.min_slot || slot >= a.kv_rows) return;
+        if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
         rk_store16_out(row_byte<I>(a, (I)slot, value_byte<S>(j)), out);
     } else if constexpr (G.block == 0) {
-        if (slot < a.min_slot || slot >= a.kv_rows) return;
+        if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
         if constexpr (G.elem == Elem::e4m3)
             rk_store8_out(p, pack_fp8<CONV, SANITIZE>(y, fp8_factor<CONV>(k_scale), G.sat, G.rope_bf16 && !nope));
@@ -624,7 +627,7 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         if constexpr (G.outer == Outer::token) gs = token_scale<I, S>(a, t, c, amax8(y), r, k);
         float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), gs, &bits);
         if (G.outer == Outer::token) d = d * gs;  // the values are divided by the stored scale times gs
-        if (slot < a.min_slot || slot >= a.kv_rows) return;
+        if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
         if (G.outer == Outer::token && j == G.from) *(float *)row_byte<I>(a, (I)slot, G.outer_at) = gs;
         if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::div, false>(y, d, G.sat, false));

@@ -171,7 +171,9 @@ static rk_shape rk_shape_of(int i) {
                                               : 1.0f / 448.0f,
                       .runs = g_shapes[i].runs,
                       .kv_tokens = g_shapes[i].kv_tokens,
-                      .min_slot = g_shapes[i].min_slot};
+                      .min_slot = g_shapes[i].min_slot,
+                      .mask_every = i % 4 == 2 ? 4 : 0, /* a write mask */
+                      .q_pad = i % 4 == 3 ? 5 : 0};     /* padded query heads */
 }
 
 static void shape_text(int i, int wide, char *out, size_t cap) {
@@ -184,8 +186,12 @@ static void shape_text(int i, int wide, char *out, size_t cap) {
     if (s.kv_tokens || s.min_slot)
         snprintf(padding, sizeof padding, " kv_tokens=%lld min_slot=%lld", (long long)s.kv_tokens,
                  (long long)s.min_slot);
-    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
-             wide ? "i64" : "i32", chained, padding);
+    char extra[48] = "";
+    if (s.mask_every || s.q_pad)
+        snprintf(extra, sizeof extra, "%s%.0d%s%.0lld", s.mask_every ? " write_mask 1/" : "", s.mask_every,
+                 s.q_pad ? " padded heads +" : "", (long long)s.q_pad);
+    snprintf(out, cap, "[T=%lld H=%lld pad=%lld %s%s%s%s]", (long long)s.tokens, (long long)s.heads, (long long)s.pad,
+             wide ? "i64" : "i32", chained, padding, extra);
 }
 
 /* ---- variants --------------------------------------------------------------------------------------- */
@@ -334,10 +340,10 @@ static const rk_cuda_api *cu;
  * (griddepcontrol.launch_dependents). With programmatic dependent launch the kernel under test starts
  * while this one spins: only its griddepcontrol.wait keeps it from reading stale inputs, or writing
  * outputs that late_copy then overwrites with their initial contents. (`--no-wait` shows it failing.) */
-#define LATE_MAX 13 /* rows of late_copy's table (the 13 in LATE_SRC): one per rk_check buffer */
+#define LATE_MAX 14 /* rows of late_copy's table (the 14 in LATE_SRC): one per rk_check buffer */
 _Static_assert(RK_CHECK_NBUF <= LATE_MAX, "late_copy's table holds every rk_check buffer");
 static const char LATE_SRC[] =
-    "struct late { unsigned long long dst[13], src[13], n[13]; long long count, spin; };\n"
+    "struct late { unsigned long long dst[14], src[14], n[14]; long long count, spin; };\n"
     "extern \"C\" __global__ void late_copy(const late a) {\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"

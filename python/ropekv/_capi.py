@@ -146,6 +146,7 @@ class ropekv_args(_Sized):
         ("norm_out", ctypes.c_void_p),  # norm rms_out: the normalized c_kv [Tkv, L] bf16
         ("norm_out_st", ctypes.c_int64),
         ("q_heads", ctypes.c_int64),  # padded query heads (absorbed): q_out's rows per token, >= heads; 0: heads
+        ("write_mask", ctypes.c_void_p),  # [Tkv] bytes: KV row t written only where write_mask[t] != 0 (NULL: all)
     ]
 
 
@@ -228,7 +229,7 @@ ARGS_INDEX = {name: i for i, (name, _) in enumerate(ropekv_args._fields_)}
 
 
 ARGS_POINTERS = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin", "sin",
-                 "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope", "norm_weight", "norm_out")
+                 "k_scale", "q_scale", "kv_rope_cache", "out", "out_rope", "norm_weight", "norm_out", "write_mask")
 ARGS_FIELDS = tuple(name for name, _ in ropekv_args._fields_)
 
 _ctx_p = ctypes.c_void_p

@@ -627,7 +627,7 @@ class Kernel:
 
     def __call__(self, *, q_nope=None, q_pe=None, q_out=None, k_nope=None, k_pe=None, kv_cache=None, positions=None,
                  slots=None, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None, out=None,
-                 out_rope=None, min_slot=0, stream=None, norm_weight=None, norm_out=None):
+                 out_rope=None, min_slot=0, stream=None, norm_weight=None, norm_out=None, write_mask=None):
         """One launch on torch tensors.
 
         A write kernel (op "write") takes k_nope, k_pe, kv_cache, positions, slots and cos_sin, and the query
@@ -662,13 +662,17 @@ class Kernel:
         A kernel with the fused kv_a RMSNorm (info.norm "rms" or "rms_out") takes k_nope as the raw projection's c_kv
         and norm_weight: the RMSNorm weight [L], contiguous, of the spec's dtype (info.norm_weight: bf16 or float32);
         "rms_out" also writes the normalized rows to norm_out [>= Tkv, L] bf16 (last dimension contiguous, 16-byte
-        aligned rows). A kernel without the norm refuses norm_weight and norm_out, an "rms" kernel norm_out."""
+        aligned rows). A kernel without the norm refuses norm_weight and norm_out, an "rms" kernel norm_out.
+
+        write_mask (write kernels): None, or [>= Tkv] bool / uint8: KV row t is written only where write_mask[t] is
+        set, beside min_slot and negative slots (the query rows and norm_out do not look at it)."""
         if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
         self.launch_named({"q_nope": q_nope, "q_pe": q_pe, "q_out": q_out, "k_nope": k_nope, "k_pe": k_pe,
                            "kv_cache": kv_cache, "positions": positions, "slots": slots, "cos_sin": cos_sin, "sin": sin,
                            "k_scale": k_scale, "q_scale": q_scale, "kv_rope_cache": kv_rope_cache, "out": out,
-                           "out_rope": out_rope, "norm_weight": norm_weight, "norm_out": norm_out}, min_slot, stream)
+                           "out_rope": out_rope, "norm_weight": norm_weight, "norm_out": norm_out,
+                           "write_mask": write_mask}, min_slot, stream)
         if self._read:
             return out if out_rope is None else (out, out_rope)
 

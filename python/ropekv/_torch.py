@@ -160,6 +160,8 @@ def _torch_dtypes(torch, ti, info):
     target's format."""
     if ti.dtype == "fp8_e4m3":
         return _fp8_dtypes(torch, info.fp8_format or info.q_fp8_format)
+    if ti.name == "write_mask":  # bytes: a bool tensor's too
+        return (torch.bool, torch.uint8)
     return (getattr(torch, {"bf16": "bfloat16", "f32": "float32"}.get(ti.dtype, ti.dtype)),)
 
 

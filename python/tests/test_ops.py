@@ -249,6 +249,32 @@ def test_padded_query_heads():
     assert "padded query heads are written by q form absorbed" in str(e), e
 
 
+def test_write_mask():
+    """A write mask (bool or uint8) writes the KV rows where it is set and leaves the others as a negative slot
+    does; the query rows are written either way. Refused on a read kernel's argument list."""
+    torch, ops = _ops()
+    T = 9
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", T, 2, "cpu", seed=23)
+    mask = torch.tensor([t % 3 != 1 for t in range(T)])
+
+    def run(**kw):
+        y = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
+        y.update(kw)
+        ops.write("deepseek_v3", kv="fp8_e4m3", **y)
+        return y["kv_cache"].view(torch.uint8), y["q_out"]
+
+    slots = x["slots"].clone()
+    slots[~mask] = -1
+    want_kv, want_q = run(slots=slots)
+    for m in (mask, mask.to(torch.uint8) * 7):
+        got_kv, got_q = run(write_mask=m)
+        assert torch.equal(got_kv, want_kv) and torch.equal(got_q.view(torch.int16), want_q.view(torch.int16))
+    all_kv, _ = run()
+    assert not torch.equal(all_kv, want_kv)  # the mask held rows back
+    e = _expect(TypeError, lambda: run(write_mask=mask.to(torch.int32)))
+    assert "write_mask must be bool or uint8" in str(e), e
+
+
 def test_op_fake_implementation():
     """The fake implementation (a Meta kernel on torch 1.13, register_fake on 2.x) runs on meta tensors without
     launching anything: what tracing calls."""

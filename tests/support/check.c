@@ -38,10 +38,11 @@ typedef struct set {
     float *k_scale, *q_scale;
     void *norm_w;       /* the fused norm's weight [L] (bf16 or f32) */
     uint16_t *norm_out; /* rms_out: [K, L+pad] bf16 */
+    uint8_t *mask;      /* the write mask [K] */
 } set;
 
 typedef struct sizes {
-    int64_t q, k, q_out, kv, kv_rope, pos, slots, cos, sin, norm_w, norm_out; /* bytes */
+    int64_t q, k, q_out, kv, kv_rope, pos, slots, cos, sin, norm_w, norm_out, mask; /* bytes */
 } sizes;
 
 static void *dup(const void *p, size_t n) {
@@ -64,6 +65,7 @@ static void set_free(set *s) {
     free(s->q_scale);
     free(s->norm_w);
     free(s->norm_out);
+    free(s->mask);
     memset(s, 0, sizeof *s);
 }
 
@@ -81,8 +83,9 @@ static int set_copy(set *d, const set *s, const sizes *z) {
     d->q_scale = dup(s->q_scale, sizeof(float));
     d->norm_w = dup(s->norm_w, z->norm_w);
     d->norm_out = dup(s->norm_out, z->norm_out);
+    d->mask = dup(s->mask, z->mask);
     return d->q && d->k && d->q_out && d->kv && d->kv_rope && d->pos && d->slots && d->cos && d->sin && d->k_scale &&
-                   d->q_scale && d->norm_w && d->norm_out
+                   d->q_scale && d->norm_w && d->norm_out && d->mask
                ? 0
                : -1;
 }
@@ -131,11 +134,16 @@ static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
     return g;
 }
 
+/* The query rows q_out holds per token: heads, and the shape's padded ones where the q form takes them (absorbed). */
+static int64_t q_heads_of(const rk_desc *v, const rk_shape *sh) {
+    return sh->heads + (v->op == ROPEKV_OP_WRITE && v->q == ROPEKV_Q_ABSORBED ? sh->q_pad : 0);
+}
+
 static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args *a) {
     const int64_t L = v->spec->kv_lora_rank, R = v->spec->rope_dim, W = L + R, T = sh->tokens, H = sh->heads;
     const int64_t K = kv_tokens_of(v, sh);
     const int64_t q_sh = W + sh->pad, q_st = H * q_sh + sh->pad;
-    const int64_t o_sh = W + sh->pad, o_st = H * o_sh + sh->pad;
+    const int64_t o_sh = W + sh->pad, o_st = q_heads_of(v, sh) * o_sh + sh->pad;
     memset(a, 0, sizeof *a);
     a->q_nope = s->q;
     a->q_pe = s->q + L;
@@ -153,6 +161,8 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     a->kv_tokens = K;
     a->min_slot = sh->min_slot;
     a->heads = H;
+    a->q_heads = q_heads_of(v, sh);
+    a->write_mask = v->op == ROPEKV_OP_WRITE && sh->mask_every ? s->mask : NULL;
     a->max_pos = sh->max_pos;
     a->q_nope_st = a->q_pe_st = q_st;
     a->q_nope_sh = a->q_pe_sh = q_sh;
@@ -210,7 +220,8 @@ static int compare(const char *what, const void *want, const void *got, int64_t 
 
 /* Byte sizes of the buffers rk_check builds for a shape (T query tokens, K KV tokens, H heads, pad,
  * max_pos). */
-static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_t pad, int64_t max_pos) {
+static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_t HQ, int64_t pad, int64_t max_pos,
+                       int mask) {
     const rk_spec *sp = v->spec;
     const int64_t L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R, row_elems = W + pad;
     const int64_t kv_elem = kv_elem_of(v), q_elem = v->q_dtype == ROPEKV_Q_FP8_E4M3 ? 1 : 2;
@@ -223,7 +234,7 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
     sizes z = {
         .q = (Tb * (H * row_elems + pad)) * 2,
         .k = Kb * row_elems * 2,
-        .q_out = (Tb * (H * row_elems + pad)) * q_elem, /* strides count q_out's elements: bf16 or fp8 bytes */
+        .q_out = (Tb * (HQ * row_elems + pad)) * q_elem, /* strides count q_out's elements: bf16 or fp8 bytes */
         .kv = g.elems * kv_elem,
         .kv_rope = g.rope_elems * kv_elem,
         .pos = Pb * idx_pos,
@@ -232,6 +243,7 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
         .sin = sp->cos_sin == RK_CS_F32_CAT ? 0 : max_pos * cs_w * cs_elem,
         .norm_w = v->norm == ROPEKV_NORM_NONE ? 0 : rk_norm_values(v) * (v->norm_weight == RK_NW_F32 ? 4 : 2),
         .norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? Kb * (L + pad) * 2 : 0,
+        .mask = mask ? Kb : 0,
     };
     return z;
 }
@@ -239,7 +251,8 @@ static sizes sizes_for(const rk_desc *v, int64_t T, int64_t K, int64_t H, int64_
 void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CHECK_NBUF]) {
     const int64_t W = (int64_t)v->spec->kv_lora_rank + v->spec->rope_dim;
     const sizes z = sizes_for(v, a->tokens, v->op == ROPEKV_OP_READ ? a->tokens : a->kv_tokens, a->heads,
-                              a->k_nope_st - W, a->max_pos);
+                              a->q_heads > a->heads ? a->q_heads : a->heads, a->k_nope_st - W, a->max_pos,
+                              a->write_mask != NULL);
     const rk_check_buf b[RK_CHECK_NBUF] = {
         [RK_CHECK_Q] = {"q", (void *)a->q_nope, z.q, 1},
         [RK_CHECK_K] = {"k", (void *)a->k_nope, z.k, 0},
@@ -254,6 +267,7 @@ void rk_check_buffers(const rk_desc *v, const rk_args *a, rk_check_buf out[RK_CH
         [RK_CHECK_Q_SCALE] = {"q_scale", (void *)a->q_scale, (int64_t)sizeof(float), 0},
         [RK_CHECK_NORM_W] = {"norm_weight", (void *)a->norm_weight, z.norm_w, 0},
         [RK_CHECK_NORM_OUT] = {"norm_out", a->norm_out, z.norm_out, 1},
+        [RK_CHECK_MASK] = {"write_mask", (void *)a->write_mask, z.mask, 0},
     };
     memcpy(out, b, sizeof b);
 }
@@ -402,7 +416,8 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     const int64_t cs_elem = sp->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
     const int64_t idx_pos = v->pos == ROPEKV_INDEX_INT64 ? 8 : 4, idx_slot = v->slot == ROPEKV_INDEX_INT64 ? 8 : 4;
     const int64_t K = kv_tokens_of(v, sh), P = T > K ? T : K;
-    const sizes z = sizes_for(v, T, K, H, sh->pad, sh->max_pos);
+    const int masked = v->op == ROPEKV_OP_WRITE && sh->mask_every;
+    const sizes z = sizes_for(v, T, K, H, q_heads_of(v, sh), sh->pad, sh->max_pos, masked);
     rk_rng r = {seed * 0x9e3779b97f4a7c15ull + 1};
     set ref = {0}, ker = {0};
     int rc = 2;
@@ -419,8 +434,9 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     ref.q_scale = malloc(sizeof(float));
     ref.norm_w = malloc(z.norm_w ? (size_t)z.norm_w : 1);
     ref.norm_out = malloc(z.norm_out ? (size_t)z.norm_out : 1);
+    ref.mask = malloc(z.mask ? (size_t)z.mask : 1);
     if (!ref.q || !ref.k || !ref.q_out || !ref.kv || !ref.kv_rope || !ref.pos || !ref.slots || !ref.cos || !ref.sin ||
-        !ref.k_scale || !ref.q_scale || !ref.norm_w || !ref.norm_out) {
+        !ref.k_scale || !ref.q_scale || !ref.norm_w || !ref.norm_out || !ref.mask) {
         snprintf(why, why_cap, "out of memory");
         goto out;
     }
@@ -431,6 +447,9 @@ int rk_check(const rk_desc *v, const rk_shape *sh, uint64_t seed, rk_run_fn run,
     memset(ref.kv_rope, 0x3c, z.kv_rope ? (size_t)z.kv_rope : 1);
     memset(ref.norm_out, 0x6b, z.norm_out ? (size_t)z.norm_out : 1);
     fill_norm_weight(v, &ref, &r);
+    /* the write mask: every mask_every-th token's byte 0, the others any nonzero byte (a bool's 1 among them) */
+    for (int64_t t = 0; t < z.mask; t++)
+        ref.mask[t] = t % sh->mask_every == sh->mask_every - 1 ? 0 : (uint8_t)(1 + rk_rng_next(&r) % 255);
     *ref.k_scale = sh->k_scale;
     *ref.q_scale = sh->q_scale != 0.0f ? sh->q_scale : 1.0f;
     /* positions: in range, at both ends, and out of range (clamped) */

@@ -33,6 +33,8 @@ typedef struct rk_shape {
     int specials;          /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
     float q_scale; /* an fp8 query's scale (0 means 1) */
+    int mask_every;  /* a write mask with every n-th KV token's byte 0 (0: no mask; write kernels) */
+    int64_t q_pad;   /* padded query heads past heads (absorbed: ropekv_args.q_heads = heads + q_pad) */
     int runs;      /* the reference runs this many times on its buffers (0 means 1); the run callback
                         must run the kernel as often, back to back (in place, each run rotates the
                         previous one's output: chained launches that must be ordered) */
@@ -63,6 +65,7 @@ enum {
     RK_CHECK_Q_SCALE,
     RK_CHECK_NORM_W,   /* the fused norm's weight [L]; 0 bytes without the norm */
     RK_CHECK_NORM_OUT, /* rms_out: the normalized c_kv [kv_tokens, L+pad] bf16 (compared); else 0 bytes */
+    RK_CHECK_MASK,     /* the write mask [kv_tokens] bytes (a shape with mask_every); else 0 bytes */
     RK_CHECK_NBUF
 };
 typedef struct rk_check_buf {

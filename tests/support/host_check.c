@@ -16,8 +16,9 @@ int rk_host_run_kernel(void *ctx, const rk_desc *v, const rk_args *a) {
 }
 
 /* The standard shapes: T x H over {1, 3, 17, 300} x {1, 16}, padded strides on every other one, the
- * query scale going round 0.37, 1 and 1/448 (with 1/448 a mul_recip or div query saturates); then
- * padding: a short slot list, padded queries, no KV rows, no query rows, with reserved slots. */
+ * query scale going round 0.37, 1 and 1/448 (with 1/448 a mul_recip or div query saturates), a write mask on every
+ * fourth and padded query heads on the next; then padding: a short slot list, padded queries, no KV rows, no query
+ * rows, with reserved slots and a write mask. */
 static int standard_shapes(rk_shape *out) {
     static const int64_t TOKENS[] = {1, 3, 17, 300}, HEADS[] = {1, 16};
     static const int64_t PADDING[][3] = {{17, 5, 1}, {3, 17, 2}, {5, -1, 0}, {0, 4, 1}}; /* T, kv_tokens, min_slot */
@@ -31,6 +32,8 @@ static int standard_shapes(rk_shape *out) {
             out[n].heads = HEADS[h];
             out[n].pad = (n % 2) * 8;
             out[n].q_scale = Q_SCALES[n % 3];
+            out[n].mask_every = n % 4 == 2 ? 4 : 0; /* a write mask */
+            out[n].q_pad = n % 4 == 3 ? 3 : 0;      /* padded query heads */
         }
     for (size_t i = 0; i < sizeof PADDING / sizeof PADDING[0]; i++, n++) {
         out[n] = base;
@@ -39,6 +42,7 @@ static int standard_shapes(rk_shape *out) {
         out[n].min_slot = PADDING[i][2];
         out[n].heads = 4;
         out[n].pad = 8;
+        out[n].mask_every = 2;
         out[n].q_scale = Q_SCALES[n % 3];
     }
     return n;
@@ -66,9 +70,10 @@ int rk_host_check_variant(const rk_desc *v, const char *dir, char *why, size_t c
             rk_host_run hr = {&k, wide};
             if (rk_check(v, sh, (uint64_t)++seed, rk_host_run_kernel, &hr, why, cap) != 0) {
                 char shape[160];
-                snprintf(shape, sizeof shape, " [T=%lld kv_tokens=%lld min_slot=%lld H=%lld pad=%lld %s]",
+                snprintf(shape, sizeof shape,
+                         " [T=%lld kv_tokens=%lld min_slot=%lld H=%lld pad=%lld %s write_mask 1/%d padded heads +%lld]",
                          (long long)sh->tokens, (long long)sh->kv_tokens, (long long)sh->min_slot, (long long)sh->heads,
-                         (long long)sh->pad, wide ? "i64" : "i32");
+                         (long long)sh->pad, wide ? "i64" : "i32", sh->mask_every, (long long)sh->q_pad);
                 strncat(why, shape, cap - strlen(why) - 1);
                 ok = 0;
             }
