@@ -301,3 +301,18 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     pl->wide = (reach > widest ? reach : widest) >= INT32_MAX;
     return ROPEKV_OK;
 }
+
+ropekv_status rk_args_scales_check(const rk_desc *p, const ropekv_args *a, rk_err *err) {
+    rk_tensor ts[RK_TENSORS_MAX];
+    const int nt = rk_tensors(p, ts, RK_TENSORS_MAX);
+    for (int i = 0; i < nt && i < RK_TENSORS_MAX; i++) {
+        if (ts[i].at != offsetof(ropekv_args, k_scale) && ts[i].at != offsetof(ropekv_args, q_scale)) continue;
+        const void *at = *(const void *const *)((const char *)a + ts[i].at);
+        if (!at) continue; /* not needed by this launch (rk_args_check refused a missing one it needs) */
+        float v;
+        memcpy(&v, at, sizeof v);
+        CHECK(v > 0.0f && v <= 3.40282347e38f, ROPEKV_ERR_ARG,
+              "%s = %g: must be a positive finite float32 (1.0 for no scaling)", ts[i].name, (double)v);
+    }
+    return ROPEKV_OK;
+}

@@ -25,4 +25,9 @@ void rk_args_from_api(const ropekv_args *a, rk_args *r);
  * arguments. */
 ropekv_status rk_args_check(const rk_desc *d, const ropekv_args *a, rk_plan *pl, rk_err *err);
 
+/* The scales a launch divides or multiplies by (k_scale, q_scale: the ones the kernel reads) are positive finite
+ * float32 values: read from memory, so only where it is the caller's (the host backend, at launch; a GPU's would
+ * mean waiting for the device). ROPEKV_ERR_ARG naming the scale otherwise. */
+ropekv_status rk_args_scales_check(const rk_desc *d, const ropekv_args *a, rk_err *err);
+
 #endif

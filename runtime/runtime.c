@@ -1166,6 +1166,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     ropekv_status s = args_in(c, &a, &buf);
     if (s != ROPEKV_OK) return s;
     s = rk_args_check(&k->d, a, &pl, &err);
+    if (s == ROPEKV_OK && pl.total > 0 && k->d.arch->vendor == RK_VENDOR_HOST) s = rk_args_scales_check(&k->d, a, &err);
     if (s != ROPEKV_OK) return fail(c, s, "%s", err.msg);
     if (pl.total == 0) return ROPEKV_OK;
     if (c->compile_only)

@@ -114,6 +114,10 @@ static rk_draw draw(rk_rng *r) {
     a->kv_rows = below(r, 12);
     a->kv_block_st = B * a->kv_st + 16 * below(r, 2);
     a->kv_rope_block_st = B * a->kv_rope_st + 16 * below(r, 2);
+    if (below(r, 4) == 0) { /* padded query heads, token-major rows of q_heads */
+        a->q_heads = H + below(r, 3);
+        if (a->q_out_sh < a->q_out_st || T == 0) a->q_out_st = a->q_heads * a->q_out_sh;
+    }
     for (int64_t n = below(r, 4); n > 0; n--) {
         int64_t *f = (int64_t *)((char *)a + rk_oracle_fields[below(r, RK_ORACLE_NFIELDS)]);
         int64_t nudged;
@@ -131,8 +135,10 @@ static void test_random_args(void **state) {
     for (int i = 0; i < DRAWS; i++) {
         const rk_draw d = draw(&r);
         if (rk_oracle_check(&oracle, &d, why, sizeof why) != 0)
-            fail_msg("draw %d (variant %u, tokens %lld, heads %lld, kv_rows %lld): %s", i, d.variant,
-                     (long long)d.a.tokens, (long long)d.a.heads, (long long)d.a.kv_rows, why);
+            fail_msg("draw %d (variant %u %s, tokens %lld, heads %lld, q_heads %lld, kv_tokens %lld, kv_rows %lld): %s",
+                     i, d.variant, oracle.var[d.variant % (unsigned)oracle.n].d.key, (long long)d.a.tokens,
+                     (long long)d.a.heads, (long long)d.a.q_heads, (long long)d.a.kv_tokens, (long long)d.a.kv_rows,
+                     why);
     }
     print_message("%ld launched, %ld refused, %ld too large to map (checked with ropekv_query)\n", oracle.launched,
                   oracle.refused, oracle.queried);

@@ -1,5 +1,8 @@
 """torch tensors -> ropekv_args, by the kernel's tensor table (the library's ropekv_kernel_tensor: each tensor's dtype,
 dimensions, strides and needs). Imported only when tensors are used (torch is imported lazily)."""
+import math
+import struct
+
 from . import _capi
 
 
@@ -11,7 +14,7 @@ def _torch():
 _NAMES = _capi.ARGS_POINTERS  # every tensor keyword, in the order of ropekv_args' pointers
 _NAME_SET = frozenset(_NAMES)
 _CACHES = ("kv_cache", "kv_rope_cache")
-_SCALES = ("k_scale", "q_scale")  # 1.0 where the kernel reads one and none is given; dropped where it reads none
+_SCALES = ("k_scale", "q_scale")  # required where the kernel reads one (a number is taken); dropped where it reads none
 _Q_NAMES = ("q_nope", "q_pe", "q_out")
 _ROWS_OF = {"Tkv": "the tokens of slots", "P": "max of the query and slot tokens"}  # dims that may have more rows
 _Q_FORMS = ("absorbed", "zero_copy", "inplace", "none")
@@ -125,21 +128,48 @@ def _cache_part(a, t, layout, width, strict, rope=False, what="L+R"):
     return blocks * B, B
 
 
-_UNIT_SCALES = {}  # device -> a float32 tensor [1] holding 1.0: the scale of a caller who passes none
+_SCALE_TENSORS = {}  # (device, value) -> a float32 tensor [1]: a scale the caller gave as a number
 
 
-def _unit_scale(torch, device, name):
-    """k_scale / q_scale = None means 1.0 (the identity under every scale convention: x * (1 / 1), x / 1, x * 1),
-    as engines pass it for an fp8 cache without calibration (SGLang's attn.k_scale may be None). One tensor per
-    device, made on first use; it cannot be made inside CUDA-graph capture (its fill would run only on replay)."""
-    key = str(device)
-    v = _UNIT_SCALES.get(key)
-    if v is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise ValueError("%s is None inside CUDA-graph capture: pass a float32 tensor [1] (1.0), or make one "
-                             "launch on this device before capturing" % name)
-        v = _UNIT_SCALES[key] = torch.ones(1, dtype=torch.float32, device=device)
-    return v
+def _scale_number(name, x):
+    """x (a Python number, or a CPU tensor's value) as a scale: a positive finite float32, else a ValueError."""
+    try:
+        f32 = struct.unpack("<f", struct.pack("<f", float(x)))[0]
+    except OverflowError:  # past the float32 range
+        f32 = math.inf
+    if not (math.isfinite(f32) and f32 > 0):
+        raise ValueError("%s = %r: a scale must be a positive finite float32 (1.0 for no scaling)" % (name, x))
+    return f32
+
+
+def _scales_in(torch, tensors):
+    """k_scale / q_scale given as Python numbers become float32 tensors [1] on the device of the tensor they scale (made
+    once per device and value; not inside CUDA-graph capture, where a fill would run only on replay); a number, or a
+    CPU tensor, that is not a positive finite float32 is a ValueError naming it. A scale on a GPU is not read here (that
+    would wait for the device). Returns tensors, or a copy with the numbers replaced."""
+    out = tensors
+    for name in _SCALES:
+        v = tensors.get(name)
+        if v is None:
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            value = _scale_number(name, v)
+            like = [tensors.get(n) for n in (("kv_cache",) if name == "k_scale" else ("q_out", "q_pe"))]
+            like = [x for x in like if isinstance(x, torch.Tensor)]
+            device = like[0].device if like else torch.device("cpu")
+            key = (str(device), value)
+            got = _SCALE_TENSORS.get(key)
+            if got is None:
+                if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                    raise ValueError("%s = %r inside CUDA-graph capture: pass a float32 tensor [1], or make one launch "
+                                     "with this scale on this device before capturing" % (name, v))
+                got = _SCALE_TENSORS[key] = torch.full((1,), value, dtype=torch.float32, device=device)
+            if out is tensors:
+                out = dict(tensors)
+            out[name] = got
+        elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dtype == torch.float32 and v.numel() == 1:
+            _scale_number(name, v.item())
+    return out
 
 
 def _device_ok(ctx, t):
@@ -196,12 +226,17 @@ def _stray(kernel, info, t, name):
                                                                                        kernel.tensors)))
 
 
+def _scale_missing(info, name):
+    what = ("an fp8 cache under scale convention %s" % info.scale if name == "k_scale" else
+            "an fp8 query under scale convention %s" % info.q_fp8_scale)
+    return ValueError("%s is required: %s %s %s (a float32 tensor [1] or a number; 1.0 for no scaling: a missing scale "
+                      "is not taken as 1)" % (name, info.key, "reads" if info.op == "read" else "writes", what))
+
+
 def _required(torch, info, ti, t):
-    """A tensor of the table that was not given: a scale reads as 1.0 (q_scale once the query rows are known),
-    anything else is a ValueError naming it."""
+    """A tensor of the table that was not given: a ValueError naming it (q_scale once the query rows are known)."""
     if ti.name == "k_scale":
-        t["k_scale"] = _unit_scale(torch, t["kv_cache"].device if t["kv_cache"] is not None else None, "k_scale")
-        return
+        raise _scale_missing(info, "k_scale")
     if ti.name == "q_scale":
         return
     if ti.name in _Q_NAMES:
@@ -249,7 +284,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     tensors (T), KV rows for the tokens of slots (Tkv: vLLM's slot_mapping may be shorter than the batch, DP-padded
     queries longer); k_nope / k_pe (and norm_out) hold at least Tkv rows, positions at least max(T, Tkv). A read
     kernel's rows are its slots'. min_slot: slots below it are never written (1 keeps a reserved dummy slot 0
-    untouched). A kernel's tensors must all be given, but for the scales (None reads as 1.0); tensors it does not
+    untouched). A kernel's tensors must all be given (a scale as a tensor or a positive number; none is not 1.0); tensors it does not
     take are refused by name, but for a scale it does not read, and zero_copy's q_nope when it is q_out itself (not
     read). An fp8 tensor (a cache, an fp8 query output) is uint8 or the float8 dtype of the target's format, its
     strides in bytes; inplace takes the bf16 q_pe as it is (the kernel writes fp8 bytes over the start of its rows);
@@ -260,7 +295,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
     unknown = sorted(set(tensors) - _NAME_SET)
     if unknown:
         raise TypeError("unexpected arguments: %s (expected some of %s)" % (", ".join(unknown), ", ".join(_NAMES)))
-    t = {k: tensors.get(k) for k in _NAMES}
+    t = _scales_in(torch, {k: tensors.get(k) for k in _NAMES})
     for name, v in t.items():
         if v is not None and not isinstance(v, torch.Tensor):
             raise TypeError("%s must be a torch.Tensor, got %s" % (name, type(v).__name__))
@@ -329,7 +364,7 @@ def tensor_args(kernel, ctx, min_slot=0, layout="flat", op="write", **tensors):
 
     if strict:
         if "q_scale" in table and T > 0 and t["q_scale"] is None:
-            t["q_scale"] = _unit_scale(torch, (t["q_out"] if t["q_out"] is not None else t["q_pe"]).device, "q_scale")
+            raise _scale_missing(info, "q_scale")
         values = {"T": T, "Tkv": K, "P": P, "H": H, "Hq": HQ, "out_w": info.L if t["out_rope"] is not None else info.W}
         for ti in kernel.tensors:
             v = t[ti.name]
@@ -416,6 +451,10 @@ def plan_args(kernel, tensors, min_slot):
     signature runs the full checks and keeps the fields they produce as the plan; a launch with the same signature
     takes the plan's fields with its own tensors' pointers. Pointer fields not taken from a tensor of the same name
     (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
+    ks, qs = tensors.get("k_scale"), tensors.get("q_scale")
+    if (ks is not None and not hasattr(ks, "data_ptr")) or (qs is not None and not hasattr(qs, "data_ptr")) or \
+            (ks is not None and getattr(ks, "is_cpu", False)) or (qs is not None and getattr(qs, "is_cpu", False)):
+        tensors = _scales_in(_torch(), tensors)  # numbers taken, CPU values checked at every launch
     get = tensors.get
     vals = [get(n) for n in _NAMES]
     sig = None

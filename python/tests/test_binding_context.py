@@ -110,7 +110,7 @@ def test_kernel_tensors():
     k = c.kernel("deepseek_v3", kv="fp8_e4m3", layout="paged")
     by = {t.name: t for t in k.tensors}
     assert [t.name for t in k.tensors] == ["q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions",
-                                          "slots", "cos_sin", "k_scale"], k.tensors
+                                          "slots", "cos_sin", "k_scale", "write_mask"], k.tensors
     q = by["q_nope"]
     assert (q.access, q.need, q.dtype, q.dims, q.sizes, q.strides) == (
         "read", "tokens", "bf16", ("T", "H", "L"), (None, None, 512), ("q_nope_st", "q_nope_sh", None)), q
@@ -126,7 +126,7 @@ def test_kernel_tensors():
         ("out_rope", "write", "optional")]
     fam = {t.name: t for t in ropekv.family_tensors("write", "absorbed")}
     assert fam["k_nope"].need == "kv_tokens" and fam["cos_sin"].need == "optional" and fam["sin"].need == "optional"
-    assert fam["q_out"].dtype is None and fam["q_out"].dims == ("T", "H", "W") and fam["kv_cache"].dims == ()
+    assert fam["q_out"].dtype is None and fam["q_out"].dims == ("T", "Hq", "W") and fam["kv_cache"].dims == ()
     assert "out" not in fam and [t.name for t in ropekv.family_tensors("read")][-2:] == ["out", "out_rope"]
 
 

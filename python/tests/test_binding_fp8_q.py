@@ -110,12 +110,22 @@ def _check_fp8_q_errors(torch, ctx, device):
     _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.int8))))
     if hasattr(torch, "float8_e4m3fnuz"):  # the other format's dtype
         _expect(TypeError, lambda: k(**dict(x, q_out=x["q_out"].view(torch.float8_e4m3fnuz))))
-    # q_scale=None means 1.0 (the identity under every convention)
+    # a missing q_scale is not taken as 1.0: the caller says 1.0 (a number) or passes a tensor
+    e = _expect(ValueError, lambda: k(**dict(x, q_scale=None)))
+    assert "q_scale is required" in str(e) and "1.0 for no scaling" in str(e), e
     runs = []
-    for scale in (None, torch.ones(1, dtype=torch.float32, device=device)):
+    for scale in (1.0, 1, torch.ones(1, dtype=torch.float32, device=device)):
         runs.append(dict(x, q_out=x["q_out"].clone(), kv_cache=x["kv_cache"].clone(), q_scale=scale))
         k(**runs[-1])
-    assert torch.equal(runs[0]["q_out"].view(torch.uint8), runs[1]["q_out"].view(torch.uint8))
+    assert all(torch.equal(r["q_out"].view(torch.uint8), runs[-1]["q_out"].view(torch.uint8)) for r in runs[:-1])
+    # a scale that is not a positive finite float32 is refused by name: a number, or a CPU tensor's value
+    for bad in (0.0, -0.37, float("nan"), float("inf"), 1e-50, 1e39):
+        e = _expect(ValueError, lambda: k(**dict(x, q_scale=bad)))
+        assert "q_scale = " in str(e) and "positive finite float32" in str(e), (bad, e)
+    if device == "cpu":
+        for bad in (0.0, float("nan"), -1.0):
+            e = _expect(ValueError, lambda: k(**dict(x, q_scale=torch.tensor([bad]))))
+            assert "positive finite float32" in str(e), (bad, e)
     _expect(TypeError, lambda: k(**dict(x, q_scale=x["q_scale"].double())))
     _expect(ValueError, lambda: k(**dict(x, q_scale=torch.ones(2, device=device))))
     _expect(ValueError, lambda: k(**dict(x, q_out=x["q_out"][:, :, :575])))
@@ -143,7 +153,7 @@ def _check_fp8_q_errors(torch, ctx, device):
     ki = ctx.kernel("kimi_k2", kv="bf16", q="inplace", positions="int32", q_dtype="fp8_e4m3")
     xi = make_inputs(torch, "kimi_k2", "inplace", "bf16", T, H, device, seed=23, q_dtype="fp8_e4m3", q_scale=1.0)
     _expect(TypeError, lambda: ki(**dict(xi, q_pe=xi["q_pe"].float())))
-    ki(**dict(xi, q_scale=None))  # 1.0
+    ki(**dict(xi, q_scale=1.0))  # no scaling, said explicitly
     # bound launches carry q_scale too
     launch = k.bind(**x)
     launch()

@@ -80,11 +80,13 @@ def _check_layout_errors(torch, ctx, device):
     e = _expect(ropekv.RopekvError, lambda: r(kv_cache=paged["kv_cache"], slots=slots, out=bad_out),
                 {"ROPEKV_ERR_STRIDE"})
     assert "out" in e.message
-    # an fp8 read with a scale convention: k_scale=None means 1.0
+    # an fp8 read with a scale convention: a missing k_scale is refused; 1.0 said as a number is the unit tensor's
     r8 = ctx.kernel(spec, kv="fp8_e4m3", layout="paged", op="read")
     p8 = layout_cache(torch, spec, "fp8_e4m3", "paged", rows, 16, device)
     out1 = torch.zeros(T, 576, dtype=torch.bfloat16, device=device)
-    r8(kv_cache=p8["kv_cache"], slots=slots, out=out1)
+    e = _expect(ValueError, lambda: r8(kv_cache=p8["kv_cache"], slots=slots, out=out1))
+    assert "k_scale is required" in str(e) and "reads an fp8 cache under scale convention" in str(e), e
+    r8(kv_cache=p8["kv_cache"], slots=slots, out=out1, k_scale=1.0)
     r8(kv_cache=p8["kv_cache"], slots=slots, out=out, k_scale=torch.ones(1, device=device))
     assert torch.equal(out1, out)
     _expect(TypeError, lambda: r8(kv_cache=paged["kv_cache"], slots=slots, out=out,

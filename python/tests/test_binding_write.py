@@ -167,8 +167,9 @@ def _check_errors(torch, ctx, device):
         if hasattr(torch, "float8_e4m3fnuz"):
             _expect(TypeError, lambda: kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.float8_e4m3fnuz))))
         kf(**dict(xf, kv_cache=xf["kv_cache"].view(torch.uint8)))  # raw bytes are fine
-        runs = []  # k_scale=None means 1.0
-        for scale in (None, torch.ones(1, dtype=torch.float32, device=device)):
+        _expect(ValueError, lambda: kf(**dict(xf, k_scale=None)))  # a missing scale is not 1.0
+        runs = []  # k_scale=1.0 said as a number: the unit tensor's bytes
+        for scale in (1.0, torch.ones(1, dtype=torch.float32, device=device)):
             runs.append(dict(xf, kv_cache=xf["kv_cache"].clone(), q_out=xf["q_out"].clone(), k_scale=scale))
             kf(**runs[-1])
         assert torch.equal(runs[0]["kv_cache"].view(torch.uint8), runs[1]["kv_cache"].view(torch.uint8))

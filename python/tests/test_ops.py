@@ -53,12 +53,13 @@ def test_schemas_name_the_tensors_written():
         assert names[:2] == ["spec", "kv"], names
         # the norm's arguments come last with defaults, so positional calls written before them stay valid
         # and the record's name after every tensor
-        tail = ["min_slot", "norm", "norm_weight", "norm_out", "record"] if name != "read" else ["min_slot", "record"]
+        tail = (["min_slot", "norm", "norm_weight", "norm_out", "write_mask", "record"] if name != "read" else
+                ["min_slot", "record"])
         assert names[-len(tail):] == tail, names
         if name != "read":
             defaults = {a.name: a.default_value for a in schema.arguments if a.name in tail}
             assert defaults == {"min_slot": 0, "norm": "none", "norm_weight": None, "norm_out": None,
-                                "record": None}, defaults
+                                "write_mask": None, "record": None}, defaults
 
 
 def test_import_without_ops_needs_no_torch():

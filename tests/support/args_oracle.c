@@ -113,7 +113,7 @@ const size_t rk_oracle_fields[RK_ORACLE_NFIELDS] = {
     F(tokens),     F(heads),     F(q_nope_st),   F(q_nope_sh),     F(q_pe_st),     F(q_pe_sh),
     F(q_out_st),   F(q_out_sh),  F(k_nope_st),   F(k_pe_st),       F(kv_st),       F(kv_rows),
     F(max_pos),    F(kv_tokens), F(min_slot),    F(kv_block_size), F(kv_block_st), F(kv_rope_block_st),
-    F(kv_rope_st), F(out_st),    F(out_rope_st), F(norm_out_st)};
+    F(kv_rope_st), F(out_st),    F(out_rope_st), F(norm_out_st),   F(q_heads)};
 #undef F
 
 static uint64_t le(const uint8_t *p, size_t n, size_t at) {
@@ -171,17 +171,20 @@ enum {
     OUT_ROPE,
     NORM_W,
     NORM_OUT,
+    WRITE_MASK,
     NBUF
 };
 static const char *const NAMES[NBUF] = {"q_nope",        "q_pe",      "q_out",    "k_nope",      "k_pe",    "kv_cache",
                                         "kv_rope_cache", "positions", "slots",    "cos_sin",     "sin",     "k_scale",
-                                        "q_scale",       "out",       "out_rope", "norm_weight", "norm_out"};
+                                        "q_scale",       "out",       "out_rope", "norm_weight", "norm_out",
+                                        "write_mask"};
 
 /* Whether the kernel takes buffer b at all: the norm's tensors belong to the norm variants (norm_out to rms_out);
  * passing one to another kernel is a mix-up it must refuse. */
 static int takes(const rk_desc *d, int b) {
     if (b == NORM_W) return d->norm != ROPEKV_NORM_NONE;
     if (b == NORM_OUT) return d->norm == ROPEKV_NORM_RMS_OUT;
+    if (b == WRITE_MASK) return d->op == ROPEKV_OP_WRITE; /* a read kernel does not look at it */
     return 1;
 }
 
@@ -231,6 +234,9 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     int64_t K = T;
     if (d->op == ROPEKV_OP_WRITE) {
         if (H < 1 || H > 65536 || a->max_pos < 1 || a->kv_tokens < -1 || a->kv_tokens > INT32_MAX) c.refuse = 1;
+        /* padded query heads: 0, or heads up to 65536; above heads only for the absorbed form */
+        if (a->q_heads != 0 && (a->q_heads < H || a->q_heads > 65536)) c.refuse = 1;
+        if (a->q_heads != 0 && a->q_heads != H && d->q != ROPEKV_Q_ABSORBED) c.refuse = 1;
         if (c.refuse) return c;
         K = a->kv_tokens == ROPEKV_KV_TOKENS_NONE ? 0 : a->kv_tokens ? a->kv_tokens : T;
     }
@@ -252,7 +258,9 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     const int absorbed = d->q == ROPEKV_Q_ABSORBED, zc = d->q == ROPEKV_Q_ZERO_COPY;
     if (absorbed) claim(&c, Q_NOPE, T, H, a->q_nope_st, a->q_nope_sh, L, 2);
     if (d->q != ROPEKV_Q_NONE) claim(&c, Q_PE, T, H, a->q_pe_st, a->q_pe_sh, R, 2);
-    if (absorbed || zc) claim(&c, Q_OUT, T, H, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
+    const int64_t HQ = a->q_heads ? a->q_heads : H;
+    if (absorbed || zc) claim(&c, Q_OUT, T, HQ, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
+    if (K > 0) c.bytes[WRITE_MASK] = K; /* the write mask [K] bytes, when the draw gives one */
     claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
     claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
     /* the fused norm: the weight [L] and rms_out's rows [K, L] bf16, with KV rows only */
@@ -334,6 +342,8 @@ static void fill(const rk_desc *d, int b, gbuf *g, rk_rng *r, int64_t pos_n, int
         }
     } else if (b == KV && d->kv == ROPEKV_KV_FP8_TILE) {
         for (size_t i = 0; i < n; i++) g->region[i] &= 0x3f;
+    } else if (b == WRITE_MASK) { /* a third of the rows held back */
+        for (size_t i = 0; i < n; i++) g->region[i] = rk_rng_next(r) % 3 ? (uint8_t)(1 + rk_rng_next(r) % 255) : 0;
     } else if (b == K_SCALE || b == Q_SCALE) {
         const float s = b == K_SCALE ? 0.37f : 0.5f;
         memcpy(g->p, &s, 4);
@@ -367,14 +377,16 @@ static const void **field(ropekv_args *a, int b) {
     case OUT: return (const void **)&a->out;
     case OUT_ROPE: return (const void **)&a->out_rope;
     case NORM_W: return (const void **)&a->norm_weight;
-    default: return (const void **)&a->norm_out;
+    case NORM_OUT: return (const void **)&a->norm_out;
+    default: return (const void **)&a->write_mask;
     }
 }
 
 /* A refusal names a field (or the args themselves). */
 static int names_a_field(const char *msg) {
     static const char *const MORE[] = {"tokens",   "heads",         "max_pos", "kv_rows", "kv_tokens",
-                                       "min_slot", "kv_block_size", "cos/sin", "kv_st",   "args"};
+                                       "min_slot", "kv_block_size", "cos/sin", "kv_st",   "args",
+                                       "q_heads"};
     for (int b = 0; b < NBUF; b++)
         if (strstr(msg, NAMES[b])) return 1;
     for (size_t i = 0; i < sizeof MORE / sizeof MORE[0]; i++)
@@ -394,6 +406,7 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     const unsigned vi = dr->variant % (unsigned)o->n;
     const rk_desc *d = &o->var[vi].d;
     ropekv_args a = dr->a;
+    a.size = sizeof a; /* every field read (q_heads, write_mask: past version 0.1's) */
     const int out_rope = d->op == ROPEKV_OP_READ && dr->out_rope;
     const claims c = claims_of(d, &a, out_rope);
     int mapped = 1; /* every claim small enough to map */
@@ -421,11 +434,13 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     for (int b = 0; b < NBUF; b++) {
         const size_t n = mapped && !c.refuse && c.bytes[b] ? (size_t)c.bytes[b] : 64;
         if (b == OUT_ROPE && !out_rope) continue; /* its pointer chooses where the rope parts go */
-        if (!takes(d, b)) {                       /* NULL, unless the draw passes it by mistake */
-            if (!(dr->stray & (b == NORM_W ? 1u : 2u))) continue;
+        if (!takes(d, b)) { /* NULL, unless the draw passes a norm tensor by mistake (a read ignores a mask) */
+            if (b == WRITE_MASK || !(dr->stray & (b == NORM_W ? 1u : 2u))) continue;
             stray = 1;
         } else if (!c.bytes[b] && b != K_SCALE && b != Q_SCALE && (rk_rng_next(&r) & 1)) {
             continue; /* untouched: NULL half the time */
+        } else if (b == WRITE_MASK && (rk_rng_next(&r) & 1)) {
+            continue; /* optional: no mask half the time */
         }
         if (gbuf_map(&ker[b], n) || gbuf_map(&ref[b], n)) {
             snprintf(why, cap, "mmap of %zu bytes failed", n);
@@ -489,8 +504,9 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
         if (!ker[b].map) continue;
         for (size_t i = 0; i < ker[b].region_len; i++)
             if (ker[b].region[i] != ref[b].region[i]) {
-                snprintf(why, cap, "%s differs from the reference at byte %lld of %lld", NAMES[b],
-                         (long long)(ker[b].region + i - ker[b].p), (long long)c.bytes[b]);
+                snprintf(why, cap, "%s differs from the reference at byte %lld of %lld (0x%02x, the reference 0x%02x)",
+                         NAMES[b], (long long)(ker[b].region + i - ker[b].p), (long long)c.bytes[b], ker[b].region[i],
+                         ref[b].region[i]);
                 rc = 1;
                 break;
             }

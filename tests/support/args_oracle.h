@@ -19,7 +19,7 @@
 #include "rk.h"
 #include "ropekv.h"
 
-#define RK_ORACLE_MAX_VARIANTS 64        /* room for the covering set's host variants and rule cases (41 today) */
+#define RK_ORACLE_MAX_VARIANTS 160       /* room for the covering set's host variants and rule cases */
 #define RK_ORACLE_CAP ((int64_t)4 << 20) /* bytes of the largest buffer mapped for a launch */
 
 typedef struct rk_oracle {
@@ -58,9 +58,9 @@ typedef struct rk_draw {
 } rk_draw;
 
 /* The int64 fields of ropekv_args a draw sets (offsets), in the order of a fuzz input (rk_draw_of_bytes): the first
- * RK_ORACLE_SEED_AT before the seed, the ones added later (norm_out_st) after it, so that older inputs keep their
- * meaning. */
-#define RK_ORACLE_NFIELDS 22
+ * RK_ORACLE_SEED_AT before the seed, the ones added later (norm_out_st, q_heads) after it, so that older inputs keep
+ * their meaning. */
+#define RK_ORACLE_NFIELDS 23
 #define RK_ORACLE_SEED_AT 21
 extern const size_t rk_oracle_fields[RK_ORACLE_NFIELDS];
 

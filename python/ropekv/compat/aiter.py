@@ -100,6 +100,6 @@ def fused_qk_rope_cat_and_cache_mla(q_nope, q_pe, k_nope, k_pe, kv_cache, slot_m
         cos_sin, sin_t = _tables(info, cos, sin, spec)
         ops.write(spec, kv=kv, q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache,
                   positions=pos, slots=slot_mapping, cos_sin=cos_sin, sin=sin_t,
-                  k_scale=k_scale if apply_scale and kv != "bf16" else None)
+                  k_scale=k_scale if apply_scale and k_scale is not None else 1.0, q_scale=1.0)
     zeros = torch.empty(0, qh, q_nope.shape[2], dtype=q_nope.dtype, device=q_nope.device)
     return q_out, decode_q_pe_out, None, zeros

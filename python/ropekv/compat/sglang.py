@@ -58,8 +58,8 @@ def mla_rope_quantize_fp8_fused(q_nope, q_rope, k_nope, k_rope, cos_sin_cache, p
         if not targets:  # the query alone: no KV row
             k_n, k_p, cache, slots = c.no_kv(info.L, info.R, q_out.device)
             ops.write(spec, kv="bf16", **q, k_nope=k_n, k_pe=k_p, kv_cache=cache, positions=pos_ids, slots=slots,
-                      cos_sin=cos_sin_cache)
+                      cos_sin=cos_sin_cache, q_scale=1.0)
         for i, (cache, slots) in enumerate(targets):
             ops.write(spec, kv="fp8_e4m3", **(q if i == 0 else {}), k_nope=k_nope, k_pe=k_rope, kv_cache=cache,
                       positions=pos_ids, slots=slots if slots is not None else c.ramp(k_nope.size(0), k_nope.device),
-                      cos_sin=cos_sin_cache)
+                      cos_sin=cos_sin_cache, k_scale=1.0, q_scale=1.0)
