@@ -119,6 +119,8 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->record = c->record;
     if (d->record) d->rec = s->records[d->record - 1];
     else rk_record_of_kv(s, c->kv, &d->rec);
+    const char *rule = rk_geometry_refuses(s->rope_dim, read ? ROPEKV_Q_NONE : c->q, c->layout);
+    if (rule) return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: %s", s->name, rule);
     const char *why = rk_record_unsupported(&d->rec);
     if (why) return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: record %s: %s", s->name, d->rec.name, why);
     if (!rk_record_fits(&d->rec, c->layout))
@@ -133,9 +135,10 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->arch = a;
     d->op = c->op;
     d->kv = d->record ? ROPEKV_KV_BF16 : c->kv;
-    /* the read-back op has no query and reads no positions: canonical values, one kernel */
+    /* the read-back op has no query and reads no positions, nor does a write that rotates nothing: canonical values,
+     * one kernel */
     d->q = read ? ROPEKV_Q_NONE : c->q;
-    d->pos = read ? ROPEKV_INDEX_INT64 : c->pos;
+    d->pos = read || s->rope == RK_ROPE_NONE ? ROPEKV_INDEX_INT64 : c->pos;
     d->slot = c->slot;
     d->q_dtype = d->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
     d->layout = c->layout;
@@ -143,7 +146,7 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->R = s->rope_dim;
     /* the read-back op rotates nothing: canonical values, so that specs with the same rows share its kernels */
     d->rope = read ? RK_ROPE_NONE : s->rope;
-    d->cos_sin = read ? RK_CS_F32_CAT : s->cos_sin;
+    d->cos_sin = read || s->rope == RK_ROPE_NONE ? RK_CS_F32_CAT : s->cos_sin; /* no tables without a rotation */
     d->fp8 = a->fp8;
     d->neg = read ? RK_NEG_SKIP_KV : s->negative_slot;
     d->read_neg = read ? s->read_neg : RK_READ_ZERO;
@@ -363,10 +366,15 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
                                 for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 || kv == 3 ? 2 : 1); ks++)
                                     for (int qs = 0; qs < (qdt ? 2 : 1); qs++)
                                         for (int norm = 0; norm < (write ? 3 : 1); norm++)
-                                            for (int nw = 0; nw < (norm ? 2 : 1); nw++) {
+                                            for (int nw = 0; nw < (norm ? 2 : 1); nw++)
+                                                for (int geo = 0; geo < 2; geo++) {
+                                                /* geo 1: no rope part (R = 0), which rotates nothing */
                                                 if (kv < 3 &&
                                                     !rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
                                                     continue;
+                                                if (geo && (!rope || rk_geometry_refuses(0, d.q, (ropekv_kv_layout)layout)))
+                                                    continue;
+                                                d.R = geo ? 0 : 8;
                                                 d.record = kv == 3;
                                                 d.rec = split_rec;
                                                 d.kv = kv == 3 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv;
@@ -461,7 +469,7 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
         /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes; the read-back
          * op has no query, reads no positions and normalizes nothing */
         if ((k == 0 ? row_listed : listed(&c[k])) || (k == 4 && d->q == ROPEKV_Q_NONE) ||
-            (read && (k == 1 || k == 2 || k == 7)))
+            (read && (k == 1 || k == 2 || k == 7)) || (k == 2 && d->rope == RK_ROPE_NONE))
             continue;
         char got[128];
         size_t at = 0;
@@ -486,6 +494,14 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
                        got, rk_enum_name(c[k].e, c[k].want), why, d->key, rows);
     }
     return ROPEKV_OK;
+}
+
+const char *rk_geometry_refuses(int R, ropekv_q_form q, ropekv_kv_layout layout) {
+    if (R > 0) return NULL;
+    if (q == ROPEKV_Q_ZERO_COPY) return "R = 0: no rope part (q form zero_copy writes only the query's rope part)";
+    if (q == ROPEKV_Q_INPLACE) return "R = 0: no rope part (q form inplace writes only the query's rope part)";
+    if (layout == ROPEKV_KV_SPLIT) return "R = 0: no rope part (layout split keeps it in a cache of its own)";
+    return NULL;
 }
 
 int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout) {
@@ -615,7 +631,7 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                 for (int nm = 0; nm < s->n_norms; nm++)
                     for (int q = 0; q < s->n_q; q++)
                         for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
-                            for (int p = 0; p < s->n_pos; p++)
+                            for (int p = 0; p < (s->rope == RK_ROPE_NONE ? 1 : s->n_pos); p++)
                                 for (int sl = 0; sl < s->n_slot; sl++)
                                     for (int ly = 0; ly < s->n_layout; ly++)
                                         /* q form none takes one q dtype: rk_desc_make makes it bf16 */

@@ -2266,10 +2266,10 @@ static void test_codec_e2m1_ties(void **state) {
     /* codes: 0, 2, 2, 4, 4, 6, 6, 8, 7, f, 7, 0, 7, 0, 3, e */
     const uint8_t want[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x07, 0x07, 0xe3};
     uint8_t row[8];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     check8(row, want, 8, "e2m1 ties");
     const uint8_t want_clean[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x00, 0x07, 0xe3}; /* NaN -> 0 */
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     check8(row, want_clean, 8, "e2m1 ties, sanitized");
     float y[16];
     rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
@@ -2288,9 +2288,9 @@ static void test_codec_e4m3_ties(void **state) {
     const uint8_t want[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x7f, 0xfe, 0xb8};
     const uint8_t want_clean[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x00, 0xfe, 0xb8};
     uint8_t row[8];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     check8(row, want, 8, "e4m3 ties");
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     check8(row, want_clean, 8, "e4m3 ties, sanitized");
 }
 
@@ -2310,7 +2310,7 @@ static void test_codec_ue8m0_blocks(void **state) {
     x[24] = 224.0f, x[25] = 0.75f;
     uint8_t row[40];
     memset(row, 0xee, sizeof row);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     uint8_t want[40] = {0};
     want[0] = 0x7e, want[1] = 0x38;
     want[8] = 0x76, want[9] = 0xbc;
@@ -2325,7 +2325,7 @@ static void test_codec_ue8m0_blocks(void **state) {
     const rk_record f = one_segment(32, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 32, 240.0f, 40);
     float z[32] = {0};
     z[0] = 240.0f, z[8] = 241.0f;
-    rk_record_encode(&f, RK_FP8_FNUZ, z, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&f, RK_FP8_FNUZ, z, f.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     assert_int_equal(row[0], 0x7f);
     assert_int_equal(row[8], 0x77);
     assert_int_equal(row[32], 127);
@@ -2344,13 +2344,13 @@ static void test_codec_ue8m0_nonfinite(void **state) {
     for (int i = 0; i < 16; i++) x[i] = i < 8 ? 1.0f : 2.0f;
     x[0] = INFINITY, x[9] = NAN;
     uint8_t row[20];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     for (int i = 0; i < 8; i++) assert_int_equal(row[i], 0x7f);
     assert_int_equal(row[16], 0xff);
     assert_int_equal(row[8], 0x78);
     assert_int_equal(row[9], 0x7f);
     assert_int_equal(row[17], 120);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     assert_int_equal(row[0], 0x78);
     for (int i = 1; i < 8; i++) assert_int_equal(row[i], 0x00);
     assert_int_equal(row[16], 247);
@@ -2365,7 +2365,7 @@ static void test_codec_f32_blocks(void **state) {
     float x[16] = {0};
     x[8] = -448.0f, x[9] = 0.5f;
     uint8_t row[24];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     uint32_t s0, s1;
     memcpy(&s0, row + 16, 4);
     memcpy(&s1, row + 20, 4);
@@ -2403,7 +2403,7 @@ static void test_codec_v41_record(void **state) {
     x[5] = 1792.0f; /* the max of block 0: s = 1792 / 448 = 4, byte 129, 448 -> 0x7e */
     uint8_t row[608];
     memset(row, 0xee, sizeof row);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     assert_int_equal(row[576], 129);
     assert_int_equal(row[5], 0x7e);
     for (int i = 576 + 18; i < 608; i++) assert_int_equal(row[i], 0);
@@ -2446,7 +2446,7 @@ static void test_codec_e2m1_e4m3_scales(void **state) {
         float x[576], y[576];
         for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 8) - 10);
         uint8_t row[336];
-        rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+        rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
         rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
         for (int b = 0; b < 36; b++) {
             float amax = 0.0f;
