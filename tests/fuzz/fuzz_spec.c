@@ -96,7 +96,8 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         for (int l = 0; l < s->n_layout && !rk_record_unsupported(&rec); l++)
             rows += rk_record_fits(&rec, s->layouts[l]);
     }
-    FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * s->n_pos * s->n_norms + reads), "%d variants",
+    const int positions = s->rope == RK_ROPE_NONE ? 1 : s->n_pos; /* rope none reads no positions: one type */
+    FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * positions * s->n_norms + reads), "%d variants",
                n);
     static const rk_desc *by[RK_MAX_VARIANTS_PER_SPEC];
     for (int i = 0; i < n; i++) {
