@@ -361,20 +361,18 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
             for (int qdt = 0; qdt < (write && d.q != ROPEKV_Q_NONE ? 2 : 1); qdt++)
                 for (int pos = 0; pos < (write ? 2 : 1); pos++)
                     for (int slot = 0; slot < 2; slot++)
-                        for (int rope = 0; rope < 2; rope++)
+                        for (int geo = 0; geo < 3; geo++) /* rope gptj; rope none; no rope part (R = 0, rope none) */
                             for (int cs = 0; cs < 3; cs++)
                                 for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 || kv == 3 ? 2 : 1); ks++)
                                     for (int qs = 0; qs < (qdt ? 2 : 1); qs++)
                                         for (int norm = 0; norm < (write ? 3 : 1); norm++)
-                                            for (int nw = 0; nw < (norm ? 2 : 1); nw++)
-                                                for (int geo = 0; geo < 2; geo++) {
-                                                /* geo 1: no rope part (R = 0), which rotates nothing */
+                                            for (int nw = 0; nw < (norm ? 2 : 1); nw++) {
                                                 if (kv < 3 &&
                                                     !rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
                                                     continue;
-                                                if (geo && (!rope || rk_geometry_refuses(0, d.q, (ropekv_kv_layout)layout)))
+                                                if (geo == 2 && rk_geometry_refuses(0, d.q, (ropekv_kv_layout)layout))
                                                     continue;
-                                                d.R = geo ? 0 : 8;
+                                                d.R = geo == 2 ? 0 : 8;
                                                 d.record = kv == 3;
                                                 d.rec = split_rec;
                                                 d.kv = kv == 3 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv;
@@ -382,7 +380,7 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
                                                 d.q_dtype = (ropekv_q_dtype)qdt;
                                                 if (write) d.pos = (ropekv_index)pos;
                                                 d.slot = (ropekv_index)slot;
-                                                d.rope = rope ? RK_ROPE_NONE : RK_ROPE_GPTJ;
+                                                d.rope = geo ? RK_ROPE_NONE : RK_ROPE_GPTJ;
                                                 d.cos_sin = (rk_cos_sin)cs;
                                                 d.kv8_scale = ks ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;
                                                 d.q8_scale = qs ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;

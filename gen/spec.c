@@ -746,7 +746,8 @@ static int read_rope(const scope *s, rk_spec *o) {
     o->rope = (rk_rope)r;
     o->cos_sin = (rk_cos_sin)c;
     if (o->rope_dim == 0 && o->rope != RK_ROPE_NONE)
-        return bad(s, "rope", "'%s' with qk_rope_head_dim 0: R = 0: no rope part to rotate (say 'none', or leave rope out)",
+        return bad(s, "rope",
+                   "'%s' with qk_rope_head_dim 0: R = 0: no rope part to rotate (say 'none', or leave rope out)",
                    rk_rope_name(o->rope));
     if (o->rope == RK_ROPE_NEOX && o->rope_dim % 16 != 0)
         return bad(s, "qk_rope_head_dim",

@@ -821,11 +821,29 @@ static void test_op_rope_none_copies_bits(void **state) {
         fill16(kv, W + 4, SENT16);
         fill16(q_out, W + 4, SENT16);
         int64_t slot = 0;
-        rk_args a = {.q_nope = q_nope, .q_pe = q_pe, .q_out = q_out, .k_nope = k_nope, .k_pe = k_pe,
-                     .kv_cache = kv, .positions = NULL, .slots = &slot, .cos_sin = NULL, .sin = NULL,
-                     .tokens = 1, .heads = 1, .max_pos = 0, .q_nope_st = L, .q_nope_sh = L, .q_pe_st = R,
-                     .q_pe_sh = R, .q_out_st = W, .q_out_sh = W, .k_nope_st = L, .k_pe_st = R,
-                     .kv_st = W, .kv_rows = 1};
+        rk_args a = {.q_nope = q_nope,
+                     .q_pe = q_pe,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = NULL,
+                     .slots = &slot,
+                     .cos_sin = NULL,
+                     .sin = NULL,
+                     .tokens = 1,
+                     .heads = 1,
+                     .max_pos = 0,
+                     .q_nope_st = L,
+                     .q_nope_sh = L,
+                     .q_pe_st = R,
+                     .q_pe_sh = R,
+                     .q_out_st = W,
+                     .q_out_sh = W,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = W,
+                     .kv_rows = 1};
         ref_run(&s, &a);
         assert_true(s.v.pos == ROPEKV_INDEX_INT64 && s.v.cos_sin == RK_CS_F32_CAT); /* canonical: neither is read */
         check16(kv, want_q, W, "kv row"); /* the bf16 row as the absorbed query: the rope part's bits */
@@ -868,9 +886,20 @@ static void test_op_r0_rows(void **state) {
         fill16(q_out, T * H * ST, SENT16);
         fill16(kv, T * ST, SENT16);
         int64_t slots[T] = {1, 0};
-        rk_args a = {.q_nope = q_nope, .q_out = q_out, .k_nope = k_nope, .kv_cache = kv, .slots = slots,
-                     .tokens = T, .heads = H, .q_nope_st = H * L, .q_nope_sh = L, .q_out_st = H * ST,
-                     .q_out_sh = ST, .k_nope_st = L, .kv_st = kv8 ? 2 * ST : ST, .kv_rows = T};
+        rk_args a = {.q_nope = q_nope,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .kv_cache = kv,
+                     .slots = slots,
+                     .tokens = T,
+                     .heads = H,
+                     .q_nope_st = H * L,
+                     .q_nope_sh = L,
+                     .q_out_st = H * ST,
+                     .q_out_sh = ST,
+                     .k_nope_st = L,
+                     .kv_st = kv8 ? 2 * ST : ST,
+                     .kv_rows = T};
         ref_run(&s, &a);
         assert_true(s.v.R == 0 && s.v.rec.n_seg == 1 && s.v.rec.split_at == 0);
         assert_int_equal(s.v.rec.row_bytes, kv8 ? L : 2 * L);
@@ -938,8 +967,14 @@ static void test_op_r0_tile_record(void **state) {
     r->R = 0;
     r->row_bytes = ROW;
     r->n_seg = 1;
-    r->seg[0] = (rk_segment){.from = 0, .n = L, .elem = RK_EL_E4M3, .block = 16, .scale = RK_ST_F32,
-                             .scales_at = L, .sat_ocp = 448.0f, .sat_fnuz = 224.0f};
+    r->seg[0] = (rk_segment){.from = 0,
+                             .n = L,
+                             .elem = RK_EL_E4M3,
+                             .block = 16,
+                             .scale = RK_ST_F32,
+                             .scales_at = L,
+                             .sat_ocp = 448.0f,
+                             .sat_fnuz = 224.0f};
     s.spec.n_records = 1;
     s.v.record = 1;
     s.v.q = ROPEKV_Q_NONE;
@@ -948,8 +983,8 @@ static void test_op_r0_tile_record(void **state) {
     uint8_t kv[32];
     fill8(kv, sizeof kv, SENT8);
     int64_t slot = 0;
-    rk_args a = {.k_nope = k_nope, .kv_cache = kv, .slots = &slot, .tokens = 1, .k_nope_st = L, .kv_st = 32,
-                 .kv_rows = 1};
+    rk_args a = {
+        .k_nope = k_nope, .kv_cache = kv, .slots = &slot, .tokens = 1, .k_nope_st = L, .kv_st = 32, .kv_rows = 1};
     ref_run(&s, &a);
     check8(kv, want, ROW, "kv row (tile record)");
     for (int i = ROW; i < 32; i++) assert_int_equal(kv[i], SENT8);
