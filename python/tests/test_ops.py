@@ -490,6 +490,23 @@ def test_op_rope_none_and_r0_take_no_rope_tensors():
         if slots[t] >= 0:
             assert torch.equal(_bits(torch, out[t]), _bits(torch, back[t])), t
 
+    # what engines pass today is taken: positions and identity tables to a kernel that rotates nothing (dropped),
+    # an empty k_pe where there is no rope part; a q_pe with values is refused, naming why
+    k = torch.randn(T, 576, generator=g).bfloat16()
+    cache = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    ops.write("kimi_k3", layout="paged", k_nope=k[:, :L], k_pe=k[:, L:], kv_cache=cache, slots=slots,
+              positions=torch.arange(T), cos_sin=torch.ones(8, 64))
+    assert torch.equal(_bits(torch, cache.view(-1, 576)[slots[0]]), _bits(torch, k[0]))
+    k = torch.randn(T, L, generator=g).bfloat16()
+    cache = torch.zeros(4, 16, L, dtype=torch.bfloat16)
+    ops.write("glm53_flash", layout="paged", k_nope=k, k_pe=k[:, L:], kv_cache=cache, slots=slots,
+              positions=torch.arange(T))
+    assert torch.equal(_bits(torch, cache.view(-1, L)[slots[0]]), _bits(torch, k[0]))
+    e = _expect(ValueError, lambda: ops.write("glm53_flash", q_form="absorbed", q_nope=q[..., :L], q_pe=q[..., :8],
+                                              q_out=torch.zeros(T, H, L, dtype=torch.bfloat16), k_nope=k,
+                                              kv_cache=cache, slots=slots))
+    assert "no rope part" in str(e), e
+
     ctx = sp.context("host")
     ok, why = ctx.query("glm53_flash", record="glm_next_nvfp4")
     assert not ok and "per-token outer scale" in why, why
