@@ -19,7 +19,7 @@
 #include "rk.h"
 #include "ropekv.h"
 
-#define RK_ORACLE_MAX_VARIANTS 64        /* room for the covering set's host variants and rule cases (41 today) */
+#define RK_ORACLE_MAX_VARIANTS 96        /* room for the covering set's host variants and rule cases (64 and 5 today) */
 #define RK_ORACLE_CAP ((int64_t)4 << 20) /* bytes of the largest buffer mapped for a launch */
 
 typedef struct rk_oracle {
