@@ -25,7 +25,7 @@ return {
     saturate = { ocp = 448, fnuz = 224 },
     scales_at = 512,
     rope_at = 528,
-    matches = "vLLM fp8_ds_mla (concat_and_cache_ds_mla), as DeepSeek-V3.2's: x / scale, scale = amax / 448 (224 on FNUZ)",
+    matches = "vLLM fp8_ds_mla (concat_and_cache_ds_mla), as V3.2's: x / scale, scale = amax / 448 (224 on FNUZ)",
     readers = "f32 scale: vLLM cp_gather_and_upconvert, ropekv read; bf16(scale): FlashMLA sm_90 sparse decode",
   },
   -- The sparse decoders take a bf16 query (FlashMLA's sparse decode reads one whatever the cache).

@@ -35,6 +35,6 @@ return {
     weight = "bf16",
     eps = 1e-5,
     rounding = "twice",
-    matches = "vLLM RMSNorm with the folded weight: (weight * sqrt(hidden / kv_lora_rank)) * bf16(x * rsqrt(mean(x^2) + eps))",
+    matches = "vLLM RMSNorm, weight folded (w * sqrt(hidden / kv_lora_rank)): w' * bf16(x * rsqrt(mean(x^2) + eps))",
   },
 }
