@@ -160,8 +160,8 @@ typedef struct rk_enum {
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
     rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
-    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum,
-    rk_norm_over_enum, rk_q_norm_enum, rk_order_enum;
+    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum, rk_norm_over_enum,
+    rk_q_norm_enum, rk_order_enum;
 /* The enums of a cache record (gen/record.h), tables in gen/record.c. */
 extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_scale_at_enum, rk_outer_enum,
     rk_read_scale_enum;
@@ -301,8 +301,8 @@ typedef struct rk_spec {
     ropekv_op ops[2];     /* kernel families to build: write, read */
     rk_read_neg read_neg; /* read: a row without a valid slot */
     int n_norms;
-    ropekv_norm norms[3]; /* write kernels: the fused kv_a RMSNorm choices to build */
-    rk_norm_policy norm;  /* its arithmetic (when norms lists more than none) */
+    ropekv_norm norms[3];    /* write kernels: the fused kv_a RMSNorm choices to build */
+    rk_norm_policy norm;     /* its arithmetic (when norms lists more than none) */
     rk_q_norm_policy q_norm; /* the query heads' norm (a fact of the model: every write kernel with a query has it) */
     rk_neg negative_slot;
     int n_q;

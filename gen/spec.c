@@ -714,10 +714,13 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
-    "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
-    "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
-    "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     "norms",
-    "kv_norm",  "records",     "q_norm",       NULL,
+    "name",       "description", "kv_lora_rank",  "qk_rope_head_dim",
+    "rope",       "cos_sin",     "positions",     "slots",
+    "kv_dtypes",  "fp8",         "negative_slot", "q_forms",
+    "sanitize",   "targets",     "q_dtypes",      "q_fp8",
+    "kv_layouts", "fp8_tile",    "ops",           "read",
+    "norms",      "kv_norm",     "records",       "q_norm",
+    NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};

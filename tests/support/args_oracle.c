@@ -256,7 +256,8 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
     if (R > 0) claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
     /* the fused norm: the weight [L] and rms_out's rows [K, L] bf16, with KV rows only */
-    if (d->norm != ROPEKV_NORM_NONE && K > 0) c.bytes[NORM_W] = rk_norm_values(d) * (d->norm_weight == RK_NW_F32 ? 4 : 2);
+    if (d->norm != ROPEKV_NORM_NONE && K > 0)
+        c.bytes[NORM_W] = rk_norm_values(d) * (d->norm_weight == RK_NW_F32 ? 4 : 2);
     if (d->norm == ROPEKV_NORM_RMS_OUT) claim(&c, NORM_OUT, K, 1, a->norm_out_st, 0, L, 2);
     const int64_t P = T > K ? T : K;
     if (d->rope != RK_ROPE_NONE) c.bytes[POS] = P * idx_pos; /* rope none reads no positions */
