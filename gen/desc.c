@@ -128,6 +128,8 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->record = c->record;
     if (d->record) d->rec = s->records[d->record - 1];
     else rk_record_of_kv(s, c->kv, &d->rec);
+    const char *rule = rk_geometry_refuses(s->rope_dim, read ? ROPEKV_Q_NONE : c->q, c->layout);
+    if (rule) return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: %s", s->name, rule);
     const char *why = rk_record_unsupported(&d->rec);
     if (why) return rk_fail(err, ROPEKV_ERR_UNSUPPORTED, "%s: record %s: %s", s->name, d->rec.name, why);
     if (!rk_record_fits(&d->rec, c->layout))
@@ -142,9 +144,10 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->arch = a;
     d->op = c->op;
     d->kv = d->record ? ROPEKV_KV_BF16 : c->kv;
-    /* the read-back op has no query and reads no positions: canonical values, one kernel */
+    /* the read-back op has no query and reads no positions, nor does a write that rotates nothing: canonical values,
+     * one kernel */
     d->q = read ? ROPEKV_Q_NONE : c->q;
-    d->pos = read ? ROPEKV_INDEX_INT64 : c->pos;
+    d->pos = read || s->rope == RK_ROPE_NONE ? ROPEKV_INDEX_INT64 : c->pos;
     d->slot = c->slot;
     d->q_dtype = d->q == ROPEKV_Q_NONE ? ROPEKV_Q_BF16 : c->q_dtype; /* no query output: nothing to convert */
     d->layout = c->layout;
@@ -152,7 +155,7 @@ int rk_desc_make(const rk_spec *s, const rk_arch *a, const rk_choice *c, rk_desc
     d->R = s->rope_dim;
     /* the read-back op rotates nothing: canonical values, so that specs with the same rows share its kernels */
     d->rope = read ? RK_ROPE_NONE : s->rope;
-    d->cos_sin = read ? RK_CS_F32_CAT : s->cos_sin;
+    d->cos_sin = read || s->rope == RK_ROPE_NONE ? RK_CS_F32_CAT : s->cos_sin; /* no tables without a rotation */
     d->fp8 = a->fp8;
     d->neg = read ? RK_NEG_SKIP_KV : s->negative_slot;
     d->read_neg = read ? s->read_neg : RK_READ_ZERO;
@@ -377,7 +380,7 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
             for (int qdt = 0; qdt < (write && d.q != ROPEKV_Q_NONE ? 2 : 1); qdt++)
                 for (int pos = 0; pos < (write ? 2 : 1); pos++)
                     for (int slot = 0; slot < 2; slot++)
-                        for (int rope = 0; rope < 2; rope++)
+                        for (int geo = 0; geo < 3; geo++) /* rope gptj; rope none; no rope part (R = 0, rope none) */
                             for (int cs = 0; cs < 3; cs++)
                                 for (int ks = 0; ks < (kv == ROPEKV_KV_FP8_E4M3 || kv == 3 ? 2 : 1); ks++)
                                     for (int qs = 0; qs < (qdt ? 2 : 1); qs++)
@@ -386,6 +389,9 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
                                                 if (kv < 3 &&
                                                     !rk_layout_fits((ropekv_kv_dtype)kv, (ropekv_kv_layout)layout))
                                                     continue;
+                                                if (geo == 2 && rk_geometry_refuses(0, d.q, (ropekv_kv_layout)layout))
+                                                    continue;
+                                                d.R = geo == 2 ? 0 : 8;
                                                 d.record = kv == 3;
                                                 d.rec = split_rec;
                                                 d.kv = kv == 3 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv;
@@ -393,7 +399,7 @@ int rk_family_tensors(ropekv_op op, ropekv_q_form q, rk_tensor *out, int cap) {
                                                 d.q_dtype = (ropekv_q_dtype)qdt;
                                                 if (write) d.pos = (ropekv_index)pos;
                                                 d.slot = (ropekv_index)slot;
-                                                d.rope = rope ? RK_ROPE_NONE : RK_ROPE_GPTJ;
+                                                d.rope = geo ? RK_ROPE_NONE : RK_ROPE_GPTJ;
                                                 d.cos_sin = (rk_cos_sin)cs;
                                                 d.kv8_scale = ks ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;
                                                 d.q8_scale = qs ? RK_SCALE_MUL_RECIP : RK_SCALE_NONE;
@@ -480,7 +486,7 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
         /* q form none writes no query: its kernel is the bf16 one whatever the spec's q dtypes; the read-back
          * op has no query, reads no positions and normalizes nothing */
         if ((k == 0 ? row_listed : listed(&c[k])) || (k == 4 && d->q == ROPEKV_Q_NONE) ||
-            (read && (k == 1 || k == 2 || k == 7)))
+            (read && (k == 1 || k == 2 || k == 7)) || (k == 2 && d->rope == RK_ROPE_NONE))
             continue;
         char got[128];
         size_t at = 0;
@@ -505,6 +511,14 @@ int rk_desc_listed(const rk_spec *s, const rk_arch *a, const rk_choice *ch, rk_d
                        got, rk_enum_name(c[k].e, c[k].want), why, d->key, rows);
     }
     return ROPEKV_OK;
+}
+
+const char *rk_geometry_refuses(int R, ropekv_q_form q, ropekv_kv_layout layout) {
+    if (R > 0) return NULL;
+    if (q == ROPEKV_Q_ZERO_COPY) return "R = 0: no rope part (q form zero_copy writes only the query's rope part)";
+    if (q == ROPEKV_Q_INPLACE) return "R = 0: no rope part (q form inplace writes only the query's rope part)";
+    if (layout == ROPEKV_KV_SPLIT) return "R = 0: no rope part (layout split keeps it in a cache of its own)";
+    return NULL;
 }
 
 int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout) {
@@ -639,7 +653,7 @@ int rk_variants(const rk_spec *s, const rk_arch_table *archs, rk_desc *out, int 
                 for (int nm = 0; nm < s->n_norms; nm++)
                     for (int q = 0; q < s->n_q; q++)
                         for (int qd = 0; qd < (s->q[q] == ROPEKV_Q_NONE ? 1 : s->n_qdt); qd++)
-                            for (int p = 0; p < s->n_pos; p++)
+                            for (int p = 0; p < (s->rope == RK_ROPE_NONE ? 1 : s->n_pos); p++)
                                 for (int sl = 0; sl < s->n_slot; sl++)
                                     for (int ly = 0; ly < s->n_layout; ly++)
                                         /* q form none takes one q dtype: rk_desc_make makes it bf16 */

@@ -133,9 +133,11 @@ int rk_record_check(const rk_record *r, const char *file, struct rk_err *err);
  * rope part after RoPE, before any rounding) into its row (row_bytes) and, for page-tail scales, its tail
  * (tail_bytes; NULL when the record has none), in fp8 byte format fmt, with the launch's tensor scale k_scale (an
  * RK_OUT_TENSOR segment, under convention conv) and sanitize (NaN -> 0, +-inf -> the largest finite value before
- * any amax). Padding bytes are written as zeros. Bit-exact with the kernels' writer. */
-void rk_record_encode(const rk_record *r, int fmt, const float *x, float k_scale, int conv, int sanitize, uint8_t *row,
-                      uint8_t *tail);
+ * any amax). x[0, raw) are bf16 values as read (the latent, L; and with rope none the unrotated rope part, L + R): a
+ * bf16 segment stores their bits (NaN payloads kept), where a rotated value is rounded. Padding bytes are written as
+ * zeros. Bit-exact with the kernels' writer. */
+void rk_record_encode(const rk_record *r, int fmt, const float *x, int raw, float k_scale, int conv, int sanitize,
+                      uint8_t *row, uint8_t *tail);
 /* The row back as reader rd reads it (NULL: ropekv's read op, scales exact), y[0, L + R) as floats before the
  * read op's bf16 rounding. */
 void rk_record_decode(const rk_record *r, int fmt, const uint8_t *row, const uint8_t *tail, float k_scale, int conv,

@@ -21,8 +21,9 @@
  *   elements        the quotient clamped to +-sat (NaN passes) and stored: e4m3 rk_f32_to_fp8; e2m1 the nearest
  *                   value of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, ties to the even code, saturating at 6, a NaN as 0x7
  *                   (+6: e2m1 has no NaN; the sm_100 conversion is pinned to it), two a byte, the first in the low
- *                   nibble; bf16 for a latent value (a bf16 already) its bits, NaN payloads kept, for a rope value
- *                   rk_f32_to_bf16 (nearest even, NaN -> 0x7fff).
+ *                   nibble; bf16 for a value as read (x[0, raw): the latent, and the rope part when rope is none;
+ *                   a bf16 already) its bits, NaN payloads kept, for a rotated rope value rk_f32_to_bf16 (nearest
+ *                   even, NaN -> 0x7fff).
  * Decoding reverses it: v = the element's exact value times the block's scale as the reader takes it (exact, bf16:
  * rounded to bf16, pow2_down: 2^floor(log2 s)), times g for a token scale; a tensor scale is undone by v * k (mul_recip,
  * div) or v / k (mul). */
@@ -145,13 +146,14 @@ static uint8_t *scales_base(const rk_segment *g, uint8_t *row, uint8_t *tail) {
 
 /* ---- encode -------------------------------------------------------------------------------------------------- */
 
-static void store_elem(const rk_segment *g, const rk_record *r, rk_fp8_fmt fmt, uint8_t *row, int i, float y) {
+static void store_elem(const rk_segment *g, int raw, rk_fp8_fmt fmt, uint8_t *row, int i, float y) {
     uint8_t *at = row + g->at;
     switch (g->elem) {
     case RK_EL_BF16: {
-        /* a latent value is a bf16 already: its bits (a NaN's payload kept); a rope value is rounded */
+        /* a value as read (x[0, raw): the latent, and an unrotated rope part) is a bf16 already: its bits (a NaN's
+         * payload kept); a rotated rope value is rounded */
         const uint32_t u = rk_f32_bits(y);
-        const uint16_t b = g->from + i < r->L && (u & 0xffffu) == 0u ? (uint16_t)(u >> 16) : rk_f32_to_bf16(y);
+        const uint16_t b = g->from + i < raw && (u & 0xffffu) == 0u ? (uint16_t)(u >> 16) : rk_f32_to_bf16(y);
         memcpy(at + 2 * i, &b, 2);
         break;
     }
@@ -164,8 +166,8 @@ static void store_elem(const rk_segment *g, const rk_record *r, rk_fp8_fmt fmt, 
     }
 }
 
-static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt fmt, const float *x, float k, int conv,
-                           int sanitize, uint8_t *row, uint8_t *tail) {
+static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt fmt, const float *x, int raw, float k,
+                           int conv, int sanitize, uint8_t *row, uint8_t *tail) {
     float v[8192 + 1024]; /* n <= L + R (spec limits) */
     const float sat = sat_of(g, fmt);
     for (int i = 0; i < g->n; i++) {
@@ -185,7 +187,7 @@ static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt f
         v[i] = y;
     }
     if (g->elem == RK_EL_BF16) {
-        for (int i = 0; i < g->n; i++) store_elem(g, r, fmt, row, i, v[i]);
+        for (int i = 0; i < g->n; i++) store_elem(g, raw, fmt, row, i, v[i]);
         return;
     }
     float gs = 1.0f; /* the token scale */
@@ -200,7 +202,7 @@ static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt f
     if (!g->block) {
         for (int i = 0; i < g->n; i++) {
             const float y = g->outer == RK_OUT_TOKEN ? v[i] / gs : v[i];
-            store_elem(g, r, fmt, row, i, clamp_sat(y, sat));
+            store_elem(g, raw, fmt, row, i, clamp_sat(y, sat));
         }
         return;
     }
@@ -215,16 +217,16 @@ static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt f
         if (!(s >= FLT_MIN)) s = FLT_MIN;
         float d = scale_store(g, fmt, s, sc + sb * (b0 / g->block));
         if (g->outer == RK_OUT_TOKEN) d = d * gs;
-        for (int i = b0; i < b0 + g->block; i++) store_elem(g, r, fmt, row, i, clamp_sat(v[i] / d, sat));
+        for (int i = b0; i < b0 + g->block; i++) store_elem(g, raw, fmt, row, i, clamp_sat(v[i] / d, sat));
     }
 }
 
-void rk_record_encode(const rk_record *r, int fmt, const float *x, float k_scale, int conv, int sanitize, uint8_t *row,
-                      uint8_t *tail) {
+void rk_record_encode(const rk_record *r, int fmt, const float *x, int raw, float k_scale, int conv, int sanitize,
+                      uint8_t *row, uint8_t *tail) {
     memset(row, 0, (size_t)r->row_bytes);
     if (tail && r->tail_bytes) memset(tail, 0, (size_t)r->tail_bytes);
     for (int s = 0; s < r->n_seg; s++)
-        encode_segment(r, &r->seg[s], (rk_fp8_fmt)fmt, x, k_scale, conv, sanitize, row, tail);
+        encode_segment(r, &r->seg[s], (rk_fp8_fmt)fmt, x, raw, k_scale, conv, sanitize, row, tail);
 }
 
 /* ---- decode -------------------------------------------------------------------------------------------------- */
@@ -288,12 +290,13 @@ void rk_record_of_kv(const rk_spec *s, ropekv_kv_dtype kv, rk_record *r) {
     r->L = L;
     r->R = R;
     snprintf(r->name, sizeof r->name, "%s", rk_kv_name(kv));
-    r->n_seg = 2;
+    /* R = 0: no rope part, no second segment and nothing to split off */
+    r->n_seg = R > 0 ? 2 : 1;
     switch (kv) {
     case ROPEKV_KV_BF16:
         /* the latent's bf16 bits, then the rotated rope part rounded to bf16 */
         r->row_bytes = 2 * (L + R);
-        r->split_at = 2 * L;
+        r->split_at = R > 0 ? 2 * L : 0;
         r->seg[0] = plain(0, L, RK_EL_BF16, 0);
         r->seg[1] = plain(L, R, RK_EL_BF16, 2 * L);
         snprintf(r->matches, sizeof r->matches, "the bf16 cache");
@@ -301,7 +304,7 @@ void rk_record_of_kv(const rk_spec *s, ropekv_kv_dtype kv, rk_record *r) {
     case ROPEKV_KV_FP8_E4M3:
         /* every value scaled by the launch's k_scale, clamped to the bound and converted */
         r->row_bytes = L + R;
-        r->split_at = L;
+        r->split_at = R > 0 ? L : 0;
         r->seg[0] = plain(0, L, RK_EL_E4M3, 0);
         r->seg[1] = plain(L, R, RK_EL_E4M3, L);
         for (int i = 0; i < 2; i++) {
@@ -330,4 +333,5 @@ void rk_record_of_kv(const rk_spec *s, ropekv_kv_dtype kv, rk_record *r) {
         break;
     }
     }
+    if (r->n_seg == 1) memset(&r->seg[1], 0, sizeof r->seg[1]); /* as a record with one segment has it */
 }

@@ -33,14 +33,19 @@
  *   rope of a bf16 row x[0, R) into floats y[0, R), for each pair i:
  *     gptj  (x0, x1) = (x[2i], x[2i+1]);   y[2i] = fmaf(x0, c, -(x1*s)); y[2i+1] = fmaf(x1, c, x0*s)
  *     neox  (x0, x1) = (x[i], x[i+R/2]);   y[i]  = fmaf(x0, c, -(x1*s)); y[i+R/2] = fmaf(x1, c, x0*s)
- *     none  y = x (the cos/sin tables are not read)
+ *     none  y = x (neither the positions nor the cos/sin tables are read; the values are copied: below)
  *     where x1*s and x0*s are single f32 products, rounded before the fused multiply-add.
+ *   Geometry: R = 0 (no rope part) has rope none and no k_pe, q_pe or rope part of a row: the row is the latent
+ *   (W = L), an absorbed q_out row is q_nope's; q forms zero_copy and inplace and the split layout are refused
+ *   (rk_geometry_refuses). Rope none with R > 0 copies the rope part as the latent is copied: bf16 outputs take
+ *   its bits (a NaN's payload kept; a sanitized KV row replaces NaN and inf as below), fp8 outputs quantize the
+ *   unrotated values.
  *   Q rows (skipped for a token with slot < 0 when negative_slot = skip_all), bf16 query:
  *     absorbed   q_out[t,h,0:L] = q_nope[t,h,:] (bits copied);  q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:]))
  *     zero_copy  only q_out[t,h,L:W] = bf16(rope(q_pe[t,h,:])); q_out[t,h,0:L] is left alone
  *     inplace    q_pe[t,h,:] = bf16(rope(q_pe[t,h,:]))
  *     none       no q writes
- *     Rounding to bf16 happens even for rope none, so a NaN in q_pe comes out as 0x7fff.
+ *     where bf16(rope(q_pe)) is, with rope none, q_pe's bits (a NaN keeps its payload).
  *   fp8 query (q_dtype fp8_e4m3, the spec's q_fp8 policy: scale convention, bound sat, rope_bf16):
  *   q_out strides count bytes; each element x as f32 (q_nope from bf16; the rope float, first rounded
  *   to bf16 and back when rope_bf16) goes through the scale (k = *q_scale) and the clamp as a KV element
@@ -52,7 +57,7 @@
  *   KV row, written only when 0 <= slot < kv_rows, W elements: flat at kv_cache + slot*kv_st; paged at
  *   kv_cache + (slot / B)*kv_block_st + (slot % B)*kv_st (B = kv_block_size); split: row[0:L] there and
  *   row[L:W] at kv_rope_cache + (slot / B)*kv_rope_block_st + (slot % B)*kv_rope_st:
- *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)).
+ *     bf16 cache, no sanitize: row[0:L] = k_nope bits copied; row[L:W] = bf16(rope(k_pe)) (rope none: bits copied).
  *     bf16 cache, sanitize:    each element x (k_nope converted to f32, or the rope float) becomes
  *                              bf16(sanitize(x)), sanitize(x) = 0 for NaN, x clamped to
  *                              [-3.38953139e38f, 3.38953139e38f] (the bf16 max finite, 0x7f7f) otherwise:
@@ -272,8 +277,12 @@ static void rope_pair(const rk_desc *v, const rk_args *a, int64_t pos, const uin
     *y1 = fmaf(x1, c, p0);
 }
 
-/* dst[0, R) = bf16(rope(x)); dst may equal x. */
+/* dst[0, R) = bf16(rope(x)); dst may equal x. Rope none: x's bits. */
 static void rope_row_bf16(const rk_desc *v, const rk_args *a, int64_t pos, const uint16_t *x, uint16_t *dst) {
+    if (v->rope == RK_ROPE_NONE) {
+        if (v->R > 0) memmove(dst, x, (size_t)v->R * sizeof *dst); /* R = 0: x is NULL */
+        return;
+    }
     for (int i = 0; i < v->R / 2; i++) {
         int j0, j1;
         float y0, y1;
@@ -333,12 +342,12 @@ static void write_q_rows(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     for (int64_t h = a->heads; h < q_heads; h++) /* padded heads (absorbed): zeros, bf16 or fp8 */
         memset((uint8_t *)a->q_out + (t * a->q_out_st + h * a->q_out_sh) * (fp8 ? 1 : 2), 0, (size_t)W * (fp8 ? 1 : 2));
     for (int64_t h = 0; h < a->heads; h++) {
-        uint16_t *q_pe = (uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh;
+        uint16_t *q_pe = v->R > 0 ? (uint16_t *)a->q_pe + t * a->q_pe_st + h * a->q_pe_sh : NULL; /* R = 0: none */
         uint16_t head[8192 + 1024];
         if (v->q_norm != RK_QN_NONE) { /* absorbed: the head q_nope | q_pe as bf16(x * r), before the rotation */
             const uint16_t *q_nope = (const uint16_t *)a->q_nope + t * a->q_nope_st + h * a->q_nope_sh;
             memcpy(head, q_nope, (size_t)L * 2);
-            memcpy(head + L, q_pe, (size_t)v->R * 2);
+            if (v->R > 0) memcpy(head + L, q_pe, (size_t)v->R * 2);
             const float r = norm_factor(head, W, v->q_norm_eps);
             for (int j = 0; j < W; j++) head[j] = rk_f32_to_bf16(rk_bf16_to_f32(head[j]) * r);
             q_pe = head + L; /* read only: absorbed writes q_out */
@@ -461,11 +470,11 @@ enum { ROW_MAX = 20480 }; /* bytes of a row held on the stack; a longer one is a
 static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t pos, int64_t slot) {
     const int L = v->L;
     const uint16_t *k_nope = (const uint16_t *)a->k_nope + t * a->k_nope_st;
-    const uint16_t *k_pe = (const uint16_t *)a->k_pe + t * a->k_pe_st;
+    const uint16_t *k_pe = v->R > 0 ? (const uint16_t *)a->k_pe + t * a->k_pe_st : NULL; /* R = 0: no k_pe */
     uint16_t normed[8192 + 1024], head[8192 + 1024];
     if (v->norm != ROPEKV_NORM_NONE && v->norm_over == RK_NO_HEAD) { /* the whole head, before the rotation */
         memcpy(head, k_nope, (size_t)L * 2);
-        memcpy(head + L, k_pe, (size_t)v->R * 2);
+        if (v->R > 0) memcpy(head + L, k_pe, (size_t)v->R * 2);
         norm_row(v, a, head, rk_norm_values(v), normed);
         k_nope = normed;
         k_pe = normed + L;
@@ -487,7 +496,9 @@ static void write_kv_row(const rk_desc *v, const rk_args *a, int64_t t, int64_t 
     uint8_t *part0, *part1, *tail;
     row_parts(v, a, slot, &part0, &part1, &tail);
     uint8_t tail_row[256]; /* the token's page tail (tail_bytes <= 255: rk_record_check) */
-    rk_record_encode(&v->rec, v->fp8, x, kv_scale(v, a), v->kv8_scale, v->sanitize, row, tail ? tail_row : NULL);
+    /* the values as read: the latent, and the rope part when it is not rotated */
+    const int raw = v->rope == RK_ROPE_NONE ? L + v->R : L;
+    rk_record_encode(&v->rec, v->fp8, x, raw, kv_scale(v, a), v->kv8_scale, v->sanitize, row, tail ? tail_row : NULL);
     row_copy(v, part0, part1, row, 1);
     for (int s = 0; tail && s < v->rec.n_seg; s++) { /* its scales; its padding is not written, as the row's */
         const rk_segment *g = &v->rec.seg[s];
@@ -544,7 +555,7 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
     for (int64_t t = 0; t < n; t++) {
         const int has_slot = t < a->kv_tokens;
         const int64_t slot = has_slot ? load_idx(a->slots, t, v->slot) : -1;
-        const int64_t pos = position_of(v, a, t);
+        const int64_t pos = v->rope != RK_ROPE_NONE ? position_of(v, a, t) : 0; /* rope none reads no positions */
         const int skip_all = has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL;
         if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
         const int masked = a->write_mask != NULL && ((const uint8_t *)a->write_mask)[t] == 0;

@@ -160,8 +160,8 @@ typedef struct rk_enum {
 } rk_enum;
 extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum, rk_cos_sin_enum, rk_scale_enum,
     rk_neg_enum, rk_kv_enum, rk_qform_enum, rk_index_enum, rk_qdtype_enum, rk_layout_enum, rk_op_enum,
-    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum,
-    rk_norm_over_enum, rk_q_norm_enum, rk_order_enum;
+    rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum, rk_norm_over_enum,
+    rk_q_norm_enum, rk_order_enum;
 /* The enums of a cache record (gen/record.h), tables in gen/record.c. */
 extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_scale_at_enum, rk_outer_enum,
     rk_read_scale_enum;
@@ -301,8 +301,8 @@ typedef struct rk_spec {
     ropekv_op ops[2];     /* kernel families to build: write, read */
     rk_read_neg read_neg; /* read: a row without a valid slot */
     int n_norms;
-    ropekv_norm norms[3]; /* write kernels: the fused kv_a RMSNorm choices to build */
-    rk_norm_policy norm;  /* its arithmetic (when norms lists more than none) */
+    ropekv_norm norms[3];    /* write kernels: the fused kv_a RMSNorm choices to build */
+    rk_norm_policy norm;     /* its arithmetic (when norms lists more than none) */
     rk_q_norm_policy q_norm; /* the query heads' norm (a fact of the model: every write kernel with a query has it) */
     rk_neg negative_slot;
     int n_q;
@@ -356,7 +356,7 @@ typedef enum { RK_PK_INT, RK_PK_FLOAT, RK_PK_BOOL, RK_PK_ENUM } rk_param_kind;
  * cache keys, never parsed back), the template bindings (gen/render.c), the launch plan (rk_launch_plan),
  * the argument rules (runtime/args_check.c) and the public view (rk_desc_views). Its parameters are the rows
  * of gen/params.def: the choices (kv, q, pos, slot, q_dtype, layout, op, norm; the read-back op has q none,
- * pos int64 and q_dtype bf16), and the code parameters: L, R, rope, cos_sin, the target's fp8 byte format,
+ * pos int64 and q_dtype bf16; rope none has pos int64 and cos_sin f32_cat: it reads neither), and the code parameters: L, R, rope, cos_sin, the target's fp8 byte format,
  * the fp8 policies of the cache row (kv8_*) and of the query (q8_*), an fp8_tile row's layout, row_bytes,
  * the negative-slot rules, sanitize and the fused kv_a RMSNorm's arithmetic. A parameter that does not apply
  * holds a canonical value (0, or the first spelling), so identical kernels get identical names. */
@@ -487,6 +487,11 @@ rk_choice rk_desc_choice(const rk_desc *d);
  * the spec lists the target and every choice. */
 int rk_desc_listed(const rk_spec *spec, const rk_arch *arch, const rk_choice *c, rk_desc *out, rk_err *err);
 
+/* The geometry's rules, in one place: why a spec of rope part R (qk_rope_head_dim) has no kernel of q form q or
+ * layout layout, as the rule's words, or NULL. R = 0 (no rope part: the row is the latent): q forms zero_copy and
+ * inplace write only the query's rope part, and the split layout keeps the rope part in a cache of its own
+ * (rk_desc_make refuses them, the spec's loader leaves them out of its lists). */
+const char *rk_geometry_refuses(int R, ropekv_q_form q, ropekv_kv_layout layout);
 /* 1 when a kv dtype's row can lie in a layout: a tile-scaled row (fp8_tile) is one row, never split in two caches. */
 int rk_layout_fits(ropekv_kv_dtype kv, ropekv_kv_layout layout);
 /* The same for any record: split only where it has a split_at, a page-tail record only paged. */
@@ -513,7 +518,8 @@ int rk_desc_kv_elem(const rk_desc *d);
 
 /* Every variant a spec lists, in a fixed order (targets, rows (rk_spec_rows: kv dtypes, then records; a record the
  * kernels cannot write yet, rk_record_unsupported, is left out), then the write variants: q forms, q dtypes,
- * positions, slots, layouts as listed in the spec, q form none once with a bf16 query; then the read variants:
+ * positions, slots, layouts as listed in the spec, q form none once with a bf16 query, positions once under rope none
+ * (nothing is rotated, no positions are read: rk_desc_make makes them int64); then the read variants:
  * slots, layouts): what `ropekv-gen list / emit / selftest` go through. Returns the count, or -1 with err
  * set (unknown target). The library never enumerates: it describes the one variant asked for. */
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);

@@ -714,10 +714,13 @@ static int read_archs(const scope *s, rk_arch_table *t) {
 
 /* ---- model spec --------------------------------------------------------------------------------------- */
 static const char *const spec_keys[] = {
-    "name",     "description", "kv_lora_rank", "qk_rope_head_dim", "rope",    "cos_sin",  "positions",
-    "slots",    "kv_dtypes",   "fp8",          "negative_slot",    "q_forms", "sanitize", "targets",
-    "q_dtypes", "q_fp8",       "kv_layouts",   "fp8_tile",         "ops",     "read",     "norms",
-    "kv_norm",  "records",     "q_norm",       NULL,
+    "name",       "description", "kv_lora_rank",  "qk_rope_head_dim",
+    "rope",       "cos_sin",     "positions",     "slots",
+    "kv_dtypes",  "fp8",         "negative_slot", "q_forms",
+    "sanitize",   "targets",     "q_dtypes",      "q_fp8",
+    "kv_layouts", "fp8_tile",    "ops",           "read",
+    "norms",      "kv_norm",     "records",       "q_norm",
+    NULL,
 };
 static const char *const fp8_keys[] = {"scale", "saturate", "rope_bf16_round", "matches", NULL};
 static const char *const sat_keys[] = {"ocp", "fnuz", NULL};
@@ -771,7 +774,8 @@ static int read_dims(const scope *s, rk_spec *o) {
     TRY(get_int(s, "kv_lora_rank", NULL, 8, 8192, &o->kv_lora_rank));
     if (o->kv_lora_rank % 8 != 0)
         return bad(s, "kv_lora_rank", "must be a multiple of 8 (16-byte vectors of bf16), got %d", o->kv_lora_rank);
-    TRY(get_int(s, "qk_rope_head_dim", NULL, 8, 1024, &o->rope_dim));
+    /* 0: no rope part (GLM-5.3-Flash: NoPE, the cache row is the latent) */
+    TRY(get_int(s, "qk_rope_head_dim", NULL, 0, 1024, &o->rope_dim));
     if (o->rope_dim % 2 != 0) return bad(s, "qk_rope_head_dim", "must be even, got %d", o->rope_dim);
     if (o->rope_dim % 8 != 0)
         return bad(s, "qk_rope_head_dim", "must be a multiple of 8 (one 16-byte vector of bf16), got %d", o->rope_dim);
@@ -780,10 +784,15 @@ static int read_dims(const scope *s, rk_spec *o) {
 
 static int read_rope(const scope *s, rk_spec *o) {
     int r, c;
-    TRY(get_enum(s, "rope", &rk_rope_enum, RK_ROPE_GPTJ, &r));
+    /* no rope part rotates nothing: rope none, the default there */
+    TRY(get_enum(s, "rope", &rk_rope_enum, o->rope_dim == 0 ? RK_ROPE_NONE : RK_ROPE_GPTJ, &r));
     TRY(get_enum(s, "cos_sin", &rk_cos_sin_enum, RK_CS_F32_CAT, &c));
     o->rope = (rk_rope)r;
     o->cos_sin = (rk_cos_sin)c;
+    if (o->rope_dim == 0 && o->rope != RK_ROPE_NONE)
+        return bad(s, "rope",
+                   "'%s' with qk_rope_head_dim 0: R = 0: no rope part to rotate (say 'none', or leave rope out)",
+                   rk_rope_name(o->rope));
     if (o->rope == RK_ROPE_NEOX && o->rope_dim % 16 != 0)
         return bad(s, "qk_rope_head_dim",
                    "must be a multiple of 16 with rope 'neox' (each half is whole 16-byte vectors), "
@@ -824,7 +833,13 @@ static int read_lists(const scope *s, rk_spec *o) {
     READ_LIST(s, "positions", &rk_index_enum, idx, 2, o->pos, o->n_pos);
     READ_LIST(s, "slots", &rk_index_enum, idx, 2, o->slot, o->n_slot);
     READ_LIST(s, "kv_dtypes", &rk_kv_enum, kv, given(s, "fp8_tile") ? 3 : 2, o->kv, o->n_kv);
-    READ_LIST(s, "kv_layouts", &rk_layout_enum, layouts, 3, o->layouts, o->n_layout);
+    /* R = 0 leaves the layouts and q forms that hold or write only the rope part out (rk_geometry_refuses) */
+    const int R0 = o->rope_dim == 0;
+    READ_LIST(s, "kv_layouts", &rk_layout_enum, layouts, R0 ? 2 : 3, o->layouts, o->n_layout);
+    for (int j = 0; j < o->n_layout; j++) {
+        const char *rule = rk_geometry_refuses(o->rope_dim, ROPEKV_Q_NONE, o->layouts[j]);
+        if (rule) return bad(s, "kv_layouts", "'%s': %s", rk_layout_name(o->layouts[j]), rule);
+    }
     if (given(s, "kv_layouts"))
         for (int i = 0; i < o->n_kv; i++)
             for (int j = 0; j < o->n_layout; j++)
@@ -835,8 +850,13 @@ static int read_lists(const scope *s, rk_spec *o) {
     READ_LIST(s, "q_dtypes", &rk_qdtype_enum, qdt, 2, o->q_dtypes, o->n_qdt);
     static const int qf_whole[] = {ROPEKV_Q_ABSORBED, ROPEKV_Q_NONE};
     TRY(read_q_norm(s, o));
-    if (o->q_norm.norm != RK_QN_NONE) READ_LIST(s, "q_forms", &rk_qform_enum, qf_whole, 2, o->q, o->n_q);
+    /* R = 0 (no rope part) and a query norm (it needs the whole head): absorbed and none */
+    if (R0 || o->q_norm.norm != RK_QN_NONE) READ_LIST(s, "q_forms", &rk_qform_enum, qf_whole, 2, o->q, o->n_q);
     else READ_LIST(s, "q_forms", &rk_qform_enum, qf, o->rope == RK_ROPE_NONE ? 3 : 4, o->q, o->n_q);
+    for (int i = 0; i < o->n_q; i++) {
+        const char *rule = rk_geometry_refuses(o->rope_dim, o->q[i], ROPEKV_KV_FLAT);
+        if (rule) return bad(s, "q_forms", "'%s': %s", rk_qform_name(o->q[i]), rule);
+    }
     for (int i = 0; i < o->n_q; i++) {
         if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
@@ -898,7 +918,7 @@ static int read_tile(const scope *s, rk_spec *o) {
     const int n_scales = L / t->tile, def_rope = (L + 4 * n_scales + 15) / 16 * 16;
     TRY(get_int(&f, "scales_at", &L, 0, 1 << 20, &t->scales_at));
     TRY(get_int(&f, "rope_at", &def_rope, 0, 1 << 20, &t->rope_at));
-    const int scales_end = t->scales_at + 4 * n_scales, rope_end = t->rope_at + 2 * R;
+    const int scales_end = t->scales_at + 4 * n_scales, rope_end = R > 0 ? t->rope_at + 2 * R : 0; /* R = 0: none */
     if (t->scales_at % 4 != 0)
         return bad(&f, "scales_at", "must be a multiple of 4 (float32 scales), got %d", t->scales_at);
     if (t->rope_at % 16 != 0)

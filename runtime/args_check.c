@@ -255,7 +255,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
                       .K = K,
                       .P = P,
                       .H = read ? 1 : H,
-                      .HQ = read ? 1 : a->q_heads ? a->q_heads : H,
+                      .HQ = read         ? 1
+                            : a->q_heads ? a->q_heads
+                                         : H,
                       .max_pos = a->max_pos,
                       .kv_rows = a->kv_rows,
                       .B = p->layout == ROPEKV_KV_FLAT ? 1 : a->kv_block_size,

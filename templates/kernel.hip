@@ -111,14 +111,17 @@ constexpr int PAIRS = ROPE == Rope::gptj ? 4 : 8;
 // Rotated values of x[j .. j+8) for one row x[0 .. R) of bf16 (j a multiple of 8); see rotate8.
 // The row's values are loaded before the position and its cos/sin, so that their load overlaps that
 // two-step chain (position, then its table row) instead of following it; with a.prefetch they are
-// loaded after the gate instead (the grid before may still write them).
+// loaded after the gate instead (the grid before may still write them). Rope none rotates nothing and reads no
+// position: the chunk as it is, its bits in *raw (given), which a bf16 output copies as it copies the latent's.
 // prep(p, e) turns the loaded chunk p of the row's elements [e, e + 8) into the values rotated (a normalized row's:
 // see row_factor); it runs after the lane has waited for the previous grid.
 template <class F>
-RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner, F prep) {
-    if (ROPE == Rope::none) {
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner, F prep, rk_v16 *raw = nullptr) {
+    if constexpr (ROPE == Rope::none) {
         gate(a);
-        return unpack_bf16(prep(rk_load16(x + j), j));
+        const rk_v16 p = prep(rk_load16(x + j), j);
+        if (raw) *raw = p;
+        return unpack_bf16(p);
     }
     const int at = rope_at(j);
     rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
@@ -137,8 +140,8 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner,
     if (ROPE == Rope::neox) p1 = prep(p1, at + H2);
     return rotate8(j < H2, p0, p1, c, s, partner);
 }
-RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner) {
-    return rope8(a, x, j, t, partner, [](rk_v16 p, int) { return p; });
+RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner, rk_v16 *raw = nullptr) {
+    return rope8(a, x, j, t, partner, [](rk_v16 p, int) { return p; }, raw);
 }
 
 // ---- the fused kv_a RMSNorm (NORM != none): c_kv normalized before the row uses it (gen/ref.c) ----------
@@ -277,7 +280,7 @@ RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
 // fp8 row is kept, 2 registers a chunk: with every chunk's inputs held at once the targets without an
 // fp8 conversion instruction spill to scratch.)
 RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
-    rk_v8 row[R_CH];
+    rk_v8 row[R_CH > 0 ? R_CH : 1];  // R = 0 (no rope part) has no in-place form: never called
     float k = fp8_factor<Q_SCALE>(q_scale);
 #pragma unroll
     for (int j = 0; j < R; j += V) {
@@ -315,7 +318,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
     const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
     const bool scaled = Q8 && Q_SCALE != Scale::none;
     float q_scale = scaled && !a.prefetch ? *a.q_scale : 1.0f;
-    rk_u16 *q_pe = (rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh;
+    rk_u16 *q_pe = R > 0 ? (rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh : nullptr;  // R = 0: no q_pe
     const I out_at = t * (I)a.q_out_st + h * (I)a.q_out_sh;  // in q_out's elements: bf16, or fp8 bytes
     if (QFORM == QForm::absorbed && c < L_CH) {
         const rk_u16 *src = (const rk_u16 *)a.q_nope + t * (I)a.q_nope_st + h * (I)a.q_nope_sh;
@@ -345,12 +348,14 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
         return;
     }
     f8 unused;
-    f8 y = Q_NORM == QNorm::rms ? rope8(a, q_pe, j, t, &unused, [rq](rk_v16 p, int) { return qnorm8(p, rq); })
-                                : rope8(a, q_pe, j, t, &unused);
+    rk_v16 raw = {0, 0, 0, 0};  // rope none: q_pe's bits, copied as q_nope's are
+    f8 y = Q_NORM == QNorm::rms
+               ? rope8(a, q_pe, j, t, &unused, [rq](rk_v16 p, int) { return qnorm8(p, rq); }, &raw)
+               : rope8(a, q_pe, j, t, &unused, &raw);
     if (scaled && a.prefetch) q_scale = *a.q_scale;
     if (skip) return;
     if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + L + j, pack_q8(y, fp8_factor<Q_SCALE>(q_scale), true));
-    else rk_store16_out((rk_u16 *)a.q_out + out_at + L + j, pack_bf16(y));
+    else rk_store16_out((rk_u16 *)a.q_out + out_at + L + j, ROPE == Rope::none ? raw : pack_bf16(y));
 }
 
 // A value on its way to a bf16 store of the KV row: with SANITIZE, NaN -> 0 and a value beyond the bf16 max
@@ -423,13 +428,14 @@ static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segmen
 // Chunk c (>= L_CH) of the KV row: k_pe's values rotated, normalized first with the factor r by a norm over the
 // whole head.
 template <class I>
-RK_DEVICE f8 kv_rope8(const args &a, I t, int c, float r) {
+RK_DEVICE f8 kv_rope8(const args &a, I t, int c, float r, rk_v16 *raw = nullptr) {
     f8 unused;
     const rk_u16 *pe = (const rk_u16 *)a.k_pe + t * (I)a.k_pe_st;
     if constexpr (HEAD_NORM)
-        return rope8(a, pe, (c - L_CH) * V, t, &unused,
-                     [&a, r](rk_v16 p, int e) { return norm8(p, norm_weight8(a, L_CH + e / V), r); });
-    else return rope8(a, pe, (c - L_CH) * V, t, &unused);
+        return rope8(
+            a, pe, (c - L_CH) * V, t, &unused,
+            [&a, r](rk_v16 p, int e) { return norm8(p, norm_weight8(a, L_CH + e / V), r); }, raw);
+    else return rope8(a, pe, (c - L_CH) * V, t, &unused, raw);
 }
 
 // Chunk q of token t's KV row as values (the host's lanes, and a lane's other columns): c_kv normalized with the
@@ -602,15 +608,15 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
                 rk_store16_out((rk_u16 *)a.norm_out + t * (I)a.norm_out_st + c * V, raw);
         }
         y = unpack_bf16(raw);
-    } else {
-        y = kv_rope8(a, t, c, r);
+    } else if constexpr (HAS_ROPE) {  // rope none: raw is k_pe's chunk, copied as the latent's
+        y = kv_rope8(a, t, c, r, &raw);
     }
     if (scaled && a.prefetch) k_scale = *a.k_scale;
     const int j = c * V;  // the chunk's first value
     if constexpr (G.elem == Elem::bf16) {
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
-        rk_v16 out = (nope && !SANITIZE) ? raw : pack_bf16(y);
+        rk_v16 out = ((nope || ROPE == Rope::none) && !SANITIZE) ? raw : pack_bf16(y);
         rk_store16_out(row_byte<I>(a, (I)slot, value_byte<S>(j)), out);
     } else if constexpr (G.block == 0) {
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;

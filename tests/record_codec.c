@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "encode") == 0) {
         const int sanitize = atoi(argv[6]);
         while (fread(x, sizeof(float), (size_t)W, stdin) == (size_t)W) {
-            rk_record_encode(r, fmt, x, k, conv, sanitize, row, r->tail_bytes ? row + r->row_bytes : NULL);
+            rk_record_encode(r, fmt, x, r->L, k, conv, sanitize, row, r->tail_bytes ? row + r->row_bytes : NULL);
             fwrite(row, 1, (size_t)bytes, stdout);
         }
     } else if (strcmp(argv[1], "decode") == 0) {

@@ -742,9 +742,10 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
     /* sanitize: NaN -> 0, +-inf -> +-0x7f7f, everything else as it was */
     static const uint16_t want_san[W] = {0x0000, 0xff7f, 0x7f7f, 0x0001, 0x8000, 0x3f80, 0x0000, 0x7f7f,
                                          0x7f7f, 0xff7f, 0x0000, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
-    /* no sanitize: nope bits copied; the rope part goes through f32 -> bf16, so NaN -> 0x7fff */
+    /* no sanitize: the bits copied, the rope part's too (rope none rotates nothing): the NaN 0x7fa0 keeps its
+     * payload, where a rotated value would round to 0x7fff */
     static const uint16_t want_raw[W] = {0x7fc1, 0xff80, 0x7f80, 0x0001, 0x8000, 0x3f80, 0xffc0, 0x7f7f,
-                                         0x7f80, 0xff80, 0x7fff, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
+                                         0x7f80, 0xff80, 0x7fa0, 0x4040, 0x8001, 0xc000, 0x0000, 0xff7f};
     for (int san = 0; san < 2; san++) {
         setup s;
         setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
@@ -790,6 +791,210 @@ static void test_op_rope_none_q_none_sanitize(void **state) {
         check16(q_out, untouched, W, "q_out");
         check16(q_pe, XA_BITS, R, "q_pe");
     }
+}
+
+/* Rope none with R > 0 (Kimi-K3: rope slots never rotated): the query's rope part is q_pe's bits, a NaN's payload
+ * and a -0 included (a rotation with identity tables would give 0x7fff and +-0 by the other value's sign); an fp8
+ * query quantizes the unrotated values; neither the positions nor the cos/sin tables are read (NULL here). */
+static void test_op_rope_none_copies_bits(void **state) {
+    (void)state;
+    enum { L = 8, R = 8, W = 16 };
+    static const uint16_t nope[L] = {0x3f80, 0xc000, 0x7fc1, 0x0001, 0x8000, 0x4040, 0x3f00, 0x7f80};
+    static const uint16_t pe[R] = {0x7fa0, 0x8000, 0xff81, 0x4000, 0x0001, 0x43e0, 0xc3e0, 0x3e80};
+    /* absorbed, bf16: q_nope | q_pe, bits for bits */
+    static const uint16_t want_q[W] = {0x3f80, 0xc000, 0x7fc1, 0x0001, 0x8000, 0x4040, 0x3f00, 0x7f80,
+                                       0x7fa0, 0x8000, 0xff81, 0x4000, 0x0001, 0x43e0, 0xc3e0, 0x3e80};
+    /* zero_copy, fp8 query, q_scale convention none, OCP bound 448: the rope part only, at byte L: NaN -> 0x7f,
+     * -0 -> 0x80, 2.0 -> 0x40, the bf16 subnormal 2^-133 -> 0x00, 448 -> 0x7e, -448 -> 0xfe, 0.25 -> 0x28 */
+    static const uint8_t want_q8[R] = {0x7f, 0x80, 0x7f, 0x40, 0x00, 0x7e, 0xfe, 0x28};
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        setup s;
+        setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+        s.spec.q_fp8 = (rk_fp8_policy){RK_SCALE_NONE, 448.0f, 240.0f, 1, ""}; /* rope_bf16: a bf16 value already */
+        s.v.q = fp8 ? ROPEKV_Q_ZERO_COPY : ROPEKV_Q_ABSORBED;
+        s.v.q_dtype = fp8 ? ROPEKV_Q_FP8_E4M3 : ROPEKV_Q_BF16;
+        uint16_t q_nope[L], q_pe[R], k_nope[L], k_pe[R], kv[W + 4], q_out[W + 4];
+        put_h(q_nope, nope, L);
+        put_h(q_pe, pe, R);
+        put_h(k_nope, nope, L);
+        put_h(k_pe, pe, R);
+        fill16(kv, W + 4, SENT16);
+        fill16(q_out, W + 4, SENT16);
+        int64_t slot = 0;
+        rk_args a = {.q_nope = q_nope,
+                     .q_pe = q_pe,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .k_pe = k_pe,
+                     .kv_cache = kv,
+                     .positions = NULL,
+                     .slots = &slot,
+                     .cos_sin = NULL,
+                     .sin = NULL,
+                     .tokens = 1,
+                     .heads = 1,
+                     .max_pos = 0,
+                     .q_nope_st = L,
+                     .q_nope_sh = L,
+                     .q_pe_st = R,
+                     .q_pe_sh = R,
+                     .q_out_st = W,
+                     .q_out_sh = W,
+                     .k_nope_st = L,
+                     .k_pe_st = R,
+                     .kv_st = W,
+                     .kv_rows = 1};
+        ref_run(&s, &a);
+        assert_true(s.v.pos == ROPEKV_INDEX_INT64 && s.v.cos_sin == RK_CS_F32_CAT); /* canonical: neither is read */
+        check16(kv, want_q, W, "kv row"); /* the bf16 row as the absorbed query: the rope part's bits */
+        for (int i = W; i < W + 4; i++) assert_int_equal(kv[i], SENT16);
+        if (fp8) {
+            uint8_t *q8 = (uint8_t *)q_out;
+            /* zero_copy leaves bytes [0, L) (the BMM's) and everything past the row as they were */
+            for (int i = 0; i < 2 * (W + 4); i++)
+                if (i < L || i >= L + R) assert_int_equal(q8[i], (i & 1) ? SENT16 >> 8 : SENT16 & 0xff);
+            check8(q8 + L, want_q8, R, "q_out fp8 rope part");
+        } else {
+            check16(q_out, want_q, W, "q_out");
+            for (int i = W; i < W + 4; i++) assert_int_equal(q_out[i], SENT16);
+        }
+    }
+}
+
+/* R = 0 (GLM-5.3-Flash: no rope part): the row is the latent alone, an absorbed query row q_nope's; no k_pe, q_pe,
+ * positions or tables are read (NULL here). Two tokens, two heads, rows of 8 at a stride of 12: the padding stays. */
+static void test_op_r0_rows(void **state) {
+    (void)state;
+    enum { L = 8, H = 2, T = 2, ST = 12 };
+    static const uint16_t nope[T][L] = {{0x3f80, 0xc000, 0x7fc1, 0x0001, 0x8000, 0x4040, 0x3f00, 0x7f80},
+                                        {0x43e0, 0x43fa, 0xc3e0, 0x3e80, 0x0000, 0xffc0, 0x3fc0, 0x4000}};
+    /* fp8 e4m3 OCP, scale none, bound 448: 1 -> 0x38, -2 -> 0xc0, NaN -> 0x7f, 2^-133 -> 0x00, -0 -> 0x80,
+     * 3 -> 0x44, 0.5 -> 0x30, inf -> 0x7e (saturated); 448 -> 0x7e, 500 -> 0x7e (clamped), -448 -> 0xfe,
+     * 0.25 -> 0x28, 0 -> 0x00, NaN -> 0x7f, 1.5 -> 0x3c, 2 -> 0x40 */
+    static const uint8_t want8[T][L] = {{0x38, 0xc0, 0x7f, 0x00, 0x80, 0x44, 0x30, 0x7e},
+                                        {0x7e, 0x7e, 0xfe, 0x28, 0x00, 0x7f, 0x3c, 0x40}};
+    for (int kv8 = 0; kv8 < 2; kv8++) {
+        setup s;
+        setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+        s.spec.rope_dim = 0;
+        s.v.kv = kv8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16;
+        uint16_t k_nope[T * L], q_nope[T * H * L], q_out[T * H * ST], kv[T * ST];
+        for (int t = 0; t < T; t++) {
+            put_h(k_nope + t * L, nope[t], L);
+            for (int h = 0; h < H; h++) put_h(q_nope + (t * H + h) * L, nope[(t + h) % T], L);
+        }
+        fill16(q_out, T * H * ST, SENT16);
+        fill16(kv, T * ST, SENT16);
+        int64_t slots[T] = {1, 0};
+        rk_args a = {.q_nope = q_nope,
+                     .q_out = q_out,
+                     .k_nope = k_nope,
+                     .kv_cache = kv,
+                     .slots = slots,
+                     .tokens = T,
+                     .heads = H,
+                     .q_nope_st = H * L,
+                     .q_nope_sh = L,
+                     .q_out_st = H * ST,
+                     .q_out_sh = ST,
+                     .k_nope_st = L,
+                     .kv_st = kv8 ? 2 * ST : ST,
+                     .kv_rows = T};
+        ref_run(&s, &a);
+        assert_true(s.v.R == 0 && s.v.rec.n_seg == 1 && s.v.rec.split_at == 0);
+        assert_int_equal(s.v.rec.row_bytes, kv8 ? L : 2 * L);
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                check16(q_out + (t * H + h) * ST, nope[(t + h) % T], L, "q_out (q_nope's bits)");
+                for (int i = L; i < ST; i++) assert_int_equal(q_out[(t * H + h) * ST + i], SENT16);
+            }
+        for (int t = 0; t < T; t++) { /* token t in slot 1 - t */
+            const int64_t at = (int64_t)(1 - t) * ST;
+            if (kv8) {
+                check8((const uint8_t *)(kv + at), want8[t], L, "kv row (fp8)");
+                for (int i = L / 2; i < ST; i++) assert_int_equal(kv[at + i], SENT16);
+            } else {
+                check16(kv + at, nope[t], L, "kv row (bf16 bits)");
+                for (int i = L; i < ST; i++) assert_int_equal(kv[at + i], SENT16);
+            }
+        }
+    }
+    /* what holds or writes only the rope part is refused by its rule */
+    setup s;
+    setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s.spec.rope_dim = 0;
+    rk_desc d;
+    rk_err err = {0};
+    rk_choice c = rk_desc_choice(&s.v);
+    c.q = ROPEKV_Q_ZERO_COPY;
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &c, &d, &err), ROPEKV_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "test: R = 0: no rope part (q form zero_copy writes only the query's rope part)");
+    c.q = ROPEKV_Q_ABSORBED;
+    c.layout = ROPEKV_KV_SPLIT;
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &c, &d, &err), ROPEKV_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "test: R = 0: no rope part (layout split keeps it in a cache of its own)");
+    /* its tensors: no k_pe, q_pe, positions or tables; q_out rows of L */
+    c.layout = ROPEKV_KV_FLAT;
+    assert_int_equal(rk_desc_make(&s.spec, &s.arch, &c, &d, &err), ROPEKV_OK);
+    rk_tensor t[RK_TENSORS_MAX];
+    const int n = rk_tensors(&d, t, RK_TENSORS_MAX);
+    const char *names[RK_TENSORS_MAX + 1] = {0};
+    for (int i = 0; i < n; i++) names[i] = t[i].name;
+    assert_int_equal(n, 5);
+    assert_string_equal(names[0], "q_nope");
+    assert_string_equal(names[1], "q_out");
+    assert_string_equal(names[2], "k_nope");
+    assert_string_equal(names[3], "kv_cache");
+    assert_string_equal(names[4], "slots");
+    assert_int_equal(rk_sym_size(&d, t[1].dim[2]), L);
+}
+
+/* A tile-scaled R = 0 record (GLM_NEXT fp8's recipe at L = 16: one block of 16 e4m3 values, its float32 scale at
+ * byte 16, 20 bytes): amax 896 -> s = 896 / 448 = 2 (0x40000000), each value x / 2. */
+static void test_op_r0_tile_record(void **state) {
+    (void)state;
+    enum { L = 16, ROW = 20 };
+    static const float x[L] = {896, 2, -4, 1, 0.5f, 0, -0.0f, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t want[ROW] = {0x7e, 0x38, 0xc0, 0x30, 0x28, 0x00, 0x80, 0x3c, 0x30, 0x30,
+                                      0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x00, 0x00, 0x00, 0x40};
+    setup s;
+    setup_init(&s, RK_ROPE_NONE, RK_CS_F32_CAT);
+    s.spec.kv_lora_rank = L;
+    s.spec.rope_dim = 0;
+    rk_record *r = &s.spec.records[0];
+    strcpy(r->name, "next16");
+    r->L = L;
+    r->R = 0;
+    r->row_bytes = ROW;
+    r->n_seg = 1;
+    r->seg[0] = (rk_segment){.from = 0,
+                             .n = L,
+                             .elem = RK_EL_E4M3,
+                             .block = 16,
+                             .scale = RK_ST_F32,
+                             .scales_at = L,
+                             .sat_ocp = 448.0f,
+                             .sat_fnuz = 224.0f};
+    s.spec.n_records = 1;
+    s.v.record = 1;
+    s.v.q = ROPEKV_Q_NONE;
+    uint16_t k_nope[L];
+    put_f(k_nope, x, L);
+    uint8_t kv[32];
+    fill8(kv, sizeof kv, SENT8);
+    int64_t slot = 0;
+    rk_args a = {
+        .k_nope = k_nope, .kv_cache = kv, .slots = &slot, .tokens = 1, .k_nope_st = L, .kv_st = 32, .kv_rows = 1};
+    ref_run(&s, &a);
+    check8(kv, want, ROW, "kv row (tile record)");
+    for (int i = ROW; i < 32; i++) assert_int_equal(kv[i], SENT8);
+    /* and back: the read op gives the values (bf16 of v * 2) */
+    s.v.op = ROPEKV_OP_READ;
+    uint16_t out[L];
+    fill16(out, L, SENT16);
+    rk_args b = {.kv_cache = kv, .slots = &slot, .tokens = 1, .kv_st = 32, .kv_rows = 1, .out = out, .out_st = L};
+    ref_run(&s, &b);
+    for (int i = 0; i < L; i++) assert_int_equal(out[i], bfx(x[i]));
 }
 
 /* The rope is one rounded product then a fused multiply-add. With x0 = 1.03125 = 1 + 2^-5,
@@ -2334,10 +2539,10 @@ static void test_codec_e2m1_ties(void **state) {
     /* codes: 0, 2, 2, 4, 4, 6, 6, 8, 7, f, 7, 0, 7, 0, 3, e */
     const uint8_t want[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x07, 0x07, 0xe3};
     uint8_t row[8];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     check8(row, want, 8, "e2m1 ties");
     const uint8_t want_clean[8] = {0x20, 0x42, 0x64, 0x86, 0xf7, 0x00, 0x07, 0xe3}; /* NaN -> 0 */
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     check8(row, want_clean, 8, "e2m1 ties, sanitized");
     float y[16];
     rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
@@ -2356,9 +2561,9 @@ static void test_codec_e4m3_ties(void **state) {
     const uint8_t want[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x7f, 0xfe, 0xb8};
     const uint8_t want_clean[8] = {0x38, 0x3a, 0x00, 0x02, 0x7e, 0x00, 0xfe, 0xb8};
     uint8_t row[8];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     check8(row, want, 8, "e4m3 ties");
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     check8(row, want_clean, 8, "e4m3 ties, sanitized");
 }
 
@@ -2378,7 +2583,7 @@ static void test_codec_ue8m0_blocks(void **state) {
     x[24] = 224.0f, x[25] = 0.75f;
     uint8_t row[40];
     memset(row, 0xee, sizeof row);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     uint8_t want[40] = {0};
     want[0] = 0x7e, want[1] = 0x38;
     want[8] = 0x76, want[9] = 0xbc;
@@ -2393,7 +2598,7 @@ static void test_codec_ue8m0_blocks(void **state) {
     const rk_record f = one_segment(32, RK_EL_E4M3, 8, RK_ST_UE8M0, RK_SR_POW2_UP, 32, 240.0f, 40);
     float z[32] = {0};
     z[0] = 240.0f, z[8] = 241.0f;
-    rk_record_encode(&f, RK_FP8_FNUZ, z, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&f, RK_FP8_FNUZ, z, f.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     assert_int_equal(row[0], 0x7f);
     assert_int_equal(row[8], 0x77);
     assert_int_equal(row[32], 127);
@@ -2412,13 +2617,13 @@ static void test_codec_ue8m0_nonfinite(void **state) {
     for (int i = 0; i < 16; i++) x[i] = i < 8 ? 1.0f : 2.0f;
     x[0] = INFINITY, x[9] = NAN;
     uint8_t row[20];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     for (int i = 0; i < 8; i++) assert_int_equal(row[i], 0x7f);
     assert_int_equal(row[16], 0xff);
     assert_int_equal(row[8], 0x78);
     assert_int_equal(row[9], 0x7f);
     assert_int_equal(row[17], 120);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 1, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 1, row, NULL);
     assert_int_equal(row[0], 0x78);
     for (int i = 1; i < 8; i++) assert_int_equal(row[i], 0x00);
     assert_int_equal(row[16], 247);
@@ -2433,7 +2638,7 @@ static void test_codec_f32_blocks(void **state) {
     float x[16] = {0};
     x[8] = -448.0f, x[9] = 0.5f;
     uint8_t row[24];
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     uint32_t s0, s1;
     memcpy(&s0, row + 16, 4);
     memcpy(&s1, row + 20, 4);
@@ -2471,7 +2676,7 @@ static void test_codec_v41_record(void **state) {
     x[5] = 1792.0f; /* the max of block 0: s = 1792 / 448 = 4, byte 129, 448 -> 0x7e */
     uint8_t row[608];
     memset(row, 0xee, sizeof row);
-    rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
     assert_int_equal(row[576], 129);
     assert_int_equal(row[5], 0x7e);
     for (int i = 576 + 18; i < 608; i++) assert_int_equal(row[i], 0);
@@ -2514,7 +2719,7 @@ static void test_codec_e2m1_e4m3_scales(void **state) {
         float x[576], y[576];
         for (int i = 0; i < 576; i++) x[i] = ldexpf((float)(int)(rng32() % 2001) - 1000.0f, (int)(rng32() % 8) - 10);
         uint8_t row[336];
-        rk_record_encode(&r, RK_FP8_OCP, x, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+        rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
         rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
         for (int b = 0; b < 36; b++) {
             float amax = 0.0f;
@@ -2546,6 +2751,9 @@ int main(void) {
         cmocka_unit_test(test_op_padding),
         cmocka_unit_test(test_op_inplace_bf16_tables),
         cmocka_unit_test(test_op_rope_none_q_none_sanitize),
+        cmocka_unit_test(test_op_rope_none_copies_bits),
+        cmocka_unit_test(test_op_r0_rows),
+        cmocka_unit_test(test_op_r0_tile_record),
         cmocka_unit_test(test_op_sanitize_bf16_bound),
         cmocka_unit_test(test_op_fused_rounding),
         cmocka_unit_test(test_op_fp8_scales),

@@ -422,6 +422,26 @@ static void test_spec_values(void **state) {
     assert_true(s.n_qdt == 2 && s.q_fp8.scale == RK_SCALE_MUL_RECIP && s.q_fp8.rope_bf16 && s.q_fp8.sat_fnuz == 224.0f);
     assert_true(s.n_norms == 3 && s.norm.weight == RK_NW_BF16 && s.norm.eps == 1e-6f && s.norm.round == RK_NR_TWICE);
 
+    s = load_file(state, "glm53_flash.lua");
+    /* no rope part: rope none, the q forms and layouts that write the latent alone, the GLM_NEXT records */
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 0 && s.rope == RK_ROPE_NONE);
+    assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_NONE && s.n_layout == 2);
+    assert_true(s.n_kv == 1 && s.kv[0] == ROPEKV_KV_BF16 && s.n_records == 2);
+    assert_string_equal(s.records[0].name, "glm_next_fp8");
+    assert_true(s.records[0].row_bytes == 528 && s.records[0].n_seg == 1 && s.records[0].seg[0].block == 128);
+    assert_string_equal(s.records[1].name, "glm_next_nvfp4");
+    assert_non_null(rk_record_unsupported(&s.records[1])); /* listed, refused with the reason when chosen */
+    assert_true(s.n_norms == 3 && s.norm.eps == 1e-5f);
+
+    s = load_file(state, "kimi_k3.lua");
+    /* 64 rope slots never rotated: rope none, which leaves inplace out; Kimi-K2's vLLM conventions */
+    assert_true(s.kv_lora_rank == 512 && s.rope_dim == 64 && s.rope == RK_ROPE_NONE);
+    assert_true(s.n_q == 3 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_ZERO_COPY && s.q[2] == ROPEKV_Q_NONE);
+    assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_BF16 && s.kv[1] == ROPEKV_KV_FP8_E4M3 && s.n_layout == 3);
+    assert_true(s.fp8.scale == RK_SCALE_DIV && s.fp8.sat_fnuz == 224.0f && s.fp8.sat_ocp == 448.0f);
+    assert_true(s.negative_slot == RK_NEG_SKIP_ALL && s.sanitize && s.q_fp8.scale == RK_SCALE_MUL_RECIP);
+    assert_true(s.n_norms == 3 && s.norm.eps == 1e-6f);
+
     s = load_file(state, "deepseek_v32.lua");
     /* the model binds its row formats (the tile row and bf16); a tile row is never split */
     assert_true(s.n_kv == 2 && s.kv[0] == ROPEKV_KV_FP8_TILE && s.kv[1] == ROPEKV_KV_BF16 && s.n_layout == 3);
@@ -503,6 +523,13 @@ static void test_accepts(void **state) {
     assert_true(s.rope == RK_ROPE_NONE && s.n_q == 3);
     s = load_ok(state, "s.rope = 'neox'  s.qk_rope_head_dim = 48");
     assert_true(s.rope == RK_ROPE_NEOX && s.rope_dim == 48);
+    /* R = 0: rope none (said, or by default), and the open lists leave out what holds or writes only the rope part */
+    s = load_ok(state, "s.qk_rope_head_dim = 0  s.rope = nil  s.q_forms = nil  s.kv_layouts = nil");
+    assert_true(s.rope_dim == 0 && s.rope == RK_ROPE_NONE);
+    assert_true(s.n_q == 2 && s.q[0] == ROPEKV_Q_ABSORBED && s.q[1] == ROPEKV_Q_NONE);
+    assert_true(s.n_layout == 2 && s.layouts[0] == ROPEKV_KV_FLAT && s.layouts[1] == ROPEKV_KV_PAGED);
+    s = load_ok(state, "s.qk_rope_head_dim = 0  s.rope = 'none'  s.records = { 'glm_next_fp8' }");
+    assert_true(s.rope_dim == 0 && s.n_records == 1 && s.records[0].R == 0 && s.records[0].row_bytes == 528);
     /* the allowed library functions work */
     s = load_ok(state, "local t = {} for _, v in ipairs({ 1, 2 }) do table.insert(t, v) end\n"
                        "assert(#t == 2 and select('#', 1, 2) == 2 and type(next) == 'function')\n"
@@ -681,8 +708,24 @@ static void test_scalars(void **state) {
         {"s.qk_rope_head_dim = 63", ROPEKV_ERR_SPEC_INVALID, TFILE ": qk_rope_head_dim: must be even, got 63"},
         {"s.qk_rope_head_dim = 36", ROPEKV_ERR_SPEC_INVALID,
          "qk_rope_head_dim: must be a multiple of 8 (one 16-byte vector of bf16), got 36"},
-        {"s.qk_rope_head_dim = 4", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 4"},
-        {"s.qk_rope_head_dim = 2048", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 8..1024, got 2048"},
+        {"s.qk_rope_head_dim = 4", ROPEKV_ERR_SPEC_INVALID,
+         "qk_rope_head_dim: must be a multiple of 8 (one 16-byte vector of bf16), got 4"},
+        {"s.qk_rope_head_dim = 7", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be even, got 7"},
+        {"s.qk_rope_head_dim = -8", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 0..1024, got -8"},
+        {"s.qk_rope_head_dim = 2048", ROPEKV_ERR_SPEC_INVALID, "qk_rope_head_dim: must be in 0..1024, got 2048"},
+        /* R = 0: no rope part, nothing to rotate, nothing that holds or writes only the rope part */
+        {"s.qk_rope_head_dim = 0", ROPEKV_ERR_SPEC_INVALID,
+         TFILE ": rope: 'gptj' with qk_rope_head_dim 0: R = 0: no rope part to rotate (say 'none', or leave rope out)"},
+        {"s.qk_rope_head_dim = 0  s.rope = 'neox'", ROPEKV_ERR_SPEC_INVALID,
+         "rope: 'neox' with qk_rope_head_dim 0: R = 0: no rope part to rotate"},
+        {"s.qk_rope_head_dim = 0  s.rope = nil  s.q_forms = { 'absorbed', 'zero_copy' }", ROPEKV_ERR_SPEC_INVALID,
+         TFILE ": q_forms: 'zero_copy': R = 0: no rope part (q form zero_copy writes only the query's rope part)"},
+        {"s.qk_rope_head_dim = 0  s.rope = 'none'  s.q_forms = { 'inplace' }", ROPEKV_ERR_SPEC_INVALID,
+         "q_forms: 'inplace': R = 0: no rope part (q form inplace writes only the query's rope part)"},
+        {"s.qk_rope_head_dim = 0  s.rope = nil  s.kv_layouts = { 'flat', 'split' }", ROPEKV_ERR_SPEC_INVALID,
+         TFILE ": kv_layouts: 'split': R = 0: no rope part (layout split keeps it in a cache of its own)"},
+        {"s.qk_rope_head_dim = 0  s.rope = nil  s.records = { 'fp8_ds_mla' }", ROPEKV_ERR_SPEC_INVALID,
+         "record 'fp8_ds_mla' is for L = 512, R = 64; the spec has kv_lora_rank 512, qk_rope_head_dim 0"},
         {"s.rope = 'neox'  s.qk_rope_head_dim = 40", ROPEKV_ERR_SPEC_INVALID,
          "qk_rope_head_dim: must be a multiple of 16 with rope 'neox'"},
         {"s.rope = 'rotate_half'", ROPEKV_ERR_SPEC_INVALID,

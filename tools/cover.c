@@ -35,7 +35,8 @@ int rk_cover_value(const rk_desc *d, const rk_arch_table *archs, int dim) {
         return d->record ? rk_kv_enum.n - 1 + d->record : enum_index(&rk_kv_enum, (int)d->kv);
     case RK_DIM_Q: return read ? -1 : enum_index(&rk_qform_enum, (int)d->q);
     case RK_DIM_Q_DTYPE: return read || d->q == ROPEKV_Q_NONE ? -1 : enum_index(&rk_qdtype_enum, (int)d->q_dtype);
-    case RK_DIM_POSITIONS: return read ? -1 : enum_index(&rk_index_enum, (int)d->pos);
+    case RK_DIM_POSITIONS: /* a kernel that rotates nothing reads no positions */
+        return read || d->rope == RK_ROPE_NONE ? -1 : enum_index(&rk_index_enum, (int)d->pos);
     case RK_DIM_SLOTS: return enum_index(&rk_index_enum, (int)d->slot);
     case RK_DIM_LAYOUT: return enum_index(&rk_layout_enum, (int)d->layout);
     case RK_DIM_OP: return enum_index(&rk_op_enum, (int)d->op);

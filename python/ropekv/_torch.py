@@ -203,10 +203,17 @@ def _describe(ti, info):
 
 def _stray(kernel, info, t, name):
     """A tensor given to a kernel whose table does not list it: dropped (a scale it does not read; zero_copy's q_nope
-    when it is q_out itself; the tables of a kernel without RoPE), else ValueError saying why."""
+    when it is q_out itself; the positions and tables of a kernel without RoPE; an empty k_pe or q_pe where there is
+    no rope part), else ValueError saying why."""
     q = info.q
     if name in _SCALES:
         return
+    if name in ("k_pe", "q_pe") and info.R == 0:  # no rope part: an empty [.., 0] tensor is nothing to read
+        if t[name].numel() == 0:
+            return
+        raise ValueError("%s has no rope part (qk_rope_head_dim 0): it takes no %s (pass None)" % (info.key, name))
+    if name == "positions" and info.rope == "none":
+        return  # nothing is rotated: the positions are not read
     if name in _Q_NAMES:
         if q == "zero_copy" and name == "q_nope" and t["q_out"] is not None \
                 and t[name].data_ptr() == t["q_out"].data_ptr():

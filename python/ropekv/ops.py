@@ -255,8 +255,8 @@ def _q_form(q_nope, q_pe, q_out):
 
 
 def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=None, q_pe=None, q_out=None, k_nope,
-          k_pe, kv_cache, positions, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None, kv_rope_cache=None,
-          min_slot=0, norm="none", norm_weight=None, norm_out=None, record=None, write_mask=None):
+          k_pe=None, kv_cache, positions=None, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None,
+          kv_rope_cache=None, min_slot=0, norm="none", norm_weight=None, norm_out=None, record=None, write_mask=None):
     """The fused RoPE + KV-cache write (torch.ops.ropekv.write; write_q_inplace for q form inplace). The tensors are
     Kernel.__call__'s. q_form defaults from the query tensors given (q_out and q_nope: absorbed; q_out alone:
     zero_copy; q_pe alone: inplace; none: none); q_dtype from q_out's dtype (bfloat16: bf16; uint8 or a float8 e4m3
@@ -264,8 +264,10 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
     over its rows). norm: the fused kv_a RMSNorm, "none" (default), "rms" (k_nope is the raw c_kv, normalized with
     norm_weight [L] before it is cached) or "rms_out" (and written to norm_out [Tkv, L] bf16). Tensors on more than
     one device are refused by name (a ValueError). record: the cache row by its record's name (one of the spec's, e.g.
-    "fp8_ds_mla"; kv is then ignored): kv_cache is uint8 [.., record_row_bytes]. write_mask: None, or [Tkv] bool /
-    uint8: KV row t is written only where it is set (beside min_slot and negative slots)."""
+    "fp8_ds_mla"; kv is then ignored): kv_cache is uint8 [.., record_row_bytes]. k_pe, positions and cos_sin may be
+    None where the kernel has no such tensor (KernelInfo's tensors): a spec with rope "none" (kimi_k3) reads no
+    positions or tables, one with no rope part (qk_rope_head_dim 0, glm53_flash) no k_pe or q_pe either. write_mask:
+    None, or [Tkv] bool / uint8: KV row t is written only where it is set (beside min_slot and negative slots)."""
     if q_form is None:
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:

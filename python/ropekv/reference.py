@@ -3,7 +3,8 @@ implementation of the op needs to write the same bits as the kernels. Used by th
 and the example layer's unfused path. Imports torch.
 
     fma_f32(a, b, p)             float32(a*b + p) rounded once, as fmaf
-    rope(x, cos, sin, style)     the rope of a bf16 tensor as float32: y0 = fma(x0, c, -(x1*s)), y1 = fma(x1, c, x0*s)
+    rope(x, cos, sin, style)     the rope of a bf16 tensor as float32: y0 = fma(x0, c, -(x1*s)), y1 = fma(x1, c, x0*s);
+                                 style "none": x as it is (cos and sin may be None)
     scale(x, convention, s)      x scaled by a float32 scale under a spec's fp8 convention
     e4m3_codes(v, fmt)           float32 values (scaled and clamped) as e4m3 codes (uint8), round to nearest even
     e4m3_values(codes, fmt)      the float32 values of e4m3 codes
@@ -37,11 +38,15 @@ def fma_f32(a, b, p):
     return s.float()
 
 
-def rope(x, c, sn, style="gptj"):
+def rope(x, c=None, sn=None, style="gptj"):
     """ropekv's rope of a bf16 tensor x [..., R] as float32 (gen/ref.c): pairs (x0, x1) interleaved (gptj) or in
     halves (neox), y0 = fmaf(x0, c, -(x1*s)), y1 = fmaf(x1, c, x0*s) with x1*s and x0*s float32 products (torch's
-    float32 multiply is correctly rounded). c and sn: float32 [..., R/2], broadcast against the pairs."""
+    float32 multiply is correctly rounded). c and sn: float32 [..., R/2], broadcast against the pairs. style "none"
+    rotates nothing: x as float32 (no table is read; c and sn may be None). Its bf16 output is x itself, bit for bit
+    (a NaN keeps its payload): the kernels copy an unrotated rope part as they copy the latent."""
     xf = x.float()
+    if style == "none":
+        return xf
     half = xf.shape[-1] // 2
     if style == "gptj":
         x0, x1 = xf[..., 0::2], xf[..., 1::2]

@@ -467,6 +467,120 @@ def test_cuda_op_graph_capture():
     assert torch.equal(x["kv_cache"].view(torch.uint8), after)
 
 
+# ---- the geometries without a rotation --------------------------------------------------------------------------
+def _bits(torch, t):
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.uint8)
+
+
+def test_op_rope_none_and_r0_take_no_rope_tensors():
+    """kimi_k3 (rope none: 64 rope slots never rotated) and glm53_flash (R = 0: no rope part) run without positions or
+    cos/sin tables (glm53_flash without k_pe and q_pe too): bf16 outputs are the inputs' bits (a NaN's payload, a -0),
+    a sanitizing cache replaces NaN, fp8 quantizes the unrotated values; a glm_next_fp8 row is fp8_ds_mla's latent and
+    tile scales, read back; glm_next_nvfp4 and the forms that write only the rope part are refused with the rule."""
+    torch, ops = _ops()
+    from ropekv import reference as rr
+    g = torch.Generator().manual_seed(11)
+    T, H, L = 5, 3, 512
+    slots = torch.tensor([3, 17, -1, 40, 5])
+    for spec, R in (("kimi_k3", 64), ("glm53_flash", 0)):
+        W = L + R
+        q = torch.randn(T, H, W, generator=g).bfloat16()
+        k = torch.randn(T, W, generator=g).bfloat16()
+        _bits(torch, q)[0, 0, W - 1] = 0x7FA0  # a NaN with a payload (kimi_k3: in q_pe; glm53_flash: in q_nope)
+        _bits(torch, q)[1, 2, W - 5] = -0x8000  # -0
+        _bits(torch, k)[2 if R == 0 else 3, W - 3] = 0x7FA0
+        q_nope, q_pe = q[..., :L], (q[..., L:] if R else None)
+        q_out = torch.zeros(T, H, W, dtype=torch.bfloat16)
+        cache = torch.zeros(8, 16, W, dtype=torch.bfloat16)
+        ops.write(spec, kv="bf16", layout="paged", q_nope=q_nope, q_pe=q_pe, q_out=q_out, k_nope=k[:, :L],
+                  k_pe=k[:, L:] if R else None, kv_cache=cache, slots=slots)
+        skip_all = spec == "kimi_k3"  # vLLM's convention: a padding token writes no query row either
+        for t in range(T):
+            want = torch.zeros(H, W, dtype=torch.bfloat16) if skip_all and slots[t] < 0 else q[t]
+            assert torch.equal(_bits(torch, q_out[t]), _bits(torch, want)), (spec, t)
+        rows = cache.view(-1, W)
+        for t in range(T):
+            if slots[t] < 0:
+                continue
+            want = k[t].clone()
+            if spec == "kimi_k3":  # sanitized: NaN -> 0
+                want = torch.where(torch.isnan(want), torch.zeros_like(want), want)
+            assert torch.equal(_bits(torch, rows[slots[t]]), _bits(torch, want)), (spec, t)
+        # the rows read back: bits
+        out = torch.zeros(T, W, dtype=torch.bfloat16)
+        ops.read(spec, kv="bf16", layout="paged", kv_cache=cache, slots=slots, out=out)
+        for t in range(T):
+            want = rows[slots[t]] if slots[t] >= 0 else torch.zeros(W, dtype=torch.bfloat16)
+            assert torch.equal(_bits(torch, out[t]), _bits(torch, want)), (spec, t)
+
+    # kimi_k3's fp8 row: x / k_scale, sanitized (NaN -> 0), clamped to 448, of the unrotated values
+    R, W = 64, 576
+    k = torch.randn(T, W, generator=g).bfloat16() * 300
+    _bits(torch, k)[0, L + 1] = 0x7FA0
+    cache = torch.zeros(4, 16, W, dtype=torch.uint8)
+    k_scale = torch.tensor([0.5])
+    ops.write("kimi_k3", kv="fp8_e4m3", layout="paged", k_nope=k[:, :L], k_pe=k[:, L:], kv_cache=cache,
+              slots=slots, k_scale=k_scale)
+    x = rr.scale(k.float(), "div", k_scale)
+    x = torch.where(torch.isnan(x), torch.zeros_like(x), x).clamp(-448.0, 448.0)
+    want = rr.e4m3_codes(x)
+    rows = cache.view(-1, W)
+    for t in range(T):
+        if slots[t] >= 0:
+            assert torch.equal(rows[slots[t]], want[t]), t
+
+    # glm53_flash's glm_next_fp8 row: 4 tiles of 128 e4m3 values, s = max(amax / 448, FLT_MIN), 4 float32 scales
+    k = torch.randn(T, L, generator=g).bfloat16() * 3
+    cache = torch.zeros(4, 16, 528, dtype=torch.uint8)
+    ops.write("glm53_flash", record="glm_next_fp8", layout="paged", k_nope=k, kv_cache=cache, slots=slots)
+    tiles = k.float().view(T, 4, 128)
+    s = torch.clamp(tiles.abs().amax(-1) / torch.full((T, 4), 448.0), min=1.1754943508222875e-38)
+    codes = rr.e4m3_codes((tiles / s.unsqueeze(-1)).clamp(-448.0, 448.0)).view(T, L)
+    rows = cache.view(-1, 528)
+    for t in range(T):
+        if slots[t] >= 0:
+            assert torch.equal(rows[slots[t], :L], codes[t]), t
+            assert torch.equal(rows[slots[t], L:].view(torch.float32), s[t]), t
+    out = torch.zeros(T, L, dtype=torch.bfloat16)
+    ops.read("glm53_flash", record="glm_next_fp8", layout="paged", kv_cache=cache, slots=slots, out=out)
+    back = (rr.e4m3_values(codes) * s.repeat_interleave(128, -1)).bfloat16()
+    for t in range(T):
+        if slots[t] >= 0:
+            assert torch.equal(_bits(torch, out[t]), _bits(torch, back[t])), t
+
+    # what engines pass today is taken: positions and identity tables to a kernel that rotates nothing (dropped),
+    # an empty k_pe where there is no rope part; a q_pe with values is refused, naming why
+    k = torch.randn(T, 576, generator=g).bfloat16()
+    cache = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    ops.write("kimi_k3", layout="paged", k_nope=k[:, :L], k_pe=k[:, L:], kv_cache=cache, slots=slots,
+              positions=torch.arange(T), cos_sin=torch.ones(8, 64))
+    assert torch.equal(_bits(torch, cache.view(-1, 576)[slots[0]]), _bits(torch, k[0]))
+    k = torch.randn(T, L, generator=g).bfloat16()
+    cache = torch.zeros(4, 16, L, dtype=torch.bfloat16)
+    ops.write("glm53_flash", layout="paged", k_nope=k, k_pe=k[:, L:], kv_cache=cache, slots=slots,
+              positions=torch.arange(T))
+    assert torch.equal(_bits(torch, cache.view(-1, L)[slots[0]]), _bits(torch, k[0]))
+    e = _expect(ValueError, lambda: ops.write("glm53_flash", q_form="absorbed", q_nope=q[..., :L], q_pe=q[..., :8],
+                                              q_out=torch.zeros(T, H, L, dtype=torch.bfloat16), k_nope=k,
+                                              kv_cache=cache, slots=slots))
+    assert "no rope part" in str(e), e
+
+    ctx = sp.context("host")
+    ok, why = ctx.query("glm53_flash", record="glm_next_nvfp4")
+    assert not ok and "per-token outer scale" in why, why
+    ok, why = ctx.query("glm53_flash", q="zero_copy")
+    assert not ok and "R = 0: no rope part" in why, why
+    ok, why = ctx.query("glm53_flash", layout="split")
+    assert not ok and "R = 0: no rope part" in why, why
+    ok, why = ctx.query("kimi_k3", q="inplace")
+    assert not ok and "nothing to rotate in place" in why, why
+    info = ctx.kernel("kimi_k3", kv="bf16", q="absorbed").info
+    names = {t.name for t in ctx.kernel("kimi_k3", kv="bf16", q="absorbed").tensors}
+    assert "positions" not in names and "cos_sin" not in names and "k_pe" in names and info.rope == "none", names
+    names = {t.name for t in ctx.kernel("glm53_flash", kv="bf16", q="absorbed").tensors}
+    assert names == {"q_nope", "q_out", "k_nope", "kv_cache", "slots"}, names
+
+
 def test_cuda_op_write_norm():
     torch, _ = _ops("cuda")
     for spec, q, kv, T, K, min_slot in NORM_OP_CASES:

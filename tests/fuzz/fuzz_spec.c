@@ -96,7 +96,8 @@ static void check_variants(const rk_spec *s, const rk_arch_table *archs, size_t 
         for (int l = 0; l < s->n_layout && !rk_record_unsupported(&rec); l++)
             rows += rk_record_fits(&rec, s->layouts[l]);
     }
-    FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * s->n_pos * s->n_norms + reads), "%d variants",
+    const int positions = s->rope == RK_ROPE_NONE ? 1 : s->n_pos; /* rope none reads no positions: one type */
+    FUZZ_CHECK(n == s->n_targets * rows * s->n_slot * (writes * forms * positions * s->n_norms + reads), "%d variants",
                n);
     static const rk_desc *by[RK_MAX_VARIANTS_PER_SPEC];
     for (int i = 0; i < n; i++) {
@@ -127,7 +128,8 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
     FUZZ_CHECK(strcmp(s->file, "fuzz.lua") == 0, "file");
     FUZZ_CHECK(terminated(s->description, sizeof s->description), "description");
     FUZZ_CHECK(s->kv_lora_rank >= 8 && s->kv_lora_rank <= 8192 && s->kv_lora_rank % 8 == 0, "L %d", s->kv_lora_rank);
-    FUZZ_CHECK(s->rope_dim >= 8 && s->rope_dim <= 1024 && s->rope_dim % 8 == 0, "R %d", s->rope_dim);
+    FUZZ_CHECK(s->rope_dim >= 0 && s->rope_dim <= 1024 && s->rope_dim % 8 == 0, "R %d", s->rope_dim);
+    FUZZ_CHECK(s->rope_dim > 0 || s->rope == RK_ROPE_NONE, "R = 0 with rope %s", rk_rope_name(s->rope));
     FUZZ_CHECK(rk_rope_name(s->rope) && rk_cos_sin_name(s->cos_sin) && rk_scale_name(s->fp8.scale) &&
                    rk_neg_name(s->negative_slot),
                "enum out of range");
@@ -144,6 +146,8 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
     for (int i = 0; i < s->n_q; i++) {
         FUZZ_CHECK(rk_qform_name(s->q[i]), "q form");
         FUZZ_CHECK(!(s->q[i] == ROPEKV_Q_INPLACE && s->rope == RK_ROPE_NONE), "inplace without rope");
+        FUZZ_CHECK(!rk_geometry_refuses(s->rope_dim, s->q[i], ROPEKV_KV_FLAT), "q form %s with R = 0",
+                   rk_qform_name(s->q[i]));
         for (int j = 0; j < i; j++) FUZZ_CHECK(s->q[i] != s->q[j], "duplicate q form");
     }
     FUZZ_CHECK(s->fp8.sat_ocp > 0 && s->fp8.sat_ocp <= 448 && s->fp8.sat_fnuz > 0 && s->fp8.sat_fnuz <= 240,
@@ -172,6 +176,7 @@ static void check_spec(const rk_spec *s, const rk_arch_table *archs, size_t pick
     FUZZ_CHECK(s->n_layout >= 1 && s->n_layout <= 3, "kv layouts");
     for (int i = 0; i < s->n_layout; i++) {
         FUZZ_CHECK(rk_layout_name(s->layouts[i]), "kv layout");
+        FUZZ_CHECK(!rk_geometry_refuses(s->rope_dim, ROPEKV_Q_NONE, s->layouts[i]), "split with R = 0");
         for (int j = 0; j < i; j++) FUZZ_CHECK(s->layouts[i] != s->layouts[j], "duplicate kv layout");
     }
     for (int i = 0; i < s->n_qdt; i++) {

@@ -52,7 +52,7 @@ static int add_rule_case(rk_oracle *o, const rk_arch *host, size_t i, char *why,
 
 /* The host row's variants of the covering set, the catalog's pointers (spec, row) into o->cat. 0, or -1 with why. */
 static int host_variants(rk_oracle *o, char *why, size_t cap) {
-    enum { ROOM = 8192 }; /* the whole covering set (609 today) */
+    enum { ROOM = 8192 }; /* the whole covering set (691 today) */
     rk_desc *set = malloc(sizeof *set * ROOM);
     rk_err err = {0};
     if (!set) {
@@ -251,23 +251,24 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     }
     if (d->op == ROPEKV_OP_READ) {
         claim(&c, OUT, T, 1, a->out_st, 0, out_rope ? L : W, 2);
-        if (out_rope) claim(&c, OUT_ROPE, T, 1, a->out_rope_st, 0, R, 2);
+        if (out_rope && R > 0) claim(&c, OUT_ROPE, T, 1, a->out_rope_st, 0, R, 2); /* R = 0: no rope part */
         c.bytes[K_SCALE] = 4;
         return c;
     }
     const int absorbed = d->q == ROPEKV_Q_ABSORBED, zc = d->q == ROPEKV_Q_ZERO_COPY;
     if (absorbed) claim(&c, Q_NOPE, T, H, a->q_nope_st, a->q_nope_sh, L, 2);
-    if (d->q != ROPEKV_Q_NONE) claim(&c, Q_PE, T, H, a->q_pe_st, a->q_pe_sh, R, 2);
+    if (d->q != ROPEKV_Q_NONE && R > 0) claim(&c, Q_PE, T, H, a->q_pe_st, a->q_pe_sh, R, 2);
     const int64_t HQ = a->q_heads ? a->q_heads : H;
     if (absorbed || zc) claim(&c, Q_OUT, T, HQ, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
     if (K > 0) c.bytes[WRITE_MASK] = K; /* the write mask [K] bytes, when the draw gives one */
     claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
-    claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
+    if (R > 0) claim(&c, K_PE, K, 1, a->k_pe_st, 0, R, 2);
     /* the fused norm: the weight [L] and rms_out's rows [K, L] bf16, with KV rows only */
-    if (d->norm != ROPEKV_NORM_NONE && K > 0) c.bytes[NORM_W] = rk_norm_values(d) * (d->norm_weight == RK_NW_F32 ? 4 : 2);
+    if (d->norm != ROPEKV_NORM_NONE && K > 0)
+        c.bytes[NORM_W] = rk_norm_values(d) * (d->norm_weight == RK_NW_F32 ? 4 : 2);
     if (d->norm == ROPEKV_NORM_RMS_OUT) claim(&c, NORM_OUT, K, 1, a->norm_out_st, 0, L, 2);
     const int64_t P = T > K ? T : K;
-    c.bytes[POS] = P * idx_pos;
+    if (d->rope != RK_ROPE_NONE) c.bytes[POS] = P * idx_pos; /* rope none reads no positions */
     if (d->rope != RK_ROPE_NONE && ((d->q != ROPEKV_Q_NONE && T > 0) || K > 0)) {
         const int64_t cs_w = d->cos_sin == RK_CS_F32_CAT ? R : R / 2, cs_elem = d->cos_sin == RK_CS_BF16_SPLIT ? 2 : 4;
         claim(&c, COS, a->max_pos, 1, cs_w, 0, cs_w, cs_elem);
