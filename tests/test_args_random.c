@@ -89,7 +89,7 @@ static void lay_out(ropekv_args *a, const rk_desc *v, int64_t T, int64_t H, int6
     a->kv_rows = 8;
     a->kv_block_size = B;
     a->kv_st = row_w + row_pad;
-    a->kv_block_st = B * a->kv_st + 16;
+    a->kv_block_st = B * (a->kv_st + v->rec.tail_bytes) + 16; /* a page-tail record's tails after a block's rows */
     a->kv_rope_st = (v->rec.row_bytes - v->rec.split_at) / elem + row_pad;
     a->kv_rope_block_st = B * a->kv_rope_st + 16;
     a->out_st = (out_rope ? L : W) + pad;
@@ -114,7 +114,7 @@ static rk_draw draw(rk_rng *r) {
     a->min_slot = below(r, 3) == 0 ? below(r, 3) : 0;
     a->max_pos = 1 + below(r, 16);
     a->kv_rows = below(r, 12);
-    a->kv_block_st = B * a->kv_st + 16 * below(r, 2);
+    a->kv_block_st = B * (a->kv_st + v->rec.tail_bytes) + 16 * below(r, 2);
     a->kv_rope_block_st = B * a->kv_rope_st + 16 * below(r, 2);
     if (below(r, 4) == 0) { /* padded query heads, token-major rows of q_heads */
         a->q_heads = H + below(r, 3);

@@ -940,12 +940,13 @@ static void test_op_r0_rows(void **state) {
     const int n = rk_tensors(&d, t, RK_TENSORS_MAX);
     const char *names[RK_TENSORS_MAX + 1] = {0};
     for (int i = 0; i < n; i++) names[i] = t[i].name;
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 6);
     assert_string_equal(names[0], "q_nope");
     assert_string_equal(names[1], "q_out");
     assert_string_equal(names[2], "k_nope");
     assert_string_equal(names[3], "kv_cache");
     assert_string_equal(names[4], "slots");
+    assert_string_equal(names[5], "write_mask");
     assert_int_equal(rk_sym_size(&d, t[1].dim[2]), L);
 }
 

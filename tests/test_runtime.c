@@ -1784,8 +1784,8 @@ static void test_kernel_tensors(void **state) {
     ropekv_kernel *k;
     ropekv_tensor_info t = {.size = sizeof t};
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
-    static const char *const names[] = {"q_nope",   "q_pe",      "q_out", "k_nope",  "k_pe",
-                                        "kv_cache", "positions", "slots", "cos_sin", "k_scale"};
+    static const char *const names[] = {"q_nope",    "q_pe",  "q_out",   "k_nope",  "k_pe",      "kv_cache",
+                                        "positions", "slots", "cos_sin", "k_scale", "write_mask"};
     assert_int_equal(ropekv_kernel_tensor_count(k), sizeof names / sizeof names[0]);
     for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
         assert_int_equal(ropekv_kernel_tensor(k, i, &t), ROPEKV_OK);
@@ -1851,10 +1851,16 @@ static void test_kernel_tensors(void **state) {
     big.now.size = sizeof big;
     assert_int_equal(ropekv_kernel_tensor(k, 0, &big.now), ROPEKV_OK);
     assert_true(big.later == 0 && big.now.size == sizeof big.now);
-    /* every tensor listed is needed by a launch with rows: NULL is refused, naming it */
+    /* every tensor listed is needed by a launch with rows (but the optional write mask, last): NULL is refused,
+     * naming it */
     t.size = sizeof t;
     for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
         assert_int_equal(ropekv_kernel_tensor(k, i, &t), ROPEKV_OK);
+        if (t.need == ROPEKV_NEED_OPTIONAL) {
+            assert_string_equal(t.name, "write_mask");
+            continue;
+        }
+        assert_true(i < 10);
         static const struct {
             const char *name;
             size_t at;
@@ -1904,8 +1910,8 @@ static void test_kernel_tensors(void **state) {
     ropekv_destroy(c);
 
     /* a family's table, without a kernel: what its kernels agree on */
-    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED), 15);
-    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_NONE), 11);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED), 16);
+    assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_WRITE, ROPEKV_Q_NONE), 12);
     assert_int_equal(ropekv_family_tensor_count(ROPEKV_OP_READ, ROPEKV_Q_ABSORBED), 6); /* q does not apply */
     assert_int_equal(ropekv_family_tensor_count((ropekv_op)7, ROPEKV_Q_NONE), 0);
     assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_INPLACE, 0, &t), ROPEKV_OK);
@@ -1921,7 +1927,7 @@ static void test_kernel_tensors(void **state) {
     assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 8, &t), ROPEKV_OK);
     assert_string_equal(t.name, "cos_sin");
     assert_int_equal(t.need, ROPEKV_NEED_OPTIONAL); /* a spec without RoPE has no tables */
-    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 15, &t), ROPEKV_ERR_ARG);
+    assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_ABSORBED, 16, &t), ROPEKV_ERR_ARG);
     assert_int_equal(ropekv_family_tensor((ropekv_op)7, ROPEKV_Q_NONE, 0, &t), ROPEKV_ERR_ARG);
     assert_int_equal(ropekv_family_tensor(ROPEKV_OP_WRITE, ROPEKV_Q_NONE, 0, NULL), ROPEKV_ERR_NULL);
 }

@@ -430,7 +430,7 @@ static void test_spec_values(void **state) {
     assert_string_equal(s.records[0].name, "glm_next_fp8");
     assert_true(s.records[0].row_bytes == 528 && s.records[0].n_seg == 1 && s.records[0].seg[0].block == 128);
     assert_string_equal(s.records[1].name, "glm_next_nvfp4");
-    assert_non_null(rk_record_unsupported(&s.records[1])); /* listed, refused with the reason when chosen */
+    assert_null(rk_record_unsupported(&s.records[1])); /* its per-token outer scale covers the whole latent */
     assert_true(s.n_norms == 3 && s.norm.eps == 1e-5f);
 
     s = load_file(state, "kimi_k3.lua");

@@ -174,10 +174,10 @@ enum {
     WRITE_MASK,
     NBUF
 };
-static const char *const NAMES[NBUF] = {"q_nope",        "q_pe",      "q_out",    "k_nope",      "k_pe",    "kv_cache",
-                                        "kv_rope_cache", "positions", "slots",    "cos_sin",     "sin",     "k_scale",
-                                        "q_scale",       "out",       "out_rope", "norm_weight", "norm_out",
-                                        "write_mask"};
+static const char *const NAMES[NBUF] = {"q_nope",      "q_pe",          "q_out",     "k_nope", "k_pe",
+                                        "kv_cache",    "kv_rope_cache", "positions", "slots",  "cos_sin",
+                                        "sin",         "k_scale",       "q_scale",   "out",    "out_rope",
+                                        "norm_weight", "norm_out",      "write_mask"};
 
 /* Whether the kernel takes buffer b at all: the norm's tensors belong to the norm variants (norm_out to rms_out);
  * passing one to another kernel is a mix-up it must refuse. */
@@ -245,6 +245,14 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
     if (K > 0) {
         const int64_t w = d->layout == ROPEKV_KV_SPLIT ? L : row_w;
         claim_cache(&c, KV, a->kv_rows, B, a->kv_st, paged ? a->kv_block_st : 0, w, kv_elem);
+        if (d->layout == ROPEKV_KV_PAGED && d->rec.tail_bytes && a->kv_rows > 0 && !c.refuse) {
+            /* a page-tail record: the last block's tails follow its B rows (B x (kv_st + tail_bytes)) */
+            const i128 e = ((i128)((a->kv_rows - 1) / B) * a->kv_block_st +
+                            (i128)B * ((i128)a->kv_st + d->rec.tail_bytes)) *
+                           kv_elem;
+            if (e > ADDRESS_SPACE) c.refuse = 1;
+            else if (e > c.bytes[KV]) c.bytes[KV] = e;
+        }
         if (d->layout == ROPEKV_KV_SPLIT)
             claim_cache(&c, KV_ROPE, a->kv_rows, B, a->kv_rope_st, a->kv_rope_block_st, R, kv_elem);
         c.bytes[SLOTS] = K * idx_slot;
@@ -385,9 +393,8 @@ static const void **field(ropekv_args *a, int b) {
 
 /* A refusal names a field (or the args themselves). */
 static int names_a_field(const char *msg) {
-    static const char *const MORE[] = {"tokens",   "heads",         "max_pos", "kv_rows", "kv_tokens",
-                                       "min_slot", "kv_block_size", "cos/sin", "kv_st",   "args",
-                                       "q_heads"};
+    static const char *const MORE[] = {"tokens",        "heads",   "max_pos", "kv_rows", "kv_tokens", "min_slot",
+                                       "kv_block_size", "cos/sin", "kv_st",   "args",    "q_heads"};
     for (int b = 0; b < NBUF; b++)
         if (strstr(msg, NAMES[b])) return 1;
     for (size_t i = 0; i < sizeof MORE / sizeof MORE[0]; i++)

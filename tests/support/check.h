@@ -32,10 +32,10 @@ typedef struct rk_shape {
     int neg_every;         /* every n-th token gets a negative slot (0: none) */
     int specials;          /* sprinkle NaN and +-inf into the inputs */
     float k_scale;
-    float q_scale; /* an fp8 query's scale (0 means 1) */
-    int mask_every;  /* a write mask with every n-th KV token's byte 0 (0: no mask; write kernels) */
-    int64_t q_pad;   /* padded query heads past heads (absorbed: ropekv_args.q_heads = heads + q_pad) */
-    int runs;      /* the reference runs this many times on its buffers (0 means 1); the run callback
+    float q_scale;  /* an fp8 query's scale (0 means 1) */
+    int mask_every; /* a write mask with every n-th KV token's byte 0 (0: no mask; write kernels) */
+    int64_t q_pad;  /* padded query heads past heads (absorbed: ropekv_args.q_heads = heads + q_pad) */
+    int runs;       /* the reference runs this many times on its buffers (0 means 1); the run callback
                         must run the kernel as often, back to back (in place, each run rotates the
                         previous one's output: chained launches that must be ordered) */
 } rk_shape;
