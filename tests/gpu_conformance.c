@@ -507,7 +507,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         }
     }
     rk_args d = *a;
-    uint64_t p[17] = {
+    uint64_t p[18] = {
         rebase(a->q_nope, b, dev),
         rebase(a->q_pe, b, dev),
         rebase(a->q_out, b, dev),
@@ -525,8 +525,9 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
         rebase(a->out_rope, b, dev),
         rebase(a->norm_weight, b, dev),
         rebase(a->norm_out, b, dev),
+        rebase(a->write_mask, b, dev),
     };
-    for (int i = 0; i < 17; i++)
+    for (int i = 0; i < 18; i++)
         if (p[i] == UINT64_MAX) {
             snprintf(why, cap, "argument pointer %d lies outside every buffer rk_check_buffers describes", i);
             rc = ROPEKV_ERR_IO;
@@ -549,6 +550,7 @@ static int run_device(void *ctx, const rk_desc *v, const rk_args *a) {
     d.out_rope = (void *)(uintptr_t)p[14];
     d.norm_weight = (const void *)(uintptr_t)p[15];
     d.norm_out = (void *)(uintptr_t)p[16];
+    d.write_mask = (const void *)(uintptr_t)p[17];
 
     /* The launch geometry as the runtime computes it; the 64-bit entry is needed once a chunk index or an
      * element offset can pass 2^31 - 1 (bytes bound elements from above): the entry the backend table

@@ -146,10 +146,10 @@ static void args_for(const rk_desc *v, const rk_shape *sh, const set *s, rk_args
     const int64_t o_sh = W + sh->pad, o_st = q_heads_of(v, sh) * o_sh + sh->pad;
     memset(a, 0, sizeof *a);
     a->q_nope = s->q;
-    a->q_pe = s->q + L;
+    a->q_pe = R > 0 ? s->q + L : NULL; /* R = 0: no rope part */
     a->q_out = s->q_out;
     a->k_nope = s->k;
-    a->k_pe = s->k + L;
+    a->k_pe = R > 0 ? s->k + L : NULL;
     a->kv_cache = s->kv;
     a->positions = s->pos;
     a->slots = s->slots;

@@ -72,6 +72,7 @@ static inline void rk_test_public_args(const rk_args *a, ropekv_args *p) {
     memcpy(&p->name, &a->name, sizeof p->name);
     RK_ARGS_CALLER(RK_TEST_COPY_)
 #undef RK_TEST_COPY_
+    p->size = sizeof *p; /* every field read: q_heads and write_mask are past version 0.1's */
     if (a->kv_tokens == 0 && a->tokens > 0) p->kv_tokens = ROPEKV_KV_TOKENS_NONE; /* a count of 0 */
 }
 
