@@ -296,15 +296,17 @@ RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool ski
     for (int c = 0; c < R_CH; c++) rk_store8((rk_u8 *)q_pe + c * V, row[c]);
 }
 
-// One chunk of a query row: copy (or quantize) q_nope, or rotate q_pe. With negative_slot = skip_all a
-// token whose slot is negative writes nothing (a token past kv_tokens has no slot, so its rows are
-// written); its slot is waited for only at the store, so that load overlaps the chunk's own (a slot
-// read first would add a memory round trip to the chain). An fp8 query's scale is read as the cache's
-// is (kv_chunk).
+// With negative_slot = skip_all a token whose slot is negative writes no query row (a token past kv_tokens has no
+// slot, so its rows are written).
+template <class I>
+RK_DEVICE bool q_skipped(const args &a, I t) {
+    return NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
+}
+
 // A padded query head (h >= heads, q form absorbed): chunk c of its q_out row written as zeros.
 template <class I>
 RK_DEVICE void q_pad(const args &a, I t, I h, int c) {
-    const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
+    const bool skip = q_skipped<I>(a, t);
     gate(a);
     if (skip) return;
     const I at = t * (I)a.q_out_st + h * (I)a.q_out_sh + (c < L_CH ? c * V : L + (c - L_CH) * V);
@@ -312,10 +314,15 @@ RK_DEVICE void q_pad(const args &a, I t, I h, int c) {
     else rk_store16_out((rk_u16 *)a.q_out + at, rk_v16{0, 0, 0, 0});
 }
 
+// One chunk of a query row: copy (or quantize) q_nope, or rotate q_pe. With negative_slot = skip_all a
+// token whose slot is negative writes nothing (a token past kv_tokens has no slot, so its rows are
+// written); its slot is waited for only at the store, so that load overlaps the chunk's own (a slot
+// read first would add a memory round trip to the chain). An fp8 query's scale is read as the cache's
+// is (kv_chunk).
 // rq: the head's q_norm factor (row_factor; 1 without a q_norm).
 template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
-    const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;
+    const bool skip = q_skipped<I>(a, t);
     const bool scaled = Q8 && Q_SCALE != Scale::none;
     float q_scale = scaled && !a.prefetch ? *a.q_scale : 1.0f;
     rk_u16 *q_pe = R > 0 ? (rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh : nullptr;  // R = 0: no q_pe

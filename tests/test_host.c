@@ -281,8 +281,8 @@ static void test_check_catches_a_wrong_kernel(void **state) {
          "rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64) & 1;", 1},
         /* skip_all: query rows of padding tokens written anyway */
         {"kimi_k2/gfx942/fp8_e4m3/absorbed/pos=int32/slot=int64",
-         "const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
-         "const bool skip = false;", 1},
+         "return NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
+         "return false;", 1},
         /* fp8_tile: no FLT_MIN floor under a tile's scale (an all-zero tile then divides by 0) */
         {"deepseek_v32/host/fp8_tile/none/pos=int64/slot=int64", "s = s > 1.17549435e-38f ? s : 1.17549435e-38f;", "",
          1},
@@ -290,15 +290,15 @@ static void test_check_catches_a_wrong_kernel(void **state) {
         {"deepseek_v32/host/fp8_tile/none/pos=int64/slot=int64/layout=paged",
          "pack_fp8<Scale::div, false>(y, d, G.sat, false)", "pack_fp8<Scale::mul,false>(y,1/d,G.sat,false)", 1},
         /* read-back: the tile's scale not applied */
-        {"deepseek_v32/host/fp8_tile/read/slot=int64/layout=paged", "for (int i = 0; i < V; i++) y.v[i] = y.v[i] * d;",
-         "(void)d;", 1},
+        {"deepseek_v32/host/fp8_tile/read/slot=int64/layout=paged", "for (int i = 0; i < V; i++) y.v[i] = y.v[i] * dg;",
+         "(void)dg;", 1},
         /* read-back: a padding row left as it was instead of zeros */
         {"deepseek_v3/host/bf16/read/slot=int32",
          "for (int i = 0; i < n; i++) rk_store16_out(dst + i * V, rk_v16{0, 0, 0, 0});", "", 1},
         /* a line that cannot matter for a skip_kv spec: the check must not flag it */
         {"deepseek_v3/host/bf16/absorbed/pos=int64/slot=int64",
-         "const bool skip = NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
-         "const bool skip = false;", 0},
+         "return NEG == Neg::skip_all && t < (I)a.kv_tokens && load_index(a.slots, t, SLOT == Index::int64) < 0;",
+         "return false;", 0},
     };
     /* a fault that must be caught is caught in the covering set (the set `selftest` and
      * test_every_variant_matches_reference run): on one of the set's variants closest to the key whose source holds
