@@ -566,8 +566,8 @@ def test_op_rope_none_and_r0_take_no_rope_tensors():
     assert "no rope part" in str(e), e
 
     ctx = sp.context("host")
-    ok, why = ctx.query("glm53_flash", record="glm_next_nvfp4")
-    assert not ok and "per-token outer scale" in why, why
+    ok, why = ctx.query("glm53_flash", record="glm_next_nvfp4")  # its per-token scale covers the whole latent
+    assert ok, why
     ok, why = ctx.query("glm53_flash", q="zero_copy")
     assert not ok and "R = 0: no rope part" in why, why
     ok, why = ctx.query("glm53_flash", layout="split")
