@@ -578,7 +578,7 @@ def test_op_rope_none_and_r0_take_no_rope_tensors():
     names = {t.name for t in ctx.kernel("kimi_k3", kv="bf16", q="absorbed").tensors}
     assert "positions" not in names and "cos_sin" not in names and "k_pe" in names and info.rope == "none", names
     names = {t.name for t in ctx.kernel("glm53_flash", kv="bf16", q="absorbed").tensors}
-    assert names == {"q_nope", "q_out", "k_nope", "kv_cache", "slots"}, names
+    assert names == {"q_nope", "q_out", "k_nope", "kv_cache", "slots", "write_mask"}, names
 
 
 def test_cuda_op_write_norm():
