@@ -558,7 +558,7 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
         const int64_t pos = v->rope != RK_ROPE_NONE ? position_of(v, a, t) : 0; /* rope none reads no positions */
         const int skip_all = has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL;
         if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
-        const int masked = a->write_mask != NULL && ((const uint8_t *)a->write_mask)[t] == 0;
+        const int masked = has_slot && a->write_mask != NULL && ((const uint8_t *)a->write_mask)[t] == 0; /* [Tkv] */
         if (has_slot && slot >= a->min_slot && slot < a->kv_rows && !masked) write_kv_row(v, a, t, pos, slot);
         if (has_slot && !skip_all && v->norm == ROPEKV_NORM_RMS_OUT)
             norm_row(v, a, (const uint16_t *)a->k_nope + t * a->k_nope_st, v->L,
