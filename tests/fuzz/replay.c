@@ -56,7 +56,11 @@ static void replay_dir(const char *dir) {
     free(names);
 }
 
+/* A target's one-time setup, as libFuzzer calls it before any input (where the target has one). */
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
+
 int main(int argc, char **argv) {
+    if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; i++) {
         struct stat st;
         if (stat(argv[i], &st) != 0) {
