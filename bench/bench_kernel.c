@@ -2,7 +2,8 @@
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
- *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...] [--list]
+ *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...] [--entries 32,64]
+ *                [--list]
  *
  * The variants: with none of --kv, --q, --qdtype, --norm and --layout, the covering set's variants of the spec
  * (tools/cover.h) retargeted to the sm_90 row, as gpu_conformance retargets them (every KV dtype, q form, query
@@ -16,7 +17,9 @@
  * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
  * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
  * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit;
- * 3 and 4: 1 and 2 with the static inputs read before the wait (ropekv_options.pdl_prefetch). */
+ * 3 and 4: 1 and 2 with the static inputs read before the wait (ropekv_options.pdl_prefetch). --entries: the
+ * kernel's 32-bit-index entry (32, the default), its 64-bit one (64), or both side by side; the 32-bit entry is
+ * n/a where a tensor of the shape passes 2^31 bytes (the runtime launches the 64-bit one there). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,8 +218,8 @@ int main(int argc, char **argv) {
     int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, norms[3] = {ROPEKV_NORM_NONE}, nq = 1, nqd = 1;
     int nno = 1, layout = ROPEKV_KV_FLAT, chosen = 0, list = 0; /* chosen: a variant option was given */
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
-    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0};
-    int nb = 1, nc = 1, nn = 1, np = 1;
+    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0}, entries_l[2] = {32};
+    int nb = 1, nc = 1, nn = 1, np = 1, ne = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list")) {
             list = 1;
@@ -231,6 +234,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(opt, "--chunks")) nc = parse_list(val, chunks_l, 8);
         else if (!strcmp(opt, "--nt")) nn = parse_list(val, nt_l, 2);
         else if (!strcmp(opt, "--pdl")) np = parse_list(val, pdl_l, 5);
+        else if (!strcmp(opt, "--entries")) ne = parse_list(val, entries_l, 2);
         else if (!strcmp(opt, "--kv")) kvs = val;
         else if (!strcmp(opt, "--shapes")) shapes = val;
         else if (!strcmp(opt, "--q")) nq = parse_enum(val, &rk_qform_enum, qforms, 4);
@@ -239,6 +243,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(opt, "--layout") && parse_enum(val, &rk_layout_enum, &layout, 1) != 1) return 2;
     }
     if (nq <= 0 || nqd <= 0 || nno <= 0) return 2;
+    for (int e = 0; e < ne; e++)
+        if (entries_l[e] != 32 && entries_l[e] != 64) {
+            fprintf(stderr, "bench_kernel: --entries takes 32 and 64, got %d\n", entries_l[e]);
+            return 2;
+        }
 
     /* the variants: the covering set's on the row, or the product of the options */
     static rk_catalog cat;
@@ -351,9 +360,9 @@ int main(int argc, char **argv) {
 
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
     printf(
-        "| T | H | kv | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | us | limit us | %% of "
-        "limit |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| T | H | kv | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | entry | us | limit us | "
+        "%% of limit |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int vi = 0; vi < nv; vi++)
         for (int b = 0; b < nb; b++)
             for (int c = 0; c < nc; c++)
@@ -458,19 +467,27 @@ int main(int argc, char **argv) {
                         int64_t total;
                         rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
                         rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
-                        float us = time_graph(launch_rope, &rc);
                         double limit = bytes_moved(&v, T, H) / bw * 1e6;
                         if (limit < t_rt) limit = t_rt;
-                        printf("| %lld | %lld | %s | %s | %s | %s | %s | %s | %s/%s | %d | %d | %d | %d | %.2f | %.2f "
-                               "| %.0f%% |\n",
-                               (long long)T, (long long)H,
-                               v.kv == ROPEKV_KV_BF16       ? "bf16"
-                               : v.kv == ROPEKV_KV_FP8_E4M3 ? "fp8"
-                                                            : rk_kv_name(v.kv),
-                               rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
-                               rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
-                               arch.block, arch.chunks, arch.nt_stores, pdl_mode, us, limit, 100 * limit / us);
-                        fflush(stdout);
+                        /* the 32-bit entry's reach: every chunk index and byte offset below 2^31 (q and q_out are
+                         * the largest tensors here; rk_args_check decides the same for the runtime) */
+                        const int narrow = (double)T * H * W * 2 < 2147483647.0 && total < 2147483647 - 4096;
+                        for (int e = 0; e < ne; e++) {
+                            const int wide = entries_l[e] == 64;
+                            rc.fn = fn[wide];
+                            const float us = wide || narrow ? time_graph(launch_rope, &rc) : 0.0f;
+                            printf("| %lld | %lld | %s | %s | %s | %s | %s | %s | %s/%s | %d | %d | %d | %d | %d | ",
+                                   (long long)T, (long long)H,
+                                   v.kv == ROPEKV_KV_BF16       ? "bf16"
+                                   : v.kv == ROPEKV_KV_FP8_E4M3 ? "fp8"
+                                                                : rk_kv_name(v.kv),
+                                   rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
+                                   rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
+                                   arch.block, arch.chunks, arch.nt_stores, pdl_mode, entries_l[e]);
+                            if (us > 0) printf("%.2f | %.2f | %.0f%% |\n", us, limit, 100 * limit / us);
+                            else printf("n/a | %.2f | n/a |\n", limit);
+                            fflush(stdout);
+                        }
                         CUdeviceptr all[] = {q, qo, k, cache, rope, out, pos, slots, cs, scale, nw, no};
                         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cu->cuMemFree(all[i]));
                         s = strchr(s, ',');

@@ -337,8 +337,10 @@ ROPEKV_API ropekv_status ropekv_query(ropekv_ctx *ctx, const ropekv_variant *v, 
 
 /* The kernel for v on the context's target: from memory, else the disk cache, else compiled (once
  * per process even when many threads ask at once). Release with ropekv_kernel_release. What is built
- * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets reach
- * 2^31 bytes, is built (cache, then compiler) by ropekv_kernel_prepare or by the first such launch.
+ * here is the kernel's 32-bit-index entry; the 64-bit one, needed only when a launch's offsets into a per-token
+ * tensor (the query, k_nope / k_pe, the outputs) reach 2^31 bytes (a cache's rows are addressed in 64 bits by both
+ * entries: an engine-sized cache needs no 64-bit entry), is built (cache, then compiler) by ropekv_kernel_prepare
+ * or by the first such launch.
  *
  * Lifetimes: a kernel reference keeps its context alive. ropekv_destroy with kernels still held
  * gives up the caller's handle only: the context's code, device and memory stay until the last
@@ -355,7 +357,7 @@ ROPEKV_API void ropekv_kernel_release(ropekv_kernel *k);
  * yet, and returns the build's status (ROPEKV_ERR_COMPILE with the compiler's log). Another bit is
  * ROPEKV_ERR_ARG. */
 #define ROPEKV_ENTRY_32 1u /* the 32-bit-index entry */
-#define ROPEKV_ENTRY_64 2u /* the 64-bit-index entry, for launches whose offsets reach 2^31 elements */
+#define ROPEKV_ENTRY_64 2u /* the 64-bit-index entry, for launches whose per-token offsets reach 2^31 bytes */
 ROPEKV_API ropekv_status ropekv_kernel_prepare(ropekv_kernel *k, unsigned entries);
 
 /* The extern "C" kernel name, which spells every parameter of the code (for logs and cache listings;
@@ -600,7 +602,7 @@ ROPEKV_API ropekv_status ropekv_record_reader_at(const ropekv_record *r, int i, 
 
 /* Validates args on the host (see ROPEKV_ERR_NULL..ROPEKV_ERR_ALIAS) and launches on stream (a
  * hipStream_t / CUstream, NULL for the default stream; ignored by the host backend, which runs
- * synchronously). Nothing is launched when a check fails. The first launch whose offsets reach 2^31
+ * synchronously). Nothing is launched when a check fails. The first launch whose per-token offsets reach 2^31
  * bytes builds the kernel's 64-bit entry first, unless ropekv_kernel_prepare did; if that build fails it
  * returns its status (e.g. ROPEKV_ERR_COMPILE, with the compiler's log) and the next such launch
  * tries again. */

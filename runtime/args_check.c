@@ -274,12 +274,14 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     placed placed_[RK_TENSORS_MAX];
     const int nt = rk_tensors(p, ts, RK_TENSORS_MAX);
     int np = 0;
-    int64_t widest = 0; /* bytes of the largest tensor indexed by offset (positions and slots: by token) */
+    int64_t widest = 0; /* bytes of the largest tensor of token rows, addressed in the index type (a cache's rows
+                           and the cos/sin tables' are addressed in 64 bits by both entries; positions, slots and
+                           the write mask by token, below 2^31) */
     for (int i = 0; i < nt && i < RK_TENSORS_MAX; i++) {
         if (!touched(&ts[i], &c, a)) continue;
         ropekv_status st = tensor_check(p, &ts[i], &c, a, &placed_[np], err);
         if (st != ROPEKV_OK) return st;
-        if (ts[i].dtype != RK_DT_I32 && ts[i].dtype != RK_DT_I64 && placed_[np].bytes > widest)
+        if ((ts[i].rule == RK_ROWS_ANY || ts[i].rule == RK_ROWS_TOKEN) && placed_[np].bytes > widest)
             widest = placed_[np].bytes;
         np++;
     }
@@ -287,8 +289,9 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
     if (st != ROPEKV_OK) return st;
 
     /* launch size and index width: the 64-bit entry runs once a chunk index (with a block's worth of slack) or a
-     * byte offset can reach 2^31 - 1 (the kernel turns a bf16 cache's element offsets into byte offsets in its
-     * index type). Positions and slots are indexed by token, below 2^31. */
+     * byte offset into a per-token tensor (the query, k_nope / k_pe, the outputs) can reach 2^31 - 1 (the kernel
+     * turns element offsets into byte offsets in its index type). Positions and slots are indexed by token, below
+     * 2^31; a cache's rows are addressed in 64 bits by both entries (templates/kernel.hip, row_at). */
     rk_args_from_api(a, &pl->args);
     if (!read) {
         pl->args.kv_tokens = K;

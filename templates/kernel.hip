@@ -372,42 +372,39 @@ RK_DEVICE float bf16_prep(float x) {
     return rk_isnan(x) ? 0.0f : x > BF16_MAX ? BF16_MAX : x < -BF16_MAX ? -BF16_MAX : x;
 }
 
-// n / d for 0 <= n < 2^31 in 32-bit index math: a multiply and a shift by the launcher's magic numbers
-// (rk_div_magic); a divide in 64-bit.
+// n / d (n >= 0): a multiply and a shift by the launcher's magic numbers (rk_div_magic), exact for n < 2^31, which
+// the 32-bit entry's n always is; the 64-bit entry divides only an n past that (a 64-bit divide is some sixty
+// instructions a lane).
 template <class I>
 RK_DEVICE I divide(I n, rk_i64 d, rk_i64 mul, rk_i64 shift) {
-    if (sizeof(I) == 4) return (I)(((rk_u64)(rk_u32)n * (rk_u64)mul) >> shift);
+    if (sizeof(I) == 4 || (rk_u64)n <= 0x7fffffffu) return (I)(((rk_u64)(rk_u32)n * (rk_u64)mul) >> shift);
     return n / (I)d;
 }
 
 // Where a slot's row lies, in elements of its cache (kv_cache; kv_rope_cache for the rope part of a split
-// layout): include/ropekv.h, ropekv_kv_layout. In the 32-bit entry 0 <= slot < kv_rows < 2^31, as
-// divide() needs.
-template <class I>
-RK_DEVICE I row_at(const args &a, I slot, bool rope) {
-    if (LAYOUT == Layout::flat) return slot * (I)a.kv_st;
-    const I block = divide<I>(slot, a.kv_block_size, a.block_mul, a.block_shift);
-    const I entry = slot - block * (I)a.kv_block_size;
-    if (LAYOUT == Layout::split && rope) return block * (I)a.kv_rope_block_st + entry * (I)a.kv_rope_st;
-    return block * (I)a.kv_block_st + entry * (I)a.kv_st;
+// layout): include/ropekv.h, ropekv_kv_layout. A cache's addresses are 64-bit in both entries (a row's, once per
+// lane), so that an engine-sized cache (past 2^31 bytes) does not decide the entry: only the per-token tensors do.
+RK_DEVICE rk_i64 row_at(const args &a, rk_i64 slot, bool rope) {
+    if (LAYOUT == Layout::flat) return slot * a.kv_st;
+    const rk_i64 block = divide<rk_i64>(slot, a.kv_block_size, a.block_mul, a.block_shift);
+    const rk_i64 entry = slot - block * a.kv_block_size;
+    if (LAYOUT == Layout::split && rope) return block * a.kv_rope_block_st + entry * a.kv_rope_st;
+    return block * a.kv_block_st + entry * a.kv_st;
 }
 
 // Byte b of a slot's row: the split layout puts the record's bytes [SPLIT_AT, ROW_BYTES) in kv_rope_cache (the
 // rows' strides count UNIT bytes, the cache's element).
-template <class I>
-RK_DEVICE rk_u8 *row_byte(const args &a, I slot, int b) {
+RK_DEVICE rk_u8 *row_byte(const args &a, rk_i64 slot, int b) {
     const bool second = LAYOUT == Layout::split && SPLIT_AT > 0 && b >= SPLIT_AT;
     rk_u8 *cache = (rk_u8 *)(second ? a.kv_rope_cache : a.kv_cache);
-    return cache + row_at<I>(a, slot, second) * (I)UNIT + (I)(second ? b - SPLIT_AT : b);
+    return cache + row_at(a, slot, second) * UNIT + (second ? b - SPLIT_AT : b);
 }
 
 // Byte b of a slot's page tail (paged layout): after its block's kv_block_size rows, TAIL_BYTES a token.
-template <class I>
-RK_DEVICE rk_u8 *tail_byte(const args &a, I slot, int b) {
-    const I block = divide<I>(slot, a.kv_block_size, a.block_mul, a.block_shift);
-    const I entry = slot - block * (I)a.kv_block_size;
-    return (rk_u8 *)a.kv_cache + (block * (I)a.kv_block_st + (I)a.kv_block_size * (I)a.kv_st) * (I)UNIT +
-           entry * (I)TAIL_BYTES + (I)b;
+RK_DEVICE rk_u8 *tail_byte(const args &a, rk_i64 slot, int b) {
+    const rk_i64 block = divide<rk_i64>(slot, a.kv_block_size, a.block_mul, a.block_shift);
+    const rk_i64 entry = slot - block * a.kv_block_size;
+    return (rk_u8 *)a.kv_cache + (block * a.kv_block_st + a.kv_block_size * a.kv_st) * UNIT + entry * TAIL_BYTES + b;
 }
 
 // Segment S of the record: bits of a value, lanes of a block, bytes of a block scale, the first chunk past it
@@ -624,10 +621,10 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
         rk_v16 out = ((nope || ROPE == Rope::none) && !SANITIZE) ? raw : pack_bf16(y);
-        rk_store16_out(row_byte<I>(a, (I)slot, value_byte<S>(j)), out);
+        rk_store16_out(row_byte(a, slot, value_byte<S>(j)), out);
     } else if constexpr (G.block == 0) {
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
-        rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
+        rk_u8 *p = row_byte(a, slot, value_byte<S>(j));
         if constexpr (G.elem == Elem::e4m3)
             rk_store8_out(p, pack_fp8<CONV, SANITIZE>(y, fp8_factor<CONV>(k_scale), G.sat, G.rope_bf16 && !nope));
         else
@@ -641,16 +638,16 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), gs, &bits);
         if (G.outer == Outer::token) d = d * gs;  // the values are divided by the stored scale times gs
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
-        rk_u8 *p = row_byte<I>(a, (I)slot, value_byte<S>(j));
-        if (G.outer == Outer::token && j == G.from) *(float *)row_byte<I>(a, (I)slot, G.outer_at) = gs;
+        rk_u8 *p = row_byte(a, slot, value_byte<S>(j));
+        if (G.outer == Outer::token && j == G.from) *(float *)row_byte(a, slot, G.outer_at) = gs;
         if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::div, false>(y, d, G.sat, false));
         else rk_store4_out(p, pack_e2m1<Scale::div, false>(y, d, G.sat, false));
         const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
         if ((j - G.from) % G.block == 0) {
             const int at = G.scales_at + SCALE_BYTES<S> * b;
-            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, (I)slot, at)
+            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
                        : SAME_PART<S>               ? p + (at - value_byte<S>(j))
-                                                    : row_byte<I>(a, (I)slot, at);
+                                                    : row_byte(a, slot, at);
             if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
             else *q = (rk_u8)bits;
         }
@@ -681,8 +678,7 @@ constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied 
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
 
-// The token of lane g: a multiply and a shift in 32-bit index math (the launcher's magic numbers),
-// a divide in 64-bit.
+// The token of lane g (divide()).
 template <class I>
 RK_DEVICE I token_of(const args &a, I g) { return divide<I>(g, a.lanes, a.lanes_mul, a.lanes_shift); }
 
@@ -690,13 +686,12 @@ RK_DEVICE I token_of(const args &a, I g) { return divide<I>(g, a.lanes, a.lanes_
 // Row by row (ROWS): q_heads query rows of HC lanes (q form absorbed: q_chunk's numbering is the row's), then the
 // KV row's HC lanes. A norm over a row is summed here, where all of the row's lanes are, before they part ways.
 template <class I>
-RK_DEVICE void row_chunk_of(const args &a, I t, I r) {
-    const I row = r / HC;
-    const int c = (int)(r - row * HC);
-    if (QFORM != QForm::none && row < (I)a.q_heads) {
+RK_DEVICE void row_chunk_of(const args &a, I t, int r) {
+    const int row = r / HC, c = r - row * HC;
+    if (QFORM != QForm::none && row < (int)a.q_heads) {
         if (t >= (I)a.tokens) return;  // past the query rows
         enter(a);
-        if (row >= (I)a.heads) {
+        if (row >= (int)a.heads) {
             q_pad<I>(a, t, row, c);
             return;
         }
@@ -720,25 +715,26 @@ RK_DEVICE void row_chunk_of(const args &a, I t, I r) {
     kv_chunk<I>(a, t, c, rk);
 }
 
+// A lane's place within its token (r < a.lanes < 2^31: the launch plan) is 32-bit index math in both entries.
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
-    const I heads = (I)a.q_heads, rope = rope_lanes<I>(heads);
+    const int heads = (int)a.q_heads, rope = rope_lanes<int>(heads);
     const I t = token_of<I>(a, g);
-    I r = g - t * (I)a.lanes;
+    int r = (int)(g - t * (I)a.lanes);
     if constexpr (ROWS) {
         row_chunk_of<I>(a, t, r);
         return;
     }
-    I h = 0;
-    int c;        // chunk within the query row (q_chunk's numbering) or the KV row
+    int h = 0;
+    int c;  // chunk within the query row (q_chunk's numbering) or the KV row
     bool q_lane;
     if (r < rope) {
         q_lane = r < heads * QR;
         if (q_lane) {
             h = r / QR;
-            c = (QFORM == QForm::absorbed ? L_CH : 0) + (int)(r - h * QR);
+            c = (QFORM == QForm::absorbed ? L_CH : 0) + (r - h * QR);
         } else if (r < heads * QR + R_CH) {
-            c = L_CH + (int)(r - heads * QR);
+            c = L_CH + (r - heads * QR);
         } else {
             return;  // idle up to the end of the wave
         }
@@ -747,15 +743,15 @@ RK_DEVICE void chunk(const args &a, I g) {
         q_lane = r < heads * QN;
         if (q_lane) {
             h = r / L_CH;
-            c = (int)(r - h * L_CH);
+            c = r - h * L_CH;
         } else {
-            c = (int)(r - heads * QN);
+            c = r - heads * QN;
         }
     }
     if (q_lane) {
         if (t >= (I)a.tokens) return;  // past the query rows
         enter(a);
-        if (h >= (I)a.heads) q_pad<I>(a, t, h, c);
+        if (h >= (int)a.heads) q_pad<I>(a, t, h, c);
         else q_chunk<I>(a, t, h, c, 1.0f);
     } else {
         if (t >= (I)a.kv_tokens) return;  // past the KV rows

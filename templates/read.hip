@@ -31,19 +31,19 @@ constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == 
 // Eight stored values y of chunk c of segment S (p: their bytes in the row), dequantized: times the block's scale as stored in
 // the row (the read op's reader takes it exactly), then the inverse of the writer's tensor scale convention
 // (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale), as rk_record_decode.
-template <class I, int S>
-RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float k) {
+template <int S>
+RK_DEVICE f8 dequant8(const args &a, rk_i64 slot, const rk_u8 *p, f8 y, int c, float k) {
     constexpr Segment G = SEG[S];
     if (G.block > 0) {
         const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
-        const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte<I>(a, slot, at)
+        const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
                          : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
-                                                      : row_byte<I>(a, slot, at);
+                                                      : row_byte(a, slot, at);
         const float d = G.scale == ScaleType::f32     ? *(const float *)q
                         : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
                                                       : rk_fp8_to_f32(*q);
         float dg = d;
-        if (G.outer == Outer::token) dg = d * *(const float *)row_byte<I>(a, slot, G.outer_at);  // times the token scale
+        if (G.outer == Outer::token) dg = d * *(const float *)row_byte(a, slot, G.outer_at);  // times the token scale
         for (int i = 0; i < V; i++) y.v[i] = y.v[i] * dg;
     }
     if (G.conv != Scale::none)  // then the tensor scale (k is 1 without one)
@@ -52,37 +52,37 @@ RK_DEVICE f8 dequant8(const args &a, I slot, const rk_u8 *p, f8 y, int c, float 
 }
 
 // Output chunks c .. c + n - 1 of a row, in segment S: bf16 bits copied, or dequantized and rounded to bf16.
-template <class I, int S>
-RK_DEVICE void read_segment(const args &a, I slot, int c, int n, rk_u16 *dst) {
+template <int S>
+RK_DEVICE void read_segment(const args &a, rk_i64 slot, int c, int n, rk_u16 *dst) {
     constexpr Segment G = SEG[S];
     static_assert(G.outer != Outer::token || G.block > 0, "a per-token outer scale over blocks only");
-    const rk_u8 *p = row_byte<I>(a, slot, value_byte<S>(c * V));
+    const rk_u8 *p = row_byte(a, slot, value_byte<S>(c * V));
     if constexpr (G.elem == Elem::bf16) {
         rk_store16_out(dst, rk_load16(p));
     } else {
         const float k = G.outer == Outer::tensor && G.conv != Scale::none ? *a.k_scale : 1.0f;
         if (READ_PAIRS && S == 0 && n == 2) {
             const rk_v16 w = rk_load16(p);  // both halves in one block: one scale
-            const rk_v16 lo = pack_bf16(dequant8<I, S>(a, slot, p, unpack_fp8(rk_v8{w.x, w.y}), c, k));
-            const rk_v16 hi = pack_bf16(dequant8<I, S>(a, slot, p + 8, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
+            const rk_v16 lo = pack_bf16(dequant8<S>(a, slot, p, unpack_fp8(rk_v8{w.x, w.y}), c, k));
+            const rk_v16 hi = pack_bf16(dequant8<S>(a, slot, p + 8, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
             rk_store16_out(dst, lo);
             rk_store16_out(dst + V, hi);
             return;
         }
         const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_load8(p)) : unpack_e2m1(*(const rk_u32 *)p);
-        rk_store16_out(dst, pack_bf16(dequant8<I, S>(a, slot, p, y, c, k)));
+        rk_store16_out(dst, pack_bf16(dequant8<S>(a, slot, p, y, c, k)));
     }
 }
 
-template <class I, int S = 0>
-RK_DEVICE void read_row_chunk(const args &a, I slot, int c, int n, rk_u16 *dst) {
+template <int S = 0>
+RK_DEVICE void read_row_chunk(const args &a, rk_i64 slot, int c, int n, rk_u16 *dst) {
     if constexpr (S + 1 < NSEG) {
         if (c >= SEG_END_CH<S>) {
-            read_row_chunk<I, S + 1>(a, slot, c, n, dst);
+            read_row_chunk<S + 1>(a, slot, c, n, dst);
             return;
         }
     }
-    read_segment<I, S>(a, slot, c, n, dst);
+    read_segment<S>(a, slot, c, n, dst);
 }
 
 // Lane j of token t's output row: output chunks c .. c + n - 1 (a row is ln latent lanes, then R_CH rope lanes).
@@ -101,7 +101,7 @@ RK_DEVICE void read_chunk(const args &a, I t, int j) {
             for (int i = 0; i < n; i++) rk_store16_out(dst + i * V, rk_v16{0, 0, 0, 0});
         return;
     }
-    read_row_chunk<I>(a, (I)slot, c, n, dst);
+    read_row_chunk(a, slot, c, n, dst);
 }
 
 // Chunk g of the whole launch.

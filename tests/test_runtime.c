@@ -662,8 +662,9 @@ static void *sparse(size_t bytes) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* The bytes of an fp8 cache of WIDE_ROWS rows (2^31 bytes: its offsets need the 64-bit entry), a sparse mapping of its
- * own: a claim that large over the static buffers would overlap the other tensors (ROPEKV_ERR_ALIAS). */
+/* The bytes of an fp8 cache of WIDE_ROWS rows (2^31 bytes), a sparse mapping of its own: a claim that large over the
+ * static buffers would overlap the other tensors (ROPEKV_ERR_ALIAS). Its rows are addressed in 64 bits by both
+ * entries: it runs the 32-bit one. */
 enum { WIDE_ROWS = INT32_MAX / W + 1 };
 /* An address far from every buffer, for a tensor whose claims are checked but never launched on (larger than the
  * buffers here, they would overlap the others: ROPEKV_ERR_ALIAS). */
@@ -673,6 +674,20 @@ static uint8_t *wide_cache(void) {
     if (!p) p = sparse((size_t)WIDE_ROWS * W);
     assert_non_null(p);
     return p;
+}
+/* A bf16 q_out of T rows WIDE_ST elements apart (past 2^31 bytes: its offsets need the 64-bit entry), a sparse
+ * mapping of its own. */
+enum { WIDE_ST = INT32_MAX / 2 / (T - 1) / 8 * 8 + 8 };
+static uint16_t *wide_q_out(void) {
+    static uint16_t *p;
+    if (!p) p = sparse((size_t)WIDE_ST * 2 * T);
+    assert_non_null(p);
+    return p;
+}
+/* Row t of the wide q_out is the same as row t of qo (H * W values each). */
+static void assert_wide_rows_equal(const uint16_t *wide_rows, const uint16_t *rows) {
+    for (int t = 0; t < T; t++)
+        assert_memory_equal(wide_rows + (size_t)t * WIDE_ST, rows + (size_t)t * H * W, (size_t)H * W * 2);
 }
 
 static ropekv_args good_args(void) {
@@ -819,9 +834,9 @@ static void test_struct_sizes(void **state) {
     ropekv_destroy(c);
 }
 
-/* The 64-bit entry is compiled by the first launch that needs it (a cache whose rows reach 2^31
- * elements), cached on disk as its own entry, and computes what the 32-bit entry does. A failure to
- * build it is the launch's error, with the compiler's message, and writes nothing. */
+/* The 64-bit entry is compiled by the first launch that needs it (a query output whose rows reach 2^31 bytes),
+ * cached on disk as its own entry, and computes what the 32-bit entry does. A failure to build it is the launch's
+ * error, with the compiler's message, and writes nothing. A cache past 2^31 bytes does not need it. */
 static void test_wide_entry_on_first_need(void **state) {
     (void)state;
     char dir[sizeof cache + 8];
@@ -836,38 +851,53 @@ static void test_wide_entry_on_first_need(void **state) {
     for (size_t i = 0; i < sizeof kbuf / sizeof kbuf[0]; i++) kbuf[i] = (uint16_t)(0xbc00 + (i * 53) % 811);
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) cs[i] = (float)((int)(i % 13) - 6) / 7.0f;
     ropekv_args narrow = good_args(), wide = good_args();
-    uint8_t *kvw = wide_cache(); /* both launches write the cache there */
-    narrow.kv_cache = wide.kv_cache = kvw;
-    wide.kv_rows = WIDE_ROWS; /* rows the slots never reach, but the offsets need 64 bits */
+    uint16_t *qw = wide_q_out();
+    wide.q_out = qw;
+    wide.q_out_st = WIDE_ST; /* rows past 2^31 bytes: the offsets need 64 bits */
 
     memset(qo, 0, sizeof qo);
-    memset(kvw, 0, sizeof kv);
+    memset(kv, 0, sizeof kv);
     assert_int_equal(ropekv_launch(k, &narrow, NULL), ROPEKV_OK);
     static uint16_t qo_narrow[sizeof qo / sizeof qo[0]];
     static uint8_t kv_narrow[sizeof kv];
     memcpy(qo_narrow, qo, sizeof qo);
-    memcpy(kv_narrow, kvw, sizeof kv);
+    memcpy(kv_narrow, kv, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 1);
     assert_int_equal(rk_test_count_files(dir).entries, 1);
 
+    /* an engine-sized cache (past 2^31 bytes) runs the 32-bit entry: nothing is built, and its rows are the same */
+    ropekv_args big_cache = good_args();
+    uint8_t *kvw = wide_cache();
+    big_cache.kv_cache = kvw;
+    big_cache.kv_rows = WIDE_ROWS;
+    memset(kvw, 0, sizeof kv);
+    setenv("CXX", "/nonexistent/c++", 1); /* a compile now would fail the launch */
+    const ropekv_status big_rc = ropekv_launch(k, &big_cache, NULL);
+    unsetenv("CXX");
+    assert_int_equal(big_rc, ROPEKV_OK);
+    assert_memory_equal(kvw, kv_narrow, sizeof kv);
+    assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
+    assert_true(st.compiles == 1);
+
     /* its build fails: the launch says why and writes nothing */
     setenv("CXX", "/nonexistent/c++", 1);
-    memset(qo, 0, sizeof qo);
-    memset(kvw, 0, sizeof kv);
-    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_ERR_COMPILE);
+    memset(kv, 0, sizeof kv);
+    for (int t = 0; t < T; t++) memset(qw + (size_t)t * WIDE_ST, 0, (size_t)H * W * 2);
+    const ropekv_status failed = ropekv_launch(k, &wide, NULL);
+    unsetenv("CXX");
+    assert_int_equal(failed, ROPEKV_ERR_COMPILE);
     assert_non_null(strstr(ropekv_last_error(c), "/nonexistent/c++"));
     assert_non_null(strstr(ropekv_last_error(c), ropekv_kernel_name(k)));
-    unsetenv("CXX");
-    for (size_t i = 0; i < sizeof qo / sizeof qo[0]; i++) assert_int_equal(qo[i], 0);
-    for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kvw[i], 0);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H * W; i++) assert_int_equal(qw[(size_t)t * WIDE_ST + (size_t)i], 0);
+    for (size_t i = 0; i < sizeof kv; i++) assert_int_equal(kv[i], 0);
     assert_int_equal(rk_test_count_files(dir).entries, 1);
 
     /* the next wide launch builds it, and it agrees with the 32-bit entry */
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
-    assert_memory_equal(qo, qo_narrow, sizeof qo);
-    assert_memory_equal(kvw, kv_narrow, sizeof kv);
-    assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
+    assert_wide_rows_equal(qw, qo_narrow);
+    assert_memory_equal(kv, kv_narrow, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 3); /* the 32-bit entry, the failed build, the 64-bit entry */
     assert_int_equal(rk_test_count_files(dir).entries, 2);
@@ -877,11 +907,11 @@ static void test_wide_entry_on_first_need(void **state) {
     /* a new context finds both on disk */
     c = open_ctx(dir);
     assert_int_equal(ropekv_kernel_get(c, &DS_FP8, &k), ROPEKV_OK);
-    memset(qo, 0, sizeof qo);
-    memset(kvw, 0, sizeof kv);
+    for (int t = 0; t < T; t++) memset(qw + (size_t)t * WIDE_ST, 0, (size_t)H * W * 2);
+    memset(kv, 0, sizeof kv);
     assert_int_equal(ropekv_launch(k, &wide, NULL), ROPEKV_OK);
-    assert_memory_equal(qo, qo_narrow, sizeof qo);
-    assert_memory_equal(kvw, kv_narrow, sizeof kv);
+    assert_wide_rows_equal(qw, qo_narrow);
+    assert_memory_equal(kv, kv_narrow, sizeof kv);
     assert_int_equal(ropekv_get_stats(c, &st), ROPEKV_OK);
     assert_true(st.compiles == 0 && st.disk_hits == 2);
     ropekv_kernel_release(k);
@@ -908,8 +938,8 @@ static void test_prepare_wide_entry(void **state) {
     assert_true(before.compiles == 2);
     for (int i = 0; i < T; i++) slots[i] = i, pos[i] = i % 8;
     ropekv_args wide = good_args();
-    wide.kv_cache = wide_cache();
-    wide.kv_rows = WIDE_ROWS;             /* the offsets need the 64-bit entry */
+    wide.q_out = wide_q_out();
+    wide.q_out_st = WIDE_ST;              /* the offsets need the 64-bit entry */
     setenv("CXX", "/nonexistent/c++", 1); /* a compile now would fail the launch */
     expect(c, k, wide, ROPEKV_OK, NULL);
     unsetenv("CXX");
@@ -1071,9 +1101,10 @@ static void test_extents_in_bytes(void **state) {
     ropekv_destroy(c);
 }
 
-/* The 64-bit entry is chosen from byte offsets: the kernel turns a bf16 cache's element offsets into byte
- * offsets in its index type, so a bf16 cache of fewer than 2^31 elements but more than 2^31 bytes needs it.
- * Before, such a launch took the 32-bit entry, whose byte offset of a row past 2^30 elements wrapped. */
+/* The 64-bit entry is chosen from byte offsets into the per-token tensors: the kernel turns their element offsets
+ * into byte offsets in its index type, so a bf16 query of fewer than 2^31 elements but more than 2^31 bytes needs
+ * it. A cache never does: its rows are addressed in 64 bits by both entries, so an engine-sized cache (a bf16 cache
+ * past 2 GiB) runs the 32-bit entry. */
 static void test_index_width_in_bytes(void **state) {
     (void)state;
     ropekv_variant v = DS_FP8;
@@ -1084,14 +1115,31 @@ static void test_index_width_in_bytes(void **state) {
     rk_err err = {0};
     ropekv_args a = good_args();
     a.kv_cache = FAR;
-    a.kv_rows = ((int64_t)1 << 30) / W - 1; /* under 2^30 elements: both offsets fit */
+    a.kv_rows = ((int64_t)1 << 40) / W; /* a 2 TiB bf16 cache: still the 32-bit entry */
     assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
     assert_int_equal(pl.wide, 0);
-    a.kv_rows = (INT32_MAX - W) / W; /* under 2^31 elements, over 2^31 bytes */
+    a = good_args();
+    a.q_nope = FAR;
+    const int64_t fits = ((int64_t)1 << 29) / (T - 1) / 8 * 8; /* rows under 2^30 elements: both offsets fit */
+    const int64_t over = ((int64_t)1 << 30) / (T - 1) / 8 * 8; /* rows just past 2^30 elements: 2^31 bytes of bf16 */
+    a.q_nope_st = fits;
+    assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
+    assert_int_equal(pl.wide, 0);
+    a.q_nope_st = over;
     assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
     assert_int_equal(pl.wide, 1);
-    /* an fp8 cache counts bytes already: the same rows fit */
-    assert_int_equal(rk_args_check(rk_test_ref_variant(&cat, "deepseek_v3", &DS_FP8), &a, &pl, &err), ROPEKV_OK);
+    /* the output counts bytes: q_out with that stride needs the 64-bit entry in bf16, not in fp8 */
+    a = good_args();
+    a.q_out = FAR;
+    a.q_out_st = over;
+    assert_int_equal(rk_args_check(d, &a, &pl, &err), ROPEKV_OK);
+    assert_int_equal(pl.wide, 1);
+    v.q_dtype = ROPEKV_Q_FP8_E4M3;
+    v.kv = ROPEKV_KV_FP8_E4M3;
+    const rk_desc *d8 = rk_test_ref_variant(&cat, "deepseek_v3", &v);
+    assert_non_null(d8);
+    a.q_scale = kscale;
+    assert_int_equal(rk_args_check(d8, &a, &pl, &err), ROPEKV_OK);
     assert_int_equal(pl.wide, 0);
 }
 
