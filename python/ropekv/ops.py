@@ -19,8 +19,8 @@ CPU tensors; the device's GPU backend otherwise); use_context() puts a context o
 PDL settings) in its place. A launch's device is its tensors' (kv_cache's picks the context; a tensor on another device
 is a ValueError naming it), whichever device is current: cuda:1 tensors launch on cuda:1's context, on device 1's
 current stream (the library makes the context's device current for the call itself: cuCtxPushCurrent, hipSetDevice).
-A device named without an index (context("cuda")) is torch.cuda.current_device(). A launch checks its arguments as Kernel.__call__ does (once per argument signature)
-and raises RopekvError, TypeError or ValueError with the reason.
+A device named without an index (context("cuda")) is torch.cuda.current_device(). A launch checks its arguments as
+Kernel.__call__ does (once per argument signature) and raises RopekvError, TypeError or ValueError with the reason.
 """
 import importlib
 import threading
