@@ -299,6 +299,10 @@ def test_two_gpus_stream_of_device1():
     handed to the library is its), ordered after the work queued on it before."""
     torch, ops = _two_gpus()
     from ropekv import _torch as rt
+    x = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 64, 16, "cpu", seed=9)
+    want = {n: t.clone() for n, t in x.items()}
+    ops.use_context(sp.context("host"))
+    ops.write("deepseek_v3", **want)  # the host backend's bits
     torch.cuda.set_device(1)
     side = torch.cuda.Stream(device=1)
     torch.cuda.set_stream(side)  # device 1's current stream (and device 1 current)
@@ -313,10 +317,6 @@ def test_two_gpus_stream_of_device1():
 
     rt.stream_for = stream_for_spy
     try:
-        x = make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 64, 16, "cpu", seed=9)
-        want = {n: t.clone() for n, t in x.items()}
-        ops.use_context(sp.context("host"))
-        ops.write("deepseek_v3", **want)
         with torch.cuda.stream(side):
             y = {n: t.to("cuda:1") for n, t in x.items()}
             torch.cuda._sleep(200000000)  # work ahead of the launch on the side stream
