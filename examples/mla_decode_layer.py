@@ -150,16 +150,20 @@ class MLADecodeLayer(torch.nn.Module):
         """The query projection, [T, H, NOPE + R]."""
         return (x @ self.w_q).view(x.shape[0], self.heads, NOPE + R)
 
+    def absorb(self, q_nope, q_out):
+        """q_out[..., :L] = q_nope x W_UK per head, written into q_out (the zero-copy form)."""
+        if is_compiling():  # dynamo does not trace out= into a strided view: the product goes through a temporary
+            q_out[..., :L] = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
+        else:
+            torch.bmm(q_nope.transpose(0, 1), self.w_uk, out=q_out[..., :L].transpose(0, 1))
+
     def forward(self, x, positions, slots, block_table, seq_lens, kv_cache, cos_sin, k_scale, q_out):
         """One decode step for T sequences (one token each). q_out: [T, H, L + R] bf16, filled here (returned too)."""
         T, H = x.shape[0], self.heads
         q = self.project_q(x)
         q_nope, q_pe = q[..., :NOPE], q[..., NOPE:]
         c_kv, k_pe = self.project_kv(x)
-        if is_compiling():  # dynamo does not trace out= into a strided view: the product goes through a temporary
-            q_out[..., :L] = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
-        else:
-            torch.bmm(q_nope.transpose(0, 1), self.w_uk, out=q_out[..., :L].transpose(0, 1))
+        self.absorb(q_nope, q_out)
         self.rope_write(q_pe, q_out, c_kv, k_pe, kv_cache, positions, slots, cos_sin, k_scale)
         # attention over each sequence's cached rows (plain PyTorch; a serving engine calls its MLA decode kernel)
         rows = kv_cache.view(torch.uint8)[block_table].reshape(T, -1, L + R)

@@ -19,8 +19,9 @@ Checked every step, after a prefill that writes each sequence's context rows:
   the ranks' q_out heads put side by side equal its q_out, and every rank's cache its cache; the summed output is
   within 1e-2 (rtol and atol) of its output (the partial products are summed in another order; the maximum difference
   is printed).
-The query projection is one GEMM per head (a batched product), so a head's q is the same bits whatever the number of
-heads beside it: a single GEMM over a rank's columns may block its sums differently from one over all the columns.
+The query projection and the W_UK product are GEMMs per head, so a head's q_out is the same bits whatever the number of
+heads beside it: a single GEMM over a rank's columns (or one batched over its heads) may block or split its sums
+otherwise than one over all of them.
 
 Exit status: 0 when every check holds, 1 otherwise, 77 without torch or torch.distributed.
 """
@@ -56,12 +57,17 @@ class Shard(MLADecodeLayer):
             raise ValueError("%d heads do not split across %d ranks" % (heads, world))
         h = heads // world
         super().__init__(hidden, heads, path, device, seed=seed, heads_of=(rank * h, (rank + 1) * h))
-        # [h, hidden, NOPE + R]: one GEMM per head
-        self.w_q_heads = self.w_q.view(hidden, h, NOPE + R).transpose(0, 1).contiguous()
+        self.w_q_heads = self.w_q.view(hidden, h, NOPE + R).transpose(0, 1).contiguous()  # [h, hidden, NOPE + R]
 
+    # A head's products are GEMMs of the same shapes whatever the heads beside it (so a head's q_out has the same bits
+    # on a rank as in the 1-rank run); one GEMM over a rank's columns, or one batched over its heads, may be blocked
+    # or split otherwise by the BLAS for the other shape.
     def project_q(self, x):
-        xs = x.unsqueeze(0).expand(self.heads, *x.shape)
-        return torch.bmm(xs, self.w_q_heads).transpose(0, 1)  # [T, h, NOPE + R]
+        return torch.stack([x @ w for w in self.w_q_heads], dim=1)  # [T, h, NOPE + R]
+
+    def absorb(self, q_nope, q_out):
+        for i in range(self.heads):
+            q_out[:, i, :L] = q_nope[:, i].contiguous() @ self.w_uk[i]
 
 
 def all_gather(t, world):
