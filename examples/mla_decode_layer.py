@@ -89,23 +89,28 @@ class MLADecodeLayer(torch.nn.Module):
     """One MLA attention layer (absorbed decode). path: "ropekv" (the fused operator), "unfused" (PyTorch, ropekv's
     arithmetic: the reference) or "unfused_fp32" (PyTorch as engines write the rope: plain float32)."""
 
-    def __init__(self, hidden, heads, path, device, seed=0):
+    def __init__(self, hidden, heads, path, device, seed=0, heads_of=None):
+        """heads_of (lo, hi): only query heads lo .. hi - 1 of the layer's `heads` (a tensor-parallel rank's share:
+        their columns of W_q, their W_UK and W_UV, their rows of W_o; examples/tp_decode.py); the weights are the whole
+        layer's, drawn from seed either way."""
         super().__init__()
         g = torch.Generator().manual_seed(seed)
+        lo, hi = heads_of or (0, heads)
 
-        def w(*shape, scale):
-            return torch.nn.Parameter((torch.randn(*shape, generator=g) * scale).to(torch.bfloat16).to(device),
-                                      requires_grad=False)
+        def w(*shape, scale, keep=lambda t: t):
+            t = keep((torch.randn(*shape, generator=g) * scale).to(torch.bfloat16))
+            return torch.nn.Parameter(t.contiguous().to(device), requires_grad=False)
 
-        self.hidden, self.heads, self.path = hidden, heads, path
-        self.w_q = w(hidden, heads * (NOPE + R), scale=hidden ** -0.5)
+        self.hidden, self.heads, self.path = hidden, hi - lo, path
+        self.w_q = w(hidden, heads * (NOPE + R), scale=hidden ** -0.5,
+                     keep=lambda t: t.view(hidden, heads, NOPE + R)[:, lo:hi].reshape(hidden, -1))
         self.w_kv_a = w(hidden, L + R, scale=hidden ** -0.5)
         self.kv_norm = w(L, scale=0.1)
         with torch.no_grad():
             self.kv_norm += 1.0
-        self.w_uk = w(heads, NOPE, L, scale=NOPE ** -0.5)
-        self.w_uv = w(heads, L, V, scale=L ** -0.5)
-        self.w_o = w(heads * V, hidden, scale=(heads * V) ** -0.5)
+        self.w_uk = w(heads, NOPE, L, scale=NOPE ** -0.5, keep=lambda t: t[lo:hi])
+        self.w_uv = w(heads, L, V, scale=L ** -0.5, keep=lambda t: t[lo:hi])
+        self.w_o = w(heads * V, hidden, scale=(heads * V) ** -0.5, keep=lambda t: t[lo * V:hi * V])
         self.sm_scale = (NOPE + R) ** -0.5
 
     # -- the RoPE + KV write: fused, or the PyTorch sequence --
@@ -141,16 +146,24 @@ class MLADecodeLayer(torch.nn.Module):
         c_kv, k_pe = self.project_kv(x)
         self.rope_write(None, None, c_kv, k_pe, kv_cache, positions, slots, cos_sin, k_scale)
 
-    def forward(self, x, positions, slots, block_table, seq_lens, kv_cache, cos_sin, k_scale, q_out):
-        """One decode step for T sequences (one token each). q_out: [T, H, L + R] bf16, filled here (returned too)."""
-        T, H = x.shape[0], self.heads
-        q = (x @ self.w_q).view(T, H, NOPE + R)
-        q_nope, q_pe = q[..., :NOPE], q[..., NOPE:]
-        c_kv, k_pe = self.project_kv(x)
+    def project_q(self, x):
+        """The query projection, [T, H, NOPE + R]."""
+        return (x @ self.w_q).view(x.shape[0], self.heads, NOPE + R)
+
+    def absorb(self, q_nope, q_out):
+        """q_out[..., :L] = q_nope x W_UK per head, written into q_out (the zero-copy form)."""
         if is_compiling():  # dynamo does not trace out= into a strided view: the product goes through a temporary
             q_out[..., :L] = torch.bmm(q_nope.transpose(0, 1), self.w_uk).transpose(0, 1)
         else:
             torch.bmm(q_nope.transpose(0, 1), self.w_uk, out=q_out[..., :L].transpose(0, 1))
+
+    def forward(self, x, positions, slots, block_table, seq_lens, kv_cache, cos_sin, k_scale, q_out):
+        """One decode step for T sequences (one token each). q_out: [T, H, L + R] bf16, filled here (returned too)."""
+        T, H = x.shape[0], self.heads
+        q = self.project_q(x)
+        q_nope, q_pe = q[..., :NOPE], q[..., NOPE:]
+        c_kv, k_pe = self.project_kv(x)
+        self.absorb(q_nope, q_out)
         self.rope_write(q_pe, q_out, c_kv, k_pe, kv_cache, positions, slots, cos_sin, k_scale)
         # attention over each sequence's cached rows (plain PyTorch; a serving engine calls its MLA decode kernel)
         rows = kv_cache.view(torch.uint8)[block_table].reshape(T, -1, L + R)

@@ -160,7 +160,7 @@ def _scales_in(torch, tensors):
             key = (str(device), value)
             got = _SCALE_TENSORS.get(key)
             if got is None:
-                if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                if device.type == "cuda" and _capturing(torch, device):
                     raise ValueError("%s = %r inside CUDA-graph capture: pass a float32 tensor [1], or make one launch "
                                      "with this scale on this device before capturing" % (name, v))
                 got = _SCALE_TENSORS[key] = torch.full((1,), value, dtype=torch.float32, device=device)
@@ -170,6 +170,13 @@ def _scales_in(torch, tensors):
         elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dtype == torch.float32 and v.numel() == 1:
             _scale_number(name, v.item())
     return out
+
+
+def _capturing(torch, device):
+    """Whether device's current stream is capturing a CUDA graph. torch.cuda.is_current_stream_capturing() asks about
+    the current device's stream, which need not be device's (tensors on cuda:1 while cuda:0 is current)."""
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def _device_ok(ctx, t):

@@ -16,8 +16,11 @@ fraction of the host time; bench/bench_eager.py).
 The variant is named by strings (spec, kv, q_form, q_dtype, layout, norm); positions and slots take their index types
 from the tensors' dtypes. The kernels come from one Context per device, made on first use (the host backend for
 CPU tensors; the device's GPU backend otherwise); use_context() puts a context of one's own (a cache directory,
-PDL settings) in its place. A launch checks its arguments as Kernel.__call__ does (once per argument signature)
-and raises RopekvError, TypeError or ValueError with the reason.
+PDL settings) in its place. A launch's device is its tensors' (kv_cache's picks the context; a tensor on another device
+is a ValueError naming it), whichever device is current: cuda:1 tensors launch on cuda:1's context, on device 1's
+current stream (the library makes the context's device current for the call itself: cuCtxPushCurrent, hipSetDevice).
+A device named without an index (context("cuda")) is torch.cuda.current_device(). A launch checks its arguments as
+Kernel.__call__ does (once per argument signature) and raises RopekvError, TypeError or ValueError with the reason.
 """
 import importlib
 import threading
