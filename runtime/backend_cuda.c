@@ -238,14 +238,27 @@ static int cuda_read(rk_device *d, void *dst, const void *src, size_t n, void *s
     CUcontext prev;
     const char *call = "cuCtxPushCurrent";
     CUresult r = cu->cuCtxPushCurrent(s->ctx);
-    if (r == 0) {
+    if (r != 0) {
+        rk_buf_printf(log, "%s: %s", call, cu_err(r));
+        return ROPEKV_ERR_DEVICE;
+    }
+    int capturing = 0; /* a stream capturing a graph: a synchronous copy would invalidate the capture */
+    if (cu->cuStreamIsCapturing) {
+        call = "cuStreamIsCapturing";
+        r = cu->cuStreamIsCapturing((CUstream)stream, &capturing);
+    }
+    if (r == 0 && !capturing) {
         call = "cuMemcpyDtoHAsync";
         r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, (CUstream)stream);
         if (r == 0) {
             call = "cuStreamSynchronize";
             r = cu->cuStreamSynchronize((CUstream)stream);
         }
-        cu->cuCtxPopCurrent(&prev);
+    }
+    cu->cuCtxPopCurrent(&prev);
+    if (r == 0 && capturing) {
+        rk_buf_printf(log, "the stream is capturing a graph: its memory cannot be read now");
+        return ROPEKV_ERR_DEVICE;
     }
     if (r != 0) {
         rk_buf_printf(log, "%s (%zu bytes from %p): %s", call, n, src, cu_err(r));

@@ -39,7 +39,8 @@ typedef struct ihipStream_t *hipStream_t;
     X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                              \
     X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))                               \
     X(memcpy_dtoh_async, "hipMemcpyDtoHAsync", 0, hipError_t, (void *, void *, size_t, hipStream_t))              \
-    X(stream_synchronize, "hipStreamSynchronize", 0, hipError_t, (hipStream_t))
+    X(stream_synchronize, "hipStreamSynchronize", 0, hipError_t, (hipStream_t))                                  \
+    X(stream_is_capturing, "hipStreamIsCapturing", 0, hipError_t, (hipStream_t, int *))
 
 enum { HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0 }; /* hipFunction_attribute, the same in every release */
 
@@ -354,6 +355,16 @@ static int hip_read(rk_device *d, void *dst, const void *src, size_t n, void *st
     int prev;
     hipError_t e = enter_device(s, &prev);
     const char *call = "hipSetDevice";
+    int capturing = 0; /* a stream capturing a graph: a synchronous copy would invalidate the capture */
+    if (e == 0 && hip.stream_is_capturing) {
+        call = "hipStreamIsCapturing";
+        e = hip.stream_is_capturing((hipStream_t)stream, &capturing);
+    }
+    if (e == 0 && capturing) {
+        leave_device(s, prev);
+        rk_buf_printf(log, "the stream is capturing a graph: its memory cannot be read now");
+        return ROPEKV_ERR_DEVICE;
+    }
     if (e == 0) {
         call = "hipMemcpyDtoHAsync";
         e = hip.memcpy_dtoh_async(dst, (void *)src, n, (hipStream_t)stream);
