@@ -37,9 +37,9 @@ typedef struct ihipStream_t *hipStream_t;
     X(error_name, "hipGetErrorName", 0, const char *, (hipError_t))                                               \
     X(func_attribute, "hipFuncGetAttribute", 0, hipError_t, (int *, int, hipFunction_t))                          \
     X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                              \
-    X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))                               \
+    X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))                                     \
     X(memcpy_dtoh_async, "hipMemcpyDtoHAsync", 0, hipError_t, (void *, void *, size_t, hipStream_t))              \
-    X(stream_synchronize, "hipStreamSynchronize", 0, hipError_t, (hipStream_t))                                  \
+    X(stream_synchronize, "hipStreamSynchronize", 0, hipError_t, (hipStream_t))                                   \
     X(stream_is_capturing, "hipStreamIsCapturing", 0, hipError_t, (hipStream_t, int *))
 
 enum { HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0 }; /* hipFunction_attribute, the same in every release */

@@ -67,9 +67,9 @@ enum { RK_CUDA_BACKEND = 1, RK_CUDA_PROGRAMS = 2 };
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
     X(cuGetErrorString, "cuGetErrorString", RK_CUDA_ALL, CUresult, (CUresult, const char **))                         \
     X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **))      \
-    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0, CUresult, (void *, CUdeviceptr, size_t, CUstream))               \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0, CUresult, (void *, CUdeviceptr, size_t, CUstream))                \
     X(cuStreamSynchronize, "cuStreamSynchronize", 0, CUresult, (CUstream))                                            \
-    X(cuStreamIsCapturing, "cuStreamIsCapturing", 0, CUresult, (CUstream, int *))                                    \
+    X(cuStreamIsCapturing, "cuStreamIsCapturing", 0, CUresult, (CUstream, int *))                                     \
     X(cuGetErrorName, "cuGetErrorName", RK_CUDA_PROGRAMS, CUresult, (CUresult, const char **))                        \
     X(cuDriverGetVersion, "cuDriverGetVersion", RK_CUDA_PROGRAMS, CUresult, (int *))                                  \
     X(cuDeviceGetName, "cuDeviceGetName", RK_CUDA_PROGRAMS, CUresult, (char *, int, CUdevice))                        \

@@ -40,8 +40,7 @@ static int number(const char *s, size_t n, int64_t lo, int64_t hi, int64_t *out)
     return 0;
 }
 
-ropekv_status rk_dump_policy_parse(const char *when, const char *max_bytes, rk_dump_policy *p, char *why,
-                                   size_t cap) {
+ropekv_status rk_dump_policy_parse(const char *when, const char *max_bytes, rk_dump_policy *p, char *why, size_t cap) {
     memset(p, 0, sizeof *p);
     p->max_bytes = RK_DUMP_MAX_BYTES_DEFAULT;
     char shown[256];
@@ -89,7 +88,7 @@ typedef struct arg_field {
 } arg_field;
 
 #define ARG_ROW_(type, name) \
-    {#name, offsetof(ropekv_args, name), _Generic(((ropekv_args *)0)->name, int64_t: 0, default: 1)},
+    {#name, offsetof(ropekv_args, name), _Generic(((ropekv_args *)0)->name, int64_t : 0, default : 1)},
 static const arg_field arg_fields[] = {RK_ARGS_CALLER(ARG_ROW_)};
 #undef ARG_ROW_
 enum { N_ARG_FIELDS = sizeof arg_fields / sizeof arg_fields[0] };
@@ -128,8 +127,18 @@ static void put_str(outbuf *o, const char *s, size_t n) {
 static void put_text(outbuf *o, const char *s) { put_str(o, s, strlen(s)); }
 
 /* The string limits of the format: a field longer is refused by the reader (and cut by the writer). */
-enum { LIB_MAX = 63, BACKEND_MAX = 15, TARGET_MAX = 95, ARCH_MAX = RK_NAME_MAX - 1, KEY_MAX = 191, NAME_MAX_ = 223,
-       SPEC_MAX = 63, RECORD_MAX = 63, MESSAGE_MAX = 2047, FIELD_MAX = 31 };
+enum {
+    LIB_MAX = 63,
+    BACKEND_MAX = 15,
+    TARGET_MAX = 95,
+    ARCH_MAX = RK_NAME_MAX - 1,
+    KEY_MAX = 191,
+    NAME_MAX_ = 223,
+    SPEC_MAX = 63,
+    RECORD_MAX = 63,
+    MESSAGE_MAX = 2047,
+    FIELD_MAX = 31
+};
 
 static void put_cut(outbuf *o, const char *s, size_t max) {
     const size_t n = strlen(s);
@@ -401,7 +410,8 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
                                       ROPEKV_VERSION_STRING, RK_DUMP_FORMAT);
     if (get_u32(r, &reserved, "reserved")) return ROPEKV_ERR_DUMP;
     if (reserved != 0) BAD("reserved: 0x%x, not 0", reserved);
-    if (get_str(r, out->library, LIB_MAX + 1, 0, "library") || get_str(r, out->backend, BACKEND_MAX + 1, 0, "backend") ||
+    if (get_str(r, out->library, LIB_MAX + 1, 0, "library") ||
+        get_str(r, out->backend, BACKEND_MAX + 1, 0, "backend") ||
         get_str(r, out->device_target, TARGET_MAX + 1, 0, "device target") ||
         get_str(r, out->arch, ARCH_MAX + 1, 0, "arch row") || get_str(r, out->key, KEY_MAX + 1, 0, "key") ||
         get_str(r, out->name, NAME_MAX_ + 1, 0, "kernel name") || get_str(r, out->spec, SPEC_MAX + 1, 0, "spec") ||
@@ -412,10 +422,14 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
     static const struct {
         const char *name;
         uint32_t max;
-    } enums[8] = {{"variant kv", ROPEKV_KV_FP8_TILE},  {"variant q", ROPEKV_Q_NONE},
-                  {"variant positions", ROPEKV_INDEX_INT32}, {"variant slots", ROPEKV_INDEX_INT32},
-                  {"variant q_dtype", ROPEKV_Q_FP8_E4M3}, {"variant layout", ROPEKV_KV_SPLIT},
-                  {"variant op", ROPEKV_OP_READ},       {"variant norm", ROPEKV_NORM_RMS_OUT}};
+    } enums[8] = {{"variant kv", ROPEKV_KV_FP8_TILE},
+                  {"variant q", ROPEKV_Q_NONE},
+                  {"variant positions", ROPEKV_INDEX_INT32},
+                  {"variant slots", ROPEKV_INDEX_INT32},
+                  {"variant q_dtype", ROPEKV_Q_FP8_E4M3},
+                  {"variant layout", ROPEKV_KV_SPLIT},
+                  {"variant op", ROPEKV_OP_READ},
+                  {"variant norm", ROPEKV_NORM_RMS_OUT}};
     uint32_t e[8];
     for (int i = 0; i < 8; i++) {
         if (get_u32(r, &e[i], enums[i].name)) return ROPEKV_ERR_DUMP;
@@ -434,8 +448,7 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
                               .record = out->record[0] ? out->record : NULL};
     uint32_t reason, status, count;
     if (get_u32(r, &reason, "reason")) return ROPEKV_ERR_DUMP;
-    if (reason < RK_DUMP_FIRST || reason > RK_DUMP_EVERY)
-        BAD("reason: %u is out of range", reason);
+    if (reason < RK_DUMP_FIRST || reason > RK_DUMP_EVERY) BAD("reason: %u is out of range", reason);
     out->reason = (rk_dump_reason)reason;
     if (get_u32(r, &status, "status")) return ROPEKV_ERR_DUMP;
     if (strcmp(ropekv_status_name((ropekv_status)status), "ROPEKV_UNKNOWN") == 0)
@@ -479,8 +492,7 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
         uint32_t access;
         if (get_str(r, t->name, sizeof t->name, 0, "tensor name")) return ROPEKV_ERR_DUMP;
         const arg_field *f = arg_field_named(t->name);
-        if (!f || !f->pointer)
-            BAD("tensor '%s' is not a pointer field of ropekv_args", t->name);
+        if (!f || !f->pointer) BAD("tensor '%s' is not a pointer field of ropekv_args", t->name);
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(out->t[j].name, t->name) == 0) BAD("tensor '%s' appears twice", t->name);
         if (get_u32(r, &access, "tensor access") || get_u64(r, &t->bytes, "tensor bytes")) return ROPEKV_ERR_DUMP;
@@ -489,7 +501,7 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
         t->access = (ropekv_tensor_access)access;
         if (t->bytes > r->n - r->at)
             BAD("tensor '%s': %llu bytes pass the end of the file (%zu bytes left)", t->name,
-                          (unsigned long long)t->bytes, r->n - r->at);
+                (unsigned long long)t->bytes, r->n - r->at);
         t->data = r->p + r->at;
         r->at += (size_t)t->bytes;
     }

@@ -316,7 +316,7 @@ static ropekv_status open_dump(ropekv_ctx *c, const ropekv_options *o) {
         const int opt_when = o && o->dump_when, opt_max = o && o->dump_max_bytes;
         fprintf(stderr, "ropekv: error: %s: %s\n",
                 strncmp(why, "dump when", 9) == 0 ? (opt_when ? "options.dump_when" : "ROPEKV_DUMP_WHEN")
-                                                   : (opt_max ? "options.dump_max_bytes" : "ROPEKV_DUMP_MAX_BYTES"),
+                                                  : (opt_max ? "options.dump_max_bytes" : "ROPEKV_DUMP_MAX_BYTES"),
                 why);
         return ROPEKV_ERR_ARG;
     }
@@ -1268,8 +1268,9 @@ static void dump_launch(ropekv_kernel *k, const ropekv_args *a, const rk_plan *p
     char path[4608], why[1024];
     if (rk_dump_write(&c->dump, &l, path, sizeof path, why, sizeof why) != 0)
         fprintf(stderr, "ropekv: warning: launch %llu of %s not dumped: %s\n", (unsigned long long)n, k->d.key, why);
-    else logf_(c, "dumped launch %llu of %s (%s) to %s", (unsigned long long)n, k->d.key, rk_dump_reason_name(reason),
-               path);
+    else
+        logf_(c, "dumped launch %llu of %s (%s) to %s", (unsigned long long)n, k->d.key, rk_dump_reason_name(reason),
+              path);
 }
 
 ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream) {

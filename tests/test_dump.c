@@ -133,7 +133,7 @@ static void round_trip(const char *name, const ropekv_variant *v) {
     assert_int_equal(dm->status, ROPEKV_OK);
     assert_int_equal(dm->reason, RK_DUMP_FIRST);
     assert_true(dm->spec_len > 0); /* the built-in spec's text travels with the dump */
-    int needed = 0; /* the harness passes no optional tensor (write mask, out_rope) */
+    int needed = 0;                /* the harness passes no optional tensor (write mask, out_rope) */
     for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
         ropekv_tensor_info ti = {.size = sizeof ti};
         assert_int_equal(ropekv_kernel_tensor(k, i, &ti), ROPEKV_OK);
@@ -167,9 +167,7 @@ static void test_round_trip_deepseek_v3(void **state) {
 
 static void test_round_trip_fp8_tile_paged(void **state) {
     (void)state;
-    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant),
-                              .spec = "deepseek_v32",
-                              .kv = ROPEKV_KV_FP8_TILE,
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE,
                               .layout = ROPEKV_KV_PAGED};
     round_trip("v32", &v);
 }
@@ -279,8 +277,16 @@ static void test_policy_parse(void **state) {
     assert_int_equal(rk_dump_chosen(&p, 1, 0), RK_DUMP_FIRST);
     assert_int_equal(rk_dump_chosen(&p, 2, 0), RK_DUMP_NOT);
     assert_int_equal(rk_dump_chosen(&p, 1, 1), RK_DUMP_NOT);
-    static const char *const bad_when[] = {"", "firsts", "every:", "every:0", "every:-2", "every:1x", "first,,fail",
-                                           "first,", "every:99999999999999999999", "FIRST"};
+    static const char *const bad_when[] = {"",
+                                           "firsts",
+                                           "every:",
+                                           "every:0",
+                                           "every:-2",
+                                           "every:1x",
+                                           "first,,fail",
+                                           "first,",
+                                           "every:99999999999999999999",
+                                           "FIRST"};
     for (size_t i = 0; i < sizeof bad_when / sizeof bad_when[0]; i++) {
         why[0] = '\0';
         assert_int_equal(rk_dump_policy_parse(bad_when[i], NULL, &p, why, sizeof why), ROPEKV_ERR_ARG);
@@ -369,8 +375,24 @@ static void set_le32(unsigned char *p, uint32_t v) {
 }
 
 /* The format's fields, walked independently of the reader (docs/dump.md): each field's offset. */
-enum { F_MAGIC, F_VERSION, F_RESERVED, F_LIBRARY, F_SPEC_TEXT = F_LIBRARY + 8, F_ENUMS, F_REASON = F_ENUMS + 8,
-       F_STATUS, F_LAUNCH, F_MESSAGE, F_ARGS, F_TENSORS, F_TENSOR0, F_CHECKSUM, F_END, F_COUNT };
+enum {
+    F_MAGIC,
+    F_VERSION,
+    F_RESERVED,
+    F_LIBRARY,
+    F_SPEC_TEXT = F_LIBRARY + 8,
+    F_ENUMS,
+    F_REASON = F_ENUMS + 8,
+    F_STATUS,
+    F_LAUNCH,
+    F_MESSAGE,
+    F_ARGS,
+    F_TENSORS,
+    F_TENSOR0,
+    F_CHECKSUM,
+    F_END,
+    F_COUNT
+};
 static void walk(const unsigned char *p, size_t n, size_t at[F_COUNT]) {
     size_t o = 0;
     at[F_MAGIC] = o, o += 8;
@@ -425,17 +447,39 @@ static void test_hostile_files(void **state) {
         rk_dump *dm = malloc(sizeof *dm);
         rk_err err = {0};
         const ropekv_status got = rk_dump_parse(f.data, cut, dm, &err);
-        if (got != ROPEKV_ERR_DUMP || (!strstr(err.msg, "truncated") && !strstr(err.msg, "passes the end") &&
-                                       !strstr(err.msg, "pass the end")))
+        if (got != ROPEKV_ERR_DUMP ||
+            (!strstr(err.msg, "truncated") && !strstr(err.msg, "passes the end") && !strstr(err.msg, "pass the end")))
             fail_msg("cut at %zu of %zu: %s: %s", cut, n, ropekv_status_name(got), err.msg);
         free(dm);
     }
-    static const char *const names[F_END] = {
-        "magic",         "format version", "reserved",       "library",       "backend",      "device target",
-        "arch row",      "key",            "kernel name",    "spec",          "record",       "spec text",
-        "variant kv",    "variant q",      "variant positions", "variant slots", "variant q_dtype", "variant layout",
-        "variant op",    "variant norm",   "reason",         "status",        "launch",       "message",
-        "args count",    "tensor count",   "tensor name",    "checksum"};
+    static const char *const names[F_END] = {"magic",
+                                             "format version",
+                                             "reserved",
+                                             "library",
+                                             "backend",
+                                             "device target",
+                                             "arch row",
+                                             "key",
+                                             "kernel name",
+                                             "spec",
+                                             "record",
+                                             "spec text",
+                                             "variant kv",
+                                             "variant q",
+                                             "variant positions",
+                                             "variant slots",
+                                             "variant q_dtype",
+                                             "variant layout",
+                                             "variant op",
+                                             "variant norm",
+                                             "reason",
+                                             "status",
+                                             "launch",
+                                             "message",
+                                             "args count",
+                                             "tensor count",
+                                             "tensor name",
+                                             "checksum"};
     for (int i = F_MAGIC; i < F_END; i++) { /* cut at each field's first byte: the message names the field */
         char want[96];
         snprintf(want, sizeof want, "truncated at byte %zu: %s needs", at[i], names[i]);
@@ -536,7 +580,8 @@ static int write_seeds(const char *dir) {
         char out[1100];
         const char *base = strrchr(files[i], '/') + 1;
         snprintf(out, sizeof out, "%s/%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
-        if (strstr(base, "-fail-")) snprintf(out, sizeof out, "%s/refused_%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
+        if (strstr(base, "-fail-"))
+            snprintf(out, sizeof out, "%s/refused_%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
         if (rk_read_file(files[i], &f) != ROPEKV_OK || rk_write_file(out, f.data, f.len) != ROPEKV_OK) return 1;
         printf("%s (%zu bytes)\n", out, f.len);
         rk_code_free(&f);

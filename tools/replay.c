@@ -46,7 +46,7 @@ static void set_ptr(ropekv_args *a, size_t at, const void *p) { memcpy((char *)a
  * bufs[i]. */
 static void point_args(const rk_dump *dm, const rk_tensor *ts, const int *row, void *const *bufs, ropekv_args *a) {
 #define NULL_POINTER_(type, name) \
-    if (_Generic(a->name, int64_t: 0, default: 1)) memset(&a->name, 0, sizeof a->name);
+    if (_Generic(a->name, int64_t : 0, default : 1)) memset(&a->name, 0, sizeof a->name);
     RK_ARGS_CALLER(NULL_POINTER_)
 #undef NULL_POINTER_
     for (int i = 0; i < dm->n_tensors; i++) set_ptr(a, ts[row[i]].at, bufs[i]);
@@ -64,8 +64,9 @@ static int compare(const replay *r, const char *backend, unsigned char *const *g
         for (uint64_t b = 0; b < t->bytes; b++)
             if (got[i][b] != want[i][b] && n++ == 0) first = b;
         if (n) {
-            fprintf(r->out, "%s: %s differs from the reference in %llu of %llu bytes; the first at byte %llu: kernel 0x%02x, "
-                            "reference 0x%02x\n",
+            fprintf(r->out,
+                    "%s: %s differs from the reference in %llu of %llu bytes; the first at byte %llu: kernel 0x%02x, "
+                    "reference 0x%02x\n",
                     backend, t->name, (unsigned long long)n, (unsigned long long)t->bytes, (unsigned long long)first,
                     got[i][first], want[i][first]);
             differ = 1;
@@ -198,10 +199,10 @@ done:
 static int replay_on(replay *r, const char *backend) {
     const rk_dump *dm = r->dm;
     ropekv_options o = {ROPEKV_SIZED(ropekv_options)};
-    o.backend = !backend                     ? ROPEKV_BACKEND_AUTO
-                : !strcmp(backend, "host")   ? ROPEKV_BACKEND_HOST
-                : !strcmp(backend, "cuda")   ? ROPEKV_BACKEND_CUDA
-                                             : ROPEKV_BACKEND_HIP;
+    o.backend = !backend                   ? ROPEKV_BACKEND_AUTO
+                : !strcmp(backend, "host") ? ROPEKV_BACKEND_HOST
+                : !strcmp(backend, "cuda") ? ROPEKV_BACKEND_CUDA
+                                           : ROPEKV_BACKEND_HIP;
     ropekv_ctx *ctx = NULL;
     ropekv_status s = ropekv_create(&ctx, &o);
     if (s != ROPEKV_OK) {
@@ -311,8 +312,9 @@ int rk_replay(const char *path, const char *const *backends, int n, FILE *out) {
             rk_desc *again = malloc(sizeof *again);
             if (again && row && rk_desc_make(&r->spec, row, &r->choice, again, &err) == ROPEKV_OK &&
                 (strcmp(again->key, dm->key) != 0 || strcmp(again->name, dm->name) != 0))
-                fprintf(out, "warning: the dump's spec and choices describe %s (%s) on row %s today, not the dumped "
-                             "kernel: replaying what they describe\n",
+                fprintf(out,
+                        "warning: the dump's spec and choices describe %s (%s) on row %s today, not the dumped "
+                        "kernel: replaying what they describe\n",
                         again->key, again->name, dm->arch);
             free(again);
             rc = RK_REPLAY_SAME;

@@ -31,8 +31,9 @@ static void check(const uint8_t *data, size_t size) {
                "an enum out of range");
     FUZZ_CHECK(a.reason >= RK_DUMP_FIRST && a.reason <= RK_DUMP_EVERY, "reason %d", (int)a.reason);
     FUZZ_CHECK(a.n_tensors >= 0 && a.n_tensors <= RK_TENSORS_MAX, "%d tensors", a.n_tensors);
-    FUZZ_CHECK(a.spec_len <= RK_SPEC_TEXT_MAX && (a.spec_len == 0 || (a.spec_text >= (const char *)data &&
-                                                                      a.spec_text + a.spec_len <= (const char *)data + size)),
+    FUZZ_CHECK(a.spec_len <= RK_SPEC_TEXT_MAX &&
+                   (a.spec_len == 0 ||
+                    (a.spec_text >= (const char *)data && a.spec_text + a.spec_len <= (const char *)data + size)),
                "the spec text outside the input");
     for (int i = 0; i < a.n_tensors; i++) {
         const rk_dump_tensor *t = &a.t[i];
