@@ -1285,7 +1285,7 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     const int checked = s == ROPEKV_OK; /* the scales' check reads memory the plan holds */
     if (s == ROPEKV_OK && pl.total > 0 && k->d.arch->vendor == RK_VENDOR_HOST) s = rk_args_scales_check(&k->d, a, &err);
     if (s != ROPEKV_OK) {
-        if (c->dump.on && !c->compile_only) dump_launch(k, a, checked ? &pl : NULL, stream, s, err.msg);
+        if (c->dump.on && !c->compile_only && a) dump_launch(k, a, checked ? &pl : NULL, stream, s, err.msg);
         return fail(c, s, "%s", err.msg);
     }
     if (pl.total == 0) return ROPEKV_OK;

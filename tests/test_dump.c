@@ -211,7 +211,8 @@ static void test_policy(void **state) {
     for (int i = 0; i < 5; i++) launch_checked(k, rv, 20 + (uint64_t)i);
     ropekv_args bad = {ROPEKV_SIZED(ropekv_args), .tokens = -1, .heads = 1};
     assert_int_equal(ropekv_launch(k, &bad, NULL), ROPEKV_ERR_SHAPE);
-    bad.tokens = 1; /* tensors missing */
+    assert_int_equal(ropekv_launch(k, NULL, NULL), ROPEKV_ERR_NULL); /* no args: nothing to dump */
+    bad.tokens = 1;                                                  /* tensors missing */
     bad.max_pos = 16;
     assert_int_equal(ropekv_launch(k, &bad, NULL), ROPEKV_ERR_NULL);
     ropekv_kernel_release(k);
