@@ -2,7 +2,8 @@
  * variant dumped on the host backend and replayed with `ropekv-gen replay` bit for bit; the policy (first, fail,
  * every:N) and the byte bound; the options and variables refused; and hostile files (truncated at every field,
  * lengths past the end or over their limits, wrong magic or version, huge counts, a flipped byte) refused with
- * ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by the reader and by `ropekv-gen replay`.
+ * ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by the reader and by `ropekv-gen replay`; a dump of another
+ * target (a CUDA context's on sm_90) replayed on the host backend.
  *   test_dump [--seeds DIR]   (--seeds: writes the fuzz target's seed dumps to DIR and exits) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -353,14 +354,13 @@ static void test_options_refused(void **state) {
 
 /* ---- hostile files ------------------------------------------------------------------------------------------ */
 
-/* A small valid dump (DeepSeek-V3, fp8 cache) in memory. */
-static rk_codeobj small_dump(void) {
-    const char *dir = fresh_dir("small");
-    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+/* A small valid dump of v's first launch in memory (dumped in the directory name). */
+static rk_codeobj small_dump_of(const ropekv_variant *v, const char *name) {
+    const char *dir = fresh_dir(name);
     ropekv_ctx *c = dump_ctx(dir, NULL, 0);
     ropekv_kernel *k = NULL;
-    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
-    launch_checked(k, rk_test_ref_variant(&cat, v.spec, &v), 1);
+    assert_int_equal(ropekv_kernel_get(c, v, &k), ROPEKV_OK);
+    launch_checked(k, rk_test_ref_variant(&cat, v->spec, v), 1);
     ropekv_kernel_release(k);
     ropekv_destroy(c);
     char files[2][512];
@@ -437,7 +437,8 @@ static void refused(const unsigned char *buf, size_t n, ropekv_status s, const c
 
 static void test_hostile_files(void **state) {
     (void)state;
-    rk_codeobj f = small_dump();
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+    rk_codeobj f = small_dump_of(&v, "small");
     const size_t n = f.len;
     size_t at[F_COUNT];
     walk(f.data, n, at);
@@ -552,6 +553,71 @@ static void test_hostile_files(void **state) {
     rk_code_free(&f);
 }
 
+/* f with string fields F_LIBRARY + 1 .. F_LIBRARY + 5 (backend, device target, arch row, key, kernel name) replaced by
+ * s[0..4] and the checksum made again: what the same launch's dump on another target holds. */
+static rk_codeobj retarget(const rk_codeobj *f, const char *const s[5]) {
+    size_t at[F_COUNT];
+    walk(f->data, f->len, at);
+    rk_codeobj o = {malloc(f->len + 2048), 0};
+    assert_non_null(o.data);
+    memcpy(o.data, f->data, at[F_LIBRARY + 1]);
+    o.len = at[F_LIBRARY + 1];
+    for (int i = 0; i < 5; i++) {
+        set_le32(o.data + o.len, (uint32_t)strlen(s[i]));
+        memcpy(o.data + o.len + 4, s[i], strlen(s[i]));
+        o.len += 4 + strlen(s[i]);
+    }
+    memcpy(o.data + o.len, f->data + at[F_LIBRARY + 6], at[F_CHECKSUM] - at[F_LIBRARY + 6]);
+    o.len += at[F_CHECKSUM] - at[F_LIBRARY + 6];
+    rk_sha256 h;
+    rk_sha256_init(&h);
+    rk_sha256_update(&h, o.data, o.len);
+    rk_sha256_final(&h, o.data + o.len);
+    o.len += 32;
+    return o;
+}
+
+/* A dump made by a CUDA context on an H200 (backend cuda, target sm_90, the sm_90 kernel's key and name) replays on the
+ * host backend: the same choices, built for the host's row, bit for bit; a kernel name the spec and choices do not
+ * give (another library version's) is warned about and replayed as they describe. */
+static void test_other_target_replays_on_host(void **state) {
+    (void)state;
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE,
+                              .layout = ROPEKV_KV_PAGED};
+    const rk_desc *host = rk_test_ref_variant(&cat, v.spec, &v);
+    assert_non_null(host);
+    const rk_arch *sm90 = rk_arch_find(&cat.archs, "sm_90");
+    assert_non_null(sm90);
+    rk_desc *d = malloc(sizeof *d);
+    rk_err err = {0};
+    const rk_choice choice = rk_desc_choice(host);
+    assert_int_equal(rk_desc_make(host->spec, sm90, &choice, d, &err), ROPEKV_OK);
+    assert_string_not_equal(d->key, host->key);
+    rk_codeobj f = small_dump_of(&v, "retarget");
+    char path[600];
+    snprintf(path, sizeof path, "%s/sm_90.rkdump", scratch);
+    const char *const cuda[5] = {"cuda", "sm_90", "sm_90", d->key, d->name};
+    rk_codeobj g = retarget(&f, cuda);
+    assert_int_equal(rk_test_write_file(path, g.data, g.len, 0600), ROPEKV_OK);
+    rk_buf out = {0};
+    int status = replay(path, NULL, NULL, &out);
+    if (status != 0 || !strstr(out.p, "cuda target sm_90 (row sm_90)") || !strstr(out.p, host->name) ||
+        !strstr(out.p, "every byte equal") || strstr(out.p, "warning"))
+        fail_msg("exit %d:\n%s", status, out.p ? out.p : "");
+    rk_code_free(&g);
+    const char *const other[5] = {"cuda", "sm_90", "sm_90", d->key, "rk_a_kernel_of_another_version"};
+    g = retarget(&f, other);
+    assert_int_equal(rk_test_write_file(path, g.data, g.len, 0600), ROPEKV_OK);
+    status = replay(path, NULL, NULL, &out);
+    if (status != 0 || !strstr(out.p, "warning: the dump's spec and choices describe") ||
+        !strstr(out.p, "every byte equal"))
+        fail_msg("exit %d:\n%s", status, out.p ? out.p : "");
+    rk_buf_free(&out);
+    rk_code_free(&g);
+    rk_code_free(&f);
+    free(d);
+}
+
 /* --seeds DIR: the fuzz target's seeds (tests/fuzz/corpus/dump): small valid dumps of two variants and a refused
  * launch. */
 static int write_seeds(const char *dir) {
@@ -601,6 +667,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_options_refused),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_other_target_replays_on_host),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
