@@ -271,9 +271,8 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
             say(why, cap, "internal: tensor %d of the plan is not in the kernel's table", ti);
             return -1;
         }
-        const uint64_t b = (uint64_t)l->pl->used[i].bytes;
-        if (b > (uint64_t)INT64_MAX - total) total = UINT64_MAX;
-        else total += 4 + strlen(ts[ti].name) + 4 + 8 + b;
+        const uint64_t b = (uint64_t)l->pl->used[i].bytes, entry = 4 + strlen(ts[ti].name) + 4 + 8; /* b < 2^57 */
+        total = total > (uint64_t)INT64_MAX - entry - b ? UINT64_MAX : total + entry + b; /* UINT64_MAX stays */
     }
     if (total > (uint64_t)d->policy.max_bytes || total > SIZE_MAX) {
         say(why, cap, "the dump would be %llu bytes, more than the bound of %lld (dump max bytes)",
