@@ -244,7 +244,7 @@ static int replay_on(replay *r, const char *backend) {
                 ropekv_args a = dm->args;
                 a.size = sizeof a;
                 s = ropekv_query(ctx, &dm->v, &a, why, sizeof why);
-                fprintf(r->out, "%s: the argument check returns %s: %s\n", name, ropekv_status_name(s), why);
+                fprintf(r->out, "%s: the argument check returns %s\n", name, s == ROPEKV_OK ? "ROPEKV_OK" : why);
                 rc = s == dm->status ? RK_REPLAY_SAME : RK_REPLAY_DIFFERS;
                 if (rc != RK_REPLAY_SAME)
                     fprintf(r->out, "%s: the dumped launch returned %s\n", name, ropekv_status_name(dm->status));
