@@ -70,7 +70,8 @@ ROPEKV_API const char *ropekv_version_string(void);
     X(ROPEKV_ERR_VERSION, 605, "a struct's size is invalid or newer than this library knows")       \
     X(ROPEKV_ERR_ALIAS, 606, "a tensor the kernel writes shares bytes with another tensor")         \
     X(ROPEKV_ERR_NOMEM, 900, "out of memory")                                                       \
-    X(ROPEKV_ERR_IO, 901, "an I/O error")
+    X(ROPEKV_ERR_IO, 901, "an I/O error")                                                           \
+    X(ROPEKV_ERR_DUMP, 902, "a dump file is truncated, corrupt or not a dump (docs/dump.md)")
 
 typedef enum ropekv_status {
 #define ROPEKV_ENUM_(name, value, msg) name = value,
@@ -141,6 +142,20 @@ typedef struct ropekv_options {
                                   $ROPEKV_BACKEND), and the target too (or $ROPEKV_TARGET). Its kernels
                                   can be got, prepared and described, never launched (ROPEKV_ERR_BACKEND).
                                   0 (or -1, off as for the options above): a device context */
+    /* Replayable bug reports (docs/dump.md): a directory that chosen launches are written to, one file each (the
+     * variant, the spec's text, every ropekv_args field and the bytes of every tensor the launch touches, copied
+     * back from the device), which `ropekv-gen replay FILE` runs again and compares with the reference. Created
+     * 0700 when missing; like the cache directory it must be owned by this user, not writable by group or others
+     * and not a system directory. Dumping never changes a launch's result: a dump that cannot be written is a
+     * warning on stderr. NULL: $ROPEKV_DUMP (unset: no dumps). Read when size covers it. */
+    const char *dump;
+    /* Which launches: a comma-separated list of "first" (each kernel's first launch), "fail" (every launch whose
+     * argument check fails) and "every:N" (a kernel's launches N, 2N, ...). NULL: $ROPEKV_DUMP_WHEN, else "first".
+     * An invalid list fails ropekv_create with ROPEKV_ERR_ARG. */
+    const char *dump_when;
+    /* The most bytes one dump file may have; a launch whose dump would be larger is not dumped (a warning).
+     * 0: $ROPEKV_DUMP_MAX_BYTES, else 256 MiB; negative, or an invalid variable: ROPEKV_ERR_ARG. */
+    int64_t dump_max_bytes;
 } ropekv_options;
 
 /* opts may be NULL (all defaults). On failure *out is NULL and the status says why; details of a

@@ -281,10 +281,14 @@ ropekv_status rk_args_check(const rk_desc *p, const ropekv_args *a, rk_plan *pl,
         if (!touched(&ts[i], &c, a)) continue;
         ropekv_status st = tensor_check(p, &ts[i], &c, a, &placed_[np], err);
         if (st != ROPEKV_OK) return st;
+        pl->used[np].tensor = i;
+        pl->used[np].ptr = (const void *)placed_[np].base;
+        pl->used[np].bytes = placed_[np].bytes;
         if ((ts[i].rule == RK_ROWS_ANY || ts[i].rule == RK_ROWS_TOKEN) && placed_[np].bytes > widest)
             widest = placed_[np].bytes;
         np++;
     }
+    pl->n_used = np;
     ropekv_status st = alias_check(placed_, np, err);
     if (st != ROPEKV_OK) return st;
 

@@ -13,6 +13,14 @@ typedef struct rk_plan {
     int64_t blocks;
     int block; /* threads per block */
     rk_args args;
+    /* The tensors the launch touches, in the order of rk_tensors(d): the row's index there, the caller's pointer and
+     * the bytes the launch may read or write from it (its extent, overflow-checked). */
+    int n_used;
+    struct {
+        int tensor;
+        const void *ptr;
+        int64_t bytes;
+    } used[RK_TENSORS_MAX];
 } rk_plan;
 
 /* The caller's fields of rk_args from ropekv_args, copied by name (templates/args.h); the plan fields

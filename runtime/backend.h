@@ -44,6 +44,10 @@ typedef struct rk_backend_ops {
                   rk_buf *log);
     void (*unload)(rk_device *d, void *module);
     void (*close)(rk_device *d);
+    /* Copies n bytes of device memory at src to host memory at dst, in stream order: after the work queued on stream
+     * before it, and finished when it returns (a dump of a launch's inputs, runtime/dump.h). ROPEKV_OK, or
+     * ROPEKV_ERR_DEVICE with the reason in log (ROPEKV_ERR_BACKEND: the driver lacks the calls). */
+    int (*read)(rk_device *d, void *dst, const void *src, size_t n, void *stream, rk_buf *log);
 } rk_backend_ops;
 
 extern const rk_backend_ops rk_backend_host;

@@ -229,6 +229,44 @@ static void cuda_close(rk_device *d) {
     d->state = NULL;
 }
 
+static int cuda_read(rk_device *d, void *dst, const void *src, size_t n, void *stream, rk_buf *log) {
+    cuda_state *s = d->state;
+    if (!cu->cuMemcpyDtoHAsync || !cu->cuStreamSynchronize) {
+        rk_buf_printf(log, "libcuda.so.1 lacks cuMemcpyDtoHAsync_v2 or cuStreamSynchronize");
+        return ROPEKV_ERR_BACKEND;
+    }
+    CUcontext prev;
+    const char *call = "cuCtxPushCurrent";
+    CUresult r = cu->cuCtxPushCurrent(s->ctx);
+    if (r != 0) {
+        rk_buf_printf(log, "%s: %s", call, cu_err(r));
+        return ROPEKV_ERR_DEVICE;
+    }
+    int capturing = 0; /* a stream capturing a graph: a synchronous copy would invalidate the capture */
+    if (cu->cuStreamIsCapturing) {
+        call = "cuStreamIsCapturing";
+        r = cu->cuStreamIsCapturing((CUstream)stream, &capturing);
+    }
+    if (r == 0 && !capturing) {
+        call = "cuMemcpyDtoHAsync";
+        r = cu->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, (CUstream)stream);
+        if (r == 0) {
+            call = "cuStreamSynchronize";
+            r = cu->cuStreamSynchronize((CUstream)stream);
+        }
+    }
+    cu->cuCtxPopCurrent(&prev);
+    if (r == 0 && capturing) {
+        rk_buf_printf(log, "the stream is capturing a graph: its memory cannot be read now");
+        return ROPEKV_ERR_DEVICE;
+    }
+    if (r != 0) {
+        rk_buf_printf(log, "%s (%zu bytes from %p): %s", call, n, src, cu_err(r));
+        return ROPEKV_ERR_DEVICE;
+    }
+    return ROPEKV_OK;
+}
+
 const rk_backend_ops rk_backend_cuda = {
-    "cuda", cuda_open, cuda_compile, cuda_load, cuda_launch, cuda_unload, cuda_close,
+    "cuda", cuda_open, cuda_compile, cuda_load, cuda_launch, cuda_unload, cuda_close, cuda_read,
 };

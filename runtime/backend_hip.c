@@ -37,7 +37,10 @@ typedef struct ihipStream_t *hipStream_t;
     X(error_name, "hipGetErrorName", 0, const char *, (hipError_t))                                               \
     X(func_attribute, "hipFuncGetAttribute", 0, hipError_t, (int *, int, hipFunction_t))                          \
     X(properties_r0600, "hipGetDevicePropertiesR0600", 0, hipError_t, (void *, int))                              \
-    X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))
+    X(properties_old, "hipGetDeviceProperties", 0, hipError_t, (void *, int))                                     \
+    X(memcpy_dtoh_async, "hipMemcpyDtoHAsync", 0, hipError_t, (void *, void *, size_t, hipStream_t))              \
+    X(stream_synchronize, "hipStreamSynchronize", 0, hipError_t, (hipStream_t))                                   \
+    X(stream_is_capturing, "hipStreamIsCapturing", 0, hipError_t, (hipStream_t, int *))
 
 enum { HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0 }; /* hipFunction_attribute, the same in every release */
 
@@ -343,6 +346,41 @@ static void hip_close(rk_device *d) {
     d->state = NULL;
 }
 
+static int hip_read(rk_device *d, void *dst, const void *src, size_t n, void *stream, rk_buf *log) {
+    hip_state *s = d->state;
+    if (!hip.memcpy_dtoh_async || !hip.stream_synchronize) {
+        rk_buf_printf(log, "libamdhip64 lacks hipMemcpyDtoHAsync or hipStreamSynchronize");
+        return ROPEKV_ERR_BACKEND;
+    }
+    int prev;
+    hipError_t e = enter_device(s, &prev);
+    const char *call = "hipSetDevice";
+    int capturing = 0; /* a stream capturing a graph: a synchronous copy would invalidate the capture */
+    if (e == 0 && hip.stream_is_capturing) {
+        call = "hipStreamIsCapturing";
+        e = hip.stream_is_capturing((hipStream_t)stream, &capturing);
+    }
+    if (e == 0 && capturing) {
+        leave_device(s, prev);
+        rk_buf_printf(log, "the stream is capturing a graph: its memory cannot be read now");
+        return ROPEKV_ERR_DEVICE;
+    }
+    if (e == 0) {
+        call = "hipMemcpyDtoHAsync";
+        e = hip.memcpy_dtoh_async(dst, (void *)src, n, (hipStream_t)stream);
+        if (e == 0) {
+            call = "hipStreamSynchronize";
+            e = hip.stream_synchronize((hipStream_t)stream);
+        }
+    }
+    leave_device(s, prev);
+    if (e != 0) {
+        hip_fail(log, call, d->target, s->ordinal, e);
+        return ROPEKV_ERR_DEVICE;
+    }
+    return ROPEKV_OK;
+}
+
 const rk_backend_ops rk_backend_hip = {
-    "hip", hip_open, hip_compile, hip_load_module, hip_launch, hip_unload, hip_close,
+    "hip", hip_open, hip_compile, hip_load_module, hip_launch, hip_unload, hip_close, hip_read,
 };

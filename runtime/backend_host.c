@@ -99,6 +99,14 @@ static void host_unload(rk_device *d, void *module) {
 
 static void host_close(rk_device *d) { (void)d; }
 
+static int host_read(rk_device *d, void *dst, const void *src, size_t n, void *stream, rk_buf *log) {
+    (void)d; /* the host backend runs synchronously: its "device" memory is the caller's */
+    (void)stream;
+    (void)log;
+    memcpy(dst, src, n);
+    return ROPEKV_OK;
+}
+
 const rk_backend_ops rk_backend_host = {
-    "host", host_open, host_compile, host_load, host_launch, host_unload, host_close,
+    "host", host_open, host_compile, host_load, host_launch, host_unload, host_close, host_read,
 };

@@ -106,7 +106,7 @@ static int make_dirs(char *path, mode_t leaf) {
 
 /* A directory of the system (after realpath) that is never a writable cache: the root, the top-level
  * system directories themselves, and anything under the kernel's pseudo file systems. */
-static int system_dir(const char *real) {
+int rk_system_dir(const char *real) {
     static const char *const top[] = {"/",       "/bin",  "/boot", "/dev",   "/etc",  "/lib", "/lib32", "/lib64",
                                       "/libx32", "/proc", "/run",  "/sbin",  "/srv",  "/sys", "/usr",   "/var",
                                       "/opt",    "/home", "/mnt",  "/media", "/root", "/tmp"};
@@ -198,7 +198,7 @@ void rk_cache_open(rk_cache *c, const char *dir) {
         return;
     }
     char real[PATH_MAX];
-    if (realpath(d, real) && system_dir(real)) {
+    if (realpath(d, real) && rk_system_dir(real)) {
         say(c->why, sizeof c->why,
             "cache directory %s is the system directory %s; refusing to write kernels there" MEMORY_ONLY, d, real);
         return;

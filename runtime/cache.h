@@ -91,6 +91,10 @@ void rk_cache_open(rk_cache *c, const char *dir);
  * fails, lock and clear return -1. */
 void rk_cache_open_ro(rk_cache *c, const char *dir);
 
+/* 1 when real (a path after realpath(3)) is one of those system directories, which the dump directory
+ * (runtime/dump.h) refuses too. */
+int rk_system_dir(const char *real);
+
 /* Reads the entry for digest. On RK_CACHE_OK *data (malloc'd, the caller frees; non-NULL even for an
  * empty payload) / *len hold the payload. No entry: RK_CACHE_MISS with why = "". Invalid entries
  * (corrupt, truncated, foreign, a symlink/directory/FIFO in the entry's place) are removed, unless

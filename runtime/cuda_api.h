@@ -46,7 +46,8 @@ _Static_assert(sizeof(void *) != 8 || (offsetof(CUlaunchConfig, stream) == 32 &&
 
 /* Who needs an entry point: the backend (the library cannot use the driver without it), or the
  * programs around it (rk_cuda_driver with RK_CUDA_PROGRAMS). cuLaunchKernelEx is needed by nobody:
- * before CUDA 12 it is missing and launches fall back to cuLaunchKernel. */
+ * before CUDA 12 it is missing and launches fall back to cuLaunchKernel; nor are the dump's stream-ordered copy
+ * calls (cuMemcpyDtoHAsync, cuStreamSynchronize, cuStreamIsCapturing), which only a dump uses. */
 enum { RK_CUDA_BACKEND = 1, RK_CUDA_PROGRAMS = 2 };
 #define RK_CUDA_ALL (RK_CUDA_BACKEND | RK_CUDA_PROGRAMS)
 
@@ -66,6 +67,9 @@ enum { RK_CUDA_BACKEND = 1, RK_CUDA_PROGRAMS = 2 };
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
     X(cuGetErrorString, "cuGetErrorString", RK_CUDA_ALL, CUresult, (CUresult, const char **))                         \
     X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **))      \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 0, CUresult, (void *, CUdeviceptr, size_t, CUstream))                \
+    X(cuStreamSynchronize, "cuStreamSynchronize", 0, CUresult, (CUstream))                                            \
+    X(cuStreamIsCapturing, "cuStreamIsCapturing", 0, CUresult, (CUstream, int *))                                     \
     X(cuGetErrorName, "cuGetErrorName", RK_CUDA_PROGRAMS, CUresult, (CUresult, const char **))                        \
     X(cuDriverGetVersion, "cuDriverGetVersion", RK_CUDA_PROGRAMS, CUresult, (int *))                                  \
     X(cuDeviceGetName, "cuDeviceGetName", RK_CUDA_PROGRAMS, CUresult, (char *, int, CUdevice))                        \

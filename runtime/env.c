@@ -35,6 +35,9 @@ static const struct {
     [RK_ENV_LIBCUDA] = {"ROPEKV_LIBCUDA", TEXT, 0, 0, 0, NULL},
     [RK_ENV_LIBHIP] = {"ROPEKV_LIBHIP", TEXT, 0, 0, 0, NULL},
     [RK_ENV_HIPRTC_VERSION] = {"ROPEKV_HIPRTC_VERSION", VERSION, 0, 0, 0, NULL},
+    [RK_ENV_DUMP] = {"ROPEKV_DUMP", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_DUMP_WHEN] = {"ROPEKV_DUMP_WHEN", TEXT, 0, 0, 0, NULL},
+    [RK_ENV_DUMP_MAX_BYTES] = {"ROPEKV_DUMP_MAX_BYTES", TEXT, 0, 0, 0, NULL},
 };
 
 const char *rk_env_name(rk_env_id id) { return table[id].name; }

@@ -25,6 +25,9 @@ typedef enum rk_env_id {
     RK_ENV_LIBCUDA,
     RK_ENV_LIBHIP,
     RK_ENV_HIPRTC_VERSION, /* version: MAJOR.MINOR */
+    RK_ENV_DUMP,           /* text: the dump directory (runtime/dump.h) */
+    RK_ENV_DUMP_WHEN,      /* text: which launches are dumped (rk_dump_policy_parse: invalid is an error) */
+    RK_ENV_DUMP_MAX_BYTES, /* text: the most bytes of one dump (rk_dump_policy_parse: invalid is an error) */
     RK_ENV_COUNT
 } rk_env_id;
 

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "args_check.h"
 #include "cache.h"
+#include "dump.h"
 #include "env.h"
 #include "proc.h"
 #include "rk.h"
@@ -99,12 +100,17 @@ struct ropekv_kernel {
     void *module[2];   /* [0] the 32-bit entry's build, [1] the 64-bit entry's */
     void *fn[2];       /* fn[1] is set (atomically) once built */
     int wide_building; /* under ctx->mu */
+    char *spec_text;   /* a dumping context's kernel: the spec's text it was described from (malloc'd) */
+    size_t spec_len;
+    uint64_t launches, refused; /* launches that passed the argument check, and that failed it (atomic) */
     struct ropekv_kernel *next;
 };
 
 typedef struct ctx_spec { /* a spec in use: built in (generation 0) or loaded at run time */
     rk_spec spec;
     unsigned generation;
+    char *text; /* a loaded spec's text (malloc'd; a dump holds it); NULL for a built-in one (rk_embedded) */
+    size_t len;
 } ctx_spec;
 
 struct ropekv_ctx {
@@ -125,6 +131,7 @@ struct ropekv_ctx {
     int pdl;          /* launch kernels whose row has `pdl` with programmatic serialization */
     int pdl_prefetch; /* ... reading the static inputs before the wait */
     int force_i64;    /* $ROPEKV_FORCE_I64: every launch runs the 64-bit entry (tests of that entry on small shapes) */
+    rk_dumper dump;   /* ropekv_options.dump, $ROPEKV_DUMP: launches written as dump files (dump.on) */
     unsigned char template_hash[32];
     ctx_spec *specs; /* built-in specs read on first use, and specs loaded at run time */
     int n_specs;
@@ -288,6 +295,36 @@ static int open_backend(ropekv_ctx *c, const rk_backend_ops *ops, int ordinal, c
     return ops->open(&c->dev, ordinal, target, log);
 }
 
+/* The dump options (ropekv_options.dump*, $ROPEKV_DUMP*): an invalid policy is the caller's error (ROPEKV_ERR_ARG,
+ * named on stderr); a directory that cannot be used is a warning, and nothing is dumped. */
+static ropekv_status open_dump(ropekv_ctx *c, const ropekv_options *o) {
+    const char *dir = o && o->dump ? o->dump : rk_env_text(RK_ENV_DUMP);
+    const char *when = o && o->dump_when ? o->dump_when : rk_env_text(RK_ENV_DUMP_WHEN);
+    char max_text[32], why[1024];
+    const char *max = rk_env_text(RK_ENV_DUMP_MAX_BYTES);
+    if (o && o->dump_max_bytes < 0) {
+        fprintf(stderr, "ropekv: error: options.dump_max_bytes = %lld: must be >= 0 (0: the default)\n",
+                (long long)o->dump_max_bytes);
+        return ROPEKV_ERR_ARG;
+    }
+    if (o && o->dump_max_bytes > 0) {
+        snprintf(max_text, sizeof max_text, "%lld", (long long)o->dump_max_bytes);
+        max = max_text;
+    }
+    rk_dump_policy p;
+    if (rk_dump_policy_parse(when, max, &p, why, sizeof why) != ROPEKV_OK) {
+        const int opt_when = o && o->dump_when, opt_max = o && o->dump_max_bytes;
+        fprintf(stderr, "ropekv: error: %s: %s\n",
+                strncmp(why, "dump when", 9) == 0 ? (opt_when ? "options.dump_when" : "ROPEKV_DUMP_WHEN")
+                                                  : (opt_max ? "options.dump_max_bytes" : "ROPEKV_DUMP_MAX_BYTES"),
+                why);
+        return ROPEKV_ERR_ARG;
+    }
+    if (dir && rk_dumper_open(&c->dump, dir, &p, why, sizeof why) != 0)
+        fprintf(stderr, "ropekv: warning: %s; no launch is dumped\n", why);
+    return ROPEKV_OK;
+}
+
 ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     if (!out) return ROPEKV_ERR_NULL;
     *out = NULL;
@@ -308,6 +345,10 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     c->pdl = o && o->pdl ? o->pdl > 0 : rk_env_flag(RK_ENV_PDL);
     c->pdl_prefetch = o && o->pdl_prefetch ? o->pdl_prefetch > 0 : rk_env_flag(RK_ENV_PDL_PREFETCH);
     c->force_i64 = rk_env_flag(RK_ENV_FORCE_I64);
+    if (open_dump(c, o) != ROPEKV_OK) {
+        ropekv_destroy(c);
+        return ROPEKV_ERR_ARG;
+    }
 
     rk_err err = {0};
     size_t len;
@@ -427,10 +468,12 @@ static void ctx_free(ropekv_ctx *c) {
         for (int w = 0; w < 2; w++)
             if (k->module[w] && c->dev.ops) c->dev.ops->unload(&c->dev, k->module[w]);
         free(k->error);
+        free(k->spec_text);
         free(k);
         k = n;
     }
     if (c->dev.ops) c->dev.ops->close(&c->dev);
+    for (int i = 0; i < c->n_specs; i++) free(c->specs[i].text);
     free(c->specs);
     pthread_cond_destroy(&c->built);
     pthread_mutex_destroy(&c->mu);
@@ -457,19 +500,29 @@ static int spec_index(const ropekv_ctx *c, const char *name) {
     return i;
 }
 
-/* Under mu: the spec named s->name becomes *s with generation gen; replace = 0 keeps an entry already
- * there (a built-in spec read by two threads at once). */
-static int put_spec(ropekv_ctx *c, const rk_spec *s, unsigned gen, int replace) {
+/* Under mu: the spec named s->name becomes *s with generation gen and text (malloc'd, taken over; NULL for a built-in
+ * spec); replace = 0 keeps an entry already there (a built-in spec read by two threads at once). */
+static int put_spec(ropekv_ctx *c, const rk_spec *s, unsigned gen, int replace, char *text, size_t len) {
     const int i = spec_index(c, s->name);
-    if (i < c->n_specs && !replace) return ROPEKV_OK;
+    if (i < c->n_specs && !replace) {
+        free(text);
+        return ROPEKV_OK;
+    }
     if (i == c->n_specs) {
         ctx_spec *grown = realloc(c->specs, sizeof *grown * (size_t)(c->n_specs + 1));
-        if (!grown) return ROPEKV_ERR_NOMEM;
+        if (!grown) {
+            free(text);
+            return ROPEKV_ERR_NOMEM;
+        }
         c->specs = grown;
+        c->specs[i].text = NULL;
         c->n_specs++;
     }
     c->specs[i].spec = *s;
     c->specs[i].generation = gen;
+    free(c->specs[i].text);
+    c->specs[i].text = text;
+    c->specs[i].len = len;
     return ROPEKV_OK;
 }
 ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char *text, size_t len) {
@@ -479,8 +532,12 @@ ropekv_status ropekv_load_spec_text(ropekv_ctx *c, const char *file, const char 
     rk_err err = {0};
     int rc = rk_spec_load(file, text, len, &c->archs, &s, &err);
     if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
+    char *kept = malloc(len + 1); /* a dump of its kernels holds the text */
+    if (!kept) return fail(c, ROPEKV_ERR_NOMEM, "load_spec: out of memory");
+    memcpy(kept, text, len);
+    kept[len] = '\0';
     pthread_mutex_lock(&c->mu);
-    int rc_put = put_spec(c, &s, ++c->generation, 1); /* kernels of the old content are never found again */
+    int rc_put = put_spec(c, &s, ++c->generation, 1, kept, len); /* kernels of the old content are never found again */
     pthread_mutex_unlock(&c->mu);
     if (rc_put != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "load_spec: out of memory");
     char shown[4400];
@@ -572,7 +629,8 @@ static void listed_by(ropekv_ctx *c, const rk_spec *s, const rk_choice *choice, 
 /* The description of v on the context's target, from the spec it names: one loaded at run time, else the
  * built-in one (read from the embedded text on first use). *spec receives the spec (d->spec points
  * there) and *gen its generation. Nothing is enumerated: the description is computed for v alone. */
-static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *spec, unsigned *gen, rk_desc *d) {
+static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *spec, unsigned *gen, rk_desc *d,
+                              char **text, size_t *text_len) {
     if (c->dev.refused[0]) return fail(c, ROPEKV_ERR_TARGET, "%s", c->dev.refused);
     if (!v || !v->spec) return fail(c, ROPEKV_ERR_NULL, "variant or variant.spec is NULL");
     rk_err err = {0};
@@ -581,6 +639,10 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
     if (found) {
         *spec = c->specs[i].spec;
         *gen = c->specs[i].generation;
+        if (text && c->specs[i].text && (*text = malloc(c->specs[i].len + 1)) != NULL) {
+            memcpy(*text, c->specs[i].text, c->specs[i].len + 1);
+            *text_len = c->specs[i].len;
+        }
     }
     pthread_mutex_unlock(&c->mu);
     if (!found) {
@@ -588,7 +650,7 @@ static ropekv_status describe(ropekv_ctx *c, const ropekv_variant *v, rk_spec *s
         if (rc != ROPEKV_OK) return fail(c, (ropekv_status)rc, "%s", err.msg);
         *gen = 0;
         pthread_mutex_lock(&c->mu);
-        rc = put_spec(c, spec, 0, 0);
+        rc = put_spec(c, spec, 0, 0, NULL, 0);
         pthread_mutex_unlock(&c->mu);
         if (rc != ROPEKV_OK) return fail(c, ROPEKV_ERR_NOMEM, "out of memory");
     }
@@ -922,7 +984,7 @@ ropekv_status ropekv_kernel_get(ropekv_ctx *c, const ropekv_variant *v, ropekv_k
 
     unsigned described_gen; /* differs from gen only when the spec is replaced meanwhile: then the kernel
                                is the new content's, under the old lookup, and never found again */
-    ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d);
+    ropekv_status s = describe(c, v, &k->spec, &described_gen, &k->d, c->dump.on ? &k->spec_text : NULL, &k->spec_len);
     if (s == ROPEKV_OK && described_gen != gen) { /* other threads' lookups read it under mu */
         pthread_mutex_lock(&c->mu);
         k->generation = ~0u;
@@ -1157,6 +1219,60 @@ ropekv_status ropekv_kernel_prepare(ropekv_kernel *k, unsigned entries) {
     return entries & ROPEKV_ENTRY_64 ? wide_entry(k, &fn) : ROPEKV_OK;
 }
 
+/* ---- dumps (runtime/dump.h) ----------------------------------------------------------------------------------- */
+typedef struct dump_read_ctx {
+    ropekv_ctx *c;
+    void *stream;
+} dump_read_ctx;
+
+static int dump_read(void *ctx, void *dst, const void *src, size_t n, char *why, size_t cap) {
+    dump_read_ctx *r = ctx;
+    rk_buf log = {0};
+    const int rc = r->c->dev.ops->read ? r->c->dev.ops->read(&r->c->dev, dst, src, n, r->stream, &log)
+                                       : ROPEKV_ERR_BACKEND;
+    if (rc != ROPEKV_OK)
+        snprintf(why, cap, "reading %zu bytes of device memory: %s", n, log.p ? log.p : "the backend cannot");
+    rk_buf_free(&log);
+    return rc == ROPEKV_OK ? 0 : -1;
+}
+
+/* Writes a dump of the launch of k with a when the context's policy chooses it: pl the checked launch (its tensors
+ * are read back, in stream order, before the kernel runs), or NULL when the argument check failed with s and msg.
+ * Never changes the launch: a dump that cannot be written is a warning. */
+static void dump_launch(ropekv_kernel *k, const ropekv_args *a, const rk_plan *pl, void *stream, ropekv_status s,
+                        const char *msg) {
+    ropekv_ctx *c = k->ctx;
+    const int failed = s != ROPEKV_OK;
+    const uint64_t n = __atomic_add_fetch(failed ? &k->refused : &k->launches, 1, __ATOMIC_RELAXED);
+    const rk_dump_reason reason = rk_dump_chosen(&c->dump.policy, n, failed);
+    if (reason == RK_DUMP_NOT) return;
+    char file[sizeof k->d.spec->name + 8];
+    snprintf(file, sizeof file, "%s.lua", k->d.spec->name);
+    size_t len = k->spec_len;
+    const char *text = k->spec_text ? k->spec_text : rk_embedded(file, &len);
+    dump_read_ctx rd = {c, stream};
+    const rk_dump_launch l = {.d = &k->d,
+                              .v = &k->v,
+                              .spec_text = text ? text : "",
+                              .spec_len = text ? len : 0,
+                              .backend = c->dev.ops->name,
+                              .device_target = c->dev.target,
+                              .a = a,
+                              .pl = pl,
+                              .status = s,
+                              .message = msg,
+                              .launch = n,
+                              .reason = reason,
+                              .read = dump_read,
+                              .read_ctx = &rd};
+    char path[4608], why[1024];
+    if (rk_dump_write(&c->dump, &l, path, sizeof path, why, sizeof why) != 0)
+        fprintf(stderr, "ropekv: warning: launch %llu of %s not dumped: %s\n", (unsigned long long)n, k->d.key, why);
+    else
+        logf_(c, "dumped launch %llu of %s (%s) to %s", (unsigned long long)n, k->d.key, rk_dump_reason_name(reason),
+              path);
+}
+
 ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream) {
     if (!k) return ROPEKV_ERR_NULL;
     ropekv_ctx *c = k->ctx;
@@ -1166,12 +1282,17 @@ ropekv_status ropekv_launch(ropekv_kernel *k, const ropekv_args *a, void *stream
     ropekv_status s = args_in(c, &a, &buf);
     if (s != ROPEKV_OK) return s;
     s = rk_args_check(&k->d, a, &pl, &err);
+    const int checked = s == ROPEKV_OK; /* the scales' check reads memory the plan holds */
     if (s == ROPEKV_OK && pl.total > 0 && k->d.arch->vendor == RK_VENDOR_HOST) s = rk_args_scales_check(&k->d, a, &err);
-    if (s != ROPEKV_OK) return fail(c, s, "%s", err.msg);
+    if (s != ROPEKV_OK) {
+        if (c->dump.on && !c->compile_only && a) dump_launch(k, a, checked ? &pl : NULL, stream, s, err.msg);
+        return fail(c, s, "%s", err.msg);
+    }
     if (pl.total == 0) return ROPEKV_OK;
     if (c->compile_only)
         return fail(c, ROPEKV_ERR_BACKEND, "%s: a compile-only context builds and caches kernels, never launches them",
                     k->d.key);
+    if (c->dump.on) dump_launch(k, a, &pl, stream, ROPEKV_OK, "");
     void *fn = __atomic_load_n(&k->fn[pl.wide || c->force_i64], __ATOMIC_ACQUIRE);
     if (!fn && (s = wide_entry(k, &fn)) != ROPEKV_OK) return s;
     const int pdl = k->d.arch->pdl && c->pdl;
@@ -1196,7 +1317,7 @@ ropekv_status ropekv_query(ropekv_ctx *c, const ropekv_variant *v, const ropekv_
     unsigned gen;
     ropekv_status s = v ? variant_in(c, v, &q->v) : ROPEKV_OK;
     if (s == ROPEKV_OK) s = args_in(c, &a, &q->a);
-    if (s == ROPEKV_OK) s = describe(c, v ? &q->v : NULL, &q->spec, &gen, &q->d);
+    if (s == ROPEKV_OK) s = describe(c, v ? &q->v : NULL, &q->spec, &gen, &q->d, NULL, NULL);
     q->d.spec = &q->spec;
     if (s == ROPEKV_OK && a) {
         rk_err err = {0};

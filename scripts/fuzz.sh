@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the libFuzzer targets of tests/fuzz (the fuzz preset: build-fuzz/, clang, ASan, UBSan), runs them.
 #   usage: scripts/fuzz.sh TARGET|all [SECONDS] [extra libFuzzer arguments...]
-#   TARGET: spec | render | cache | args | amdmeta; SECONDS per target (default 15).
+#   TARGET: spec | render | cache | args | amdmeta | dump; SECONDS per target (default 15).
 # Each target starts from tests/fuzz/corpus/<t> and tests/fuzz/regressions/<t> (read only); what it
 # finds goes to build-fuzz/corpus/<t>, crashes to build-fuzz/artifacts/<t>/, its log to
 # build-fuzz/logs/<t>.log (with -jobs=N also build-fuzz/run/<t>/fuzz-<job>.log, one per job).
@@ -28,8 +28,8 @@ if [ $# -ge 1 ]; then
     shift
 fi
 case $what in
-all) targets="spec render cache args amdmeta" ;;
-spec | render | cache | args | amdmeta) targets=$what ;;
+all) targets="spec render cache args amdmeta dump" ;;
+spec | render | cache | args | amdmeta | dump) targets=$what ;;
 *) usage ;;
 esac
 case $secs in
@@ -64,6 +64,7 @@ max_len() {
     cache) echo 2048 ;;
     args) echo 256 ;;        # a draw is 178 bytes
     amdmeta) echo 16384 ;;   # the seed code objects are 2-12 KiB
+    dump) echo 16384 ;;      # the seed dumps are 3-11 KiB
     esac
 }
 

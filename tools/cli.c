@@ -16,6 +16,7 @@
 #include "cover.h"
 #include "host_compile.h"
 #include "pool.h"
+#include "replay.h"
 #include "rk.h"
 #include "check.h"
 #include "ropekv.h"
@@ -53,6 +54,9 @@ static const char USAGE[] =
     "                     one variant's table row, compiler log and disassembly (PTX/SASS on NVIDIA)\n"
     "  isa-baseline [--jobs N]\n"
     "                     the AMD ISA review's baseline (tests/golden/isa_amd.txt) of this build\n"
+    "  replay FILE [--backend B]...\n"
+    "                     run a dump of a launch (ROPEKV_DUMP, docs/dump.md) again and compare every byte\n"
+    "                     with the CPU reference\n"
     "\n"
     "Options:\n"
     "  --spec FILE        also load this model spec (a spec with the same name replaces the built-in)\n"
@@ -61,6 +65,16 @@ static const char USAGE[] =
     "  --version          the version of ropekv\n"
     "\n"
     "The architecture table and model specs under specs/ are built in.\n";
+
+static const char *const HELP_REPLAY =
+    "usage: ropekv-gen replay FILE [--backend host|cuda|hip]...\n"
+    "Reads a dump file (written by a context with ROPEKV_DUMP or ropekv_options.dump: docs/dump.md), checks it\n"
+    "field by field, rebuilds its variant (the dump's spec text and choices) for each backend's target, runs the\n"
+    "launch on the dumped inputs and the CPU reference on a copy, and compares every byte of every tensor the\n"
+    "launch touches, printing the first difference of each. A launch the argument check refused is refused again\n"
+    "with the same status. Without --backend: the host backend, then the GPU the automatic choice finds, if any.\n"
+    "Exit status: 0 every byte equal (or the same refusal), 1 a difference, 2 usage, 3 the file refused (its\n"
+    "ropekv_status named: ROPEKV_ERR_DUMP, ROPEKV_ERR_VERSION) or the variant cannot be built here.\n";
 
 static const char *const HELP_LIST =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] list [--all]\n"
@@ -851,6 +865,36 @@ out:
     return rc;
 }
 
+/* replay FILE [--backend B]...: arguments after the command. A replay never dumps itself. */
+static int replay_main(int argc, char **argv) {
+    const char *file = NULL, *backends[8];
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(HELP_REPLAY, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc && n < 8) {
+            const char *b = argv[++i];
+            if (strcmp(b, "host") && strcmp(b, "cuda") && strcmp(b, "hip")) {
+                fprintf(stderr, "ropekv-gen replay: --backend %s: expected host, cuda or hip\n\n%s", b, HELP_REPLAY);
+                return 2;
+            }
+            backends[n++] = b;
+        } else if (!file && argv[i][0] != '-') {
+            file = argv[i];
+        } else {
+            fprintf(stderr, "ropekv-gen replay: unknown argument '%s'\n\n%s", argv[i], HELP_REPLAY);
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "ropekv-gen replay: FILE is required\n\n%s", HELP_REPLAY);
+        return 2;
+    }
+    unsetenv("ROPEKV_DUMP");
+    return rk_replay(file, backends, n, stdout);
+}
+
 int main(int argc, char **argv) {
     opts o = {.jobs = 0};
     int i = 1;
@@ -879,6 +923,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[i++];
+    if (!strcmp(cmd, "replay")) return replay_main(argc - i, argv + i);
     const char *help = !strcmp(cmd, "list")           ? HELP_LIST
                        : !strcmp(cmd, "emit")         ? HELP_EMIT
                        : !strcmp(cmd, "selftest")     ? HELP_SELFTEST

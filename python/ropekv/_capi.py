@@ -75,6 +75,9 @@ class ropekv_options(_Sized):
         ("pdl_prefetch", ctypes.c_int),
         ("cache_ro", ctypes.c_char_p),  # read-only cache layers, ':'-separated (None: $ROPEKV_CACHE_RO)
         ("compile_only", ctypes.c_int),  # 1: no device; kernels are compiled and cached, never launched
+        ("dump", ctypes.c_char_p),  # directory of replayable launch dumps (None: $ROPEKV_DUMP; docs/dump.md)
+        ("dump_when", ctypes.c_char_p),  # "first", "fail", "every:N", comma-separated (None: $ROPEKV_DUMP_WHEN)
+        ("dump_max_bytes", ctypes.c_int64),  # the most bytes of one dump (0: $ROPEKV_DUMP_MAX_BYTES, else 256 MiB)
     ]
 
 

@@ -334,15 +334,17 @@ class Context:
     """A ropekv context: one backend on one device, the kernels compiled for it and their caches.
 
     Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None,
-            pdl=None, pdl_prefetch=None)
+            pdl=None, pdl_prefetch=None, dump=None)
     disk_cache, log, pdl, pdl_prefetch: None = library default (environment), True = on, False = off.
     pdl: programmatic dependent launch where the target's row enables it (sm_90): a launch overlaps the tail
     of the kernel before it in the stream and waits for it before touching memory. pdl_prefetch: positions,
-    slots and cos/sin are read before that wait; only when the kernel before never writes them.
+    slots and cos/sin are read before that wait; only when the kernel before never writes them. dump: a directory
+    that launches are written to for `ropekv-gen replay` (None: $ROPEKV_DUMP; which launches: $ROPEKV_DUMP_WHEN;
+    docs/dump.md).
     Use as a context manager or call close(); kernels obtained from it must not be used after that."""
 
     def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None, pdl=None,
-                 pdl_prefetch=None):
+                 pdl_prefetch=None, dump=None):
         self._h = None
         self._kernels = {}
         self._all_kernels = []
@@ -357,6 +359,7 @@ class Context:
                                           _tristate(disk_cache, "disk_cache"),
                                           _tristate(log, "log"), _tristate(pdl, "pdl"),
                                           _tristate(pdl_prefetch, "pdl_prefetch"))
+        self._opts.dump = _cstr(dump, "dump")
         h = ctypes.c_void_p()
         s = lib.ropekv_create(ctypes.byref(h), ctypes.byref(self._opts))
         if s != 0:

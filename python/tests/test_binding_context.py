@@ -130,6 +130,22 @@ def test_kernel_tensors():
     assert "out" not in fam and [t.name for t in ropekv.family_tensors("read")][-2:] == ["out", "out_rope"]
 
 
+def test_context_dump_option():
+    """dump= reaches the library: the context makes the dump directory (mode 0700) its launches are written to."""
+    d = tempfile.mkdtemp(prefix="ropekv-dump-")
+    try:
+        target = os.path.join(d, "dumps")
+        with ropekv.Context("host", disk_cache=False, dump=target):
+            assert os.path.isdir(target) and os.stat(target).st_mode & 0o777 == 0o700
+        try:
+            ropekv.Context("host", disk_cache=False, dump="a\0b")
+            raise AssertionError("a NUL byte in dump was accepted")
+        except ValueError as e:
+            assert "dump" in str(e)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_context_host_basics():
     c = context("host")
     assert c.backend == "host" and c.target == "host"
