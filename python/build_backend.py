@@ -6,9 +6,9 @@ loads first after $ROPEKV_LIB). Lua is built into the library, so the wheel need
                     libropekv.so is brought up to date with `cmake --build DIR --target ropekv`); otherwise the repository is
                     configured (Release, no tests) and built in a temporary directory, removed afterwards.
   ROPEKV_WHEEL_BUNDLE  bundles to pack, DIR[:DIR...] (absolute paths of `ropekv-gen build --bundle DIR` outputs);
-                    also the config setting `bundle` (pip wheel --config-settings bundle=DIR, repeatable), after these. Each is
-                    checked (_check_bundle) and packed as ropekv/bundles/<its base name>/, which the binding gives every
-                    Context as read-only cache layers (docs/install.md, "Bundles in the wheel").
+                    then those of the config setting `bundle` (pip wheel --config-settings bundle=DIR, repeatable).
+                    Each is checked (_check_bundle) and packed as ropekv/bundles/<its base name>/, which the binding
+                    gives every Context as read-only cache layers (docs/install.md, "Bundles in the wheel").
   CMAKE             the cmake to run (default: cmake).
 
 The version is the library's single one, project(VERSION) in CMakeLists.txt, read from the build's generated
@@ -19,8 +19,8 @@ import glob
 import hashlib
 import os
 import re
-import stat
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -90,8 +90,7 @@ def _check_bundle(bundle, version):
     names kernels by variant, not by entry, so a missing entry shows as a count short. RuntimeError naming the
     bundle and the reason otherwise."""
     def fail(why):
-        raise RuntimeError("bundle %s: %s; not packed (make it with `ropekv-gen build --bundle DIR` of this build)" %
-                           (bundle, why))
+        raise RuntimeError("bundle %s: %s; not packed" % (bundle, why))
 
     # The backend runs in python/ (pip's choice), so a relative path would not mean what it says.
     if not os.path.isabs(bundle):
@@ -102,12 +101,13 @@ def _check_bundle(bundle, version):
         with open(os.path.join(bundle, BUNDLE_MANIFEST)) as f:
             lines = f.read().splitlines()
     except OSError as e:
-        fail("no %s (%s)" % (BUNDLE_MANIFEST, e.strerror))
+        fail("no %s (%s): not a bundle of `ropekv-gen build --bundle`, or one whose build failed" %
+             (BUNDLE_MANIFEST, e.strerror))
     if lines[:1] != ["ropekv-bundle 1"] or len(lines) < 2 or not lines[1].startswith("ropekv "):
         fail("%s does not start with 'ropekv-bundle 1' and the ropekv version" % BUNDLE_MANIFEST)
     if lines[1] != "ropekv " + version:
         fail("made by %s, this wheel is ropekv %s: the version is part of every cache key, so none of its entries "
-             "would ever be found" % (lines[1], version))
+             "would ever be found (make it with this build's ropekv-gen)" % (lines[1], version))
     kernels, targets = 0, set()
     for n, line in enumerate(lines[2:], 3):
         fields = line.split(" ")

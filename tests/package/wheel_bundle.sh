@@ -2,9 +2,9 @@
 # A wheel that carries bundles (the ctest test `wheel_bundle`), as a node with no compiler sees it:
 #   1. two host bundles (ropekv-gen build --bundle) of deepseek_v3's fp8 paged write, each with its three norms:
 #      decode/ (q form zero_copy) and prefill/ (q form none), the kernels examples/mla_decode_layer.py launches
-#   2. the wheel built without them and with them (ROPEKV_WHEEL_BUNDLE, and pip's --config-settings bundle=DIR), both sizes
-#      printed; bundles that are not whole (no manifest, an entry missing, a corrupt entry, another version's)
-#      fail the build, naming the bundle and the reason
+#   2. the wheel built without them and with them (ROPEKV_WHEEL_BUNDLE, and pip's --config-settings bundle=DIR),
+#      both sizes printed; bundles that are not whole (no manifest, an entry missing, a corrupt entry, another
+#      version's) fail the build, naming the bundle and the reason
 #   3. installed with umask 022 into TMP/site; from /, with no ROPEKV_LIB, CXX and PATH pointing nowhere and no
 #      writable cache: tests/package/wheel_bundle_check.py (zero compiles, bit for bit against ropekv.reference,
 #      the layers' order, a variant not bundled and the bundles turned off failing with the named error)
@@ -48,8 +48,9 @@ wheel() { # wheel OUT_DIR [pip options]: pip wheel ./python offline with this bu
         >"$out.log" 2>&1
 }
 echo "== wheels without and with the bundles"
-wheel "$tmp/plain"
-ROPEKV_WHEEL_BUNDLE=$tmp/decode wheel "$tmp/dist" --config-settings bundle="$tmp/prefill" || { cat "$tmp/dist.log" >&2; exit 1; }
+wheel "$tmp/plain" || { cat "$tmp/plain.log" >&2; exit 1; }
+ROPEKV_WHEEL_BUNDLE=$tmp/decode wheel "$tmp/dist" --config-settings bundle="$tmp/prefill" ||
+    { cat "$tmp/dist.log" >&2; exit 1; }
 plain=$(ls "$tmp"/plain/ropekv-*.whl)
 whl=$(ls "$tmp"/dist/ropekv-*.whl)
 "$py" - "$whl" <<'EOF'
