@@ -7,7 +7,8 @@
 #      version's) fail the build, naming the bundle and the reason
 #   3. installed with umask 022 into TMP/site; from /, with no ROPEKV_LIB, CXX and PATH pointing nowhere and no
 #      writable cache: tests/package/wheel_bundle_check.py (zero compiles, bit for bit against ropekv.reference,
-#      the layers' order, a variant not bundled and the bundles turned off failing with the named error)
+#      the layers' order, a variant not bundled and the bundles turned off failing with the named error), and
+#      tests/package/bundle_kernels.py (every kernel the manifests list, by its key, from the bundles)
 #   4. examples/mla_decode_layer.py run from the source checkout with only the wheel on PYTHONPATH, no compiler
 #   5. installed with umask 002 (group-writable files): the layer is refused, named on stderr, until
 #      `chmod -R go-w` of the bundles (docs/install.md)
@@ -15,7 +16,7 @@
 #   usage: tests/package/wheel_bundle.sh ROPEKV_GEN BUILD_DIR PYTHON
 set -eu
 [ $# -eq 3 ] || {
-    sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+    sed -n '2,17s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -99,6 +100,8 @@ nocc() { # nocc COMMAND...: only the wheel in $site, no compiler, no writable ca
         ROPEKV_DISABLE_CACHE=1 CXX=/nonexistent/c++ PATH=/nonexistent "$@"
 }
 (cd / && nocc "$py" "$root/tests/package/wheel_bundle_check.py" "$tmp/site")
+(cd / && nocc "$py" "$root/tests/package/bundle_kernels.py" host) | tee "$tmp/kernels.out"
+grep -q "^host (host): 6 kernels of 2 bundle(s): " "$tmp/kernels.out"
 
 echo "== examples/mla_decode_layer.py from the checkout, only the wheel installed"
 (cd "$root" && nocc "$py" examples/mla_decode_layer.py --device cpu --steps 2 --seqs 2 --hidden 256 --max-ctx 64)
