@@ -331,10 +331,13 @@ def bundle_dirs():
 
 def read_only_layers(cache_ro=None, bundles=None):
     """The read-only cache layers of a Context, ':'-separated as ropekv_options.cache_ro takes them: the caller's
-    cache_ro (a string or a list of directories; None: $ROPEKV_CACHE_RO), then this package's bundle_dirs() unless
-    bundles is False, or None with $ROPEKV_NO_BUNDLE=1. None when that is only $ROPEKV_CACHE_RO (the library reads
-    it itself)."""
-    own = cache_ro if cache_ro is None or isinstance(cache_ro, str) else ":".join(os.fspath(d) for d in cache_ro)
+    cache_ro (a string or path, or a list of directories; None: $ROPEKV_CACHE_RO), then this package's bundle_dirs()
+    unless bundles is False, or None with $ROPEKV_NO_BUNDLE=1. None when that is only $ROPEKV_CACHE_RO (the library
+    reads it itself)."""
+    if cache_ro is None or isinstance(cache_ro, (str, os.PathLike)):
+        own = None if cache_ro is None else os.fspath(cache_ro)
+    else:
+        own = ":".join(os.fspath(d) for d in cache_ro)
     if bundles is None:
         env = os.environ.get("ROPEKV_NO_BUNDLE") or "0"
         if env.lower() not in _FLAG:

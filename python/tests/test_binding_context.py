@@ -4,6 +4,7 @@ info from the library, contexts on the host backend (query, kernel, stats, prepa
     python3 python/tests/test_binding_context.py    # this file; python3 python/tests/test_binding.py runs them all"""
 import ctypes
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -195,7 +196,7 @@ def test_cache_ro_host():
         filled.kernel("deepseek_v3", kv="bf16", q="none")
         assert filled.stats()["compiles"] == 1 and filled.cache_ro is None, (filled.stats(), filled.cache_ro)
         filled.close()
-        for layers in (tmp, [tmp]):
+        for layers in (tmp, [tmp], pathlib.Path(tmp)):
             c = ropekv.Context("host", disk_cache=False, cache_ro=layers)
             assert c.cache_ro == tmp, c.cache_ro
             c.kernel("deepseek_v3", kv="bf16", q="none")
