@@ -3,9 +3,8 @@
 A ctypes binding over libropekv.so (found through $ROPEKV_LIB, else the copy inside this package that a wheel
 carries, else the repository's build/ directory next to this package, else the system's library path). A wheel
 may also carry bundles of prebuilt kernels (ropekv.bundle_dirs()), which every Context searches as read-only cache
-layers. Importing
-it needs neither torch nor the library; torch is imported only where tensors are passed, and by ropekv.ops (the
-torch.library operators) and ropekv.reference (ropekv's arithmetic in PyTorch).
+layers. Importing it needs neither torch nor the library; torch is imported only where tensors are passed, and by
+ropekv.ops (the torch.library operators) and ropekv.reference (ropekv's arithmetic in PyTorch).
 
     import torch, ropekv
     ctx = ropekv.Context("cuda")                      # shares PyTorch's primary CUDA context

@@ -336,8 +336,8 @@ class Context:
     Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None,
             pdl=None, pdl_prefetch=None, cache_ro=None, bundles=None)
     disk_cache, log, pdl, pdl_prefetch: None = library default (environment), True = on, False = off.
-    cache_ro: read-only cache layers searched before cache_dir, a ':'-separated string or a list of directories
-    (None: $ROPEKV_CACHE_RO). bundles: the bundles the installed wheel carries (ropekv.bundle_dirs()) are searched
+    cache_ro: read-only cache layers searched before cache_dir, a ':'-separated string, a path or a list of
+    directories (None: $ROPEKV_CACHE_RO). bundles: the bundles the installed wheel carries (ropekv.bundle_dirs()) are searched
     after those layers; False leaves them out, None takes $ROPEKV_NO_BUNDLE=1 as False (docs/install.md).
     pdl: programmatic dependent launch where the target's row enables it (sm_90): a launch overlaps the tail
     of the kernel before it in the stream and waits for it before touching memory. pdl_prefetch: positions,
