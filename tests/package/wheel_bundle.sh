@@ -4,7 +4,7 @@
 #      decode/ (q form zero_copy) and prefill/ (q form none), the kernels examples/mla_decode_layer.py launches
 #   2. the wheel built without them and with them (ROPEKV_WHEEL_BUNDLE, and pip's --config-settings bundle=DIR),
 #      both sizes printed; bundles that are not whole (no manifest, an entry missing, a corrupt entry, another
-#      version's) fail the build, naming the bundle and the reason
+#      version's), a relative path and two of one base name fail the build, naming the bundle and the reason
 #   3. installed with umask 022 into TMP/site; from /, with no ROPEKV_LIB, CXX and PATH pointing nowhere and no
 #      writable cache: tests/package/wheel_bundle_check.py (zero compiles, bit for bit against ropekv.reference,
 #      the layers' order, a variant not bundled and the bundles turned off failing with the named error), and
@@ -90,6 +90,15 @@ cp -R "$tmp/decode" "$tmp/other-version"
 sed -i '2s/.*/ropekv 0.0.0/' "$tmp/other-version/ropekv-bundle.txt"
 refused "$tmp/other-version" "made by ropekv 0.0.0"
 refused "relative/dir" "not an absolute path"
+mkdir "$tmp/again"
+cp -R "$tmp/decode" "$tmp/again/decode"
+if ROPEKV_WHEEL_BUNDLE=$tmp/decode:$tmp/again/decode wheel "$tmp/bad" ||
+    ! grep -q "bundles $tmp/decode and $tmp/again/decode: both would be ropekv/bundles/decode/" "$tmp/bad.log"; then
+    cat "$tmp/bad.log" >&2
+    echo "FAIL: two bundles of one base name were not refused, named" >&2
+    exit 1
+fi
+echo "refused: two bundles named decode"
 
 echo "== pip install --target $tmp/site (umask 022), run from / without a compiler"
 "$py" -m pip install -q --no-deps --no-index --target "$tmp/site" "$whl"
