@@ -25,13 +25,15 @@ per step; "unfused_fp32" is the sequence as engines write it (x0*c - x1*s in flo
 cache bytes may differ from ropekv's, counted, not asserted).
 """
 import argparse
+import importlib.util
 import math
 import os
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+if importlib.util.find_spec("ropekv") is None:  # an installed ropekv (a wheel) first, else this checkout's python/
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 try:
     import torch  # noqa: E402

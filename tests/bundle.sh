@@ -25,6 +25,16 @@ env -u ROPEKV_CACHE_DIR ROPEKV_CACHE_RO="$dir/b" ROPEKV_DISABLE_CACHE=1 CXX=/non
     "$check"
 chmod 0755 "$dir/b"
 
+# Variants of specs that render the same code are each bundled (build, unlike list --all, keeps them): a runtime
+# keys a kernel by its own spec's variant key. deepseek_v32's and glm5's rms_out kernels are deepseek_v3's code.
+same=host/bf16/absorbed/pos=int64/slot=int64/layout=paged/norm=rms_out
+test "$("$gen" --filter $same list --all 2>/dev/null | grep -c -e '^deepseek_v32/' -e '^glm5/')" -eq 0
+"$gen" --filter $same build --target host --bundle "$dir/same" 2>"$dir/same.err" || { cat "$dir/same.err" >&2; exit 1; }
+for spec in deepseek_v3 deepseek_v32 glm5; do grep -q "^kernel $spec/$same " "$dir/same/ropekv-bundle.txt"; done
+n=$(grep -c '^kernel ' "$dir/same/ropekv-bundle.txt")
+test "$(ls "$dir/same" | grep -c '\.rkco$')" -eq $((2 * n + 1))
+echo "a bundle holds the $n variants of $same, those whose code another spec's renders too"
+
 # A write that fails (a directory in an entry's place: the runtime's rename fails, a warning only) leaves
 # the entry out: the bundle read back as a read-only layer lacks it, and the build fails naming it.
 entry=$(grep -l ELF "$dir"/b/*.rkco | head -n 1)

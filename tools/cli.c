@@ -121,7 +121,8 @@ static const char *const HELP_BUILD =
     "  --strict     also fail when a device variant uses scratch or spills (or they are not known), or\n"
     "               an fp8 variant on a target with fp8_hw lacks the hardware fp8 conversion, or an AMD\n"
     "               code object fails the launch ABI check (docs/amd.md)\n"
-    "  --bundle DIR write the code of every variant chosen (both entries, 32- and 64-bit) into DIR as\n"
+    "  --bundle DIR write the code of every variant chosen (both entries, 32- and 64-bit; each spec's,\n"
+    "               also where another spec's renders the same code) into DIR as\n"
     "               the runtime's own cache entries, keyed as the runtime keys them, plus the identity\n"
     "               of the compiler and DIR/ropekv-bundle.txt listing the kernels; a runtime given DIR\n"
     "               as a read-only layer ($ROPEKV_CACHE_RO) runs them without any compiler. Builds through\n"
@@ -197,6 +198,32 @@ static int all_variants(const opts *o, const rk_catalog *cat, int all, rk_desc *
         int k = rk_variants(&cat->specs[s], &cat->archs, tmp, RK_MAX_VARIANTS_PER_SPEC, NULL);
         for (int i = 0; i < k; i++) *product += !o->filter || strstr(tmp[i].key, o->filter);
     }
+    free(tmp);
+    return n;
+}
+
+/* build --bundle's variants: every one passing the filter, in the product's order. None is left out for rendering
+ * the code of another spec's variant (as all_variants leaves it out): a runtime keys each kernel by its own spec's
+ * variant key, so a bundle holds the entries of each. Returns the count or -1. */
+static int bundle_variants(const opts *o, const rk_catalog *cat, rk_desc *out, int cap) {
+    rk_desc *tmp = malloc(sizeof *tmp * RK_MAX_VARIANTS_PER_SPEC);
+    int n = tmp ? 0 : -1;
+    for (int s = 0; s < cat->n_specs && n >= 0; s++) {
+        rk_err err = {0};
+        const int k = rk_variants(&cat->specs[s], &cat->archs, tmp, RK_MAX_VARIANTS_PER_SPEC, &err);
+        if (k < 0) fprintf(stderr, "ropekv-gen: %s\n", err.msg);
+        for (int i = 0; i < k && n >= 0; i++) {
+            if (o->filter && !strstr(tmp[i].key, o->filter)) continue;
+            if (n < cap) {
+                out[n++] = tmp[i];
+                continue;
+            }
+            fprintf(stderr, "ropekv-gen build --bundle: more than %d variants; choose fewer (--filter)\n", cap);
+            n = -1;
+        }
+        if (k < 0) n = -1;
+    }
+    if (!tmp) fprintf(stderr, "ropekv-gen: out of memory\n");
     free(tmp);
     return n;
 }
@@ -976,9 +1003,12 @@ int main(int argc, char **argv) {
     if (!cat || !v) {
         fprintf(stderr, "ropekv-gen: out of memory\n");
     } else if (load_catalog(&o, cat) == 0) {
-        /* list and selftest take the covering set unless --all; the others every variant */
+        /* list and selftest take the covering set unless --all; the others every variant (each rendered source
+         * once), build --bundle every variant of every spec */
         const int sampled = (!strcmp(cmd, "list") || !strcmp(cmd, "selftest")) && !o.all;
-        int product = 0, n = all_variants(&o, cat, !sampled, v, MAX_VARIANTS, &product);
+        int product = 0, n = o.bundle && !strcmp(cmd, "build")
+                                 ? bundle_variants(&o, cat, v, MAX_VARIANTS)
+                                 : all_variants(&o, cat, !sampled, v, MAX_VARIANTS, &product);
         o.product = product;
         if (n >= 0 && !strcmp(cmd, "list"))
             fprintf(stderr, "list: %d variants (%s of %d)\n", n, sampled ? "the covering set" : "all", product);

@@ -1,9 +1,10 @@
 """ropekv: fused MLA RoPE + KV-cache write kernels, JIT-compiled for the device at hand (Python binding).
 
 A ctypes binding over libropekv.so (found through $ROPEKV_LIB, else the copy inside this package that a wheel
-carries, else the repository's build/ directory next to this package, else the system's library path). Importing
-it needs neither torch nor the library; torch is imported only where tensors are passed, and by ropekv.ops (the
-torch.library operators) and ropekv.reference (ropekv's arithmetic in PyTorch).
+carries, else the repository's build/ directory next to this package, else the system's library path). A wheel
+may also carry bundles of prebuilt kernels (ropekv.bundle_dirs()), which every Context searches as read-only cache
+layers. Importing it needs neither torch nor the library; torch is imported only where tensors are passed, and by
+ropekv.ops (the torch.library operators) and ropekv.reference (ropekv's arithmetic in PyTorch).
 
     import torch, ropekv
     ctx = ropekv.Context("cuda")                      # shares PyTorch's primary CUDA context
@@ -29,6 +30,7 @@ The fused kv_a RMSNorm (DeepSeek-V3 / Kimi-K2's kv_a_layernorm) in the same laun
 Errors the library reports raise RopekvError (status name + the context's last error text); argument
 errors found in Python raise TypeError (dtypes, types) or ValueError (shapes, devices, layouts)."""
 from ._capi import BACKENDS, INDEX_TYPES, KV_DTYPES, LAYOUTS, NORMS, OPS, Q_DTYPES, Q_FORMS, STATUS, candidate_paths
+from ._capi import bundle_dirs
 from ._capi import library
 from ._capi import library_path
 from ._capi import ropekv_args, ropekv_options, ropekv_stats, ropekv_variant
@@ -51,7 +53,8 @@ def __getattr__(name):
 
 __all__ = [
     "BACKENDS", "INDEX_TYPES", "KV_DTYPES", "LAYOUTS", "NORMS", "OPS", "Q_DTYPES", "Q_FORMS", "STATUS", "BoundLaunch",
-    "Context", "Kernel", "KernelInfo", "Reader", "Record", "RopekvError", "Segment", "TensorInfo", "candidate_paths",
+    "Context", "Kernel", "KernelInfo", "Reader", "Record", "RopekvError", "Segment", "TensorInfo", "bundle_dirs",
+    "candidate_paths",
     "family_tensors", "library", "library_path", "raw_args", "record", "records",
     "ropekv_args", "ropekv_options", "ropekv_stats", "ropekv_variant", "version",
     "version_number",

@@ -316,6 +316,51 @@ def candidate_paths():
     return out
 
 
+BUNDLE_MANIFEST = "ropekv-bundle.txt"  # a bundle's manifest (ropekv-gen build --bundle)
+_FLAG = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def bundle_dirs():
+    """The bundles a wheel carries (built with ROPEKV_WHEEL_BUNDLE, docs/install.md): each directory
+    ropekv/bundles/<name>/ of this package that holds a bundle's manifest, by name. Empty for a package without
+    bundles (a source checkout, a wheel built without them)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bundles")
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, BUNDLE_MANIFEST))]
+
+
+def read_only_layers(cache_ro=None, bundles=None):
+    """The read-only cache layers of a Context, ':'-separated as ropekv_options.cache_ro takes them: the caller's
+    cache_ro (a string or path, or a list of directories; None: $ROPEKV_CACHE_RO), then this package's bundle_dirs()
+    unless bundles is False, or None with $ROPEKV_NO_BUNDLE=1. None when that is only $ROPEKV_CACHE_RO (the library
+    reads it itself)."""
+    if cache_ro is None or isinstance(cache_ro, (str, os.PathLike)):
+        own = None if cache_ro is None else os.fspath(cache_ro)
+    else:
+        own = ":".join(os.fspath(d) for d in cache_ro)
+    if bundles is None:
+        env = os.environ.get("ROPEKV_NO_BUNDLE") or "0"
+        if env.lower() not in _FLAG:
+            import warnings
+            warnings.warn("ROPEKV_NO_BUNDLE=%s: expected 1 or 0 (true, yes, on / false, no, off); using 0" % env)
+        bundles = not _FLAG.get(env.lower(), False)
+    extra = []
+    for d in bundle_dirs() if bundles else []:
+        if ":" in d:  # cache_ro separates layers with ':'
+            import warnings
+            warnings.warn("ropekv bundle %s is not used: its path holds ':'" % d)
+        else:
+            extra.append(d)
+    if not extra:
+        return own
+    if own is None:
+        own = os.environ.get("ROPEKV_CACHE_RO") or ""
+    return ":".join([own] + extra) if own else ":".join(extra)
+
+
 def library():
     """The loaded libropekv (loaded on first use, so that importing the package needs nothing)."""
     global _lib, _lib_path

@@ -334,8 +334,11 @@ class Context:
     """A ropekv context: one backend on one device, the kernels compiled for it and their caches.
 
     Context(backend="auto"|"cuda"|"hip"|"host", device=0, target=None, cache_dir=None, disk_cache=None, log=None,
-            pdl=None, pdl_prefetch=None, dump=None)
+            pdl=None, pdl_prefetch=None, cache_ro=None, bundles=None, dump=None)
     disk_cache, log, pdl, pdl_prefetch: None = library default (environment), True = on, False = off.
+    cache_ro: read-only cache layers searched before cache_dir, a ':'-separated string, a path or a list of
+    directories (None: $ROPEKV_CACHE_RO). bundles: the bundles the installed wheel carries (ropekv.bundle_dirs()) are searched
+    after those layers; False leaves them out, None takes $ROPEKV_NO_BUNDLE=1 as False (docs/install.md).
     pdl: programmatic dependent launch where the target's row enables it (sm_90): a launch overlaps the tail
     of the kernel before it in the stream and waits for it before touching memory. pdl_prefetch: positions,
     slots and cos/sin are read before that wait; only when the kernel before never writes them. dump: a directory
@@ -344,7 +347,7 @@ class Context:
     Use as a context manager or call close(); kernels obtained from it must not be used after that."""
 
     def __init__(self, backend="auto", device=0, target=None, cache_dir=None, disk_cache=None, log=None, pdl=None,
-                 pdl_prefetch=None, dump=None):
+                 pdl_prefetch=None, cache_ro=None, bundles=None, dump=None):
         self._h = None
         self._kernels = {}
         self._all_kernels = []
@@ -353,12 +356,15 @@ class Context:
         b = _enum(_capi.BACKENDS, backend, "backend")
         if not isinstance(device, int) or isinstance(device, bool) or not _INT32[0] <= device <= _INT32[1]:
             raise ValueError("device must be an int from 0 to %d, got %r" % (_INT32[1], device))
+        if bundles not in (None, True, False):
+            raise ValueError("bundles must be None, True or False, got %r" % (bundles,))
+        layers = _cstr(_capi.read_only_layers(cache_ro, bundles), "cache_ro")
         if b in (_capi.BACKENDS["auto"], _capi.BACKENDS["cuda"], _capi.BACKENDS["hip"]):
             _torch_cuda_init(device)
         self._opts = _capi.ropekv_options(b, device, _cstr(target, "target"), _cstr(cache_dir, "cache_dir"),
                                           _tristate(disk_cache, "disk_cache"),
                                           _tristate(log, "log"), _tristate(pdl, "pdl"),
-                                          _tristate(pdl_prefetch, "pdl_prefetch"))
+                                          _tristate(pdl_prefetch, "pdl_prefetch"), cache_ro=layers)
         self._opts.dump = _cstr(dump, "dump")
         h = ctypes.c_void_p()
         s = lib.ropekv_create(ctypes.byref(h), ctypes.byref(self._opts))
@@ -370,6 +376,7 @@ class Context:
         self.device = device
         self.backend = lib.ropekv_backend_name(h).decode()
         self.target = lib.ropekv_target(h).decode()
+        self.cache_ro = layers.decode() if layers is not None else None  # the layers given to the library
 
     # -- lifetime --
     @property

@@ -4,6 +4,7 @@ info from the library, contexts on the host backend (query, kernel, stats, prepa
     python3 python/tests/test_binding_context.py    # this file; python3 python/tests/test_binding.py runs them all"""
 import ctypes
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -197,6 +198,36 @@ def test_kernel_prepare_host():
         pass
     else:
         raise AssertionError("prepare on a closed context did not raise")
+
+
+def test_cache_ro_host():
+    """Context(cache_ro=...) reaches the library: a cache another context filled, given as a read-only layer (a string
+    or a list), serves the kernel with no compile. This package carries no bundles, so the layers are the caller's
+    alone; bad values are refused by name. (A wheel's bundles: tests/package/wheel_bundle.sh.)"""
+    context("host")  # skips without a C++ compiler
+    assert ropekv.bundle_dirs() == [], ropekv.bundle_dirs()
+    tmp = tempfile.mkdtemp()
+    try:
+        filled = ropekv.Context("host", cache_dir=tmp, disk_cache=True)
+        filled.kernel("deepseek_v3", kv="bf16", q="none")
+        assert filled.stats()["compiles"] == 1 and filled.cache_ro is None, (filled.stats(), filled.cache_ro)
+        filled.close()
+        for layers in (tmp, [tmp], pathlib.Path(tmp)):
+            c = ropekv.Context("host", disk_cache=False, cache_ro=layers)
+            assert c.cache_ro == tmp, c.cache_ro
+            c.kernel("deepseek_v3", kv="bf16", q="none")
+            st = c.stats()
+            assert st["compiles"] == 0 and st["disk_hits"] == 1, st
+            c.close()
+    finally:
+        shutil.rmtree(tmp)
+    for bad, what in (({"cache_ro": "a\0b"}, "cache_ro"), ({"bundles": "no"}, "bundles")):
+        try:
+            ropekv.Context("host", **bad)
+        except ValueError as e:
+            assert what in str(e), e
+        else:
+            raise AssertionError("no ValueError for %r" % bad)
 
 
 def test_load_spec_text_host():
