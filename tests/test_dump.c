@@ -951,8 +951,45 @@ static void test_other_target_replays_on_host(void **state) {
     free(d);
 }
 
-/* --seeds DIR: the fuzz target's seeds (tests/fuzz/corpus/dump): small valid dumps of two variants and a refused
- * launch. */
+/* Writes the n bytes at p to dir/name; 0, or 1. */
+static int write_seed(const char *dir, const char *name, const unsigned char *p, size_t n) {
+    char out[1100];
+    snprintf(out, sizeof out, "%s/%s.rkdump", dir, name);
+    if (rk_write_file(out, p, n) != ROPEKV_OK) return 1;
+    printf("%s (%zu bytes)\n", out, n);
+    return 0;
+}
+
+/* The hostile seeds, variants of the DeepSeek-V3 dump f (two rows in its cache): the head's fields (magic, version 1,
+ * a spec text's length past the end, truncated, a trailing byte, a flipped byte), and its cache's rows (repeated,
+ * decreasing, past kv_rows, dumped whole) under a checksum made again. */
+static int write_hostile_seeds(const char *dir, const rk_codeobj *f) {
+    size_t at[F_COUNT];
+    walk(f->data, f->len, at);
+    const size_t n = f->len, form = entry_of(f, "kv_cache") + 4 + strlen("kv_cache") + 4 + 8, list = form + 4 + 16;
+    if (le64(f->data + form + 4 + 8) != 2) return 1;
+    unsigned char *b = malloc(n + 1);
+    int rc = b == NULL;
+#define SEED(name, len, stmt) (rc = rc || (memcpy(b, f->data, n), (stmt), write_seed(dir, name, b, len)))
+    SEED("bad_magic", n, b[0] = 'X');
+    SEED("version_1", n, set_le32(b + at[F_VERSION], 1));
+    SEED("huge_spec_length", n, set_le32(b + at[F_SPEC_TEXT], 0xfffffff0u));
+    SEED("truncated_head", 200, (void)0);
+    SEED("truncated_tensor", n / 2, (void)0);
+    SEED("trailing_byte", n + 1, b[n] = 0);
+    SEED("checksum_flipped", n, b[at[F_CHECKSUM] - 1] ^= 1);
+    SEED("rows_repeated", n, (set_le64(b + list + 8, le64(f->data + list)), resum(b, n)));
+    SEED("rows_decreasing", n,
+         (set_le64(b + list, le64(f->data + list + 8)), set_le64(b + list + 8, le64(f->data + list)), resum(b, n)));
+    SEED("rows_past_kv_rows", n, (set_le64(b + list + 8, 1u << 20), resum(b, n)));
+    SEED("cache_whole", n, (set_le32(b + form, 0), resum(b, n)));
+#undef SEED
+    free(b);
+    return rc;
+}
+
+/* --seeds DIR: the fuzz target's seeds (tests/fuzz/corpus/dump): small valid dumps of two variants (two tokens, two
+ * rows in the cache) and two refused launches, and the hostile seeds. */
 static int write_seeds(const char *dir) {
     if (rk_test_setup(scratch, &cat) != 0) return 1;
     static const ropekv_variant vs[] = {
@@ -964,7 +1001,7 @@ static int write_seeds(const char *dir) {
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
         ropekv_kernel *k = NULL;
         if (ropekv_kernel_get(c, &vs[i], &k) != ROPEKV_OK) return 1;
-        rk_shape sh = {.tokens = 1, .heads = 1, .max_pos = 2, .k_scale = 1.0f};
+        rk_shape sh = {.tokens = 2, .heads = 1, .max_pos = 2, .k_scale = 1.0f};
         char why[2048];
         if (rk_check(rk_test_ref_variant(&cat, vs[i].spec, &vs[i]), &sh, 1, rk_test_launch, k, why, sizeof why))
             return 1;
@@ -975,19 +1012,18 @@ static int write_seeds(const char *dir) {
     ropekv_destroy(c);
     char files[8][512];
     const int n = dumps_in(d, files, 8);
-    for (int i = 0; i < n; i++) {
+    int rc = n == 4 ? 0 : 1;
+    for (int i = 0; i < n && rc == 0; i++) {
         rk_codeobj f = {0};
-        char out[1100];
+        char name[600];
         const char *base = strrchr(files[i], '/') + 1;
-        snprintf(out, sizeof out, "%s/%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
-        if (strstr(base, "-fail-"))
-            snprintf(out, sizeof out, "%s/refused_%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
-        if (rk_read_file(files[i], &f) != ROPEKV_OK || rk_write_file(out, f.data, f.len) != ROPEKV_OK) return 1;
-        printf("%s (%zu bytes)\n", out, f.len);
+        snprintf(name, sizeof name, "%s%.*s", strstr(base, "-fail-") ? "refused_" : "", (int)strcspn(base, "-"), base);
+        rc = rk_read_file(files[i], &f) != ROPEKV_OK || write_seed(dir, name, f.data, f.len);
+        if (rc == 0 && !strstr(base, "-fail-") && strstr(base, "deepseek_v3_")) rc = write_hostile_seeds(dir, &f);
         rk_code_free(&f);
     }
     rk_test_remove_tree(scratch);
-    return n == 4 ? 0 : 1;
+    return rc;
 }
 
 int main(int argc, char **argv) {
