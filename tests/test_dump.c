@@ -1,9 +1,12 @@
-/* Dumps (runtime/dump.h, docs/dump.md): launches of a DeepSeek-V3 variant and of a paged fp8_tile (DeepSeek-V3.2)
- * variant dumped on the host backend and replayed with `ropekv-gen replay` bit for bit; the policy (first, fail,
- * every:N) and the byte bound; the options and variables refused; and hostile files (truncated at every field,
- * lengths past the end or over their limits, wrong magic or version, huge counts, a flipped byte) refused with
- * ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by the reader and by `ropekv-gen replay`; a dump of another
- * target (a CUDA context's on sm_90) replayed on the host backend.
+/* Dumps (runtime/dump.h, docs/dump.md): launches of a DeepSeek-V3 variant, of a paged fp8_tile (DeepSeek-V3.2)
+ * variant, of DeepSeek-V4's page-tail record (write and read-back) and of a split layout dumped on the host backend
+ * and replayed with `ropekv-gen replay` bit for bit, their caches as the rows the slots name; launches on caches of
+ * millions of rows (sparse mappings of gigabytes) dumped under a bound of 1 MiB and replayed in a compact cache; the
+ * policy (first, fail, every:N) and the byte bound; the options and variables refused; and hostile files (truncated
+ * at every field, lengths past the end or over their limits, wrong magic or version, huge counts, a flipped byte, row
+ * lists out of range, repeated or decreasing) refused with ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by
+ * the reader and by `ropekv-gen replay`; a dump of another target (a CUDA context's on sm_90) replayed on the host
+ * backend.
  *   test_dump [--seeds DIR]   (--seeds: writes the fuzz target's seed dumps to DIR and exits) */
 #include <setjmp.h>
 #include <stdarg.h>
