@@ -366,6 +366,66 @@ static void test_slot_rows(void **state) {
     }
 }
 
+/* The read-back op reads a row as often as the slots name it: a slot repeated is dumped once; a slot at kv_rows and
+ * a negative one name no row. A bf16 cache of 3 million rows (a sparse mapping), two of them written before. */
+static void test_repeated_slots(void **state) {
+    (void)state;
+    enum { ROWS = 3000000, W = 576, T = 5 };
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_BF16,
+                              .op = ROPEKV_OP_READ};
+    uint16_t *cache = sparse((size_t)ROWS * W * 2);
+    if (!cache) {
+        print_message("skipped: the system refuses a sparse mapping of 3.5 GB\n");
+        return;
+    }
+    for (int j = 0; j < W; j++) {
+        cache[(size_t)5 * W + (size_t)j] = (uint16_t)(0x3f80 + j);          /* row 5 */
+        cache[(size_t)(ROWS - 1) * W + (size_t)j] = (uint16_t)(0xbf80 + j); /* the last row */
+    }
+    int64_t slots[T] = {ROWS - 1, ROWS - 1, 5, -1, ROWS};
+    static uint16_t out[T * W];
+    memset(out, 0x55, sizeof out);
+    const ropekv_args a = {ROPEKV_SIZED(ropekv_args), .tokens = T,    .kv_cache = cache, .kv_st = W,
+                           .kv_rows = ROWS,           .slots = slots, .out = out,        .out_st = W};
+    const char *dir = fresh_dir("repeated");
+    ropekv_ctx *c = dump_ctx(dir, NULL, (int64_t)1 << 20);
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_OK);
+    assert_int_equal(out[0], 0xbf80);
+    assert_int_equal(out[W + 1], 0xbf81);
+    assert_int_equal(out[2 * W + 2], 0x3f82);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    munmap(cache, (size_t)ROWS * W * 2);
+    char files[2][512];
+    assert_int_equal(dumps_in(dir, files, 2), 1);
+    rk_codeobj f = slurp(files[0]);
+    rk_dump *dm = malloc(sizeof *dm);
+    rk_err err = {0};
+    assert_int_equal(rk_dump_parse(f.data, f.len, dm, &err), ROPEKV_OK);
+    const rk_dump_tensor *t = NULL;
+    for (int i = 0; i < dm->n_tensors; i++)
+        if (!strcmp(dm->t[i].name, "kv_cache")) t = &dm->t[i];
+    assert_non_null(t);
+    assert_int_equal(t->bytes, (uint64_t)ROWS * W * 2);
+    assert_int_equal(t->n_rows, 2);
+    assert_int_equal(rk_dump_row(t, 0), 5);
+    assert_int_equal(rk_dump_row(t, 1), ROWS - 1);
+    assert_int_equal(t->row_bytes, W * 2);
+    assert_int_equal(t->tail_bytes, 0);
+    assert_int_equal(t->data[0] | t->data[1] << 8, 0x3f80); /* row 5's first element, then the last row's */
+    assert_int_equal(t->data[t->row_bytes] | t->data[t->row_bytes + 1] << 8, 0xbf80);
+    free(dm);
+    rk_code_free(&f);
+    rk_buf out_text = {0};
+    const int status = replay(files[0], "--backend", "host", &out_text);
+    if (status != 0 || !strstr(out_text.p, "kv_cache: 2 rows dumped, replayed in a cache of kv_rows 2") ||
+        !strstr(out_text.p, "every byte equal to the reference"))
+        fail_msg("exit %d:\n%s", status, out_text.p ? out_text.p : "");
+    rk_buf_free(&out_text);
+}
+
 /* A spec loaded at run time travels with its dump: replayed from the dump's text, not from a file. */
 static void test_round_trip_loaded_spec(void **state) {
     (void)state;
@@ -1039,6 +1099,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_round_trip_page_tail),
         cmocka_unit_test(test_round_trip_split),
         cmocka_unit_test(test_huge_cache),
+        cmocka_unit_test(test_repeated_slots),
         cmocka_unit_test(test_round_trip_loaded_spec),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_options_refused),
