@@ -255,34 +255,180 @@ static int open_dir(const rk_dumper *d, char *why, size_t cap) {
     return fd;
 }
 
+/* ---- the caches' rows ---------------------------------------------------------------------------------------- */
+void rk_dump_row_shape(const rk_desc *d, const rk_tensor *t, int64_t *row_bytes, int64_t *tail_bytes) {
+    *row_bytes = rk_sym_size(d, t->dim[t->rank - 1]) * t->elem; /* the packed row after the strided dimensions */
+    *tail_bytes = d->layout == ROPEKV_KV_PAGED && t->at == offsetof(ropekv_args, kv_cache) ? d->rec.tail_bytes : 0;
+}
+
+#define OFF_MAX ((int64_t)1 << 62)
+
+/* a * b + c for a, b, c >= 0, or -1 past OFF_MAX */
+static int64_t mul_add(int64_t a, int64_t b, int64_t c) {
+    int64_t p, e;
+    if (a < 0 || b < 0 || c < 0 || __builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(p, c, &e) || e > OFF_MAX)
+        return -1;
+    return e;
+}
+
+int rk_dump_row_at(const rk_desc *d, const rk_tensor *t, const ropekv_args *a, int64_t slot, int64_t *row,
+                   int64_t *tail) {
+    int64_t st0, st1 = 0, tail_bytes, row_bytes;
+    rk_dump_row_shape(d, t, &row_bytes, &tail_bytes);
+    memcpy(&st0, (const char *)a + t->stride_at[0], sizeof st0);
+    *tail = 0;
+    if (t->rank == 2) { /* flat rows */
+        *row = mul_add(mul_add(slot, st0, 0), t->elem, 0);
+        return *row < 0 ? -1 : 0;
+    }
+    memcpy(&st1, (const char *)a + t->stride_at[1], sizeof st1);
+    const int64_t B = a->kv_block_size;
+    if (B < 1 || slot < 0) return -1;
+    const int64_t block = slot / B, entry = slot % B;
+    *row = mul_add(mul_add(block, st0, mul_add(entry, st1, 0)), t->elem, 0);
+    if (tail_bytes) /* after the block's kv_block_size rows, tail_bytes a token */
+        *tail = mul_add(mul_add(block, st0, mul_add(B, st1, 0)), t->elem, mul_add(entry, tail_bytes, 0));
+    return *row < 0 || *tail < 0 ? -1 : 0;
+}
+
+static int cmp_i64(const void *x, const void *y) {
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+int rk_dump_slot_rows(const void *slots, int64_t n, int wide, int64_t min_slot, int64_t kv_rows, int64_t **rows,
+                      int64_t *n_rows) {
+    *rows = NULL;
+    *n_rows = 0;
+    int64_t m = 0, *r = n > 0 ? malloc((size_t)n * sizeof *r) : NULL;
+    if (n > 0 && !r) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s;
+        if (wide) memcpy(&s, (const unsigned char *)slots + 8 * i, 8);
+        else {
+            int32_t s32;
+            memcpy(&s32, (const unsigned char *)slots + 4 * i, 4);
+            s = s32;
+        }
+        if (s >= min_slot && s < kv_rows) r[m++] = s;
+    }
+    if (m > 1) qsort(r, (size_t)m, sizeof *r, cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (u == 0 || r[i] != r[u - 1]) r[u++] = r[i];
+    if (u == 0) free(r);
+    else *rows = r;
+    *n_rows = u;
+    return 0;
+}
+
 static atomic_uint dump_counter;
+
+static int is_cache(const rk_tensor *t) { return t->rule == RK_ROWS_CACHE; }
+
+/* The rows of cache tensor t (the plan's used entry u) into o: each row's bytes, then its tail's, read from the
+ * device; runs of rows without tails that lie back to back are read at once. 0, or -1 with the reason in why. */
+static int put_rows(outbuf *o, const rk_dump_launch *l, const rk_tensor *t, int u, const int64_t *rows, int64_t n_rows,
+                    int64_t rb, int64_t tb, char *why, size_t cap) {
+    const unsigned char *base = l->pl->used[u].ptr;
+    const int64_t extent = l->pl->used[u].bytes;
+    for (int64_t i = 0; i < n_rows;) {
+        int64_t at, tail_at;
+        if (rk_dump_row_at(l->d, t, l->a, rows[i], &at, &tail_at) != 0 || at > extent - rb ||
+            (tb && tail_at > extent - tb)) {
+            say(why, cap, "%s: the row of slot %lld lies past the %lld bytes the launch's args give it", t->name,
+                (long long)rows[i], (long long)extent);
+            return -1;
+        }
+        int64_t run = 1, next_at, next_tail;
+        while (!tb && i + run < n_rows && rk_dump_row_at(l->d, t, l->a, rows[i + run], &next_at, &next_tail) == 0 &&
+               next_at == at + run * rb && next_at <= extent - rb)
+            run++;
+        if (l->read(l->read_ctx, o->p + o->n, base + at, (size_t)(run * rb), why, cap) != 0) return -1;
+        o->n += (size_t)(run * rb);
+        if (tb) {
+            if (l->read(l->read_ctx, o->p + o->n, base + tail_at, (size_t)tb, why, cap) != 0) return -1;
+            o->n += (size_t)tb;
+        }
+        i += run;
+    }
+    return 0;
+}
 
 int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_t path_cap, char *why, size_t cap) {
     rk_tensor ts[RK_TENSORS_MAX];
     const int n_ts = rk_tensors(l->d, ts, RK_TENSORS_MAX);
     const int nt = l->pl ? l->pl->n_used : 0;
-    /* the size: head, each tensor's name, access, length and bytes, the checksum (overflow-checked) */
+    /* the size: head, each tensor's name, access, length, form and bytes (a cache's: its rows), the checksum
+     * (overflow-checked; UINT64_MAX stays) */
     outbuf count = {NULL, 0};
     put_head(&count, l);
     uint64_t total = count.n + 32;
+    int slots_u = -1, caches = 0;
     for (int i = 0; i < nt; i++) {
         const int ti = l->pl->used[i].tensor;
         if (ti < 0 || ti >= n_ts) {
             say(why, cap, "internal: tensor %d of the plan is not in the kernel's table", ti);
             return -1;
         }
-        const uint64_t b = (uint64_t)l->pl->used[i].bytes, entry = 4 + strlen(ts[ti].name) + 4 + 8; /* b < 2^57 */
-        total = total > (uint64_t)INT64_MAX - entry - b ? UINT64_MAX : total + entry + b; /* UINT64_MAX stays */
+        if (ts[ti].at == offsetof(ropekv_args, slots)) slots_u = i;
+        if (is_cache(&ts[ti])) {
+            caches++;
+            continue;
+        }
+        const uint64_t b = (uint64_t)l->pl->used[i].bytes, entry = 4 + strlen(ts[ti].name) + 4 + 8 + 4; /* < 2^57 */
+        total = total > (uint64_t)INT64_MAX - entry - b ? UINT64_MAX : total + entry + b;
+    }
+    if (caches && slots_u < 0) {
+        say(why, cap, "internal: the launch touches a cache but not the slots");
+        return -1;
+    }
+    /* the caches' rows: the slots' bytes first (within the bound checked so far) */
+    unsigned char *slot_bytes = NULL, *buf = NULL;
+    int64_t *rows = NULL, n_rows = 0;
+    int rc = -1;
+    if (caches && total <= (uint64_t)d->policy.max_bytes) {
+        const size_t sb = (size_t)l->pl->used[slots_u].bytes;
+        const int wide = ts[l->pl->used[slots_u].tensor].elem == 8;
+        slot_bytes = malloc(sb ? sb : 1);
+        if (!slot_bytes) {
+            say(why, cap, "out of memory for the slots' %zu bytes", sb);
+            goto done;
+        }
+        if (sb && l->read(l->read_ctx, slot_bytes, l->pl->used[slots_u].ptr, sb, why, cap) != 0) goto done;
+        if (rk_dump_slot_rows(slot_bytes, (int64_t)(sb / (wide ? 8 : 4)), wide, l->a->min_slot, l->a->kv_rows, &rows,
+                              &n_rows) != 0) {
+            say(why, cap, "out of memory for the rows of %zu bytes of slots", sb);
+            goto done;
+        }
+        for (int i = 0; i < nt; i++) {
+            const rk_tensor *t = &ts[l->pl->used[i].tensor];
+            if (!is_cache(t)) continue;
+            int64_t rb, tb;
+            rk_dump_row_shape(l->d, t, &rb, &tb);
+            const uint64_t entry = 4 + strlen(t->name) + 4 + 8 + 4 + 4 + 4 + 8;
+            uint64_t per, body;
+            if (__builtin_mul_overflow((uint64_t)n_rows, (uint64_t)(8 + rb + tb), &body) ||
+                __builtin_add_overflow(body, entry, &per) || total > (uint64_t)INT64_MAX - per)
+                total = UINT64_MAX;
+            else total += per;
+        }
+    } else if (caches) {
+        total = UINT64_MAX; /* past the bound already: the slots are not read */
     }
     if (total > (uint64_t)d->policy.max_bytes || total > SIZE_MAX) {
-        say(why, cap, "the dump would be %llu bytes, more than the bound of %lld (dump max bytes)",
-            (unsigned long long)total, (long long)d->policy.max_bytes);
-        return -1;
+        if (total == UINT64_MAX)
+            say(why, cap, "the dump would be more than the bound of %lld bytes (dump max bytes)",
+                (long long)d->policy.max_bytes);
+        else
+            say(why, cap, "the dump would be %llu bytes, more than the bound of %lld (dump max bytes)",
+                (unsigned long long)total, (long long)d->policy.max_bytes);
+        goto done;
     }
-    unsigned char *buf = malloc((size_t)total);
+    buf = malloc((size_t)total);
     if (!buf) {
         say(why, cap, "out of memory for a dump of %llu bytes", (unsigned long long)total);
-        return -1;
+        goto done;
     }
     outbuf o = {buf, 0};
     put_head(&o, l);
@@ -292,11 +438,21 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
         put_text(&o, t->name);
         put_u32(&o, (uint32_t)t->access);
         put_u64(&o, b);
-        if (b && l->read(l->read_ctx, buf + o.n, l->pl->used[i].ptr, b, why, cap) != 0) {
-            free(buf);
-            return -1;
+        put_u32(&o, is_cache(t) ? 1 : 0);
+        if (is_cache(t)) {
+            int64_t rb, tb;
+            rk_dump_row_shape(l->d, t, &rb, &tb);
+            put_u32(&o, (uint32_t)rb);
+            put_u32(&o, (uint32_t)tb);
+            put_u64(&o, (uint64_t)n_rows);
+            for (int64_t r = 0; r < n_rows; r++) put_u64(&o, (uint64_t)rows[r]);
+            if (put_rows(&o, l, t, i, rows, n_rows, rb, tb, why, cap) != 0) goto done;
+        } else if (i == slots_u && slot_bytes) {
+            put(&o, slot_bytes, b);
+        } else {
+            if (b && l->read(l->read_ctx, buf + o.n, l->pl->used[i].ptr, b, why, cap) != 0) goto done;
+            o.n += b;
         }
-        o.n += b;
     }
     rk_sha256 h;
     rk_sha256_init(&h);
@@ -316,7 +472,6 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
     snprintf(name, sizeof name, "%s-%llu-%s-%ld-%u.rkdump", key, (unsigned long long)l->launch,
              rk_dump_reason_name(l->reason), (long)getpid(), seq);
     snprintf(tmp, sizeof tmp, ".%s.tmp", name);
-    int rc = -1;
     const int dfd = open_dir(d, why, cap);
     if (dfd >= 0) {
         const int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -334,8 +489,11 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
         }
         close(dfd);
     }
-    free(buf);
     if (rc == 0) say(path, path_cap, "%s/%s", d->dir, name);
+done:
+    free(buf);
+    free(rows);
+    free(slot_bytes);
     return rc;
 }
 
@@ -498,11 +656,56 @@ ropekv_status rk_dump_parse(const unsigned char *buf, size_t n, rk_dump *out, rk
         if (access < ROPEKV_TENSOR_READ || access > ROPEKV_TENSOR_READ_WRITE)
             BAD("tensor '%s': access %u is out of range", t->name, access);
         t->access = (ropekv_tensor_access)access;
-        if (t->bytes > r->n - r->at)
-            BAD("tensor '%s': %llu bytes pass the end of the file (%zu bytes left)", t->name,
-                (unsigned long long)t->bytes, r->n - r->at);
+        uint32_t form;
+        if (get_u32(r, &form, "tensor form")) return ROPEKV_ERR_DUMP;
+        const int cache = !strcmp(t->name, "kv_cache") || !strcmp(t->name, "kv_rope_cache");
+        if (form > 1) BAD("tensor '%s': form %u is out of range", t->name, form);
+        if (form == 0 && cache) BAD("tensor '%s': form 0 (whole), but a cache is dumped as rows (form 1)", t->name);
+        if (form == 1 && !cache) BAD("tensor '%s': form 1 (rows), but only the caches are dumped as rows", t->name);
+        t->rows = (int)form;
+        if (form == 0) {
+            if (t->bytes > r->n - r->at)
+                BAD("tensor '%s': %llu bytes pass the end of the file (%zu bytes left)", t->name,
+                    (unsigned long long)t->bytes, r->n - r->at);
+            t->data = r->p + r->at;
+            t->stored = t->bytes;
+            r->at += (size_t)t->bytes;
+            continue;
+        }
+        /* form 1: the rows the launch can touch, of a cache whose extent may be far larger than the file */
+        if (t->bytes > (uint64_t)1 << 57)
+            BAD("tensor '%s': %llu bytes, more than any address space (2^57)", t->name, (unsigned long long)t->bytes);
+        if (get_u32(r, &t->row_bytes, "tensor row bytes") || get_u32(r, &t->tail_bytes, "tensor tail bytes") ||
+            get_u64(r, &t->n_rows, "tensor row count"))
+            return ROPEKV_ERR_DUMP;
+        if (t->row_bytes == 0 || t->row_bytes > RK_DUMP_ROW_BYTES_MAX)
+            BAD("tensor '%s': row bytes %u, not in [1, %d]", t->name, t->row_bytes, RK_DUMP_ROW_BYTES_MAX);
+        if (t->tail_bytes > RK_DUMP_TAIL_BYTES_MAX)
+            BAD("tensor '%s': tail bytes %u, over %d", t->name, t->tail_bytes, RK_DUMP_TAIL_BYTES_MAX);
+        if (t->n_rows > (r->n - r->at) / 8)
+            BAD("tensor '%s': row count %llu: the row list passes the end of the file (%zu bytes left)", t->name,
+                (unsigned long long)t->n_rows, r->n - r->at);
+        t->row_list = r->p + r->at;
+        r->at += (size_t)t->n_rows * 8;
+        const int64_t lo = out->args.min_slot > 0 ? out->args.min_slot : 0, hi = out->args.kv_rows;
+        for (uint64_t k = 0; k < t->n_rows; k++) {
+            const uint64_t row = (uint64_t)rk_dump_row(t, k);
+            if (row > (uint64_t)INT64_MAX || (int64_t)row < lo || (int64_t)row >= hi)
+                BAD("tensor '%s': row %llu (entry %llu of the row list) is outside [min_slot %lld, kv_rows %lld)",
+                    t->name, (unsigned long long)row, (unsigned long long)k, (long long)out->args.min_slot,
+                    (long long)hi);
+            if (k > 0 && row <= (uint64_t)rk_dump_row(t, k - 1))
+                BAD("tensor '%s': row %llu (entry %llu of the row list) %s the one before it: rows are increasing",
+                    t->name, (unsigned long long)row, (unsigned long long)k,
+                    row == (uint64_t)rk_dump_row(t, k - 1) ? "repeats" : "is below");
+        }
+        uint64_t stored;
+        if (__builtin_mul_overflow(t->n_rows, (uint64_t)t->row_bytes + t->tail_bytes, &stored) || stored > r->n - r->at)
+            BAD("tensor '%s': %llu rows of %u + %u bytes pass the end of the file (%zu bytes left)", t->name,
+                (unsigned long long)t->n_rows, t->row_bytes, t->tail_bytes, r->n - r->at);
         t->data = r->p + r->at;
-        r->at += (size_t)t->bytes;
+        t->stored = stored;
+        r->at += (size_t)stored;
     }
     unsigned char sum[32], want[32];
     const size_t body = r->at;

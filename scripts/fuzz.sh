@@ -64,7 +64,7 @@ max_len() {
     cache) echo 2048 ;;
     args) echo 256 ;;        # a draw is 178 bytes
     amdmeta) echo 16384 ;;   # the seed code objects are 2-12 KiB
-    dump) echo 16384 ;;      # the seed dumps are 3-11 KiB
+    dump) echo 16384 ;;      # the seed dumps are 3-16 KiB
     esac
 }
 

@@ -1,9 +1,12 @@
-/* Dumps (runtime/dump.h, docs/dump.md): launches of a DeepSeek-V3 variant and of a paged fp8_tile (DeepSeek-V3.2)
- * variant dumped on the host backend and replayed with `ropekv-gen replay` bit for bit; the policy (first, fail,
- * every:N) and the byte bound; the options and variables refused; and hostile files (truncated at every field,
- * lengths past the end or over their limits, wrong magic or version, huge counts, a flipped byte) refused with
- * ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by the reader and by `ropekv-gen replay`; a dump of another
- * target (a CUDA context's on sm_90) replayed on the host backend.
+/* Dumps (runtime/dump.h, docs/dump.md): launches of a DeepSeek-V3 variant, of a paged fp8_tile (DeepSeek-V3.2)
+ * variant, of DeepSeek-V4's page-tail record (write and read-back) and of a split layout dumped on the host backend
+ * and replayed with `ropekv-gen replay` bit for bit, their caches as the rows the slots name; launches on caches of
+ * millions of rows (sparse mappings of gigabytes) dumped under a bound of 1 MiB and replayed in a compact cache; the
+ * policy (first, fail, every:N) and the byte bound; the options and variables refused; and hostile files (truncated
+ * at every field, lengths past the end or over their limits, wrong magic or version, huge counts, a flipped byte, row
+ * lists out of range, repeated or decreasing) refused with ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION naming the field, by
+ * the reader and by `ropekv-gen replay`; a dump of another target (a CUDA context's on sm_90) replayed on the host
+ * backend.
  *   test_dump [--seeds DIR]   (--seeds: writes the fuzz target's seed dumps to DIR and exits) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -134,13 +138,13 @@ static void round_trip(const char *name, const ropekv_variant *v) {
     assert_int_equal(dm->status, ROPEKV_OK);
     assert_int_equal(dm->reason, RK_DUMP_FIRST);
     assert_true(dm->spec_len > 0); /* the built-in spec's text travels with the dump */
-    int needed = 0;                /* the harness passes no optional tensor (write mask, out_rope) */
+    int needed = 0;                /* the harness passes no write mask; the read-back op's out_rope at times */
     for (int i = 0; i < ropekv_kernel_tensor_count(k); i++) {
         ropekv_tensor_info ti = {.size = sizeof ti};
         assert_int_equal(ropekv_kernel_tensor(k, i, &ti), ROPEKV_OK);
         needed += ti.need != ROPEKV_NEED_OPTIONAL;
     }
-    assert_int_equal(dm->n_tensors, needed);
+    assert_true(dm->n_tensors == needed || (v->op == ROPEKV_OP_READ && dm->n_tensors == needed + 1));
     /* the cache as it was before the launch: the harness fills it with its sentinel, which the launch overwrites
      * in the rows it writes */
     const rk_dump_tensor *cache = NULL;
@@ -148,6 +152,8 @@ static void round_trip(const char *name, const ropekv_variant *v) {
         if (!strcmp(dm->t[i].name, "kv_cache")) cache = &dm->t[i];
     assert_non_null(cache);
     assert_true(cache->bytes > 0);
+    assert_true(cache->rows && cache->n_rows > 0); /* the rows the slots name, not the whole cache */
+    assert_true(cache->stored < cache->bytes);
     free(dm);
     rk_code_free(&f);
     ropekv_kernel_release(k);
@@ -171,6 +177,253 @@ static void test_round_trip_fp8_tile_paged(void **state) {
     const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE,
                               .layout = ROPEKV_KV_PAGED};
     round_trip("v32", &v);
+}
+
+/* DeepSeek-V4's fp8 record keeps its scales in the page tail after a block's rows: each dumped row carries its
+ * token's tail; the write and the read-back op. */
+static void test_round_trip_page_tail(void **state) {
+    (void)state;
+    const ropekv_variant w = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .record = "dsv4_fp8",
+                              .layout = ROPEKV_KV_PAGED};
+    round_trip("v4", &w);
+    const ropekv_variant r = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .record = "dsv4_fp8",
+                              .layout = ROPEKV_KV_PAGED,    .op = ROPEKV_OP_READ,        .slots = ROPEKV_INDEX_INT32};
+    round_trip("v4read", &r);
+}
+
+/* The split layout: each row's two parts, in kv_cache and kv_rope_cache. */
+static void test_round_trip_split(void **state) {
+    (void)state;
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .kv = ROPEKV_KV_BF16,
+                              .layout = ROPEKV_KV_SPLIT, .positions = ROPEKV_INDEX_INT32};
+    round_trip("split", &v);
+}
+
+/* ---- a cache far larger than the byte bound ------------------------------------------------------------------ */
+
+/* The harness's cache rows spread over a cache of millions of rows: harness slot s (in block s / B, entry s % B; the
+ * flat layout's B is 1) becomes slot spread(s), its block SPREAD blocks apart from the previous one's. */
+enum { SPREAD = 1 << 20 };
+static int64_t spread(int64_t s, int64_t B) { return s / B * SPREAD * B + s % B; }
+
+static void *sparse(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static int spread_refused; /* the system refused a sparse mapping: the test is skipped */
+
+/* rk_check's run callback: the launch of a through kernel (a ropekv_kernel *) with each cache moved into a sparse
+ * mapping of spread(kv_rows - 1) + 1 rows (gigabytes, untouched but for the harness's rows), the slots spread the
+ * same way; the rows copied back into the harness's buffers after it. */
+static int launch_spread(void *kernel, const rk_desc *v, const rk_args *a) {
+    ropekv_args p, big;
+    rk_test_public_args(a, &p);
+    big = p;
+    const int64_t B = v->layout == ROPEKV_KV_FLAT ? 1 : a->kv_block_size, rows = a->kv_rows;
+    big.kv_rows = spread(rows - 1, B) + 1;
+    big.min_slot = spread(a->min_slot, B);
+    const int64_t n = v->op == ROPEKV_OP_READ ? a->tokens : a->kv_tokens;
+    const int wide = v->slot == ROPEKV_INDEX_INT64;
+    unsigned char *slots = malloc((size_t)n * 8 + 8);
+    assert_non_null(slots);
+    for (int64_t t = 0; t < n; t++) {
+        int64_t x;
+        if (wide) memcpy(&x, (const unsigned char *)a->slots + 8 * t, 8);
+        else {
+            int32_t x32;
+            memcpy(&x32, (const unsigned char *)a->slots + 4 * t, 4);
+            x = x32;
+        }
+        x = x < 0 ? x : x < rows ? spread(x, B) : big.kv_rows + x;
+        if (wide) memcpy(slots + 8 * t, &x, 8);
+        else {
+            const int32_t x32 = (int32_t)x;
+            memcpy(slots + 4 * t, &x32, 4);
+        }
+    }
+    big.slots = slots;
+    rk_tensor ts[RK_TENSORS_MAX];
+    const int nt = rk_tensors(v, ts, RK_TENSORS_MAX);
+    unsigned char *maps[2] = {0}, *small[2] = {0};
+    size_t map_bytes[2] = {0};
+    const rk_tensor *cache[2] = {0};
+    int nm = 0, rc = -1;
+    for (int i = 0; i < nt && nm < 2; i++) {
+        if (ts[i].rule != RK_ROWS_CACHE) continue;
+        int64_t st0, rb, tb;
+        memcpy(&st0, (const char *)&p + ts[i].stride_at[0], 8);
+        rk_dump_row_shape(v, &ts[i], &rb, &tb);
+        const int64_t units = ts[i].rank == 2 ? big.kv_rows : (big.kv_rows - 1) / B + 1; /* rows, or blocks */
+        map_bytes[nm] = (size_t)((units + 1) * st0 * ts[i].elem + 4096);
+        maps[nm] = sparse(map_bytes[nm]);
+        if (!maps[nm]) {
+            spread_refused = 1;
+            goto done;
+        }
+        memcpy(&small[nm], (const char *)&p + ts[i].at, sizeof small[nm]);
+        memcpy((char *)&big + ts[i].at, &maps[nm], sizeof maps[nm]);
+        cache[nm++] = &ts[i];
+    }
+    for (int copy_back = 0; copy_back < 2; copy_back++) {
+        for (int m = 0; m < nm; m++)
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t at, tail, big_at, big_tail, rb, tb;
+                rk_dump_row_shape(v, cache[m], &rb, &tb);
+                assert_int_equal(rk_dump_row_at(v, cache[m], &p, r, &at, &tail), 0);
+                assert_int_equal(rk_dump_row_at(v, cache[m], &big, spread(r, B), &big_at, &big_tail), 0);
+                assert_true(big_at + rb <= (int64_t)map_bytes[m] && big_tail + tb <= (int64_t)map_bytes[m]);
+                if (copy_back) {
+                    memcpy(small[m] + at, maps[m] + big_at, (size_t)rb);
+                    memcpy(small[m] + tail, maps[m] + big_tail, (size_t)tb);
+                } else {
+                    memcpy(maps[m] + big_at, small[m] + at, (size_t)rb);
+                    memcpy(maps[m] + big_tail, small[m] + tail, (size_t)tb);
+                }
+            }
+        if (!copy_back) rc = ropekv_launch(kernel, &big, NULL);
+    }
+done:
+    for (int m = 0; m < 2; m++)
+        if (maps[m]) munmap(maps[m], map_bytes[m]);
+    free(slots);
+    return rc;
+}
+
+/* A launch on a cache of millions of rows (gigabytes, a sparse mapping), dumped under a bound of 1 MiB: its dump holds
+ * the rows the slots name, and replays bit for bit (the replay's cache holds those rows' blocks only). Flat and
+ * paged, with page tails, the write and the read-back op. */
+static void test_huge_cache(void **state) {
+    (void)state;
+    static const ropekv_variant vs[] = {
+        {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3},
+        {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v32", .kv = ROPEKV_KV_FP8_TILE, .layout = ROPEKV_KV_PAGED,
+         .slots = ROPEKV_INDEX_INT32},
+        {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .record = "dsv4_fp8", .layout = ROPEKV_KV_PAGED},
+        {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .record = "dsv4_fp8", .layout = ROPEKV_KV_PAGED,
+         .op = ROPEKV_OP_READ, .slots = ROPEKV_INDEX_INT32},
+        {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .kv = ROPEKV_KV_BF16, .layout = ROPEKV_KV_SPLIT},
+    };
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "huge%zu", i);
+        const char *dir = fresh_dir(name);
+        ropekv_ctx *c = dump_ctx(dir, NULL, (int64_t)1 << 20);
+        ropekv_kernel *k = NULL;
+        assert_int_equal(ropekv_kernel_get(c, &vs[i], &k), ROPEKV_OK);
+        const rk_desc *rv = rk_test_ref_variant(&cat, vs[i].spec, &vs[i]);
+        assert_non_null(rv);
+        rk_shape sh = {.tokens = 5, .heads = 2, .max_pos = 16, .neg_every = 3, .min_slot = 1, .k_scale = 0.37f};
+        char why[2048];
+        const int checked = rk_check(rv, &sh, 7, launch_spread, k, why, sizeof why);
+        ropekv_kernel_release(k);
+        ropekv_destroy(c);
+        if (spread_refused) {
+            print_message("skipped: the system refuses a sparse mapping of gigabytes\n");
+            return;
+        }
+        if (checked != 0) fail_msg("%s: %s", rv->key, why);
+        char files[2][512];
+        assert_int_equal(dumps_in(dir, files, 2), 1);
+        rk_codeobj f = slurp(files[0]);
+        assert_true(f.len < 64 * 1024);
+        rk_dump *dm = malloc(sizeof *dm);
+        rk_err err = {0};
+        assert_int_equal(rk_dump_parse(f.data, f.len, dm, &err), ROPEKV_OK);
+        assert_true(dm->args.kv_rows > 1000000);
+        for (int t = 0; t < dm->n_tensors; t++)
+            if (dm->t[t].rows) {
+                assert_true(dm->t[t].bytes > ((uint64_t)256 << 20)); /* far past the bound */
+                assert_true(dm->t[t].n_rows > 0 && dm->t[t].n_rows <= 5);
+                assert_true(rk_dump_row(&dm->t[t], 0) >= dm->args.min_slot);
+            }
+        free(dm);
+        rk_code_free(&f);
+        rk_buf out = {0};
+        const int status = replay(files[0], "--backend", "host", &out);
+        if (status != 0 || !strstr(out.p, "every byte equal to the reference") || !strstr(out.p, "rows dumped"))
+            fail_msg("replay of %s: exit %d:\n%s", files[0], status, out.p ? out.p : "");
+        rk_buf_free(&out);
+    }
+}
+
+/* The rows a cache's dump holds: the slots in [min_slot, kv_rows), increasing, each once. */
+static void test_slot_rows(void **state) {
+    (void)state;
+    const int64_t wide[] = {5, -1, 3, 5, 9, 3, 0, 8, 12};
+    const int32_t narrow[] = {5, -1, 3, 5, 9, 3, 0, 8, 12};
+    for (int w = 0; w < 2; w++) {
+        int64_t *rows, n;
+        assert_int_equal(rk_dump_slot_rows(w ? (const void *)wide : (const void *)narrow, 9, w, 1, 9, &rows, &n), 0);
+        assert_int_equal(n, 3);
+        assert_int_equal(rows[0], 3);
+        assert_int_equal(rows[1], 5);
+        assert_int_equal(rows[2], 8);
+        free(rows);
+        assert_int_equal(rk_dump_slot_rows(wide, 9, 1, 20, 30, &rows, &n), 0); /* none in range */
+        assert_int_equal(n, 0);
+        assert_null(rows);
+    }
+}
+
+/* The read-back op reads a row as often as the slots name it: a slot repeated is dumped once; a slot at kv_rows and
+ * a negative one name no row. A bf16 cache of 3 million rows (a sparse mapping), two of them written before. */
+static void test_repeated_slots(void **state) {
+    (void)state;
+    enum { ROWS = 3000000, W = 576, T = 5 };
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_BF16,
+                              .op = ROPEKV_OP_READ};
+    uint16_t *cache = sparse((size_t)ROWS * W * 2);
+    if (!cache) {
+        print_message("skipped: the system refuses a sparse mapping of 3.5 GB\n");
+        return;
+    }
+    for (int j = 0; j < W; j++) {
+        cache[(size_t)5 * W + (size_t)j] = (uint16_t)(0x3f80 + j);          /* row 5 */
+        cache[(size_t)(ROWS - 1) * W + (size_t)j] = (uint16_t)(0xbf80 + j); /* the last row */
+    }
+    int64_t slots[T] = {ROWS - 1, ROWS - 1, 5, -1, ROWS};
+    static uint16_t out[T * W];
+    memset(out, 0x55, sizeof out);
+    const ropekv_args a = {ROPEKV_SIZED(ropekv_args), .tokens = T,    .kv_cache = cache, .kv_st = W,
+                           .kv_rows = ROWS,           .slots = slots, .out = out,        .out_st = W};
+    const char *dir = fresh_dir("repeated");
+    ropekv_ctx *c = dump_ctx(dir, NULL, (int64_t)1 << 20);
+    ropekv_kernel *k = NULL;
+    assert_int_equal(ropekv_kernel_get(c, &v, &k), ROPEKV_OK);
+    assert_int_equal(ropekv_launch(k, &a, NULL), ROPEKV_OK);
+    assert_int_equal(out[0], 0xbf80);
+    assert_int_equal(out[W + 1], 0xbf81);
+    assert_int_equal(out[2 * W + 2], 0x3f82);
+    ropekv_kernel_release(k);
+    ropekv_destroy(c);
+    munmap(cache, (size_t)ROWS * W * 2);
+    char files[2][512];
+    assert_int_equal(dumps_in(dir, files, 2), 1);
+    rk_codeobj f = slurp(files[0]);
+    rk_dump *dm = malloc(sizeof *dm);
+    rk_err err = {0};
+    assert_int_equal(rk_dump_parse(f.data, f.len, dm, &err), ROPEKV_OK);
+    const rk_dump_tensor *t = NULL;
+    for (int i = 0; i < dm->n_tensors; i++)
+        if (!strcmp(dm->t[i].name, "kv_cache")) t = &dm->t[i];
+    assert_non_null(t);
+    assert_int_equal(t->bytes, (uint64_t)ROWS * W * 2);
+    assert_int_equal(t->n_rows, 2);
+    assert_int_equal(rk_dump_row(t, 0), 5);
+    assert_int_equal(rk_dump_row(t, 1), ROWS - 1);
+    assert_int_equal(t->row_bytes, W * 2);
+    assert_int_equal(t->tail_bytes, 0);
+    assert_int_equal(t->data[0] | t->data[1] << 8, 0x3f80); /* row 5's first element, then the last row's */
+    assert_int_equal(t->data[t->row_bytes] | t->data[t->row_bytes + 1] << 8, 0xbf80);
+    free(dm);
+    rk_code_free(&f);
+    rk_buf out_text = {0};
+    const int status = replay(files[0], "--backend", "host", &out_text);
+    if (status != 0 || !strstr(out_text.p, "kv_cache: 2 rows dumped, replayed in a cache of kv_rows 2") ||
+        !strstr(out_text.p, "every byte equal to the reference"))
+        fail_msg("exit %d:\n%s", status, out_text.p ? out_text.p : "");
+    rk_buf_free(&out_text);
 }
 
 /* A spec loaded at run time travels with its dump: replayed from the dump's text, not from a file. */
@@ -374,6 +627,14 @@ static uint32_t le32(const unsigned char *p) {
 static void set_le32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
+static uint64_t le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int j = 7; j >= 0; j--) v = v << 8 | p[j];
+    return v;
+}
+static void set_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
 
 /* The format's fields, walked independently of the reader (docs/dump.md): each field's offset. */
 enum {
@@ -415,9 +676,12 @@ static void walk(const unsigned char *p, size_t n, size_t at[F_COUNT]) {
     at[F_TENSOR0] = o;
     for (uint32_t i = 0; i < nt; i++) {
         o += 4 + le32(p + o) + 4;
-        uint64_t b = 0;
-        for (int j = 7; j >= 0; j--) b = b << 8 | p[o + j];
-        o += 8 + b;
+        const uint64_t b = le64(p + o);
+        o += 8;
+        const uint32_t form = le32(p + o);
+        o += 4;
+        if (form == 0) o += b;
+        else o += 16 + le64(p + o + 8) * (8 + le32(p + o) + le32(p + o + 4)); /* the row list, then the rows */
     }
     at[F_CHECKSUM] = o;
     at[F_END] = o + 32;
@@ -490,8 +754,8 @@ static void test_hostile_files(void **state) {
 #define MUTATE(off, val) (memcpy(b, f.data, n), set_le32(b + (off), (val)))
     MUTATE(at[F_MAGIC], 0x504d5544); /* "DUMP" */
     refused(b, n, ROPEKV_ERR_DUMP, "magic");
-    MUTATE(at[F_VERSION], 2);
-    refused(b, n, ROPEKV_ERR_VERSION, "format version: 2");
+    MUTATE(at[F_VERSION], 1); /* the first format, whose caches were whole */
+    refused(b, n, ROPEKV_ERR_VERSION, "format version: 1, but this ropekv");
     MUTATE(at[F_RESERVED], 1);
     refused(b, n, ROPEKV_ERR_DUMP, "reserved");
     MUTATE(at[F_LIBRARY], 0xffffffffu);
@@ -519,7 +783,7 @@ static void test_hostile_files(void **state) {
         for (int j = 0; j < 8; j++) b[bytes_at + j] = j == 7 ? 0x7f : 0xff; /* 2^63 - 1 bytes */
         refused(b, n, ROPEKV_ERR_DUMP, "pass the end");
         memcpy(b, f.data, n);
-        b[bytes_at + 8] ^= 1; /* a flipped byte of the first tensor */
+        b[bytes_at + 8 + 4] ^= 1; /* a flipped byte of the first tensor (after its form) */
         refused(b, n, ROPEKV_ERR_DUMP, "checksum");
     }
     memcpy(b, f.data, n);
@@ -548,6 +812,138 @@ static void test_hostile_files(void **state) {
     assert_int_equal(replay(path, "--backend", "host", &out), 1);
     assert_non_null(strstr(out.p, "the launch returned ROPEKV_OK"));
 #undef MUTATE
+    rk_buf_free(&out);
+    free(b);
+    rk_code_free(&f);
+}
+
+/* The offset of tensor name's entry in dump f (its name's length field). */
+static size_t entry_of(const rk_codeobj *f, const char *name) {
+    size_t at[F_COUNT];
+    walk(f->data, f->len, at);
+    const unsigned char *p = f->data;
+    size_t o = at[F_TENSOR0];
+    for (uint32_t i = 0; i < le32(p + at[F_TENSORS]); i++) {
+        const uint32_t len = le32(p + o);
+        if (len == strlen(name) && !memcmp(p + o + 4, name, len)) return o;
+        o += 4 + len + 4;
+        const uint64_t b = le64(p + o);
+        o += 8;
+        const uint32_t form = le32(p + o);
+        o += 4;
+        o += form == 0 ? b : 16 + le64(p + o + 8) * (8 + le32(p + o) + le32(p + o + 4));
+    }
+    fail_msg("no tensor %s", name);
+    return 0;
+}
+
+/* The checksum of the n bytes at b made again. */
+static void resum(unsigned char *b, size_t n) {
+    rk_sha256 h;
+    rk_sha256_init(&h);
+    rk_sha256_update(&h, b, n - 32);
+    rk_sha256_final(&h, b + n - 32);
+}
+
+/* f with its kv_cache's rows rewritten, consistently: the first keep rows of its list, each cut to row_bytes (at most
+ * the dumped ones), the checksum made again. */
+static rk_codeobj cut_rows(const rk_codeobj *f, uint64_t keep, uint32_t row_bytes) {
+    const size_t e = entry_of(f, "kv_cache"), fields = e + 4 + strlen("kv_cache") + 4 + 8 + 4;
+    const unsigned char *p = f->data;
+    const uint32_t rb = le32(p + fields), tb = le32(p + fields + 4);
+    const uint64_t n = le64(p + fields + 8);
+    assert_true(keep <= n && row_bytes <= rb);
+    const size_t list = fields + 16, data = list + 8 * n, end = data + n * (rb + tb);
+    rk_codeobj o = {malloc(f->len), 0};
+    assert_non_null(o.data);
+    memcpy(o.data, p, fields);
+    o.len = fields;
+    set_le32(o.data + o.len, row_bytes);
+    set_le32(o.data + o.len + 4, tb);
+    set_le64(o.data + o.len + 8, keep);
+    o.len += 16;
+    memcpy(o.data + o.len, p + list, 8 * keep);
+    o.len += 8 * keep;
+    for (uint64_t k = 0; k < keep; k++) {
+        memcpy(o.data + o.len, p + data + k * (rb + tb), row_bytes);
+        memcpy(o.data + o.len + row_bytes, p + data + k * (rb + tb) + rb, tb);
+        o.len += row_bytes + tb;
+    }
+    memcpy(o.data + o.len, p + end, f->len - end);
+    o.len += f->len - end;
+    resum(o.data, o.len);
+    return o;
+}
+
+/* Hostile row lists (checksums made again, so the reader reaches them): a row outside [min_slot, kv_rows), repeated,
+ * decreasing; a form other than the tensor's; row and tail bytes out of range; a row count past the end; refused by
+ * the reader naming the tensor. Rows cut short or missing are consistent files that replay refuses (exit 3). */
+static void test_hostile_rows(void **state) {
+    (void)state;
+    const ropekv_variant v = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .kv = ROPEKV_KV_FP8_E4M3};
+    rk_codeobj f = small_dump_of(&v, "rows");
+    const size_t n = f.len, e = entry_of(&f, "kv_cache"), form = e + 4 + strlen("kv_cache") + 4 + 8;
+    const size_t fields = form + 4, list = fields + 16;
+    const uint64_t n_rows = le64(f.data + fields + 8);
+    assert_true(n_rows >= 2);
+    rk_dump *dm = malloc(sizeof *dm);
+    rk_err err = {0};
+    assert_int_equal(rk_dump_parse(f.data, n, dm, &err), ROPEKV_OK);
+    const int64_t kv_rows = dm->args.kv_rows;
+    free(dm);
+    unsigned char *b = malloc(n);
+#define EDIT(stmt) (memcpy(b, f.data, n), (stmt), resum(b, n))
+    EDIT(set_le64(b + list + 8 * (n_rows - 1), (uint64_t)kv_rows));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': row");
+    refused(b, n, ROPEKV_ERR_DUMP, "is outside [min_slot 0, kv_rows");
+    EDIT(set_le64(b + list + 8, le64(f.data + list)));
+    refused(b, n, ROPEKV_ERR_DUMP, "(entry 1 of the row list) repeats the one before it");
+    EDIT((set_le64(b + list, le64(f.data + list + 8)), set_le64(b + list + 8, le64(f.data + list))));
+    refused(b, n, ROPEKV_ERR_DUMP, "(entry 1 of the row list) is below the one before it");
+    EDIT(set_le32(b + form, 0));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': form 0 (whole), but a cache is dumped as rows");
+    EDIT(set_le32(b + form, 2));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': form 2 is out of range");
+    {
+        size_t at[F_COUNT];
+        walk(f.data, n, at);
+        const size_t first_form = at[F_TENSOR0] + 4 + le32(f.data + at[F_TENSOR0]) + 4 + 8;
+        EDIT(set_le32(b + first_form, 1));
+        refused(b, n, ROPEKV_ERR_DUMP, "form 1 (rows), but only the caches are dumped as rows");
+    }
+    EDIT(set_le32(b + fields, 0));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': row bytes 0");
+    EDIT(set_le32(b + fields + 4, 256));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': tail bytes 256");
+    EDIT(set_le64(b + fields + 8, (uint64_t)1 << 61));
+    refused(b, n, ROPEKV_ERR_DUMP, "tensor 'kv_cache': row count 2305843009213693952");
+    EDIT(set_le32(b + fields, le32(f.data + fields) + 4096));
+    refused(b, n, ROPEKV_ERR_DUMP, "pass the end of the file");
+    for (size_t cut = form; cut < list + 8 * n_rows + 16; cut++) /* truncated inside the rows' fields */
+        refused(f.data, cut, ROPEKV_ERR_DUMP, cut < list ? "truncated at byte" : "pass");
+#undef EDIT
+    /* consistent files that replay refuses: rows cut to other than the kernel's row bytes, a row missing */
+    char path[600];
+    snprintf(path, sizeof path, "%s/rows.rkdump", scratch);
+    rk_buf out = {0};
+    const uint32_t rb = le32(f.data + fields);
+    rk_codeobj g = cut_rows(&f, n_rows, rb - 16);
+    refused(g.data, g.len, ROPEKV_OK, "");
+    assert_int_equal(rk_test_write_file(path, g.data, g.len, 0600), ROPEKV_OK);
+    int status = replay(path, "--backend", "host", &out);
+    if (status != 3 || !strstr(out.p, "ROPEKV_ERR_DUMP: tensor 'kv_cache': rows of"))
+        fail_msg("exit %d:\n%s", status, out.p ? out.p : "");
+    rk_code_free(&g);
+    g = cut_rows(&f, n_rows - 1, rb);
+    assert_int_equal(rk_test_write_file(path, g.data, g.len, 0600), ROPEKV_OK);
+    status = replay(path, "--backend", "host", &out);
+    if (status != 3 || !strstr(out.p, "is not the") || !strstr(out.p, "rows the slots name"))
+        fail_msg("exit %d:\n%s", status, out.p ? out.p : "");
+    rk_code_free(&g);
+    g = cut_rows(&f, n_rows, rb); /* the same rows: the file itself, replayed */
+    assert_int_equal(g.len, n);
+    assert_memory_equal(g.data, f.data, n);
+    rk_code_free(&g);
     rk_buf_free(&out);
     free(b);
     rk_code_free(&f);
@@ -618,8 +1014,45 @@ static void test_other_target_replays_on_host(void **state) {
     free(d);
 }
 
-/* --seeds DIR: the fuzz target's seeds (tests/fuzz/corpus/dump): small valid dumps of two variants and a refused
- * launch. */
+/* Writes the n bytes at p to dir/name; 0, or 1. */
+static int write_seed(const char *dir, const char *name, const unsigned char *p, size_t n) {
+    char out[1100];
+    snprintf(out, sizeof out, "%s/%s.rkdump", dir, name);
+    if (rk_write_file(out, p, n) != ROPEKV_OK) return 1;
+    printf("%s (%zu bytes)\n", out, n);
+    return 0;
+}
+
+/* The hostile seeds, variants of the DeepSeek-V3 dump f (two rows in its cache): the head's fields (magic, version 1,
+ * a spec text's length past the end, truncated, a trailing byte, a flipped byte), and its cache's rows (repeated,
+ * decreasing, past kv_rows, dumped whole) under a checksum made again. */
+static int write_hostile_seeds(const char *dir, const rk_codeobj *f) {
+    size_t at[F_COUNT];
+    walk(f->data, f->len, at);
+    const size_t n = f->len, form = entry_of(f, "kv_cache") + 4 + strlen("kv_cache") + 4 + 8, list = form + 4 + 16;
+    if (le64(f->data + form + 4 + 8) != 2) return 1;
+    unsigned char *b = malloc(n + 1);
+    int rc = b == NULL;
+#define SEED(name, len, stmt) (rc = rc || (memcpy(b, f->data, n), (stmt), write_seed(dir, name, b, len)))
+    SEED("bad_magic", n, b[0] = 'X');
+    SEED("version_1", n, set_le32(b + at[F_VERSION], 1));
+    SEED("huge_spec_length", n, set_le32(b + at[F_SPEC_TEXT], 0xfffffff0u));
+    SEED("truncated_head", 200, (void)0);
+    SEED("truncated_tensor", n / 2, (void)0);
+    SEED("trailing_byte", n + 1, b[n] = 0);
+    SEED("checksum_flipped", n, b[at[F_CHECKSUM] - 1] ^= 1);
+    SEED("rows_repeated", n, (set_le64(b + list + 8, le64(f->data + list)), resum(b, n)));
+    SEED("rows_decreasing", n,
+         (set_le64(b + list, le64(f->data + list + 8)), set_le64(b + list + 8, le64(f->data + list)), resum(b, n)));
+    SEED("rows_past_kv_rows", n, (set_le64(b + list + 8, 1u << 20), resum(b, n)));
+    SEED("cache_whole", n, (set_le32(b + form, 0), resum(b, n)));
+#undef SEED
+    free(b);
+    return rc;
+}
+
+/* --seeds DIR: the fuzz target's seeds (tests/fuzz/corpus/dump): small valid dumps of two variants (two tokens, two
+ * rows in the cache) and two refused launches, and the hostile seeds. */
 static int write_seeds(const char *dir) {
     if (rk_test_setup(scratch, &cat) != 0) return 1;
     static const ropekv_variant vs[] = {
@@ -631,7 +1064,7 @@ static int write_seeds(const char *dir) {
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
         ropekv_kernel *k = NULL;
         if (ropekv_kernel_get(c, &vs[i], &k) != ROPEKV_OK) return 1;
-        rk_shape sh = {.tokens = 1, .heads = 1, .max_pos = 2, .k_scale = 1.0f};
+        rk_shape sh = {.tokens = 2, .heads = 1, .max_pos = 2, .k_scale = 1.0f};
         char why[2048];
         if (rk_check(rk_test_ref_variant(&cat, vs[i].spec, &vs[i]), &sh, 1, rk_test_launch, k, why, sizeof why))
             return 1;
@@ -642,31 +1075,36 @@ static int write_seeds(const char *dir) {
     ropekv_destroy(c);
     char files[8][512];
     const int n = dumps_in(d, files, 8);
-    for (int i = 0; i < n; i++) {
+    int rc = n == 4 ? 0 : 1;
+    for (int i = 0; i < n && rc == 0; i++) {
         rk_codeobj f = {0};
-        char out[1100];
+        char name[600];
         const char *base = strrchr(files[i], '/') + 1;
-        snprintf(out, sizeof out, "%s/%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
-        if (strstr(base, "-fail-"))
-            snprintf(out, sizeof out, "%s/refused_%.*s.rkdump", dir, (int)strcspn(base, "-"), base);
-        if (rk_read_file(files[i], &f) != ROPEKV_OK || rk_write_file(out, f.data, f.len) != ROPEKV_OK) return 1;
-        printf("%s (%zu bytes)\n", out, f.len);
+        snprintf(name, sizeof name, "%s%.*s", strstr(base, "-fail-") ? "refused_" : "", (int)strcspn(base, "-"), base);
+        rc = rk_read_file(files[i], &f) != ROPEKV_OK || write_seed(dir, name, f.data, f.len);
+        if (rc == 0 && !strstr(base, "-fail-") && strstr(base, "deepseek_v3_")) rc = write_hostile_seeds(dir, &f);
         rk_code_free(&f);
     }
     rk_test_remove_tree(scratch);
-    return n == 4 ? 0 : 1;
+    return rc;
 }
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--seeds")) return write_seeds(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_parse),
+        cmocka_unit_test(test_slot_rows),
         cmocka_unit_test(test_round_trip_deepseek_v3),
         cmocka_unit_test(test_round_trip_fp8_tile_paged),
+        cmocka_unit_test(test_round_trip_page_tail),
+        cmocka_unit_test(test_round_trip_split),
+        cmocka_unit_test(test_huge_cache),
+        cmocka_unit_test(test_repeated_slots),
         cmocka_unit_test(test_round_trip_loaded_spec),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_options_refused),
         cmocka_unit_test(test_hostile_files),
+        cmocka_unit_test(test_hostile_rows),
         cmocka_unit_test(test_other_target_replays_on_host),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

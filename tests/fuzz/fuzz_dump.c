@@ -4,8 +4,9 @@
  * before them, so that a mutation gets past the checksum to the fields the reader checks after it. Each parse either
  * refuses with ROPEKV_ERR_DUMP or ROPEKV_ERR_VERSION and a non-empty message, or accepts; an accepted dump has every
  * string terminated inside its field, its enums and counts in range, and every tensor's bytes inside the input, and
- * a second parse gives the same. The seed corpus (tests/fuzz/corpus/dump, written by `test_dump --seeds`) holds small
- * dumps of a DeepSeek-V3 and a paged fp8_tile launch and of two refused launches, and hostile variants of them. */
+ * a second parse gives the same; a cache's rows (form 1) are in range and increasing, with their bytes inside the
+ * input. The seed corpus (tests/fuzz/corpus/dump, written by `test_dump --seeds`) holds small dumps of a DeepSeek-V3
+ * and a paged fp8_tile launch and of two refused launches, and hostile variants of them. */
 #include <string.h>
 
 #include "cache.h"
@@ -38,8 +39,27 @@ static void check(const uint8_t *data, size_t size) {
     for (int i = 0; i < a.n_tensors; i++) {
         const rk_dump_tensor *t = &a.t[i];
         FUZZ_CHECK(memchr(t->name, '\0', sizeof t->name) && t->name[0], "tensor %d's name", i);
-        FUZZ_CHECK(t->data >= data && t->bytes <= size && t->data + t->bytes <= data + size,
-                   "tensor %s's %llu bytes outside the input", t->name, (unsigned long long)t->bytes);
+        FUZZ_CHECK(t->data >= data && t->stored <= size && t->data + t->stored <= data + size,
+                   "tensor %s's %llu bytes outside the input", t->name, (unsigned long long)t->stored);
+        if (!t->rows) {
+            FUZZ_CHECK(t->stored == t->bytes, "tensor %s: form 0 with %llu of %llu bytes", t->name,
+                       (unsigned long long)t->stored, (unsigned long long)t->bytes);
+            continue;
+        }
+        FUZZ_CHECK(!strcmp(t->name, "kv_cache") || !strcmp(t->name, "kv_rope_cache"), "rows of %s", t->name);
+        FUZZ_CHECK(t->row_bytes >= 1 && t->row_bytes <= RK_DUMP_ROW_BYTES_MAX &&
+                       t->tail_bytes <= RK_DUMP_TAIL_BYTES_MAX &&
+                       t->stored == t->n_rows * ((uint64_t)t->row_bytes + t->tail_bytes),
+                   "tensor %s: rows of %u + %u bytes, %llu stored", t->name, t->row_bytes, t->tail_bytes,
+                   (unsigned long long)t->stored);
+        FUZZ_CHECK(t->row_list >= data && t->n_rows <= size / 8 && t->row_list + 8 * t->n_rows <= data + size,
+                   "tensor %s's row list outside the input", t->name);
+        for (uint64_t k = 0; k < t->n_rows; k++) {
+            const int64_t row = rk_dump_row(t, k);
+            FUZZ_CHECK(row >= a.args.min_slot && row < a.args.kv_rows && (k == 0 || row > rk_dump_row(t, k - 1)),
+                       "tensor %s: row %lld (entry %llu) out of range or order", t->name, (long long)row,
+                       (unsigned long long)k);
+        }
     }
     FUZZ_CHECK(rk_dump_parse(data, size, &b, &err) == ROPEKV_OK && !strcmp(a.key, b.key) &&
                    !strcmp(a.message, b.message) && memcmp(&a.args, &b.args, sizeof a.args) == 0 &&
