@@ -144,9 +144,11 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
         CHECK(blocks <= 1 || (block_w >= 0 && bst >= block_w), ROPEKV_ERR_STRIDE,
               "%s: block stride %lld < %lld, the span of a block's %lld entries", t->label, (long long)bst,
               (long long)block_w, (long long)per_block);
-        /* a page-tail record: a block's tails (tail_bytes a token) lie after its rows, inside the block stride */
+        /* a page-tail record: a block's tails (tail_bytes a token) lie after its kv_block_size rows, inside the block
+         * stride (at kv_block_size x kv_st + entry x tail_bytes: templates/kernel.hip, tail_byte), also in a block
+         * with fewer rows in use (kv_rows < kv_block_size) */
         const int64_t tail = paged && t->at == offsetof(ropekv_args, kv_cache) ? p->rec.tail_bytes : 0;
-        const int64_t tails_end = tail && per_block > 0 ? extent(per_block, est + tail, 0) : 0;
+        const int64_t tails_end = tail && per_block > 0 ? extent(c->B, est + tail, 0) : 0;
         CHECK(!tail || (tails_end >= 0 && bst >= tails_end), ROPEKV_ERR_STRIDE,
               "%s: block stride %lld leaves no room for the page tail: record %s keeps %lld bytes a token after a "
               "block's %lld rows (block_size x (kv_st + tail_bytes) = %lld)",

@@ -1071,6 +1071,26 @@ static void test_extents_in_bytes(void **state) {
     (void)state;
     ropekv_ctx *c = open_ctx(NULL);
     char why[512];
+    /* a page-tail record's tails lie after all kv_block_size rows of a block, also with fewer rows in use: DeepSeek-V4's
+     * fp8 record (576-byte rows, 8 bytes of tail a token), 3 rows of a block of 64, read back: the cache spans
+     * 64 x (576 + 8) bytes, not 3 x (576 + 8) */
+    const ropekv_variant v4 = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v4_flash", .record = "dsv4_fp8",
+                               .layout = ROPEKV_KV_PAGED, .op = ROPEKV_OP_READ};
+    ropekv_args r = {.tokens = 2,
+                     .slots = slots,
+                     .out = qo,
+                     .out_st = 512,
+                     .kv_st = 576,
+                     .kv_rows = 3,
+                     .kv_block_size = 64,
+                     .kv_block_st = 64 * (576 + 8)};
+    r.kv_cache = (void *)(UINTPTR_MAX - 32767); /* 32 KiB below the top: room for 3 rows and their tails */
+    assert_int_equal(ropekv_query(c, &v4, &r, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "kv_cache: its 37376 bytes from"));
+    r.kv_cache = kv;
+    r.kv_block_st = 64 * 576 + 3 * 8; /* room for the tails of the rows in use, not for the block's */
+    assert_int_equal(ropekv_query(c, &v4, &r, why, sizeof why), ROPEKV_ERR_STRIDE);
+    assert_non_null(strstr(why, "leaves no room for the page tail"));
     ropekv_args a = good_args();
     a.max_pos = (int64_t)1 << 56; /* x R = 2^62 f32 elements */
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
