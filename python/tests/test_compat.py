@@ -661,6 +661,9 @@ def test_traced_branch_host(shim):
     ops._is_compiling = lambda: seen.append(1) or True
     try:
         assert c.tracing() and isinstance(c.kernel_info(torch.zeros(1), "deepseek_v3"), c.Facts)
+        one, other = torch.zeros(3, 8), torch.zeros(3, 8)
+        assert c.joint(one[:, :5], one[:, 5:]).shape == (3, 8)
+        assert c.joint(one[:, :5], other[:, 5:]) is None  # the same layout in another buffer
         _run_eager(torch, SHIM_CASES[shim](torch, compat, "cpu"), shim + " (traced branch)")
     finally:
         ops._is_compiling = probe

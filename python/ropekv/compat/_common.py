@@ -3,10 +3,10 @@ scale arguments under a spec's convention, and the small constant tensors a laun
 
 Under torch.compile (fullgraph=True) the shims are traced: what they read from the library (a kernel's spec facts, a
 multiplier's float32 scale) is computed once when the call is traced, by functions marked as constant results
-(torch.compiler.assume_constant_result: they take only Python constants); the constant tensors are made inside the
-graph instead of being taken from the per-device tables; the engines' error types are not layered over ropekv's (the
-checks of the traced path raise when torch.compile traces the call, as torch reports them); and joint() checks the
-layout of two parts without their addresses (see joint)."""
+(torch.compiler.assume_constant_result: called with the traced call's Python constants, and with its real tensors
+where two parts' addresses are compared); the constant tensors are made inside the
+graph instead of being taken from the per-device tables; and the engines' error types are not layered over ropekv's
+(the checks of the traced path raise when torch.compile traces the call, as torch reports them)."""
 import collections
 import contextlib
 import importlib
@@ -88,9 +88,9 @@ def refuse(argument, why):
 def joint(nope, rope):
     """The [..., A + B] view of which nope ([..., A]) and rope ([..., B]) are the two parts, or None: the same dtype,
     device, leading shape and strides, the last dimension contiguous, rope starting right after nope's last element
-    (engines that keep one buffer pass its two slices). Under torch.compile the tensors have no addresses: the parts
-    are taken as one buffer's when their layout says so (rope's storage offset is nope's + A), which two slices of one
-    buffer always satisfy; that they share one storage is checked in eager calls only."""
+    (engines that keep one buffer pass its two slices). Under torch.compile the traced tensors have no addresses:
+    whether rope starts right after nope in one storage is asked of the real tensors when the call is traced (a
+    constant of the graph, as the rest of the layout is)."""
     if nope is None or rope is None:
         return None
     if nope.dtype != rope.dtype or nope.device != rope.device or nope.dim() != rope.dim() or nope.dim() == 0:
@@ -102,9 +102,7 @@ def joint(nope, rope):
         return None
     size = tuple(nope.shape[:-1]) + (a + rope.shape[-1],)
     if tracing():
-        if rope.storage_offset() != nope.storage_offset() + a:
-            return None
-        return nope.as_strided(size, nope.stride(), nope.storage_offset())
+        return nope.as_strided(size, nope.stride()) if _traced_adjacent(nope, rope) else None
     if rope.data_ptr() != nope.data_ptr() + a * nope.element_size():
         return None
     if nope.storage().data_ptr() != rope.storage().data_ptr():
@@ -118,6 +116,18 @@ def joint(nope, rope):
 _INT64 = torch.empty(0, dtype=torch.int64)  # an index tensor's dtype, where a launch's slots are made later
 # a kernel's facts the shims read, under torch.compile (a KernelInfo's attributes of the same names)
 Facts = collections.namedtuple("Facts", "L R W rope cos_sin scale q_fp8_scale")
+
+
+@constant_result
+def _traced_adjacent(nope, rope):
+    """Whether rope starts right after nope's last element of its rows, in the same storage: torch.compile calls it
+    with the real tensors of the call it traces."""
+    return (rope.data_ptr() == nope.data_ptr() + nope.shape[-1] * nope.element_size()
+            and _storage_ptr(rope) == _storage_ptr(nope))
+
+
+def _storage_ptr(t):
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
 
 
 def kernel_info(like, spec, kv="bf16", q_form="none", positions=None, slots=None, q_dtype="bf16", layout="flat"):
