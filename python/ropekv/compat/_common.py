@@ -2,11 +2,11 @@
 scale arguments under a spec's convention, and the small constant tensors a launch needs (made once per device).
 
 Under torch.compile (fullgraph=True) the shims are traced: what they read from the library (a kernel's spec facts, a
-multiplier's float32 scale) is computed once when the call is traced, by functions marked as constant results
-(torch.compiler.assume_constant_result: called with the traced call's Python constants, and with its real tensors
-where two parts' addresses are compared); the constant tensors are made inside the
-graph instead of being taken from the per-device tables; and the engines' error types are not layered over ropekv's
-(the checks of the traced path raise when torch.compile traces the call, as torch reports them)."""
+multiplier's float32 scale) and whether two parts lie back to back in one buffer are computed once when the call is
+traced, by functions marked as constant results (torch.compiler.assume_constant_result: called with the traced call's
+Python constants, or its real tensors where two parts' addresses are compared); the constant tensors are made inside
+the graph instead of being taken from the per-device tables; and the engines' error types are not layered over
+ropekv's (the checks of the traced path raise when torch.compile traces the call, as torch reports them)."""
 import collections
 import contextlib
 import importlib
@@ -37,8 +37,8 @@ def _both(base, exc):
 
 def _constant_marker():
     """torch.compiler.assume_constant_result (torch._dynamo's before 2.2), or the identity on a torch without
-    torch.compile: a function so marked is called when torch.compile traces a call to it, its arguments Python
-    constants, and its result is a constant of the graph."""
+    torch.compile: a function so marked is called when torch.compile traces a call to it, with Python constants (and
+    real tensors for tensor arguments), and its result is a constant of the graph."""
     f = getattr(getattr(torch, "compiler", None), "assume_constant_result", None)
     if f is None and hasattr(torch, "compile"):
         f = importlib.import_module("torch._dynamo").assume_constant_result
