@@ -211,6 +211,14 @@ def _call(name, a):
         _launch(name, a)
     else:
         _one_device(**{n: t for n, t in a.items() if isinstance(t, torch.Tensor)})
+        for s in ("k_scale", "q_scale"):  # a scale given as a number: a float32 tensor [1] of the graph
+            v = a.get(s)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if not 0 < v < float("inf"):
+                    raise ValueError("%s = %r: a scale must be a positive finite float32 (1.0 for no scaling)"
+                                     % (s, v))
+                a = dict(a)
+                a[s] = torch.full((1,), float(v), dtype=torch.float32, device=kv_cache.device)
         getattr(torch.ops.ropekv, name)(*[a.get(n) for n in _ORDER[name]])
 
 

@@ -77,16 +77,23 @@ def _vllm_write(device, kv_dtype):
     before = cache.clone()
     scale = torch.tensor([0.37], dtype=torch.float32, device=device)
     compat.vllm.concat_and_cache_mla(kv[:, :L], kv[:, L:], cache, slots, kv_dtype, scale)
-    want = before.clone().view(32, width)
+    want = _vllm_want(torch, kv[:T], slots, scale, before, kv_dtype)
+    _eq(torch, cache.view(32, width), want, "vllm concat_and_cache_mla %s" % kv_dtype)
+
+
+def _vllm_want(torch, kv, slots, scale, before, kv_dtype):
+    """The cache rows concat_and_cache_mla writes, as [rows, width]: before's, with cat(kv_c, k_pe) of each token
+    at its slot (none at a negative one), converted per kv_dtype."""
+    want = before.clone().view(-1, before.shape[-1])
     ok = slots >= 0
-    rows = kv[:T][ok]
+    rows = kv[ok]
     if kv_dtype == "auto":
         want[slots[ok]] = rows
     elif kv_dtype == "fp8":
         want[slots[ok]] = ref.e4m3_codes(torch.clamp(rows.float() / scale, -448.0, 448.0))
     else:
-        want[slots[ok]] = rf.tile_rows(torch, "deepseek_v32", rows[:, :L].cpu(), rows[:, L:].cpu()).to(device)
-    _eq(torch, cache.view(32, width), want, "vllm concat_and_cache_mla %s" % kv_dtype)
+        want[slots[ok]] = rf.tile_rows(torch, "deepseek_v32", rows[:, :L].cpu(), rows[:, L:].cpu()).to(want.device)
+    return want
 
 
 @sp.parametrize("kv_dtype", ["auto", "fp8", "fp8_ds_mla"])
@@ -414,6 +421,273 @@ def test_aiter_errors_host():
         assert str(e).startswith(name), (name, e)
     e = _expect(AssertionError, lambda: f(*a, cache, slots.int().float(), pos, cos, sin, None, False))
     assert isinstance(e, TypeError) and "slots" in str(e), e  # ropekv's table: slot indices int32 / int64
+
+
+# ---- torch.compile and CUDA graphs -------------------------------------------------------------------------------
+# Each shim's calls as one step, as an engine's compiled or graph-captured model code makes them: step(*args()) calls
+# the shim (every form the eager tests check, a few calls a step) and returns the tensors it wrote or returned; args()
+# makes fresh copies of the outputs, as they were before any call (the inputs are shared); want holds the reference's
+# bits of each returned tensor (ropekv.reference, as the eager tests compute them).
+def _vllm_write_case(torch, compat, device):
+    g = torch.Generator().manual_seed(21)
+    T = 9
+    kv = _bf16(torch, (T + 3, W), g, device)  # 3 padding rows past the slots
+    slots = torch.tensor([5, -1, 0, 17, 30, -1, 2, 9, 31], dtype=torch.int64, device=device)
+    scale = torch.tensor([0.37], dtype=torch.float32, device=device)
+    kinds = ("auto", "fp8", "fp8_ds_mla")
+    caches = (torch.randn(4, 8, W, generator=g).to(torch.bfloat16).to(device),
+              torch.full((4, 8, W), 0x5A, dtype=torch.uint8, device=device),
+              torch.full((4, 8, 656), 0x5A, dtype=torch.uint8, device=device))
+
+    def args():
+        return (kv, slots, scale) + tuple(c.clone() for c in caches)
+
+    def step(kv, slots, scale, *out):
+        for kv_dtype, cache in zip(kinds, out):
+            compat.vllm.concat_and_cache_mla(kv[:, :L], kv[:, L:], cache, slots, kv_dtype, scale)
+        return out
+
+    want = [_vllm_want(torch, kv[:T], slots, scale, c, k).view(c.shape) for c, k in zip(caches, kinds)]
+    return step, args, want
+
+
+def _vllm_rotary_case(torch, compat, device):
+    g = torch.Generator().manual_seed(22)
+    T, H = 7, 3
+    q, k, flat = _bf16(torch, (T, H, 192), g, device), _bf16(torch, (T, 1, R), g, device), \
+        _bf16(torch, (T, H * R), g, device)
+    table = _table(torch, g, device)
+    pos = torch.tensor([0, 5, 63, 7, 7, 1, 40], device=device)
+
+    def args():
+        return q.clone(), k.clone(), flat.clone(), pos, table
+
+    def step(q, k, flat, pos, table):
+        compat.vllm.rotary_embedding(pos, q[..., 128:], k, R, table, False)  # q_pe: a slice of the query heads
+        compat.vllm.rotary_embedding(pos, flat, None, R, table, False)
+        return q, k, flat
+
+    want_q = torch.cat([q[..., :128], _rope(torch, q[..., 128:], table, pos).to(torch.bfloat16)], dim=-1)
+    want_flat = _rope(torch, flat.view(T, H, R), table, pos).to(torch.bfloat16).view(T, H * R)
+    return step, args, [want_q, _rope(torch, k, table, pos).to(torch.bfloat16), want_flat]
+
+
+def _flashinfer_rope_case(torch, compat, device):
+    q, kv, table, pos = _fi_inputs(torch, device, 23)
+    f = compat.flashinfer.mla_rope_quantize_fp8
+    qo, ko = torch.zeros(q.shape, dtype=torch.uint8, device=device), torch.zeros(kv.shape, dtype=torch.uint8,
+                                                                               device=device)
+
+    def args():
+        return q, kv, table, pos, qo.clone(), ko.clone()
+
+    def step(q, kv, table, pos, qo, ko):
+        got = f(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], table, pos, is_neox=False, quantize_dtype=torch.uint8,
+                quant_scale_q=1 / 0.7, quant_scale_kv=3.0)  # the outputs allocated
+        f(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], table, pos, False, None, 2.0, 0.25, qo[..., L:], ko[:, L:],
+          qo[..., :L], ko[:, :L])  # into one query and one key buffer
+        return tuple(got) + (qo, ko)
+
+    w = _fi_want(torch, q, kv, table, pos, 2.0, 0.25)
+    want = list(_fi_want(torch, q, kv, table, pos, 1 / 0.7, 3.0))
+    return step, args, want + [torch.cat([w[2], w[0]], dim=-1), torch.cat([w[3], w[1]], dim=-1)]
+
+
+def _flashinfer_paged_case(torch, compat, device):
+    q, kv, table, pos_ids = _fi_inputs(torch, device, 24, T=7)
+    g = compat.flashinfer.rope_quantize_fp8_append_paged_kv_cache
+    buf = torch.full((6, 4, W), 0x5A, dtype=torch.uint8, device=device)
+    kv_indices = torch.tensor([4, 1, 5, 0, 2], dtype=torch.int32, device=device)
+    kv_indptr = torch.tensor([0, 2, 5], dtype=torch.int32, device=device)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1], dtype=torch.int32, device=device)
+    positions = torch.tensor([4, 5, 7, 0, 3, 8, 11], dtype=torch.int32, device=device)
+
+    def args():
+        return (q, kv, table, pos_ids, kv_indices, kv_indptr, batch, positions, buf.clone(), buf[..., :L].clone(),
+                buf[..., L:].clone())
+
+    def step(q, kv, table, pos_ids, kv_indices, kv_indptr, batch, positions, buf, ckv, kpe):
+        out = []
+        for caches in ((buf[..., :L], buf[..., L:]), (ckv, kpe)):  # one buffer (paged layout), two (split)
+            out += g(q[..., L:], kv[:, L:], q[..., :L], kv[:, :L], None, table, pos_ids, caches, kv_indices,
+                     kv_indptr, batch, positions, is_neox=False, quantize_dtype=torch.uint8, quant_scale_q=0.5,
+                     quant_scale_kv=2.0, page_size=4)
+        return tuple(out) + (buf, ckv, kpe)
+
+    w = _fi_want(torch, q, kv, table, pos_ids, 0.5, 2.0)
+    pages = [1, 1, 1, 5, 5, 2, 2]  # per token: request 0 has pages [4, 1], request 1 [5, 0, 2]
+    slots = torch.tensor([pg * 4 + p % 4 for pg, p in zip(pages, positions.tolist())], device=device)
+    rows = buf.clone().view(24, W)
+    rows[slots] = torch.cat([w[3], w[1]], dim=-1)
+    rows = rows.view(buf.shape)
+    return step, args, [w[0], w[2], w[0], w[2], rows, rows[..., :L], rows[..., L:]]
+
+
+def _sglang_case(torch, compat, device):
+    q, kv, table, pos = _fi_inputs(torch, device, 25, T=5)
+    f = compat.sglang.mla_rope_quantize_fp8_fused
+    loc = torch.tensor([3, 0, 11, 7, 4], device=device)
+
+    def args():
+        return (q, kv, table, pos, loc, torch.zeros(q.shape, dtype=torch.uint8, device=device),
+                torch.zeros(kv.shape, dtype=torch.uint8, device=device),
+                torch.zeros(12, 1, W, dtype=torch.uint8, device=device),
+                torch.zeros(5, W, dtype=torch.uint8, device=device))
+
+    def step(q, kv, table, pos, loc, q_out, k_out, kv_buffer, q2):
+        f(q[..., :L], q[..., L:], kv[:, :L], kv[:, L:], table, pos, False, q_out, k_out[:, :L], k_out[:, L:],
+          kv_buffer, loc)
+        f(q[:, 0, :L], q[:, 0, L:], kv[:, :L], kv[:, L:], table, pos, False, q2)  # one head, no key outputs
+        return q_out, k_out, kv_buffer, q2
+
+    w = _fi_want(torch, q, kv, table, pos, 1.0, 1.0)
+    k_rows = torch.cat([w[3], w[1]], dim=-1)
+    cache = torch.zeros(12, W, dtype=torch.uint8, device=device)
+    cache[loc] = k_rows
+    q_rows = torch.cat([w[2], w[0]], dim=-1)
+    return step, args, [q_rows, k_rows, cache.view(12, 1, W), q_rows[:, 0]]
+
+
+def _aiter_case(torch, compat, device):
+    g = torch.Generator().manual_seed(26)
+    b, bk, H = 4, 6, 3
+    q = _bf16(torch, (b, H, W), g, device)
+    kv = _bf16(torch, (bk, 1, W), g, device)
+    table = _table(torch, g, device)
+    pos = torch.tensor([3, 9, 0, 63, 12, 5], device=device)
+    slots = torch.tensor([7, -1, 2, 0, 5], device=device)
+    k_scale = torch.tensor([0.8], device=device)
+    dtypes = [torch.bfloat16] + ([torch.float8_e4m3fn] if hasattr(torch, "float8_e4m3fn") else [])
+    caches = [torch.zeros(8, 1, W, dtype=torch.uint8 if dt != torch.bfloat16 else dt, device=device).view(dt)
+              for dt in dtypes]
+
+    def args():
+        return (q, kv, table, pos, slots, k_scale) + tuple(c.clone() for c in caches)
+
+    def step(q, kv, table, pos, slots, k_scale, *caches):
+        cos, sin = table.chunk(2, dim=-1)  # the halves of one table, as engines make them
+        out = []
+        for cache in caches:
+            out.append(compat.aiter.fused_qk_rope_cat_and_cache_mla(
+                q[..., :L], q[..., L:], kv[..., :L], kv[..., L:], cache, slots, pos, cos, sin, k_scale, False)[0])
+        return tuple(out) + tuple(caches)
+
+    want_q = torch.cat([q[..., :L], _rope(torch, q[..., L:], table, pos[:b]).to(torch.bfloat16)], dim=-1)
+    rows = torch.cat([kv[:5, 0, :L].float(), _rope(torch, kv[:5, 0, L:], table, pos[:5])], dim=-1)[slots >= 0]
+    want = []
+    for dt in dtypes:
+        fp8 = dt != torch.bfloat16
+        w = torch.zeros(8, W, dtype=torch.uint8 if fp8 else torch.bfloat16, device=device)
+        w[slots[slots >= 0]] = _fp8(torch, rows, (1.0 / k_scale).item()) if fp8 else rows.to(torch.bfloat16)
+        want.append(w.view(8, 1, W))
+    return step, args, [want_q] * len(dtypes) + want
+
+
+SHIM_CASES = {"vllm_concat_and_cache_mla": _vllm_write_case, "vllm_rotary_embedding": _vllm_rotary_case,
+              "flashinfer_mla_rope_quantize_fp8": _flashinfer_rope_case,
+              "flashinfer_append_paged_kv_cache": _flashinfer_paged_case,
+              "sglang_mla_rope_quantize_fp8_fused": _sglang_case, "aiter_fused_qk_rope_cat_and_cache_mla": _aiter_case}
+
+
+def _compare(torch, got, want, what):
+    assert len(got) == len(want), (what, len(got), len(want))
+    for i, (a, b) in enumerate(zip(got, want)):
+        _eq(torch, a, b, "%s, output %d" % (what, i))
+
+
+def _run_eager(torch, case, what):
+    step, args, want = case
+    _compare(torch, step(*args()), want, what)
+
+
+def _run_compiled(torch, case, what):
+    """The step under torch.compile(fullgraph=True) (a graph break fails it): its outputs bit for bit the eager
+    step's and the reference's."""
+    step, args, want = case
+    eager = step(*args())
+    _compare(torch, eager, want, what + " (eager)")
+    got = torch.compile(step, fullgraph=True)(*args())
+    _compare(torch, got, eager, what + " (compiled vs eager)")
+    _compare(torch, got, want, what + " (compiled)")
+
+
+def _run_graph(torch, case, what):
+    """The step captured in a CUDA graph (after one eager call outside capture: the kernels, constant tensors and
+    scale tensors made there) and replayed with every tensor as before any call: the replay's outputs bit for bit the
+    eager step's and the reference's, and the replay changed them."""
+    step, args, want = case
+    eager = step(*args())
+    static = args()
+    step(*static)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step(*static)
+    for t, fresh in zip(static, args()):
+        t.copy_(fresh)
+    torch.cuda.synchronize()
+    before = [o.clone() for o in out]
+    g.replay()
+    torch.cuda.synchronize()
+    assert any(not sp._same_bits(torch, a, b) for a, b in zip(out, before)), "%s: the replay wrote nothing" % what
+    _compare(torch, out, eager, what + " (graph replay vs eager)")
+    _compare(torch, out, want, what + " (graph replay)")
+
+
+def _compile_torch():
+    torch = sp._torch()
+    if not hasattr(torch, "compile"):
+        sp.skip("torch %s has no torch.compile" % torch.__version__)
+    return torch
+
+
+@sp.parametrize("shim", list(SHIM_CASES))
+def test_shim_steps_host(shim):
+    """The steps' eager calls against the reference (what the compiled and graph runs are compared with)."""
+    torch, compat = _setup("cpu")
+    _run_eager(torch, SHIM_CASES[shim](torch, compat, "cpu"), shim)
+
+
+@sp.parametrize("shim", list(SHIM_CASES))
+def test_traced_branch_host(shim):
+    """What torch.compile traces, run eagerly on any torch: with ropekv.ops' compiling probe answering True, the shims
+    take their traced branch (the kernel's facts and the scales through the constant-result functions, the constant
+    tensors made per call, two parts joined by their storage offsets, the operators called through the dispatcher with
+    number scales made tensors) and write the reference's bits."""
+    torch, compat = _setup("cpu")
+    import ropekv.ops as ops
+    from ropekv.compat import _common as c
+    probe, seen = ops._is_compiling, []
+    ops._is_compiling = lambda: seen.append(1) or True
+    try:
+        assert c.tracing() and isinstance(c.kernel_info(torch.zeros(1), "deepseek_v3"), c.Facts)
+        one, other = torch.zeros(3, 8), torch.zeros(3, 8)
+        assert c.joint(one[:, :5], one[:, 5:]).shape == (3, 8)
+        assert c.joint(one[:, :5], other[:, 5:]) is None  # the same layout in another buffer
+        _run_eager(torch, SHIM_CASES[shim](torch, compat, "cpu"), shim + " (traced branch)")
+    finally:
+        ops._is_compiling = probe
+    assert len(seen) > 2, seen
+
+
+@sp.parametrize("shim", list(SHIM_CASES))
+def test_compile_fullgraph_host(shim):
+    _compile_torch()
+    torch, compat = _setup("cpu")
+    _run_compiled(torch, SHIM_CASES[shim](torch, compat, "cpu"), shim)
+
+
+@sp.parametrize("shim", list(SHIM_CASES))
+def test_compile_fullgraph_cuda(shim):
+    _compile_torch()
+    torch, compat = _setup("cuda")
+    _run_compiled(torch, SHIM_CASES[shim](torch, compat, "cuda"), shim)
+
+
+@sp.parametrize("shim", list(SHIM_CASES))
+def test_cuda_graph_replay(shim):
+    torch, compat = _setup("cuda")
+    _run_graph(torch, SHIM_CASES[shim](torch, compat, "cuda"), shim)
 
 
 # ---- CUDA ------------------------------------------------------------------------------------------------------

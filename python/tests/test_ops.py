@@ -292,6 +292,30 @@ def test_op_fake_implementation():
     assert ops.read("deepseek_v3", kv="fp8_e4m3", kv_cache=meta["kv_cache"], slots=slots, out=out) is out
 
 
+def test_number_scales_on_the_dispatchers_path():
+    """A scale given as a number where the operator is called through the dispatcher (torch.compile, meta tensors):
+    a float32 tensor [1] of its value on the cache's device (the schema takes tensors); one that is not a positive
+    finite number is a ValueError naming it, as in eager calls. With the compiling probe answering True on CPU
+    tensors, the launch writes what the eager call with the same scale as a tensor writes."""
+    torch, ops = _ops()
+    x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "fp8_e4m3", 4, 2, "cpu", seed=5)
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in x.items() if k != "k_scale"}
+    assert ops.write("deepseek_v3", kv="fp8_e4m3", **meta, k_scale=0.5) is None
+    e = _expect(ValueError, lambda: ops.write("deepseek_v3", kv="fp8_e4m3", **meta, k_scale=-1.0))
+    assert "k_scale" in str(e), e
+    y = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in x.items() if k != "k_scale"}
+    z = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in x.items() if k != "k_scale"}
+    ops.write("deepseek_v3", kv="fp8_e4m3", **y, k_scale=torch.tensor([0.5]))
+    probe = ops._is_compiling
+    ops._is_compiling = lambda: True
+    try:
+        ops.write("deepseek_v3", kv="fp8_e4m3", **z, k_scale=0.5)
+    finally:
+        ops._is_compiling = probe
+    assert torch.equal(y["kv_cache"].view(torch.uint8), z["kv_cache"].view(torch.uint8))
+    assert not torch.equal(y["kv_cache"].view(torch.uint8), x["kv_cache"].view(torch.uint8))
+
+
 # ---- argument plans ----------------------------------------------------------------------------------------
 def test_plans_reuse_checks_not_pointers():
     """A second launch with the same signature takes its pointers from its own tensors (the rows land in the new

@@ -24,7 +24,10 @@ def _quantize_dtype(quantize_dtype, outs):
     """FlashInfer's rule: quantize_dtype, else the first output's dtype, else float8_e4m3fn (uint8 bytes on a torch
     without float8 dtypes). e5m2 is refused (ropekv writes e4m3)."""
     if quantize_dtype is None:
-        quantize_dtype = next((o.dtype for o in outs if o is not None), _E4M3 or torch.uint8)
+        quantize_dtype = _E4M3 or torch.uint8
+        for o in reversed(outs):
+            if o is not None:
+                quantize_dtype = o.dtype
     if quantize_dtype not in _FP8:
         if "e5m2" in str(quantize_dtype):
             raise c.refuse("quantize_dtype", "ropekv writes fp8 e4m3 only, not %s" % quantize_dtype)
@@ -47,9 +50,9 @@ def _pair(nope_out, rope_out, shape, dtype, device, names):
 
 def _scales(spec, like, pos_ids, quant_scale_q, quant_scale_kv, kv="fp8_e4m3", layout="flat"):
     """(k_scale, q_scale) float32 tensors [1] computing x * quant_scale under the spec's conventions."""
-    info = c.kernel_info(like, spec, kv, "absorbed", pos_ids, c.ramp(0, like.device), "fp8_e4m3", layout)
-    k = c.scale_value(quant_scale_kv, info.scale, "quant_scale_kv")
-    q = c.scale_value(quant_scale_q, info.q_fp8_scale, "quant_scale_q")
+    info = c.kernel_info(like, spec, kv, "absorbed", pos_ids, None, "fp8_e4m3", layout)
+    k = c.scale_number(quant_scale_kv, info.scale, "quant_scale_kv")
+    q = c.scale_number(quant_scale_q, info.q_fp8_scale, "quant_scale_q")
     return c.scale_tensor(k, like.device), c.scale_tensor(q, like.device), info
 
 

@@ -45,7 +45,7 @@ def mla_rope_quantize_fp8_fused(q_nope, q_rope, k_nope, k_rope, cos_sin_cache, p
     spec (ropekv's own): deepseek_v3."""
     _check(q_nope, q_rope, k_nope, k_rope, cos_sin_cache, pos_ids, q_out)
     with c.errors(RuntimeError):
-        info = c.kernel_info(q_out, spec, "fp8_e4m3", "absorbed", pos_ids, c.ramp(0, q_out.device), "fp8_e4m3")
+        info = c.kernel_info(q_out, spec, "fp8_e4m3", "absorbed", pos_ids, None, "fp8_e4m3")
         if bool(is_neox) != (info.rope == "neox"):
             raise c.refuse("is_neox", "%r, but spec %s rotates %s pairs" % (is_neox, spec, info.rope))
         k_out = c.joint(k_nope_out, k_rope_out)

@@ -68,7 +68,7 @@ def _rotate(spec, x, positions, cos_sin_cache, head_size):
     in-place query form and no KV row."""
     T = positions.numel()
     view = x.view(T, -1, head_size)
-    info = c.kernel_info(x, spec, "bf16", "inplace", positions, c.ramp(0, x.device))
+    info = c.kernel_info(x, spec, "bf16", "inplace", positions, None)
     k_nope, k_pe, cache, slots = c.no_kv(info.L, info.R, x.device)
     ops.write(spec, kv="bf16", q_form="inplace", q_dtype="bf16", q_pe=view, k_nope=k_nope, k_pe=k_pe, kv_cache=cache,
               positions=positions.reshape(-1), slots=slots, cos_sin=cos_sin_cache)
@@ -93,7 +93,7 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, r
         raise c.refuse("head_size", "partial rotary (rot_dim %s < head_size %d) is not MLA's; ropekv rotates the "
                                     "whole head" % (list(cos_sin_cache.shape)[1:], head_size))
     with c.errors(RuntimeError):
-        info = c.kernel_info(query, spec, "bf16", "inplace", positions, c.ramp(0, query.device))
+        info = c.kernel_info(query, spec, "bf16", "inplace", positions, None)
         if bool(is_neox) != (info.rope == "neox"):
             raise c.refuse("is_neox", "%r, but spec %s rotates %s pairs" % (is_neox, spec, info.rope))
         _rotate(spec, query, positions, cos_sin_cache, head_size)
