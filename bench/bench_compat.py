@@ -150,32 +150,6 @@ def same_bytes(torch, shim, direct, outs):
     return changed and all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(*got))
 
 
-def graph_us(torch, fn, calls, reps):
-    """Median us per call of fn over reps replays of one CUDA graph of calls calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu", action="store_true", help="the host backend, tiny shapes (checks the script)")
@@ -191,6 +165,7 @@ def main(argv=None):
     import torch
     import ropekv
     import bench_eager
+    from mla.timing import time_graph
     device = torch.device("cpu" if args.cpu else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_compat: no CUDA device (--cpu runs the script on the host backend)", file=sys.stderr)
@@ -209,8 +184,8 @@ def main(argv=None):
                     bad.append("%s T=%d H=%d" % (name, T, H))
                 eager = bench_eager.per_call_us({"shim": shim, "direct": direct}, calls, args.reps, sync)
                 if device.type == "cuda":
-                    gs = graph_us(torch, shim, args.graph_calls, args.graph_reps)
-                    gd = graph_us(torch, direct, args.graph_calls, args.graph_reps)
+                    gs = time_graph(torch, shim, args.graph_calls, args.graph_reps)
+                    gd = time_graph(torch, direct, args.graph_calls, args.graph_reps)
                 else:
                     gs = gd = None
                 rows.append((name, T, H, eager["shim"][0], eager["direct"][0], gs, gd, same))
