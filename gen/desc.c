@@ -688,6 +688,12 @@ void rk_div_magic(int64_t d, int64_t *mul, int64_t *shift) {
 
 int rk_norm_values(const rk_desc *d) { return d->norm_over == RK_NO_HEAD ? d->L + d->R : d->L; }
 
+int rk_desc_writes_e2m1(const rk_desc *d) {
+    int row = 0;
+    for (int i = 0; i < d->rec.n_seg; i++) row |= d->rec.seg[i].elem == RK_EL_E2M1;
+    return d->op == ROPEKV_OP_WRITE && row;
+}
+
 int rk_desc_writes_fp8(const rk_desc *d) {
     int row = 0; /* an e4m3 value or scale in the row */
     for (int i = 0; i < d->rec.n_seg; i++) row |= d->rec.seg[i].elem == RK_EL_E4M3 || d->rec.seg[i].scale == RK_ST_E4M3;

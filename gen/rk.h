@@ -208,6 +208,9 @@ typedef struct rk_arch {
     int pdl;              /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
                                  the previous grid before its first memory access, so its launch can
                                  overlap that grid's tail */
+    int family;           /* 1: compiled for the target's family-specific variant (NVIDIA sm_XYf: the conversions
+                                 of its family, e.g. cvt e2m1x2 on sm_100f / sm_103f / sm_120f; the code runs on
+                                 every GPU of the family): rk_arch_code */
     rk_compiler compiler; /* preferred compiler family */
     char options[256];    /* default compiler options, space separated */
 } rk_arch;
@@ -220,6 +223,9 @@ typedef struct rk_arch_table {
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name);
 /* The most threads a block of this row's launches has: the kernel's launch bound. */
 int rk_arch_max_block(const rk_arch *a);
+/* The compiler's target for a device (or compile-only) target of row a: target itself, or with a->family the
+ * family-specific one (sm_100 -> sm_100f). Into out (cap bytes); returns out, or NULL when it does not fit. Pure. */
+const char *rk_arch_code(const rk_arch *a, const char *target, char *out, size_t cap);
 
 /* ---- cache records (gen/record.h; the library specs/records.lua) ------------------------------ */
 #define RK_RECORDS_MAX 32 /* records in a library */
@@ -535,6 +541,8 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
 /* The values the fused kv norm sums over: L, or L + R with kv_norm.over head (its weight has as many). */
 int rk_norm_values(const rk_desc *d);
 int rk_desc_writes_fp8(const rk_desc *d);
+/* 1 when d writes e2m1 values (a record with an e2m1 segment) */
+int rk_desc_writes_e2m1(const rk_desc *d);
 
 /* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 1 for the in-place form with an fp8
  * query (one lane rewrites the whole row: its fp8 bytes overlap the bf16 values other chunks would read),

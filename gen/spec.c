@@ -633,7 +633,7 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) 
 static const char *const archs_keys[] = {"archs", NULL};
 static const char *const arch_keys[] = {"name",      "vendor", "wave",       "fp8",       "fp8_hw", "bf16_hw",
                                         "vec_bytes", "block",  "compiler",   "options",   "chunks", "chunks_from",
-                                        "nt_stores", "pdl",    "wide_block", "wide_from", NULL};
+                                        "nt_stores", "pdl",    "wide_block", "wide_from", "family", NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
@@ -679,6 +679,10 @@ static int read_arch(const scope *s, rk_arch *a) {
     TRY(get_bool(s, "pdl", &def_pdl, &a->pdl));
     if (a->pdl && a->vendor != RK_VENDOR_NVIDIA)
         return bad(s, "pdl", "programmatic dependent launch is an NVIDIA feature (sm_90 and later)");
+    int def_family = 0;
+    TRY(get_bool(s, "family", &def_family, &a->family));
+    if (a->family && a->vendor != RK_VENDOR_NVIDIA)
+        return bad(s, "family", "family-specific targets (sm_XYf) are NVIDIA's");
     return get_string(s, "options", "", a->options, sizeof a->options);
 }
 

@@ -123,6 +123,15 @@ void rk_float_text(float x, char *out, size_t cap) {
 /* ---- architecture table ------------------------------------------------------------------------ */
 int rk_arch_max_block(const rk_arch *a) { return a->wide_block > a->block ? a->wide_block : a->block; }
 
+const char *rk_arch_code(const rk_arch *a, const char *target, char *out, size_t cap) {
+    const size_t n = strlen(target);
+    /* sm_ and digits only: a target that names its variant already (sm_90a, sm_100f) is taken as it is */
+    int plain = n > 3 && strncmp(target, "sm_", 3) == 0;
+    for (size_t i = 3; plain && i < n; i++) plain = target[i] >= '0' && target[i] <= '9';
+    const int w = snprintf(out, cap, "%s%s", target, a && a->family && plain ? "f" : "");
+    return w >= 0 && (size_t)w < cap ? out : NULL;
+}
+
 const rk_arch *rk_arch_find(const rk_arch_table *t, const char *name) {
     if (t == NULL || name == NULL) return NULL;
     for (int i = 0; i < t->n && i < RK_MAX_ARCHS; i++)

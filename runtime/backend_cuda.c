@@ -156,7 +156,12 @@ static int cuda_compile(rk_device *d, const char *src, size_t len, const char *n
                       why);
         return ROPEKV_ERR_COMPILE;
     }
-    return rk_nvrtc_compile(src, len, d->target, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);
+    char code[sizeof d->target + 1];
+    if (!rk_arch_code(arch, d->target, code, sizeof code)) {
+        rk_buf_printf(log, "target %s: too long\n", d->target);
+        return ROPEKV_ERR_TARGET;
+    }
+    return rk_nvrtc_compile(src, len, code, arch->options[0] ? arch->options : NULL, 0, out, NULL, log);
 }
 
 static int cuda_load(rk_device *d, const rk_codeobj *co, const char *name, void **module, void *fn[2], rk_buf *log) {

@@ -154,6 +154,11 @@ int rk_nvrtc_compile(const char *src, size_t len, const char *arch, const char *
 
     char archopt[64];
     snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+    /* a family-specific target (sm_100f) where nvrtc has none (before 12.9): the plain one, without the family's
+     * conversions (the kernels take their software paths) */
+    const size_t alen = strlen(arch);
+    if (arch[alen - 1] == 'f' && (a->major < 12 || (a->major == 12 && a->minor < 9)))
+        snprintf(archopt, sizeof archopt, "-arch=%.*s", (int)(alen - 1), arch);
     enum { CAP = 128 };
     const char *opts[CAP];
     int n = 0;

@@ -686,7 +686,9 @@ static void key_digest(const ropekv_ctx *c, const char *compiler_id, const rk_de
     rk_sha256_field(&h, src_hash, 32);
     rk_sha256_field(&h, c->dev.ops->name, strlen(c->dev.ops->name));
     rk_sha256_field(&h, compiler_id, strlen(compiler_id));
-    rk_sha256_field(&h, c->dev.target, strlen(c->dev.target));
+    char code[sizeof c->dev.target + 1]; /* the compiler's target: the device's, or its family's (rk_arch_code) */
+    const char *target = rk_arch_code(c->arch, c->dev.target, code, sizeof code) ? code : c->dev.target;
+    rk_sha256_field(&h, target, strlen(target));
     rk_sha256_field(&h, c->dev.options, strlen(c->dev.options));
     rk_sha256_field(&h, c->arch->options, strlen(c->arch->options));
     rk_sha256_final(&h, out);

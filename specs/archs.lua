@@ -15,7 +15,10 @@
 --              also gives an fp8_tile latent lane two chunks), nt_stores (false):
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
---              before its first memory access, so its launch overlaps that grid's tail.
+--              before its first memory access, so its launch overlaps that grid's tail, family (false,
+--              NVIDIA only): compile for the device's family-specific target (sm_100 -> sm_100f): the family's
+--              conversions (cvt.rn.satfinite.e2m1x2.f32 for e2m1 records), in code that runs on every GPU of the
+--              family (an nvrtc before 12.9 has no family targets: the plain one, software conversions).
 --   sm_80 and sm_90 are tuned with bench_kernel (bench/README.md, results in docs/results.md); the Blackwell rows
 --   are not yet (sm_90's values); AMD rows keep the defaults.
 return {
@@ -46,13 +49,16 @@ return {
     -- capability (runtime.c): 10.1 -> sm_100, 11.x -> sm_103, 12.1 -> sm_120.
     -- B200/GB200 (compute capability 10.0).
     { name = "sm_100", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
+      family = true },
     -- B300/GB300 (compute capability 10.3).
     { name = "sm_103", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
+      family = true },
     -- RTX 50 series, RTX PRO 6000 Blackwell (compute capability 12.0).
     { name = "sm_120", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
+      family = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     -- (chunks_from: the host runs lanes one after another, so only the read-back's lane layout follows it; low,
     -- so that the host tests run both layouts)

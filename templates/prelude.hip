@@ -183,11 +183,11 @@ RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
     return code | ((u >> 28) & 0x8u);
 }
 
-// Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's sm_100a / sm_120a targets have the
-// conversion (cvt.rn.satfinite.e2m1x2.f32: nearest even, saturating); a NaN is pinned to +6 first, as the
-// software form gives it.
+// Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's family-specific targets from sm_100f (the
+// rows with `family`: specs/archs.lua) have the conversion (cvt.rn.satfinite.e2m1x2.f32: nearest even, saturating);
+// a NaN is pinned to +6 first, as the software form gives it.
 RK_DEVICE rk_u32 rk_pack_e2m1(float lo, float hi) {
-#if defined(RK_NV) && (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL))
+#if defined(RK_NV) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH__ >= 1000
     unsigned short r;
     lo = rk_isnan(lo) ? 6.0f : lo;
     hi = rk_isnan(hi) ? 6.0f : hi;

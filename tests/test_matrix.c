@@ -3,7 +3,8 @@
  *   gfx90a with hiprtc; gfx942, gfx950, gfx1100, gfx1201, gfx1250 with clang-22; sm_80, sm_90, sm_100, sm_103,
  *   sm_120 with nvrtc,
  * must compile without scratch or spills, use the hardware fp8 conversion where the target has one
- * (and not where it has none), and the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250;
+ * (and not where it has none), the hardware bf16 conversion in bf16 kernels on gfx950/gfx1250, and the hardware
+ * e2m1 conversion in e2m1 writers on the family rows (sm_100f, sm_103f, sm_120f; not on sm_80 / sm_90);
  * on NVIDIA rows with pdl every entry must reach a wait for the previous grid (griddepcontrol.wait)
  * before its first global store and read nothing through ld.global.nc (ptxas moves such loads above
  * the wait), and rows without pdl must not wait at all.
@@ -364,6 +365,10 @@ static int check_built(rk_compiler cc, int *checked) {
             WHY(" launch ABI check %s: %s;", r->abi < 0 ? "not run" : "failed", r->abi_why);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 output on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
+        /* a family row (sm_100f, sm_103f, sm_120f) converts e2m1 in hardware; the others in software */
+        if (rk_desc_writes_e2m1(v) && a->vendor == RK_VENDOR_NVIDIA && r->e2m1_cvt != (a->family ? 1 : 0))
+            WHY(" e2m1 output on %s (family = %s) with cvt.rn.satfinite.e2m1x2.f32 scan %d;", a->name,
+                a->family ? "true" : "false", r->e2m1_cvt);
 #undef WHY
         if (why[0]) {
             print_error("%s (%s, %s):%s\n", v->key, v->name, in->compiler, why);

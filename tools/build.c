@@ -309,13 +309,14 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
     memset(r, 0, sizeof *r);
     rk_info_reset(&r->info);
     r->cc = cc;
-    r->bf16_cvt = r->pdl_gate = r->abi = -1;
+    r->bf16_cvt = r->e2m1_cvt = r->pdl_gate = r->abi = -1;
     r->isa = (rk_isa){-1, -1, -1, -1, -1};
     r->pid = (int)getpid();
     rk_buf src = {0}, log = {0}, dis = {0};
     rk_codeobj co = {0};
     rk_err err = {0};
-    const char *target = v->arch->name;
+    char code[RK_NAME_MAX + 2];
+    const char *target = rk_arch_code(v->arch, v->arch->name, code, sizeof code) ? code : v->arch->name;
     const char *extra = v->arch->options[0] ? v->arch->options : NULL;
     int want_dis = (flags & RK_BUILD_SCAN) || (out && out->disasm);
     int rc = rk_emit(v, &src, &err);
@@ -332,6 +333,7 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
                 int nv = cc == RK_CC_NVRTC;
                 r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
                 if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
+                if (nv) r->e2m1_cvt = dis.len && strstr(dis.p, "cvt.rn.satfinite.e2m1x2.f32") ? 1 : 0;
                 if (!nv && dis.len) {
                     rk_isa_scan(dis.p, &r->isa);
                     r->isa.occupancy = rk_isa_occupancy(target, r->info.regs);
@@ -416,7 +418,7 @@ static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why
     rk_info_reset(&r->info);
     r->rc = ROPEKV_ERR_COMPILE;
     r->cc = m->items[i].cc;
-    r->bf16_cvt = r->pdl_gate = r->abi = -1;
+    r->bf16_cvt = r->e2m1_cvt = r->pdl_gate = r->abi = -1;
     r->isa = (rk_isa){-1, -1, -1, -1, -1};
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
@@ -501,6 +503,10 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
     }
     if (rk_desc_writes_fp8(v) && v->arch->fp8_hw && r->info.fp8_cvt != 1) {
         snprintf(why, cap, "fp8 output on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
+        return 1;
+    }
+    if (rk_desc_writes_e2m1(v) && v->arch->family && r->cc == RK_CC_NVRTC && r->e2m1_cvt == 0) {
+        snprintf(why, cap, "e2m1 output on %s (family) without cvt.rn.satfinite.e2m1x2.f32", v->arch->name);
         return 1;
     }
     return 0;

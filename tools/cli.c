@@ -619,9 +619,13 @@ static int cmd_build(const opts *o, const rk_catalog *cat, const rk_desc *v, int
         }
         items[m].v = v[i];
         items[m].cc = cc_of[a];
-        /* The bf16 scan costs a second look at the code: done where the arch row promises the
-         * instruction and only the compiler decides whether it is used (AMD with bf16_hw). */
-        items[m].flags = v[i].arch->vendor == RK_VENDOR_AMD && v[i].arch->bf16_hw ? RK_BUILD_SCAN : 0;
+        /* The scan costs a second look at the code: done where the arch row promises an instruction and only the
+         * compiler decides whether it is used (AMD with bf16_hw; a family row's e2m1 conversion, which
+         * rk_build_strict_violation requires). */
+        items[m].flags = (v[i].arch->vendor == RK_VENDOR_AMD && v[i].arch->bf16_hw) ||
+                                 (v[i].arch->family && rk_desc_writes_e2m1(&v[i]))
+                             ? RK_BUILD_SCAN
+                             : 0;
         m++;
     }
     if (m == 0) {
