@@ -30,7 +30,7 @@ The model (each assumption is named where its figure is set, below):
   streams its bytes; a large call's chain is paid once and is lost in the streaming time.
 - Concurrency (occupancy) check: resident lanes = CUs * SIMDs * waves per SIMD (from the ISA's VGPRs) * wave size;
   each lane keeps one 16-byte chunk load in flight per leg, so the bandwidth Little's law allows is
-  lanes * 16 B / t_leg. Where that is below f B it replaces f B; on every target here it is 3 to 13 times higher,
+  lanes * 16 B / t_leg. Where that is below f B it replaces f B; on every target here it is 4 to 8 times higher,
   so occupancy does not limit these kernels (printed with the tables).
 - Not modelled: caches. The benchmark replays 50 calls on the same tensors, so a call whose bytes fit the last
   level cache (H200 L2; the AMD Infinity Cache) is partly served from it and runs faster than the model says;
@@ -76,6 +76,7 @@ T_LEG = (H200_MEASURED["roundtrip_us"] - H200_MEASURED["empty_us"]) / 2  # one d
 TARGETS = {
     # name: arch, published bandwidth, CUs (SMs), SIMDs per CU, wave size, waves per SIMD from the ISA's VGPRs,
     # extra serialized legs of the write kernel read from the ISA, t_launch, f, whether the figures are published or assumed
+    # H200: 2048 threads per SM assumed (its SASS's registers not read); 0 extra legs: the template's dependences
     "H200": dict(arch="sm_90", B=B_H200, cus=132, simds=4, wave=32, waves=16, extra_legs=0,
                  launch=H200_MEASURED["empty_us"], f=F_COPY, source="published (NVIDIA); f, t_launch, t_leg measured"),
     "MI300X": dict(arch="gfx942", B=5.3e12, cus=304, simds=4, wave=64, waves=8, extra_legs=1,
