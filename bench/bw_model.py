@@ -76,7 +76,8 @@ T_LEG = (H200_MEASURED["roundtrip_us"] - H200_MEASURED["empty_us"]) / 2  # one d
 TARGETS = {
     # name: arch, published bandwidth, CUs (SMs), SIMDs per CU, wave size, waves per SIMD from the ISA's VGPRs,
     # extra serialized legs of the write kernel read from the ISA, t_launch, f, whether the figures are published or assumed
-    # H200: 2048 threads per SM assumed (its SASS's registers not read); 0 extra legs: the template's dependences
+    # H200: 28 registers a thread (ptxas), so 2048 threads per SM; 0 extra legs: the PTX loads the chunk before the
+    # position with nothing waiting for it in between
     "H200": dict(arch="sm_90", B=B_H200, cus=132, simds=4, wave=32, waves=16, extra_legs=0,
                  launch=H200_MEASURED["empty_us"], f=F_COPY, source="published (NVIDIA); f, t_launch, t_leg measured"),
     "MI300X": dict(arch="gfx942", B=5.3e12, cus=304, simds=4, wave=64, waves=8, extra_legs=1,
