@@ -730,7 +730,9 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         /* row by row: q_heads query rows then the KV row, (L + R) / 8 lanes each (the kernel's row_chunk_of) */
         if (d->order == RK_ORDER_ROWS) a->lanes = (d->q == ROPEKV_Q_NONE ? 1 : hq + 1) * ((d->L + d->R) / 8);
         else a->lanes = rope + hq * qn + d->L / 8;
-        a->grid_tokens = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+        /* tokens [0, tokens) have query rows and [0, kv_tokens) KV rows; a launch without a query form has only
+         * the KV rows to write, whatever tokens says */
+        a->grid_tokens = d->q == ROPEKV_Q_NONE ? a->kv_tokens : a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
     a->block_mul = a->block_shift = 0;

@@ -551,13 +551,14 @@ void rk_ref_run(const rk_desc *v, const rk_args *a) {
         for (int64_t t = 0; t < a->tokens; t++) read_row(v, a, t);
         return;
     }
-    const int64_t n = a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+    const int64_t T = v->q == ROPEKV_Q_NONE ? 0 : a->tokens; /* no query form: KV rows only */
+    const int64_t n = T > a->kv_tokens ? T : a->kv_tokens;
     for (int64_t t = 0; t < n; t++) {
         const int has_slot = t < a->kv_tokens;
         const int64_t slot = has_slot ? load_idx(a->slots, t, v->slot) : -1;
         const int64_t pos = v->rope != RK_ROPE_NONE ? position_of(v, a, t) : 0; /* rope none reads no positions */
         const int skip_all = has_slot && slot < 0 && v->neg == RK_NEG_SKIP_ALL;
-        if (t < a->tokens && !skip_all) write_q_rows(v, a, t, pos);
+        if (t < T && !skip_all) write_q_rows(v, a, t, pos);
         const int masked = has_slot && a->write_mask != NULL && ((const uint8_t *)a->write_mask)[t] == 0; /* [Tkv] */
         if (has_slot && slot >= a->min_slot && slot < a->kv_rows && !masked) write_kv_row(v, a, t, pos, slot);
         if (has_slot && !skip_all && v->norm == ROPEKV_NORM_RMS_OUT)

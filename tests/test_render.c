@@ -424,6 +424,15 @@ static void test_launch_plan(void **state) {
     d = (rk_desc){.arch = &amd, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
     rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
+    /* Without a query form only the KV rows have work: tokens past kv_tokens launch nothing. */
+    a = (rk_args){.tokens = 200000000, .heads = 2, .kv_tokens = 48};
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.grid_tokens, 48);
+    assert_int_equal(total, 48 * a.lanes);
+    d.q = ROPEKV_Q_ABSORBED; /* with one, the query rows of every token */
+    a = (rk_args){.tokens = 1000, .heads = 2, .kv_tokens = 48};
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.grid_tokens, 1000);
 }
 
 int main(void) {

@@ -192,6 +192,7 @@ static int takes(const rk_desc *d, int b) {
 typedef struct claims {
     i128 bytes[NBUF];
     int refuse; /* 1: a count out of range, a negative stride or a claim past the address space */
+    i128 rows;  /* the rows the launch writes (query rows and KV rows, or the read's): its work */
 } claims;
 
 /* Rows (n1, n2) of w elements at strides (s1, s2), elem bytes each: the span, or refuse for a negative stride. */
@@ -261,12 +262,14 @@ static claims claims_of(const rk_desc *d, const ropekv_args *a, int out_rope) {
         claim(&c, OUT, T, 1, a->out_st, 0, out_rope ? L : W, 2);
         if (out_rope && R > 0) claim(&c, OUT_ROPE, T, 1, a->out_rope_st, 0, R, 2); /* R = 0: no rope part */
         c.bytes[K_SCALE] = 4;
+        c.rows = T;
         return c;
     }
     const int absorbed = d->q == ROPEKV_Q_ABSORBED, zc = d->q == ROPEKV_Q_ZERO_COPY;
     if (absorbed) claim(&c, Q_NOPE, T, H, a->q_nope_st, a->q_nope_sh, L, 2);
     if (d->q != ROPEKV_Q_NONE && R > 0) claim(&c, Q_PE, T, H, a->q_pe_st, a->q_pe_sh, R, 2);
     const int64_t HQ = a->q_heads ? a->q_heads : H;
+    c.rows = (d->q == ROPEKV_Q_NONE ? 0 : (i128)T * HQ) + K;
     if (absorbed || zc) claim(&c, Q_OUT, T, HQ, a->q_out_st, a->q_out_sh, W, d->q_dtype == ROPEKV_Q_BF16 ? 2 : 1);
     if (K > 0) c.bytes[WRITE_MASK] = K; /* the write mask [K] bytes, when the draw gives one */
     claim(&c, K_NOPE, K, 1, a->k_nope_st, 0, L, 2);
@@ -420,6 +423,7 @@ int rk_oracle_check(rk_oracle *o, const rk_draw *dr, char *why, size_t cap) {
     int mapped = 1; /* every claim small enough to map */
     for (int b = 0; b < NBUF; b++)
         if (c.bytes[b] > RK_ORACLE_CAP) mapped = 0;
+    if (c.rows > RK_ORACLE_ROWS) mapped = 0; /* small buffers (broadcast inputs, few cache rows), much work */
     /* buffers: the claims when they can be mapped, else (the args must be refused; or the launch does not
      * touch the tensor) 64-byte stand-ins */
     gbuf ker[NBUF], ref[NBUF];

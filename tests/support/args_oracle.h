@@ -8,7 +8,8 @@
  * exactly as large as the args claim (computed here, independently of the library's checks), so an access
  * outside the claims crashes. Args that claim more than the address space holds (2^57 bytes), a negative
  * stride of a tensor the launch touches or a count outside its documented range must be refused; claims too
- * large to map here (RK_ORACLE_CAP) but possible are only checked with ropekv_query. Links the library and rktools
+ * large to map here (RK_ORACLE_CAP) or to run in a fuzzer's time (RK_ORACLE_ROWS) but possible are only checked
+ * with ropekv_query. Links the library and rktools
  * (the covering set, tools/cover.h). */
 #ifndef RK_ARGS_ORACLE_H
 #define RK_ARGS_ORACLE_H
@@ -19,8 +20,9 @@
 #include "rk.h"
 #include "ropekv.h"
 
-#define RK_ORACLE_MAX_VARIANTS 160       /* room for the covering set's host variants and rule cases */
-#define RK_ORACLE_CAP ((int64_t)4 << 20) /* bytes of the largest buffer mapped for a launch */
+#define RK_ORACLE_MAX_VARIANTS 160        /* room for the covering set's host variants and rule cases */
+#define RK_ORACLE_CAP ((int64_t)4 << 20)  /* bytes of the largest buffer mapped for a launch */
+#define RK_ORACLE_ROWS ((int64_t)1 << 14) /* rows written by the largest launch run (query and KV rows) */
 
 typedef struct rk_oracle {
     rk_catalog cat;
