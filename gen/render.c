@@ -321,6 +321,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"pdl", FLAG(a->pdl)},
         {"hw_bf16", FLAG(a->bf16_hw)},
         {"hw_fp8", FLAG(a->fp8_hw)},
+        {"hw_e2m1", FLAG(a->e2m1_hw)},
         {"fp8_fnuz", FLAG(d->fp8 == RK_FP8_FNUZ)},
         {"name", d->name},
         {"record", NULL},

@@ -211,6 +211,8 @@ typedef struct rk_arch {
     int family;           /* 1: compiled for the target's family-specific variant (NVIDIA sm_XYf: the conversions
                                  of its family, e.g. cvt e2m1x2 on sm_100f / sm_103f / sm_120f; the code runs on
                                  every GPU of the family): rk_arch_code */
+    int e2m1_hw;          /* 1: hardware f32->e2m1 conversion (AMD: the spec's e2m1_hw, gfx950's
+                                 v_cvt_scalef32_pk_fp4_f32; NVIDIA: family) */
     rk_compiler compiler; /* preferred compiler family */
     char options[256];    /* default compiler options, space separated */
 } rk_arch;

@@ -631,9 +631,10 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) 
 
 /* ---- architecture table ----------------------------------------------------------------------------- */
 static const char *const archs_keys[] = {"archs", NULL};
-static const char *const arch_keys[] = {"name",      "vendor", "wave",       "fp8",       "fp8_hw", "bf16_hw",
-                                        "vec_bytes", "block",  "compiler",   "options",   "chunks", "chunks_from",
-                                        "nt_stores", "pdl",    "wide_block", "wide_from", "family", NULL};
+static const char *const arch_keys[] = {"name",      "vendor",      "wave",      "fp8",      "fp8_hw",
+                                        "bf16_hw",   "vec_bytes",   "block",     "compiler", "options",
+                                        "chunks",    "chunks_from", "nt_stores", "pdl",      "wide_block",
+                                        "wide_from", "family",      "e2m1_hw",   NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
@@ -683,6 +684,13 @@ static int read_arch(const scope *s, rk_arch *a) {
     TRY(get_bool(s, "family", &def_family, &a->family));
     if (a->family && a->vendor != RK_VENDOR_NVIDIA)
         return bad(s, "family", "family-specific targets (sm_XYf) are NVIDIA's");
+    int def_e2m1 = 0;
+    TRY(get_bool(s, "e2m1_hw", &def_e2m1, &a->e2m1_hw));
+    if (a->e2m1_hw && a->vendor != RK_VENDOR_AMD)
+        return bad(s, "e2m1_hw",
+                   "an AMD key (an NVIDIA row converts e2m1 in hardware through its family target, "
+                   "family = true)");
+    if (a->vendor == RK_VENDOR_NVIDIA) a->e2m1_hw = a->family;
     return get_string(s, "options", "", a->options, sizeof a->options);
 }
 

@@ -18,7 +18,8 @@
 --              before its first memory access, so its launch overlaps that grid's tail, family (false,
 --              NVIDIA only): compile for the device's family-specific target (sm_100 -> sm_100f): the family's
 --              conversions (cvt.rn.satfinite.e2m1x2.f32 for e2m1 records), in code that runs on every GPU of the
---              family (an nvrtc before 12.9 has no family targets: the plain one, software conversions).
+--              family (an nvrtc before 12.9 has no family targets: the plain one, software conversions),
+--              e2m1_hw (false, AMD only; an NVIDIA row's is its family): the hardware f32 -> e2m1 conversion.
 --   sm_80 and sm_90 are tuned with bench_kernel (bench/README.md, results in docs/results.md); the Blackwell rows
 --   are not yet (sm_90's values); AMD rows keep the defaults.
 return {
@@ -28,7 +29,17 @@ return {
     -- MI300 (CDNA3): FNUZ e4m3 (bias 8, max 240) converted by v_cvt_pk_fp8_f32.
     { name = "gfx942", vendor = "amd", wave = 64, fp8 = "fnuz", fp8_hw = true, bf16_hw = false, compiler = "clang" },
     -- MI350/MI355 (CDNA4): OCP e4m3 and bf16 conversion in hardware.
-    { name = "gfx950", vendor = "amd", wave = 64, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "clang" },
+    -- e2m1 (fp4) records converted by v_cvt_scalef32_pk_fp4_f32.
+    {
+      name = "gfx950",
+      vendor = "amd",
+      wave = 64,
+      fp8 = "ocp",
+      fp8_hw = true,
+      bf16_hw = true,
+      e2m1_hw = true,
+      compiler = "clang",
+    },
     -- RDNA3 (Radeon RX 7900): wave32, no fp8 instructions.
     { name = "gfx1100", vendor = "amd", wave = 32, fp8 = "ocp", fp8_hw = false, bf16_hw = false, compiler = "clang" },
     -- RDNA4 (Radeon RX 9070): wave32, OCP fp8 conversion in hardware.

@@ -7,6 +7,7 @@
 #define RK_PDL ${pdl}              // programmatic dependent launch (griddepcontrol, NVIDIA sm_90+)
 #define RK_HW_BF16 ${hw_bf16}      // hardware f32 -> bf16 conversion
 #define RK_HW_FP8 ${hw_fp8}        // hardware f32 -> fp8 conversion
+#define RK_HW_E2M1 ${hw_e2m1}      // hardware f32 -> e2m1 conversion (NVIDIA: the family target's)
 #define RK_FP8_FNUZ ${fp8_fnuz}    // the target's fp8 bytes are FNUZ (else OCP)
 namespace rkp {
 // The enumerators are the spellings of the spec files (gen/rk.h, one table per enum); a binding names

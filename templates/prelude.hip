@@ -185,9 +185,15 @@ RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
 
 // Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's family-specific targets from sm_100f (the
 // rows with `family`: specs/archs.lua) have the conversion (cvt.rn.satfinite.e2m1x2.f32: nearest even, saturating);
-// a NaN is pinned to +6 first, as the software form gives it.
+// so has gfx950 (v_cvt_scalef32_pk_fp4_f32 with scale 1.0, the first operand in the low nibble: nearest even,
+// saturating at 6, a NaN or inf to the signed 6, the sign of a zero result kept). A NaN is pinned to +6 first, as the
+// software form gives it.
 RK_DEVICE rk_u32 rk_pack_e2m1(float lo, float hi) {
-#if defined(RK_NV) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH__ >= 1000
+#if defined(RK_AMD) && RK_HW_E2M1
+    lo = rk_isnan(lo) ? 6.0f : lo;
+    hi = rk_isnan(hi) ? 6.0f : hi;
+    return (rk_u32)__builtin_amdgcn_cvt_scalef32_pk_fp4_f32(0u, lo, hi, 1.0f, 0) & 0xffu;
+#elif defined(RK_NV) && RK_HW_E2M1 && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH__ >= 1000
     unsigned short r;
     lo = rk_isnan(lo) ? 6.0f : lo;
     hi = rk_isnan(hi) ? 6.0f : hi;

@@ -365,10 +365,11 @@ static int check_built(rk_compiler cc, int *checked) {
             WHY(" launch ABI check %s: %s;", r->abi < 0 ? "not run" : "failed", r->abi_why);
         if (wants_bf16_hw(v) && r->bf16_cvt != 1)
             WHY(" bf16 output on %s without v_cvt_pk_bf16_f32 (scan: %d);", a->name, r->bf16_cvt);
-        /* a family row (sm_100f, sm_103f, sm_120f) converts e2m1 in hardware; the others in software */
-        if (rk_desc_writes_e2m1(v) && a->vendor == RK_VENDOR_NVIDIA && r->e2m1_cvt != (a->family ? 1 : 0))
-            WHY(" e2m1 output on %s (family = %s) with cvt.rn.satfinite.e2m1x2.f32 scan %d;", a->name,
-                a->family ? "true" : "false", r->e2m1_cvt);
+        /* a row with e2m1_hw (NVIDIA's family rows sm_100f, sm_103f, sm_120f; gfx950) converts e2m1 in hardware;
+         * the others in software */
+        if (rk_desc_writes_e2m1(v) && r->e2m1_cvt != (a->e2m1_hw ? 1 : 0))
+            WHY(" e2m1 output on %s (e2m1_hw = %s) with %s scan %d;", a->name, a->e2m1_hw ? "true" : "false",
+                a->vendor == RK_VENDOR_AMD ? "v_cvt_scalef32_pk_fp4_f32" : "cvt.rn.satfinite.e2m1x2.f32", r->e2m1_cvt);
 #undef WHY
         if (why[0]) {
             print_error("%s (%s, %s):%s\n", v->key, v->name, in->compiler, why);

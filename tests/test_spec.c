@@ -1126,6 +1126,10 @@ static void test_archs_invalid(void **state) {
         {"a.archs[1].pdl = true", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
         {"a.archs[1].pdl = 'yes'", ROPEKV_ERR_SPEC_INVALID, "archs[1].pdl: must be a boolean"},
+        {"a.archs[2].e2m1_hw = true", ROPEKV_ERR_SPEC_INVALID,
+         "archs[2].e2m1_hw: an AMD key (an NVIDIA row converts e2m1 in hardware through its family target, family = "
+         "true)"},
+        {"a.archs[1].e2m1_hw = 1", ROPEKV_ERR_SPEC_INVALID, "archs[1].e2m1_hw: must be a boolean"},
         {"a.archs[1].options = 5", ROPEKV_ERR_SPEC_INVALID, "archs[1].options: must be a string, got number"},
         {"a.archs[1].wavefront = 64", ROPEKV_ERR_SPEC_INVALID, TFILE ": archs[1]: unknown key 'wavefront'"},
         {"a.extra = 1", ROPEKV_ERR_SPEC_INVALID, TFILE ": unknown key 'extra' (allowed: archs)"},

@@ -333,7 +333,9 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
                 int nv = cc == RK_CC_NVRTC;
                 r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
                 if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
-                if (nv) r->e2m1_cvt = dis.len && strstr(dis.p, "cvt.rn.satfinite.e2m1x2.f32") ? 1 : 0;
+                r->e2m1_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.satfinite.e2m1x2.f32" : "v_cvt_scalef32_pk_fp4_f32")
+                                  ? 1
+                                  : 0;
                 if (!nv && dis.len) {
                     rk_isa_scan(dis.p, &r->isa);
                     r->isa.occupancy = rk_isa_occupancy(target, r->info.regs);
@@ -505,8 +507,9 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
         snprintf(why, cap, "fp8 output on %s (fp8_hw) without the hardware fp8 conversion instruction", v->arch->name);
         return 1;
     }
-    if (rk_desc_writes_e2m1(v) && v->arch->family && r->cc == RK_CC_NVRTC && r->e2m1_cvt == 0) {
-        snprintf(why, cap, "e2m1 output on %s (family) without cvt.rn.satfinite.e2m1x2.f32", v->arch->name);
+    if (rk_desc_writes_e2m1(v) && v->arch->e2m1_hw && r->cc != RK_CC_HOST && r->e2m1_cvt == 0) {
+        snprintf(why, cap, "e2m1 output on %s (e2m1_hw) without the hardware e2m1 conversion (%s)", v->arch->name,
+                 r->cc == RK_CC_NVRTC ? "cvt.rn.satfinite.e2m1x2.f32" : "v_cvt_scalef32_pk_fp4_f32");
         return 1;
     }
     return 0;

@@ -53,8 +53,8 @@ typedef struct rk_build_result {
     rk_compile_info info;
     int bf16_cvt; /* 1/0: the hardware f32 -> bf16 conversion is present (AMD
                               * v_cvt_pk_bf16_f32, NVIDIA cvt.rn.bf16x2.f32); -1: not scanned */
-    int e2m1_cvt; /* NVIDIA PTX: 1/0 the hardware f32 -> e2m1 conversion (cvt.rn.satfinite.e2m1x2.f32) is
-                              * present; -1: not scanned */
+    int e2m1_cvt; /* 1/0: the hardware f32 -> e2m1 conversion is present (NVIDIA PTX
+                              * cvt.rn.satfinite.e2m1x2.f32, AMD v_cvt_scalef32_pk_fp4_f32); -1: not scanned */
     int pdl_gate; /* NVIDIA PTX: 0 no griddepcontrol.wait; 1 every entry has a wait before
                               * its first global store; 2 an entry stores first (a defect for rows
                               * with pdl); 3 it waits but reads through ld.global.nc, which ptxas
