@@ -168,6 +168,13 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
     if (n0 > 0 && n1 > 0 && w > 0) {
         const int64_t inner = extent(n1 - 1, s1, w);
         elems = inner < 0 ? -1 : extent(n0 - 1, s0, inner);
+        if (t->rule == RK_ROWS_CACHE && strided == 2 && elems >= 0 && c->kv_rows > 0) {
+            /* blocks of a cache: the last one holds only the slots below kv_rows; it ends at its last slot's row, or
+             * the block before it ends later (blocks may overlap) */
+            const int64_t last = c->kv_rows - 1, lb = last / c->B, e = extent(lb, s0, extent(last % c->B, s1, w));
+            const int64_t f = lb > 0 ? extent(lb - 1, s0, inner) : 0;
+            elems = e < 0 || f < 0 ? -1 : e > f ? e : f;
+        }
     }
     if (tails_at > 0 && elems >= 0) { /* the last block's tails end past its rows */
         const int64_t e = extent(n0 - 1, s0, tails_at);

@@ -1091,6 +1091,18 @@ static void test_extents_in_bytes(void **state) {
     r.kv_block_st = 64 * 576 + 3 * 8; /* room for the tails of the rows in use, not for the block's */
     assert_int_equal(ropekv_query(c, &v4, &r, why, sizeof why), ROPEKV_ERR_STRIDE);
     assert_non_null(strstr(why, "leaves no room for the page tail"));
+    /* a cache's last block ends at its last slot's row: bf16 rows of 576 in blocks of 64, 66 slots: 64 rows, then 2
+     * of the second block: (64 + 2) x 1152 = 76032 bytes, not two whole blocks (147456) */
+    const ropekv_variant bf = {ROPEKV_SIZED(ropekv_variant), .spec = "deepseek_v3", .layout = ROPEKV_KV_PAGED,
+                               .op = ROPEKV_OP_READ};
+    r.kv_rows = 66;
+    r.kv_block_st = 64 * 576;
+    r.out_st = 576;
+    r.kv_cache = (void *)(UINTPTR_MAX - 65535); /* 64 KiB below the top */
+    assert_int_equal(ropekv_query(c, &bf, &r, why, sizeof why), ROPEKV_ERR_SHAPE);
+    assert_non_null(strstr(why, "kv_cache: its 76032 bytes from"));
+    r.kv_cache = (void *)(UINTPTR_MAX - 76031 - 256); /* ending 256 bytes below the top */
+    if (ropekv_query(c, &bf, &r, why, sizeof why) != ROPEKV_OK) fail_msg("%s", why);
     ropekv_args a = good_args();
     a.max_pos = (int64_t)1 << 56; /* x R = 2^62 f32 elements */
     assert_int_equal(ropekv_query(c, &DS_FP8, &a, why, sizeof why), ROPEKV_ERR_SHAPE);
