@@ -635,9 +635,10 @@ int rk_amd_read(const void *p, size_t n, rk_amd_code *out, char *why, size_t cap
 const rk_amd_kernel *rk_amd_kernel_find(const rk_amd_code *c, const char *name) {
     if (!c || !name) return NULL;
     const size_t n = strlen(name);
+    for (int i = 0; i < c->n_kernels; i++) /* a kernel's name first: another's symbol may be this name + ".kd" */
+        if (strcmp(c->kernels[i].name, name) == 0) return &c->kernels[i];
     for (int i = 0; i < c->n_kernels; i++) {
         const rk_amd_kernel *k = &c->kernels[i];
-        if (strcmp(k->name, name) == 0) return k;
         if (strncmp(k->symbol, name, n) == 0 && strcmp(k->symbol + n, ".kd") == 0) return k;
     }
     return NULL;
