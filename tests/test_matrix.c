@@ -369,7 +369,7 @@ static int check_built(rk_compiler cc, int *checked) {
          * the others in software */
         if (rk_desc_writes_e2m1(v) && r->e2m1_cvt != (a->e2m1_hw ? 1 : 0))
             WHY(" e2m1 output on %s (e2m1_hw = %s) with %s scan %d;", a->name, a->e2m1_hw ? "true" : "false",
-                a->vendor == RK_VENDOR_AMD ? "v_cvt_scalef32_pk_fp4_f32" : "cvt.rn.satfinite.e2m1x2.f32", r->e2m1_cvt);
+                rk_build_e2m1_insn(a->vendor), r->e2m1_cvt);
 #undef WHY
         if (why[0]) {
             print_error("%s (%s, %s):%s\n", v->key, v->name, in->compiler, why);

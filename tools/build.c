@@ -333,9 +333,7 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
                 int nv = cc == RK_CC_NVRTC;
                 r->bf16_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.bf16x2.f32" : "v_cvt_pk_bf16_f32") ? 1 : 0;
                 if (nv) r->pdl_gate = dis.len ? pdl_gate(dis.p) : 0;
-                r->e2m1_cvt = dis.len && strstr(dis.p, nv ? "cvt.rn.satfinite.e2m1x2.f32" : "v_cvt_scalef32_pk_fp4_f32")
-                                  ? 1
-                                  : 0;
+                r->e2m1_cvt = dis.len && strstr(dis.p, rk_build_e2m1_insn(v->arch->vendor)) ? 1 : 0;
                 if (!nv && dis.len) {
                     rk_isa_scan(dis.p, &r->isa);
                     r->isa.occupancy = rk_isa_occupancy(target, r->info.regs);
@@ -490,6 +488,10 @@ void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r) {
             r->cc == RK_CC_HOST ? "-" : yes_no(r->bf16_cvt));
 }
 
+const char *rk_build_e2m1_insn(rk_vendor v) {
+    return v == RK_VENDOR_NVIDIA ? "cvt.rn.satfinite.e2m1x2.f32" : "v_cvt_scalef32_pk_fp4_f32";
+}
+
 int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap) {
     if (why && cap) why[0] = '\0';
     if (r->rc != ROPEKV_OK || r->cc == RK_CC_HOST) return 0; /* failures are reported as such; host has no figures */
@@ -509,7 +511,7 @@ int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *
     }
     if (rk_desc_writes_e2m1(v) && v->arch->e2m1_hw && r->cc != RK_CC_HOST && r->e2m1_cvt == 0) {
         snprintf(why, cap, "e2m1 output on %s (e2m1_hw) without the hardware e2m1 conversion (%s)", v->arch->name,
-                 r->cc == RK_CC_NVRTC ? "cvt.rn.satfinite.e2m1x2.f32" : "v_cvt_scalef32_pk_fp4_f32");
+                 rk_build_e2m1_insn(v->arch->vendor));
         return 1;
     }
     return 0;

@@ -120,6 +120,10 @@ void rk_build_table_row(FILE *f, const rk_desc *v, const rk_build_result *r);
  * object failing the launch ABI check (abi 0). why says which. */
 int rk_build_strict_violation(const rk_desc *v, const rk_build_result *r, char *why, size_t cap);
 
+/* The hardware f32 -> e2m1 conversion as the disassembly of a vendor's code spells it (e2m1_cvt scans for it):
+ * NVIDIA PTX cvt.rn.satfinite.e2m1x2.f32, AMD v_cvt_scalef32_pk_fp4_f32. */
+const char *rk_build_e2m1_insn(rk_vendor v);
+
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */
 void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n);
 
