@@ -712,7 +712,7 @@ int rk_read_pairs(const rk_desc *d) {
 
 int rk_query_rope_lanes(const rk_desc *d) {
     if (d->q == ROPEKV_Q_NONE) return 0;
-    return d->q == ROPEKV_Q_INPLACE && d->q_dtype != ROPEKV_Q_BF16 ? 1 : d->R / 8;
+    return d->R / 8;
 }
 
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block) {

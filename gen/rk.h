@@ -546,9 +546,7 @@ int rk_desc_writes_fp8(const rk_desc *d);
 /* 1 when d writes e2m1 values (a record with an e2m1 segment) */
 int rk_desc_writes_e2m1(const rk_desc *d);
 
-/* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 1 for the in-place form with an fp8
- * query (one lane rewrites the whole row: its fp8 bytes overlap the bf16 values other chunks would read),
- * 0 for q form none. The kernel's QR. */
+/* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 0 for q form none. The kernel's QR. */
 int rk_query_rope_lanes(const rk_desc *d);
 
 /* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows

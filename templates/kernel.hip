@@ -13,15 +13,17 @@ using args = ::rk_args;  // templates/args.h
 // first memory access (the index math before it overlaps the previous grid's tail). With a.prefetch
 // it waits in gate(), where it first touches memory the previous kernel may have written (q, k,
 // k_scale) or may still read (the outputs), after reading its positions, slots and cos/sin rows.
+// The launcher sets a.prefetch only on a row with pdl (RK_PDL): a kernel built without it has the one path.
+RK_DEVICE bool prefetching(const args &a) { return RK_PDL && a.prefetch; }
 RK_DEVICE void grid_sync(const args &a) {
     rk_grid_wait();
     if (a.early_release) rk_grid_release();
 }
 RK_DEVICE void enter(const args &a) {
-    if (!a.prefetch) grid_sync(a);
+    if (!prefetching(a)) grid_sync(a);
 }
 RK_DEVICE void gate(const args &a) {
-    if (a.prefetch) grid_sync(a);
+    if (prefetching(a)) grid_sync(a);
 }
 
 constexpr int V = 8;                  // bf16 elements per chunk
@@ -125,14 +127,15 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner,
     }
     const int at = rope_at(j);
     rk_v16 p0 = {0, 0, 0, 0}, p1 = {0, 0, 0, 0};
-    if (!a.prefetch) {
+    if (!prefetching(a)) {
         p0 = rk_load16(x + at);
         if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
     }
     float c[V], s[V];
     load_cos_sin(a, position(a, t), pair_at(j), PAIRS, c, s);
+    rk_issue_point();  // the table's loads issue before anything uses the row's values
     gate(a);
-    if (a.prefetch) {
+    if (prefetching(a)) {
         p0 = rk_load16(x + at);
         if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
     }
@@ -270,15 +273,20 @@ RK_DEVICE rk_v8 pack_fp8(f8 y, float k, float sat, bool rope_bf16) {
 
 // The query output: bf16, or fp8 with the spec's q_fp8 policy (no sanitizing).
 constexpr bool Q8 = Q_DTYPE == QDtype::fp8_e4m3;
+// query rope lanes per head (the launch plan's, rk_query_rope_lanes): a chunk each
+constexpr int QR = QFORM == QForm::none ? 0 : R_CH;
+static_assert(!(QFORM == QForm::inplace && Q8) || (!ROWS && RK_WAVE % QR == 0 && (QR & (QR - 1)) == 0 && L_CH % QR == 0),
+              "in place with an fp8 query, a head's rope lanes are an aligned group of one wave (the rope section "
+              "is whole waves, the copy section a multiple of QR lanes)");
 RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
     return pack_fp8<Q_SCALE, false>(y, k, Q_SAT, rope && Q_ROPE_BF16);
 }
 
-// The in-place form with an fp8 query: one lane per head row (QR = 1 below). Its fp8 bytes go over the
-// first R bytes of the bf16 row, where values of later chunks still sit: the lane rotates the whole row
-// into registers before it stores anything. The scale is read as q_chunk reads it. (Only the packed
-// fp8 row is kept, 2 registers a chunk: with every chunk's inputs held at once the targets without an
-// fp8 conversion instruction spill to scratch.)
+// The in-place form with an fp8 query: its fp8 bytes go over the first R bytes of the bf16 row, where values of
+// other chunks still sit. On the GPUs each chunk has its lane and the head's QR lanes, consecutive lanes
+// of one wave, wait for each other (rk_group_sync) between their loads and their stores (q_chunk). On the host,
+// whose lanes run one after another, the head's first lane rotates the whole row into registers before it stores
+// anything (here). The scale is read as q_chunk reads it. (Only the packed fp8 row is kept, 2 registers a chunk.)
 RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
     rk_v8 row[R_CH > 0 ? R_CH : 1];  // R = 0 (no rope part) has no in-place form: never called
     float k = fp8_factor<Q_SCALE>(q_scale);
@@ -287,7 +295,7 @@ RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool ski
         if (ROPE == Rope::neox && j >= H2) break;  // neox: each step rotates a pair of chunks
         f8 partner;
         f8 y = rope8(a, q_pe, j, t, &partner);
-        if (j == 0 && Q_SCALE != Scale::none && a.prefetch) k = fp8_factor<Q_SCALE>(*a.q_scale);
+        if (j == 0 && Q_SCALE != Scale::none && prefetching(a)) k = fp8_factor<Q_SCALE>(*a.q_scale);
         row[j / V] = pack_q8(y, k, true);
         if (ROPE == Rope::neox) row[(j + H2) / V] = pack_q8(partner, k, true);
     }
@@ -324,7 +332,7 @@ template <class I>
 RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
     const bool skip = q_skipped<I>(a, t);
     const bool scaled = Q8 && Q_SCALE != Scale::none;
-    float q_scale = scaled && !a.prefetch ? *a.q_scale : 1.0f;
+    float q_scale = scaled && !prefetching(a) ? *a.q_scale : 1.0f;
     rk_u16 *q_pe = R > 0 ? (rk_u16 *)a.q_pe + t * (I)a.q_pe_st + h * (I)a.q_pe_sh : nullptr;  // R = 0: no q_pe
     const I out_at = t * (I)a.q_out_st + h * (I)a.q_out_sh;  // in q_out's elements: bf16, or fp8 bytes
     if (QFORM == QForm::absorbed && c < L_CH) {
@@ -332,17 +340,26 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
         gate(a);
         rk_v16 x = rk_load16_ro(src + c * V);
         if (Q_NORM == QNorm::rms) x = qnorm8(x, rq);
-        if (scaled && a.prefetch) q_scale = *a.q_scale;
+        if (scaled && prefetching(a)) q_scale = *a.q_scale;
         if (skip) return;
         if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + c * V, pack_q8(unpack_bf16(x), fp8_factor<Q_SCALE>(q_scale), false));
         else rk_store16_out((rk_u16 *)a.q_out + out_at + c * V, x);
         return;
     }
-    if (QFORM == QForm::inplace && Q8) {
-        q_row_inplace_fp8(a, q_pe, t, skip, q_scale);
+    const int j = (QFORM == QForm::absorbed ? c - L_CH : c) * V;
+    if constexpr (QFORM == QForm::inplace && Q8) {
+#if defined(RK_HOST)
+        if (j == 0) q_row_inplace_fp8(a, q_pe, t, skip, q_scale);  // the head's first lane rewrites the row
+#else
+        f8 partner;  // a lane per chunk (its neox partner loaded beside it)
+        const f8 y = rope8(a, q_pe, j, t, &partner);
+        if (scaled && prefetching(a)) q_scale = *a.q_scale;
+        const rk_v8 out = pack_q8(y, fp8_factor<Q_SCALE>(q_scale), true);
+        rk_group_sync<R_CH>();  // every lane of the head has read its bf16 values
+        if (!skip) rk_store8((rk_u8 *)q_pe + j, out);
+#endif
         return;
     }
-    const int j = (QFORM == QForm::absorbed ? c - L_CH : c) * V;
     if (QFORM == QForm::inplace) {
         // In place, a neox pair spans two chunks: the first-half lane rotates and writes both, so no
         // lane reads a value another lane has already overwritten.
@@ -359,7 +376,7 @@ RK_DEVICE void q_chunk(const args &a, I t, I h, int c, float rq) {
     f8 y = Q_NORM == QNorm::rms
                ? rope8(a, q_pe, j, t, &unused, [rq](rk_v16 p, int) { return qnorm8(p, rq); }, &raw)
                : rope8(a, q_pe, j, t, &unused, &raw);
-    if (scaled && a.prefetch) q_scale = *a.q_scale;
+    if (scaled && prefetching(a)) q_scale = *a.q_scale;
     if (skip) return;
     if (Q8) rk_store8_out((rk_u8 *)a.q_out + out_at + L + j, pack_q8(y, fp8_factor<Q_SCALE>(q_scale), true));
     else rk_store16_out((rk_u16 *)a.q_out + out_at + L + j, ROPE == Rope::none ? raw : pack_bf16(y));
@@ -594,9 +611,13 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr Scale CONV = scaled ? G.conv : Scale::none;
     const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
     // the row is written for a slot in [min_slot, kv_rows) where the write mask (if any) is set; the mask is loaded
-    // with the slot, both waited for only at the store
-    const bool masked = a.write_mask != nullptr && ((const rk_u8 *)a.write_mask)[t] == 0;
-    float k_scale = scaled && !a.prefetch ? *a.k_scale : 1.0f;
+    // with the slot, both waited for only at the store. The byte is loaded without a branch (a launch without a mask
+    // reads its slot's first byte, which the slot's load brings anyway, and ignores it): a load behind a branch is
+    // waited for where the paths join.
+    const rk_u8 *mask_at = a.write_mask != nullptr ? (const rk_u8 *)a.write_mask + t
+                                                   : (const rk_u8 *)a.slots + t * (I)(SLOT == Index::int64 ? 8 : 4);
+    const bool masked = (*mask_at == 0) & (a.write_mask != nullptr);
+    float k_scale = scaled && !prefetching(a) ? *a.k_scale : 1.0f;
     const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
     f8 y;
     rk_v16 raw = {0, 0, 0, 0};
@@ -615,7 +636,7 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     } else if constexpr (HAS_ROPE) {  // rope none: raw is k_pe's chunk, copied as the latent's
         y = kv_rope8(a, t, c, r, &raw);
     }
-    if (scaled && a.prefetch) k_scale = *a.k_scale;
+    if (scaled && prefetching(a)) k_scale = *a.k_scale;
     const int j = c * V;  // the chunk's first value
     if constexpr (G.elem == Elem::bf16) {
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
@@ -672,8 +693,6 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
 // (rk_launch_plan in gen/desc.c counts the same: a.lanes.)
-// query rope lanes per head: a chunk each, or one for the whole row (in place with an fp8 query)
-constexpr int QR = QFORM == QForm::none ? 0 : QFORM == QForm::inplace && Q8 ? 1 : R_CH;
 constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }

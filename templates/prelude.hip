@@ -88,6 +88,15 @@ RK_DEVICE void rk_grid_release(void) {
 #endif
 }
 
+// A point the instruction scheduler does not move code across (AMD: sched_barrier; elsewhere nothing). Placed after
+// a group of independent loads, it keeps the use of an earlier load's data below the later loads' issue, where
+// the scheduler would otherwise pull it up and wait for that load before issuing them.
+RK_DEVICE void rk_issue_point(void) {
+#if defined(RK_AMD)
+    __builtin_amdgcn_sched_barrier(0);
+#endif
+}
+
 RK_DEVICE rk_u32 rk_f32_bits(float f) { return __builtin_bit_cast(rk_u32, f); }
 RK_DEVICE float rk_bits_f32(rk_u32 u) { return __builtin_bit_cast(float, u); }
 RK_DEVICE bool rk_isnan(float f) { return (rk_f32_bits(f) & 0x7fffffffu) > 0x7f800000u; }
@@ -278,6 +287,19 @@ RK_DEVICE float rk_group_reduce(float v) {
 #endif
     return v;
 }
+// Every lane of each aligned group of N consecutive lanes of a wave has done its memory accesses before the call
+// when any of them goes on past it (every lane of a group calls it at the same point). NVIDIA's warps may run their
+// lanes apart: __syncwarp orders the group's accesses. An AMD wave runs its lanes together, one instruction for all:
+// the barrier only keeps the compiler from moving code across the point.
+template <int N>
+RK_DEVICE void rk_group_sync(void) {
+#if defined(RK_NV)
+    const rk_u32 lane = threadIdx.x & 31u;
+    __syncwarp(N == 32 ? 0xffffffffu : ((1u << (N % 32)) - 1u) << (lane & ~(rk_u32)(N - 1)));
+#else
+    __builtin_amdgcn_wave_barrier();
+#endif
+}
 template <int N>
 RK_DEVICE float rk_group_max(float v) { return rk_group_reduce<N, false>(v); }
 template <int N>
@@ -309,8 +331,28 @@ RK_DEVICE float rk_sqrt_rn(float x) {
 #endif
 }
 
+#if defined(RK_AMD)
+// On AMD a chunk moves as one vector value: an rk_v16 accessed as a struct is four 32-bit accesses to the
+// optimizer, which may sink the ones two paths share into their join and leave a split access (a 4-byte store in
+// each branch, a 12-byte one after them) where one 16-byte instruction belongs.
+typedef rk_u32 rk_u32x4 __attribute__((ext_vector_type(4)));
+typedef rk_u32 rk_u32x2 __attribute__((ext_vector_type(2)));
+RK_DEVICE rk_v16 rk_load16(const void *p) {
+    const rk_u32x4 v = *(const rk_u32x4 *)p;
+    return rk_v16{v.x, v.y, v.z, v.w};
+}
+RK_DEVICE rk_v8 rk_load8(const void *p) {
+    const rk_u32x2 v = *(const rk_u32x2 *)p;
+    return rk_v8{v.x, v.y};
+}
+RK_DEVICE void rk_store16(void *p, rk_v16 v) { *(rk_u32x4 *)p = (rk_u32x4){v.x, v.y, v.z, v.w}; }
+RK_DEVICE void rk_store8(void *p, rk_v8 v) { *(rk_u32x2 *)p = (rk_u32x2){v.x, v.y}; }
+#else
 RK_DEVICE rk_v16 rk_load16(const void *p) { return *(const rk_v16 *)p; }
 RK_DEVICE rk_v8 rk_load8(const void *p) { return *(const rk_v8 *)p; }
+RK_DEVICE void rk_store16(void *p, rk_v16 v) { *(rk_v16 *)p = v; }
+RK_DEVICE void rk_store8(void *p, rk_v8 v) { *(rk_v8 *)p = v; }
+#endif
 
 // Inputs the kernel never writes (q_nope, k_nope, k_pe, the tables). Through the read-only path only
 // without RK_PDL: ld.global.nc promises the data does not change while the kernel runs, and ptxas
@@ -321,18 +363,15 @@ RK_DEVICE rk_v16 rk_load16_ro(const void *p) {
     uint4 v = __ldg((const uint4 *)p);  // read-only path: inputs are never written by the kernel
     return rk_v16{v.x, v.y, v.z, v.w};
 #else
-    return *(const rk_v16 *)p;
+    return rk_load16(p);
 #endif
 }
-RK_DEVICE void rk_store16(void *p, rk_v16 v) { *(rk_v16 *)p = v; }
-RK_DEVICE void rk_store8(void *p, rk_v8 v) { *(rk_v8 *)p = v; }
 
 // Output rows (q_out, cache rows): streamed past the caches when the target row asks for it.
 RK_DEVICE void rk_store16_out(void *p, rk_v16 v) {
 #if RK_NT_STORES && defined(RK_NV)
     asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 #elif RK_NT_STORES && defined(RK_AMD)
-    typedef rk_u32 rk_u32x4 __attribute__((ext_vector_type(4)));
     __builtin_nontemporal_store((rk_u32x4){v.x, v.y, v.z, v.w}, (rk_u32x4 *)p);
 #else
     rk_store16(p, v);
@@ -343,7 +382,6 @@ RK_DEVICE void rk_store8_out(void *p, rk_v8 v) {
 #if RK_NT_STORES && defined(RK_NV)
     asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
 #elif RK_NT_STORES && defined(RK_AMD)
-    typedef rk_u32 rk_u32x2 __attribute__((ext_vector_type(2)));
     __builtin_nontemporal_store((rk_u32x2){v.x, v.y}, (rk_u32x2 *)p);
 #else
     rk_store8(p, v);
