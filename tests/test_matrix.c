@@ -10,8 +10,8 @@
  * the wait), and rows without pdl must not wait at all.
  * Every AMD code object must pass the launch ABI check (tools/abi.h): its metadata against the rk_args
  * block, wave and block size the runtime launches with.
- * Every AMD kernel must also stay within its target's line of the ISA review's baseline,
- * tests/golden/isa_amd.txt (check_isa).
+ * Every AMD kernel must also stay within its own line (target + kernel name) of the ISA review's baseline,
+ * tests/golden/isa_amd.txt, which must hold a line for each of them and no other (check_isa).
  * Identical kernels (same name) are compiled once. A compiler that is not installed skips its part. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -132,7 +132,7 @@ static void test_blackwell_rows(void **state) {
 
 /* ---- the AMD ISA review ----------------------------------------------------------------------- */
 #define ISA_BASELINE "tests/golden/isa_amd.txt"
-static rk_isa_limit g_isa[RK_MAX_ARCHS];
+static rk_isa_limit *g_isa;
 static int g_n_isa = -1; /* lines of the baseline; -1: not read (g_isa_why says why) */
 static char g_isa_why[1024];
 
@@ -143,64 +143,73 @@ static void load_isa_baseline(void) {
         return;
     }
     char *t = malloc(text.len + 1);
-    if (t) {
+    int lines = 1; /* at most one baseline line per line of text */
+    for (size_t i = 0; i < text.len; i++) lines += text.data[i] == '\n';
+    g_isa = malloc(sizeof *g_isa * (size_t)lines);
+    if (t && g_isa) {
         memcpy(t, text.data, text.len);
         t[text.len] = '\0';
         char why[512] = "";
-        g_n_isa = rk_isa_limits_parse(t, g_isa, RK_MAX_ARCHS, why, sizeof why);
+        g_n_isa = rk_isa_limits_parse(t, g_isa, lines, why, sizeof why);
         if (g_n_isa < 0) snprintf(g_isa_why, sizeof g_isa_why, "%s: %s", ISA_BASELINE, why);
+    } else {
+        snprintf(g_isa_why, sizeof g_isa_why, "%s: out of memory", ISA_BASELINE);
     }
     free(t);
     rk_code_free(&text);
 }
 
-/* Every AMD kernel built with cc against its target's baseline line; returns how many regressed (each
- * printed with the kernel and the figures). The current figures are printed per target, as
- * `ropekv-gen isa-baseline` would write them. */
+/* Every AMD kernel built with cc against its own line of the baseline (target + kernel name); returns
+ * how many failed: a kernel worse on a figure (printed with its key and each figure), a kernel without
+ * a line, and a line of a target built here whose kernel is not built (a stale baseline). */
 static int check_isa(rk_compiler cc) {
     if (g_n_isa < 0) {
         print_error("the ISA review has no baseline: %s\n", g_isa_why);
         return 1;
     }
+    char *used = calloc((size_t)g_n_isa + 1, 1);
+    if (!used) {
+        print_error("the ISA review: out of memory\n");
+        return 1;
+    }
     int bad = 0;
     for (int t = 0; t < N_TARGETS; t++) {
         if (TARGETS[t].cc != cc) continue;
-        const rk_isa_limit *lim = rk_isa_limit_find(g_isa, g_n_isa, TARGETS[t].name);
-        rk_isa_limit now;
-        rk_isa_limit_init(&now, TARGETS[t].name);
         int n = 0;
         for (int i = 0; i < g_n; i++) {
-            if (g_items[i].cc != cc || strcmp(g_items[i].v.arch->name, TARGETS[t].name) != 0) continue;
+            const rk_desc *v = &g_items[i].v;
+            if (g_items[i].cc != cc || strcmp(v->arch->name, TARGETS[t].name) != 0) continue;
+            const rk_isa_limit *lim = rk_isa_limit_find(g_isa, g_n_isa, TARGETS[t].name, v->name);
+            if (lim) used[lim - g_isa] = 1;
             if (g_res[i].rc != ROPEKV_OK) continue; /* check_built reports it */
             n++;
-            rk_isa_limit_fold(&now, &g_res[i]);
             char why[512];
-            if (lim && rk_isa_regressions(&g_res[i], lim, why, sizeof why)) {
-                print_error("%s (%s): ISA regression against %s's line of %s:%s\n", g_items[i].v.key, g_items[i].v.name,
-                            TARGETS[t].name, ISA_BASELINE, why);
+            if (!lim) {
+                print_error("%s: no line for %s %s: `ropekv-gen isa-baseline` writes one\n", v->key, TARGETS[t].name,
+                            v->name);
+                bad++;
+            } else if (rk_isa_regressions(&g_res[i], lim, why, sizeof why)) {
+                print_error("%s (%s): ISA regression against its line of %s:%s\n", v->key, v->name, ISA_BASELINE, why);
                 bad++;
             }
         }
-        if (!n) continue;
-        if (!lim) {
-            print_error("%s has no line for %s (`ropekv-gen isa-baseline` writes one)\n", ISA_BASELINE,
-                        TARGETS[t].name);
-            bad++;
-        }
-        char line[256] = "";
-        FILE *f = fmemopen(line, sizeof line, "w");
-        if (f) {
-            rk_isa_limit_print(f, &now);
-            fclose(f);
-        }
-        print_message("isa now:      %s", line);
+        for (int l = 0; l < g_n_isa; l++)
+            if (!used[l] && !strcmp(g_isa[l].target, TARGETS[t].name)) {
+                print_error("%s: stale line for %s %s: no such kernel is built\n", ISA_BASELINE, g_isa[l].target,
+                            g_isa[l].kernel);
+                bad++;
+            }
+        if (n) print_message("isa: %s: %d kernels against their lines of %s\n", TARGETS[t].name, n, ISA_BASELINE);
     }
+    free(used);
     if (bad)
-        print_error("a deliberate change updates the baseline: build/ropekv-gen isa-baseline > %s\n", ISA_BASELINE);
+        print_error("the baseline is the generated one; a deliberate change updates it: "
+                    "build/ropekv-gen isa-baseline > %s\n",
+                    ISA_BASELINE);
     return bad;
 }
 
-/* The ISA review's rules on a hand-written disassembly and limits: each figure can fail. */
+/* The ISA review's rules on a hand-written disassembly and lines: each figure can fail. */
 static void test_isa_rules(void **state) {
     (void)state;
     static const char dis[] = "0000000000001a00 <k>:\n"
@@ -210,8 +219,8 @@ static void test_isa_rules(void **state) {
                               "\tglobal_load_dwordx4 v[22:25], v[18:19], off\n"
                               "\ts_waitcnt lgkmcnt(0)\n" /* not a vector-memory wait */
                               "\ts_waitcnt vmcnt(0) lgkmcnt(0)\n"
-                              "\tglobal_store_dword v[8:9], v3, off\n"
-                              "\tglobal_store_dwordx3 v[8:9], v[0:2], off offset:4\n"
+                              "\tglobal_store_dword v[8:9], v3, off                 // 000000001A2C: DC700000\n"
+                              "\tglobal_store_dwordx3 v[8:9], v[0:2], off offset:4  // 000000001A34: DC7C0004\n"
                               "0000000000002500 <k_i64>:\n"
                               "\tglobal_load_b128 v[0:3], v[4:5], off\n"
                               "\ts_wait_loadcnt 0x0\n"
@@ -220,10 +229,50 @@ static void test_isa_rules(void **state) {
     rk_isa_scan(dis, &isa);
     assert_int_equal(isa.wide, 2); /* the worse kernel of the two: k */
     assert_int_equal(isa.narrow, 3);
+    assert_int_equal(isa.split, 2); /* the dword + dwordx3 store of one 16-byte chunk */
     assert_int_equal(isa.waits, 2);
     assert_int_equal(isa.load_waits, 1);
     rk_isa_scan("no kernel here\n", &isa);
     assert_int_equal(isa.narrow, -1);
+    assert_int_equal(isa.split, -1);
+    /* split: which narrow accesses are pieces of one 16-byte chunk */
+    static const struct {
+        const char *body;
+        int split;
+    } splits[] = {
+        /* the same base, not adjacent (a gap of 4 bytes) */
+        {"\tglobal_store_dword v[8:9], v3, off\n\tglobal_store_dword v[8:9], v4, off offset:8\n", 0},
+        /* adjacent, but in two 16-byte windows */
+        {"\tglobal_store_dwordx2 v[8:9], v[3:4], off offset:8\n\tglobal_store_dwordx2 v[8:9], v[5:6], off "
+         "offset:0x10\n",
+         0},
+        /* a load and a store are not mixed */
+        {"\tglobal_load_dword v3, v[8:9], off\n\tglobal_store_dwordx3 v[8:9], v[4:6], off offset:4\n", 0},
+        /* another base register pair, another saddr */
+        {"\tglobal_store_b32 v[8:9], v3, off\n\tglobal_store_b32 v[10:11], v4, off offset:4\n", 0},
+        {"\tglobal_store_b32 v2, v3, s[8:9]\n\tglobal_store_b32 v2, v4, s[10:11] offset:4\n", 0},
+        /* the address written between the two: another address */
+        {"\tglobal_store_dword v[8:9], v3, off\n\tv_add_co_u32_e32 v8, vcc, 16, v8\n"
+         "\tglobal_store_dword v[8:9], v4, off offset:4\n",
+         0},
+        /* the same range twice (a store on two paths) is one piece */
+        {"\tglobal_store_dword v[8:9], v3, off\n\tglobal_store_dword v[8:9], v4, off\n", 0},
+        /* gfx12 names, a byte load inside a 2-byte one's neighbour, hex offsets, saddr */
+        {"\tglobal_load_b64 v[0:1], v2, s[8:9] offset:0x20\n\tglobal_load_b64 v[4:5], v2, s[8:9] offset:40\n"
+         "\tglobal_load_u16 v6, v[10:11], off offset:14\n\tglobal_load_u8 v7, v[10:11], off offset:13\n",
+         4},
+        /* a wide access is never a piece; three pieces of one chunk */
+        {"\tglobal_load_dwordx4 v[0:3], v[8:9], off\n\tglobal_load_dword v4, v[8:9], off\n"
+         "\tglobal_load_dword v5, v[8:9], off offset:4\n\tglobal_load_dwordx2 v[6:7], v[8:9], off offset:8\n",
+         3},
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "0000000000001a00 <k>:\n%s", splits[i].body);
+        rk_isa_scan(text, &isa);
+        if (isa.split != splits[i].split) print_error("case %zu: split %d, want %d\n", i, isa.split, splits[i].split);
+        assert_int_equal(isa.split, splits[i].split);
+    }
     /* the register files: LLVM's getNumWavesPerEUWithNumVGPRs, checked against llc-22's "; Occupancy" */
     assert_int_equal(rk_isa_occupancy("gfx942", 64), 8);
     assert_int_equal(rk_isa_occupancy("gfx942", 65), 7);
@@ -233,35 +282,72 @@ static void test_isa_rules(void **state) {
     assert_int_equal(rk_isa_occupancy("gfx1250", 65), 12);
     assert_int_equal(rk_isa_occupancy("gfx1250", 200), 4);
     assert_int_equal(rk_isa_occupancy("sm_90", 32), -1);
+    /* each figure can fail: a line one better than the build on that figure alone */
     rk_build_result r;
     memset(&r, 0, sizeof r);
-    r.info.regs = 30, r.info.sgprs = 58, r.isa = (rk_isa){10, 7, 11, 6, 8};
-    rk_isa_limit l = {"gfx942", 30, 58, 8, 7, 11, 6};
+    r.info.regs = 30, r.info.sgprs = 58, r.isa = (rk_isa){10, 7, 2, 11, 6, 8};
+    rk_isa_limit l, now;
+    rk_isa_limit_of(&l, "gfx942", "k", &r);
     char why[512];
     assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 0);
-    l.vgprs = 29, l.occupancy = 9, l.narrow = 6, l.load_waits = 5;
+    static const char *const want[RK_ISA_FIGURES] = {"vgprs 30 > 29",   "sgprs 58 > 57", "occupancy 8 < 9",
+                                                     "narrow 7 > 6",    "split 2 > 1",   "waits 11 > 10",
+                                                     "load_waits 6 > 5"};
+    for (int i = 0; i < RK_ISA_FIGURES; i++) {
+        now = l;
+        *(int *)((char *)&now + rk_isa_figures[i].at) += rk_isa_figures[i].fewer_is_worse ? 1 : -1;
+        assert_int_equal(rk_isa_regressions(&r, &now, why, sizeof why), 1);
+        if (!strstr(why, want[i])) print_error("figure %s: '%s'\n", rk_isa_figures[i].name, why);
+        assert_non_null(strstr(why, want[i]));
+    }
+    l.vgprs = 29, l.occupancy = 9, l.split = 0, l.load_waits = 5;
     assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 4);
-    assert_non_null(strstr(why, "vgprs 30 > 29"));
-    assert_non_null(strstr(why, "occupancy 8 < 9"));
-    assert_non_null(strstr(why, "narrow 7 > 6"));
-    assert_non_null(strstr(why, "load_waits 6 > 5"));
-    r.isa.waits = -1;
-    l = (rk_isa_limit){"gfx942", 30, 58, 8, 7, 11, 6};
+    r.isa.split = -1;
+    rk_isa_limit_of(&l, "gfx942", "k", &r);
+    l.split = 0;
     assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 1);
-    assert_non_null(strstr(why, "waits not known"));
-    /* the baseline file's format, and a bad line named */
+    assert_non_null(strstr(why, "split not known"));
+    /* the baseline file's format: a line per (target, kernel); a bad line named */
     rk_isa_limit out[4];
-    assert_int_equal(rk_isa_limits_parse("# c\ngfx942 30 58 8 7 11 6\n\ngfx1100 51 54 16 9 9 5\n", out, 4, why,
-                                         sizeof why),
-                     2);
-    assert_ptr_equal(rk_isa_limit_find(out, 2, "gfx1100"), &out[1]);
-    assert_int_equal(out[1].load_waits, 5);
-    assert_int_equal(rk_isa_limits_parse("gfx942 30 58 8 7 11\n", out, 4, why, sizeof why), -1);
-    assert_non_null(strstr(why, "line 1"));
-    /* the checked-in baseline parses and has a line for every AMD target */
+    assert_int_equal(rk_isa_limits_parse("# c\ngfx942 k1 30 58 8 7 0 11 6\n\ngfx942 k2 31 58 8 7 2 11 6\n"
+                                         "gfx1100 k1 51 54 16 9 1 9 5",
+                                         out, 4, why, sizeof why),
+                     3);
+    assert_ptr_equal(rk_isa_limit_find(out, 3, "gfx942", "k2"), &out[1]);
+    assert_ptr_equal(rk_isa_limit_find(out, 3, "gfx1100", "k1"), &out[2]);
+    assert_null(rk_isa_limit_find(out, 3, "gfx1100", "k2"));
+    assert_int_equal(out[1].split, 2);
+    assert_int_equal(out[2].load_waits, 5);
+    static const char *const malformed[] = {
+        "gfx942 k 30 58 8 7 11 6\n",     /* the old format: no split */
+        "gfx942 30 58 8 7 0 11 6\n",     /* no kernel */
+        "gfx942 k 30 58 8 7 0 11 6 1\n", /* a figure too many */
+        "gfx942 k 30 58 8 7 -1 11 6\n",  /* negative */
+        "gfx942 k 30 58 8 7 0x2 11 6\n", /* not decimal */
+        "gfx942_a_target_name_longer_than_its_field k 30 58 8 7 0 11 6\n",
+    };
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "# header\ngfx942 k0 1 1 1 1 0 1 1\n%s", malformed[i]);
+        assert_int_equal(rk_isa_limits_parse(text, out, 4, why, sizeof why), -1);
+        if (!strstr(why, "line 3:")) print_error("case %zu: '%s'\n", i, why);
+        assert_non_null(strstr(why, "line 3:"));
+    }
+    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1\ngfx942 k 2 1 1 1 0 1 1\n", out, 4, why, sizeof why),
+                     -1);
+    assert_non_null(strstr(why, "line 2: a second line for gfx942 k"));
+    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1\ngfx942 k2 2 1 1 1 0 1 1\n", out, 1, why, sizeof why),
+                     -1);
+    assert_non_null(strstr(why, "line 2: more than 1 lines"));
+    /* the checked-in baseline parses and has lines for every AMD target */
+    if (g_n_isa < 0) print_error("%s\n", g_isa_why);
     assert_true(g_n_isa >= 0);
-    for (int t = 0; t < N_TARGETS; t++)
-        if (TARGETS[t].cc != RK_CC_NVRTC) assert_non_null(rk_isa_limit_find(g_isa, g_n_isa, TARGETS[t].name));
+    for (int t = 0; t < N_TARGETS; t++) {
+        if (TARGETS[t].cc == RK_CC_NVRTC) continue;
+        int lines = 0;
+        for (int i = 0; i < g_n_isa; i++) lines += !strcmp(g_isa[i].target, TARGETS[t].name);
+        assert_true(lines > 0);
+    }
 }
 
 static int setup(void **state) {
@@ -324,6 +410,7 @@ static int teardown(void **state) {
     (void)state;
     free(g_items);
     free(g_res);
+    free(g_isa);
     return 0;
 }
 

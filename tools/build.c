@@ -2,6 +2,7 @@
 #include "build.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,27 +178,210 @@ static int starts(const char *s, const char *prefix) { return strncmp(s, prefix,
 static void isa_fold(rk_isa *out, const rk_isa *k) {
     if (k->wide > out->wide) out->wide = k->wide;
     if (k->narrow > out->narrow) out->narrow = k->narrow;
+    if (k->split > out->split) out->split = k->split;
     if (k->waits > out->waits) out->waits = k->waits;
     if (k->load_waits > out->load_waits) out->load_waits = k->load_waits;
 }
 
+/* The bytes one global access moves, from a part of its mnemonic ("global_load_dwordx2" 8,
+ * "global_store_b32" 4, "global_load_ubyte_d16_hi" 1, "global_load_d16_hi_b16" 2); 0 when no part
+ * names a width. */
+static int access_width(const char *mnem) {
+    static const struct {
+        const char *part;
+        int bytes;
+    } widths[] = {{"dwordx4", 16}, {"b128", 16}, {"dwordx3", 12}, {"b96", 12},  {"dwordx2", 8},
+                  {"b64", 8},      {"dword", 4}, {"b32", 4},      {"short", 2}, {"ushort", 2},
+                  {"sshort", 2},   {"b16", 2},   {"u16", 2},      {"i16", 2},   {"byte", 1},
+                  {"ubyte", 1},    {"sbyte", 1}, {"b8", 1},       {"u8", 1},    {"i8", 1}};
+    for (const char *p = strchr(mnem, '_'); p; p = strchr(p + 1, '_')) {
+        const size_t n = strcspn(p + 1, "_");
+        for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+            if (strlen(widths[i].part) == n && !strncmp(p + 1, widths[i].part, n)) return widths[i].bytes;
+    }
+    return 0;
+}
+
+/* A register operand ("v5", "v[4:5]", "s[8:9]", "a[0:3]"): its file and first and last register;
+ * 0 when t (n characters) is not one. */
+typedef struct isa_regs {
+    char file;
+    long lo, hi;
+} isa_regs;
+
+static int reg_range(const char *t, size_t n, isa_regs *r) {
+    if (n < 2 || (t[0] != 'v' && t[0] != 's' && t[0] != 'a')) return 0;
+    char buf[32], *end;
+    if (n >= sizeof buf) return 0;
+    memcpy(buf, t, n);
+    buf[n] = '\0';
+    r->file = buf[0];
+    if (buf[1] == '[') {
+        r->lo = strtol(buf + 2, &end, 10);
+        if (end == buf + 2 || *end != ':') return 0;
+        const char *h = end + 1;
+        r->hi = strtol(h, &end, 10);
+        return end != h && end[0] == ']' && end[1] == '\0' && r->hi >= r->lo;
+    }
+    if (buf[1] < '0' || buf[1] > '9') return 0;
+    r->lo = r->hi = strtol(buf + 1, &end, 10);
+    return *end == '\0';
+}
+
+static int regs_overlap(const isa_regs *a, const isa_regs *b) {
+    return a->file == b->file && a->lo <= b->hi && b->lo <= a->hi;
+}
+
+/* One narrow global access of a kernel, for split: its address operands as written ("v[8:9] off"),
+ * their registers, and its bytes [off, off + width). */
+typedef struct isa_access {
+    char kind; /* 'l' load, 's' store */
+    char addr[96];
+    isa_regs reg[4];
+    int n_reg;
+    long off;
+    int width;
+    int open;  /* no write to its address registers since */
+    int split; /* a piece of a split 16-byte chunk */
+} isa_access;
+
+static long floor16(long v) { return v >= 0 ? v / 16 : -((-v + 15) / 16); }
+
+/* Two pieces of one split 16-byte chunk: adjacent or overlapping, not the same range, one window. */
+static int split_pair(const isa_access *a, const isa_access *b) {
+    if (a->off == b->off && a->width == b->width) return 0;
+    if (a->off > b->off + b->width || b->off > a->off + a->width) return 0;
+    const long w = floor16(a->off);
+    return floor16(a->off + a->width - 1) == w && floor16(b->off) == w && floor16(b->off + b->width - 1) == w;
+}
+
+/* An instruction's operand text (after the mnemonic, before any "//"), split at commas: the first word of
+ * operand i, or NULL past the last. n gets its length. */
+static const char *operand(const char *ops, int i, size_t *n) {
+    const char *p = ops;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, ',');
+        if (!p) return NULL;
+        p++;
+    }
+    p += strspn(p, " \t");
+    *n = strcspn(p, " \t,");
+    return *n ? p : NULL;
+}
+
+/* "offset:N" (decimal, or 0x hex, may be negative) among the operands; 0 when absent. */
+static long access_offset(const char *ops) {
+    for (const char *p = strstr(ops, "offset:"); p; p = strstr(p + 1, "offset:"))
+        if (p == ops || p[-1] == ' ' || p[-1] == '\t') return strtol(p + 7, NULL, 0);
+    return 0;
+}
+
+/* The narrow access `mnem ops` as an access (0 when its address operands do not fit a record: more than
+ * 94 characters or 3 registers; the scan then reports nothing). The data
+ * operand is left out of the address: the first for loads and buffer_ stores, the second for global_ and
+ * flat_ stores; a load to LDS (global_load_lds_dword) has none. */
+static int access_of(const char *mnem, const char *ops, int load, int width, isa_access *a) {
+    memset(a, 0, sizeof *a);
+    a->kind = load ? 'l' : 's';
+    a->width = width;
+    a->off = access_offset(ops);
+    a->open = 1;
+    const int data = strstr(mnem, "_lds") ? -1 : load || starts(mnem, "buffer_") ? 0 : 1;
+    size_t w = 0, n;
+    const char *t;
+    for (int i = 0; (t = operand(ops, i, &n)) != NULL; i++) {
+        if (i == data) continue;
+        if (w + n + 2 > sizeof a->addr) return 0;
+        memcpy(a->addr + w, t, n);
+        w += n;
+        a->addr[w++] = ' ';
+        a->addr[w] = '\0';
+        if (!reg_range(t, n, &a->reg[a->n_reg])) continue;
+        if (++a->n_reg == (int)(sizeof a->reg / sizeof a->reg[0])) return 0;
+    }
+    return 1;
+}
+
+/* The scan of one kernel's narrow accesses for split. */
+typedef struct split_scan {
+    isa_access *a;
+    int n, cap;
+} split_scan;
+
+/* Adds a narrow access, marking it and every open access of its kind and address it pairs with. */
+static int split_add(split_scan *s, const isa_access *x) {
+    if (s->n == s->cap) {
+        const int cap = s->cap ? s->cap * 2 : 64;
+        isa_access *a = realloc(s->a, sizeof *a * (size_t)cap);
+        if (!a) return -1;
+        s->a = a, s->cap = cap;
+    }
+    isa_access *y = &s->a[s->n++];
+    *y = *x;
+    for (int i = 0; i < s->n - 1; i++) {
+        isa_access *o = &s->a[i];
+        if (!o->open || o->kind != y->kind || strcmp(o->addr, y->addr) != 0 || !split_pair(o, y)) continue;
+        o->split = y->split = 1;
+    }
+    return 0;
+}
+
+/* An instruction wrote the register operand t (n characters): accesses through it are closed. */
+static void split_written(split_scan *s, const char *t, size_t n) {
+    isa_regs w;
+    if (!t || !reg_range(t, n, &w)) return;
+    for (int i = 0; i < s->n; i++)
+        for (int r = 0; r < s->a[i].n_reg && s->a[i].open; r++)
+            if (regs_overlap(&s->a[i].reg[r], &w)) s->a[i].open = 0;
+}
+
+static int split_count(const split_scan *s) {
+    int n = 0;
+    for (int i = 0; i < s->n; i++) n += s->a[i].split;
+    return n;
+}
+
+/* An instruction that writes no register through its first operand: a store (its first operand is
+ * an address or data). Any other instruction is taken to write its first operand (a compare's first
+ * operand is a source, so an access is closed early: split can only be undercounted). */
+static int writes_no_first(const char *mnem) {
+    return strstr(mnem, "_store") || strstr(mnem, "_write") || !strcmp(mnem, "s_nop") || starts(mnem, "s_wait") ||
+           starts(mnem, "s_cbranch") || starts(mnem, "s_branch");
+}
+
 void rk_isa_scan(const char *dis, rk_isa *out) {
-    out->wide = out->narrow = out->waits = out->load_waits = -1;
+    out->wide = out->narrow = out->split = out->waits = out->load_waits = -1;
     rk_isa k = {0};
-    int in_kernel = 0;
+    split_scan sp = {0};
+    int in_kernel = 0, ok = 1;
     int last = 0;         /* the last global access of this kernel: 0 none, 'l' a load, 's' a store */
     int pending_wait = 0; /* waits since that access, when it was a load */
-    for (const char *line = dis; line && *line;) {
+    for (const char *line = dis; ok && line && *line;) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) : strlen(line);
-        char text[256];
-        snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), line);
+        for (size_t c = 0; c + 1 < len; c++) /* the instruction, without its "// address: encoding" */
+            if (line[c] == '/' && line[c + 1] == '/') {
+                len = c;
+                break;
+            }
+        char text[512];
+        if (len >= sizeof text) {
+            ok = 0;
+            break;
+        }
+        memcpy(text, line, len);
+        text[len] = '\0';
+        while (len && (text[len - 1] == ' ' || text[len - 1] == '\t' || text[len - 1] == '\r')) text[--len] = '\0';
         line = end ? end + 1 : NULL;
         /* "0000000000001a00 <name>:" opens a kernel (llvm-objdump prints a symbol per function) */
-        if (text[0] != '\t' && text[0] != ' ' && strstr(text, " <") && len && text[strlen(text) - 1] == ':') {
-            if (in_kernel) isa_fold(out, &k);
-            if (!in_kernel) out->wide = out->narrow = out->waits = out->load_waits = 0;
+        if (text[0] != '\t' && text[0] != ' ' && strstr(text, " <") && len && text[len - 1] == ':') {
+            if (in_kernel) {
+                k.split = split_count(&sp);
+                isa_fold(out, &k);
+            }
+            if (!in_kernel) out->wide = out->narrow = out->split = out->waits = out->load_waits = 0;
             memset(&k, 0, sizeof k);
+            sp.n = 0;
             in_kernel = 1, last = 0, pending_wait = 0;
             continue;
         }
@@ -205,13 +389,19 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
         const char *op = text + 1;
         char mnem[64];
         snprintf(mnem, sizeof mnem, "%.*s", (int)strcspn(op, " \t"), op);
+        const char *ops = op + strcspn(op, " \t");
         const int load = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
         const int store = starts(mnem, "global_store") || starts(mnem, "buffer_store") || starts(mnem, "flat_store");
         if (load || store) {
             const size_t n = strlen(mnem);
             const int wide = (n > 7 && !strcmp(mnem + n - 7, "dwordx4")) || (n > 4 && !strcmp(mnem + n - 4, "b128"));
+            const int width = access_width(mnem);
             if (wide) k.wide++;
             else k.narrow++;
+            isa_access a;
+            if (!wide && width > 0 && width < 16) {
+                if (!access_of(mnem, ops, load, width, &a) || split_add(&sp, &a) != 0) ok = 0;
+            }
             if (load && last == 'l') k.load_waits += pending_wait;
             last = load ? 'l' : 's';
             pending_wait = 0;
@@ -219,57 +409,114 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
             k.waits++;
             pending_wait += last == 'l';
         }
+        size_t n0 = 0;
+        const char *first = operand(ops, 0, &n0);
+        if (!writes_no_first(mnem)) split_written(&sp, first, n0);
     }
-    if (in_kernel) isa_fold(out, &k);
+    if (ok && in_kernel) {
+        k.split = split_count(&sp);
+        isa_fold(out, &k);
+    }
+    free(sp.a);
+    if (!ok) out->wide = out->narrow = out->split = out->waits = out->load_waits = -1;
 }
 
-void rk_isa_limit_init(rk_isa_limit *l, const char *target) {
+#define FIGURE(field, fewer, means) \
+    { #field, offsetof(rk_isa_limit, field), fewer, means }
+const rk_isa_figure rk_isa_figures[RK_ISA_FIGURES] = {
+    FIGURE(vgprs, 0, "VGPRs (AGPRs included, .vgpr_count)"),
+    FIGURE(sgprs, 0, "SGPRs (.sgpr_count)"),
+    FIGURE(occupancy, 1, "waves per SIMD that the VGPRs allow (lower is worse)"),
+    FIGURE(narrow, 0, "global loads and stores narrower than 16 bytes"),
+    FIGURE(split, 0, "narrow accesses that are pieces of a split 16-byte chunk (the ideal is 0)"),
+    FIGURE(waits, 0, "vector-memory load waits (s_waitcnt vmcnt, s_wait_loadcnt)"),
+    FIGURE(load_waits, 0, "those waits that sit between two global loads"),
+};
+#undef FIGURE
+
+static int *figure(rk_isa_limit *l, int i) { return (int *)((char *)l + rk_isa_figures[i].at); }
+static int figure_of(const rk_isa_limit *l, int i) { return *(const int *)((const char *)l + rk_isa_figures[i].at); }
+
+void rk_isa_limit_header(FILE *f) {
+    for (int i = 0; i < RK_ISA_FIGURES; i++)
+        fprintf(f, "#   %-11s %s\n", rk_isa_figures[i].name, rk_isa_figures[i].means);
+    fprintf(f, "# target kernel");
+    for (int i = 0; i < RK_ISA_FIGURES; i++) fprintf(f, " %s", rk_isa_figures[i].name);
+    fputc('\n', f);
+}
+
+void rk_isa_limit_of(rk_isa_limit *l, const char *target, const char *kernel, const rk_build_result *r) {
     memset(l, 0, sizeof *l);
     snprintf(l->target, sizeof l->target, "%s", target);
-    l->occupancy = 1 << 20;
-}
-
-static void widen(int *at_most, int v) {
-    if (v > *at_most) *at_most = v;
-}
-
-void rk_isa_limit_fold(rk_isa_limit *l, const rk_build_result *r) {
-    widen(&l->vgprs, r->info.regs);
-    widen(&l->sgprs, r->info.sgprs);
-    if (r->isa.occupancy >= 0 && r->isa.occupancy < l->occupancy) l->occupancy = r->isa.occupancy;
-    widen(&l->narrow, r->isa.narrow);
-    widen(&l->waits, r->isa.waits);
-    widen(&l->load_waits, r->isa.load_waits);
+    snprintf(l->kernel, sizeof l->kernel, "%s", kernel);
+    l->vgprs = r->info.regs;
+    l->sgprs = r->info.sgprs;
+    l->occupancy = r->isa.occupancy;
+    l->narrow = r->isa.narrow;
+    l->split = r->isa.split;
+    l->waits = r->isa.waits;
+    l->load_waits = r->isa.load_waits;
 }
 
 void rk_isa_limit_print(FILE *f, const rk_isa_limit *l) {
-    fprintf(f, "%s %d %d %d %d %d %d\n", l->target, l->vgprs, l->sgprs, l->occupancy, l->narrow, l->waits,
-            l->load_waits);
+    fprintf(f, "%s %s", l->target, l->kernel);
+    for (int i = 0; i < RK_ISA_FIGURES; i++) fprintf(f, " %d", figure_of(l, i));
+    fputc('\n', f);
+}
+
+/* The next word of a line at *p (up to end), copied into dst; 0 when there is none or it does not fit. */
+static int next_word(const char **p, const char *end, char *dst, size_t cap) {
+    const char *s = *p;
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    const char *e = s;
+    while (e < end && *e != ' ' && *e != '\t' && *e != '\r') e++;
+    *p = e;
+    if (e == s || (size_t)(e - s) >= cap) return 0;
+    memcpy(dst, s, (size_t)(e - s));
+    dst[e - s] = '\0';
+    return 1;
 }
 
 int rk_isa_limits_parse(const char *text, rk_isa_limit *out, int cap, char *why, size_t why_cap) {
     int n = 0, lineno = 0;
     for (const char *line = text; line && *line;) {
         const char *end = strchr(line, '\n');
-        char buf[256];
-        size_t len = end ? (size_t)(end - line) : strlen(line);
-        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-        line = end ? end + 1 : NULL;
+        if (!end) end = line + strlen(line);
+        const char *p = line, *next = *end ? end + 1 : NULL;
+        const int len = (int)(end - line);
         lineno++;
-        if (buf[0] == '#' || buf[strspn(buf, " \t\r")] == '\0') continue;
+        line = next;
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+        if (p == end || *p == '#') continue;
         rk_isa_limit l;
-        char extra[2];
         memset(&l, 0, sizeof l);
-        int k = sscanf(buf, "%31s %d %d %d %d %d %d %1s", l.target, &l.vgprs, &l.sgprs, &l.occupancy, &l.narrow,
-                       &l.waits, &l.load_waits, extra);
-        if (k != 7 || l.vgprs < 0 || l.sgprs < 0 || l.occupancy < 0 || l.narrow < 0 || l.waits < 0 ||
-            l.load_waits < 0) {
-            snprintf(why, why_cap, "line %d: want 'target vgprs sgprs occupancy narrow waits load_waits', got '%s'",
-                     lineno, buf);
+        int good = next_word(&p, end, l.target, sizeof l.target) && next_word(&p, end, l.kernel, sizeof l.kernel);
+        for (int i = 0; good && i < RK_ISA_FIGURES; i++) {
+            char word[16], *e;
+            good = next_word(&p, end, word, sizeof word);
+            if (!good) break;
+            errno = 0;
+            const long v = strtol(word, &e, 10);
+            good = *e == '\0' && errno == 0 && v >= 0 && v <= 1 << 20;
+            *figure(&l, i) = (int)v;
+        }
+        char extra[2];
+        if (good) good = !next_word(&p, end, extra, sizeof extra) && p == end;
+        if (!good) {
+            size_t w = (size_t)snprintf(why, why_cap, "line %d: want 'target kernel", lineno);
+            for (int i = 0; i < RK_ISA_FIGURES && w < why_cap; i++)
+                w += (size_t)snprintf(why + w, why_cap - w, " %s", rk_isa_figures[i].name);
+            if (w < why_cap)
+                snprintf(why + w, why_cap - w, "' (non-negative integers), got '%.*s%s'", len > 160 ? 160 : len,
+                         end - len, len > 160 ? "..." : "");
+            return -1;
+        }
+        if (rk_isa_limit_find(out, n, l.target, l.kernel)) {
+            snprintf(why, why_cap, "line %d: a second line for %s %s", lineno, l.target, l.kernel);
             return -1;
         }
         if (n == cap) {
-            snprintf(why, why_cap, "line %d: more than %d targets", lineno, cap);
+            snprintf(why, why_cap, "line %d: more than %d lines", lineno, cap);
             return -1;
         }
         out[n++] = l;
@@ -277,31 +524,28 @@ int rk_isa_limits_parse(const char *text, rk_isa_limit *out, int cap, char *why,
     return n;
 }
 
-const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target) {
+const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target, const char *kernel) {
     for (int i = 0; i < n; i++)
-        if (!strcmp(limits[i].target, target)) return &limits[i];
+        if (!strcmp(limits[i].kernel, kernel) && !strcmp(limits[i].target, target)) return &limits[i];
     return NULL;
 }
 
 int rk_isa_regressions(const rk_build_result *r, const rk_isa_limit *l, char *why, size_t cap) {
+    rk_isa_limit now;
+    rk_isa_limit_of(&now, l->target, l->kernel, r);
     int bad = 0;
     size_t w = 0;
     if (cap) why[0] = '\0';
-#define PAST(name, v, lim, worse)                                                           \
-    if ((v) < 0 || (worse)) {                                                               \
-        bad++;                                                                              \
-        if (w < cap)                                                                        \
-            w += (size_t)((v) < 0 ? snprintf(why + w, cap - w, " %s not known;", name)      \
-                                  : snprintf(why + w, cap - w, " %s %d %s %d;", name, v,    \
-                                             !strcmp(name, "occupancy") ? "<" : ">", lim)); \
+    for (int i = 0; i < RK_ISA_FIGURES; i++) {
+        const rk_isa_figure *f = &rk_isa_figures[i];
+        const int v = figure_of(&now, i), lim = figure_of(l, i);
+        if (v >= 0 && (f->fewer_is_worse ? v >= lim : v <= lim)) continue;
+        bad++;
+        if (w < cap)
+            w += (size_t)(v < 0 ? snprintf(why + w, cap - w, " %s not known;", f->name)
+                                : snprintf(why + w, cap - w, " %s %d %s %d;", f->name, v, f->fewer_is_worse ? "<" : ">",
+                                           lim));
     }
-    PAST("vgprs", r->info.regs, l->vgprs, r->info.regs > l->vgprs)
-    PAST("sgprs", r->info.sgprs, l->sgprs, r->info.sgprs > l->sgprs)
-    PAST("occupancy", r->isa.occupancy, l->occupancy, r->isa.occupancy < l->occupancy)
-    PAST("narrow", r->isa.narrow, l->narrow, r->isa.narrow > l->narrow)
-    PAST("waits", r->isa.waits, l->waits, r->isa.waits > l->waits)
-    PAST("load_waits", r->isa.load_waits, l->load_waits, r->isa.load_waits > l->load_waits)
-#undef PAST
     return bad;
 }
 
@@ -310,7 +554,7 @@ int rk_build_one(const rk_desc *v, rk_compiler cc, unsigned flags, rk_build_resu
     rk_info_reset(&r->info);
     r->cc = cc;
     r->bf16_cvt = r->e2m1_cvt = r->pdl_gate = r->abi = -1;
-    r->isa = (rk_isa){-1, -1, -1, -1, -1};
+    r->isa = RK_ISA_UNKNOWN;
     r->pid = (int)getpid();
     rk_buf src = {0}, log = {0}, dis = {0};
     rk_codeobj co = {0};
@@ -419,7 +663,7 @@ static void matrix_lost(void *ctx, int i, void *result, int pid, const char *why
     r->rc = ROPEKV_ERR_COMPILE;
     r->cc = m->items[i].cc;
     r->bf16_cvt = r->e2m1_cvt = r->pdl_gate = r->abi = -1;
-    r->isa = (rk_isa){-1, -1, -1, -1, -1};
+    r->isa = RK_ISA_UNKNOWN;
     r->pid = pid;
     snprintf(r->log, sizeof r->log, "%s\n", why);
     r->state = 2;

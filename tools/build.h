@@ -24,6 +24,12 @@ rk_compiler rk_build_pick(const rk_arch *a);
  *   wide        16-byte global loads and stores (global_load_dwordx4 / global_store_dwordx4 on gfx9,
  *               global_load_b128 / global_store_b128 on gfx11 and gfx12; buffer_ and flat_ alike)
  *   narrow      narrower global loads and stores (dword, dwordx2, b32, ubyte, ...)
+ *   split       the narrow accesses that are pieces of a split 16-byte chunk: two or more loads (or two
+ *               or more stores) through the same address operands (vaddr and saddr / off, as written),
+ *               with no write to those registers between them, whose byte ranges [offset, offset +
+ *               width) are adjacent or overlap (the same range twice is one piece, e.g. a store on two
+ *               paths) and lie in one 16-byte window [16k, 16k + 16) of offsets. A dword store at offset 0
+ *               and a dwordx3 store at offset 4 of v[8:9] are a split 16-byte store: 2.
  *   waits       waits for vector-memory loads: s_waitcnt with vmcnt (gfx9, gfx11), s_wait_loadcnt
  *               and s_wait_loadcnt_dscnt (gfx12)
  *   load_waits  the waits among those that sit between two global loads: the global access before the
@@ -33,15 +39,20 @@ rk_compiler rk_build_pick(const rk_arch *a);
  *               the row) needs one, so the baseline holds the count the kernel needs today.
  *   occupancy   waves per SIMD that the kernel's VGPR count allows (rk_isa_occupancy) */
 typedef struct rk_isa {
-    int wide, narrow, waits, load_waits, occupancy;
+    int wide, narrow, split, waits, load_waits, occupancy;
 } rk_isa;
+
+/* Every figure not known. */
+#define RK_ISA_UNKNOWN ((rk_isa){-1, -1, -1, -1, -1, -1})
 
 /* Waves per SIMD a kernel of `vgprs` VGPRs (AGPRs included, as .vgpr_count counts them) can keep
  * resident on AMD target `target` ("gfx942"); -1 for an unknown target or vgprs < 0. */
 int rk_isa_occupancy(const char *target, int vgprs);
 
-/* Fills wide, narrow, waits and load_waits of out from `llvm-objdump -d` text (occupancy is left
- * alone); every figure -1 when the text holds no kernel. */
+/* Fills wide, narrow, split, waits and load_waits of out from `llvm-objdump -d` text (occupancy is
+ * left alone); every figure -1 when the text holds no kernel, holds an instruction too long to read
+ * (more than 511 characters before its "//" comment, or address operands that do not fit the split
+ * scan's record) or memory ran out. */
 void rk_isa_scan(const char *disasm, rk_isa *out);
 
 /* What one build produced. Figures that are not known are -1 (host builds report only ms and
@@ -127,31 +138,44 @@ const char *rk_build_e2m1_insn(rk_vendor v);
 /* Per target: items built, failures, largest regs / sgprs / scratch / spills, total compile ms. */
 void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result *res, int n);
 
-/* A line of the baseline (tests/golden/isa_amd.txt): per target the worst figure any kernel may
- * show. A kernel regresses when it has more vgprs, sgprs, narrow, waits or load_waits, or a lower
- * occupancy. */
+/* A line of the baseline (tests/golden/isa_amd.txt): one kernel's figures on one target, the worst
+ * that kernel may show. A kernel regresses when any figure is worse than its line's: more vgprs,
+ * sgprs, narrow, split, waits or load_waits, or a lower occupancy. */
 typedef struct rk_isa_limit {
     char target[RK_NAME_MAX];
-    int vgprs, sgprs, occupancy, narrow, waits, load_waits;
+    char kernel[sizeof((rk_desc *)0)->name];
+    int vgprs, sgprs, occupancy, narrow, split, waits, load_waits;
 } rk_isa_limit;
 
-/* The baseline file's text: "# ..." comments, then one line per target:
- *   target vgprs sgprs occupancy narrow waits load_waits */
-#define RK_ISA_HEADER "# target vgprs sgprs occupancy narrow waits load_waits\n"
+/* The figures of a baseline line, in the file's column order: the one list that the file's header,
+ * rk_isa_limit_print, rk_isa_limits_parse and rk_isa_regressions use. */
+typedef struct rk_isa_figure {
+    const char *name;   /* the column ("vgprs") */
+    size_t at;          /* offsetof(rk_isa_limit, the field) */
+    int fewer_is_worse; /* 1: a lower value regresses (occupancy); 0: a higher one */
+    const char *means;  /* one line for the file's header */
+} rk_isa_figure;
+#define RK_ISA_FIGURES 7
+extern const rk_isa_figure rk_isa_figures[RK_ISA_FIGURES];
 
-/* The tightest limit, before any kernel is folded in (occupancy at its most, the rest 0). */
-void rk_isa_limit_init(rk_isa_limit *l, const char *target);
-/* Widens l to admit the figures of a successful AMD build r scanned with RK_BUILD_SCAN. */
-void rk_isa_limit_fold(rk_isa_limit *l, const rk_build_result *r);
-/* "target vgprs sgprs occupancy narrow waits load_waits\n" */
+/* The baseline file's text: "# ..." comments, then one line per (target, kernel):
+ *   target kernel vgprs sgprs occupancy narrow split waits load_waits
+ * sorted by target (specs/archs.lua's order), then by kernel name. */
+
+/* "#   vgprs       ...\n" for each figure, then "# target kernel vgprs ... load_waits\n". */
+void rk_isa_limit_header(FILE *f);
+/* The line of a successful AMD build r scanned with RK_BUILD_SCAN: its figures as they are. */
+void rk_isa_limit_of(rk_isa_limit *l, const char *target, const char *kernel, const rk_build_result *r);
+/* "target kernel vgprs sgprs occupancy narrow split waits load_waits\n" */
 void rk_isa_limit_print(FILE *f, const rk_isa_limit *l);
 /* Parses a baseline file's text into out (at most cap lines). Returns the count, or -1 with why
- * naming the line that is not "target" followed by six non-negative integers. */
+ * naming the line that is not "target kernel" followed by RK_ISA_FIGURES non-negative integers, a
+ * second line for one (target, kernel), or the first line past cap. */
 int rk_isa_limits_parse(const char *text, rk_isa_limit *out, int cap, char *why, size_t why_cap);
-/* The line of target in limits, or NULL. */
-const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target);
-/* Compares a scanned AMD build with its target's limit: the number of figures past the limit (or
- * not known), each one named in why ("vgprs 40 > 36; ..."). */
+/* The line of (target, kernel) in limits, or NULL. */
+const rk_isa_limit *rk_isa_limit_find(const rk_isa_limit *limits, int n, const char *target, const char *kernel);
+/* Compares a scanned AMD build with its kernel's line: the number of figures past the line (or not
+ * known), each one named in why ("vgprs 40 > 36; ..."). */
 int rk_isa_regressions(const rk_build_result *r, const rk_isa_limit *l, char *why, size_t cap);
 
 #endif

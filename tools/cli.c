@@ -152,12 +152,14 @@ static const char *const HELP_ISA_BASELINE =
     "usage: ropekv-gen [--spec FILE]... [--filter TEXT] isa-baseline [--jobs N]\n"
     "Builds the covering set of the loaded specs on every AMD row of specs/archs.lua (as test_matrix\n"
     "does: each distinct kernel once, with the compiler `build` picks) and prints the baseline of\n"
-    "test_matrix's ISA review on stdout, one line per target:\n"
-    "  target vgprs sgprs occupancy narrow waits load_waits\n"
-    "the most VGPRs and SGPRs of any kernel, the fewest waves per SIMD their VGPRs allow, and the most\n"
-    "narrower-than-16-byte global loads and stores, vector-memory load waits and waits between two\n"
-    "global loads of any kernel (docs/amd.md, \"Per-target ISA review\"). A deliberate change updates the\n"
-    "baseline with\n"
+    "test_matrix's ISA review on stdout, one line per (target, kernel), by target (specs/archs.lua's order)\n"
+    "then kernel name:\n"
+    "  target kernel vgprs sgprs occupancy narrow split waits load_waits\n"
+    "the kernel's VGPRs and SGPRs, the waves per SIMD its VGPRs allow, its narrower-than-16-byte global\n"
+    "loads and stores, those of them that are pieces of a split 16-byte chunk, its vector-memory load\n"
+    "waits and its waits between two global loads (docs/amd.md, \"Per-target ISA review\"). test_matrix\n"
+    "fails a kernel worse than its line on any figure, a kernel without a line and a line of no kernel.\n"
+    "A deliberate change updates the baseline with\n"
     "  build/ropekv-gen isa-baseline > tests/golden/isa_amd.txt\n"
     "Exit status 0 only when every kernel compiled and was scanned (the llvm-22 tools are needed).\n";
 
@@ -790,9 +792,9 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     if (r->info.lds >= 0) printf("lds: %d bytes\n", r->info.lds);
     if (r->abi >= 0) print_abi(&v, r, &code);
     if (r->isa.narrow >= 0)
-        printf("isa: 16-byte global accesses %d, narrower %d, load waits %d (%d between two loads), "
-               "occupancy %d waves per SIMD\n",
-               r->isa.wide, r->isa.narrow, r->isa.waits, r->isa.load_waits, r->isa.occupancy);
+        printf("isa: 16-byte global accesses %d, narrower %d (%d of them pieces of a split 16-byte chunk), "
+               "load waits %d (%d between two loads), occupancy %d waves per SIMD\n",
+               r->isa.wide, r->isa.narrow, r->isa.split, r->isa.waits, r->isa.load_waits, r->isa.occupancy);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
     if (rc == ROPEKV_OK) {
@@ -812,7 +814,12 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
 }
 
 /* ---- isa-baseline ----------------------------------------------------------------------------- */
+static int by_kernel(const void *a, const void *b) {
+    return strcmp(((const rk_isa_limit *)a)->kernel, ((const rk_isa_limit *)b)->kernel);
+}
+
 static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
+    rk_isa_limit *lines = NULL;
     const int cap = RK_MAX_ARCHS * 256; /* the covering set's variants of the AMD rows */
     rk_build_item *items = malloc(sizeof *items * (size_t)cap);
     rk_desc *shapes = malloc(sizeof *shapes * MAX_VARIANTS);
@@ -853,10 +860,15 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         fprintf(stderr, "ropekv-gen isa-baseline: %s\n", n ? strerror(errno) : "no kernel to build");
         goto out;
     }
+    lines = malloc(sizeof *lines * (size_t)n);
+    if (!lines) {
+        fprintf(stderr, "ropekv-gen isa-baseline: out of memory\n");
+        goto out;
+    }
     int bad = 0;
     for (int i = 0; i < n; i++) {
-        if (res[i].rc == ROPEKV_OK && res[i].isa.narrow >= 0 && res[i].isa.occupancy >= 0 && res[i].info.regs >= 0 &&
-            res[i].info.sgprs >= 0)
+        if (res[i].rc == ROPEKV_OK && res[i].isa.narrow >= 0 && res[i].isa.split >= 0 && res[i].isa.occupancy >= 0 &&
+            res[i].info.regs >= 0 && res[i].info.sgprs >= 0)
             continue;
         fprintf(stderr, "%s: %s\n%s\n", items[i].v.key, res[i].rc ? "compile failed" : "not scanned", res[i].log);
         bad++;
@@ -865,10 +877,11 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         fprintf(stderr, "ropekv-gen isa-baseline: %d kernels failed or were not scanned; no baseline\n", bad);
         goto out;
     }
-    printf("# The AMD ISA review's baseline (test_matrix, docs/amd.md \"Per-target ISA review\"): per target the\n"
-           "# most VGPRs and SGPRs of any kernel, the fewest waves per SIMD their VGPRs allow, and the most\n"
-           "# narrow (< 16-byte) global loads and stores, vector-memory load waits and waits between two\n"
-           "# global loads of any kernel. Generated, never edited by hand:\n"
+    printf("# The AMD ISA review's baseline (test_matrix, docs/amd.md \"Per-target ISA review\"): one line per\n"
+           "# kernel of the covering set on each AMD target, with the figures that kernel may not exceed (nor, for\n"
+           "# occupancy, fall below):\n");
+    rk_isa_limit_header(stdout);
+    printf("# Generated, never edited by hand:\n"
            "#   build/ropekv-gen isa-baseline > tests/golden/isa_amd.txt\n");
     for (int i = 0, shown = 0; i < n; i++) { /* one line per compiler, in the order of the table */
         int first = 1;
@@ -876,23 +889,19 @@ static int cmd_isa_baseline(const opts *o, const rk_catalog *cat) {
         if (!first) continue;
         printf("%s%s: %s\n", shown++ ? "#   " : "# compilers: ", items[i].v.arch->name, res[i].info.compiler);
     }
-    printf(RK_ISA_HEADER);
-    for (int a = 0; a < cat->archs.n; a++) {
-        rk_isa_limit l;
-        rk_isa_limit_init(&l, cat->archs.a[a].name);
-        int any = 0;
-        for (int i = 0; i < n; i++)
-            if (items[i].v.arch == &cat->archs.a[a]) {
-                rk_isa_limit_fold(&l, &res[i]);
-                any = 1;
-            }
-        if (any) rk_isa_limit_print(stdout, &l);
+    /* items are in the order of the arch table; within a target, by kernel name */
+    for (int i = 0; i < n; i++) rk_isa_limit_of(&lines[i], items[i].v.arch->name, items[i].v.name, &res[i]);
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i; j < n && items[j].v.arch == items[i].v.arch;) j++;
+        qsort(lines + i, (size_t)(j - i), sizeof *lines, by_kernel);
     }
+    for (int i = 0; i < n; i++) rk_isa_limit_print(stdout, &lines[i]);
     rc = 0;
 out:
     free(items);
     free(shapes);
     free(res);
+    free(lines);
     return rc;
 }
 
