@@ -611,12 +611,9 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr Scale CONV = scaled ? G.conv : Scale::none;
     const rk_i64 slot = load_index(a.slots, t, SLOT == Index::int64);
     // the row is written for a slot in [min_slot, kv_rows) where the write mask (if any) is set; the mask is loaded
-    // with the slot, both waited for only at the store. The byte is loaded without a branch (a launch without a mask
-    // reads its slot's first byte, which the slot's load brings anyway, and ignores it): a load behind a branch is
-    // waited for where the paths join.
-    const rk_u8 *mask_at = a.write_mask != nullptr ? (const rk_u8 *)a.write_mask + t
-                                                   : (const rk_u8 *)a.slots + t * (I)(SLOT == Index::int64 ? 8 : 4);
-    const bool masked = (*mask_at == 0) & (a.write_mask != nullptr);
+    // with the slot (without a branch on AMD: rk_zero_byte_if, the slot's first byte standing in), both waited for
+    // only at the store
+    const bool masked = rk_zero_byte_if(a.write_mask != nullptr, a.write_mask, t, a.slots);
     float k_scale = scaled && !prefetching(a) ? *a.k_scale : 1.0f;
     const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
     f8 y;

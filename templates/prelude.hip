@@ -88,6 +88,18 @@ RK_DEVICE void rk_grid_release(void) {
 #endif
 }
 
+// Whether `on` holds and byte i of p is 0 (p is read only where `on` holds). NVIDIA predicates the load. On AMD a
+// load behind a branch is waited for where the paths join, right after it, so the load always runs: from `any` (a
+// byte the lane may read, e.g. one its other loads bring) where `on` does not hold.
+RK_DEVICE bool rk_zero_byte_if(bool on, const void *p, rk_i64 i, const void *any) {
+#if defined(RK_AMD)
+    const rk_u32 b = *(on ? (const rk_u8 *)p + i : (const rk_u8 *)any);
+    return on & (b == 0u);
+#else
+    return on && ((const rk_u8 *)p)[i] == 0;
+#endif
+}
+
 // A point the instruction scheduler does not move code across (AMD: sched_barrier; elsewhere nothing). Placed after
 // a group of independent loads, it keeps the use of an earlier load's data below the later loads' issue, where
 // the scheduler would otherwise pull it up and wait for that load before issuing them.
