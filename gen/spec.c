@@ -980,6 +980,13 @@ static int read_norm(const scope *s, rk_spec *o) {
                    "the fused RMSNorm needs kv_lora_rank / 8 a power of two (its sum is a tree over "
                    "16-byte chunks), got kv_lora_rank %d",
                    o->kv_lora_rank);
+    /* a norm over the head lays the lanes out row by row, which only the forms that write whole query rows have */
+    for (int i = 0; over == RK_NO_HEAD && i < o->n_q; i++)
+        if (o->q[i] == ROPEKV_Q_ZERO_COPY || o->q[i] == ROPEKV_Q_INPLACE)
+            return bad(s, "q_forms",
+                       "'%s' with kv_norm.over 'head': the norm needs the lanes row by row, which only "
+                       "the whole query head's forms have (absorbed or none)",
+                       rk_qform_name(o->q[i]));
     /* the lanes row by row (a q_norm) leave a latent-only sum no wave of its own */
     if (over == RK_NO_LATENT && o->q_norm.norm != RK_QN_NONE && o->rope_dim > 0)
         return bad(s, "kv_norm", "a q_norm with a norm over the latent only: set over = 'head' or drop the kv norm");

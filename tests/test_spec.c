@@ -974,6 +974,11 @@ static void test_kv_norm(void **state) {
          ROPEKV_ERR_SPEC_INVALID, "norms: 'rms_out' with kv_norm.over 'head'"},
         {KVN "s.kv_lora_rank = 448  s.kv_norm = { eps = 1e-6 }", ROPEKV_ERR_SPEC_INVALID,
          "norms: the fused RMSNorm needs kv_lora_rank / 8 a power of two"},
+        /* a norm over the head lays the lanes out row by row: the forms of whole query rows only */
+        {KVN "s.kv_lora_rank = 448  s.q_forms = { 'absorbed', 'inplace' }  s.kv_norm = { eps = 1e-6, over = 'head' }",
+         ROPEKV_ERR_SPEC_INVALID, "q_forms: 'inplace' with kv_norm.over 'head': the norm needs the lanes row by row"},
+        {KVN "s.kv_lora_rank = 448  s.q_forms = { 'zero_copy' }  s.kv_norm = { eps = 1e-6, over = 'head' }",
+         ROPEKV_ERR_SPEC_INVALID, "q_forms: 'zero_copy' with kv_norm.over 'head'"},
         /* the query heads' norm */
         {"s.q_norm = { eps = 1e-6 }", ROPEKV_ERR_SPEC_INVALID,
          "q_norm: the query norm needs kv_lora_rank + qk_rope_head_dim a power of two of at least 512"},
