@@ -1,6 +1,7 @@
 // ---- the kernel: fused MLA RoPE + KV-cache write ------------------------------------------------------
 // Work is cut into 16-byte chunks of output: 8 bf16 values per lane. A lane loads all it needs
-// itself: no barriers, no shuffles, no shared memory, and the same text runs on the host. Each token
+// itself (no shared memory; lanes meet only within a wave: the shuffles of a block's amax or a norm's sum, and the
+// group sync of the in-place fp8 query), and the same text runs on the host. Each token
 // owns a.lanes lanes in two sections (see chunk()): the rotating chunks first, then the
 // copied ones, so consecutive lanes still write consecutive bytes within each head's row.
 namespace rk {
