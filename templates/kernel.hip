@@ -297,7 +297,9 @@ RK_DEVICE rk_v8 pack_q8(const f8 &y, float k, bool rope) {
 // other chunks still sit. On the GPUs each chunk has its lane and the head's QR lanes, consecutive lanes
 // of one wave, wait for each other (rk_group_sync) between their loads and their stores (q_chunk). On the host,
 // whose lanes run one after another, the head's first lane rotates the whole row into registers before it stores
-// anything (here). The scale is read as q_chunk reads it. (Only the packed fp8 row is kept, 2 registers a chunk.)
+// anything (here; the host has no prefetch, so the scale is q_chunk's). (Only the packed fp8 row is kept, 2
+// registers a chunk.)
+#if defined(RK_HOST)
 RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool skip, float q_scale) {
     rk_v8 row[R_CH > 0 ? R_CH : 1];  // R = 0 (no rope part) has no in-place form: never called
     float k = fp8_factor<Q_SCALE>(q_scale);
@@ -306,7 +308,6 @@ RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool ski
         if (ROPE == Rope::neox && j >= H2) break;  // neox: each step rotates a pair of chunks
         f8 partner;
         f8 y = rope8(a, q_pe, j, t, &partner);
-        if (j == 0 && Q_SCALE != Scale::none && prefetching(a)) k = fp8_factor<Q_SCALE>(*a.q_scale);
         row[j / V] = pack_q8(y, k, true);
         if (ROPE == Rope::neox) row[(j + H2) / V] = pack_q8(partner, k, true);
     }
@@ -314,6 +315,7 @@ RK_DEVICE void q_row_inplace_fp8(const args &a, rk_u16 *q_pe, rk_i64 t, bool ski
 #pragma unroll
     for (int c = 0; c < R_CH; c++) rk_store8((rk_u8 *)q_pe + c * V, row[c]);
 }
+#endif
 
 // With negative_slot = skip_all a token whose slot is negative writes no query row (a token past kv_tokens has no
 // slot, so its rows are written).

@@ -279,11 +279,18 @@ RK_DEVICE void rk_unpack_fp8(rk_u32 pair, float *lo, float *hi) {
 // The steps run m = N/2, .., 1, each lane combining its value with lane ^ m's: a sum is the pairwise tree
 // gen/ref.c defines for the RMSNorm, the same in every lane (f32 addition is commutative). (The host runs lanes
 // one after another and has no such exchange: its kernels read what they need themselves.)
+#if defined(RK_NV)
+// The lanes of this lane's aligned group of N in its warp, as a __shfl_sync / __syncwarp mask.
+template <int N>
+RK_DEVICE rk_u32 rk_group_mask(void) {
+    const rk_u32 lane = threadIdx.x & 31u;
+    return N == 32 ? 0xffffffffu : ((1u << (N % 32)) - 1u) << (lane & ~(rk_u32)(N - 1));
+}
+#endif
 template <int N, bool SUM>
 RK_DEVICE float rk_group_reduce(float v) {
 #if defined(RK_NV)
-    const rk_u32 lane = threadIdx.x & 31u;
-    const rk_u32 mask = N == 32 ? 0xffffffffu : ((1u << (N % 32)) - 1u) << (lane & ~(rk_u32)(N - 1));
+    const rk_u32 mask = rk_group_mask<N>();
 #pragma unroll
     for (int m = N / 2; m > 0; m /= 2) {
         float o = __shfl_xor_sync(mask, v, m, N);
@@ -306,8 +313,7 @@ RK_DEVICE float rk_group_reduce(float v) {
 template <int N>
 RK_DEVICE void rk_group_sync(void) {
 #if defined(RK_NV)
-    const rk_u32 lane = threadIdx.x & 31u;
-    __syncwarp(N == 32 ? 0xffffffffu : ((1u << (N % 32)) - 1u) << (lane & ~(rk_u32)(N - 1)));
+    __syncwarp(rk_group_mask<N>());
 #else
     __builtin_amdgcn_wave_barrier();
 #endif

@@ -393,9 +393,7 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
         const int load = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
         const int store = starts(mnem, "global_store") || starts(mnem, "buffer_store") || starts(mnem, "flat_store");
         if (load || store) {
-            const size_t n = strlen(mnem);
-            const int wide = (n > 7 && !strcmp(mnem + n - 7, "dwordx4")) || (n > 4 && !strcmp(mnem + n - 4, "b128"));
-            const int width = access_width(mnem);
+            const int width = access_width(mnem), wide = width == 16;
             if (wide) k.wide++;
             else k.narrow++;
             isa_access a;
