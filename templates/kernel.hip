@@ -256,18 +256,28 @@ RK_DEVICE rk_v16 qnorm8(rk_v16 raw, float r) {
 constexpr bool ROWS = ORDER == Order::rows;
 constexpr bool HEAD_NORM = NORM != Norm::none && NORM_OVER == NormOver::head;
 
-// An element on its way to fp8 under scale convention S: scaled by k (which holds 1/scale for
-// mul_recip: see fp8_factor), sanitized when CLEAN (NaN -> 0; inf is clamped), clamped to the bound
-// sat (NaN passes).
-template <Scale S, bool CLEAN>
-RK_DEVICE float fp8_prep(float x, float k, float sat) {
-    if (S == Scale::mul_recip || S == Scale::mul) x = x * k;
-    else if (S == Scale::div) x = x / k;
+// A chunk's values scaled by convention S: multiplied by k (which holds 1/scale for mul_recip: see fp8_factor), or
+// for div divided by it: an IEEE division each (on sm_90 faster than one reciprocal a chunk with a Markstein fma
+// correction per value and the range tests that keep that exact, which took a Kimi-K2 KV row 21% longer at
+// 32768 x 16: docs/results.md).
+template <Scale S>
+RK_DEVICE f8 scale8(f8 y, float k) {
+    if (S == Scale::mul_recip || S == Scale::mul)
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
+    else if (S == Scale::div)
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] / k;
+    return y;
+}
+
+// An element on its way to fp8, already scaled (scale8): sanitized when CLEAN (NaN -> 0; inf is clamped), clamped to
+// the bound sat (NaN passes).
+template <bool CLEAN>
+RK_DEVICE float fp8_prep(float x, float sat) {
     if (CLEAN) x = rk_isnan(x) ? 0.0f : x;
     return x > sat ? sat : x < -sat ? -sat : x;
 }
 
-// The factor fp8_prep takes for a scale read from memory: its reciprocal (an f32) for mul_recip.
+// The factor scale8 takes for a scale read from memory: its reciprocal (an f32) for mul_recip.
 template <Scale S>
 RK_DEVICE float fp8_factor(float scale) { return S == Scale::mul_recip ? 1.0f / scale : scale; }
 
@@ -277,7 +287,8 @@ template <Scale S, bool CLEAN>
 RK_DEVICE rk_v8 pack_fp8(f8 y, float k, float sat, bool rope_bf16) {
     if (rope_bf16)
         for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
-    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<S, CLEAN>(y.v[i], k, sat);
+    y = scale8<S>(y, k);
+    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<CLEAN>(y.v[i], sat);
     return rk_v8{rk_pack_fp8(y.v[0], y.v[1]) | (rk_pack_fp8(y.v[2], y.v[3]) << 16),
                  rk_pack_fp8(y.v[4], y.v[5]) | (rk_pack_fp8(y.v[6], y.v[7]) << 16)};
 }
@@ -501,10 +512,7 @@ RK_DEVICE f8 block_prep(f8 y, bool nope, float k) {
     constexpr Scale CONV = G.outer == Outer::tensor ? G.conv : Scale::none;
     if (G.rope_bf16 && !nope)
         for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
-    if (CONV == Scale::mul_recip || CONV == Scale::mul)
-        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
-    else if (CONV == Scale::div)
-        for (int i = 0; i < V; i++) y.v[i] = y.v[i] / k;
+    y = scale8<CONV>(y, k);
     if (SANITIZE)
         for (int i = 0; i < V; i++) y.v[i] = bf16_prep(y.v[i]);
     return y;
@@ -603,7 +611,8 @@ template <Scale S, bool CLEAN>
 RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
     if (rope_bf16)
         for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
-    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<S, CLEAN>(y.v[i], k, sat);
+    y = scale8<S>(y, k);
+    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<CLEAN>(y.v[i], sat);
     return rk_pack_e2m1(y.v[0], y.v[1]) | (rk_pack_e2m1(y.v[2], y.v[3]) << 8) |
            (rk_pack_e2m1(y.v[4], y.v[5]) << 16) | (rk_pack_e2m1(y.v[6], y.v[7]) << 24);
 }

@@ -96,6 +96,7 @@ RK_DEVICE bool rk_zero_byte_if(bool on, const void *p, rk_i64 i, const void *any
     const rk_u32 b = *(on ? (const rk_u8 *)p + i : (const rk_u8 *)any);
     return on & (b == 0u);
 #else
+    (void)any;
     return on && ((const rk_u8 *)p)[i] == 0;
 #endif
 }
