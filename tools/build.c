@@ -277,8 +277,9 @@ static long access_offset(const char *ops) {
     return 0;
 }
 
-/* The narrow access `mnem ops` as an access (0 when its address operands do not fit a record: more than
- * 94 characters or 3 registers; the scan then reports nothing). The data
+/* The global access `mnem ops` as a record (split keeps the narrow ones; free_waits reads a load's address
+ * registers): 0 when its address operands do not fit, more than 94 characters or 3 registers (the scan then
+ * reports nothing). The data
  * operand is left out of the address: the first for loads and buffer_ stores, the second for global_ and
  * flat_ stores; a load to LDS (global_load_lds_dword) has none. */
 static int access_of(const char *mnem, const char *ops, int load, int width, isa_access *a) {

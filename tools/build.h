@@ -69,8 +69,8 @@ int rk_isa_occupancy(const char *target, int vgprs);
 
 /* Fills wide, narrow, split, waits, load_waits and free_waits of out from `llvm-objdump -d` text (occupancy is
  * left alone); every figure -1 when the text holds no kernel, holds an instruction too long to read
- * (more than 511 characters before its "//" comment, or address operands that do not fit the split
- * scan's record) or memory ran out. */
+ * (more than 511 characters before its "//" comment, or a global access whose address operands do not
+ * fit the record that split and free_waits read them into) or memory ran out. */
 void rk_isa_scan(const char *disasm, rk_isa *out);
 
 /* What one build produced. Figures that are not known are -1 (host builds report only ms and
