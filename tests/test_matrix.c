@@ -232,9 +232,111 @@ static void test_isa_rules(void **state) {
     assert_int_equal(isa.split, 2); /* the dword + dwordx3 store of one 16-byte chunk */
     assert_int_equal(isa.waits, 2);
     assert_int_equal(isa.load_waits, 1);
+    assert_int_equal(isa.free_waits, 1); /* v[18:19] holds nothing the loads brought */
     rk_isa_scan("no kernel here\n", &isa);
     assert_int_equal(isa.narrow, -1);
     assert_int_equal(isa.split, -1);
+    assert_int_equal(isa.free_waits, -1);
+    /* free_waits: which waits between two loads are free, dependent (the later load's address holds a
+     * loaded value) or cross into another exec region */
+    static const struct {
+        const char *body;
+        int load_waits, free_waits;
+    } frees[] = {
+        /* 0: two independent loads */
+        {"\tglobal_load_dwordx2 v[6:7], v[2:3], off\n\ts_waitcnt vmcnt(0)\n"
+         "\tglobal_load_dwordx4 v[8:11], v[4:5], off\n",
+         1, 1},
+        /* 1: the row of a loaded slot: shift and add (position -> cos/sin row, slot -> cache row) */
+        {"\tglobal_load_dwordx2 v[6:7], v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_lshlrev_b64 v[8:9], 8, v[6:7]\n"
+         "\tv_mov_b32_e32 v1, s23\n\tv_lshl_add_u64 v[8:9], s[6:7], 0, v[8:9]\n"
+         "\tglobal_load_dwordx4 v[12:15], v[8:9], off\n",
+         1, 0},
+        /* 2: a 64-bit multiply-add of a loaded index (gfx9), a source modifier on the way */
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_mov_b32_e32 v9, 0\n"
+         "\tv_max_i32_e64 v8, -|v6|, s2\n\tv_mad_u64_u32 v[8:9], s[0:1], v8, s4, v[8:9]\n"
+         "\tglobal_load_dwordx4 v[12:15], v[8:9], off\n",
+         1, 0},
+        /* 3: the high half only through the carry (gfx11 forms): the carry-out is a destination */
+        {"\tglobal_load_b32 v6, v[2:3], off\n\ts_wait_loadcnt 0x0\n\tv_add_co_u32 v10, vcc_lo, s2, v6\n"
+         "\tv_mov_b32_e32 v10, s2\n\tv_mov_b32_e32 v12, s3\n\tv_add_co_ci_u32_e32 v11, vcc_lo, 0, v12, vcc_lo\n"
+         "\tglobal_load_b128 v[12:15], v[10:11], off\n",
+         1, 0},
+        /* 4: the same with the carry from an unloaded value: free */
+        {"\tglobal_load_b32 v6, v[2:3], off\n\ts_wait_loadcnt 0x0\n\tv_add_co_u32 v10, vcc_lo, s2, v7\n"
+         "\tv_mov_b32_e32 v12, s3\n\tv_add_co_ci_u32_e32 v11, vcc_lo, 0, v12, vcc_lo\n"
+         "\tglobal_load_b128 v[12:15], v[10:11], off\n",
+         1, 1},
+        /* 5: a loaded value's register overwritten from unloaded sources before it addresses the load */
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_lshlrev_b32_e32 v8, 4, v6\n"
+         "\tv_mov_b32_e32 v8, s4\n\tv_mov_b32_e32 v9, s5\n\tglobal_load_dwordx4 v[12:15], v[8:9], off\n",
+         1, 1},
+        /* 6: the later load overwrites a loaded value's registers: its own data is not its address */
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n"
+         "\tglobal_load_dwordx4 v[2:5], v[6:7], off\n",
+         1, 1},
+        /* 7: a loaded value in an SGPR, the high half through SCC; a scalar load's register is clean */
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_readfirstlane_b32 s4, v6\n"
+         "\ts_add_u32 s8, s2, s4\n\ts_addc_u32 s9, s3, 0\n\ts_mov_b32 s8, s2\n"
+         "\tglobal_load_dwordx4 v[12:15], v0, s[8:9]\n",
+         1, 0},
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_readfirstlane_b32 s8, v6\n"
+         "\ts_load_dwordx2 s[8:9], s[0:1], 0x10\n\ts_waitcnt lgkmcnt(0)\n"
+         "\tglobal_load_dwordx4 v[12:15], v0, s[8:9]\n",
+         1, 1},
+        /* 9: an exec write, a branch, a label or the program's end between the wait and the load: the
+         * load starts another region */
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n\ts_or_b64 exec, exec, s[22:23]\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n\tv_cmp_gt_i32_e32 vcc, s2, v4\n"
+         "\ts_and_saveexec_b64 s[0:1], vcc\n\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_b128 v[2:5], v[0:1], off\n\ts_wait_loadcnt 0x0\n\ts_and_not1_saveexec_b32 s0, s0\n"
+         "\tglobal_load_b128 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_b128 v[2:5], v[0:1], off\n\ts_wait_loadcnt 0x0\n\tv_cmpx_gt_u32_e32 s0, v1\n"
+         "\tglobal_load_b128 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n\ts_cbranch_execz 25\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n<L1>:\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 0},
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n\ts_endpgm\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 0},
+        /* 16: an exec write before the wait does not count; two waits, one on each side of it */
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_or_b64 exec, exec, s[22:23]\n\ts_waitcnt vmcnt(0)\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 1},
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(1)\n\ts_or_b32 exec_lo, exec_lo, s2\n"
+         "\ts_waitcnt vmcnt(0)\n\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         2, 1},
+        /* 18: a compare reads exec, it does not write it */
+        {"\tglobal_load_dwordx4 v[2:5], v[0:1], off\n\ts_waitcnt vmcnt(0)\n\ts_cmp_eq_u64 exec, 0\n"
+         "\tglobal_load_dwordx4 v[8:11], v[6:7], off\n",
+         1, 1},
+        /* 19: a kernel boundary: neither the wait nor the taint of the kernel before carries over */
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n\tv_lshlrev_b32_e32 v8, 4, v6\n"
+         "0000000000002500 <k_i64>:\n\tglobal_load_dword v1, v[2:3], off\n\ts_waitcnt vmcnt(0)\n"
+         "\tglobal_load_dwordx4 v[12:15], v[8:9], off\n",
+         1, 1},
+        {"\tglobal_load_dword v6, v[2:3], off\n\ts_waitcnt vmcnt(0)\n"
+         "0000000000002500 <k_i64>:\n\tglobal_load_dwordx4 v[12:15], v[8:9], off\n",
+         0, 0},
+    };
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) {
+        char text[768];
+        snprintf(text, sizeof text, "0000000000001a00 <k>:\n%s", frees[i].body);
+        rk_isa_scan(text, &isa);
+        if (isa.load_waits != frees[i].load_waits || isa.free_waits != frees[i].free_waits)
+            print_error("case %zu: load_waits %d free_waits %d, want %d %d\n", i, isa.load_waits, isa.free_waits,
+                        frees[i].load_waits, frees[i].free_waits);
+        assert_int_equal(isa.load_waits, frees[i].load_waits);
+        assert_int_equal(isa.free_waits, frees[i].free_waits);
+    }
     /* split: which narrow accesses are pieces of one 16-byte chunk */
     static const struct {
         const char *body;
@@ -285,14 +387,14 @@ static void test_isa_rules(void **state) {
     /* each figure can fail: a line one better than the build on that figure alone */
     rk_build_result r;
     memset(&r, 0, sizeof r);
-    r.info.regs = 30, r.info.sgprs = 58, r.isa = (rk_isa){10, 7, 2, 11, 6, 8};
+    r.info.regs = 30, r.info.sgprs = 58, r.isa = (rk_isa){10, 7, 2, 11, 6, 3, 8};
     rk_isa_limit l, now;
     rk_isa_limit_of(&l, "gfx942", "k", &r);
     char why[512];
     assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 0);
-    static const char *const want[RK_ISA_FIGURES] = {"vgprs 30 > 29",   "sgprs 58 > 57", "occupancy 8 < 9",
-                                                     "narrow 7 > 6",    "split 2 > 1",   "waits 11 > 10",
-                                                     "load_waits 6 > 5"};
+    static const char *const want[RK_ISA_FIGURES] = {"vgprs 30 > 29",    "sgprs 58 > 57",   "occupancy 8 < 9",
+                                                     "narrow 7 > 6",     "split 2 > 1",     "waits 11 > 10",
+                                                     "load_waits 6 > 5", "free_waits 3 > 2"};
     for (int i = 0; i < RK_ISA_FIGURES; i++) {
         now = l;
         *(int *)((char *)&now + rk_isa_figures[i].at) += rk_isa_figures[i].fewer_is_worse ? 1 : -1;
@@ -300,8 +402,8 @@ static void test_isa_rules(void **state) {
         if (!strstr(why, want[i])) print_error("figure %s: '%s'\n", rk_isa_figures[i].name, why);
         assert_non_null(strstr(why, want[i]));
     }
-    l.vgprs = 29, l.occupancy = 9, l.split = 0, l.load_waits = 5;
-    assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 4);
+    l.vgprs = 29, l.occupancy = 9, l.split = 0, l.load_waits = 5, l.free_waits = 0;
+    assert_int_equal(rk_isa_regressions(&r, &l, why, sizeof why), 5);
     r.isa.split = -1;
     rk_isa_limit_of(&l, "gfx942", "k", &r);
     l.split = 0;
@@ -309,8 +411,8 @@ static void test_isa_rules(void **state) {
     assert_non_null(strstr(why, "split not known"));
     /* the baseline file's format: a line per (target, kernel); a bad line named */
     rk_isa_limit out[4];
-    assert_int_equal(rk_isa_limits_parse("# c\ngfx942 k1 30 58 8 7 0 11 6\n\ngfx942 k2 31 58 8 7 2 11 6\n"
-                                         "gfx1100 k1 51 54 16 9 1 9 5",
+    assert_int_equal(rk_isa_limits_parse("# c\ngfx942 k1 30 58 8 7 0 11 6 0\n\ngfx942 k2 31 58 8 7 2 11 6 1\n"
+                                         "gfx1100 k1 51 54 16 9 1 9 5 2",
                                          out, 4, why, sizeof why),
                      3);
     assert_ptr_equal(rk_isa_limit_find(out, 3, "gfx942", "k2"), &out[1]);
@@ -318,25 +420,29 @@ static void test_isa_rules(void **state) {
     assert_null(rk_isa_limit_find(out, 3, "gfx1100", "k2"));
     assert_int_equal(out[1].split, 2);
     assert_int_equal(out[2].load_waits, 5);
+    assert_int_equal(out[1].free_waits, 1);
+    assert_int_equal(out[2].free_waits, 2);
     static const char *const malformed[] = {
-        "gfx942 k 30 58 8 7 11 6\n",     /* the old format: no split */
-        "gfx942 30 58 8 7 0 11 6\n",     /* no kernel */
-        "gfx942 k 30 58 8 7 0 11 6 1\n", /* a figure too many */
-        "gfx942 k 30 58 8 7 -1 11 6\n",  /* negative */
-        "gfx942 k 30 58 8 7 0x2 11 6\n", /* not decimal */
-        "gfx942_a_target_name_longer_than_its_field k 30 58 8 7 0 11 6\n",
+        "gfx942 k 30 58 8 7 0 11 6\n",     /* the old format: no free_waits */
+        "gfx942 30 58 8 7 0 11 6 0\n",     /* no kernel */
+        "gfx942 k 30 58 8 7 0 11 6 0 1\n", /* a figure too many */
+        "gfx942 k 30 58 8 7 -1 11 6 0\n",  /* negative */
+        "gfx942 k 30 58 8 7 0x2 11 6 0\n", /* not decimal */
+        "gfx942_a_target_name_longer_than_its_field k 30 58 8 7 0 11 6 0\n",
     };
     for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
         char text[256];
-        snprintf(text, sizeof text, "# header\ngfx942 k0 1 1 1 1 0 1 1\n%s", malformed[i]);
+        snprintf(text, sizeof text, "# header\ngfx942 k0 1 1 1 1 0 1 1 0\n%s", malformed[i]);
         assert_int_equal(rk_isa_limits_parse(text, out, 4, why, sizeof why), -1);
         if (!strstr(why, "line 3:")) print_error("case %zu: '%s'\n", i, why);
         assert_non_null(strstr(why, "line 3:"));
     }
-    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1\ngfx942 k 2 1 1 1 0 1 1\n", out, 4, why, sizeof why),
+    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1 0\ngfx942 k 2 1 1 1 0 1 1 0\n", out, 4, why,
+                                         sizeof why),
                      -1);
     assert_non_null(strstr(why, "line 2: a second line for gfx942 k"));
-    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1\ngfx942 k2 2 1 1 1 0 1 1\n", out, 1, why, sizeof why),
+    assert_int_equal(rk_isa_limits_parse("gfx942 k 1 1 1 1 0 1 1 0\ngfx942 k2 2 1 1 1 0 1 1 0\n", out, 1, why,
+                                         sizeof why),
                      -1);
     assert_non_null(strstr(why, "line 2: more than 1 lines"));
     /* the checked-in baseline parses and has lines for every AMD target */

@@ -181,6 +181,7 @@ static void isa_fold(rk_isa *out, const rk_isa *k) {
     if (k->split > out->split) out->split = k->split;
     if (k->waits > out->waits) out->waits = k->waits;
     if (k->load_waits > out->load_waits) out->load_waits = k->load_waits;
+    if (k->free_waits > out->free_waits) out->free_waits = k->free_waits;
 }
 
 /* The bytes one global access moves, from a part of its mnemonic ("global_load_dwordx2" 8,
@@ -276,8 +277,9 @@ static long access_offset(const char *ops) {
     return 0;
 }
 
-/* The narrow access `mnem ops` as an access (0 when its address operands do not fit a record: more than
- * 94 characters or 3 registers; the scan then reports nothing). The data
+/* The global access `mnem ops` as a record (split keeps the narrow ones; free_waits reads a load's address
+ * registers): 0 when its address operands do not fit, more than 94 characters or 3 registers (the scan then
+ * reports nothing). The data
  * operand is left out of the address: the first for loads and buffer_ stores, the second for global_ and
  * flat_ stores; a load to LDS (global_load_lds_dword) has none. */
 static int access_of(const char *mnem, const char *ops, int load, int width, isa_access *a) {
@@ -349,13 +351,112 @@ static int writes_no_first(const char *mnem) {
            starts(mnem, "s_cbranch") || starts(mnem, "s_branch");
 }
 
+/* ---- free_waits: the registers that hold a value a global load brought ---------------------------- */
+/* One flag per register: v0..v1023, a0..a1023, s0..s255; the special registers by their operand
+ * numbers (vcc s106:107, m0 s124, exec s126:127) and SCC, which no operand names, as s253. */
+typedef struct isa_taint {
+    unsigned char v[1024], a[1024], s[256];
+} isa_taint;
+
+enum { ISA_SCC = 253 };
+
+/* A register operand for the taint: what reg_range reads, or a named special register, without a
+ * source's modifiers ("-v1", "|v1|", "-|v[2:3]|"); 0 when t (n characters) is neither. */
+static int taint_reg(const char *t, size_t n, isa_regs *r) {
+    static const struct {
+        const char *name;
+        long lo, hi;
+    } named[] = {{"vcc", 106, 107},  {"vcc_lo", 106, 106},  {"vcc_hi", 107, 107}, {"m0", 124, 124},
+                 {"exec", 126, 127}, {"exec_lo", 126, 126}, {"exec_hi", 127, 127}};
+    while (n && (*t == '-' || *t == '|')) t++, n--;
+    while (n && t[n - 1] == '|') n--;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strlen(named[i].name) == n && !strncmp(t, named[i].name, n)) {
+            r->file = 's', r->lo = named[i].lo, r->hi = named[i].hi;
+            return 1;
+        }
+    return reg_range(t, n, r);
+}
+
+/* The flag of register i of a file; NULL past the file. */
+static unsigned char *taint_cell(isa_taint *t, char file, long i) {
+    unsigned char *cells = file == 'v' ? t->v : file == 'a' ? t->a : t->s;
+    const long cap = file == 's' ? (long)sizeof t->s : (long)sizeof t->v;
+    return i >= 0 && i < cap ? &cells[i] : NULL;
+}
+
+static int taint_of(isa_taint *t, const isa_regs *r) {
+    for (long i = r->lo; i <= r->hi; i++) {
+        const unsigned char *c = taint_cell(t, r->file, i);
+        if (c && *c) return 1;
+    }
+    return 0;
+}
+
+static void taint_set(isa_taint *t, const isa_regs *r, int tainted) {
+    for (long i = r->lo; i <= r->hi; i++) {
+        unsigned char *c = taint_cell(t, r->file, i);
+        if (c) *c = (unsigned char)tainted;
+    }
+}
+
+/* A compare that writes only SCC: its operands are sources. */
+static int scalar_compare(const char *mnem) { return starts(mnem, "s_cmp") || starts(mnem, "s_bitcmp"); }
+
+/* One instruction `mnem ops` applied to the taint: a global load's data registers become tainted, a
+ * scalar load's clean; any other instruction's destinations (its first operand, and its second in the
+ * carry-out forms) take the taint of its sources (its other operands, and SCC where it reads it). */
+static void taint_step(isa_taint *t, const char *mnem, const char *ops) {
+    size_t n;
+    const char *o;
+    isa_regs r;
+    const int global = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
+    if (global || starts(mnem, "s_load") || starts(mnem, "s_buffer_load")) {
+        if ((global && strstr(mnem, "_lds")) || !(o = operand(ops, 0, &n)) || !taint_reg(o, n, &r)) return;
+        taint_set(t, &r, global);
+        return;
+    }
+    /* v_cmpx writes exec only on gfx10+ (two operands), vcc or an SGPR pair and exec on gfx9 (three) */
+    const int first = !writes_no_first(mnem) && !scalar_compare(mnem) &&
+                      !(starts(mnem, "v_cmpx") && !operand(ops, 2, &n));
+    const int second = first && (strstr(mnem, "_co_") || starts(mnem, "v_mad_u64_u32") ||
+                                 starts(mnem, "v_mad_i64_i32") || starts(mnem, "v_div_scale"));
+    const int reads_scc = starts(mnem, "s_cselect") || starts(mnem, "s_addc") || starts(mnem, "s_subb") ||
+                          starts(mnem, "s_cmov");
+    static const char *const scc_writers[] = {"s_add", "s_sub",  "s_and", "s_or",   "s_xor",    "s_nand",
+                                              "s_nor", "s_xnor", "s_not", "s_lshl", "s_lshr",   "s_ashr",
+                                              "s_bfe", "s_min",  "s_max", "s_abs",  "s_absdiff"};
+    int writes_scc = scalar_compare(mnem);
+    for (size_t i = 0; i < sizeof scc_writers / sizeof scc_writers[0]; i++) writes_scc |= starts(mnem, scc_writers[i]);
+    int tainted = reads_scc && t->s[ISA_SCC];
+    for (int i = first + second; (o = operand(ops, i, &n)) != NULL; i++)
+        if (taint_reg(o, n, &r)) tainted |= taint_of(t, &r);
+    for (int i = 0; i < first + second; i++)
+        if ((o = operand(ops, i, &n)) != NULL && taint_reg(o, n, &r)) taint_set(t, &r, tainted);
+    if (writes_scc) t->s[ISA_SCC] = (unsigned char)tainted;
+}
+
+/* An instruction after which the listing may go on in another exec region: it writes exec (exec, exec_lo
+ * or exec_hi as its first operand, a *saveexec*, a v_cmpx*) or branches (or ends the program: what
+ * follows is reached by a branch). */
+static int region_edge(const char *mnem, const char *ops) {
+    size_t n;
+    const char *first = operand(ops, 0, &n);
+    if (first && !writes_no_first(mnem) && !scalar_compare(mnem) && n >= 4 && !strncmp(first, "exec", 4)) return 1;
+    return strstr(mnem, "saveexec") || starts(mnem, "v_cmpx") || starts(mnem, "s_branch") ||
+           starts(mnem, "s_cbranch") || starts(mnem, "s_setpc") || starts(mnem, "s_swappc") || starts(mnem, "s_call") ||
+           starts(mnem, "s_endpgm");
+}
+
 void rk_isa_scan(const char *dis, rk_isa *out) {
-    out->wide = out->narrow = out->split = out->waits = out->load_waits = -1;
+    out->wide = out->narrow = out->split = out->waits = out->load_waits = out->free_waits = -1;
     rk_isa k = {0};
     split_scan sp = {0};
+    isa_taint taint;
     int in_kernel = 0, ok = 1;
     int last = 0;         /* the last global access of this kernel: 0 none, 'l' a load, 's' a store */
     int pending_wait = 0; /* waits since that access, when it was a load */
+    int pending_here = 0; /* those of them since the last region edge (region_edge, a label) */
     for (const char *line = dis; ok && line && *line;) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) : strlen(line);
@@ -379,12 +480,15 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
                 k.split = split_count(&sp);
                 isa_fold(out, &k);
             }
-            if (!in_kernel) out->wide = out->narrow = out->split = out->waits = out->load_waits = 0;
+            if (!in_kernel) out->wide = out->narrow = out->split = out->waits = out->load_waits = out->free_waits = 0;
             memset(&k, 0, sizeof k);
+            memset(&taint, 0, sizeof taint);
             sp.n = 0;
-            in_kernel = 1, last = 0, pending_wait = 0;
+            in_kernel = 1, last = 0, pending_wait = pending_here = 0;
             continue;
         }
+        /* "<L0>:" (llvm-objdump --symbolize-operands) labels a branch target */
+        if (in_kernel && text[0] == '<' && len && text[len - 1] == ':') pending_here = 0;
         if (!in_kernel || text[0] != '\t') continue;
         const char *op = text + 1;
         char mnem[64];
@@ -397,16 +501,24 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
             if (wide) k.wide++;
             else k.narrow++;
             isa_access a;
-            if (!wide && width > 0 && width < 16) {
-                if (!access_of(mnem, ops, load, width, &a) || split_add(&sp, &a) != 0) ok = 0;
+            if (!access_of(mnem, ops, load, width, &a)) ok = 0;
+            else if (!wide && width > 0 && width < 16 && split_add(&sp, &a) != 0) ok = 0;
+            if (load && last == 'l') {
+                k.load_waits += pending_wait;
+                int dependent = 0;
+                for (int r = 0; ok && r < a.n_reg; r++) dependent |= taint_of(&taint, &a.reg[r]);
+                if (!dependent) k.free_waits += pending_here;
             }
-            if (load && last == 'l') k.load_waits += pending_wait;
             last = load ? 'l' : 's';
-            pending_wait = 0;
+            pending_wait = pending_here = 0;
         } else if ((!strcmp(mnem, "s_waitcnt") && strstr(op, "vmcnt(")) || starts(mnem, "s_wait_loadcnt")) {
             k.waits++;
             pending_wait += last == 'l';
+            pending_here += last == 'l';
+        } else if (region_edge(mnem, ops)) {
+            pending_here = 0;
         }
+        taint_step(&taint, mnem, ops);
         size_t n0 = 0;
         const char *first = operand(ops, 0, &n0);
         if (!writes_no_first(mnem)) split_written(&sp, first, n0);
@@ -416,7 +528,7 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
         isa_fold(out, &k);
     }
     free(sp.a);
-    if (!ok) out->wide = out->narrow = out->split = out->waits = out->load_waits = -1;
+    if (!ok) out->wide = out->narrow = out->split = out->waits = out->load_waits = out->free_waits = -1;
 }
 
 #define FIGURE(field, fewer, means) \
@@ -429,6 +541,9 @@ const rk_isa_figure rk_isa_figures[RK_ISA_FIGURES] = {
     FIGURE(split, 0, "narrow accesses that are pieces of a split 16-byte chunk (the ideal is 0)"),
     FIGURE(waits, 0, "vector-memory load waits (s_waitcnt vmcnt, s_wait_loadcnt)"),
     FIGURE(load_waits, 0, "those waits that sit between two global loads"),
+    FIGURE(free_waits, 0,
+           "those of them whose later load neither depends on a loaded value nor starts another exec region "
+           "(the ideal is 0)"),
 };
 #undef FIGURE
 
@@ -454,6 +569,7 @@ void rk_isa_limit_of(rk_isa_limit *l, const char *target, const char *kernel, co
     l->split = r->isa.split;
     l->waits = r->isa.waits;
     l->load_waits = r->isa.load_waits;
+    l->free_waits = r->isa.free_waits;
 }
 
 void rk_isa_limit_print(FILE *f, const rk_isa_limit *l) {

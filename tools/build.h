@@ -37,22 +37,40 @@ rk_compiler rk_build_pick(const rk_arch *a);
  *               issued until the first has returned. A lane's independent loads issued back to back
  *               have none between them; a load whose address needs the one before (a row's slot, then
  *               the row) needs one, so the baseline holds the count the kernel needs today.
+ *   free_waits  the load_waits whose later load neither depends on a loaded value nor starts another
+ *               exec region (the ideal is 0). A wait W between loads L1 ... W ... L2 is
+ *                 region crossing  when an instruction between W and L2 writes exec (exec, exec_lo or
+ *                                  exec_hi as its first operand, a *saveexec*, a v_cmpx*), branches
+ *                                  (s_branch, s_cbranch_*, s_setpc / s_swappc / s_call, s_endpgm) or
+ *                                  is a label line ("<L0>:"): L2 is the first load of another side of
+ *                                  a branch, which a wave that runs one side does not reach after W;
+ *                 dependent        else when a register of L2's address operands is tainted: a global
+ *                                  load taints its data registers, any other instruction gives its
+ *                                  destinations (the first operand; also the second, the carry-out,
+ *                                  of *_co_* / v_mad_u64_u32 / v_mad_i64_i32 / v_div_scale forms)
+ *                                  the taint of its sources (all other operands; SCC for s_cselect,
+ *                                  s_addc, s_subb, s_cmov, written by SALU instructions and
+ *                                  s_cmp), so a source-free overwrite clears it; scalar loads
+ *                                  (s_load_*, s_buffer_load_*: kernel arguments) clear it. The
+ *                                  listing is read in order, as one path (a taint of another path is
+ *                                  kept: dependent can only be overcounted);
+ *                 free             otherwise: a wait between two independent loads.
  *   occupancy   waves per SIMD that the kernel's VGPR count allows (rk_isa_occupancy) */
 typedef struct rk_isa {
-    int wide, narrow, split, waits, load_waits, occupancy;
+    int wide, narrow, split, waits, load_waits, free_waits, occupancy;
 } rk_isa;
 
 /* Every figure not known. */
-#define RK_ISA_UNKNOWN ((rk_isa){-1, -1, -1, -1, -1, -1})
+#define RK_ISA_UNKNOWN ((rk_isa){-1, -1, -1, -1, -1, -1, -1})
 
 /* Waves per SIMD a kernel of `vgprs` VGPRs (AGPRs included, as .vgpr_count counts them) can keep
  * resident on AMD target `target` ("gfx942"); -1 for an unknown target or vgprs < 0. */
 int rk_isa_occupancy(const char *target, int vgprs);
 
-/* Fills wide, narrow, split, waits and load_waits of out from `llvm-objdump -d` text (occupancy is
+/* Fills wide, narrow, split, waits, load_waits and free_waits of out from `llvm-objdump -d` text (occupancy is
  * left alone); every figure -1 when the text holds no kernel, holds an instruction too long to read
- * (more than 511 characters before its "//" comment, or address operands that do not fit the split
- * scan's record) or memory ran out. */
+ * (more than 511 characters before its "//" comment, or a global access whose address operands do not
+ * fit the record that split and free_waits read them into) or memory ran out. */
 void rk_isa_scan(const char *disasm, rk_isa *out);
 
 /* What one build produced. Figures that are not known are -1 (host builds report only ms and
@@ -140,11 +158,11 @@ void rk_build_summary(FILE *f, const rk_build_item *items, const rk_build_result
 
 /* A line of the baseline (tests/golden/isa_amd.txt): one kernel's figures on one target, the worst
  * that kernel may show. A kernel regresses when any figure is worse than its line's: more vgprs,
- * sgprs, narrow, split, waits or load_waits, or a lower occupancy. */
+ * sgprs, narrow, split, waits, load_waits or free_waits, or a lower occupancy. */
 typedef struct rk_isa_limit {
     char target[RK_NAME_MAX];
     char kernel[sizeof((rk_desc *)0)->name];
-    int vgprs, sgprs, occupancy, narrow, split, waits, load_waits;
+    int vgprs, sgprs, occupancy, narrow, split, waits, load_waits, free_waits;
 } rk_isa_limit;
 
 /* The figures of a baseline line, in the file's column order: the one list that the file's header,
@@ -155,18 +173,18 @@ typedef struct rk_isa_figure {
     int fewer_is_worse; /* 1: a lower value regresses (occupancy); 0: a higher one */
     const char *means;  /* one line for the file's header */
 } rk_isa_figure;
-#define RK_ISA_FIGURES 7
+#define RK_ISA_FIGURES 8
 extern const rk_isa_figure rk_isa_figures[RK_ISA_FIGURES];
 
 /* The baseline file's text: "# ..." comments, then one line per (target, kernel):
- *   target kernel vgprs sgprs occupancy narrow split waits load_waits
+ *   target kernel vgprs sgprs occupancy narrow split waits load_waits free_waits
  * sorted by target (specs/archs.lua's order), then by kernel name. */
 
-/* "#   vgprs       ...\n" for each figure, then "# target kernel vgprs ... load_waits\n". */
+/* "#   vgprs       ...\n" for each figure, then "# target kernel vgprs ... free_waits\n". */
 void rk_isa_limit_header(FILE *f);
 /* The line of a successful AMD build r scanned with RK_BUILD_SCAN: its figures as they are. */
 void rk_isa_limit_of(rk_isa_limit *l, const char *target, const char *kernel, const rk_build_result *r);
-/* "target kernel vgprs sgprs occupancy narrow split waits load_waits\n" */
+/* "target kernel vgprs sgprs occupancy narrow split waits load_waits free_waits\n" */
 void rk_isa_limit_print(FILE *f, const rk_isa_limit *l);
 /* Parses a baseline file's text into out (at most cap lines). Returns the count, or -1 with why
  * naming the line that is not "target kernel" followed by RK_ISA_FIGURES non-negative integers, a

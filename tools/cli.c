@@ -154,10 +154,11 @@ static const char *const HELP_ISA_BASELINE =
     "does: each distinct kernel once, with the compiler `build` picks) and prints the baseline of\n"
     "test_matrix's ISA review on stdout, one line per (target, kernel), by target (specs/archs.lua's order)\n"
     "then kernel name:\n"
-    "  target kernel vgprs sgprs occupancy narrow split waits load_waits\n"
+    "  target kernel vgprs sgprs occupancy narrow split waits load_waits free_waits\n"
     "the kernel's VGPRs and SGPRs, the waves per SIMD its VGPRs allow, its narrower-than-16-byte global\n"
     "loads and stores, those of them that are pieces of a split 16-byte chunk, its vector-memory load\n"
-    "waits and its waits between two global loads (docs/amd.md, \"Per-target ISA review\"). test_matrix\n"
+    "waits, its waits between two global loads and those of them whose later load neither depends on a\n"
+    "loaded value nor starts another exec region (docs/amd.md, \"Per-target ISA review\"). test_matrix\n"
     "fails a kernel worse than its line on any figure, a kernel without a line and a line of no kernel.\n"
     "A deliberate change updates the baseline with\n"
     "  build/ropekv-gen isa-baseline > tests/golden/isa_amd.txt\n"
@@ -793,8 +794,10 @@ static int cmd_inspect(const opts *o, const rk_catalog *cat, const rk_desc *list
     if (r->abi >= 0) print_abi(&v, r, &code);
     if (r->isa.narrow >= 0)
         printf("isa: 16-byte global accesses %d, narrower %d (%d of them pieces of a split 16-byte chunk), "
-               "load waits %d (%d between two loads), occupancy %d waves per SIMD\n",
-               r->isa.wide, r->isa.narrow, r->isa.split, r->isa.waits, r->isa.load_waits, r->isa.occupancy);
+               "load waits %d (%d between two loads, %d of them free: neither a dependence nor another exec region), "
+               "occupancy %d waves per SIMD\n",
+               r->isa.wide, r->isa.narrow, r->isa.split, r->isa.waits, r->isa.load_waits, r->isa.free_waits,
+               r->isa.occupancy);
     printf("\n==== compiler log (%s) ====\n%s", rk_compiler_name(cc), log.len ? log.p : "(empty)\n");
     if (log.len && log.p[log.len - 1] != '\n') putchar('\n');
     if (rc == ROPEKV_OK) {
