@@ -142,6 +142,7 @@ RK_DEVICE f8 rope8(const args &a, const rk_u16 *x, int j, rk_i64 t, f8 *partner,
         p0 = rk_load16(x + at);
         if (ROPE == Rope::neox) p1 = rk_load16(x + at + H2);
     }
+    rk_issue_point();  // the row's loads issue before the position's wait (the cos/sin row's address needs it)
     float c[V], s[V];
     load_cos_sin(a, position(a, t), pair_at(j), PAIRS, c, s);
     rk_issue_point();  // the table's loads issue before anything uses the row's values
@@ -644,6 +645,7 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     if (nope) {
         gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
+        rk_issue_point();  // the chunk's load issues before the slot's range test and its wait
         if constexpr (NORM != Norm::none) {  // from here on the row is the normalized one
             const f8 w = norm_weight8(a, c);  // loaded beside the row, not after its sum
             if constexpr (!HEAD_NORM) r = norm_factor<I>(a, t, c, raw);

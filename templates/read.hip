@@ -28,13 +28,15 @@ RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
 constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == Elem::e4m3 && SEG[0].block > 0 &&
                             L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
-// Eight stored values y of chunk c of segment S (p: their bytes in the row), dequantized: times the block's scale as stored in
-// the row (the read op's reader takes it exactly), then the inverse of the writer's tensor scale convention
-// (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide; k = *k_scale), as rk_record_decode.
+// The factor chunk c of segment S takes back from its block (p: its bytes in the row): the block's scale as stored in
+// the row (the read op's reader takes it exactly), times the token scale where the record has one; 1 without blocks.
 template <int S>
-RK_DEVICE f8 dequant8(const args &a, rk_i64 slot, const rk_u8 *p, f8 y, int c, float k) {
+RK_DEVICE float block_factor(const args &a, rk_i64 slot, const rk_u8 *p, int c) {
     constexpr Segment G = SEG[S];
-    if (G.block > 0) {
+    if constexpr (G.block == 0) {
+        (void)a, (void)slot, (void)p, (void)c;
+        return 1.0f;
+    } else {
         const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
         const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
                          : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
@@ -42,10 +44,19 @@ RK_DEVICE f8 dequant8(const args &a, rk_i64 slot, const rk_u8 *p, f8 y, int c, f
         const float d = G.scale == ScaleType::f32     ? *(const float *)q
                         : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
                                                       : rk_fp8_to_f32(*q);
-        float dg = d;
-        if (G.outer == Outer::token) dg = d * *(const float *)row_byte(a, slot, G.outer_at);  // times the token scale
-        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * dg;
+        if (G.outer == Outer::token) return d * *(const float *)row_byte(a, slot, G.outer_at);  // times the token scale
+        return d;
     }
+}
+
+// Eight stored values y of segment S dequantized: times their block's factor dg (block_factor), then the inverse of
+// the writer's tensor scale convention (mul_recip and div divided by k_scale, so multiply; mul multiplied, so divide;
+// k = *k_scale), as rk_record_decode.
+template <int S>
+RK_DEVICE f8 dequant8(f8 y, float dg, float k) {
+    constexpr Segment G = SEG[S];
+    if (G.block > 0)
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * dg;
     if (G.conv != Scale::none)  // then the tensor scale (k is 1 without one)
         for (int i = 0; i < V; i++) y.v[i] = G.conv == Scale::mul ? y.v[i] / k : y.v[i] * k;
     return y;
@@ -62,15 +73,16 @@ RK_DEVICE void read_segment(const args &a, rk_i64 slot, int c, int n, rk_u16 *ds
     } else {
         const float k = G.outer == Outer::tensor && G.conv != Scale::none ? *a.k_scale : 1.0f;
         if (READ_PAIRS && S == 0 && n == 2) {
-            const rk_v16 w = rk_load16(p);  // both halves in one block: one scale
-            const rk_v16 lo = pack_bf16(dequant8<S>(a, slot, p, unpack_fp8(rk_v8{w.x, w.y}), c, k));
-            const rk_v16 hi = pack_bf16(dequant8<S>(a, slot, p + 8, unpack_fp8(rk_v8{w.z, w.w}), c + 1, k));
+            const rk_v16 w = rk_load16(p);
+            const float dg = block_factor<S>(a, slot, p, c);  // both halves in one block: one scale, read once
+            const rk_v16 lo = pack_bf16(dequant8<S>(unpack_fp8(rk_v8{w.x, w.y}), dg, k));
+            const rk_v16 hi = pack_bf16(dequant8<S>(unpack_fp8(rk_v8{w.z, w.w}), dg, k));
             rk_store16_out(dst, lo);
             rk_store16_out(dst + V, hi);
             return;
         }
         const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_load8(p)) : unpack_e2m1(*(const rk_u32 *)p);
-        rk_store16_out(dst, pack_bf16(dequant8<S>(a, slot, p, y, c, k)));
+        rk_store16_out(dst, pack_bf16(dequant8<S>(y, block_factor<S>(a, slot, p, c), k)));
     }
 }
 
