@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
 
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
     printf(
-        "| T | H | kv | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | entry | us | limit us | "
+        "| T | H | record | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | entry | us | limit us | "
         "%% of limit |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int vi = 0; vi < nv; vi++)
@@ -478,9 +478,7 @@ int main(int argc, char **argv) {
                             const float us = wide || narrow ? time_graph(launch_rope, &rc) : 0.0f;
                             printf("| %lld | %lld | %s | %s | %s | %s | %s | %s | %s/%s | %d | %d | %d | %d | %d | ",
                                    (long long)T, (long long)H,
-                                   v.kv == ROPEKV_KV_BF16       ? "bf16"
-                                   : v.kv == ROPEKV_KV_FP8_E4M3 ? "fp8"
-                                                                : rk_kv_name(v.kv),
+                                   v.rec.name, /* the cache record: bf16, fp8, dsv4_fp8, ... */
                                    rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
                                    rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
                                    arch.block, arch.chunks, arch.nt_stores, pdl_mode, entries_l[e]);
