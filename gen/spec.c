@@ -833,6 +833,14 @@ static int given(const scope *s, const char *key) {
     return t != LUA_TNIL;
 }
 
+/* Refuses q form q where it writes part of a query head (zero_copy, inplace) and the spec's `with` needs whole heads
+ * (a norm over a row: `needs` says why). */
+static int whole_head_form(const scope *s, int q, const char *with, const char *needs) {
+    if (q == ROPEKV_Q_ZERO_COPY || q == ROPEKV_Q_INPLACE)
+        return bad(s, "q_forms", "'%s' with %s: %s (absorbed or none)", rk_qform_name(q), with, needs);
+    return ROPEKV_OK;
+}
+
 /* The caller's choices: index types, row formats, layouts, ops, query dtypes, q forms. Each is open (every value)
  * unless the spec lists the values its model allows; values the model cannot have are left out of the defaults
  * (fp8_tile without an `fp8_tile` table, q form inplace with rope none). */
@@ -872,9 +880,8 @@ static int read_lists(const scope *s, rk_spec *o) {
     for (int i = 0; i < o->n_q; i++) {
         if (o->q[i] == ROPEKV_Q_INPLACE && o->rope == RK_ROPE_NONE)
             return bad(s, "q_forms", "'inplace' with rope 'none' has nothing to do (q_pe stays as it is)");
-        if ((o->q[i] == ROPEKV_Q_ZERO_COPY || o->q[i] == ROPEKV_Q_INPLACE) && o->q_norm.norm != RK_QN_NONE)
-            return bad(s, "q_forms", "'%s' with a q_norm: the norm needs the whole query head (absorbed or none)",
-                       rk_qform_name(o->q[i]));
+        if (o->q_norm.norm != RK_QN_NONE)
+            TRY(whole_head_form(s, o->q[i], "a q_norm", "the norm needs the whole query head"));
     }
     return ROPEKV_OK;
 }
@@ -982,11 +989,8 @@ static int read_norm(const scope *s, rk_spec *o) {
                    o->kv_lora_rank);
     /* a norm over the head lays the lanes out row by row, which only the forms that write whole query rows have */
     for (int i = 0; over == RK_NO_HEAD && i < o->n_q; i++)
-        if (o->q[i] == ROPEKV_Q_ZERO_COPY || o->q[i] == ROPEKV_Q_INPLACE)
-            return bad(s, "q_forms",
-                       "'%s' with kv_norm.over 'head': the norm needs the lanes row by row, which only "
-                       "the whole query head's forms have (absorbed or none)",
-                       rk_qform_name(o->q[i]));
+        TRY(whole_head_form(s, o->q[i], "kv_norm.over 'head'",
+                            "the norm needs the lanes row by row, which only the whole query head's forms have"));
     /* the lanes row by row (a q_norm) leave a latent-only sum no wave of its own */
     if (over == RK_NO_LATENT && o->q_norm.norm != RK_QN_NONE && o->rope_dim > 0)
         return bad(s, "kv_norm", "a q_norm with a norm over the latent only: set over = 'head' or drop the kv norm");
