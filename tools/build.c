@@ -351,6 +351,11 @@ static int writes_no_first(const char *mnem) {
            starts(mnem, "s_cbranch") || starts(mnem, "s_branch");
 }
 
+/* A vector-memory load from global memory (global_, buffer_ or flat_). */
+static int global_load(const char *mnem) {
+    return starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
+}
+
 /* ---- free_waits: the registers that hold a value a global load brought ---------------------------- */
 /* One flag per register: v0..v1023, a0..a1023, s0..s255; the special registers by their operand
  * numbers (vcc s106:107, m0 s124, exec s126:127) and SCC, which no operand names, as s253. */
@@ -410,7 +415,7 @@ static void taint_step(isa_taint *t, const char *mnem, const char *ops) {
     size_t n;
     const char *o;
     isa_regs r;
-    const int global = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
+    const int global = global_load(mnem);
     if (global || starts(mnem, "s_load") || starts(mnem, "s_buffer_load")) {
         if ((global && strstr(mnem, "_lds")) || !(o = operand(ops, 0, &n)) || !taint_reg(o, n, &r)) return;
         taint_set(t, &r, global);
@@ -494,7 +499,7 @@ void rk_isa_scan(const char *dis, rk_isa *out) {
         char mnem[64];
         snprintf(mnem, sizeof mnem, "%.*s", (int)strcspn(op, " \t"), op);
         const char *ops = op + strcspn(op, " \t");
-        const int load = starts(mnem, "global_load") || starts(mnem, "buffer_load") || starts(mnem, "flat_load");
+        const int load = global_load(mnem);
         const int store = starts(mnem, "global_store") || starts(mnem, "buffer_store") || starts(mnem, "flat_store");
         if (load || store) {
             const int width = access_width(mnem), wide = width == 16;
