@@ -1,7 +1,7 @@
 /* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
  *
  *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
- *                [--kv bf16,fp8_e4m3] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
+ *                [--kv bf16,fp8_e4m3,<a record of the spec>] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
  *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...] [--entries 32,64]
  *                [--list]
  *
@@ -270,9 +270,21 @@ int main(int argc, char **argv) {
         if (nv < 0) return 1;
     }
     for (const char *kv = chosen ? kvs : NULL; kv && *kv;) {
-        const int fp8 = !strncmp(kv, "fp8", 3);
+        /* a KV dtype (bf16, fp8_e4m3, fp8_tile), or a record of the spec by its name (its row; kv then bf16) */
+        const size_t len = strcspn(kv, ",");
+        int kv_dtype = -1, record = 0;
+        for (int i = 0; i < rk_kv_enum.n; i++)
+            if (strlen(rk_kv_enum.v[i].name) == len && !strncmp(rk_kv_enum.v[i].name, kv, len))
+                kv_dtype = rk_kv_enum.v[i].value;
+        for (int r = 0; r < sp->n_records && kv_dtype < 0; r++)
+            if (strlen(sp->records[r].name) == len && !strncmp(sp->records[r].name, kv, len)) record = r + 1;
+        if (kv_dtype < 0 && record == 0) {
+            fprintf(stderr, "bench_kernel: --kv: '%.*s' is neither a KV dtype nor a record of %s\n", (int)len, kv,
+                    sp->name);
+            return 2;
+        }
         for (int qv = 0; qv < nq * nqd * nno && nv < MAX_VARIANTS; qv++)
-            choices[nv++] = (rk_choice){fp8 ? ROPEKV_KV_FP8_E4M3 : ROPEKV_KV_BF16,
+            choices[nv++] = (rk_choice){kv_dtype < 0 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv_dtype,
                                         (ropekv_q_form)qforms[qv / (nqd * nno)],
                                         ROPEKV_INDEX_INT64,
                                         ROPEKV_INDEX_INT64,
@@ -280,7 +292,7 @@ int main(int argc, char **argv) {
                                         (ropekv_kv_layout)layout,
                                         ROPEKV_OP_WRITE,
                                         (ropekv_norm)norms[qv % nno],
-                                        0};
+                                        record};
         kv = strchr(kv, ',');
         if (kv) kv++;
     }

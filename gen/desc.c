@@ -715,12 +715,24 @@ int rk_query_rope_lanes(const rk_desc *d) {
     return d->R / 8;
 }
 
+int rk_kv_group(const rk_desc *d) {
+    const int r = d->R / 8, wave = d->arch->wave;
+    if (d->op != ROPEKV_OP_WRITE || d->q != ROPEKV_Q_NONE || d->order == RK_ORDER_ROWS || r <= 0 || wave <= 0) return 1;
+    int x = wave, y = r; /* gcd */
+    while (y) {
+        const int z = x % y;
+        x = y;
+        y = z;
+    }
+    return wave / x;
+}
+
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block) {
     const int wave = d->arch->wave, chunks = d->arch->chunks;
     if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
         if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
-        a->grid_tokens = a->tokens;
+        a->grid_groups = a->tokens;
     } else {
         /* the query rows written: the model's heads and the padded ones (q_heads, resolved by the launcher) */
         const int64_t hq = a->q_heads > a->heads ? a->q_heads : a->heads;
@@ -728,16 +740,19 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         const int64_t rope = (hq * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
         a->q_heads = hq;
         /* row by row: q_heads query rows then the KV row, (L + R) / 8 lanes each (the kernel's row_chunk_of) */
+        const int group = rk_kv_group(d);
         if (d->order == RK_ORDER_ROWS) a->lanes = (d->q == ROPEKV_Q_NONE ? 1 : hq + 1) * ((d->L + d->R) / 8);
+        else if (group > 1) a->lanes = group * ((d->R + d->L) / 8); /* the group's rope chunks fill whole waves */
         else a->lanes = rope + hq * qn + d->L / 8;
         /* tokens [0, tokens) have query rows and [0, kv_tokens) KV rows; a launch without a query form has only
          * the KV rows to write, whatever tokens says */
-        a->grid_tokens = d->q == ROPEKV_Q_NONE ? a->kv_tokens : a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+        const int64_t rows = d->q == ROPEKV_Q_NONE ? a->kv_tokens : a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
+        a->grid_groups = (rows + group - 1) / group;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
     a->block_mul = a->block_shift = 0;
     if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
-    *total = a->grid_tokens * a->lanes;
+    *total = a->grid_groups * a->lanes;
     *block = *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;

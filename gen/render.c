@@ -297,8 +297,8 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
 #include "params.def"
     };
     const rk_arch *a = d->arch;
-    rk_binding bind[N_PARAMS + 11];
-    char text[N_PARAMS][48], block[16], wide_block[16], wave[16], chunks[16];
+    rk_binding bind[N_PARAMS + 13];
+    char text[N_PARAMS][48], block[16], wide_block[16], wave[16], chunks[16], kv_group[16];
     int n = 0;
 #define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment)          \
     if (binding[0]) {                                                                              \
@@ -311,6 +311,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     snprintf(wide_block, sizeof wide_block, "%d", a->wide_block);
     snprintf(wave, sizeof wave, "%d", a->wave);
     snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
+    snprintf(kv_group, sizeof kv_group, "%d", rk_kv_group(d));
 #define FLAG(x) ((x) ? "1" : "0")
     const rk_binding target[] = {
         {"block", block},
@@ -323,6 +324,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"hw_fp8", FLAG(a->fp8_hw)},
         {"hw_e2m1", FLAG(a->e2m1_hw)},
         {"fp8_fnuz", FLAG(d->fp8 == RK_FP8_FNUZ)},
+        {"kv_group", kv_group},
         {"name", d->name},
         {"record", NULL},
     };

@@ -533,7 +533,7 @@ int rk_desc_kv_elem(const rk_desc *d);
 int rk_variants(const rk_spec *spec, const rk_arch_table *archs, rk_desc *out, int cap, rk_err *err);
 
 /* How one launch is cut, from the description and a->tokens, a->heads: fills the plan fields of a
- * (templates/args.h; prefetch is the launcher's), *total = grid_tokens * lanes chunks and
+ * (templates/args.h; prefetch is the launcher's), *total = grid_groups * lanes chunks and
  * *blocks = ceil(total / (*block * a->chunks)) blocks of *block threads (the row's block, or its wide_block in a
  * launch of at least wide_from chunks). Every launcher (runtime, tests, benchmarks) uses it. */
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block);
@@ -548,6 +548,10 @@ int rk_desc_writes_e2m1(const rk_desc *d);
 
 /* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 0 for q form none. The kernel's QR. */
 int rk_query_rope_lanes(const rk_desc *d);
+
+/* Tokens a lane group of a write launch covers (the kernel's RK_KV_GROUP): for q form none with sections (no query
+ * lanes), wave / gcd(wave, R/8), so that the group's R/8 rope lanes a token fill whole waves; else 1. */
+int rk_kv_group(const rk_desc *d);
 
 /* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows
  * whose latent is one block-scaled e4m3 segment with blocks of an even number of chunks (an fp8_tile row). rk_launch_plan does so in launches of at least the row's

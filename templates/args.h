@@ -79,10 +79,11 @@
 //                  the GPU at once would have the next grid's blocks packed unevenly beside it)
 //   prefetch       pdl rows: 1 reads positions, slots and cos/sin before waiting for the previous
 //                  grid (ropekv_options.pdl_prefetch), 0 waits before any access
-//   lanes          lanes (16-byte chunks) per token (templates/kernel.hip, chunk())
+//   lanes          lanes (16-byte chunks) per token group (templates/kernel.hip, chunk())
 //   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
 //                  32-bit entry divides without a divide (rk_div_magic)
-//   grid_tokens    tokens the grid covers: max(tokens, kv_tokens)
+//   grid_groups    token groups the grid covers, lanes lanes each: max(tokens, kv_tokens) tokens in groups of
+//                  rk_kv_group (1 but in a KV-only launch)
 //   block_mul, block_shift: slot / kv_block_size the same way (paged and split layouts)
 #define RK_ARGS_PLAN(F)      \
     F(rk_i64, chunks)        \
@@ -91,7 +92,7 @@
     F(rk_i64, lanes)         \
     F(rk_i64, lanes_mul)     \
     F(rk_i64, lanes_shift)   \
-    F(rk_i64, grid_tokens)   \
+    F(rk_i64, grid_groups)   \
     F(rk_i64, block_mul)     \
     F(rk_i64, block_shift)
 // clang-format on

@@ -8,11 +8,11 @@ RK_DEVICE void lane(const args &a, I g, op_tag<Op::write>) { chunk<I>(a, g); }
 template <class I>
 RK_DEVICE void lane(const args &a, I g, op_tag<Op::read>) { read_lane<I>(a, g); }
 
-// This thread's chunks of the launch: ceil(total / (B * a.chunks)) blocks of B threads, total = grid_tokens *
+// This thread's chunks of the launch: ceil(total / (B * a.chunks)) blocks of B threads, total = grid_groups *
 // a.lanes (rk_launch_plan in gen/desc.c).
 template <class I, int B>
 RK_DEVICE void launch_blocks_of(const args &a) {
-    const rk_i64 total = a.grid_tokens * a.lanes;
+    const rk_i64 total = a.grid_groups * a.lanes;
     if (RK_CHUNKS == 1 || a.chunks <= 1) {
         RK_FOR_ONE(g, total, B) lane<I>(a, (I)g, op_tag<OP>{});
     } else {

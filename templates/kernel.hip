@@ -414,13 +414,27 @@ RK_DEVICE float bf16_prep(float x) {
     return rk_isnan(x) ? 0.0f : x > BF16_MAX ? BF16_MAX : x < -BF16_MAX ? -BF16_MAX : x;
 }
 
-// n / d (n >= 0): a multiply and a shift by the launcher's magic numbers (rk_div_magic), exact for n < 2^31, which
-// the 32-bit entry's n always is; the 64-bit entry divides only an n past that (a 64-bit divide is some sixty
-// instructions a lane).
+// n / d (n >= 0): a multiply and a shift by the launcher's magic numbers (rk_div_magic: mul < 2^32, so one 32 x 32
+// -> 64-bit multiply), exact for n < 2^31, which the 32-bit entry's n always is; the 64-bit entry divides only an n
+// past that (a 64-bit divide is some sixty instructions a lane).
 template <class I>
 RK_DEVICE I divide(I n, rk_i64 d, rk_i64 mul, rk_i64 shift) {
-    if (sizeof(I) == 4 || (rk_u64)n <= 0x7fffffffu) return (I)(((rk_u64)(rk_u32)n * (rk_u64)mul) >> shift);
+    if (sizeof(I) == 4 || (rk_u64)n <= 0x7fffffffu) return (I)(((rk_u64)(rk_u32)n * (rk_u32)mul) >> shift);
     return n / (I)d;
+}
+
+// A paged slot's block and entry in it: a slot below 2^31 (every slot of a cache of fewer rows) in 32-bit
+// arithmetic, a larger one by a 64-bit divide.
+struct Place {
+    rk_i64 block, entry;
+};
+RK_DEVICE Place place_of(const args &a, rk_i64 slot) {
+    if ((rk_u64)slot <= 0x7fffffffu) {
+        const rk_u32 s = (rk_u32)slot, b = divide<rk_u32>(s, a.kv_block_size, a.block_mul, a.block_shift);
+        return {(rk_i64)b, (rk_i64)(s - b * (rk_u32)a.kv_block_size)};
+    }
+    const rk_i64 b = slot / a.kv_block_size;
+    return {b, slot - b * a.kv_block_size};
 }
 
 // Where a slot's row lies, in elements of its cache (kv_cache; kv_rope_cache for the rope part of a split
@@ -428,10 +442,9 @@ RK_DEVICE I divide(I n, rk_i64 d, rk_i64 mul, rk_i64 shift) {
 // lane), so that an engine-sized cache (past 2^31 bytes) does not decide the entry: only the per-token tensors do.
 RK_DEVICE rk_i64 row_at(const args &a, rk_i64 slot, bool rope) {
     if (LAYOUT == Layout::flat) return slot * a.kv_st;
-    const rk_i64 block = divide<rk_i64>(slot, a.kv_block_size, a.block_mul, a.block_shift);
-    const rk_i64 entry = slot - block * a.kv_block_size;
-    if (LAYOUT == Layout::split && rope) return block * a.kv_rope_block_st + entry * a.kv_rope_st;
-    return block * a.kv_block_st + entry * a.kv_st;
+    const Place at = place_of(a, slot);
+    if (LAYOUT == Layout::split && rope) return at.block * a.kv_rope_block_st + at.entry * a.kv_rope_st;
+    return at.block * a.kv_block_st + at.entry * a.kv_st;
 }
 
 // Byte b of a slot's row: the split layout puts the record's bytes [SPLIT_AT, ROW_BYTES) in kv_rope_cache (the
@@ -444,9 +457,9 @@ RK_DEVICE rk_u8 *row_byte(const args &a, rk_i64 slot, int b) {
 
 // Byte b of a slot's page tail (paged layout): after its block's kv_block_size rows, TAIL_BYTES a token.
 RK_DEVICE rk_u8 *tail_byte(const args &a, rk_i64 slot, int b) {
-    const rk_i64 block = divide<rk_i64>(slot, a.kv_block_size, a.block_mul, a.block_shift);
-    const rk_i64 entry = slot - block * a.kv_block_size;
-    return (rk_u8 *)a.kv_cache + (block * a.kv_block_st + a.kv_block_size * a.kv_st) * UNIT + entry * TAIL_BYTES + b;
+    const Place at = place_of(a, slot);
+    return (rk_u8 *)a.kv_cache + (at.block * a.kv_block_st + a.kv_block_size * a.kv_st) * UNIT + at.entry * TAIL_BYTES +
+           b;
 }
 
 // Segment S of the record: bits of a value, lanes of a block, bytes of a block scale, the first chunk past it
@@ -713,7 +726,10 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
 // after the other, and a mixed wave would wait for both chains in turn.
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
-// (rk_launch_plan in gen/desc.c counts the same: a.lanes.)
+// A KV-only launch (q form none) lays out groups of RK_KV_GROUP tokens instead, their R_CH rope chunks side by
+// side in whole waves, then their L_CH chunks each: a token's R_CH = 8 rope lanes would otherwise idle 24 lanes
+// of a 32-lane wave, and those waves issue as many instructions as full ones.
+// (rk_launch_plan in gen/desc.c counts the same: a.lanes, the lanes of a token or of a group.)
 constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
 RK_DEVICE I rope_lanes(I heads) { return (heads * QR + R_CH + RK_WAVE - 1) / RK_WAVE * RK_WAVE; }
@@ -755,12 +771,36 @@ RK_DEVICE void row_chunk_of(const args &a, I t, int r) {
     kv_chunk<I>(a, t, c, rk);
 }
 
+// A KV-only launch's lane g: token k of group u (token u * RK_KV_GROUP + k), chunk c of its KV row.
+static_assert(RK_KV_GROUP == 1 || (QFORM == QForm::none && !ROWS && RK_KV_GROUP * R_CH % RK_WAVE == 0),
+              "a group's rope chunks fill whole waves");
+template <class I>
+RK_DEVICE void kv_group_chunk(const args &a, I u, int r) {
+    constexpr int ROPE = RK_KV_GROUP * R_CH;  // the group's rope section
+    int k, c;
+    if (r < ROPE) {
+        k = r / R_CH;
+        c = L_CH + (r - k * R_CH);
+    } else {
+        k = (r - ROPE) / L_CH;
+        c = r - ROPE - k * L_CH;
+    }
+    const I t = u * RK_KV_GROUP + k;
+    if (t >= (I)a.kv_tokens) return;  // past the KV rows
+    enter(a);
+    kv_chunk<I>(a, t, c, 1.0f);
+}
+
 // A lane's place within its token (r < a.lanes < 2^31: the launch plan) is 32-bit index math in both entries.
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
     const int heads = (int)a.q_heads, rope = rope_lanes<int>(heads);
-    const I t = token_of<I>(a, g);
+    const I t = token_of<I>(a, g);  // the group's, for a KV-only launch of groups
     int r = (int)(g - t * (I)a.lanes);
+    if constexpr (RK_KV_GROUP > 1) {
+        kv_group_chunk<I>(a, t, r);
+        return;
+    }
     if constexpr (ROWS) {
         row_chunk_of<I>(a, t, r);
         return;

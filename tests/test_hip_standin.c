@@ -186,9 +186,9 @@ static void launch_and_check(ropekv_ctx *c, ropekv_kernel *k, int device) {
     assert_int_equal(seen.tokens, T);
     assert_int_equal(seen.heads, H);
     assert_int_equal(seen.kv_tokens, T); /* 0: as many KV rows as tokens, passed as a count */
-    assert_int_equal(seen.grid_tokens, T);
+    assert_int_equal(seen.grid_groups, T);
     assert_int_equal(seen.kv_block_size, B);
-    assert_int_equal(seen.lanes * seen.grid_tokens, pl.total);
+    assert_int_equal(seen.lanes * seen.grid_groups, pl.total);
 }
 
 /* ---- setup ---------------------------------------------------------------------------------------------- */

@@ -420,19 +420,40 @@ static void test_launch_plan(void **state) {
     assert_int_equal(block, 256);
     assert_int_equal(a.early_release, 1);
     assert_int_equal(blocks, (total + 255) / 256);
-    a = (rk_args){.tokens = 1, .heads = 1};
+    a = (rk_args){.tokens = 1, .heads = 1, .kv_tokens = 1};
     d = (rk_desc){.arch = &amd, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
     rk_launch_plan(&d, &a, &total, &blocks, &block);
-    assert_int_equal(a.lanes, 64 + 64); /* KV rope chunks padded to a 64-lane wave, then c_kv */
+    /* KV-only: groups of 8 tokens, whose 8 rope chunks each fill one 64-lane wave, then their c_kv chunks */
+    assert_int_equal(rk_kv_group(&d), 8);
+    assert_int_equal(a.lanes, 8 * (8 + 64));
+    assert_int_equal(a.grid_groups, 1);
     /* Without a query form only the KV rows have work: tokens past kv_tokens launch nothing. */
     a = (rk_args){.tokens = 200000000, .heads = 2, .kv_tokens = 48};
     rk_launch_plan(&d, &a, &total, &blocks, &block);
-    assert_int_equal(a.grid_tokens, 48);
-    assert_int_equal(total, 48 * a.lanes);
-    d.q = ROPEKV_Q_ABSORBED; /* with one, the query rows of every token */
+    assert_int_equal(a.grid_groups, 6);
+    assert_int_equal(total, 6 * a.lanes);
+    a = (rk_args){.tokens = 1, .heads = 1, .kv_tokens = 49}; /* a last group of one token */
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.grid_groups, 7);
+    d.arch = &wide; /* 32-lane waves: groups of 4; R = 48 (6 chunks): lcm(32, 6) = 96 lanes, 16 tokens */
+    assert_int_equal(rk_kv_group(&d), 4);
+    d.R = 48;
+    assert_int_equal(rk_kv_group(&d), 16);
+    d.R = 0; /* no rope part: no group */
+    assert_int_equal(rk_kv_group(&d), 1);
+    d.R = 64;
+    d.order = RK_ORDER_ROWS; /* row by row: no rope section */
+    assert_int_equal(rk_kv_group(&d), 1);
+    d.order = RK_ORDER_SECTIONS;
+    d.op = ROPEKV_OP_READ;
+    assert_int_equal(rk_kv_group(&d), 1);
+    d.op = ROPEKV_OP_WRITE;
+    d.arch = &amd;
+    d.q = ROPEKV_Q_ABSORBED; /* with one, the query rows of every token, a group each */
+    assert_int_equal(rk_kv_group(&d), 1);
     a = (rk_args){.tokens = 1000, .heads = 2, .kv_tokens = 48};
     rk_launch_plan(&d, &a, &total, &blocks, &block);
-    assert_int_equal(a.grid_tokens, 1000);
+    assert_int_equal(a.grid_groups, 1000);
 }
 
 int main(void) {

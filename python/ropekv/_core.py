@@ -8,6 +8,9 @@ import threading
 from . import _capi
 from . import _torch  # tensors -> ropekv_args (imports torch only when tensors are used)
 
+_NAME_SET = frozenset(_capi.ARGS_POINTERS)  # the tensors a launch takes, by name
+_N_POINTERS = len(_capi.ARGS_POINTERS)
+
 
 class RopekvError(RuntimeError):
     """A failure reported by libropekv: status is the ropekv_status_name ("ROPEKV_ERR_ALIGN"), code its value,
@@ -678,11 +681,8 @@ class Kernel:
         set, beside min_slot and negative slots (the query rows and norm_out do not look at it)."""
         if self._read and out is None:
             out = _torch.new_read_out(self, kv_cache, slots, split=out_rope is not None)
-        self.launch_named({"q_nope": q_nope, "q_pe": q_pe, "q_out": q_out, "k_nope": k_nope, "k_pe": k_pe,
-                           "kv_cache": kv_cache, "positions": positions, "slots": slots, "cos_sin": cos_sin, "sin": sin,
-                           "k_scale": k_scale, "q_scale": q_scale, "kv_rope_cache": kv_rope_cache, "out": out,
-                           "out_rope": out_rope, "norm_weight": norm_weight, "norm_out": norm_out,
-                           "write_mask": write_mask}, min_slot, stream)
+        self.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale,
+                             q_scale, kv_rope_cache, out, out_rope, norm_weight, norm_out, write_mask), min_slot, stream)
         if self._read:
             return out if out_rope is None else (out, out_rope)
 
@@ -691,17 +691,25 @@ class Kernel:
         be given for a read kernel. The checks of a launch run once per argument signature (dtypes, shapes, strides,
         devices, min_slot); a launch with a signature seen before only reads the tensors' pointers (see
         _torch.plan_args)."""
+        if not _NAME_SET.issuperset(tensors):  # tensor_args names the stranger
+            _torch.tensor_args(self, self.ctx, min_slot=min_slot, **tensors)
+        self.launch_tensors([tensors.get(n) for n in _capi.ARGS_POINTERS], min_slot, stream)
+
+    def launch_tensors(self, vals, min_slot=0, stream=None):
+        """launch_named with the tensors in the order of ropekv_args' pointers (_capi.ARGS_POINTERS: q_nope ... out_rope,
+        norm_weight, norm_out, write_mask; those at the end may be left off), None where absent: the eager operators'
+        path, without a dict."""
         h = self._h
         if h is None or self.ctx._h is None:
             raise ValueError("this kernel's ropekv context is closed")
-        s = self._launch_packed(h, _torch.plan_args(self, tensors, min_slot), _torch.stream_for(self.ctx, stream))
+        n = len(vals)
+        if n != _N_POINTERS:
+            if n > _N_POINTERS:
+                raise TypeError("launch_tensors takes at most %d tensors, got %d" % (_N_POINTERS, n))
+            vals = list(vals) + [None] * (_N_POINTERS - n)
+        s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), _torch.stream_for(self.ctx, stream))
         if s != 0:
             self.ctx._raise(s)
-
-    def launch_tensors(self, vals, min_slot=0, stream=None):
-        """launch_named with the tensors in the order of ropekv_args' pointers (q_nope ... out_rope, norm_weight,
-        norm_out; the last two may be left off), None where absent."""
-        self.launch_named(dict(zip(_capi.ARGS_POINTERS, vals)), min_slot, stream)
 
     def bind(self, *, stream=None, **tensors):
         """A launch with its arguments checked and converted once: BoundLaunch(stream=None) launches it.

@@ -453,49 +453,56 @@ def _cache_args(a, t, layout, table, strict):
 
 
 _PLANS_MAX = 64  # argument plans kept per kernel (a full table is dropped and refilled)
+_SCALE_AT = tuple(_NAMES.index(n) for n in _SCALES)
 
 
-def plan_args(kernel, tensors, min_slot):
-    """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with tensors (a dict by name, None or
-    absent where not given), as tensor_args makes it, at the cost of reading each tensor's pointer.
+def _signature(vals, min_slot):
+    """What every check of a launch depends on: each tensor's dtype, shape, strides and device (None where absent), and
+    min_slot; None when a value is not a tensor (a scale given as a number, or a stranger tensor_args names)."""
+    try:
+        return tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals]), \
+            min_slot.__class__, min_slot
+    except AttributeError:
+        return None
+
+
+def plan_args(kernel, vals, min_slot):
+    """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with vals, the tensors in the order of
+    ropekv_args' pointers (_NAMES; None where not given), as tensor_args makes it, at the cost of reading each tensor's
+    pointer.
 
     Every check of tensor_args depends on what the tensors' signatures hold (dtype, shape, strides, device) and on
-    min_slot, never on their data or addresses (the library checks alignment and overlap at every launch), with one
-    exception: whether a zero-copy q_nope is q_out itself, which joins the signature. So the first launch with a
-    signature runs the full checks and keeps the fields they produce as the plan; a launch with the same signature
-    takes the plan's fields with its own tensors' pointers. Pointer fields not taken from a tensor of the same name
-    (NULL, or the 1.0 of a scale passed as None) stay as the plan has them."""
-    ks, qs = tensors.get("k_scale"), tensors.get("q_scale")
-    if (ks is not None and not hasattr(ks, "data_ptr")) or (qs is not None and not hasattr(qs, "data_ptr")) or \
-            (ks is not None and getattr(ks, "is_cpu", False)) or (qs is not None and getattr(qs, "is_cpu", False)):
-        tensors = _scales_in(_torch(), tensors)  # numbers taken, CPU values checked at every launch
-    get = tensors.get
-    vals = [get(n) for n in _NAMES]
-    sig = None
-    if len(tensors) <= len(_NAMES) and _NAME_SET.issuperset(tensors):  # else tensor_args names the stranger
-        try:
-            sig = tuple([None if v is None else (v.dtype, v.shape, v.stride(), v.device) for v in vals])
-        except AttributeError:  # not a tensor: tensor_args raises the named error
-            sig = None
-    if sig is not None:
-        if kernel._zero_copy and vals[0] is not None and vals[2] is not None:
-            sig = (sig, vals[0].data_ptr() == vals[2].data_ptr())
-        sig = (sig, min_slot.__class__, min_slot)
-        plan = kernel._plans.get(sig)
-        if plan is not None:
-            fields, ptrs = plan
-            fields = fields[:]  # the plan's list is shared by every thread launching with this signature
-            for f, i in ptrs:
-                fields[f] = vals[i].data_ptr()
-            return _capi.ARGS_PACK.pack(*fields)
-    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **tensors)
+    min_slot, never on their data or addresses (the library checks alignment and overlap at every launch), with two
+    exceptions: whether a zero-copy q_nope is q_out itself, which joins the signature, and the value of a scale held
+    by a CPU tensor, checked at every launch. So the first launch with a signature runs the full checks and keeps the
+    fields they produce as the plan; a launch with the same signature takes the plan's fields with its own tensors'
+    pointers. Pointer fields not taken from a tensor of the same name (NULL, or the 1.0 of a scale passed as None)
+    stay as the plan has them. A scale given as a number becomes a tensor first (_scales_in)."""
+    sig = _signature(vals, min_slot)
+    if sig is None:
+        torch = _torch()
+        vals = [_scales_in(torch, dict(zip(_NAMES, vals))).get(n) for n in _NAMES]
+        sig = _signature(vals, min_slot)
+    if sig is not None and kernel._zero_copy and vals[0] is not None and vals[2] is not None:
+        sig = (sig, vals[0].data_ptr() == vals[2].data_ptr())
+    plan = kernel._plans.get(sig) if sig is not None else None
+    if plan is not None:
+        fields, ptrs, cpu_scales = plan
+        for i in cpu_scales:
+            _scale_number(_NAMES[i], vals[i].item())
+        fields = fields[:]  # the plan's list is shared by every thread launching with this signature
+        for f, i in ptrs:
+            fields[f] = vals[i].data_ptr()
+        return _capi.ARGS_PACK.pack(*fields)
+    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_NAMES, vals)))
     fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
     if sig is not None:
         ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_NAMES)
                      if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
+        cpu_scales = tuple(i for i in _SCALE_AT if vals[i] is not None and vals[i].device.type == "cpu")
         if len(kernel._plans) >= _PLANS_MAX:
             kernel._plans.clear()
-        kernel._plans[sig] = (fields, ptrs)
+        kernel._plans[sig] = (fields, ptrs, cpu_scales)
     return _capi.ARGS_PACK.pack(*fields)
 
 

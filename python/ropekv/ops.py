@@ -55,7 +55,7 @@ _FAMILIES = {"write": ("write", ("absorbed", "zero_copy", "none"), ("absorbed", 
 
 
 def _schema(name):
-    """(the schema's argument list, the names of its tensors) of operator name, from the library's family tables."""
+    """The schema's argument list of operator name, from the library's family tables."""
     op, launched, listed = _FAMILIES[name]
     tables = {q: {t.name: t for t in _core.family_tensors(op, q)} for q in set(launched) | set(listed)}
     names = []
@@ -76,7 +76,7 @@ def _schema(name):
 
     args = (list(_HEAD[name]) + [arg(n, False) for n in frozen] + list(_SCALARS[name]) + [arg(n, True) for n in later] +
             list(_TAIL))
-    return args, tuple(frozen) + tuple(later)
+    return args
 
 
 _LOCK = threading.Lock()
@@ -162,7 +162,7 @@ def _launch(name, a):
     else:
         k = _kernel(a["kv_cache"].get_device(), a["spec"], a["kv"], q_form, a["positions"], a["slots"], a["q_dtype"],
                     a["layout"], "write", a.get("norm", "none"), a.get("record"))
-    k.launch_named({n: a.get(n) for n in _TENSORS[name]}, a.get("min_slot", 0))
+    k.launch_tensors([a.get(n) for n in _capi.ARGS_POINTERS], a.get("min_slot", 0))
 
 
 def _impl(name):
@@ -185,10 +185,9 @@ def _fake(*args, **kwargs):
 
 
 _ORDER = {}  # operator -> its arguments' names, in the schema's order
-_TENSORS = {}  # operator -> its tensors' names
 _LIB = torch.library.Library("ropekv", "DEF")
 for _name in ("write", "write_q_inplace", "read"):
-    _args, _TENSORS[_name] = _schema(_name)
+    _args = _schema(_name)
     _ORDER[_name] = tuple(a.split(" ")[1].split("=")[0] for a in _args)
     _LIB.define("%s(%s) -> ()" % (_name, ", ".join(_args)))
     for _key in ("CPU", "CUDA"):
@@ -207,7 +206,7 @@ def _call(name, a):
     dispatcher's boxing; else (torch.compile, fake or meta tensors) torch.ops.ropekv.<name>, with the arguments in its
     schema's order, which becomes a node of the graph."""
     kv_cache = a["kv_cache"]
-    if not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta:
+    if _eager(kv_cache):
         _launch(name, a)
     else:
         _one_device(**{n: t for n, t in a.items() if isinstance(t, torch.Tensor)})
@@ -231,6 +230,11 @@ def _compiling_probe():
 
 
 _is_compiling = _compiling_probe()
+
+
+def _eager(kv_cache):
+    """Whether a call launches now (real tensors, no tracing) rather than through torch.ops.ropekv."""
+    return not _is_compiling() and type(kv_cache) is torch.Tensor and not kv_cache.is_meta
 
 
 def _one_device(**tensors):
@@ -283,6 +287,11 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
+    if _eager(kv_cache):  # _launch's, without the operator's dict of arguments
+        k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write", norm, record)
+        k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
+                          kv_rope_cache, None, None, norm_weight, norm_out, write_mask), min_slot)
+        return
     _call("write_q_inplace" if q_form == "inplace" else "write",
           dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
                k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,

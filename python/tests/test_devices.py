@@ -49,8 +49,9 @@ class KernelDouble:
         self._h = object()
         self.info = ("info", ctx.device, spec)
 
-    def launch_named(self, tensors, min_slot=0, stream=None):
-        self.launches.append(tensors)
+    def launch_tensors(self, vals, min_slot=0, stream=None):
+        from ropekv import _capi
+        self.launches.append(dict(zip(_capi.ARGS_POINTERS, vals)))
 
 
 class CudaTensorDouble:
