@@ -732,6 +732,7 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
         if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
+        a->kv_group = 1;
         a->grid_groups = a->tokens;
     } else {
         /* the query rows written: the model's heads and the padded ones (q_heads, resolved by the launcher) */
@@ -740,14 +741,17 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         const int64_t rope = (hq * qr + d->R / 8 + wave - 1) / wave * wave; /* the kernel's rope_lanes */
         a->q_heads = hq;
         /* row by row: q_heads query rows then the KV row, (L + R) / 8 lanes each (the kernel's row_chunk_of) */
-        const int group = rk_kv_group(d);
         if (d->order == RK_ORDER_ROWS) a->lanes = (d->q == ROPEKV_Q_NONE ? 1 : hq + 1) * ((d->L + d->R) / 8);
-        else if (group > 1) a->lanes = group * ((d->R + d->L) / 8); /* the group's rope chunks fill whole waves */
         else a->lanes = rope + hq * qn + d->L / 8;
         /* tokens [0, tokens) have query rows and [0, kv_tokens) KV rows; a launch without a query form has only
          * the KV rows to write, whatever tokens says */
         const int64_t rows = d->q == ROPEKV_Q_NONE ? a->kv_tokens : a->tokens > a->kv_tokens ? a->tokens : a->kv_tokens;
-        a->grid_groups = (rows + group - 1) / group;
+        /* a KV-only launch bound by throughput takes its tokens in groups whose rope chunks fill whole waves (below
+         * chunks_from a launch is one short wave of latency chains, and a token a group is as fast or faster) */
+        const int group = rk_kv_group(d);
+        a->kv_group = group > 1 && rows * a->lanes >= d->arch->chunks_from ? group : 1;
+        if (a->kv_group > 1) a->lanes = a->kv_group * ((d->R + d->L) / 8);
+        a->grid_groups = (rows + a->kv_group - 1) / a->kv_group;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
     a->block_mul = a->block_shift = 0;

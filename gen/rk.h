@@ -549,8 +549,9 @@ int rk_desc_writes_e2m1(const rk_desc *d);
 /* Lanes of one head's query rope part: R/8 (a 16-byte chunk each), 0 for q form none. The kernel's QR. */
 int rk_query_rope_lanes(const rk_desc *d);
 
-/* Tokens a lane group of a write launch covers (the kernel's RK_KV_GROUP): for q form none with sections (no query
- * lanes), wave / gcd(wave, R/8), so that the group's R/8 rope lanes a token fill whole waves; else 1. */
+/* Tokens a lane group of a write launch may cover (the kernel's RK_KV_GROUP; rk_launch_plan chooses it or 1 per
+ * launch: kv_group): for q form none with sections (no query lanes), wave / gcd(wave, R/8), so that the group's R/8
+ * rope lanes a token fill whole waves; else 1. */
 int rk_kv_group(const rk_desc *d);
 
 /* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows

@@ -82,8 +82,10 @@
 //   lanes          lanes (16-byte chunks) per token group (templates/kernel.hip, chunk())
 //   lanes_mul, lanes_shift: g / lanes == (g * lanes_mul) >> lanes_shift for 0 <= g < 2^31, so the
 //                  32-bit entry divides without a divide (rk_div_magic)
+//   kv_group       tokens a lane group covers: 1, or in a KV-only launch of at least the row's chunks_from chunks
+//                  (throughput, not latency, bounds it) the kernel's RK_KV_GROUP (rk_kv_group)
 //   grid_groups    token groups the grid covers, lanes lanes each: max(tokens, kv_tokens) tokens in groups of
-//                  rk_kv_group (1 but in a KV-only launch)
+//                  kv_group
 //   block_mul, block_shift: slot / kv_block_size the same way (paged and split layouts)
 #define RK_ARGS_PLAN(F)      \
     F(rk_i64, chunks)        \
@@ -92,6 +94,7 @@
     F(rk_i64, lanes)         \
     F(rk_i64, lanes_mul)     \
     F(rk_i64, lanes_shift)   \
+    F(rk_i64, kv_group)      \
     F(rk_i64, grid_groups)   \
     F(rk_i64, block_mul)     \
     F(rk_i64, block_shift)

@@ -726,9 +726,9 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
 // after the other, and a mixed wave would wait for both chains in turn.
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
-// A KV-only launch (q form none) lays out groups of RK_KV_GROUP tokens instead, their R_CH rope chunks side by
-// side in whole waves, then their L_CH chunks each: a token's R_CH = 8 rope lanes would otherwise idle 24 lanes
-// of a 32-lane wave, and those waves issue as many instructions as full ones.
+// A large KV-only launch (q form none, a.kv_group = RK_KV_GROUP) lays out groups of tokens instead, their R_CH
+// rope chunks side by side in whole waves, then their L_CH chunks each: a token's R_CH = 8 rope lanes would
+// otherwise idle 24 lanes of a 32-lane wave, and those waves issue as many instructions as full ones.
 // (rk_launch_plan in gen/desc.c counts the same: a.lanes, the lanes of a token or of a group.)
 constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
@@ -798,8 +798,10 @@ RK_DEVICE void chunk(const args &a, I g) {
     const I t = token_of<I>(a, g);  // the group's, for a KV-only launch of groups
     int r = (int)(g - t * (I)a.lanes);
     if constexpr (RK_KV_GROUP > 1) {
-        kv_group_chunk<I>(a, t, r);
-        return;
+        if (a.kv_group > 1) {
+            kv_group_chunk<I>(a, t, r);
+            return;
+        }
     }
     if constexpr (ROWS) {
         row_chunk_of<I>(a, t, r);

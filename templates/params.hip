@@ -9,7 +9,7 @@
 #define RK_HW_FP8 ${hw_fp8}        // hardware f32 -> fp8 conversion
 #define RK_HW_E2M1 ${hw_e2m1}      // hardware f32 -> e2m1 conversion (NVIDIA: the family target's)
 #define RK_FP8_FNUZ ${fp8_fnuz}    // the target's fp8 bytes are FNUZ (else OCP)
-#define RK_KV_GROUP ${kv_group}    // tokens a KV-only launch's lane group covers (rk_kv_group; 1 otherwise)
+#define RK_KV_GROUP ${kv_group}    // tokens a lane group of a large KV-only launch covers (rk_kv_group; else 1)
 namespace rkp {
 // The enumerators are the spellings of the spec files (gen/rk.h, one table per enum); a binding names
 // one, so a value the kernel does not know fails to compile.

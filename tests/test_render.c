@@ -435,6 +435,19 @@ static void test_launch_plan(void **state) {
     a = (rk_args){.tokens = 1, .heads = 1, .kv_tokens = 49}; /* a last group of one token */
     rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.grid_groups, 7);
+    assert_int_equal(a.kv_group, 8);
+    /* below chunks_from (counted on the token-a-group layout) a launch takes a token a group */
+    amd.chunks_from = 48 * (64 + 64);
+    a = (rk_args){.tokens = 1, .heads = 1, .kv_tokens = 47};
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.kv_group, 1);
+    assert_int_equal(a.lanes, 64 + 64); /* the KV rope chunks padded to a 64-lane wave, then c_kv */
+    assert_int_equal(a.grid_groups, 47);
+    a.kv_tokens = 48;
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.kv_group, 8);
+    assert_int_equal(a.grid_groups, 6);
+    amd.chunks_from = 0;
     d.arch = &wide; /* 32-lane waves: groups of 4; R = 48 (6 chunks): lcm(32, 6) = 96 lanes, 16 tokens */
     assert_int_equal(rk_kv_group(&d), 4);
     d.R = 48;

@@ -15,12 +15,12 @@ int rk_host_run_kernel(void *ctx, const rk_desc *v, const rk_args *a) {
     return 0;
 }
 
-/* The standard shapes: T x H over {1, 3, 17, 300} x {1, 16}, padded strides on every other one, the
+/* The standard shapes: T x H over {1, 3, 17, 301} x {1, 16}, padded strides on every other one, the
  * query scale going round 0.37, 1 and 1/448 (with 1/448 a mul_recip or div query saturates), a write mask on every
  * fourth and padded query heads on the next; then padding: a short slot list, padded queries, no KV rows, no query
  * rows, with reserved slots and a write mask. */
 static int standard_shapes(rk_shape *out) {
-    static const int64_t TOKENS[] = {1, 3, 17, 300}, HEADS[] = {1, 16};
+    static const int64_t TOKENS[] = {1, 3, 17, 301}, HEADS[] = {1, 16};
     static const int64_t PADDING[][3] = {{17, 5, 1}, {3, 17, 2}, {5, -1, 0}, {0, 4, 1}}; /* T, kv_tokens, min_slot */
     static const float Q_SCALES[] = {0.37f, 1.0f, 1.0f / 448.0f};
     const rk_shape base = {.max_pos = 64, .neg_every = 3, .specials = 1, .k_scale = 0.37f};
