@@ -754,8 +754,14 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         a->grid_groups = (rows + a->kv_group - 1) / a->kv_group;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);
-    a->block_mul = a->block_shift = 0;
-    if (d->layout != ROPEKV_KV_FLAT) rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
+    a->block_mul = a->block_shift = a->block_gap = a->rope_block_gap = 0;
+    if (d->layout != ROPEKV_KV_FLAT) {
+        rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
+        /* two's complement: the kernel's row arithmetic is modulo 2^64, where the row's true offset lies */
+        a->block_gap = (int64_t)((uint64_t)a->kv_block_st - (uint64_t)a->kv_block_size * (uint64_t)a->kv_st);
+        a->rope_block_gap =
+            (int64_t)((uint64_t)a->kv_rope_block_st - (uint64_t)a->kv_block_size * (uint64_t)a->kv_rope_st);
+    }
     *total = a->grid_groups * a->lanes;
     *block = *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
     a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;

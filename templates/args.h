@@ -87,6 +87,9 @@
 //   grid_groups    token groups the grid covers, lanes lanes each: max(tokens, kv_tokens) tokens in groups of
 //                  kv_group
 //   block_mul, block_shift: slot / kv_block_size the same way (paged and split layouts)
+//   block_gap, rope_block_gap: kv_block_st - kv_block_size * kv_st (and the rope cache's), modulo 2^64: a slot's
+//                  row is slot * kv_st + (slot / kv_block_size) * block_gap; 0 for blocks of contiguous rows, whose
+//                  rows need no division
 #define RK_ARGS_PLAN(F)      \
     F(rk_i64, chunks)        \
     F(rk_i64, early_release) \
@@ -97,7 +100,9 @@
     F(rk_i64, kv_group)      \
     F(rk_i64, grid_groups)   \
     F(rk_i64, block_mul)     \
-    F(rk_i64, block_shift)
+    F(rk_i64, block_shift)   \
+    F(rk_i64, block_gap)     \
+    F(rk_i64, rope_block_gap)
 // clang-format on
 
 #define RK_ARGS(F) RK_ARGS_CALLER(F) RK_ARGS_PLAN(F)

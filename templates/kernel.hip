@@ -440,11 +440,15 @@ RK_DEVICE Place place_of(const args &a, rk_i64 slot) {
 // Where a slot's row lies, in elements of its cache (kv_cache; kv_rope_cache for the rope part of a split
 // layout): include/ropekv.h, ropekv_kv_layout. A cache's addresses are 64-bit in both entries (a row's, once per
 // lane), so that an engine-sized cache (past 2^31 bytes) does not decide the entry: only the per-token tensors do.
+// A paged row is block * block_st + entry * st = slot * st + block * gap (gap = block_st - block_size * st, the
+// launcher's, modulo 2^64 as this sum is): a cache of contiguous blocks (gap 0) finds it as a flat one does.
 RK_DEVICE rk_i64 row_at(const args &a, rk_i64 slot, bool rope) {
     if (LAYOUT == Layout::flat) return slot * a.kv_st;
-    const Place at = place_of(a, slot);
-    if (LAYOUT == Layout::split && rope) return at.block * a.kv_rope_block_st + at.entry * a.kv_rope_st;
-    return at.block * a.kv_block_st + at.entry * a.kv_st;
+    const bool second = LAYOUT == Layout::split && rope;
+    const rk_u64 gap = (rk_u64)(second ? a.rope_block_gap : a.block_gap);
+    rk_u64 row = (rk_u64)slot * (rk_u64)(second ? a.kv_rope_st : a.kv_st);
+    if (gap != 0) row += (rk_u64)place_of(a, slot).block * gap;
+    return (rk_i64)row;
 }
 
 // Byte b of a slot's row: the split layout puts the record's bytes [SPLIT_AT, ROW_BYTES) in kv_rope_cache (the
