@@ -759,8 +759,8 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
         rk_div_magic(a->kv_block_size, &a->block_mul, &a->block_shift);
         /* two's complement: the kernel's row arithmetic is modulo 2^64, where the row's true offset lies */
         a->block_gap = (int64_t)((uint64_t)a->kv_block_st - (uint64_t)a->kv_block_size * (uint64_t)a->kv_st);
-        a->rope_block_gap =
-            (int64_t)((uint64_t)a->kv_rope_block_st - (uint64_t)a->kv_block_size * (uint64_t)a->kv_rope_st);
+        a->rope_block_gap = (int64_t)((uint64_t)a->kv_rope_block_st -
+                                      (uint64_t)a->kv_block_size * (uint64_t)a->kv_rope_st);
     }
     *total = a->grid_groups * a->lanes;
     *block = *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
