@@ -775,36 +775,27 @@ RK_DEVICE void row_chunk_of(const args &a, I t, int r) {
     kv_chunk<I>(a, t, c, rk);
 }
 
-// A KV-only launch's lane g: token k of group u (token u * RK_KV_GROUP + k), chunk c of its KV row.
 static_assert(RK_KV_GROUP == 1 || (QFORM == QForm::none && !ROWS && RK_KV_GROUP * R_CH % RK_WAVE == 0),
               "a group's rope chunks fill whole waves");
-template <class I>
-RK_DEVICE void kv_group_chunk(const args &a, I u, int r) {
-    constexpr int ROPE = RK_KV_GROUP * R_CH;  // the group's rope section
-    int k, c;
-    if (r < ROPE) {
-        k = r / R_CH;
-        c = L_CH + (r - k * R_CH);
-    } else {
-        k = (r - ROPE) / L_CH;
-        c = r - ROPE - k * L_CH;
-    }
-    const I t = u * RK_KV_GROUP + k;
-    if (t >= (I)a.kv_tokens) return;  // past the KV rows
-    enter(a);
-    kv_chunk<I>(a, t, c, 1.0f);
-}
 
 // A lane's place within its token (r < a.lanes < 2^31: the launch plan) is 32-bit index math in both entries.
 template <class I>
 RK_DEVICE void chunk(const args &a, I g) {
     const int heads = (int)a.q_heads, rope = rope_lanes<int>(heads);
-    const I t = token_of<I>(a, g);  // the group's, for a KV-only launch of groups
+    I t = token_of<I>(a, g);  // the group's, for a KV-only launch of groups
     int r = (int)(g - t * (I)a.lanes);
     if constexpr (RK_KV_GROUP > 1) {
-        if (a.kv_group > 1) {
-            kv_group_chunk<I>(a, t, r);
-            return;
+        if (a.kv_group > 1) {  // lane r of the group: token k's, numbered as in a launch of a token a group
+            constexpr int ROPE = RK_KV_GROUP * R_CH;  // the group's rope section
+            int k;
+            if (r < ROPE) {
+                k = r / R_CH;
+                r -= k * R_CH;  // the token's rope lane
+            } else {
+                k = (r - ROPE) / L_CH;
+                r = rope + (r - ROPE - k * L_CH);  // the token's copy lane, past its own rope section
+            }
+            t = t * RK_KV_GROUP + k;
         }
     }
     if constexpr (ROWS) {
