@@ -8,7 +8,6 @@ import threading
 from . import _capi
 from . import _torch  # tensors -> ropekv_args (imports torch only when tensors are used)
 
-_NAME_SET = frozenset(_capi.ARGS_POINTERS)  # the tensors a launch takes, by name
 _N_POINTERS = len(_capi.ARGS_POINTERS)
 
 
@@ -691,7 +690,7 @@ class Kernel:
         be given for a read kernel. The checks of a launch run once per argument signature (dtypes, shapes, strides,
         devices, min_slot); a launch with a signature seen before only reads the tensors' pointers (see
         _torch.plan_args)."""
-        if not _NAME_SET.issuperset(tensors):  # tensor_args names the stranger
+        if not _torch._NAME_SET.issuperset(tensors):  # tensor_args names the stranger
             _torch.tensor_args(self, self.ctx, min_slot=min_slot, **tensors)
         self.launch_tensors([tensors.get(n) for n in _capi.ARGS_POINTERS], min_slot, stream)
 
