@@ -145,14 +145,20 @@ static int parse_list(const char *s, int *out, int cap) {
     return n;
 }
 
+/* The value of enum e spelled by the len bytes at s, or -1. */
+static int enum_value(const rk_enum *e, const char *s, size_t len) {
+    int found = -1;
+    for (int i = 0; i < e->n; i++)
+        if (strlen(e->v[i].name) == len && !strncmp(e->v[i].name, s, len)) found = e->v[i].value;
+    return found;
+}
+
 /* The values of a comma-separated list of spellings of enum e: the count, or -1 naming a bad one. */
 static int parse_enum(const char *list, const rk_enum *e, int *out, int cap) {
     int n = 0;
     for (const char *s = list; s && *s && n < cap;) {
         size_t len = strcspn(s, ",");
-        int found = -1;
-        for (int i = 0; i < e->n; i++)
-            if (strlen(e->v[i].name) == len && !strncmp(e->v[i].name, s, len)) found = e->v[i].value;
+        const int found = enum_value(e, s, len);
         if (found < 0) {
             fprintf(stderr, "bench_kernel: unknown value '%.*s'\n", (int)len, s);
             return -1;
@@ -272,10 +278,8 @@ int main(int argc, char **argv) {
     for (const char *kv = chosen ? kvs : NULL; kv && *kv;) {
         /* a KV dtype (bf16, fp8_e4m3, fp8_tile), or a record of the spec by its name (its row; kv then bf16) */
         const size_t len = strcspn(kv, ",");
-        int kv_dtype = -1, record = 0;
-        for (int i = 0; i < rk_kv_enum.n; i++)
-            if (strlen(rk_kv_enum.v[i].name) == len && !strncmp(rk_kv_enum.v[i].name, kv, len))
-                kv_dtype = rk_kv_enum.v[i].value;
+        const int kv_dtype = enum_value(&rk_kv_enum, kv, len);
+        int record = 0;
         for (int r = 0; r < sp->n_records && kv_dtype < 0; r++)
             if (strlen(sp->records[r].name) == len && !strncmp(sp->records[r].name, kv, len)) record = r + 1;
         if (kv_dtype < 0 && record == 0) {
