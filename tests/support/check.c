@@ -128,7 +128,7 @@ static geometry geometry_of(const rk_desc *v, int64_t K, int64_t pad) {
     g.elems = blocks * g.block_st;
     if (v->layout == ROPEKV_KV_SPLIT) {
         g.rope_st = (v->record ? v->rec.row_bytes - v->rec.split_at : R) + pad;
-        g.rope_block_st = g.block * g.rope_st + 8;
+        g.rope_block_st = g.block * g.rope_st + (v->record ? 16 : 8); /* a record's: a multiple of 16 bytes */
         g.rope_elems = blocks * g.rope_block_st;
     }
     return g;
