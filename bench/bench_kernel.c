@@ -222,6 +222,7 @@ static int covering_choices(const rk_catalog *cat, const rk_spec *sp, const rk_a
 int main(int argc, char **argv) {
     const char *spec_name = "deepseek_v3", *kvs = "bf16,fp8_e4m3";
     int qforms[4] = {ROPEKV_Q_ABSORBED}, qdts[2] = {ROPEKV_Q_BF16}, norms[3] = {ROPEKV_NORM_NONE}, nq = 1, nqd = 1;
+    int ops[2] = {ROPEKV_OP_WRITE}, nop = 1;
     int nno = 1, layout = ROPEKV_KV_FLAT, chosen = 0, list = 0; /* chosen: a variant option was given */
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
     int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0}, entries_l[2] = {32};
@@ -234,7 +235,7 @@ int main(int argc, char **argv) {
         if (i + 1 == argc) break;
         const char *opt = argv[i], *val = argv[++i];
         chosen |= !strcmp(opt, "--kv") || !strcmp(opt, "--q") || !strcmp(opt, "--qdtype") || !strcmp(opt, "--norm") ||
-                  !strcmp(opt, "--layout");
+                  !strcmp(opt, "--layout") || !strcmp(opt, "--op");
         if (!strcmp(opt, "--spec")) spec_name = val;
         else if (!strcmp(opt, "--block")) nb = parse_list(val, blocks_l, 8);
         else if (!strcmp(opt, "--chunks")) nc = parse_list(val, chunks_l, 8);
@@ -246,9 +247,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(opt, "--q")) nq = parse_enum(val, &rk_qform_enum, qforms, 4);
         else if (!strcmp(opt, "--qdtype")) nqd = parse_enum(val, &rk_qdtype_enum, qdts, 2);
         else if (!strcmp(opt, "--norm")) nno = parse_enum(val, &rk_norm_enum, norms, 3);
+        else if (!strcmp(opt, "--op")) nop = parse_enum(val, &rk_op_enum, ops, 2);
         else if (!strcmp(opt, "--layout") && parse_enum(val, &rk_layout_enum, &layout, 1) != 1) return 2;
     }
-    if (nq <= 0 || nqd <= 0 || nno <= 0) return 2;
+    if (nq <= 0 || nqd <= 0 || nno <= 0 || nop <= 0) return 2;
     for (int e = 0; e < ne; e++)
         if (entries_l[e] != 32 && entries_l[e] != 64) {
             fprintf(stderr, "bench_kernel: --entries takes 32 and 64, got %d\n", entries_l[e]);
@@ -287,16 +289,21 @@ int main(int argc, char **argv) {
                     sp->name);
             return 2;
         }
-        for (int qv = 0; qv < nq * nqd * nno && nv < MAX_VARIANTS; qv++)
-            choices[nv++] = (rk_choice){kv_dtype < 0 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv_dtype,
-                                        (ropekv_q_form)qforms[qv / (nqd * nno)],
-                                        ROPEKV_INDEX_INT64,
-                                        ROPEKV_INDEX_INT64,
-                                        (ropekv_q_dtype)qdts[qv / nno % nqd],
-                                        (ropekv_kv_layout)layout,
-                                        ROPEKV_OP_WRITE,
-                                        (ropekv_norm)norms[qv % nno],
-                                        record};
+        const ropekv_kv_dtype kd = kv_dtype < 0 ? ROPEKV_KV_BF16 : (ropekv_kv_dtype)kv_dtype;
+        for (int o = 0; o < nop; o++) {
+            /* the read-back op has no query form, query dtype or norm: one variant */
+            const int reads = ops[o] == ROPEKV_OP_READ, n = reads ? 1 : nq * nqd * nno;
+            for (int qv = 0; qv < n && nv < MAX_VARIANTS; qv++)
+                choices[nv++] = (rk_choice){kd,
+                                            reads ? ROPEKV_Q_NONE : (ropekv_q_form)qforms[qv / (nqd * nno)],
+                                            ROPEKV_INDEX_INT64,
+                                            ROPEKV_INDEX_INT64,
+                                            reads ? ROPEKV_Q_BF16 : (ropekv_q_dtype)qdts[qv / nno % nqd],
+                                            (ropekv_kv_layout)layout,
+                                            (ropekv_op)ops[o],
+                                            reads ? ROPEKV_NORM_NONE : (ropekv_norm)norms[qv % nno],
+                                            record};
+        }
         kv = strchr(kv, ',');
         if (kv) kv++;
     }
