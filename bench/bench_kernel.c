@@ -1,15 +1,16 @@
 /* Kernel timing for tuning the arch table's launch knobs on an NVIDIA GPU.
  *
- *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--nt 0,1] [--pdl 0,1,2]
+ *   bench_kernel [--spec NAME] [--block 128,256,...] [--chunks 1,2,4] [--chunks-from N] [--nt 0,1] [--pdl 0,1,2]
  *                [--kv bf16,fp8_e4m3,<a record of the spec>] [--q absorbed,zero_copy,inplace,none] [--qdtype bf16,fp8_e4m3]
- *                [--norm none,rms,rms_out] [--layout flat|paged] [--shapes 1x16,128x16,...] [--entries 32,64]
- *                [--list]
+ *                [--norm none,rms,rms_out] [--op write,read] [--layout flat|paged] [--shapes 1x16,128x16,...]
+ *                [--entries 32,64] [--list]
  *
  * The variants: with none of --kv, --q, --qdtype, --norm and --layout, the covering set's variants of the spec
  * (tools/cover.h) retargeted to the sm_90 row, as gpu_conformance retargets them (every KV dtype, q form, query
  * dtype, index width, layout, op and norm the spec has, each value and pair of values at least once); with any of
- * them, the product of those lists (the others at their defaults: bf16,fp8_e4m3, absorbed, bf16, none, flat) on the
- * write op with 64-bit indices. --list prints the variants' keys and their count, and exits (no GPU needed).
+ * them, the product of those lists (the others at their defaults: bf16,fp8_e4m3, absorbed, bf16, none, write, flat)
+ * with 64-bit indices (--op read: one read-back variant a KV dtype or record). --chunks sets the row's chunks and
+ * read_chunks (default: the row's), --chunks-from its chunks_from and read_chunks_from. --list prints the variants' keys and their count, and exits (no GPU needed).
  *
  * For each (knobs, variant, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
@@ -175,7 +176,8 @@ static int parse_enum(const char *list, const rk_enum *e, int *out, int cap) {
 static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
     const double L = v->L, R = v->R, W = L + R, qe = v->q_dtype == ROPEKV_Q_BF16 ? 2 : 1;
     const double kve = v->kv == ROPEKV_KV_BF16 ? 2 : 1;
-    const double row = v->layout == ROPEKV_KV_SPLIT ? W * kve : v->row_bytes; /* both parts of a split row */
+    /* both parts of a split row (a record's: its row bytes) */
+    const double row = v->record ? v->rec.row_bytes : v->layout == ROPEKV_KV_SPLIT ? W * kve : v->row_bytes;
     const double pos = v->pos == ROPEKV_INDEX_INT32 ? 4 : 8, slot = v->slot == ROPEKV_INDEX_INT32 ? 4 : 8;
     if (v->op == ROPEKV_OP_READ) return (double)T * (row + W * 2 + slot);
     double q = 0;
@@ -225,8 +227,9 @@ int main(int argc, char **argv) {
     int ops[2] = {ROPEKV_OP_WRITE}, nop = 1;
     int nno = 1, layout = ROPEKV_KV_FLAT, chosen = 0, list = 0; /* chosen: a variant option was given */
     const char *shapes = "1x16,16x16,128x16,512x16,2048x16,32768x16,1x128,128x128,2048x128";
-    int blocks_l[8] = {256}, chunks_l[8] = {1}, nt_l[2] = {0}, pdl_l[5] = {0}, entries_l[2] = {32};
+    int blocks_l[8] = {256}, chunks_l[8] = {0}, nt_l[2] = {0}, pdl_l[5] = {0}, entries_l[2] = {32};
     int nb = 1, nc = 1, nn = 1, np = 1, ne = 1;
+    int64_t chunks_from = -1; /* --chunks-from: the row's chunks_from and read_chunks_from (-1: the row's) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list")) {
             list = 1;
@@ -239,6 +242,7 @@ int main(int argc, char **argv) {
         if (!strcmp(opt, "--spec")) spec_name = val;
         else if (!strcmp(opt, "--block")) nb = parse_list(val, blocks_l, 8);
         else if (!strcmp(opt, "--chunks")) nc = parse_list(val, chunks_l, 8);
+        else if (!strcmp(opt, "--chunks-from")) chunks_from = atoll(val);
         else if (!strcmp(opt, "--nt")) nn = parse_list(val, nt_l, 2);
         else if (!strcmp(opt, "--pdl")) np = parse_list(val, pdl_l, 5);
         else if (!strcmp(opt, "--entries")) ne = parse_list(val, entries_l, 2);
@@ -392,7 +396,8 @@ int main(int argc, char **argv) {
                 for (int n = 0; n < nn * np; n++) {
                     rk_arch arch = *row;
                     arch.block = arch.wide_block = blocks_l[b];
-                    arch.chunks = chunks_l[c];
+                    if (chunks_l[c] > 0) arch.chunks = arch.read_chunks = chunks_l[c]; /* 0: the row's */
+                    if (chunks_from >= 0) arch.chunks_from = arch.read_chunks_from = chunks_from;
                     arch.nt_stores = nt_l[n % nn];
                     arch.pdl = pdl_l[n / nn] != 0;
                     rk_desc v;
@@ -412,8 +417,10 @@ int main(int argc, char **argv) {
                     }
                     for (const char *s = shapes; s && *s;) {
                         int64_t T = atoll(s), H = atoll(strchr(s, 'x') + 1);
-                        const size_t kv_elem = v.kv == ROPEKV_KV_BF16 ? 2 : 1;
-                        const int64_t kv_st = v.row_bytes / (int64_t)kv_elem; /* split: the latent part */
+                        /* a record's cache holds bytes; split: the latent part, then the rope part's rows */
+                        const size_t kv_elem = !v.record && v.kv == ROPEKV_KV_BF16 ? 2 : 1;
+                        const int64_t kv_st = v.row_bytes / (int64_t)kv_elem;
+                        const int64_t rope_st = v.record ? v.rec.row_bytes - v.rec.split_at : R;
                         const int split = v.layout == ROPEKV_KV_SPLIT, read = v.op == ROPEKV_OP_READ;
                         CUdeviceptr q, qo, k, cache, rope, out, pos, slots, cs, scale, nw, no;
                         CK(cu->cuMemAlloc(&q, (size_t)(T * H * W * 2)));
@@ -421,8 +428,8 @@ int main(int argc, char **argv) {
                         CK(cu->cuMemAlloc(&k, (size_t)(T * W * 2)));
                         const int64_t rows = (T + 16) / 16 * 16; /* T + 1 rows, whole blocks of 16 */
                         CK(cu->cuMemAlloc(&cache, (size_t)(rows * kv_st) * kv_elem));
-                        CK(cu->cuMemAlloc(&rope, (size_t)(rows * R) * kv_elem)); /* a split layout's rope rows */
-                        CK(cu->cuMemAlloc(&out, (size_t)(T * W * 2)));           /* the read-back op's rows */
+                        CK(cu->cuMemAlloc(&rope, (size_t)(rows * rope_st) * kv_elem)); /* a split layout's rope rows */
+                        CK(cu->cuMemAlloc(&out, (size_t)(T * W * 2)));                 /* the read-back op's rows */
                         CK(cu->cuMemAlloc(&pos, (size_t)T * 8));
                         CK(cu->cuMemAlloc(&slots, (size_t)T * 8));
                         CK(cu->cuMemAlloc(&cs, (size_t)4096 * R * 4));
@@ -478,8 +485,8 @@ int main(int argc, char **argv) {
                             .kv_block_size = 16,
                             .kv_block_st = 16 * kv_st,
                             .kv_rope_cache = split ? (void *)rope : NULL,
-                            .kv_rope_st = R,
-                            .kv_rope_block_st = 16 * R,
+                            .kv_rope_st = rope_st,
+                            .kv_rope_block_st = 16 * rope_st,
                             .out = read ? (void *)out : NULL,
                             .out_st = W,
                             .prefetch = pdl_mode >= 3,
@@ -504,7 +511,7 @@ int main(int argc, char **argv) {
                                    v.rec.name, /* the cache record: bf16, fp8, dsv4_fp8, ... */
                                    rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
                                    rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
-                                   arch.block, arch.chunks, arch.nt_stores, pdl_mode, entries_l[e]);
+                                   arch.block, rk_desc_chunks(&v, NULL), arch.nt_stores, pdl_mode, entries_l[e]);
                             if (us > 0) printf("%.2f | %.2f | %.0f%% |\n", us, limit, 100 * limit / us);
                             else printf("n/a | %.2f | n/a |\n", limit);
                             fflush(stdout);

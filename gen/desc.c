@@ -703,9 +703,9 @@ int rk_desc_writes_fp8(const rk_desc *d) {
 int rk_read_pairs(const rk_desc *d) {
     for (int i = 0; i < d->rec.n_seg; i++) {
         const rk_segment *g = &d->rec.seg[i];
-        if (g->from == 0)
-            return g->n >= d->L && g->elem == RK_EL_E4M3 && g->block > 0 && (d->L / 8) % 2 == 0 &&
-                   (g->block / 8) % 2 == 0;
+        if (g->from == 0) /* the pair's bytes in one aligned load: 16 e4m3 bytes or 8 e2m1 ones */
+            return g->n >= d->L && g->elem != RK_EL_BF16 && g->block > 0 &&
+                   g->at % (g->elem == RK_EL_E4M3 ? 16 : 8) == 0 && (d->L / 8) % 2 == 0 && (g->block / 8) % 2 == 0;
     }
     return 0;
 }
@@ -727,9 +727,18 @@ int rk_kv_group(const rk_desc *d) {
     return wave / x;
 }
 
+int rk_desc_chunks(const rk_desc *d, int64_t *from) {
+    const int read = d->op == ROPEKV_OP_READ;
+    if (from) *from = read ? d->arch->read_chunks_from : d->arch->chunks_from;
+    const int n = read ? d->arch->read_chunks : d->arch->chunks;
+    return n > 0 ? n : 1;
+}
+
 void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *blocks, int *block) {
-    const int wave = d->arch->wave, chunks = d->arch->chunks;
-    if (d->op == ROPEKV_OP_READ) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
+    const int wave = d->arch->wave, read = d->op == ROPEKV_OP_READ;
+    int64_t chunks_from;
+    const int chunks = rk_desc_chunks(d, &chunks_from);
+    if (read) { /* read: a lane per 16-byte chunk of the bf16 output row (templates/read.hip) */
         a->lanes = (d->L + d->R) / 8;
         if (rk_read_pairs(d) && a->tokens * a->lanes >= d->arch->chunks_from) a->lanes = d->L / 16 + d->R / 8;
         a->kv_group = 1;
@@ -764,7 +773,7 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
     }
     *total = a->grid_groups * a->lanes;
     *block = *total >= d->arch->wide_from ? d->arch->wide_block : d->arch->block;
-    a->chunks = chunks > 1 && *total >= d->arch->chunks_from ? chunks : 1;
+    a->chunks = chunks > 1 && *total >= chunks_from ? chunks : 1;
     a->early_release = a->chunks == 1;
     const int64_t per_block = *block * a->chunks;
     *blocks = (*total + per_block - 1) / per_block;

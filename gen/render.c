@@ -204,8 +204,8 @@ static int header(const rk_desc *d, rk_buf *o) {
         o,
         "//          target=%s vendor=%s wave=%d block=%d wide_block=%d wide_from=%lld chunks=%d nt_stores=%d pdl=%d "
         "fp8_hw=%d bf16_hw=%d compiler=%s\n",
-        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->wide_block, (long long)a->wide_from, a->chunks,
-        a->nt_stores, a->pdl, a->fp8_hw, a->bf16_hw, rk_compiler_name(a->compiler));
+        a->name, rk_vendor_name(a->vendor), a->wave, a->block, a->wide_block, (long long)a->wide_from,
+        rk_desc_chunks(d, NULL), a->nt_stores, a->pdl, a->fp8_hw, a->bf16_hw, rk_compiler_name(a->compiler));
     rc |= rk_buf_printf(o, "// Regenerate: ropekv-gen --spec specs/%s --filter '%s' emit --out DIR\n\n", file, d->key);
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
 }
@@ -310,7 +310,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
     snprintf(block, sizeof block, "%d", a->block);
     snprintf(wide_block, sizeof wide_block, "%d", a->wide_block);
     snprintf(wave, sizeof wave, "%d", a->wave);
-    snprintf(chunks, sizeof chunks, "%d", a->chunks > 0 ? a->chunks : 1);
+    snprintf(chunks, sizeof chunks, "%d", rk_desc_chunks(d, NULL));
     snprintf(kv_group, sizeof kv_group, "%d", rk_kv_group(d));
 #define FLAG(x) ((x) ? "1" : "0")
     const rk_binding target[] = {

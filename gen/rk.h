@@ -194,16 +194,19 @@ const char *rk_norm_name(ropekv_norm n);
 typedef struct rk_arch {
     char name[RK_NAME_MAX]; /* "gfx942", "sm_90", "host" */
     rk_vendor vendor;
-    int wave;             /* 32 or 64 */
-    rk_fp8_fmt fp8;       /* the format the target's fp8 cache bytes use */
-    int fp8_hw;           /* 1: hardware f32->fp8 conversion */
-    int bf16_hw;          /* 1: hardware f32->bf16 conversion */
-    int vec_bytes;        /* bytes per lane per global access (16) */
-    int block;            /* threads per block (launches of fewer than wide_from chunks) */
-    int wide_block;       /* threads per block in launches of at least wide_from chunks (the spec's default: block) */
-    int64_t wide_from;    /* (the spec's default: 2^30) */
-    int chunks;           /* 16-byte output chunks per thread in large launches (1..8) */
-    int64_t chunks_from;  /* launches of at least this many chunks use `chunks`; smaller ones 1 */
+    int wave;            /* 32 or 64 */
+    rk_fp8_fmt fp8;      /* the format the target's fp8 cache bytes use */
+    int fp8_hw;          /* 1: hardware f32->fp8 conversion */
+    int bf16_hw;         /* 1: hardware f32->bf16 conversion */
+    int vec_bytes;       /* bytes per lane per global access (16) */
+    int block;           /* threads per block (launches of fewer than wide_from chunks) */
+    int wide_block;      /* threads per block in launches of at least wide_from chunks (the spec's default: block) */
+    int64_t wide_from;   /* (the spec's default: 2^30) */
+    int chunks;          /* 16-byte output chunks per thread in large launches (1..8) */
+    int64_t chunks_from; /* launches of at least this many chunks use `chunks`; smaller ones 1 */
+    /* the read-back op's chunks and chunks_from (the spec's defaults: the two above) */
+    int read_chunks;
+    int64_t read_chunks_from;
     int nt_stores;        /* 1: non-temporal (streaming) stores for q_out and cache rows */
     int pdl;              /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
                                  the previous grid before its first memory access, so its launch can
@@ -554,8 +557,14 @@ int rk_query_rope_lanes(const rk_desc *d);
  * rope lanes a token fill whole waves; else 1. */
 int rk_kv_group(const rk_desc *d);
 
-/* 1 when the read-back op may give a latent lane two output chunks (16 fp8 bytes in one load): fp8_tile rows
- * whose latent is one block-scaled e4m3 segment with blocks of an even number of chunks (an fp8_tile row). rk_launch_plan does so in launches of at least the row's
+/* The 16-byte output chunks a thread of d's kernels takes in a launch of at least *from chunks (from may be NULL):
+ * the arch row's chunks and chunks_from, or for the read-back op its read_chunks and read_chunks_from. The kernel's
+ * RK_CHUNKS (at most this many a thread) and rk_launch_plan's a->chunks. */
+int rk_desc_chunks(const rk_desc *d, int64_t *from);
+
+/* 1 when the read-back op may give a latent lane two output chunks in one load (16 e4m3 or 8 e2m1 bytes): rows whose
+ * latent is one block-scaled e4m3 or e2m1 segment with blocks of an even number of chunks, at a byte offset aligned
+ * to that load (fp8_tile rows, the NVFP4 records). rk_launch_plan does so in launches of at least the row's
  * chunks_from chunks (a.lanes = L/16 + R/8 instead of L/8 + R/8), where bandwidth counts more than a lane's
  * latency. The kernel's READ_PAIRS. */
 int rk_read_pairs(const rk_desc *d);

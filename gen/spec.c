@@ -631,10 +631,11 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) 
 
 /* ---- architecture table ----------------------------------------------------------------------------- */
 static const char *const archs_keys[] = {"archs", NULL};
-static const char *const arch_keys[] = {"name",      "vendor",      "wave",      "fp8",      "fp8_hw",
-                                        "bf16_hw",   "vec_bytes",   "block",     "compiler", "options",
-                                        "chunks",    "chunks_from", "nt_stores", "pdl",      "wide_block",
-                                        "wide_from", "family",      "e2m1_hw",   NULL};
+static const char *const arch_keys[] = {"name",      "vendor",      "wave",      "fp8",         "fp8_hw",
+                                        "bf16_hw",   "vec_bytes",   "block",     "compiler",    "options",
+                                        "chunks",    "chunks_from", "nt_stores", "pdl",         "wide_block",
+                                        "wide_from", "family",      "e2m1_hw",   "read_chunks", "read_chunks_from",
+                                        NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
@@ -676,6 +677,9 @@ static int read_arch(const scope *s, rk_arch *a) {
     TRY(get_int(s, "chunks", &def_chunks, 1, 8, &a->chunks));
     TRY(get_int(s, "chunks_from", &def_from, 0, 1 << 30, &from));
     a->chunks_from = from;
+    TRY(get_int(s, "read_chunks", &a->chunks, 1, 8, &a->read_chunks));
+    TRY(get_int(s, "read_chunks_from", &from, 0, 1 << 30, &from));
+    a->read_chunks_from = from;
     TRY(get_bool(s, "nt_stores", &def_nt, &a->nt_stores));
     TRY(get_bool(s, "pdl", &def_pdl, &a->pdl));
     if (a->pdl && a->vendor != RK_VENDOR_NVIDIA)

@@ -12,7 +12,8 @@
 --              blocks: with PDL the block scheduler, not memory, bounds a launch of many small blocks),
 --              chunks (1): 16-byte output chunks per thread in launches of at least chunks_from
 --              (1048576) chunks (smaller launches take one: latency wins there; from there the read-back op
---              also gives an fp8_tile latent lane two chunks), nt_stores (false):
+--              also gives an fp8_tile latent lane two chunks), read_chunks (chunks) and read_chunks_from
+--              (chunks_from): the same for the read-back op, nt_stores (false):
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
 --              before its first memory access, so its launch overlaps that grid's tail, family (false,
@@ -51,9 +52,11 @@ return {
       block = 128, chunks = 4, chunks_from = 524288 },
     -- H100/H200 (Hopper): cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.bf16x2.f32.
     { name = "sm_90", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
-      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, pdl = true },
+      block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, pdl = true,
+      read_chunks = 2, read_chunks_from = 2097152 },
     -- Blackwell: the same cvt.rn.satfinite.e4m3x2.f32, cvt.rn.bf16x2.f32 and griddepcontrol as sm_90.
-    -- UNTUNED: the launch knobs (block, wide_block, wide_from, chunks, chunks_from, nt_stores, pdl) are sm_90's
+    -- UNTUNED: the launch knobs (block, wide_block, wide_from, chunks, chunks_from, read_chunks, read_chunks_from,
+    -- nt_stores, pdl) are sm_90's
     -- values, copied as a starting point and written out so that each row is tuned on its own GPU with
     -- bench_kernel (bench/README.md); no kernel
     -- has run on a Blackwell GPU yet. A device maps to the newest row not newer than its compute
@@ -61,15 +64,15 @@ return {
     -- B200/GB200 (compute capability 10.0).
     { name = "sm_100", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
       block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
-      family = true },
+      read_chunks = 2, read_chunks_from = 2097152, family = true },
     -- B300/GB300 (compute capability 10.3).
     { name = "sm_103", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
       block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
-      family = true },
+      read_chunks = 2, read_chunks_from = 2097152, family = true },
     -- RTX 50 series, RTX PRO 6000 Blackwell (compute capability 12.0).
     { name = "sm_120", vendor = "nvidia", wave = 32, fp8 = "ocp", fp8_hw = true, bf16_hw = true, compiler = "nvrtc",
       block = 128, wide_block = 256, wide_from = 65536, chunks_from = 524288, nt_stores = false, pdl = true,
-      family = true },
+      read_chunks = 2, read_chunks_from = 2097152, family = true },
     -- The CPU (portable C, for tests and machines without a GPU); its wave is only a loop width.
     -- (chunks_from: the host runs lanes one after another, so only the read-back's lane layout follows it; low,
     -- so that the host tests run both layouts)

@@ -226,11 +226,12 @@ RK_DEVICE rk_u32 rk_pack_e2m1(float lo, float hi) {
 #endif
 }
 
-// An e2m1 nibble -> f32, exact.
+// An e2m1 nibble (the low one of c) -> f32, exact, in integer operations: magnitudes 0 and 0.5 (the subnormal), then
+// 1, 1.5, 2, 3, 4, 6, whose f32 bits are (m + 252) << 22 (the exponent and one mantissa bit, in a row); the sign on top.
 RK_DEVICE float rk_e2m1_to_f32(rk_u32 c) {
-    const rk_u32 m = c & 7u;  // 0, 0.5, 1, 1.5 (subnormal and first binade: m / 2), then 2, 3, 4, 6
-    const float v = m < 4u ? (float)m * 0.5f : (float)((2u + (m & 1u)) << ((m >> 1) - 2u));
-    return (c & 8u) ? -v : v;
+    const rk_u32 m = c & 7u;
+    const rk_u32 mag = m >= 2u ? (m + 252u) << 22 : m == 1u ? 0x3f000000u : 0u;
+    return rk_bits_f32(mag | (c & 8u) << 28);
 }
 
 // A UE8M0 scale byte (2^(b - 127)) of a power of two s >= 2^-126 (or inf): its biased exponent; inf gives 0xff,

@@ -1,6 +1,6 @@
 // ---- the read-back op: cache rows gathered by slot into bf16 rows ---------------------------------------
 // out[t] = the row of slots[t], t in [0, a.tokens), dequantized and rounded to bf16 (include/ropekv.h,
-// ropekv_op). A lane per 16-byte chunk of the output row (two for a block-scaled e4m3 latent in large launches:
+// ropekv_op). A lane per 16-byte chunk of the output row (two for a block-scaled e4m3 or e2m1 latent in large launches:
 // READ_PAIRS below): the latent lanes, then R_CH rope lanes (a.lanes: rk_launch_plan). Like the writer, a lane loads
 // what it needs itself.
 namespace rk {
@@ -22,11 +22,13 @@ RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
     return r;
 }
 
-// A latent lane may take two chunks (16 fp8 bytes in one load) where the latent is one e4m3 segment in blocks of
-// an even number of chunks: both halves lie in one block, and the row is 16-byte aligned. A launch the plan makes
-// paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
-constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem == Elem::e4m3 && SEG[0].block > 0 &&
-                            L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
+// A latent lane may take two neighbouring chunks in one load (16 e4m3 bytes, or 8 e2m1 bytes) where the latent is one
+// block-scaled segment in blocks of an even number of chunks: both halves lie in one block, whose scale the lane reads
+// once, and the pair's bytes are aligned (a record's rows are 16-byte aligned; the segment starts at a multiple of the
+// pair's bytes). A launch the plan makes paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
+constexpr int PAIR_BYTES = SEG[0].elem == Elem::e4m3 ? 16 : 8;
+constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem != Elem::bf16 && SEG[0].block > 0 &&
+                            SEG[0].at % PAIR_BYTES == 0 && L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 
 // The factor chunk c of segment S takes back from its block (p: its bytes in the row): the block's scale as stored in
 // the row (the read op's reader takes it exactly), times the token scale where the record has one; 1 without blocks.
@@ -73,12 +75,18 @@ RK_DEVICE void read_segment(const args &a, rk_i64 slot, int c, int n, rk_u16 *ds
     } else {
         const float k = G.outer == Outer::tensor && G.conv != Scale::none ? *a.k_scale : 1.0f;
         if (READ_PAIRS && S == 0 && n == 2) {
-            const rk_v16 w = rk_load16(p);
+            rk_v16 w;  // the pair's bytes: 16 e4m3 ones, or 8 e2m1 ones in w.x and w.y
+            if constexpr (G.elem == Elem::e4m3) {
+                w = rk_load16(p);
+            } else {
+                const rk_v8 h = rk_load8(p);
+                w = rk_v16{h.x, h.y, 0u, 0u};
+            }
             const float dg = block_factor<S>(a, slot, p, c);  // both halves in one block: one scale, read once
-            const rk_v16 lo = pack_bf16(dequant8<S>(unpack_fp8(rk_v8{w.x, w.y}), dg, k));
-            const rk_v16 hi = pack_bf16(dequant8<S>(unpack_fp8(rk_v8{w.z, w.w}), dg, k));
-            rk_store16_out(dst, lo);
-            rk_store16_out(dst + V, hi);
+            const f8 x = G.elem == Elem::e4m3 ? unpack_fp8(rk_v8{w.x, w.y}) : unpack_e2m1(w.x);
+            const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_v8{w.z, w.w}) : unpack_e2m1(w.y);
+            rk_store16_out(dst, pack_bf16(dequant8<S>(x, dg, k)));
+            rk_store16_out(dst + V, pack_bf16(dequant8<S>(y, dg, k)));
             return;
         }
         const f8 y = G.elem == Elem::e4m3 ? unpack_fp8(rk_load8(p)) : unpack_e2m1(*(const rk_u32 *)p);

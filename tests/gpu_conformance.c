@@ -93,6 +93,7 @@ typedef struct shape {
     int prefetch; /* (cuda) rows with pdl: read the static inputs before the wait (ropekv_options.pdl_prefetch) */
     int late;     /* (cuda) a kernel before it in the stream writes its buffers late (see late_copy) */
     int64_t kv_tokens, min_slot; /* padding (rk_shape): KV rows for fewer or more tokens, reserved slots */
+    int reads;                   /* 1: the read-back variants only */
 } shape;
 
 static const int64_t FULL_T[] = {1, 2, 3, 16, 127, 1000, 8192};
@@ -129,6 +130,9 @@ static void make_shapes(int quick, int pdl) {
     /* a launch of at least 65536 chunks in every op and q form (1000 x 1: 72 chunks a token and more), where
      * rows with a wide_block take their wide blocks (the full list has it already) */
     if (quick) g_shapes[g_n_shapes++] = (shape){.tokens = 1000, .heads = 1};
+    /* a read-back launch past the NVIDIA rows' read_chunks_from (2^21 chunks: 32768 rows of 72), where a thread
+     * takes read_chunks chunks */
+    g_shapes[g_n_shapes++] = (shape){.tokens = 32768, .heads = 1, .reads = 1};
     /* padding: fewer KV rows than query rows (a short slot list), more (padded queries), none, no
      * query rows; reserved slots (min_slot) that must stay untouched */
     g_shapes[g_n_shapes++] = (shape){.tokens = 17, .heads = 16, .kv_tokens = 5, .min_slot = 1};
@@ -675,6 +679,7 @@ static int open_cuda_part(worker *w, const rk_arch *arch, char *why, size_t cap)
 static int check_shapes(const rk_desc *v, runner *r, ropekv_kernel **k_by_mode, ropekv_ctx **ctx_by_mode, result *res) {
     for (int i = 0; i < g_n_shapes; i++) {
         rk_shape sh = rk_shape_of(i);
+        if (g_shapes[i].reads && v->op != ROPEKV_OP_READ) continue;
         if (k_by_mode) {
             r->k = k_by_mode[ctx_mode(&g_shapes[i])];
             r->ctx = ctx_by_mode[ctx_mode(&g_shapes[i])];
@@ -1026,7 +1031,9 @@ static int run(int quick, int list, int jobs, const char *filter) {
            MAX_POS);
     for (int i = 0; i < g_n_shapes; i++) {
         printf(" %lldx%lld%s", (long long)g_shapes[i].tokens, (long long)g_shapes[i].heads,
-               g_shapes[i].wide ? "(i64 entry)" : "");
+               g_shapes[i].wide    ? "(i64 entry)"
+               : g_shapes[i].reads ? "(reads)"
+                                   : "");
         if (g_shapes[i].runs > 1) printf("(x%d chained%s)", g_shapes[i].runs, g_shapes[i].prefetch ? ", prefetch" : "");
         if (g_shapes[i].late) printf("(late inputs%s)", g_shapes[i].prefetch ? ", prefetch" : "");
         if (g_shapes[i].kv_tokens || g_shapes[i].min_slot)

@@ -335,6 +335,47 @@ static void test_desc_listed(void **state) {
                      ROPEKV_ERR_ARG);
 }
 
+/* The read-back op pairs a latent lane's chunks (one load of both, one block scale) for block-scaled e4m3 and e2m1
+ * latents, in launches of at least chunks_from chunks: lanes L/16 + R/8 instead of L/8 + R/8. */
+static void test_read_pairs(void **state) {
+    fixture *f = *state;
+    const rk_arch *sm90 = rk_arch_find(&f->cat.archs, "sm_90");
+    static const struct {
+        const char *spec;
+        ropekv_kv_dtype kv;
+        int record; /* the spec's record (1-based), 0: the kv dtype's row */
+        ropekv_kv_layout layout;
+        int pairs;
+    } rows[] = {
+        {"deepseek_v3", ROPEKV_KV_BF16, 0, ROPEKV_KV_PAGED, 0},      /* no blocks: a chunk a lane */
+        {"deepseek_v3", ROPEKV_KV_FP8_E4M3, 0, ROPEKV_KV_PAGED, 0},  /* one tensor scale */
+        {"deepseek_v3", ROPEKV_KV_BF16, 1, ROPEKV_KV_SPLIT, 1},      /* nvfp4: e2m1 in blocks of 16 */
+        {"deepseek_v32", ROPEKV_KV_FP8_TILE, 0, ROPEKV_KV_PAGED, 1}, /* e4m3 tiles of 128 */
+        {"deepseek_v32", ROPEKV_KV_BF16, 1, ROPEKV_KV_PAGED, 1},     /* fp8_ds_mla */
+        {"deepseek_v32", ROPEKV_KV_BF16, 3, ROPEKV_KV_PAGED, 1},     /* nvfp4_fp8rope */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const rk_spec *s = rk_catalog_find(&f->cat, rows[i].spec);
+        rk_desc d;
+        rk_err err = {0};
+        assert_int_equal(rk_desc_make(s, sm90,
+                                      &(rk_choice){rows[i].kv, ROPEKV_Q_NONE, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                                                   ROPEKV_Q_BF16, rows[i].layout, ROPEKV_OP_READ, ROPEKV_NORM_NONE,
+                                                   rows[i].record},
+                                      &d, &err),
+                         ROPEKV_OK);
+        if (rk_read_pairs(&d) != rows[i].pairs) fail_msg("%s: rk_read_pairs %d", d.key, rk_read_pairs(&d));
+        int64_t total, blocks;
+        int block;
+        rk_args a = {.tokens = 8192}; /* 8192 x 72 chunks: past sm_90's chunks_from */
+        rk_launch_plan(&d, &a, &total, &blocks, &block);
+        assert_int_equal(a.lanes, rows[i].pairs ? 512 / 16 + 64 / 8 : (512 + 64) / 8);
+        a = (rk_args){.tokens = 16};
+        rk_launch_plan(&d, &a, &total, &blocks, &block);
+        assert_int_equal(a.lanes, (512 + 64) / 8);
+    }
+}
+
 /* n / d as the 32-bit kernel entry computes it from rk_div_magic's numbers. */
 static int64_t magic_div(int64_t n, int64_t mul, int64_t shift) {
     return (int64_t)(((uint64_t)n * (uint64_t)mul) >> shift);
@@ -467,6 +508,32 @@ static void test_launch_plan(void **state) {
     a = (rk_args){.tokens = 1000, .heads = 2, .kv_tokens = 48};
     rk_launch_plan(&d, &a, &total, &blocks, &block);
     assert_int_equal(a.grid_groups, 1000);
+    /* The read-back op takes the row's read_chunks from read_chunks_from chunks on; the writer its chunks. */
+    rk_arch rd = {.wave = 32,
+                  .block = 128,
+                  .wide_block = 128,
+                  .wide_from = 1 << 30,
+                  .chunks = 1,
+                  .chunks_from = 1 << 20,
+                  .read_chunks = 2,
+                  .read_chunks_from = 72 * 1000};
+    d = (rk_desc){.arch = &rd, .op = ROPEKV_OP_READ, .q = ROPEKV_Q_NONE, .L = 512, .R = 64};
+    int64_t from;
+    assert_int_equal(rk_desc_chunks(&d, &from), 2);
+    assert_int_equal(from, 72 * 1000);
+    a = (rk_args){.tokens = 999};
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.lanes, 72);
+    assert_int_equal(a.chunks, 1);
+    assert_int_equal(a.early_release, 1);
+    a = (rk_args){.tokens = 1000};
+    rk_launch_plan(&d, &a, &total, &blocks, &block);
+    assert_int_equal(a.chunks, 2);
+    assert_int_equal(a.early_release, 0);
+    assert_int_equal(blocks, (total + 255) / 256);
+    d.op = ROPEKV_OP_WRITE;
+    assert_int_equal(rk_desc_chunks(&d, &from), 1);
+    assert_int_equal(from, 1 << 20);
 }
 
 int main(void) {
@@ -481,7 +548,7 @@ int main(void) {
     const struct CMUnitTest specs[] = {
         cmocka_unit_test(test_emit_is_deterministic), cmocka_unit_test(test_golden_header),
         cmocka_unit_test(test_names_unique),          cmocka_unit_test(test_bindings_are_named),
-        cmocka_unit_test(test_desc_listed),
+        cmocka_unit_test(test_desc_listed),           cmocka_unit_test(test_read_pairs),
     };
     int failed = cmocka_run_group_tests_name("render", plain, NULL, NULL);
     failed += cmocka_run_group_tests_name("render_specs", specs, setup, teardown);

@@ -296,6 +296,11 @@ static void test_archs_file(void **state) {
         assert_int_equal(t->a[i].chunks, sm80 ? 4 : 1);
         /* (the host row's low value only sets where the read-back pairs fp8_tile chunks: both run in its tests) */
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : !strcmp(names[i], "host") ? 4096 : 1 << 20);
+        /* the read-back op's: sm_90's own (bench_kernel --op read; the Blackwell rows copy it), the row's chunks and
+         * chunks_from elsewhere */
+        const int sm90 = nvidia && !sm80;
+        assert_int_equal(t->a[i].read_chunks, sm90 ? 2 : t->a[i].chunks);
+        assert_int_equal(t->a[i].read_chunks_from, sm90 ? 2097152 : t->a[i].chunks_from);
         assert_false(t->a[i].nt_stores);
         assert_int_equal(t->a[i].pdl, nvidia && strcmp(names[i], "sm_80") != 0); /* griddepcontrol: sm_90+ */
         assert_string_equal(t->a[i].options, "");
@@ -1128,6 +1133,9 @@ static void test_archs_invalid(void **state) {
          "archs[1].wide_block: must be a multiple of wave (64), got 96"},
         {"a.archs[1].wide_block = 16", ROPEKV_ERR_SPEC_INVALID, "archs[1].wide_block: must be in 32..1024, got 16"},
         {"a.archs[1].wide_from = -1", ROPEKV_ERR_SPEC_INVALID, "archs[1].wide_from: must be in 0..1073741824, got -1"},
+        {"a.archs[1].read_chunks = 9", ROPEKV_ERR_SPEC_INVALID, "archs[1].read_chunks: must be in 1..8, got 9"},
+        {"a.archs[1].read_chunks_from = -1", ROPEKV_ERR_SPEC_INVALID,
+         "archs[1].read_chunks_from: must be in 0..1073741824, got -1"},
         {"a.archs[1].pdl = true", ROPEKV_ERR_SPEC_INVALID,
          "archs[1].pdl: programmatic dependent launch is an NVIDIA feature (sm_90 and later)"},
         {"a.archs[1].pdl = 'yes'", ROPEKV_ERR_SPEC_INVALID, "archs[1].pdl: must be a boolean"},

@@ -273,6 +273,8 @@ static int cmd_emit(const opts *o, const rk_desc *v, int n) {
         }
         rk_buf_free(&src);
         const rk_desc *x = &v[i];
+        int64_t from; /* the variant's op's chunks a thread and from where (the read-back op has its own) */
+        const int chunks = rk_desc_chunks(x, &from);
         rc |= rk_buf_printf(
             &man,
             "%s\n    {\"key\": \"%s\", \"spec\": \"%s\", \"target\": \"%s\", \"kv\": \"%s\", \"q\": \"%s\", "
@@ -281,8 +283,7 @@ static int cmd_emit(const opts *o, const rk_desc *v, int n) {
             "\"chunks_from\": %lld, \"pdl\": %d}",
             i ? "," : "", x->key, x->spec->name, x->arch->name, rk_kv_name(x->kv), rk_qform_name(x->q),
             rk_idx_name(x->pos), rk_idx_name(x->slot), x->name, file, rk_compiler_name(x->arch->compiler),
-            x->arch->block, x->arch->wide_block, (long long)x->arch->wide_from, x->arch->chunks,
-            (long long)x->arch->chunks_from, x->arch->pdl);
+            x->arch->block, x->arch->wide_block, (long long)x->arch->wide_from, chunks, (long long)from, x->arch->pdl);
     }
     rc |= rk_buf_printf(&man, "\n  ]\n}\n");
     if (rc == 0) {
