@@ -51,27 +51,32 @@ typedef struct ctx {
     rk_err *err;
 } ctx;
 
+/* "<file>: record '<name>': <where><key>: <reason>" */
+static int bad_at(const ctx *c, const char *where, const char *key, const char *fmt, va_list ap) {
+    char reason[1024], name[64];
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    rk_escape(c->r->name, strnlen(c->r->name, sizeof c->r->name), name, sizeof name);
+    return rk_fail(c->err, ROPEKV_ERR_SPEC_INVALID, "%s: record '%s': %s%s: %s", c->file, name, where, key, reason);
+}
+
 /* "<file>: record '<name>': <key>: <reason>" */
 static int RK_PRINTF_(3, 4) rec_bad(const ctx *c, const char *key, const char *fmt, ...) {
-    char reason[1024], name[64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(reason, sizeof reason, fmt, ap);
+    const int rc = bad_at(c, "", key, fmt, ap);
     va_end(ap);
-    rk_escape(c->r->name, strnlen(c->r->name, sizeof c->r->name), name, sizeof name);
-    return rk_fail(c->err, ROPEKV_ERR_SPEC_INVALID, "%s: record '%s': %s: %s", c->file, name, key, reason);
+    return rc;
 }
 
 /* "<file>: record '<name>': segments[<i + 1>] (from <from>): <key>: <reason>" */
 static int RK_PRINTF_(4, 5) seg_bad(const ctx *c, int i, const char *key, const char *fmt, ...) {
-    char reason[1024], name[64];
+    char where[48];
+    snprintf(where, sizeof where, "segments[%d] (from %d): ", i + 1, c->r->seg[i].from);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(reason, sizeof reason, fmt, ap);
+    const int rc = bad_at(c, where, key, fmt, ap);
     va_end(ap);
-    rk_escape(c->r->name, strnlen(c->r->name, sizeof c->r->name), name, sizeof name);
-    return rk_fail(c->err, ROPEKV_ERR_SPEC_INVALID, "%s: record '%s': segments[%d] (from %d): %s: %s", c->file, name,
-                   i + 1, c->r->seg[i].from, key, reason);
+    return rc;
 }
 
 static int ident_ok(const char *s, size_t cap) {
