@@ -10,7 +10,8 @@
  * dtype, index width, layout, op and norm the spec has, each value and pair of values at least once); with any of
  * them, the product of those lists (the others at their defaults: bf16,fp8_e4m3, absorbed, bf16, none, write, flat)
  * with 64-bit indices (--op read: one read-back variant a KV dtype or record). --chunks sets the row's chunks and
- * read_chunks (default: the row's), --chunks-from its chunks_from and read_chunks_from. --list prints the variants' keys and their count, and exits (no GPU needed).
+ * read_chunks (default: the row's), --chunks-from its chunks_from and read_chunks_from. --list prints the variants'
+ * keys and their count, and exits (no GPU needed).
  *
  * For each (knobs, variant, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays

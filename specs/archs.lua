@@ -12,8 +12,8 @@
 --              blocks: with PDL the block scheduler, not memory, bounds a launch of many small blocks),
 --              chunks (1): 16-byte output chunks per thread in launches of at least chunks_from
 --              (1048576) chunks (smaller launches take one: latency wins there; from there the read-back op
---              also gives an fp8_tile latent lane two chunks), read_chunks (chunks) and read_chunks_from
---              (chunks_from): the same for the read-back op, nt_stores (false):
+--              also gives a block-scaled e4m3 or e2m1 latent lane two chunks), read_chunks (chunks) and
+--              read_chunks_from (chunks_from): the same for the read-back op, nt_stores (false):
 --              streaming stores for q_out and cache rows, pdl (false, NVIDIA sm_90+ only):
 --              programmatic dependent launch: the kernel waits for the grid before it in the stream
 --              before its first memory access, so its launch overlaps that grid's tail, family (false,

@@ -294,13 +294,13 @@ static void test_archs_file(void **state) {
         assert_int_equal(t->a[i].wide_from, nvidia && !sm80 ? 65536 : 1 << 30);
         assert_int_equal(rk_arch_max_block(&t->a[i]), nvidia && !sm80 ? 256 : t->a[i].block);
         assert_int_equal(t->a[i].chunks, sm80 ? 4 : 1);
-        /* (the host row's low value only sets where the read-back pairs fp8_tile chunks: both run in its tests) */
+        /* (the host row's low value only sets where the read-back pairs latent chunks: both run in its tests) */
         assert_int_equal(t->a[i].chunks_from, nvidia ? 524288 : !strcmp(names[i], "host") ? 4096 : 1 << 20);
         /* the read-back op's: sm_90's own (bench_kernel --op read; the Blackwell rows copy it), the row's chunks and
          * chunks_from elsewhere */
-        const int sm90 = nvidia && !sm80;
-        assert_int_equal(t->a[i].read_chunks, sm90 ? 2 : t->a[i].chunks);
-        assert_int_equal(t->a[i].read_chunks_from, sm90 ? 2097152 : t->a[i].chunks_from);
+        const int sm90_reads = nvidia && !sm80;
+        assert_int_equal(t->a[i].read_chunks, sm90_reads ? 2 : t->a[i].chunks);
+        assert_int_equal(t->a[i].read_chunks_from, sm90_reads ? 2097152 : t->a[i].chunks_from);
         assert_false(t->a[i].nt_stores);
         assert_int_equal(t->a[i].pdl, nvidia && strcmp(names[i], "sm_80") != 0); /* griddepcontrol: sm_90+ */
         assert_string_equal(t->a[i].options, "");
