@@ -624,6 +624,36 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     return s;
 }
 
+// A block's values divided by its scale d (block_scale's), as pack_fp8 and pack_e2m1 quantize them: y / d rounded as
+// the IEEE division rounds it, which takes some ten instructions a value. d and amax, the largest |y| (NaN ignored),
+// are the same on every lane of the block.
+// - d a power of two by the record (a UE8M0 or pow2_up f32 scale, no token scale): y * (1 / d), the same exact
+//   value rounded once (1 / d is exact; an inf or NaN d, an inf or NaN y give what y / d gives).
+// - d in [2^-60, 2^60] and amax / d below 2^19 (every y finite, every quotient far from overflow): q = y * (1 / d),
+//   corrected once, q - (d q - y) / d with the correction's division by the reciprocal (three instructions a
+//   value). This is y / d bit for bit wherever |y / d| >= 2^-11 (a correctly rounded reciprocal, no step near the
+//   subnormal range; test_ref test_block_division); a smaller quotient is a zero code either way, of y's sign (a
+//   signed zero keeps it through this order of operations), and a NaN y stays NaN.
+// - otherwise (an inf in the block, a tiny or a saturated scale): the IEEE division.
+template <int S>
+RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
+    constexpr Segment G = SEG[S];
+    constexpr bool POW2 = G.scale != ScaleType::e4m3 && G.outer != Outer::token &&
+                          (G.rule == ScaleRule::pow2_up || G.scale == ScaleType::ue8m0);
+    const float k = 1.0f / d;
+    if (POW2) {
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
+    } else if (d >= 8.67361738e-19f && d <= 1.15292150e18f && amax * k < 524288.0f) {  // [2^-60, 2^60], 2^19
+        for (int i = 0; i < V; i++) {
+            const float q = y.v[i] * k;
+            y.v[i] = rk_fma(-rk_fma(d, q, -y.v[i]), k, q);
+        }
+    } else {
+        for (int i = 0; i < V; i++) y.v[i] = y.v[i] / d;
+    }
+    return y;
+}
+
 // Eight values -> eight e2m1 nibbles (the first in the low nibble), each scaled and clamped as pack_fp8's.
 template <Scale S, bool CLEAN>
 RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
@@ -694,13 +724,15 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         rk_u32 bits;
         float gs = 1.0f;  // the token scale
         if constexpr (G.outer == Outer::token) gs = token_scale<I, S>(a, t, c, amax8(y), r, k);
-        float d = block_scale<S>(block_amax<I, S>(a, t, c, amax8(y), r, k), gs, &bits);
+        const float amax = block_amax<I, S>(a, t, c, amax8(y), r, k);
+        float d = block_scale<S>(amax, gs, &bits);
         if (G.outer == Outer::token) d = d * gs;  // the values are divided by the stored scale times gs
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         rk_u8 *p = row_byte(a, slot, value_byte<S>(j));
         if (G.outer == Outer::token && j == G.from) *(float *)row_byte(a, slot, G.outer_at) = gs;
-        if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::div, false>(y, d, G.sat, false));
-        else rk_store4_out(p, pack_e2m1<Scale::div, false>(y, d, G.sat, false));
+        y = block_divide<S>(y, d, amax);
+        if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false));
+        else rk_store4_out(p, pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false));
         const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
         if ((j - G.from) % G.block == 0) {
             const int at = G.scales_at + SCALE_BYTES<S> * b;

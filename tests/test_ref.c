@@ -1463,6 +1463,59 @@ static void test_op_fp8_mul_recip_vs_div(void **state) {
     assert_int_equal(row[8], 0x06);
 }
 
+/* The block writer's division (templates/kernel.hip, block_divide): for a scale d in [2^-60, 2^60], q = y * k with
+ * k = 1 / d, then q - (d q - y) k, each step one rounding (fma). It must equal the IEEE quotient y / d bit for bit
+ * wherever |y / d| >= 2^-11, and below that stay under 2^-10 (a zero code of fp8 and e2m1) with y's sign. Checked
+ * for every bf16 y against divisors spread over the range (edge significands at every fourth exponent, random ones
+ * beside them), and for random f32 y, up to |y / d| = 2^20 (a block's quotients stay near its format's largest
+ * value). */
+static float block_quotient(float y, float d) {
+    const float k = 1.0f / d, q = y * k;
+    return fmaf(-fmaf(d, q, -y), k, q);
+}
+static int block_quotient_ok(float y, float d) {
+    const float want = y / d, got = block_quotient(y, d);
+    if (fabsf(want) > 0x1p20f) return 1; /* not a block's quotient */
+    if (fabsf(want) >= 0x1p-11f) return fbits(got) == fbits(want);
+    return fabsf(got) < 0x1p-10f && signbit(got) == signbit(y);
+}
+static void test_block_division(void **state) {
+    (void)state;
+    static const uint32_t sig[] = {0x000000u, 0x000001u, 0x7fffffu, 0x7ffffeu, 0x400000u,
+                                   0x2aaaabu, 0x555555u, 0x124925u, 0x6db6dbu, 0x0ccccdu};
+    uint64_t rng = 0x9e3779b97f4a7c15u, bad = 0, n = 0;
+    for (int e = -60; e < 60; e += 4)
+        for (size_t j = 0; j < sizeof sig / sizeof sig[0] + 6; j++) {
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            const uint32_t m = j < sizeof sig / sizeof sig[0] ? sig[j] : (uint32_t)(rng >> 41);
+            const float d = bitsf((uint32_t)(e + 127) << 23 | m);
+            for (uint32_t b = 0; b < 0x10000u; b++) {
+                const float y = bitsf(b << 16);
+                if (isnan(y) || isinf(y)) continue;
+                n++;
+                if (!block_quotient_ok(y, d) && bad++ < 5)
+                    print_message("y = %a, d = %a: %a, want %a\n", y, d, block_quotient(y, d), y / d);
+            }
+        }
+    for (int i = 0; i < 4000000; i++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        const float d = bitsf((uint32_t)((int)(rng >> 57) % 120 - 60 + 127) << 23 | (uint32_t)(rng >> 8 & 0x7fffffu));
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        const float y = ldexpf(bitsf(0x3f800000u | (uint32_t)(rng >> 41)), (int)(rng >> 32 & 31) - 24) * d *
+                        ((rng & 1) ? -1.0f : 1.0f);
+        n++;
+        if (!block_quotient_ok(y, d) && bad++ < 5)
+            print_message("y = %a, d = %a: %a, want %a\n", y, d, block_quotient(y, d), y / d);
+    }
+    print_message("block division: %llu pairs, %llu differ\n", (unsigned long long)n, (unsigned long long)bad);
+    assert_true(n > 30000000u);
+    assert_int_equal(bad, 0);
+    /* a signed zero keeps its sign; without the correction a quotient can be one step off */
+    assert_true(signbit(block_quotient(-0.0f, 3.0f)) && !signbit(block_quotient(0.0f, 3.0f)));
+    const float x = 91.0f * 0x1p-10f;
+    assert_true(x * (1.0f / 7.0f) != x / 7.0f && block_quotient(x, 7.0f) == x / 7.0f);
+}
+
 /* The built-in specs, loaded once (the catalog is large: not on the stack). */
 static const rk_catalog *builtin(void) {
     static rk_catalog *cat;
@@ -2759,6 +2812,7 @@ int main(void) {
         cmocka_unit_test(test_op_fused_rounding),
         cmocka_unit_test(test_op_fp8_scales),
         cmocka_unit_test(test_op_fp8_mul_recip_vs_div),
+        cmocka_unit_test(test_block_division),
         cmocka_unit_test(test_op_kimi_k2_q_fp8),
         cmocka_unit_test(test_op_deepseek_v32_tile_bound),
         cmocka_unit_test(test_tile_readers),
