@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "check.h"
 #include "rk.h"
 
 /* ---- small helpers ----------------------------------------------------------------------------- */
@@ -1485,11 +1486,12 @@ static void test_block_division(void **state) {
     (void)state;
     static const uint32_t sig[] = {0x000000u, 0x000001u, 0x7fffffu, 0x7ffffeu, 0x400000u,
                                    0x2aaaabu, 0x555555u, 0x124925u, 0x6db6dbu, 0x0ccccdu};
-    uint64_t rng = 0x9e3779b97f4a7c15u, bad = 0, n = 0;
+    enum { NSIG = sizeof sig / sizeof sig[0] };
+    rk_rng rng = {0x9e3779b97f4a7c15u};
+    uint64_t bad = 0, n = 0;
     for (int e = -60; e < 60; e += 4)
-        for (size_t j = 0; j < sizeof sig / sizeof sig[0] + 6; j++) {
-            rng = rng * 6364136223846793005u + 1442695040888963407u;
-            const uint32_t m = j < sizeof sig / sizeof sig[0] ? sig[j] : (uint32_t)(rng >> 41);
+        for (int j = 0; j < NSIG + 6; j++) {
+            const uint32_t m = j < NSIG ? sig[j] : (uint32_t)(rk_rng_next(&rng) >> 41);
             const float d = bitsf((uint32_t)(e + 127) << 23 | m);
             for (uint32_t b = 0; b < 0x10000u; b++) {
                 const float y = bitsf(b << 16);
@@ -1497,11 +1499,10 @@ static void test_block_division(void **state) {
             }
         }
     for (int i = 0; i < 4000000; i++) {
-        rng = rng * 6364136223846793005u + 1442695040888963407u;
-        const float d = bitsf((uint32_t)((int)(rng >> 57) % 120 - 60 + 127) << 23 | (uint32_t)(rng >> 8 & 0x7fffffu));
-        rng = rng * 6364136223846793005u + 1442695040888963407u;
-        const float y = ldexpf(bitsf(0x3f800000u | (uint32_t)(rng >> 41)), (int)(rng >> 32 & 31) - 24) * d *
-                        ((rng & 1) ? -1.0f : 1.0f);
+        const uint64_t u = rk_rng_next(&rng), v = rk_rng_next(&rng);
+        const float d = bitsf((uint32_t)((int)(u >> 57) % 120 - 60 + 127) << 23 | (uint32_t)(u >> 8 & 0x7fffffu));
+        const float y = ldexpf(bitsf(0x3f800000u | (uint32_t)(v >> 41)), (int)(v >> 32 & 31) - 24) * d *
+                        ((v & 1) ? -1.0f : 1.0f);
         block_quotient_check(y, d, &n, &bad);
     }
     print_message("block division: %llu pairs, %llu differ\n", (unsigned long long)n, (unsigned long long)bad);

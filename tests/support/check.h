@@ -11,7 +11,8 @@
  * slices of one [T, H, L+R+pad] query buffer, k_nope and k_pe of one [T, L+R+pad] projection output),
  * runs the reference and the kernel on separate copies, and compares every output byte (outputs start
  * filled with a sentinel, so stray writes are caught too). */
-/* The test generators' xorshift64 stream (the harness, the argument oracle and test_args_random draw from it). */
+/* The test generators' xorshift64 stream (the harness, the argument oracle, test_args_random and test_ref's
+ * division check draw from it). */
 typedef struct rk_rng {
     uint64_t s;
 } rk_rng;
