@@ -595,6 +595,10 @@ RK_DEVICE float token_scale(const args &a, I t, int c, float own, float r, float
     return g >= 1.17549435e-38f ? g : 1.17549435e-38f;  // NaN: FLT_MIN
 }
 
+// 1 when segment S's block scale is rounded up to a power of two (pow2_up, or a UE8M0 byte, which holds nothing else).
+template <int S>
+constexpr bool POW2_SCALE = SEG[S].rule == ScaleRule::pow2_up || SEG[S].scale == ScaleType::ue8m0;
+
 // A block's scale: s = max(amax / sat, FLT_MIN) (an IEEE division), rounded up to a power of two by pow2_up (and
 // for a UE8M0 byte, which holds nothing else; an inf amax gives an inf scale). *bits is what the row stores (the
 // float's bits, the UE8M0 byte, or the e4m3 byte, 0x01 for an s that rounds to zero); the value returned is what
@@ -605,7 +609,7 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     float s = amax / G.sat;
     if (G.outer == Outer::token) s = s / gs;  // a token scale gs: the block's scale is relative to it
     s = s > 1.17549435e-38f ? s : 1.17549435e-38f;
-    if (G.rule == ScaleRule::pow2_up || G.scale == ScaleType::ue8m0) {
+    if (POW2_SCALE<S>) {
         rk_u32 u = rk_f32_bits(s);
         if ((u & 0x7fffffu) != 0u && u < 0x7f800000u) u = (u & 0xff800000u) + 0x800000u;
         s = rk_bits_f32(u);
@@ -637,8 +641,7 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
 template <int S>
 RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
     constexpr Segment G = SEG[S];
-    constexpr bool POW2 = G.scale != ScaleType::e4m3 && G.outer != Outer::token &&
-                          (G.rule == ScaleRule::pow2_up || G.scale == ScaleType::ue8m0);
+    constexpr bool POW2 = POW2_SCALE<S> && G.scale != ScaleType::e4m3 && G.outer != Outer::token;
     const float k = 1.0f / d;
     if (POW2) {
         for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
