@@ -11,9 +11,11 @@ checks, the dispatcher, the driver's launch. The figure is the median of --reps 
 warm-up that compiles the kernel and makes its argument plan; the methods take turns, run by run, so that a drift
 of the host's speed touches each alike. Methods:
 
-  op              ropekv.ops.write(...)            the Python wrapper and torch.ops.ropekv.write
+  op              ropekv.ops.write(...)            the Python wrapper, a launch through the C++ argument plans
+  op_python       the same, on the Python plans    ROPEKV_TORCH_NATIVE=0's path (python/ropekv/_native.py)
   op_direct       torch.ops.ropekv.write(...)       the operator as a compiled graph calls it in eager fallback
   kernel_call     Kernel.__call__(**tensors)        the binding without the operator
+  kernel_python   the same, on the Python plans
   kernel_checked  every check on every call         tensor_args + launch, no argument plan (what a call cost before)
   bound           BoundLaunch()                     arguments converted once; the launch only
   torch_add       torch.add(a, b, out=c)            a floor: one small torch op
@@ -28,7 +30,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-METHODS = ("op", "op_direct", "kernel_call", "kernel_checked", "bound", "torch_add", "ctypes_empty")
+METHODS = ("op", "op_python", "op_direct", "kernel_call", "kernel_python", "kernel_checked", "bound", "torch_add",
+           "ctypes_empty")
+
+
+def python_path(native, fn):
+    """fn with the C++ argument plans off for the call (what ROPEKV_TORCH_NATIVE=0 gives)."""
+    def call():
+        saved, native._STATE[:] = list(native._STATE), [None]
+        try:
+            fn()
+        finally:
+            native._STATE[:] = saved
+    return call
 
 
 def inputs(torch, T, H, device, blocks=256, block_size=64):
@@ -92,11 +106,17 @@ def main(argv=None):
     order = ("q_nope", "q_pe", "q_out", "k_nope", "k_pe", "kv_cache", "positions", "slots", "cos_sin")
     t = [x[n] for n in order]
     ks = x["k_scale"]
+    from ropekv import _native
+    plans = "on" if _native.module() is not None else "off (the warning above says why)"
+    print("the C++ argument plans: %s" % plans)
+    op = lambda: ropekv.ops.write(spec, kv=kv, layout=layout, **x)  # noqa: E731
     fns = {
-        "op": lambda: ropekv.ops.write(spec, kv=kv, layout=layout, **x),
+        "op": op,
+        "op_python": python_path(_native, op),
         "op_direct": lambda: torch.ops.ropekv.write(spec, kv, "absorbed", "bf16", layout, t[0], t[1], t[2], t[3],
                                                     t[4], t[5], t[6], t[7], t[8], None, ks, None, None, 0),
         "kernel_call": lambda: k(**x),
+        "kernel_python": python_path(_native, lambda: k(**x)),
         "kernel_checked": lambda: k._launch(rt.tensor_args(k, k.ctx, **x)[0], rt.stream_for(k.ctx, None)),
         "bound": b,
         "torch_add": lambda: torch.add(a, c, out=out),
@@ -112,8 +132,9 @@ def main(argv=None):
         with open(path, "w") as f:
             f.write("# Host cost of one eager launch (bench/bench_eager.py), %s\n\n" % dev)
             f.write("torch %s, ropekv %s; %s %s %s, T=%d, H=%d; median (best) of %d runs of %d back-to-back calls, "
-                    "the methods interleaved run by run.\n\n"
-                    % (torch.__version__, ropekv.__version__, spec, kv, layout, args.T, args.H, args.reps, args.calls))
+                    "the methods interleaved run by run; the C++ argument plans %s.\n\n"
+                    % (torch.__version__, ropekv.__version__, spec, kv, layout, args.T, args.H, args.reps, args.calls,
+                       plans))
             f.write("| method | us per call (median) | best |\n|---|---|---|\n")
             for name, med, best in rows:
                 f.write("| %s | %.2f | %.2f |\n" % (name, med, best))

@@ -1,5 +1,5 @@
 """The PEP 517 build backend of pyproject.toml: builds libropekv.so with CMake and writes a wheel of the
-ropekv package (python/ropekv/**/*.py) with the library inside it (ropekv/libropekv.so, which the binding
+ropekv package (python/ropekv/**/*.py and _plans.cpp) with the library inside it (ropekv/libropekv.so, which the binding
 loads first after $ROPEKV_LIB). Lua is built into the library, so the wheel needs nothing else at run time.
 
   ROPEKV_BUILD_DIR  the absolute path of a configured build directory of this repository to use (its
@@ -161,7 +161,10 @@ def _write_wheel(wheel_directory, version, library, config_settings):
     tag = "py3-none-" + re.sub(r"[-.]", "_", sysconfig.get_platform())
     dist_info = "%s-%s.dist-info" % (NAME, version)
     files = []  # (path in the wheel, bytes)
-    for py in sorted(glob.glob(os.path.join(HERE, NAME, "**", "*.py"), recursive=True)):  # subpackages too
+    # the Python sources, subpackages too, and the C++ argument plans the binding compiles on first use (_native.py)
+    sources = glob.glob(os.path.join(HERE, NAME, "**", "*.py"), recursive=True) + [os.path.join(HERE, NAME,
+                                                                                                "_plans.cpp")]
+    for py in sorted(sources):
         with open(py, "rb") as f:
             files.append((NAME + "/" + os.path.relpath(py, os.path.join(HERE, NAME)).replace(os.sep, "/"), f.read()))
     with open(library, "rb") as f:

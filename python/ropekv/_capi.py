@@ -293,6 +293,16 @@ def launch_packed():
     return _launch_packed
 
 
+_launch_address = []
+
+
+def launch_address():
+    """ropekv_launch's address, for the C++ argument plans (_plans.cpp), which call it directly."""
+    if not _launch_address:
+        _launch_address.append(ctypes.cast(launch_packed(), ctypes.c_void_p).value)
+    return _launch_address[0]
+
+
 # ---- library loading --------------------------------------------------------------------------------------
 _lib = None
 _lib_path = None
@@ -320,6 +330,20 @@ BUNDLE_MANIFEST = "ropekv-bundle.txt"  # a bundle's manifest (ropekv-gen build -
 _FLAG = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
+def env_flag(name, default):
+    """The flag $name as the library reads its own (1, true, yes, on / 0, false, no, off, any case; empty: unset):
+    an invalid value is a Python warning, and default is used."""
+    env = os.environ.get(name) or ""
+    if not env:
+        return default
+    got = _FLAG.get(env.lower())
+    if got is None:
+        import warnings
+        warnings.warn("%s=%s: expected 1 or 0 (true, yes, on / false, no, off); using %d" % (name, env, default))
+        return default
+    return got
+
+
 def bundle_dirs():
     """The bundles a wheel carries (built with ROPEKV_WHEEL_BUNDLE, docs/install.md): each directory
     ropekv/bundles/<name>/ of this package that holds a bundle's manifest, by name. Empty for a package without
@@ -342,11 +366,7 @@ def read_only_layers(cache_ro=None, bundles=None):
     else:
         own = ":".join(os.fspath(d) for d in cache_ro)
     if bundles is None:
-        env = os.environ.get("ROPEKV_NO_BUNDLE") or "0"
-        if env.lower() not in _FLAG:
-            import warnings
-            warnings.warn("ROPEKV_NO_BUNDLE=%s: expected 1 or 0 (true, yes, on / false, no, off); using 0" % env)
-        bundles = not _FLAG.get(env.lower(), False)
+        bundles = not env_flag("ROPEKV_NO_BUNDLE", False)
     extra = []
     for d in bundle_dirs() if bundles else []:
         if ":" in d:  # cache_ro separates layers with ':'

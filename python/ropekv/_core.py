@@ -6,6 +6,7 @@ import sys
 import threading
 
 from . import _capi
+from . import _native  # the C++ argument plans of eager launches, built on first use
 from . import _torch  # tensors -> ropekv_args (imports torch only when tensors are used)
 
 _N_POINTERS = len(_capi.ARGS_POINTERS)
@@ -600,6 +601,7 @@ class Kernel:
         self._read = self.info.op == "read"
         self._zero_copy = self.info.q == "zero_copy"
         self._plans = {}  # argument signature -> checked ropekv_args (_torch.plan_args)
+        self._native = None  # the same plans held by the C++ module (_native.py), made on the first launch
         self._launch_packed = _capi.launch_packed()
 
     def _release(self):
@@ -706,7 +708,16 @@ class Kernel:
             if n > _N_POINTERS:
                 raise TypeError("launch_tensors takes at most %d tensors, got %d" % (_N_POINTERS, n))
             vals = list(vals) + [None] * (_N_POINTERS - n)
-        s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), _torch.stream_for(self.ctx, stream))
+        stream = _torch.stream_for(self.ctx, stream)
+        native = _native.module()
+        if native is not None:  # a plan seen before, in C++; else (None) the Python path, which keeps the plan there
+            if self._native is None:
+                self._native = native.plans(self._zero_copy)
+            s = native.launch(self._native, _capi.launch_address(), h.value, vals, min_slot, stream)
+            if s is None:
+                s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot, native), stream)
+        else:
+            s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), stream)
         if s != 0:
             self.ctx._raise(s)
 

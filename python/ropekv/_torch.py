@@ -466,7 +466,7 @@ def _signature(vals, min_slot):
         return None
 
 
-def plan_args(kernel, vals, min_slot):
+def plan_args(kernel, vals, min_slot, native=None):
     """The argument block (bytes packed by _capi.ARGS_PACK) of a launch of kernel with vals, the tensors in the order of
     ropekv_args' pointers (_NAMES; None where not given), as tensor_args makes it, at the cost of reading each tensor's
     pointer.
@@ -477,8 +477,9 @@ def plan_args(kernel, vals, min_slot):
     by a CPU tensor, checked at every launch. So the first launch with a signature runs the full checks and keeps the
     fields they produce as the plan; a launch with the same signature takes the plan's fields with its own tensors'
     pointers. Pointer fields not taken from a tensor of the same name (NULL, or the 1.0 of a scale passed as None)
-    stay as the plan has them. A scale given as a number becomes a tensor first (_scales_in)."""
-    sig = _signature(vals, min_slot)
+    stay as the plan has them. A scale given as a number becomes a tensor first (_scales_in). native: the C++ module
+    (_native.py), given a plan of vals' own signature without CPU scales to keep for the next launch."""
+    sig = own = _signature(vals, min_slot)
     if sig is None:
         torch = _torch()
         vals = [_scales_in(torch, dict(zip(_NAMES, vals))).get(n) for n in _NAMES]
@@ -493,7 +494,10 @@ def plan_args(kernel, vals, min_slot):
         fields = fields[:]  # the plan's list is shared by every thread launching with this signature
         for f, i in ptrs:
             fields[f] = vals[i].data_ptr()
-        return _capi.ARGS_PACK.pack(*fields)
+        packed = _capi.ARGS_PACK.pack(*fields)
+        if native is not None and own is not None and not cpu_scales:
+            native.remember(kernel._native, vals, min_slot, packed, tuple((f * 8, i) for f, i in ptrs))
+        return packed
     a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_NAMES, vals)))
     fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
     if sig is not None:
@@ -503,6 +507,8 @@ def plan_args(kernel, vals, min_slot):
         if len(kernel._plans) >= _PLANS_MAX:
             kernel._plans.clear()
         kernel._plans[sig] = (fields, ptrs, cpu_scales)
+        if native is not None and own is not None and not cpu_scales:
+            native.remember(kernel._native, vals, min_slot, bytes(a), tuple((f * 8, i) for f, i in ptrs))
     return _capi.ARGS_PACK.pack(*fields)
 
 

@@ -317,7 +317,34 @@ def test_number_scales_on_the_dispatchers_path():
 
 
 # ---- argument plans ----------------------------------------------------------------------------------------
-def test_plans_reuse_checks_not_pointers():
+# Each plan test runs on both paths of a launch with a signature seen before: the C++ plans (python/ropekv/_native.py,
+# on by default; python_ops builds them) and the Python ones (ROPEKV_TORCH_NATIVE=0). "off" swaps the built module
+# out for the test's length.
+class _NativePath:
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        from ropekv import _native
+        self.saved = list(_native._STATE)
+        if not self.on:
+            _native._STATE[:] = [None]
+        elif _native.module() is None:
+            skip("the C++ argument plans could not be built here (the warning above says why)")
+        return _native.module()
+
+    def __exit__(self, *exc):
+        from ropekv import _native
+        _native._STATE[:] = self.saved
+
+
+@parametrize("native", [True, False])
+def test_plans_reuse_checks_not_pointers(native):
+    with _NativePath(native):
+        _plans_reuse_checks_not_pointers()
+
+
+def _plans_reuse_checks_not_pointers():
     """A second launch with the same signature takes its pointers from its own tensors (the rows land in the new
     cache, the old one is untouched); the library still checks every launch's addresses (a misaligned view of
     the same shape and strides is refused); a new signature runs every check again."""
@@ -347,10 +374,16 @@ def test_plans_reuse_checks_not_pointers():
     _expect(TypeError, lambda: k(**dict(x, positions=x["positions"].to(torch.int32))))
 
 
-def test_plans_zero_copy_alias():
+@parametrize("native", [True, False])
+def test_plans_zero_copy_alias(native):
     """Zero-copy: a q_nope that is q_out itself is dropped (not read); one that is not is refused. Whether it is
     joins the plan's signature, so neither case takes the other's plan."""
     torch = sp._torch()
+    with _NativePath(native):
+        _plans_zero_copy_alias(torch)
+
+
+def _plans_zero_copy_alias(torch):
     ctx = sp.context("host")
     k = ctx.kernel("deepseek_v3", kv="bf16", q="zero_copy")
     x = rf.make_inputs(torch, "deepseek_v3", "zero_copy", "bf16", 5, 2, "cpu", seed=23)
@@ -361,15 +394,139 @@ def test_plans_zero_copy_alias():
     _expect(ValueError, lambda: k(**dict(x, q_nope=other)))
 
 
-def test_plans_bounded():
+@parametrize("native", [True, False])
+def test_plans_bounded(native):
     torch = sp._torch()
     ctx = sp.context("host")
     k = ctx.kernel("deepseek_v3", kv="bf16", q="absorbed")
     from ropekv import _torch as rt
-    for T in range(1, rt._PLANS_MAX + 10):
-        x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, 1, "cpu", seed=T)
+    with _NativePath(native) as m:
+        for T in range(1, rt._PLANS_MAX + 10):
+            x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", T, 1, "cpu", seed=T)
+            k(**x)
+            assert len(k._plans) <= rt._PLANS_MAX
+            assert m is None or 1 <= m.count(k._native) <= rt._PLANS_MAX
+
+
+def _launch_cases(torch):
+    """(spec, kernel variant, inputs) of launches whose plans differ in kind: the q forms, a record row (no scale),
+    32-bit slots, the fused norm with its output."""
+    cases = []
+    for spec, q, kv, T, H, slots in (("deepseek_v3", "absorbed", "bf16", 5, 2, "int64"),
+                                     ("deepseek_v3", "zero_copy", "bf16", 3, 2, "int64"),
+                                     ("deepseek_v3", "inplace", "bf16", 4, 2, "int64"),
+                                     ("deepseek_v32", "none", "fp8_tile", 6, 1, "int64"),
+                                     ("deepseek_v32", "absorbed", "fp8_tile", 7, 3, "int32")):
+        x = rf.make_inputs(torch, spec, q, kv, T, H, "cpu", seed=T * 7 + H, slots_dtype=slots)
+        cases.append((spec, dict(kv=kv, q=q, slots=slots), x))
+    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    cases.append(("deepseek_v3", dict(kv="bf16", q="absorbed", norm="rms_out"),
+                  dict(x, norm_weight=w, norm_out=torch.zeros(9, 512, dtype=torch.bfloat16))))
+    return cases
+
+
+def test_native_plans_match_the_python_path():
+    """A launch served by the C++ plans (its signature seen before) writes the bytes the Python path writes, into
+    its own tensors, and never reaches the Python path (plan_args is replaced by a trap for it) nor adds a plan."""
+    torch = sp._torch()
+    ctx = sp.context("host")
+    from ropekv import _torch as rt
+    with _NativePath(True) as m:
+        for spec, variant, x in _launch_cases(torch):
+            k = ctx.kernel(spec, **variant)
+            outs = [n for n in ("q_out", "q_pe", "kv_cache", "norm_out") if x.get(n) is not None]
+            got, plans = [], None
+            for path in ("python", "first", "native"):
+                y = {n: (t.clone() if n in outs else t) for n, t in x.items()}
+                if path == "python":
+                    with _NativePath(False):
+                        k(**y)
+                elif path == "native":
+                    plans = m.count(k._native)
+                    plan_args, rt.plan_args = rt.plan_args, None  # a call of it raises TypeError
+                    try:
+                        k(**y)
+                    finally:
+                        rt.plan_args = plan_args
+                else:
+                    k(**y)
+                got.append(y)
+            for n in outs:
+                for y in got[1:]:
+                    assert torch.equal(y[n].view(torch.uint8), got[0][n].view(torch.uint8)), (spec, variant, n)
+            assert plans >= 1 and m.count(k._native) == plans, (spec, variant, plans, m.count(k._native))
+
+
+def test_native_plans_leave_cpu_scales_and_numbers_to_python():
+    """A scale held by a CPU tensor is checked at every launch (its value can change), and a scale given as a number
+    becomes a tensor first: neither signature gets a C++ plan, and a bad value is still refused on a later launch."""
+    torch = sp._torch()
+    ctx = sp.context("host")
+    k = ctx.kernel("deepseek_v3", kv="fp8_e4m3", q="none")
+    x = rf.make_inputs(torch, "deepseek_v3", "none", "fp8_e4m3", 4, 1, "cpu", seed=5)
+    with _NativePath(True) as m:
+        scale = torch.tensor([0.5], dtype=torch.float32)
+        k(**dict(x, k_scale=scale))
+        k(**dict(x, k_scale=scale))
+        k(**dict(x, k_scale=0.25))
+        assert m.count(k._native) == 0
+        scale.fill_(float("nan"))
+        _expect((ValueError, ropekv.RopekvError), lambda: k(**dict(x, k_scale=scale)))
+
+
+def test_native_build_refusals():
+    """What stops the C++ plans is one warning naming it, and the launches take the Python path: a cache directory
+    writable by others, a damaged module in the cache (removed; here the rebuild then meets a broken compiler),
+    ROPEKV_TORCH_NATIVE=0 (no warning)."""
+    import stat
+    import tempfile
+    import warnings
+    torch = sp._torch()
+    from ropekv import _native
+    saved, env = list(_native._STATE), dict(os.environ)
+    root = tempfile.mkdtemp(prefix="ropekv-native-")
+
+    def attempt(**set_env):
+        os.environ.update(set_env)
+        _native._STATE.clear()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = _native.module()
+        return got, [str(x.message) for x in w]
+
+    try:
+        os.environ.pop("ROPEKV_DISABLE_CACHE", None)
+        open_dir = os.path.join(root, "open")
+        os.makedirs(os.path.join(open_dir, "torch"))
+        os.chmod(os.path.join(open_dir, "torch"), 0o777)
+        got, said = attempt(ROPEKV_CACHE_DIR=open_dir, ROPEKV_TORCH_NATIVE="1")
+        assert got is None and len(said) == 1 and "writable by others" in said[0], said
+        damaged = os.path.join(root, "damaged")
+        os.makedirs(os.path.join(damaged, "torch"), mode=0o700)
+        os.environ["CXX"] = "false"  # (the compiler's name is part of the module's key)
+        key = _native._key(torch, _native._command(torch, "OUT"))
+        path = os.path.join(damaged, "torch", "plans-%s.so" % key)
+        with open(path, "wb") as f:
+            f.write(b"not a shared object")
+        got, said = attempt(ROPEKV_CACHE_DIR=damaged, CXX="false")
+        assert got is None and len(said) == 1 and "false exited with 1" in said[0], said
+        assert not os.path.exists(path), "the damaged module was kept"
+        assert not [n for n in os.listdir(os.path.join(damaged, "torch"))], "a failed build left a file"
+        got, said = attempt(ROPEKV_TORCH_NATIVE="0")
+        assert got is None and not said, said
+        # and the launches go on, on the Python path
+        k = sp.context("host").kernel("deepseek_v3", kv="bf16", q="absorbed")
+        x = rf.make_inputs(torch, "deepseek_v3", "absorbed", "bf16", 3, 1, "cpu", seed=3)
+        want = rf.reference(torch, "deepseek_v3", "absorbed", "bf16", x)
         k(**x)
-        assert len(k._plans) <= rt._PLANS_MAX
+        assert sp.compare_bits(torch, x["kv_cache"], want["kv_cache"], "bf16")[3] == 0
+        assert stat.S_IMODE(os.stat(os.path.join(open_dir, "torch")).st_mode) == 0o777  # left as it was
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        _native._STATE[:] = saved
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---- torch.compile and CUDA graphs -------------------------------------------------------------------------
