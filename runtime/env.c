@@ -141,9 +141,8 @@ int rk_env_version(rk_env_id id, int *major, int *minor) {
 
 /* ROPEKV_* names read outside the library (the Python binding, its wheel build, ropekv-gen's offline tools):
  * known, so not warned about as misspellings. */
-static const char *const elsewhere[] = {"ROPEKV_LIB",   "ROPEKV_BUILD_DIR",   "ROPEKV_WHEEL_BUNDLE",
-                                        "ROPEKV_CLANG", "ROPEKV_LLVM_SUFFIX", "ROPEKV_NO_BUNDLE",
-                                        "ROPEKV_TORCH_NATIVE"};
+static const char *const elsewhere[] = {"ROPEKV_LIB",         "ROPEKV_BUILD_DIR", "ROPEKV_WHEEL_BUNDLE", "ROPEKV_CLANG",
+                                        "ROPEKV_LLVM_SUFFIX", "ROPEKV_NO_BUNDLE", "ROPEKV_TORCH_NATIVE"};
 
 /* 1 when name (NAME=value, of environ) is a ROPEKV_* variable nobody reads: most likely a misspelling. */
 static int unknown_name(const char *entry) {
