@@ -634,9 +634,10 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
 // - d a power of two by the record (a UE8M0 or pow2_up f32 scale, no token scale): y * (1 / d), the same exact
 //   value rounded once (1 / d is exact; an inf or NaN d, an inf or NaN y give what y / d gives).
 // - d in [2^-60, 2^60] and amax / d below 2^19 (every y finite, every quotient far from overflow): with k = 1 / d,
-//   q = y * k corrected once, q - (d q - y) k (three instructions a value). This is y / d bit for bit wherever |y / d| >= 2^-11 (a correctly rounded reciprocal, no step near the
-//   subnormal range; test_ref test_block_division); a smaller quotient is a zero code either way, of y's sign (a
-//   signed zero keeps it through this order of operations), and a NaN y stays NaN.
+//   q = y * k corrected once, q - (d q - y) k (three instructions a value). This is y / d bit for bit wherever
+//   |y / d| >= 2^-11 (a correctly rounded reciprocal, no step near the subnormal range; test_ref
+//   test_block_division); a smaller quotient is a zero code either way, of y's sign (a signed zero keeps it through
+//   this order of operations), and a NaN y stays NaN.
 // - otherwise (an inf in the block, a tiny or a saturated scale): the IEEE division.
 template <int S>
 RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
