@@ -37,11 +37,8 @@ METHODS = ("op", "op_python", "op_direct", "kernel_call", "kernel_python", "kern
 def python_path(native, fn):
     """fn with the C++ argument plans off for the call (what ROPEKV_TORCH_NATIVE=0 gives)."""
     def call():
-        saved, native._STATE[:] = list(native._STATE), [None]
-        try:
+        with native.python_path():
             fn()
-        finally:
-            native._STATE[:] = saved
     return call
 
 

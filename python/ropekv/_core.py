@@ -709,15 +709,13 @@ class Kernel:
                 raise TypeError("launch_tensors takes at most %d tensors, got %d" % (_N_POINTERS, n))
             vals = list(vals) + [None] * (_N_POINTERS - n)
         stream = _torch.stream_for(self.ctx, stream)
-        native = _native.module()
+        native, s = _native.module(), None
         if native is not None:  # a plan seen before, in C++; else (None) the Python path, which keeps the plan there
             if self._native is None:
                 self._native = native.plans(self._zero_copy)
             s = native.launch(self._native, _capi.launch_address(), h.value, vals, min_slot, stream)
-            if s is None:
-                s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot, native), stream)
-        else:
-            s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot), stream)
+        if s is None:
+            s = self._launch_packed(h, _torch.plan_args(self, vals, min_slot, native), stream)
         if s != 0:
             self.ctx._raise(s)
 

@@ -8,6 +8,7 @@ with ROPEKV_DISABLE_CACHE=1 a private temporary directory, removed once loaded) 
 compiler, no torch or Python headers, a failed build, a cache directory that is a link, another user's or writable
 by others) is one warning naming the reason, and the launches take the Python path, which does the same work.
 ROPEKV_TORCH_NATIVE=0 turns it off; CXX names the compiler as for the host backend (split at blanks)."""
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -48,6 +49,18 @@ def module():
                                   "is): %s" % e, RuntimeWarning, stacklevel=3)
             _STATE.append(got)
     return _STATE[0]
+
+
+@contextlib.contextmanager
+def python_path():
+    """Within it, module() gives None: the launches take the Python plans (what ROPEKV_TORCH_NATIVE=0 gives), for
+    measuring and testing the two paths side by side in one process."""
+    saved = list(_STATE)
+    _STATE[:] = [None]
+    try:
+        yield
+    finally:
+        _STATE[:] = saved
 
 
 class _Unavailable(Exception):
@@ -124,7 +137,7 @@ def _import(path):
     return m
 
 
-def _build(torch, cmd_for, d):
+def _build(cmd_for, d):
     """Compiles into a new file of directory d and returns its path."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=d)
     os.close(fd)
@@ -164,7 +177,7 @@ def _load():
     if _capi.env_flag("ROPEKV_DISABLE_CACHE", False):
         d = tempfile.mkdtemp(prefix="ropekv-plans-")
         try:
-            path = _build(torch, lambda out: _command(torch, out), d)
+            path = _build(lambda out: _command(torch, out), d)
             return _import(path)
         finally:
             shutil.rmtree(d, ignore_errors=True)
@@ -178,7 +191,7 @@ def _load():
         except (_Unavailable, ImportError, OSError):
             os.unlink(path)  # another's, damaged or unloadable: built again below
     _sweep(d)
-    tmp = _build(torch, lambda out: _command(torch, out), d)
+    tmp = _build(lambda out: _command(torch, out), d)
     os.replace(tmp, path)
     try:
         return _import(path)

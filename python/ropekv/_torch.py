@@ -494,22 +494,20 @@ def plan_args(kernel, vals, min_slot, native=None):
         fields = fields[:]  # the plan's list is shared by every thread launching with this signature
         for f, i in ptrs:
             fields[f] = vals[i].data_ptr()
-        packed = _capi.ARGS_PACK.pack(*fields)
-        if native is not None and own is not None and not cpu_scales:
-            native.remember(kernel._native, vals, min_slot, packed, tuple((f * 8, i) for f, i in ptrs))
-        return packed
-    a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_NAMES, vals)))
-    fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
-    if sig is not None:
-        ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_NAMES)
-                     if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
-        cpu_scales = tuple(i for i in _SCALE_AT if vals[i] is not None and vals[i].device.type == "cpu")
-        if len(kernel._plans) >= _PLANS_MAX:
-            kernel._plans.clear()
-        kernel._plans[sig] = (fields, ptrs, cpu_scales)
-        if native is not None and own is not None and not cpu_scales:
-            native.remember(kernel._native, vals, min_slot, bytes(a), tuple((f * 8, i) for f, i in ptrs))
-    return _capi.ARGS_PACK.pack(*fields)
+    else:
+        a, _ = tensor_args(kernel, kernel.ctx, min_slot=min_slot, **dict(zip(_NAMES, vals)))
+        fields = list(_capi.ARGS_PACK.unpack(bytes(a)))
+        if sig is not None:
+            ptrs = tuple((_capi.ARGS_INDEX[name], i) for i, name in enumerate(_NAMES)
+                         if vals[i] is not None and getattr(a, name) and getattr(a, name) == vals[i].data_ptr())
+            cpu_scales = tuple(i for i in _SCALE_AT if vals[i] is not None and vals[i].device.type == "cpu")
+            if len(kernel._plans) >= _PLANS_MAX:
+                kernel._plans.clear()
+            kernel._plans[sig] = (fields, ptrs, cpu_scales)
+    packed = _capi.ARGS_PACK.pack(*fields)
+    if native is not None and own is not None and not cpu_scales:  # own: vals' signature, so ptrs is the plan's
+        native.remember(kernel._native, vals, min_slot, packed, tuple((f * 8, i) for f, i in ptrs))
+    return packed
 
 
 _RAW_STREAM = []  # [torch._C._cuda_getCurrentRawStream or None], looked up once

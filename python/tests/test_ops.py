@@ -8,6 +8,7 @@ bit with the reference of the binding's tests (_reference.py); torch.compile(ful
 (2.x), CUDA graph capture where there is a CUDA device. With torch 1.13 (no torch.compile, no register_fake) the
 operators are registered with a Meta kernel as their fake implementation, and the compile tests skip with that
 reason."""
+import contextlib
 import os
 import sys
 
@@ -320,22 +321,16 @@ def test_number_scales_on_the_dispatchers_path():
 # Each plan test runs on both paths of a launch with a signature seen before: the C++ plans (python/ropekv/_native.py,
 # on by default; python_ops builds them) and the Python ones (ROPEKV_TORCH_NATIVE=0). "off" swaps the built module
 # out for the test's length.
-class _NativePath:
-    def __init__(self, on):
-        self.on = on
-
-    def __enter__(self):
-        from ropekv import _native
-        self.saved = list(_native._STATE)
-        if not self.on:
-            _native._STATE[:] = [None]
-        elif _native.module() is None:
-            skip("the C++ argument plans could not be built here (the warning above says why)")
-        return _native.module()
-
-    def __exit__(self, *exc):
-        from ropekv import _native
-        _native._STATE[:] = self.saved
+@contextlib.contextmanager
+def _NativePath(on):
+    from ropekv import _native
+    if not on:
+        with _native.python_path():
+            yield None
+        return
+    if _native.module() is None:
+        skip("the C++ argument plans could not be built here (the warning above says why)")
+    yield _native.module()
 
 
 @parametrize("native", [True, False])
