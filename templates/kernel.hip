@@ -657,13 +657,16 @@ RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
     return y;
 }
 
-// Eight values -> eight e2m1 nibbles (the first in the low nibble), each scaled and clamped as pack_fp8's.
+// Eight values -> eight e2m1 nibbles (the first in the low nibble), each scaled and clamped as pack_fp8's. The
+// clamp is left to the encoder where it would change no code: a bound of 6 or more (the encoder saturates there,
+// inf too, and a NaN passes either way) without sanitizing.
 template <Scale S, bool CLEAN>
 RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
     if (rope_bf16)
         for (int i = 0; i < V; i++) y.v[i] = rk_bits_f32(rk_bf16_sw(y.v[i]) << 16);
     y = scale8<S>(y, k);
-    for (int i = 0; i < V; i++) y.v[i] = fp8_prep<CLEAN>(y.v[i], sat);
+    if (CLEAN || sat < 6.0f)
+        for (int i = 0; i < V; i++) y.v[i] = fp8_prep<CLEAN>(y.v[i], sat);
     return rk_pack_e2m1(y.v[0], y.v[1]) | (rk_pack_e2m1(y.v[2], y.v[3]) << 8) |
            (rk_pack_e2m1(y.v[4], y.v[5]) << 16) | (rk_pack_e2m1(y.v[6], y.v[7]) << 24);
 }

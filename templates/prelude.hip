@@ -193,16 +193,17 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 }
 
 // f32 -> e2m1 (a nibble: sign, 2 exponent bits, 1 mantissa bit): the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, a tie
-// going to the even code (each comparison with a midpoint is > or >= by the parity of the code below it),
-// saturating at 6 (inf included); e2m1 has no NaN: a NaN gives 0x7 (+6). -0 and negative values that round to
-// zero keep the sign (0x8).
+// going to the even code, saturating at 6 (inf included); e2m1 has no NaN: a NaN gives 0x7 (+6). -0 and negative
+// values that round to zero keep the sign (0x8). In integer steps: from 1 up the codes are the f32's exponent and
+// first mantissa bit, (bits >> 22) - 252, so the mantissa is rounded to one bit there (round half to even: add
+// 0x1fffff and the kept bit) and the code saturated at 7 (inf and NaN too); below 1 the codes step by 0.5, rint(2|f|)
+// (2|f| + 2^23 leaves it in the low bits). Equal to the comparison with each midpoint on all 2^32 inputs.
 RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
-    const rk_u32 u = rk_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7u;
-    const float x = rk_bits_f32(u & 0x7fffffffu);
-    const rk_u32 code = (rk_u32)(x > 0.25f) + (rk_u32)(x >= 0.75f) + (rk_u32)(x > 1.25f) + (rk_u32)(x >= 1.75f) +
-                        (rk_u32)(x > 2.5f) + (rk_u32)(x >= 3.5f) + (rk_u32)(x > 5.0f);
-    return code | ((u >> 28) & 0x8u);
+    const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
+    rk_u32 n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
+    n = (n < 259u ? n : 259u) - 252u;
+    const rk_u32 s = rk_f32_bits(rk_bits_f32(a) * 2.0f + 8388608.0f) - 0x4b000000u;
+    return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
 }
 
 // Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's family-specific targets from sm_100f (the

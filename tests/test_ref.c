@@ -1514,6 +1514,35 @@ static void test_block_division(void **state) {
     assert_true(x * (1.0f / 7.0f) != x / 7.0f && block_quotient(x, 7.0f) == x / 7.0f);
 }
 
+/* The software e2m1 encoder of the templates (templates/prelude.hip, rk_e2m1_sw) in integer steps: from 1 up the
+ * f32's exponent and first mantissa bit rounded to one bit, below 1 rint(2|f|) through 2|f| + 2^23, a NaN +6. It
+ * must give rk_f32_to_e2m1's code for every input: every f32 with an exponent between 2^-4 and 2^2 (where the
+ * codes change), each of the others at a stride of 251 mantissas and their ends, both signs. */
+static uint32_t e2m1_integer_form(float f) {
+    const uint32_t u = fbits(f), a = u & 0x7fffffffu;
+    uint32_t n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
+    n = (n < 259u ? n : 259u) - 252u;
+    const uint32_t s = fbits(bitsf(a) * 2.0f + 8388608.0f) - 0x4b000000u;
+    return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
+}
+static void test_e2m1_integer_form(void **state) {
+    (void)state;
+    uint64_t n = 0, bad = 0;
+    for (uint32_t e = 0; e < 256; e++) {
+        const uint32_t step = e >= 123 && e <= 129 ? 1u : 251u;
+        for (uint32_t m = 0; m < 0x800000u; m = m + step < 0x800000u || m == 0x7fffffu ? m + step : 0x7fffffu)
+            for (uint32_t sign = 0; sign < 2; sign++) {
+                const float f = bitsf(sign << 31 | e << 23 | m);
+                const uint32_t got = e2m1_integer_form(f), want = rk_f32_to_e2m1(f);
+                n++;
+                if (got != want && ++bad <= 5) print_message("%a: code %x, want %x\n", f, got, want);
+            }
+    }
+    print_message("e2m1 integer form: %llu inputs, %llu differ\n", (unsigned long long)n, (unsigned long long)bad);
+    assert_true(n > 100000000u);
+    assert_int_equal(bad, 0);
+}
+
 /* The built-in specs, loaded once (the catalog is large: not on the stack). */
 static const rk_catalog *builtin(void) {
     static rk_catalog *cat;
@@ -2834,6 +2863,7 @@ int main(void) {
         cmocka_unit_test(test_norm_out_rows),
         cmocka_unit_test(test_v4_head),
         cmocka_unit_test(test_codec_e2m1_ties),
+        cmocka_unit_test(test_e2m1_integer_form),
         cmocka_unit_test(test_codec_e4m3_ties),
         cmocka_unit_test(test_codec_ue8m0_blocks),
         cmocka_unit_test(test_codec_ue8m0_nonfinite),
