@@ -511,13 +511,10 @@ RK_DEVICE f8 kv_values(const args &a, I t, int q, float r) {
     return unpack_bf16(p);
 }
 
-// The largest |x| of a chunk, NaN ignored (a NaN compares false).
+// The largest |x| of a chunk, NaN ignored.
 RK_DEVICE float amax8(const f8 &y) {
     float m = 0.0f;
-    for (int i = 0; i < V; i++) {
-        float x = rk_bits_f32(rk_f32_bits(y.v[i]) & 0x7fffffffu);
-        m = x > m ? x : m;
-    }
+    for (int i = 0; i < V; i++) m = rk_max_num(m, rk_bits_f32(rk_f32_bits(y.v[i]) & 0x7fffffffu));
     return m;
 }
 
@@ -622,7 +619,7 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
         rk_u32 b = rk_pack_fp8(s, 0.0f) & 0xffu;
         b = (b & 0x7fu) == 0u ? 1u : b;
         *bits = b;
-        return rk_fp8_to_f32(b);
+        return rk_fp8_scale_to_f32(b);
     }
     *bits = rk_f32_bits(s);
     return s;

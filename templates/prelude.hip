@@ -192,6 +192,17 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 #endif
 }
 
+// The larger of m and x where x may be a NaN (ignored) and m is not: max.f32 on NVIDIA, which returns the operand
+// that is not a NaN (one instruction); elsewhere a comparison, which AMD's compiler would otherwise wrap in quieting
+// steps.
+RK_DEVICE float rk_max_num(float m, float x) {
+#if defined(RK_NV)
+    return fmaxf(m, x);
+#else
+    return x > m ? x : m;
+#endif
+}
+
 // f32 -> e2m1 (a nibble: sign, 2 exponent bits, 1 mantissa bit): the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, a tie
 // going to the even code, saturating at 6 (inf included); e2m1 has no NaN: a NaN gives 0x7 (+6). -0 and negative
 // values that round to zero keep the sign (0x8). In integer steps: from 1 up the codes are the f32's exponent and
@@ -202,7 +213,7 @@ RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
     const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
     rk_u32 n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
     n = (n < 259u ? n : 259u) - 252u;
-    const rk_u32 s = rk_f32_bits(rk_bits_f32(a) * 2.0f + 8388608.0f) - 0x4b000000u;
+    const rk_u32 s = rk_f32_bits(rk_fma(rk_bits_f32(a), 2.0f, 8388608.0f)) - 0x4b000000u;
     return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
 }
 
@@ -276,6 +287,18 @@ RK_DEVICE void rk_unpack_fp8(rk_u32 pair, float *lo, float *hi) {
 #endif
 }
 
+// A stored fp8 scale byte (never a NaN) -> f32, exact: on NVIDIA's fp8 targets the hardware conversion through f16
+// (two instructions), else rk_fp8_to_f32.
+RK_DEVICE float rk_fp8_scale_to_f32(rk_u32 b) {
+#if defined(RK_NV) && RK_HW_FP8
+    float lo, hi;
+    rk_unpack_fp8(b, &lo, &hi);
+    return lo;
+#else
+    return rk_fp8_to_f32(b);
+#endif
+}
+
 #if !defined(RK_HOST)
 // The max (SUM false) or the sum (SUM true) of v over each aligned group of N consecutive lanes of a wave (N a
 // power of two, at most the wave), through register shuffles: every lane of a group calls it at the same point.
@@ -297,14 +320,14 @@ RK_DEVICE float rk_group_reduce(float v) {
 #pragma unroll
     for (int m = N / 2; m > 0; m /= 2) {
         float o = __shfl_xor_sync(mask, v, m, N);
-        v = SUM ? v + o : o > v ? o : v;
+        v = SUM ? v + o : rk_max_num(v, o);
     }
 #else
     const int lane = (int)__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
 #pragma unroll
     for (int m = N / 2; m > 0; m /= 2) {  // ds_bpermute: a cross-lane read, no LDS storage
         float o = rk_bits_f32((rk_u32)__builtin_amdgcn_ds_bpermute((lane ^ m) << 2, (int)rk_f32_bits(v)));
-        v = SUM ? v + o : o > v ? o : v;
+        v = SUM ? v + o : rk_max_num(v, o);
     }
 #endif
     return v;
