@@ -287,8 +287,8 @@ RK_DEVICE void rk_unpack_fp8(rk_u32 pair, float *lo, float *hi) {
 #endif
 }
 
-// A stored fp8 scale byte (never a NaN) -> f32, exact: on NVIDIA's fp8 targets the hardware conversion through f16
-// (two instructions), else rk_fp8_to_f32.
+// A stored fp8 scale byte -> f32, exact: on NVIDIA's fp8 targets the hardware conversion through f16 (two
+// instructions; a NaN's payload may differ, as rk_unpack_fp8 says), else rk_fp8_to_f32.
 RK_DEVICE float rk_fp8_scale_to_f32(rk_u32 b) {
 #if defined(RK_NV) && RK_HW_FP8
     float lo, hi;

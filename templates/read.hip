@@ -15,10 +15,26 @@ RK_DEVICE f8 unpack_fp8(rk_v8 p) {
     return r;
 }
 
-// Four e2m1 bytes -> eight floats (exact; the first value in the low nibble).
+// Four e2m1 bytes -> eight floats (exact; the first value in the low nibble). On NVIDIA byte permutes look up four
+// magnitudes at a time in two 8-entry tables, the f32's top byte and the one below it (0, 0.5, 1, 1.5, 2, 3, 4, 6:
+// 00 00, 3f 00, 3f 80, 3f c0, 40 00, 40 40, 40 80, 40 c0), a third permute pairs them into two values' upper halves,
+// and each value's sign bit is moved to bit 31: about four instructions a value for rk_e2m1_to_f32's nine, the same
+// bits (test_ref test_e2m1_permute_decode).
 RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
     f8 r;
+#if defined(RK_NV)
+    for (int h = 0; h < 2; h++) {
+        const rk_u32 s = p >> (16 * h), sel = s & 0x7777u;
+        const rk_u32 e = __byte_perm(0x3f3f3f00u, 0x40404040u, sel), m = __byte_perm(0xc0800000u, 0xc0804000u, sel);
+        const rk_u32 w01 = __byte_perm(m, e, 0x5140u), w23 = __byte_perm(m, e, 0x7362u);
+        r.v[4 * h] = rk_bits_f32(w01 << 16 | (s << 28 & 0x80000000u));
+        r.v[4 * h + 1] = rk_bits_f32((w01 & 0xffff0000u) | (s << 24 & 0x80000000u));
+        r.v[4 * h + 2] = rk_bits_f32(w23 << 16 | (s << 20 & 0x80000000u));
+        r.v[4 * h + 3] = rk_bits_f32((w23 & 0xffff0000u) | (s << 16 & 0x80000000u));
+    }
+#else
     for (int i = 0; i < V; i++) r.v[i] = rk_e2m1_to_f32(p >> (4 * i));
+#endif
     return r;
 }
 
@@ -45,7 +61,7 @@ RK_DEVICE float block_factor(const args &a, rk_i64 slot, const rk_u8 *p, int c) 
                                                       : row_byte(a, slot, at);
         const float d = G.scale == ScaleType::f32     ? *(const float *)q
                         : G.scale == ScaleType::ue8m0 ? rk_ue8m0_to_f32(*q)
-                                                      : rk_fp8_to_f32(*q);
+                                                      : rk_fp8_scale_to_f32(*q);
         if (G.outer == Outer::token) return d * *(const float *)row_byte(a, slot, G.outer_at);  // times the token scale
         return d;
     }

@@ -1543,6 +1543,33 @@ static void test_e2m1_integer_form(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* The read-back's e2m1 decode on NVIDIA (templates/read.hip, unpack_e2m1): byte permutes (__byte_perm, emulated
+ * here: result byte k is byte (selector nibble k & 7) of the 8 bytes x, y) look up four magnitudes' top f32 bytes,
+ * pair them into two values' upper halves, and move each sign bit to bit 31. Every 16-bit group of four nibbles must
+ * decode to rk_e2m1_to_f32's bits. */
+static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) r |= (uint32_t)(v >> (8 * ((s >> (4 * k)) & 7u)) & 0xffu) << (8 * k);
+    return r;
+}
+static void test_e2m1_permute_decode(void **state) {
+    (void)state;
+    int bad = 0;
+    for (uint32_t s = 0; s < 0x10000u; s++) {
+        const uint32_t sel = s & 0x7777u;
+        const uint32_t e = byte_perm(0x3f3f3f00u, 0x40404040u, sel), m = byte_perm(0xc0800000u, 0xc0804000u, sel);
+        const uint32_t w01 = byte_perm(m, e, 0x5140u), w23 = byte_perm(m, e, 0x7362u);
+        const uint32_t got[4] = {w01 << 16 | (s << 28 & 0x80000000u), (w01 & 0xffff0000u) | (s << 24 & 0x80000000u),
+                                 w23 << 16 | (s << 20 & 0x80000000u), (w23 & 0xffff0000u) | (s << 16 & 0x80000000u)};
+        for (int k = 0; k < 4; k++) {
+            const uint32_t want = fbits(rk_e2m1_to_f32((uint8_t)(s >> (4 * k) & 0xfu)));
+            if (got[k] != want && ++bad <= 5) print_message("%04x value %d: %08x, want %08x\n", s, k, got[k], want);
+        }
+    }
+    assert_int_equal(bad, 0);
+}
+
 /* The built-in specs, loaded once (the catalog is large: not on the stack). */
 static const rk_catalog *builtin(void) {
     static rk_catalog *cat;
@@ -2864,6 +2891,7 @@ int main(void) {
         cmocka_unit_test(test_v4_head),
         cmocka_unit_test(test_codec_e2m1_ties),
         cmocka_unit_test(test_e2m1_integer_form),
+        cmocka_unit_test(test_e2m1_permute_decode),
         cmocka_unit_test(test_codec_e4m3_ties),
         cmocka_unit_test(test_codec_ue8m0_blocks),
         cmocka_unit_test(test_codec_ue8m0_nonfinite),
