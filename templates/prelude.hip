@@ -208,13 +208,23 @@ RK_DEVICE float rk_max_num(float m, float x) {
 // values that round to zero keep the sign (0x8). In integer steps: from 1 up the codes are the f32's exponent and
 // first mantissa bit, (bits >> 22) - 252, so the mantissa is rounded to one bit there (round half to even: add
 // 0x1fffff and the kept bit) and the code saturated at 7 (inf and NaN too); below 1 the codes step by 0.5, rint(2|f|)
-// (2|f| + 2^23 leaves it in the low bits). Equal to the comparison with each midpoint on all 2^32 inputs.
+// (2|f| + 2^23 leaves it in the low bits). Equal to the comparison with each midpoint on all 2^32 inputs. The AMD
+// targets keep that comparison (each comparison with a midpoint is > or >= by the parity of the code below it): the
+// integer form raised the VGPRs of two gfx942 kernels of the ISA baseline and added a wait to a gfx1100 one.
 RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
     const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
+#if defined(RK_AMD)
+    if (a > 0x7f800000u) return 0x7u;
+    const float x = rk_bits_f32(a);
+    const rk_u32 code = (rk_u32)(x > 0.25f) + (rk_u32)(x >= 0.75f) + (rk_u32)(x > 1.25f) + (rk_u32)(x >= 1.75f) +
+                        (rk_u32)(x > 2.5f) + (rk_u32)(x >= 3.5f) + (rk_u32)(x > 5.0f);
+    return code | ((u >> 28) & 0x8u);
+#else
     rk_u32 n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
     n = (n < 259u ? n : 259u) - 252u;
     const rk_u32 s = rk_f32_bits(rk_fma(rk_bits_f32(a), 2.0f, 8388608.0f)) - 0x4b000000u;
     return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
+#endif
 }
 
 // Two floats -> one e2m1 byte (lo in bits 0..3, hi in bits 4..7). NVIDIA's family-specific targets from sm_100f (the
