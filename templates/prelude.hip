@@ -193,8 +193,8 @@ RK_DEVICE rk_u32 rk_pack_fp8(float lo, float hi) {
 }
 
 // The larger of m and x where x may be a NaN (ignored) and m is not: max.f32 on NVIDIA, which returns the operand
-// that is not a NaN (one instruction); elsewhere a comparison, which AMD's compiler would otherwise wrap in quieting
-// steps.
+// that is not a NaN (one instruction for a compare and a select); elsewhere the comparison, whose AMD code the ISA
+// baseline holds.
 RK_DEVICE float rk_max_num(float m, float x) {
 #if defined(RK_NV)
     return fmaxf(m, x);
