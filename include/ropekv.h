@@ -196,6 +196,14 @@ ROPEKV_API ropekv_status ropekv_get_stats(const ropekv_ctx *ctx, ropekv_stats *o
 /* Removes every entry ropekv made in the context's cache directory (memory entries stay). */
 ROPEKV_API ropekv_status ropekv_cache_clear(ropekv_ctx *ctx);
 
+/* The directory of the disk cache (its writable layer) copied to out, cap bytes with the NUL: ctx's, as it was
+ * opened, or an empty string where it has none (the disk cache off by its options or $ROPEKV_DISABLE_CACHE=1,
+ * the directory refused); with ctx NULL the one a context of default options would choose ($ROPEKV_CACHE_DIR,
+ * else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv), an empty string with $ROPEKV_DISABLE_CACHE=1 or none of the
+ * variables set. ROPEKV_ERR_NULL without out; ROPEKV_ERR_ARG (and out empty) where it does not fit in cap.
+ * Thread-safe. */
+ROPEKV_API ropekv_status ropekv_cache_dir(const ropekv_ctx *ctx, char *out, size_t cap);
+
 /* ---- kernels -------------------------------------------------------------------------------------- */
 /* The cache row format (docs/formats.md has the byte diagrams). Strides of an fp8 or fp8_tile cache count bytes.
  *   bf16       W bf16 values: the latent, then the rope part after RoPE

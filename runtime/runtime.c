@@ -201,6 +201,23 @@ static void cache_dir(const ropekv_options *o, char *out, size_t cap) {
     else out[0] = '\0';
 }
 
+ropekv_status ropekv_cache_dir(const ropekv_ctx *c, char *out, size_t cap) {
+    if (!out) return ROPEKV_ERR_NULL;
+    char dir[4096] = "";
+    if (c) {
+        if (c->cache.usable) snprintf(dir, sizeof dir, "%s", c->cache.dir);
+    } else if (!rk_env_flag(RK_ENV_DISABLE_CACHE)) {
+        cache_dir(NULL, dir, sizeof dir);
+    }
+    const size_t n = strlen(dir);
+    if (n >= cap) {
+        if (cap) out[0] = '\0';
+        return ROPEKV_ERR_ARG;
+    }
+    memcpy(out, dir, n + 1);
+    return ROPEKV_OK;
+}
+
 /* The digest of a bundle's compiler note for the context's backend and target: an entry (the cache's own
  * format) whose payload is the identity of the compiler that built the bundle's kernels. A read-only
  * layer holding one keys its lookups with that identity, so a machine without the compiler (or with

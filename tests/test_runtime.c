@@ -162,6 +162,62 @@ static void test_unsafe_cache_dir(void **state) {
     rmdir(dir);
 }
 
+/* ropekv_cache_dir: a context's directory as opened ("" without a disk cache or where the directory was refused);
+ * with no context the default options' choice from the environment in its order ("" with $ROPEKV_DISABLE_CACHE=1
+ * or no variable); a NULL out or a buffer too small refused by name. */
+static void test_cache_dir_query(void **state) {
+    (void)state;
+    char out[4200], open_dir[4200];
+    ropekv_ctx *c = open_ctx(cache);
+    assert_int_equal(ropekv_cache_dir(c, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, cache);
+    assert_int_equal(ropekv_cache_dir(c, NULL, 10), ROPEKV_ERR_NULL);
+    assert_int_equal(ropekv_cache_dir(c, out, strlen(cache)), ROPEKV_ERR_ARG);
+    assert_string_equal(out, "");
+    assert_int_equal(ropekv_cache_dir(c, out, strlen(cache) + 1), ROPEKV_OK);
+    assert_string_equal(out, cache);
+    ropekv_destroy(c);
+    c = open_ctx(NULL);
+    assert_int_equal(ropekv_cache_dir(c, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "");
+    ropekv_destroy(c);
+    snprintf(open_dir, sizeof open_dir, "%s/open-query", cache); /* refused (writable by others): none */
+    mkdir(open_dir, 0777);
+    chmod(open_dir, 0777);
+    c = open_ctx(open_dir);
+    assert_int_equal(ropekv_cache_dir(c, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "");
+    ropekv_destroy(c);
+    rmdir(open_dir);
+
+    const char *names[] = {"ROPEKV_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "ROPEKV_DISABLE_CACHE"};
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(names[i]);
+    }
+    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "");
+    setenv("HOME", "/home/h", 1);
+    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "/home/h/.cache/ropekv");
+    setenv("XDG_CACHE_HOME", "/x", 1);
+    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "/x/ropekv");
+    setenv("ROPEKV_CACHE_DIR", "/r/c", 1);
+    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "/r/c");
+    setenv("ROPEKV_DISABLE_CACHE", "1", 1);
+    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+    assert_string_equal(out, "");
+    for (int i = 0; i < 4; i++) {
+        if (saved[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+        free(saved[i]);
+    }
+}
+
 /* Read-only layers ($ROPEKV_CACHE_RO or opts.cache_ro, ':'-separated) are searched in order before the
  * writable directory, with the disk cache off too; a corrupt entry there is skipped and counted, never
  * removed; a system directory is refused as the writable cache. */
@@ -2138,6 +2194,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_jit_cold_warm_disk),
         cmocka_unit_test(test_corrupt_entry_rebuilt),
         cmocka_unit_test(test_unsafe_cache_dir),
+        cmocka_unit_test(test_cache_dir_query),
         cmocka_unit_test(test_threads_share_one_compile),
         cmocka_unit_test(test_query),
         cmocka_unit_test(test_kernel_info),

@@ -253,6 +253,7 @@ _PROTOTYPES = {
     "ropekv_load_spec_text": (_status, [_ctx_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "ropekv_get_stats": (_status, [_ctx_p, ctypes.POINTER(ropekv_stats)]),
     "ropekv_cache_clear": (_status, [_ctx_p]),
+    "ropekv_cache_dir": (_status, [_ctx_p, ctypes.c_char_p, ctypes.c_size_t]),
     "ropekv_query": (_status, [_ctx_p, ctypes.POINTER(ropekv_variant), ctypes.POINTER(ropekv_args), ctypes.c_char_p,
                                ctypes.c_size_t]),
     "ropekv_kernel_get": (_status, [_ctx_p, ctypes.POINTER(ropekv_variant), ctypes.POINTER(_kernel_p)]),

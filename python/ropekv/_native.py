@@ -3,8 +3,8 @@
 An eager launch whose argument signature was seen before costs, in Python, mostly the reading of its tensors'
 dtypes, shapes, strides and devices; _plans.cpp reads them through ATen and launches with the plan Python checked
 (see its header). module() builds the extension once per torch and compiler, keeps it in the disk cache's torch/
-directory (the library's cache directory: $ROPEKV_CACHE_DIR, else $XDG_CACHE_HOME/ropekv, else ~/.cache/ropekv;
-with ROPEKV_DISABLE_CACHE=1 a private temporary directory, removed once loaded) and loads it. Whatever stops it (no
+directory (the library's default cache directory, ropekv_cache_dir; where there is none, as with
+ROPEKV_DISABLE_CACHE=1, a private temporary directory, removed once loaded) and loads it. Whatever stops it (no
 compiler, no torch or Python headers, a failed build, a cache directory that is a link, another user's or writable
 by others) is one warning naming the reason, and the launches take the Python path, which does the same work.
 ROPEKV_TORCH_NATIVE=0 turns it off; CXX names the compiler as for the host backend (split at blanks)."""
@@ -99,14 +99,13 @@ def _key(torch, cmd):
 
 
 def _cache_dir():
-    d = os.environ.get("ROPEKV_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.environ["HOME"], ".cache")
-                                                    if os.environ.get("HOME") else None)
-        if base is None:
-            raise _Unavailable("no cache directory: neither ROPEKV_CACHE_DIR, XDG_CACHE_HOME nor HOME is set")
-        d = os.path.join(base, "ropekv")
-    return os.path.join(d, "torch")
+    """The library's disk cache directory (ropekv_cache_dir, default options) and its torch/ subdirectory, or None
+    where it has none (the disk cache off, no variable naming one)."""
+    import ctypes
+    buf = ctypes.create_string_buffer(4096)
+    if _capi.library().ropekv_cache_dir(None, buf, len(buf)) != 0:
+        raise _Unavailable("the cache directory's path is longer than %d bytes" % (len(buf) - 1))
+    return os.path.join(os.fsdecode(buf.value), "torch") if buf.value else None
 
 
 def _own(path, what, directory):
@@ -174,14 +173,14 @@ def _load():
     if not os.path.exists(SOURCE):
         raise _Unavailable("%s is missing" % SOURCE)
     key = _key(torch, _command(torch, "OUT"))
-    if _capi.env_flag("ROPEKV_DISABLE_CACHE", False):
+    d = _cache_dir()
+    if d is None:
         d = tempfile.mkdtemp(prefix="ropekv-plans-")
         try:
             path = _build(lambda out: _command(torch, out), d)
             return _import(path)
         finally:
             shutil.rmtree(d, ignore_errors=True)
-    d = _cache_dir()
     _private_dir(d)
     path = os.path.join(d, "plans-%s.so" % key)
     if os.path.lexists(path):

@@ -469,6 +469,27 @@ def test_native_plans_leave_cpu_scales_and_numbers_to_python():
         _expect((ValueError, ropekv.RopekvError), lambda: k(**dict(x, k_scale=scale)))
 
 
+def test_native_cache_dir_is_the_library_s():
+    """The C++ module's directory is the library's default cache directory (ropekv_cache_dir) with torch/ under it,
+    and none (a private temporary directory) where the library has none."""
+    from ropekv import _native
+    names = ("ROPEKV_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "ROPEKV_DISABLE_CACHE")
+    saved = {n: os.environ.pop(n, None) for n in names}
+    try:
+        assert _native._cache_dir() is None
+        os.environ["HOME"] = "/home/h"
+        assert _native._cache_dir() == "/home/h/.cache/ropekv/torch", _native._cache_dir()
+        os.environ["ROPEKV_CACHE_DIR"] = "/r/c"
+        assert _native._cache_dir() == "/r/c/torch", _native._cache_dir()
+        os.environ["ROPEKV_DISABLE_CACHE"] = "1"
+        assert _native._cache_dir() is None
+    finally:
+        for n, v in saved.items():
+            os.environ.pop(n, None)
+            if v is not None:
+                os.environ[n] = v
+
+
 def test_native_build_refusals():
     """What stops the C++ plans is one warning naming it, and the launches take the Python path: a cache directory
     writable by others, a damaged module in the cache (removed; here the rebuild then meets a broken compiler),
