@@ -9,6 +9,7 @@ compiler, no torch or Python headers, a failed build, a cache directory that is 
 by others) is one warning naming the reason, and the launches take the Python path, which does the same work.
 ROPEKV_TORCH_NATIVE=0 turns it off; CXX names the compiler as for the host backend (split at blanks)."""
 import contextlib
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -101,7 +102,6 @@ def _key(torch, cmd):
 def _cache_dir():
     """The library's disk cache directory (ropekv_cache_dir, default options) and its torch/ subdirectory, or None
     where it has none (the disk cache off, no variable naming one)."""
-    import ctypes
     buf = ctypes.create_string_buffer(4096)
     if _capi.library().ropekv_cache_dir(None, buf, len(buf)) != 0:
         raise _Unavailable("the cache directory's path is longer than %d bytes" % (len(buf) - 1))
