@@ -201,12 +201,17 @@ static void cache_dir(const ropekv_options *o, char *out, size_t cap) {
     else out[0] = '\0';
 }
 
+/* Whether the disk cache is on: the options' disk_cache, else on unless $ROPEKV_DISABLE_CACHE=1. */
+static int disk_cache_on(const ropekv_options *o) {
+    return o && o->disk_cache ? o->disk_cache > 0 : !rk_env_flag(RK_ENV_DISABLE_CACHE);
+}
+
 ropekv_status ropekv_cache_dir(const ropekv_ctx *c, char *out, size_t cap) {
     if (!out) return ROPEKV_ERR_NULL;
     char dir[4096] = "";
     if (c) {
         if (c->cache.usable) snprintf(dir, sizeof dir, "%s", c->cache.dir);
-    } else if (!rk_env_flag(RK_ENV_DISABLE_CACHE)) {
+    } else if (disk_cache_on(NULL)) {
         cache_dir(NULL, dir, sizeof dir);
     }
     const size_t n = strlen(dir);
@@ -464,8 +469,7 @@ ropekv_status ropekv_create(ropekv_ctx **out, const ropekv_options *o) {
     open_read_only(c, o && o->cache_ro ? o->cache_ro : rk_env_text(RK_ENV_CACHE_RO));
     char dir[4096];
     cache_dir(o, dir, sizeof dir);
-    int disk = o && o->disk_cache ? o->disk_cache > 0 : !rk_env_flag(RK_ENV_DISABLE_CACHE);
-    if (disk && dir[0]) {
+    if (disk_cache_on(o) && dir[0]) {
         rk_cache_open(&c->cache, dir);
         if (!c->cache.usable) fprintf(stderr, "ropekv: warning: %s\n", c->cache.why);
     } else {

@@ -190,30 +190,29 @@ static void test_cache_dir_query(void **state) {
     ropekv_destroy(c);
     rmdir(open_dir);
 
-    const char *names[] = {"ROPEKV_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "ROPEKV_DISABLE_CACHE"};
-    char *saved[4];
-    for (int i = 0; i < 4; i++) {
-        const char *v = getenv(names[i]);
+    /* each variable set in turn on top of the ones before, from none: the directory it gives */
+    static const struct {
+        const char *name, *value, *want;
+    } steps[] = {{NULL, NULL, ""},
+                 {"HOME", "/home/h", "/home/h/.cache/ropekv"},
+                 {"XDG_CACHE_HOME", "/x", "/x/ropekv"},
+                 {"ROPEKV_CACHE_DIR", "/r/c", "/r/c"},
+                 {"ROPEKV_DISABLE_CACHE", "1", ""}};
+    enum { NSTEPS = sizeof steps / sizeof steps[0] };
+    char *saved[NSTEPS];
+    for (int i = 1; i < NSTEPS; i++) {
+        const char *v = getenv(steps[i].name);
         saved[i] = v ? strdup(v) : NULL;
-        unsetenv(names[i]);
+        unsetenv(steps[i].name);
     }
-    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
-    assert_string_equal(out, "");
-    setenv("HOME", "/home/h", 1);
-    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
-    assert_string_equal(out, "/home/h/.cache/ropekv");
-    setenv("XDG_CACHE_HOME", "/x", 1);
-    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
-    assert_string_equal(out, "/x/ropekv");
-    setenv("ROPEKV_CACHE_DIR", "/r/c", 1);
-    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
-    assert_string_equal(out, "/r/c");
-    setenv("ROPEKV_DISABLE_CACHE", "1", 1);
-    assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
-    assert_string_equal(out, "");
-    for (int i = 0; i < 4; i++) {
-        if (saved[i]) setenv(names[i], saved[i], 1);
-        else unsetenv(names[i]);
+    for (int i = 0; i < NSTEPS; i++) {
+        if (steps[i].name) setenv(steps[i].name, steps[i].value, 1);
+        assert_int_equal(ropekv_cache_dir(NULL, out, sizeof out), ROPEKV_OK);
+        assert_string_equal(out, steps[i].want);
+    }
+    for (int i = 1; i < NSTEPS; i++) {
+        if (saved[i]) setenv(steps[i].name, saved[i], 1);
+        else unsetenv(steps[i].name);
         free(saved[i]);
     }
 }

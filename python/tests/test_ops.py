@@ -473,8 +473,9 @@ def test_native_cache_dir_is_the_library_s():
     """The C++ module's directory is the library's default cache directory (ropekv_cache_dir) with torch/ under it,
     and none (a private temporary directory) where the library has none."""
     from ropekv import _native
-    names = ("ROPEKV_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "ROPEKV_DISABLE_CACHE")
-    saved = {n: os.environ.pop(n, None) for n in names}
+    env = dict(os.environ)
+    for n in ("ROPEKV_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "ROPEKV_DISABLE_CACHE"):
+        os.environ.pop(n, None)
     try:
         assert _native._cache_dir() is None
         os.environ["HOME"] = "/home/h"
@@ -484,10 +485,8 @@ def test_native_cache_dir_is_the_library_s():
         os.environ["ROPEKV_DISABLE_CACHE"] = "1"
         assert _native._cache_dir() is None
     finally:
-        for n, v in saved.items():
-            os.environ.pop(n, None)
-            if v is not None:
-                os.environ[n] = v
+        os.environ.clear()
+        os.environ.update(env)
 
 
 def test_native_build_refusals():
