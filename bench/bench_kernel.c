@@ -16,7 +16,8 @@
  * For each (knobs, variant, shape) it renders the variant with the sm row's values replaced by the knobs,
  * compiles it for the device through the cuda backend, captures 50 launches in a CUDA graph, replays
  * it 5 times and prints the median per-call time (paged: blocks of 16 rows), next to the floors (an empty kernel and a 16-byte
- * round trip) and the copy-bandwidth limit measured in the same run. Outputs are not checked here:
+ * round trip) and the copy-bandwidth limit measured in the same run; for the rope-only q forms (zero_copy, inplace)
+ * also "% of pattern", against a copy kernel touching the same parts of the query rows. Outputs are not checked here:
  * gpu_conformance checks every variant bit for bit. --pdl: 0 plain launches; 1 programmatic dependent
  * launch, the next grid released as soon as this one starts; 2 the same, released when blocks exit;
  * 3 and 4: 1 and 2 with the static inputs read before the wait (ropekv_options.pdl_prefetch). --entries: the
@@ -95,10 +96,14 @@ static const char FLOORS[] =
     "extern \"C\" __global__ void copy(const uint4 *a, uint4 *b, unsigned long long n) {\n"
     "  for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += 256ull * gridDim.x) b[i] = a[i];\n"
     "}\n"
-    "extern \"C\" __global__ void copy_rows(const uint4 *a, uint4 *b, unsigned long long n, unsigned w, unsigned s) {\n"
+    /* w 16-byte units of each row of a (rs units apart) to b's rows (ws bytes apart), whole or folded to 8 bytes */
+    "extern \"C\" __global__ void copy_pattern(const uint4 *a, unsigned char *b, unsigned long long n, unsigned w,\n"
+    "                                          unsigned rs, unsigned ws, unsigned half) {\n"
     "  for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += 256ull * gridDim.x) {\n"
-    "    unsigned long long at = i / w * s + i % w;\n"
-    "    b[at] = a[at];\n"
+    "    unsigned long long r = i / w, u = i % w;\n"
+    "    uint4 x = a[r * rs + u];\n"
+    "    if (half) *(uint2 *)(b + r * ws + u * 8) = make_uint2(x.x ^ x.z, x.y ^ x.w);\n"
+    "    else *(uint4 *)(b + r * ws + u * 16) = x;\n"
     "  }\n"
     "}\n"
     "extern \"C\" __global__ void spin(long long cycles) {\n"
@@ -186,6 +191,21 @@ static double bytes_moved(const rk_desc *v, int64_t T, int64_t H) {
     else if (v->q != ROPEKV_Q_NONE) q = R * 2 + R * qe; /* q_pe read, the rope part written */
     const double norm_out = v->norm == ROPEKV_NORM_RMS_OUT ? (double)T * L * 2 : 0; /* the normalized c_kv */
     return (double)T * H * q + (double)T * (W * 2 + row) + (double)T * (pos + slot + R * 4) + norm_out;
+}
+
+/* The query bytes of a rope-only q form (zero_copy, inplace) as bench_kernel lays the query out: per (token, head), R
+ * bf16 values of q_pe read from a [.., W] bf16 row, and R values written in the query dtype, to q_out's [.., W] row
+ * (zero_copy) or over q_pe where it lies (inplace). 0 for the other forms. */
+typedef struct q_pattern {
+    unsigned read, read_st, write, write_st, in_place; /* bytes per row and row strides in bytes */
+} q_pattern;
+
+static int q_pattern_of(const rk_desc *v, q_pattern *p) {
+    if (v->op != ROPEKV_OP_WRITE || (v->q != ROPEKV_Q_ZERO_COPY && v->q != ROPEKV_Q_INPLACE) || v->R == 0) return 0;
+    const unsigned qe = v->q_dtype == ROPEKV_Q_BF16 ? 2 : 1, W = (unsigned)(v->L + v->R);
+    const int in_place = v->q == ROPEKV_Q_INPLACE;
+    *p = (q_pattern){(unsigned)v->R * 2, W * 2, (unsigned)v->R * qe, in_place ? W * 2 : W * qe, (unsigned)in_place};
+    return 1;
 }
 
 /* n indices in device memory as w (int32 or int64). */
@@ -349,12 +369,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     CUmodule fm;
-    CUfunction fe, fr, fc, fcr;
+    CUfunction fe, fr, fc, fcp;
     CK(cu->cuModuleLoadData(&fm, co.data));
     CK(cu->cuModuleGetFunction(&fe, fm, "empty"));
     CK(cu->cuModuleGetFunction(&fr, fm, "round_trip"));
     CK(cu->cuModuleGetFunction(&fc, fm, "copy"));
-    CK(cu->cuModuleGetFunction(&fcr, fm, "copy_rows"));
+    CK(cu->cuModuleGetFunction(&fcp, fm, "copy_pattern"));
     CK(cu->cuModuleGetFunction(&g_spin, fm, "spin"));
     CUdeviceptr big_a, big_b;
     const size_t big = (size_t)2 << 30;
@@ -371,26 +391,37 @@ int main(int argc, char **argv) {
     double bw = 2.0 * big / (t_copy * 1e-6); /* bytes read + written per second */
     printf("device %s, nvrtc %s; floors: empty %.2f us, round trip %.2f us, copy %.2f TB/s\n", dev.target,
            dev.compiler_id, t_empty, t_rt, bw / 1e12);
-    /* The same copy over a part of each row only, as the rope-only q forms touch memory: 128 bytes (the
-     * bf16 rope part) of every 1152 (a [.., 576] bf16 row) or of every 384 (a [.., 192] query row), and
-     * 64 of every 576 (an fp8 [.., 576] row). Shown, not used as a limit. */
-    static const unsigned PARTS[][2] = {{128, 1152}, {128, 384}, {64, 576}};
-    printf("strided copy (bytes of each row):");
-    for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++) {
-        unsigned w = PARTS[i][0] / 16, st = PARTS[i][1] / 16;
-        unsigned long long rows = big / PARTS[i][1], nr = rows * w;
-        void *crp[] = {&big_a, &big_b, &nr, &w, &st};
-        kernel_call cr = {fcr, 132 * 16, 256, crp};
-        float t = time_graph(launch_call, &cr);
-        printf(" %u of %u: %.2f TB/s;", PARTS[i][0], PARTS[i][1], 2.0 * (double)nr * 16 / (t * 1e-6) / 1e12);
+    /* The same copy over the part of each row a rope-only q form touches (q_pattern_of), timed once per pattern
+     * the variants have: its rate is the floor of that form's query bytes ("% of pattern": the query bytes at the
+     * pattern's rate, the rest at the copy rate). */
+    enum { MAX_PATTERNS = 8 };
+    q_pattern pats[MAX_PATTERNS];
+    double pat_bw[MAX_PATTERNS];
+    int npat = 0;
+    for (int vi = 0; vi < nv; vi++) {
+        rk_desc v;
+        q_pattern p;
+        if (rk_desc_make(sp, row, &choices[vi], &v, &err) != ROPEKV_OK || !q_pattern_of(&v, &p)) continue;
+        int seen = 0;
+        for (int i = 0; i < npat; i++) seen |= !memcmp(&pats[i], &p, sizeof p);
+        if (seen || npat == MAX_PATTERNS) continue;
+        unsigned w = p.read / 16, rs = p.read_st / 16, ws = p.write_st, half = p.write * 2 == p.read;
+        unsigned long long rows = big / (p.read_st > p.write_st ? p.read_st : p.write_st), n = rows * w;
+        CUdeviceptr dst = p.in_place ? big_a : big_b; /* in place: the writes land on the rows read */
+        void *cpp2[] = {&big_a, &dst, &n, &w, &rs, &ws, &half};
+        kernel_call cr = {fcp, 132 * 16, 256, cpp2};
+        const float t = time_graph(launch_call, &cr);
+        pat_bw[npat] = (double)rows * (p.read + p.write) / (t * 1e-6);
+        pats[npat++] = p;
+        printf("pattern copy: %u of %u bytes read, %u of %u written%s: %.2f TB/s\n", p.read, p.read_st, p.write,
+               p.write_st, p.in_place ? " (in place)" : "", pat_bw[npat - 1] / 1e12);
     }
-    printf("\n");
 
     const int L = sp->kv_lora_rank, R = sp->rope_dim, W = L + R;
     printf(
         "| T | H | record | q | q dtype | norm | layout | op | pos/slot | block | chunks | nt | pdl | entry | us | limit us | "
-        "%% of limit |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "%% of limit | %% of pattern |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int vi = 0; vi < nv; vi++)
         for (int b = 0; b < nb; b++)
             for (int c = 0; c < nc; c++)
@@ -498,7 +529,14 @@ int main(int argc, char **argv) {
                         int64_t total;
                         rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
                         rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
-                        double limit = bytes_moved(&v, T, H) / bw * 1e6;
+                        double limit = bytes_moved(&v, T, H) / bw * 1e6, pat_limit = 0;
+                        q_pattern qp;
+                        for (int i = 0; i < npat && q_pattern_of(&v, &qp); i++)
+                            if (!memcmp(&pats[i], &qp, sizeof qp)) {
+                                const double qb = (double)T * H * (qp.read + qp.write);
+                                pat_limit = qb / pat_bw[i] * 1e6 + limit - qb / bw * 1e6;
+                                if (pat_limit < t_rt) pat_limit = t_rt;
+                            }
                         if (limit < t_rt) limit = t_rt;
                         /* the 32-bit entry's reach: every chunk index and byte offset below 2^31 (q and q_out are
                          * the largest tensors here; rk_args_check decides the same for the runtime) */
@@ -513,8 +551,10 @@ int main(int argc, char **argv) {
                                    rk_qform_name(v.q), rk_qdtype_name(v.q_dtype), rk_norm_name(v.norm),
                                    rk_layout_name(v.layout), rk_op_name(v.op), rk_idx_name(v.pos), rk_idx_name(v.slot),
                                    arch.block, rk_desc_chunks(&v, NULL), arch.nt_stores, pdl_mode, entries_l[e]);
-                            if (us > 0) printf("%.2f | %.2f | %.0f%% |\n", us, limit, 100 * limit / us);
-                            else printf("n/a | %.2f | n/a |\n", limit);
+                            if (us > 0) printf("%.2f | %.2f | %.0f%% | ", us, limit, 100 * limit / us);
+                            else printf("n/a | %.2f | n/a | ", limit);
+                            if (us > 0 && pat_limit > 0) printf("%.0f%% |\n", 100 * pat_limit / us);
+                            else printf("- |\n");
                             fflush(stdout);
                         }
                         CUdeviceptr all[] = {q, qo, k, cache, rope, out, pos, slots, cs, scale, nw, no};
