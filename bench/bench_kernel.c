@@ -208,6 +208,26 @@ static int q_pattern_of(const rk_desc *v, q_pattern *p) {
     return 1;
 }
 
+/* n bf16 values in device memory, as a projection's output looks to the quantizing writers: signs, exponents
+ * (2^-6 .. 2^3) and mantissas from a fixed xorshift sequence, so that every block of a record has its own amax and
+ * scale (a constant fill would give every block the same ones). */
+static void upload_random_bf16(CUdeviceptr dst, int64_t n) {
+    uint16_t *h = malloc((size_t)n * 2);
+    if (!h) {
+        fprintf(stderr, "bench_kernel: out of memory\n");
+        exit(1);
+    }
+    uint32_t x = 2463534242u;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        h[i] = (uint16_t)((x & 0x8000u) | ((121u + (x >> 16) % 10u) << 7) | ((x >> 8) & 0x7fu));
+    }
+    CK(cu->cuMemcpyHtoD(dst, h, (size_t)n * 2));
+    free(h);
+}
+
 /* n indices in device memory as w (int32 or int64). */
 static void upload_index(CUdeviceptr dst, const int64_t *v, int64_t n, ropekv_index w) {
     if (w == ROPEKV_INDEX_INT64) {
@@ -470,7 +490,7 @@ int main(int argc, char **argv) {
                         CK(cu->cuMemAlloc(&no, (size_t)(T * L * 2))); /* its output (rms_out) */
                         CK(cu->cuMemsetD8(nw, 0x3f, (size_t)L * 4));
                         CK(cu->cuMemsetD8(q, 0x3f, (size_t)(T * H * W * 2)));
-                        CK(cu->cuMemsetD8(k, 0x3f, (size_t)(T * W * 2)));
+                        upload_random_bf16(k, T * W);
                         /* positions spread over the table, slots a shuffled permutation of the rows */
                         int64_t *hp = malloc((size_t)T * 8), *hs = malloc((size_t)T * 8);
                         for (int64_t t = 0; t < T; t++) hp[t] = (t * 2654435761u) % 4096, hs[t] = t;
