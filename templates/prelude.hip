@@ -203,27 +203,43 @@ RK_DEVICE float rk_max_num(float m, float x) {
 #endif
 }
 
+// The smaller of x and c where x may be a NaN (c is not, and is returned for one): min.f32 on NVIDIA, which returns
+// the operand that is not a NaN; elsewhere the comparison.
+RK_DEVICE float rk_min_num(float x, float c) {
+#if defined(RK_NV)
+    return fminf(x, c);
+#else
+    return x < c ? x : c;
+#endif
+}
+
 // f32 -> e2m1 (a nibble: sign, 2 exponent bits, 1 mantissa bit): the nearest of {0, 0.5, 1, 1.5, 2, 3, 4, 6}, a tie
 // going to the even code, saturating at 6 (inf included); e2m1 has no NaN: a NaN gives 0x7 (+6). -0 and negative
-// values that round to zero keep the sign (0x8). In integer steps: from 1 up the codes are the f32's exponent and
-// first mantissa bit, (bits >> 22) - 252, so the mantissa is rounded to one bit there (round half to even: add
-// 0x1fffff and the kept bit) and the code saturated at 7 (inf and NaN too); below 1 the codes step by 0.5, rint(2|f|)
-// (2|f| + 2^23 leaves it in the low bits). Equal to the comparison with each midpoint on all 2^32 inputs. The AMD
-// targets keep that comparison (each comparison with a midpoint is > or >= by the parity of the code below it): the
-// integer form raised the VGPRs of two gfx942 kernels of the ISA baseline and added a wait to a gfx1100 one.
+// values that round to zero keep the sign (0x8). As the smallest of three roundings: with a = min(|f|, 6) (a NaN
+// gives 6), the code's magnitude is rint(2a) below 2, rint(a) + 2 in [2, 4) and rint(a / 2) + 4 from 4, and each of
+// the three is the smallest of them in its own range (rint is monotonic), so it is the minimum of all three. Each is
+// one fma or add onto 2^23 (+ 2 or + 4), which rounds to an integer once, a tie to even (the offsets keep the parity),
+// and leaves it in the low bits; the sign is f's, kept by a min with FLT_MAX that takes a NaN to +FLT_MAX. Mostly
+// floating-point instructions, which NVIDIA issues at twice the integer rate. Equal to the comparison with each
+// midpoint on all 2^32 inputs (test_ref test_e2m1_min_form checks 134 million). The AMD targets keep that
+// comparison (each comparison with a midpoint is > or >= by the parity of the code below it), whose code the ISA
+// baseline holds.
 RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
-    const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
 #if defined(RK_AMD)
+    const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return 0x7u;
     const float x = rk_bits_f32(a);
     const rk_u32 code = (rk_u32)(x > 0.25f) + (rk_u32)(x >= 0.75f) + (rk_u32)(x > 1.25f) + (rk_u32)(x >= 1.75f) +
                         (rk_u32)(x > 2.5f) + (rk_u32)(x >= 3.5f) + (rk_u32)(x > 5.0f);
     return code | ((u >> 28) & 0x8u);
 #else
-    rk_u32 n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
-    n = (n < 259u ? n : 259u) - 252u;
-    const rk_u32 s = rk_f32_bits(rk_fma(rk_bits_f32(a), 2.0f, 8388608.0f)) - 0x4b000000u;
-    return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
+#if defined(RK_NV)
+    const float a = rk_min_num(fabsf(f), 6.0f);  // |f|: an operand modifier
+#else
+    const float a = rk_min_num(rk_bits_f32(rk_f32_bits(f) & 0x7fffffffu), 6.0f);
+#endif
+    const float t = rk_min_num(rk_min_num(rk_fma(a, 2.0f, 8388608.0f), a + 8388610.0f), rk_fma(a, 0.5f, 8388612.0f));
+    return (rk_f32_bits(t) & 7u) | ((rk_f32_bits(rk_min_num(f, 3.40282347e38f)) >> 28) & 8u);
 #endif
 }
 

@@ -1514,18 +1514,19 @@ static void test_block_division(void **state) {
     assert_true(x * (1.0f / 7.0f) != x / 7.0f && block_quotient(x, 7.0f) == x / 7.0f);
 }
 
-/* The software e2m1 encoder of the templates (templates/prelude.hip, rk_e2m1_sw) in integer steps: from 1 up the
- * f32's exponent and first mantissa bit rounded to one bit, below 1 rint(2|f|) through 2|f| + 2^23, a NaN +6. It
- * must give rk_f32_to_e2m1's code for every input: every f32 with an exponent between 2^-4 and 2^2 (where the
- * codes change), each of the others at a stride of 251 mantissas and their ends, both signs. */
-static uint32_t e2m1_integer_form(float f) {
-    const uint32_t u = fbits(f), a = u & 0x7fffffffu;
-    uint32_t n = (a + 0x1fffffu + ((a >> 22) & 1u)) >> 22;
-    n = (n < 259u ? n : 259u) - 252u;
-    const uint32_t s = fbits(bitsf(a) * 2.0f + 8388608.0f) - 0x4b000000u;
-    return (a >= 0x3f800000u ? n : s) | (a > 0x7f800000u ? 0u : (u >> 28) & 0x8u);
+/* The software e2m1 encoder of the templates on NVIDIA and the host (templates/prelude.hip, rk_e2m1_sw): with
+ * a = min(|f|, 6) (a NaN gives 6), the smallest of fma(a, 2, 2^23), a + 2^23 + 2 and fma(a, 1/2, 2^23 + 4), whose low
+ * three bits are the code's magnitude; the sign is that of min(f, FLT_MAX) (a NaN gives +). min returns the operand
+ * that is not a NaN, as NVIDIA's min.f32 and the host's comparison x < c ? x : c do here. It must give
+ * rk_f32_to_e2m1's code for every input: every f32 with an exponent between 2^-4 and 2^2 (where the codes change),
+ * each of the others at a stride of 251 mantissas and their ends, both signs. */
+static float min_num(float x, float c) { return x < c ? x : c; }
+static uint32_t e2m1_min_form(float f) {
+    const float a = min_num(bitsf(fbits(f) & 0x7fffffffu), 6.0f);
+    const float t = min_num(min_num(fmaf(a, 2.0f, 8388608.0f), a + 8388610.0f), fmaf(a, 0.5f, 8388612.0f));
+    return (fbits(t) & 7u) | ((fbits(min_num(f, 3.40282347e38f)) >> 28) & 8u);
 }
-static void test_e2m1_integer_form(void **state) {
+static void test_e2m1_min_form(void **state) {
     (void)state;
     uint64_t n = 0, bad = 0;
     for (uint32_t e = 0; e < 256; e++) {
@@ -1533,12 +1534,12 @@ static void test_e2m1_integer_form(void **state) {
         for (uint32_t m = 0; m < 0x800000u; m = m + step < 0x800000u || m == 0x7fffffu ? m + step : 0x7fffffu)
             for (uint32_t sign = 0; sign < 2; sign++) {
                 const float f = bitsf(sign << 31 | e << 23 | m);
-                const uint32_t got = e2m1_integer_form(f), want = rk_f32_to_e2m1(f);
+                const uint32_t got = e2m1_min_form(f), want = rk_f32_to_e2m1(f);
                 n++;
                 if (got != want && ++bad <= 5) print_message("%a: code %x, want %x\n", f, got, want);
             }
     }
-    print_message("e2m1 integer form: %llu inputs, %llu differ\n", (unsigned long long)n, (unsigned long long)bad);
+    print_message("e2m1 min form: %llu inputs, %llu differ\n", (unsigned long long)n, (unsigned long long)bad);
     assert_true(n > 100000000u);
     assert_int_equal(bad, 0);
 }
@@ -2890,7 +2891,7 @@ int main(void) {
         cmocka_unit_test(test_norm_out_rows),
         cmocka_unit_test(test_v4_head),
         cmocka_unit_test(test_codec_e2m1_ties),
-        cmocka_unit_test(test_e2m1_integer_form),
+        cmocka_unit_test(test_e2m1_min_form),
         cmocka_unit_test(test_e2m1_permute_decode),
         cmocka_unit_test(test_codec_e4m3_ties),
         cmocka_unit_test(test_codec_ue8m0_blocks),
