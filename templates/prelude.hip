@@ -222,8 +222,8 @@ RK_DEVICE float rk_min_num(float x, float c) {
 // and leaves it in the low bits; the sign is f's, kept by a min with FLT_MAX that takes a NaN to +FLT_MAX. Mostly
 // floating-point instructions, which NVIDIA issues at twice the integer rate. Equal to the comparison with each
 // midpoint on all 2^32 inputs (test_ref test_e2m1_min_form checks 134 million). The AMD targets keep that
-// comparison (each comparison with a midpoint is > or >= by the parity of the code below it), whose code the ISA
-// baseline holds.
+// comparison (each comparison with a midpoint is > or >= by the parity of the code below it): this form, and the
+// integer one before it, raised the VGPRs of gfx942 kernels of the ISA baseline and added a wait to a gfx1100 one.
 RK_DEVICE rk_u32 rk_e2m1_sw(float f) {
 #if defined(RK_AMD)
     const rk_u32 u = rk_f32_bits(f), a = u & 0x7fffffffu;
