@@ -417,14 +417,16 @@ int main(int argc, char **argv) {
     enum { MAX_PATTERNS = 8 };
     q_pattern pats[MAX_PATTERNS];
     double pat_bw[MAX_PATTERNS];
-    int npat = 0;
+    int npat = 0, pat_of[MAX_VARIANTS]; /* a variant's pattern in pats, or -1 */
     for (int vi = 0; vi < nv; vi++) {
         rk_desc v;
         q_pattern p;
+        pat_of[vi] = -1;
         if (rk_desc_make(sp, row, &choices[vi], &v, &err) != ROPEKV_OK || !q_pattern_of(&v, &p)) continue;
-        int seen = 0;
-        for (int i = 0; i < npat; i++) seen |= !memcmp(&pats[i], &p, sizeof p);
-        if (seen || npat == MAX_PATTERNS) continue;
+        for (int i = 0; i < npat; i++)
+            if (!memcmp(&pats[i], &p, sizeof p)) pat_of[vi] = i;
+        if (pat_of[vi] >= 0 || npat == MAX_PATTERNS) continue;
+        pat_of[vi] = npat;
         unsigned w = p.read / 16, rs = p.read_st / 16, ws = p.write_st, half = p.write * 2 == p.read;
         unsigned long long rows = big / (p.read_st > p.write_st ? p.read_st : p.write_st), n = rows * w;
         CUdeviceptr dst = p.in_place ? big_a : big_b; /* in place: the writes land on the rows read */
@@ -550,13 +552,12 @@ int main(int argc, char **argv) {
                         rk_launch_plan(&v, &rc.a, &total, &rc.blocks, &rc.block);
                         rc.a.early_release = pdl_mode == 1 || pdl_mode == 3;
                         double limit = bytes_moved(&v, T, H) / bw * 1e6, pat_limit = 0;
-                        q_pattern qp;
-                        for (int i = 0; i < npat && q_pattern_of(&v, &qp); i++)
-                            if (!memcmp(&pats[i], &qp, sizeof qp)) {
-                                const double qb = (double)T * H * (qp.read + qp.write);
-                                pat_limit = qb / pat_bw[i] * 1e6 + limit - qb / bw * 1e6;
-                                if (pat_limit < t_rt) pat_limit = t_rt;
-                            }
+                        if (pat_of[vi] >= 0) { /* the query bytes at their pattern's rate, the rest at the copy's */
+                            const q_pattern *qp = &pats[pat_of[vi]];
+                            const double qb = (double)T * H * (qp->read + qp->write);
+                            pat_limit = qb / pat_bw[pat_of[vi]] * 1e6 + limit - qb / bw * 1e6;
+                            if (pat_limit < t_rt) pat_limit = t_rt;
+                        }
                         if (limit < t_rt) limit = t_rt;
                         /* the 32-bit entry's reach: every chunk index and byte offset below 2^31 (q and q_out are
                          * the largest tensors here; rk_args_check decides the same for the runtime) */
