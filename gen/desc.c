@@ -700,14 +700,26 @@ int rk_desc_writes_fp8(const rk_desc *d) {
     return d->op == ROPEKV_OP_WRITE && (row || d->q_dtype != ROPEKV_Q_BF16);
 }
 
-int rk_read_pairs(const rk_desc *d) {
+/* The latent's segment (the one from 0) when a latent lane may take two neighbouring chunks of it, else NULL. */
+static const rk_segment *latent_pairs(const rk_desc *d) {
     for (int i = 0; i < d->rec.n_seg; i++) {
         const rk_segment *g = &d->rec.seg[i];
-        if (g->from == 0) /* the pair's bytes in one aligned load: 16 e4m3 bytes or 8 e2m1 ones */
+        if (g->from == 0) /* the pair's bytes in one aligned access: 16 e4m3 bytes or 8 e2m1 ones */
             return g->n >= d->L && g->elem != RK_EL_BF16 && g->block > 0 &&
-                   g->at % (g->elem == RK_EL_E4M3 ? 16 : 8) == 0 && (d->L / 8) % 2 == 0 && (g->block / 8) % 2 == 0;
+                           g->at % (g->elem == RK_EL_E4M3 ? 16 : 8) == 0 && (d->L / 8) % 2 == 0 &&
+                           (g->block / 8) % 2 == 0
+                       ? g
+                       : NULL;
     }
-    return 0;
+    return NULL;
+}
+
+int rk_read_pairs(const rk_desc *d) { return d->op == ROPEKV_OP_READ && latent_pairs(d) != NULL; }
+
+int rk_write_pairs(const rk_desc *d) {
+    const rk_segment *g = latent_pairs(d);
+    return d->op == ROPEKV_OP_WRITE && g != NULL && g->outer != RK_OUT_TOKEN && d->norm == ROPEKV_NORM_NONE &&
+           rk_kv_group(d) > 1;
 }
 
 int rk_query_rope_lanes(const rk_desc *d) {
@@ -759,7 +771,7 @@ void rk_launch_plan(const rk_desc *d, rk_args *a, int64_t *total, int64_t *block
          * chunks_from a launch is one short wave of latency chains, and a token a group is as fast or faster) */
         const int group = rk_kv_group(d);
         a->kv_group = group > 1 && rows * a->lanes >= d->arch->chunks_from ? group : 1;
-        if (a->kv_group > 1) a->lanes = a->kv_group * ((d->R + d->L) / 8);
+        if (a->kv_group > 1) a->lanes = a->kv_group * (d->R / 8 + d->L / (rk_write_pairs(d) ? 16 : 8));
         a->grid_groups = (rows + a->kv_group - 1) / a->kv_group;
     }
     rk_div_magic(a->lanes, &a->lanes_mul, &a->lanes_shift);

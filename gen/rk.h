@@ -569,6 +569,11 @@ int rk_desc_chunks(const rk_desc *d, int64_t *from);
  * latency. The kernel's READ_PAIRS. */
 int rk_read_pairs(const rk_desc *d);
 
+/* 1 when a KV-only write launch of token groups (rk_kv_group) gives a latent lane two chunks of such a latent (the
+ * same rows as rk_read_pairs', without a norm or a per-token scale): its index math, slot, block scale and store then
+ * serve sixteen values (a group's a.lanes = kv_group * (R/8 + L/16)). The kernel's WRITE_PAIRS. */
+int rk_write_pairs(const rk_desc *d);
+
 /* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift
  * (a 64-bit product), with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. For d outside
  * that range mul = shift = 0 (the 64-bit entry, which divides, is used then). */

@@ -488,6 +488,17 @@ static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segmen
 // (the copy section starts at a multiple of the wave, a token's lanes are a multiple of BLOCK_CH, and a block
 // starts at a multiple of its values: chunk()).
 
+// A latent lane may take two neighbouring chunks where the latent is one block-scaled e4m3 or e2m1 segment in blocks
+// of an even number of chunks: both lie in one block, and the pair's bytes are one aligned access (a record's rows are
+// 16-byte aligned; the segment starts at a multiple of the pair's bytes). The read-back op pairs in large launches
+// (READ_PAIRS: read.hip); the writer in a KV-only launch of token groups without a norm or a per-token scale
+// (WRITE_PAIRS): a lane's own work (its index math, slot, block scale and store) then serves sixteen values, which
+// is what bounds an e2m1 writer there (rk_read_pairs, rk_write_pairs in gen/desc.c: a.lanes).
+constexpr int PAIR_BYTES = SEG[0].elem == Elem::e4m3 ? 16 : 8;
+constexpr bool LATENT_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem != Elem::bf16 && SEG[0].block > 0 &&
+                              SEG[0].at % PAIR_BYTES == 0 && L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
+constexpr bool WRITE_PAIRS = LATENT_PAIRS && RK_KV_GROUP > 1 && NORM == Norm::none && SEG[0].outer != Outer::token;
+
 // Chunk c (>= L_CH) of the KV row: k_pe's values rotated, normalized first with the factor r by a norm over the
 // whole head.
 template <class I>
@@ -533,10 +544,10 @@ RK_DEVICE f8 block_prep(f8 y, bool nope, float k) {
     return y;
 }
 
-// The amax of chunk c's block of segment S, own being the chunk's: the block's lanes exchange theirs
+// The amax of chunk c's block of segment S, own being the lane's N chunks': the block's lanes exchange theirs
 // (rk_group_max); on the host, where lanes run one after another, the lane computes its block's values itself
 // (the latent normalized with the row's factor r, the rope part rotated; k: block_prep's).
-template <class I, int S>
+template <class I, int S, int N = 1>
 RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float k) {
     constexpr int B = BLOCK_CH<S>;
 #if defined(RK_HOST)
@@ -554,7 +565,7 @@ RK_DEVICE float block_amax(const args &a, I t, int c, float own, float r, float 
     (void)c;
     (void)r;
     (void)k;
-    return rk_group_max<B>(own);
+    return rk_group_max<B / N>(own);
 #endif
 }
 
@@ -668,17 +679,32 @@ RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
            (rk_pack_e2m1(y.v[4], y.v[5]) << 16) | (rk_pack_e2m1(y.v[6], y.v[7]) << 24);
 }
 
+// Where a block's scale goes (the block's first lane stores it): segment S's scale of the block holding x[j], for the
+// row of slot whose value bytes at x[j] are p.
+template <int S>
+RK_DEVICE void store_block_scale(const args &a, rk_i64 slot, rk_u8 *p, int j, rk_u32 bits) {
+    constexpr Segment G = SEG[S];
+    const int at = G.scales_at + SCALE_BYTES<S> * ((j - G.from) / G.block);
+    rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
+               : SAME_PART<S>               ? p + (at - value_byte<S>(j))
+                                            : row_byte(a, slot, at);
+    if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
+    else *q = (rk_u8)bits;
+}
+
 // The generic writer: chunk c of token t's row (its values x[8c, 8c + 8): c_kv for c < L_CH, else rotated k_pe),
-// stored as segment S of the record says. The slot is loaded first but waited for only at the store, like
-// skip_all's above: a slot below min_slot (negative, or a reserved row) or past the cache skips the write. The
-// tensor scale is read with them (the lane has waited in enter()), or with a.prefetch after the gate: read after
-// the rotation it would add a memory round trip to the chain. A block-scaled chunk finds its block's scale with
-// the other lanes of the block before any of them can skip.
-template <class I, int S>
+// stored as segment S of the record says; with N = 2 (a WRITE_PAIRS latent lane) chunks c and c + 1, stored in one
+// access. The slot is loaded first but waited for only at the store, like skip_all's above: a slot below min_slot
+// (negative, or a reserved row) or past the cache skips the write. The tensor scale is read with them (the lane has
+// waited in enter()), or with a.prefetch after the gate: read after the rotation it would add a memory round trip to
+// the chain. A block-scaled chunk finds its block's scale with the other lanes of the block before any of them can
+// skip.
+template <class I, int S, int N = 1>
 RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     constexpr Segment G = SEG[S];
     static_assert(G.outer != Outer::token || G.block > 0, "a per-token outer scale over blocks only");
     static_assert(G.block == 0 || G.from % G.block == 0, "a block starts at a multiple of its values");
+    static_assert(N == 1 || (S == 0 && WRITE_PAIRS), "two chunks a lane: the latent of a WRITE_PAIRS record");
     constexpr bool HAS_NOPE = G.from < L, HAS_ROPE = G.from + G.n > L;
     constexpr bool scaled = G.outer == Outer::tensor && G.conv != Scale::none;
     constexpr Scale CONV = scaled ? G.conv : Scale::none;
@@ -689,10 +715,18 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     const bool masked = rk_zero_byte_if(a.write_mask != nullptr, a.write_mask, t, a.slots);
     float k_scale = scaled && !prefetching(a) ? *a.k_scale : 1.0f;
     const bool nope = HAS_NOPE && (!HAS_ROPE || c < L_CH);
-    f8 y;
+    f8 y, y1;  // y1: the second chunk of a pair
     rk_v16 raw = {0, 0, 0, 0};
     float r = r_row;  // the norm's factor (a norm over the whole head: the row's, from chunk())
-    if (nope) {
+    if (N == 2) {
+        gate(a);
+        const rk_u16 *src = (const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V;
+        raw = rk_load16_ro(src);
+        const rk_v16 raw1 = rk_load16_ro(src + V);
+        rk_issue_point();
+        y = unpack_bf16(raw);
+        y1 = unpack_bf16(raw1);
+    } else if (nope) {
         gate(a);
         raw = rk_load16_ro((const rk_u16 *)a.k_nope + t * (I)a.k_nope_st + c * V);
         rk_issue_point();  // the chunk's load issues before the slot's range test and its wait
@@ -724,33 +758,50 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
     } else {
         const float k = fp8_factor<CONV>(k_scale);
         y = block_prep<S>(y, nope, k);
+        float own = amax8(y);
+        if (N == 2) {
+            y1 = block_prep<S>(y1, true, k);
+            own = rk_max_num(own, amax8(y1));
+        }
         rk_u32 bits;
         float gs = 1.0f;  // the token scale
-        if constexpr (G.outer == Outer::token) gs = token_scale<I, S>(a, t, c, amax8(y), r, k);
-        const float amax = block_amax<I, S>(a, t, c, amax8(y), r, k);
+        if constexpr (G.outer == Outer::token) gs = token_scale<I, S>(a, t, c, own, r, k);
+        const float amax = block_amax<I, S, N>(a, t, c, own, r, k);
         float d = block_scale<S>(amax, gs, &bits);
         if (G.outer == Outer::token) d = d * gs;  // the values are divided by the stored scale times gs
         if (slot < a.min_slot || slot >= a.kv_rows || masked) return;
         rk_u8 *p = row_byte(a, slot, value_byte<S>(j));
         if (G.outer == Outer::token && j == G.from) *(float *)row_byte(a, slot, G.outer_at) = gs;
         y = block_divide<S>(y, d, amax);
-        if constexpr (G.elem == Elem::e4m3) rk_store8_out(p, pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false));
-        else rk_store4_out(p, pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false));
-        const int b = (j - G.from) / G.block;  // the block, whose first lane stores its scale
-        if ((j - G.from) % G.block == 0) {
-            const int at = G.scales_at + SCALE_BYTES<S> * b;
-            rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
-                       : SAME_PART<S>               ? p + (at - value_byte<S>(j))
-                                                    : row_byte(a, slot, at);
-            if (G.scale == ScaleType::f32) *(float *)q = rk_bits_f32(bits);
-            else *q = (rk_u8)bits;
+        if (N == 2) {
+            y1 = block_divide<S>(y1, d, amax);
+            if constexpr (G.elem == Elem::e4m3) {
+                const rk_v8 lo = pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false),
+                            hi = pack_fp8<Scale::none, false>(y1, 1.0f, G.sat, false);
+                rk_store16_out(p, rk_v16{lo.x, lo.y, hi.x, hi.y});
+            } else {
+                rk_store8_out(p, rk_v8{pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false),
+                                       pack_e2m1<Scale::none, false>(y1, 1.0f, G.sat, false)});
+            }
+        } else if constexpr (G.elem == Elem::e4m3) {
+            rk_store8_out(p, pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false));
+        } else {
+            rk_store4_out(p, pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false));
         }
+        if ((j - G.from) % G.block == 0) store_block_scale<S>(a, slot, p, j, bits);  // the block's first lane
     }
 }
 
-// Chunk c of the KV row: its segment is found by comparisons with the segments' constant bounds.
+// Chunk c of the KV row (with pair, chunks c and c + 1 of the latent: WRITE_PAIRS): its segment is found by
+// comparisons with the segments' constant bounds.
 template <class I, int S = 0>
-RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
+RK_DEVICE void kv_chunk(const args &a, I t, int c, float r, bool pair = false) {
+    if constexpr (S == 0 && WRITE_PAIRS) {
+        if (pair) {
+            kv_segment<I, 0, 2>(a, t, c, r);
+            return;
+        }
+    }
     if constexpr (S + 1 < NSEG) {
         if (c >= SEG_END_CH<S>) {
             kv_chunk<I, S + 1>(a, t, c, r);
@@ -766,8 +817,9 @@ RK_DEVICE void kv_chunk(const args &a, I t, int c, float r) {
 //   rope section: heads * QR query rope chunks, R_CH KV rope chunks, idle lanes up to a whole wave
 //   copy section: heads * QN q_nope chunks (absorbed form), L_CH c_kv chunks of the KV row
 // A large KV-only launch (q form none, a.kv_group = RK_KV_GROUP) lays out groups of tokens instead, their R_CH
-// rope chunks side by side in whole waves, then their L_CH chunks each: a token's R_CH = 8 rope lanes would
-// otherwise idle 24 lanes of a 32-lane wave, and those waves issue as many instructions as full ones.
+// rope chunks side by side in whole waves, then their L_CH chunks each (L_CH / 2 lanes of two chunks with
+// WRITE_PAIRS): a token's R_CH = 8 rope lanes would otherwise idle 24 lanes of a 32-lane wave, and those waves issue
+// as many instructions as full ones.
 // (rk_launch_plan in gen/desc.c counts the same: a.lanes, the lanes of a token or of a group.)
 constexpr int QN = QFORM == QForm::absorbed ? L_CH : 0;  // query chunks copied from q_nope per head
 template <class I>
@@ -819,16 +871,20 @@ RK_DEVICE void chunk(const args &a, I g) {
     const int heads = (int)a.q_heads, rope = rope_lanes<int>(heads);
     I t = token_of<I>(a, g);  // the group's, for a KV-only launch of groups
     int r = (int)(g - t * (I)a.lanes);
+    bool pair = false;  // a latent lane of two chunks (WRITE_PAIRS)
     if constexpr (RK_KV_GROUP > 1) {
         if (a.kv_group > 1) {  // lane r of the group: token k's, numbered as in a launch of a token a group
-            constexpr int ROPE = RK_KV_GROUP * R_CH;  // the group's rope section
+            constexpr int ROPE = RK_KV_GROUP * R_CH;           // the group's rope section
+            constexpr int KL = WRITE_PAIRS ? L_CH / 2 : L_CH;  // a token's latent lanes
             int k;
             if (r < ROPE) {
                 k = r / R_CH;
                 r -= k * R_CH;  // the token's rope lane
             } else {
-                k = (r - ROPE) / L_CH;
-                r = rope + (r - ROPE - k * L_CH);  // the token's copy lane, past its own rope section
+                k = (r - ROPE) / KL;
+                r -= ROPE + k * KL;  // the token's latent lane
+                pair = WRITE_PAIRS;
+                r = rope + (pair ? 2 * r : r);  // its (first) chunk's lane in a launch of a token a group
             }
             t = t * RK_KV_GROUP + k;
         }
@@ -868,7 +924,7 @@ RK_DEVICE void chunk(const args &a, I g) {
     } else {
         if (t >= (I)a.kv_tokens) return;  // past the KV rows
         enter(a);
-        kv_chunk<I>(a, t, c, 1.0f);
+        kv_chunk<I>(a, t, c, 1.0f, pair);
     }
 }
 

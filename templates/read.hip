@@ -38,13 +38,10 @@ RK_DEVICE f8 unpack_e2m1(rk_u32 p) {
     return r;
 }
 
-// A latent lane may take two neighbouring chunks in one load (16 e4m3 bytes, or 8 e2m1 bytes) where the latent is one
-// block-scaled segment in blocks of an even number of chunks: both halves lie in one block, whose scale the lane reads
-// once, and the pair's bytes are aligned (a record's rows are 16-byte aligned; the segment starts at a multiple of the
-// pair's bytes). A launch the plan makes paired has a.lanes = L_CH / 2 + R_CH (rk_read_pairs, gen/desc.c).
-constexpr int PAIR_BYTES = SEG[0].elem == Elem::e4m3 ? 16 : 8;
-constexpr bool READ_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem != Elem::bf16 && SEG[0].block > 0 &&
-                            SEG[0].at % PAIR_BYTES == 0 && L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
+// A latent lane may take two neighbouring chunks in one load (16 e4m3 bytes, or 8 e2m1 bytes; LATENT_PAIRS, kernel.hip): both
+// halves lie in one block, whose scale the lane reads once. A launch the plan makes paired has a.lanes = L_CH / 2 +
+// R_CH (rk_read_pairs, gen/desc.c).
+constexpr bool READ_PAIRS = LATENT_PAIRS;
 
 // The factor chunk c of segment S takes back from its block (p: its bytes in the row): the block's scale as stored in
 // the row (the read op's reader takes it exactly), times the token scale where the record has one; 1 without blocks.

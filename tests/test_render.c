@@ -373,6 +373,26 @@ static void test_read_pairs(void **state) {
         a = (rk_args){.tokens = 16};
         rk_launch_plan(&d, &a, &total, &blocks, &block);
         assert_int_equal(a.lanes, (512 + 64) / 8);
+        /* the writer pairs the same rows in a KV-only launch of token groups (4 tokens a group on sm_90), without a
+         * norm; one token a group (a small launch), a norm or another q form keeps a chunk a lane */
+        const ropekv_norm norms[] = {ROPEKV_NORM_NONE, ROPEKV_NORM_RMS};
+        for (int n = 0; n < 2; n++) {
+            rk_desc w;
+            if (rk_desc_make(s, sm90,
+                             &(rk_choice){rows[i].kv, ROPEKV_Q_NONE, ROPEKV_INDEX_INT64, ROPEKV_INDEX_INT64,
+                                          ROPEKV_Q_BF16, rows[i].layout, ROPEKV_OP_WRITE, norms[n], rows[i].record},
+                             &w, &err) != ROPEKV_OK)
+                continue; /* no norm variant of this row */
+            const int pairs = rows[i].pairs && n == 0;
+            if (rk_write_pairs(&w) != pairs) fail_msg("%s: rk_write_pairs %d", w.key, rk_write_pairs(&w));
+            a = (rk_args){.tokens = 8192, .kv_tokens = 8192};
+            rk_launch_plan(&w, &a, &total, &blocks, &block);
+            assert_int_equal(a.kv_group, 4);
+            assert_int_equal(a.lanes, 4 * (64 / 8 + (pairs ? 512 / 16 : 512 / 8)));
+            a = (rk_args){.tokens = 4, .kv_tokens = 4};
+            rk_launch_plan(&w, &a, &total, &blocks, &block);
+            assert_int_equal(a.lanes, 32 + 512 / 8); /* the rope section a whole wave, then the latent's chunks */
+        }
     }
 }
 
