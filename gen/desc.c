@@ -1,5 +1,6 @@
 /* The kernel description: (spec, arch row, choices) -> every code parameter, the variant key and the
  * kernel name; the enumeration of a spec's variants for the tools; the launch plan. */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,12 @@ uint32_t rk_record_digest(const rk_record *r) {
         h = fnv(h, f, sizeof f);
         h = fnv(h, &g->sat_ocp, sizeof g->sat_ocp);
         h = fnv(h, &g->sat_fnuz, sizeof g->sat_fnuz);
+        const float floor = rk_seg_floor(g);
+        if (floor != FLT_MIN || g->block_conv != RK_BC_DIV || g->interleave != 0) { /* older records' digests kept */
+            const int more[] = {(int)g->block_conv, g->interleave};
+            h = fnv(h, &floor, sizeof floor);
+            h = fnv(h, more, sizeof more);
+        }
     }
     return h;
 }
@@ -718,8 +725,8 @@ int rk_read_pairs(const rk_desc *d) { return d->op == ROPEKV_OP_READ && latent_p
 
 int rk_write_pairs(const rk_desc *d) {
     const rk_segment *g = latent_pairs(d);
-    return d->op == ROPEKV_OP_WRITE && g != NULL && g->outer != RK_OUT_TOKEN && d->norm == ROPEKV_NORM_NONE &&
-           rk_kv_group(d) > 1;
+    return d->op == ROPEKV_OP_WRITE && d->arch->write_pairs && g != NULL && g->outer != RK_OUT_TOKEN &&
+           d->norm == ROPEKV_NORM_NONE && rk_kv_group(d) > 1;
 }
 
 int rk_query_rope_lanes(const rk_desc *d) {

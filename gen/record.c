@@ -1,6 +1,7 @@
 /* Cache records (gen/record.h): the spelling tables of their enums and rk_record_check. */
 #include "rk.h"
 
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 RK_TABLE_(elem, RK_ELEM_LIST)
 RK_TABLE_(scale_type, RK_SCALE_TYPE_LIST)
 RK_TABLE_(scale_rule, RK_SCALE_RULE_LIST)
+RK_TABLE_(block_conv, RK_BLOCK_CONV_LIST)
 RK_TABLE_(scale_at, RK_SCALE_AT_LIST)
 RK_TABLE_(outer, RK_OUTER_LIST)
 RK_TABLE_(read_scale, RK_READ_SCALE_LIST)
@@ -30,6 +32,13 @@ int rk_seg_bytes(const rk_segment *s) { return s->n * rk_elem_bits(s->elem) / 8;
 int rk_seg_scale_bytes(const rk_segment *s) {
     if (s->block <= 0 || s->scale == RK_ST_NONE) return 0;
     return s->n / s->block * (s->scale == RK_ST_F32 ? 4 : 1);
+}
+
+float rk_seg_floor(const rk_segment *s) { return s->floor > 0.0f ? s->floor : FLT_MIN; }
+
+int rk_seg_scale_slot(const rk_segment *s, int b) {
+    const int k = s->interleave;
+    return k >= 2 ? b % k * (s->n / s->block / k) + b / k : b;
 }
 
 const rk_record *rk_record_find(const rk_record_lib *lib, const char *name) {
@@ -105,6 +114,8 @@ static int check_segment(const ctx *c, int i) {
         return seg_bad(c, i, "scale", "not a scale type (%d)", (int)s->scale);
     if (!in_enum(&rk_scale_rule_enum, (int)s->rule))
         return seg_bad(c, i, "rule", "not a scale rule (%d)", (int)s->rule);
+    if (!in_enum(&rk_block_conv_enum, (int)s->block_conv))
+        return seg_bad(c, i, "block_conv", "not a block convention (%d)", (int)s->block_conv);
     if (!in_enum(&rk_scale_at_enum, (int)s->scale_at))
         return seg_bad(c, i, "scale_at", "not a scale placement (%d)", (int)s->scale_at);
     if (!in_enum(&rk_outer_enum, (int)s->outer))
@@ -135,9 +146,25 @@ static int check_segment(const ctx *c, int i) {
         return seg_bad(c, i, "scale", "'%s' without a block (block is 0)", rk_enum_name(&rk_scale_type_enum, s->scale));
     if (s->elem == RK_EL_BF16 && s->block != 0)
         return seg_bad(c, i, "scale", "bf16 values take no block scale (they are stored as they are)");
-    if (s->block == 0 && s->rule != RK_SR_EXACT) return seg_bad(c, i, "rule", "'pow2_up' without block scales");
+    if (s->block == 0 && s->rule != RK_SR_EXACT)
+        return seg_bad(c, i, "rule", "'%s' without block scales", rk_enum_name(&rk_scale_rule_enum, s->rule));
     if (s->scale == RK_ST_UE8M0 && s->rule != RK_SR_POW2_UP)
         return seg_bad(c, i, "rule", "must be 'pow2_up' with ue8m0 scales (a UE8M0 byte holds only powers of two)");
+    if (s->rule == RK_SR_UP && s->scale != RK_ST_E4M3)
+        return seg_bad(c, i, "rule", "'up' rounds to an e4m3 scale's values (scale is '%s')",
+                       rk_enum_name(&rk_scale_type_enum, s->scale));
+    if (s->block == 0 && (s->floor != 0.0f || s->block_conv != RK_BC_DIV || s->interleave != 0))
+        return seg_bad(c, i,
+                       s->floor != 0.0f             ? "floor"
+                       : s->block_conv != RK_BC_DIV ? "block_conv"
+                                                    : "scales_interleave",
+                       "given without block scales (block is 0)");
+    if (s->floor != 0.0f && !(s->floor >= FLT_MIN && s->floor <= 1.0f))
+        return seg_bad(c, i, "floor", "must be in [FLT_MIN, 1] (the least block scale), got %g", (double)s->floor);
+    if (s->interleave != 0 && (s->interleave < 2 || (s->block && (s->n / s->block) % s->interleave != 0)))
+        return seg_bad(c, i, "scales_interleave",
+                       "must be 0 (block order) or k >= 2 dividing the %d block scales, got %d",
+                       s->block ? s->n / s->block : 0, s->interleave);
     if (s->block == 0 && s->scale_at != RK_SA_INLINE)
         return seg_bad(c, i, "scale_at", "'page_tail' without block scales (block is 0)");
     if (s->block != 0) {

@@ -32,12 +32,20 @@ struct rk_err; /* gen/rk.h */
     X(RK_ST_F32, f32, f32)           \
     X(RK_ST_UE8M0, ue8m0, ue8m0)     \
     X(RK_ST_E4M3, e4m3, e4m3)
-/* A block scale's rule, s = max(amax / sat, FLT_MIN) first (sat: the element's bound, per fp8 format):
+/* A block scale's rule, s = max(amax / sat, floor) first (sat: the element's bound, per fp8 format; floor: the
+ * segment's, FLT_MIN unless it names one):
  *   exact   s as it is (an f32 scale; an e4m3 scale rounds s to nearest even, saturating)
- *   pow2_up s rounded up to a power of two (the UE8M0 rule; on an f32 scale: f32 holding 2^k) */
+ *   pow2_up s rounded up to a power of two (the UE8M0 rule; on an f32 scale: f32 holding 2^k)
+ *   up      an e4m3 scale: the least e4m3 value >= s (saturating at the format's largest) */
 #define RK_SCALE_RULE_LIST(X)        \
     X(RK_SR_EXACT, exact, exact)     \
-    X(RK_SR_POW2_UP, pow2_up, pow2)
+    X(RK_SR_POW2_UP, pow2_up, pow2)  \
+    X(RK_SR_UP, up, up)
+/* How a block's values take its scale d (as stored, decoded): div, y / d (an IEEE division); mul_recip, y * (1 / d)
+ * (the reciprocal an f32 first, as writers that multiply do). */
+#define RK_BLOCK_CONV_LIST(X)                 \
+    X(RK_BC_DIV, div, div)                    \
+    X(RK_BC_MUL_RECIP, mul_recip, mul_recip)
 /* Where a segment's block scales lie: inline at a byte offset of the row; in the page tail (paged layout only:
  * after a page's block_size rows, block_size tails of tail_bytes, the token's scales at an offset of its tail). */
 #define RK_SCALE_AT_LIST(X)              \
@@ -56,6 +64,7 @@ struct rk_err; /* gen/rk.h */
 typedef enum { RK_ELEM_LIST(RK_ENUMERATOR_) } rk_elem;
 typedef enum { RK_SCALE_TYPE_LIST(RK_ENUMERATOR_) } rk_scale_type;
 typedef enum { RK_SCALE_RULE_LIST(RK_ENUMERATOR_) } rk_scale_rule;
+typedef enum { RK_BLOCK_CONV_LIST(RK_ENUMERATOR_) } rk_block_conv;
 typedef enum { RK_SCALE_AT_LIST(RK_ENUMERATOR_) } rk_scale_at;
 typedef enum { RK_OUTER_LIST(RK_ENUMERATOR_) } rk_outer;
 #undef RK_ENUMERATOR_
@@ -77,6 +86,10 @@ typedef struct rk_segment {
     rk_outer outer;
     int outer_at;  /* token: byte offset of its float32 in the row */
     int rope_bf16; /* 1: values of the rope part are rounded to bf16 before they are quantized */
+    float floor;   /* the least block scale before its rule (s = max(amax / sat, floor)); 0: FLT_MIN (rk_seg_floor) */
+    rk_block_conv block_conv; /* how the block's values take its scale */
+    int interleave; /* 0: block b's scale is scale b; k >= 2: scale (b % k) * (n / block / k) + b / k (the scales
+                       stored as k runs: b = 0, k, 2k, ..., then b = 1, k + 1, ...) */
 } rk_segment;
 
 /* How a reader takes a block's scale back: exact (the stored value), bf16 (rounded to bf16 first, as FlashMLA's
@@ -118,6 +131,10 @@ typedef struct rk_record {
 int rk_elem_bits(rk_elem e);
 int rk_seg_bytes(const rk_segment *s);
 int rk_seg_scale_bytes(const rk_segment *s);
+/* The least block scale of a segment (its floor, FLT_MIN when it names none); the place of block b's scale among its
+ * n / block scales (interleave). */
+float rk_seg_floor(const rk_segment *s);
+int rk_seg_scale_slot(const rk_segment *s, int b);
 
 /* ---- gen/record.c: validation ----------------------------------------------------------------------------------
  * ROPEKV_OK, or ROPEKV_ERR_SPEC with a message naming the record, the segment (by index and its `from`) and the key

@@ -8,11 +8,15 @@
  *   sanitize        unblocked e4m3: after the scale, NaN -> 0 (+-inf then meets the clamp); blocked segments and bf16:
  *                   NaN -> 0 and x clamped to +-3.38953139e38f (the bf16 max finite) before any amax;
  *   blocks          amax = the largest |v| of the block (NaN ignored: 0 for an all-NaN block; an inf gives inf),
- *                   s = max(amax / sat, FLT_MIN) (an IEEE division), rounded up to a power of two by pow2_up;
+ *                   s = max(amax / sat, floor) (an IEEE division; floor FLT_MIN unless the segment names one),
+ *                   rounded up to a power of two by pow2_up;
  *                   the scale stored: f32 as it is; UE8M0 its biased exponent (s is rounded up to a power of two
  *                   whatever the rule: the byte holds nothing else; an inf scale is 0xff, UE8M0's NaN); e4m3 the
  *                   target's fp8 of s (nearest even, saturating), and 0x01 (the smallest subnormal) for an s that
- *                   rounds to zero. The values are divided by the scale as stored (s', decoded);
+ *                   rounds to zero, then by rule up the next byte while its value is below s (short of the largest
+ *                   finite one). The values are divided by the scale as stored (s', decoded), or with block_conv
+ *                   mul_recip multiplied by 1.0f / s'. The scale of block b lies at place b, or with interleave k at
+ *                   (b % k) * (blocks / k) + b / k;
  *   token scale     outer token: g = max(amax over the segment / (smax * sat), FLT_MIN), smax the scale type's
  *                   largest value (f32: 1, so g = the segment's own scale; UE8M0 2^127; e4m3 the format's max), g
  *                   stored as a float32 at outer_at; each block's s is (amax_b / sat) / g before its rule and
@@ -91,7 +95,7 @@ static float scale_max(rk_scale_type t, rk_fp8_fmt fmt) {
     }
 }
 
-/* A block's scale s (already max(., FLT_MIN)) under the segment's rule and storage: the bytes written at out, and
+/* A block's scale s (already max(., floor)) under the segment's rule and storage: the bytes written at out, and
  * the value they decode to. */
 static float scale_store(const rk_segment *g, rk_fp8_fmt fmt, float s, uint8_t *out) {
     if (g->rule == RK_SR_POW2_UP || g->scale == RK_ST_UE8M0) s = pow2_up(s);
@@ -105,6 +109,8 @@ static float scale_store(const rk_segment *g, rk_fp8_fmt fmt, float s, uint8_t *
     case RK_ST_E4M3: {
         uint8_t b = rk_f32_to_fp8(s, fmt);
         if ((b & 0x7fu) == 0u) b = 0x01; /* s > 0: never a zero scale */
+        /* up: the next value while the nearest is below s, short of the largest finite byte */
+        if (g->rule == RK_SR_UP && rk_fp8_to_f32(b, fmt) < s && b < (fmt == RK_FP8_FNUZ ? 0x7f : 0x7e)) b++;
         *out = b;
         return rk_fp8_to_f32(b, fmt);
     }
@@ -214,10 +220,13 @@ static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt f
             if (fabsf(v[i]) > amax) amax = fabsf(v[i]);
         float s = amax / sat;
         if (g->outer == RK_OUT_TOKEN) s = s / gs;
-        if (!(s >= FLT_MIN)) s = FLT_MIN;
-        float d = scale_store(g, fmt, s, sc + sb * (b0 / g->block));
+        const float floor = rk_seg_floor(g);
+        if (!(s >= floor)) s = floor;
+        float d = scale_store(g, fmt, s, sc + sb * rk_seg_scale_slot(g, b0 / g->block));
         if (g->outer == RK_OUT_TOKEN) d = d * gs;
-        for (int i = b0; i < b0 + g->block; i++) store_elem(g, raw, fmt, row, i, clamp_sat(v[i] / d, sat));
+        const float rcp = 1.0f / d; /* block_conv mul_recip */
+        for (int i = b0; i < b0 + g->block; i++)
+            store_elem(g, raw, fmt, row, i, clamp_sat(g->block_conv == RK_BC_MUL_RECIP ? v[i] * rcp : v[i] / d, sat));
     }
 }
 
@@ -255,7 +264,8 @@ void rk_record_decode(const rk_record *r, int fmt, const uint8_t *row, const uin
         for (int i = 0; i < g->n; i++) {
             float v = load_elem(g, (rk_fp8_fmt)fmt, row, i);
             if (g->block) {
-                float d = read_scale(rd, scale_load(g, (rk_fp8_fmt)fmt, sc + scale_bytes(g->scale) * (i / g->block)));
+                const int slot = rk_seg_scale_slot(g, i / g->block);
+                float d = read_scale(rd, scale_load(g, (rk_fp8_fmt)fmt, sc + scale_bytes(g->scale) * slot));
                 if (g->outer == RK_OUT_TOKEN) d = d * gs;
                 v = v * d;
             } else if (g->outer == RK_OUT_TOKEN) {

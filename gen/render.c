@@ -274,15 +274,17 @@ static int record_text(const rk_desc *d, rk_buf *o) {
         const rk_segment *g = &seg[i];
         char sat[32];
         float_literal(d->fp8 == RK_FP8_FNUZ ? g->sat_fnuz : g->sat_ocp, sat, sizeof sat);
+        char floor[32];
+        float_literal(rk_seg_floor(g), floor, sizeof floor);
         rc |= rk_buf_printf(
             o,
             "    {%d, %d, Elem::%s, %d, %d, ScaleType::%s, ScaleRule::%s, ScaleAt::%s, %d, %s, Outer::%s, "
-            "Scale::%s, %d, %s},\n",
+            "Scale::%s, %d, %s, %s, BlockConv::%s, %d},\n",
             g->from, g->n, rk_enum_name(&rk_elem_enum, g->elem), g->at, g->block,
             rk_enum_name(&rk_scale_type_enum, g->scale), rk_enum_name(&rk_scale_rule_enum, g->rule),
             rk_enum_token(&rk_scale_at_enum, g->scale_at), g->scales_at, sat, rk_enum_name(&rk_outer_enum, g->outer),
             rk_scale_name(g->outer == RK_OUT_TENSOR ? d->kv8_scale : RK_SCALE_NONE), g->outer_at,
-            g->rope_bf16 ? "true" : "false");
+            g->rope_bf16 ? "true" : "false", floor, rk_enum_name(&rk_block_conv_enum, g->block_conv), g->interleave);
     }
     rc |= rk_buf_printf(o, "};");
     return rc ? ROPEKV_ERR_NOMEM : ROPEKV_OK;
@@ -297,7 +299,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
 #include "params.def"
     };
     const rk_arch *a = d->arch;
-    rk_binding bind[N_PARAMS + 13];
+    rk_binding bind[N_PARAMS + 14];
     char text[N_PARAMS][48], block[16], wide_block[16], wave[16], chunks[16], kv_group[16];
     int n = 0;
 #define RK_PARAM(field, type, kind, table, cxx, constant, binding, pub, applies, comment)          \
@@ -325,6 +327,7 @@ int rk_emit(const rk_desc *d, rk_buf *out, rk_err *err) {
         {"hw_e2m1", FLAG(a->e2m1_hw)},
         {"fp8_fnuz", FLAG(d->fp8 == RK_FP8_FNUZ)},
         {"kv_group", kv_group},
+        {"write_pairs", FLAG(rk_write_pairs(d))},
         {"name", d->name},
         {"record", NULL},
     };

@@ -163,8 +163,8 @@ extern const rk_enum rk_vendor_enum, rk_compiler_enum, rk_fp8_enum, rk_rope_enum
     rk_tile_scale_enum, rk_read_neg_enum, rk_norm_enum, rk_norm_weight_enum, rk_norm_round_enum, rk_norm_over_enum,
     rk_q_norm_enum, rk_order_enum;
 /* The enums of a cache record (gen/record.h), tables in gen/record.c. */
-extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_scale_at_enum, rk_outer_enum,
-    rk_read_scale_enum;
+extern const rk_enum rk_elem_enum, rk_scale_type_enum, rk_scale_rule_enum, rk_block_conv_enum, rk_scale_at_enum,
+    rk_outer_enum, rk_read_scale_enum;
 
 /* The spelling / token of a value; NULL for a value not in the table. */
 const char *rk_enum_name(const rk_enum *e, int value);
@@ -207,15 +207,17 @@ typedef struct rk_arch {
     /* the read-back op's chunks and chunks_from (the spec's defaults: the two above) */
     int read_chunks;
     int64_t read_chunks_from;
-    int nt_stores;        /* 1: non-temporal (streaming) stores for q_out and cache rows */
-    int pdl;              /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
+    int nt_stores;   /* 1: non-temporal (streaming) stores for q_out and cache rows */
+    int pdl;         /* 1: programmatic dependent launch (NVIDIA sm_90+): the kernel waits for
                                  the previous grid before its first memory access, so its launch can
                                  overlap that grid's tail */
-    int family;           /* 1: compiled for the target's family-specific variant (NVIDIA sm_XYf: the conversions
+    int family;      /* 1: compiled for the target's family-specific variant (NVIDIA sm_XYf: the conversions
                                  of its family, e.g. cvt e2m1x2 on sm_100f / sm_103f / sm_120f; the code runs on
                                  every GPU of the family): rk_arch_code */
-    int e2m1_hw;          /* 1: hardware f32->e2m1 conversion (AMD: the spec's e2m1_hw, gfx950's
+    int e2m1_hw;     /* 1: hardware f32->e2m1 conversion (AMD: the spec's e2m1_hw, gfx950's
                                  v_cvt_scalef32_pk_fp4_f32; NVIDIA: family) */
+    int write_pairs; /* 1: a KV-only write launch of token groups may give a latent lane two chunks (rk_write_pairs;
+                                 the spec's default: 1 but on AMD, whose rows keep a chunk a lane) */
     rk_compiler compiler; /* preferred compiler family */
     char options[256];    /* default compiler options, space separated */
 } rk_arch;
@@ -570,8 +572,9 @@ int rk_desc_chunks(const rk_desc *d, int64_t *from);
 int rk_read_pairs(const rk_desc *d);
 
 /* 1 when a KV-only write launch of token groups (rk_kv_group) gives a latent lane two chunks of such a latent (the
- * same rows as rk_read_pairs', without a norm or a per-token scale): its index math, slot, block scale and store then
- * serve sixteen values (a group's a.lanes = kv_group * (R/8 + L/16)). The kernel's WRITE_PAIRS. */
+ * same rows as rk_read_pairs', without a norm or a per-token scale, on a row with write_pairs): its index math, slot,
+ * block scale and store then serve sixteen values (a group's a.lanes = kv_group * (R/8 + L/16)). The kernel's
+ * WRITE_PAIRS (RK_WRITE_PAIRS). */
 int rk_write_pairs(const rk_desc *d);
 
 /* Division by d (1 <= d < 2^31) without a divide: for every 0 <= n < 2^31, n / d == (n * mul) >> shift

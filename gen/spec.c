@@ -631,11 +631,11 @@ static int get_sat(const scope *s, const char *key, rk_fp8_fmt fmt, float *out) 
 
 /* ---- architecture table ----------------------------------------------------------------------------- */
 static const char *const archs_keys[] = {"archs", NULL};
-static const char *const arch_keys[] = {"name",      "vendor",      "wave",      "fp8",         "fp8_hw",
-                                        "bf16_hw",   "vec_bytes",   "block",     "compiler",    "options",
-                                        "chunks",    "chunks_from", "nt_stores", "pdl",         "wide_block",
-                                        "wide_from", "family",      "e2m1_hw",   "read_chunks", "read_chunks_from",
-                                        NULL};
+static const char *const arch_keys[] = {"name",        "vendor",      "wave",      "fp8",         "fp8_hw",
+                                        "bf16_hw",     "vec_bytes",   "block",     "compiler",    "options",
+                                        "chunks",      "chunks_from", "nt_stores", "pdl",         "wide_block",
+                                        "wide_from",   "family",      "e2m1_hw",   "read_chunks", "read_chunks_from",
+                                        "write_pairs", NULL};
 
 static int compiler_fits(rk_compiler c, rk_vendor v) {
     switch (c) {
@@ -695,6 +695,8 @@ static int read_arch(const scope *s, rk_arch *a) {
                    "an AMD key (an NVIDIA row converts e2m1 in hardware through its family target, "
                    "family = true)");
     if (a->vendor == RK_VENDOR_NVIDIA) a->e2m1_hw = a->family;
+    const int def_pairs = a->vendor != RK_VENDOR_AMD;
+    TRY(get_bool(s, "write_pairs", &def_pairs, &a->write_pairs));
     return get_string(s, "options", "", a->options, sizeof a->options);
 }
 
@@ -1060,9 +1062,11 @@ static int read_targets(const scope *s, const rk_arch_table *archs, rk_spec *o) 
 static const char *const lib_keys[] = {"records", NULL};
 static const char *const record_keys[] = {"name",       "like", "L",        "R",       "row_bytes", "split_at",
                                           "tail_bytes", "conv", "segments", "readers", "matches",   NULL};
-static const char *const segment_keys[] = {"from",  "n",        "elem",      "at",        "block",
-                                           "scale", "rule",     "scale_at",  "scales_at", "saturate",
-                                           "outer", "outer_at", "rope_bf16", NULL};
+static const char *const segment_keys[] = {"from",      "n",        "elem",       "at",
+                                           "block",     "scale",    "rule",       "scale_at",
+                                           "scales_at", "saturate", "outer",      "outer_at",
+                                           "rope_bf16", "floor",    "block_conv", "scales_interleave",
+                                           NULL};
 static const char *const reader_keys[] = {"name", "scale", NULL};
 
 /* Opens element i (1-based) of the list at lv, which must be a table, as sub ("<key>[i]."). */
@@ -1139,6 +1143,13 @@ static int read_segment(const scope *s, const rk_segment *base, rk_segment *o) {
     o->outer = (rk_outer)v;
     const int need_outer = base == NULL && o->outer == RK_OUT_TOKEN;
     TRY(get_int(s, "outer_at", need_outer ? NULL : &b->outer_at, 0, 1 << 16, &o->outer_at));
+    const double def_floor = b->floor;
+    double floor;
+    TRY(get_number(s, "floor", &def_floor, &floor));
+    o->floor = (float)floor; /* rk_record_check bounds it */
+    TRY(get_enum(s, "block_conv", &rk_block_conv_enum, (int)b->block_conv, &v));
+    o->block_conv = (rk_block_conv)v;
+    TRY(get_int(s, "scales_interleave", &b->interleave, 0, 1 << 16, &o->interleave));
     return get_bool(s, "rope_bf16", &b->rope_bf16, &o->rope_bf16);
 }
 

@@ -596,14 +596,19 @@ typedef struct ropekv_record_segment {
     int at;            /* byte offset of its first value in the row */
     int block;         /* values per block scale; 0: no block scales */
     const char *scale; /* the block scale's storage: "none", "f32", "ue8m0" (2^(b - 127), 0xff NaN), "e4m3" */
-    const char *rule;  /* "exact" or "pow2_up" (rounded up to a power of two) */
+    const char *rule;  /* "exact", "pow2_up" (rounded up to a power of two) or "up" (an e4m3 scale: the least e4m3
+                          value >= s) */
     const char *scale_at; /* "inline" (at scales_at of the row) or "page_tail" (at scales_at of the token's tail) */
     int scales_at;
-    float saturate_ocp, saturate_fnuz; /* the bound a block's amax maps to (s = max(amax / sat, FLT_MIN)), or an
+    float saturate_ocp, saturate_fnuz; /* the bound a block's amax maps to (s = max(amax / sat, floor)), or an
                                           unblocked fp8 segment's clamp, per fp8 byte format; 0 for bf16 */
     const char *outer; /* "none"; "tensor" (the launch's k_scale under conv); "token" (a float32 in the row) */
     int outer_at;      /* token: the byte offset of its float32 */
     int rope_bf16;     /* 1: rope values (index >= L) are rounded to bf16 before they are quantized */
+    float floor; /* the least block scale before its rule (FLT_MIN unless the record names one); 0 without blocks */
+    const char *block_conv; /* how a block's values take its decoded scale d: "div" (y / d), "mul_recip" (y * (1 / d));
+                               "none" without blocks */
+    int scales_interleave;  /* 0: block b's scale at place b; k: at (b % k) * (blocks / k) + b / k */
 } ropekv_record_segment;
 typedef struct ropekv_record_reader {
     size_t size;

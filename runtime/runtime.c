@@ -1437,6 +1437,9 @@ ropekv_status ropekv_record_segment_at(const ropekv_record *rec, int i, ropekv_r
         .outer = rk_enum_name(&rk_outer_enum, g->outer),
         .outer_at = g->outer_at,
         .rope_bf16 = g->rope_bf16,
+        .floor = g->block ? rk_seg_floor(g) : 0.0f,
+        .block_conv = g->block ? rk_enum_name(&rk_block_conv_enum, g->block_conv) : "none",
+        .scales_interleave = g->interleave,
     };
     view_copy(out, size, &v, sizeof v);
     return ROPEKV_OK;

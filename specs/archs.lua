@@ -20,7 +20,9 @@
 --              NVIDIA only): compile for the device's family-specific target (sm_100 -> sm_100f): the family's
 --              conversions (cvt.rn.satfinite.e2m1x2.f32 for e2m1 records), in code that runs on every GPU of the
 --              family (an nvrtc before 12.9 has no family targets: the plain one, software conversions),
---              e2m1_hw (false, AMD only; an NVIDIA row's is its family): the hardware f32 -> e2m1 conversion.
+--              e2m1_hw (false, AMD only; an NVIDIA row's is its family): the hardware f32 -> e2m1 conversion,
+--              write_pairs (true; false on AMD rows): a KV-only write launch of token groups gives a block-scaled
+--              latent's lanes two chunks each (gen/rk.h, rk_write_pairs).
 --   sm_80 and sm_90 are tuned with bench_kernel (bench/README.md, results in docs/results.md); the Blackwell rows
 --   are not yet (sm_90's values); AMD rows keep the defaults.
 return {

@@ -9,11 +9,14 @@
 -- takes the launch's k_scale: mul_recip, div or mul), segments, readers, matches; `like` takes an earlier record
 -- as the base (its segments are merged entry by entry).
 -- Keys of a segment: from, n (it stores x[from, from + n)), elem (bf16, e4m3, e2m1), at (its first byte),
--- block (0, 16, 32, 64, 128 values a scale), scale (none, f32, ue8m0, e4m3), rule (exact, or pow2_up: the scale
--- rounded up to a power of two), scale_at (inline, page_tail), scales_at, saturate = { ocp, fnuz } (the bound a
--- block's amax maps to, or an unblocked segment's clamp; default: the element's largest finite value), outer
--- (none, tensor, token), outer_at (a per-token float32's offset), rope_bf16 (rope values rounded to bf16 before
--- they are quantized).
+-- block (0, 16, 32, 64, 128 values a scale), scale (none, f32, ue8m0, e4m3), rule (exact; pow2_up: the scale
+-- rounded up to a power of two; up: an e4m3 scale rounded up to the least e4m3 value >= it), floor (the least
+-- scale before its rule: s = max(amax / sat, floor); default FLT_MIN), block_conv (how the values take their
+-- block's decoded scale d: div, y / d; mul_recip, y * (1 / d)), scale_at (inline, page_tail), scales_at,
+-- scales_interleave (0: block b's scale at place b; k: at (b % k) * (blocks / k) + b / k), saturate = { ocp, fnuz }
+-- (the bound a block's amax maps to, or an unblocked segment's clamp; default: the element's largest finite
+-- value), outer (none, tensor, token), outer_at (a per-token float32's offset), rope_bf16 (rope values rounded to
+-- bf16 before they are quantized).
 -- Keys of a reader: name (an engine's kernel), scale (how it takes a block scale back: exact, bf16, pow2_down).
 --
 -- Where a fact below could not be checked against an engine's code, its comment says "not verified".
@@ -132,9 +135,12 @@ return {
     },
     -- dsv4_fp8, 576 bytes a row + 8 a token in the page tail = 584 (DeepSeek-V4 Flash / Pro): 448 NoPE values in
     -- e4m3 in 7 blocks of 64, the 64 rope values in bf16 at 448; the 7 UE8M0 block scales and one pad byte of each
-    -- token lie after the page's rows. From vLLM's V4 fused insert kernel, SGLang's fused_norm_rope_flashmla and
-    -- TensorRT-LLM's mlaKvNormRopeQuant as summarized in RECORDS.md; their code was not read here, so the scale
-    -- rule (amax / 448 rounded up to a power of two, the UE8M0 rule) and the FNUZ bound are not verified.
+    -- token lie after the page's rows. Follows vLLM's fused writer (vllm-project/vllm,
+    -- csrc/fused_deepseek_v4_qnorm_rope_kv_insert_kernel.cu) and SGLang's (fused_k_norm_rope_flashmla): amax
+    -- floored at 1e-4, divided by 448 and rounded up to a power of two (floor = the float32 1e-4 / 448: the same
+    -- bytes), values times the scale's exact reciprocal, the pad byte 0. TensorRT-LLM's footer_scale_kv floors amax
+    -- at 1e-8 and FlashMLA's test reference the quotient at 1e-4: they differ for blocks with amax below 5.3e-5
+    -- (below 0.027 for FlashMLA's). No engine read has a FNUZ writer of this row: that bound is not verified.
     {
       name = "dsv4_fp8",
       L = 448,
@@ -150,19 +156,22 @@ return {
           block = 64,
           scale = "ue8m0",
           rule = "pow2_up",
+          floor = 2.23214286e-07, -- float32(1e-4) / 448 in float32
           scale_at = "page_tail",
           scales_at = 0,
         },
         { from = 448, n = 64, elem = "bf16", at = 448 },
       },
       readers = { { name = "flashmla_v4_sparse", scale = "exact" } },
-      matches = "DeepSeek-V4 fp8 cache: 448 e4m3 + bf16 rope, 7 UE8M0 per 64 + 1 pad byte a token in the page tail",
+      matches = "vLLM / SGLang DeepSeek-V4 fused writers: 448 e4m3 + bf16 rope, 7 UE8M0 per 64 + 1 pad byte in the page tail",
     },
     -- dsv41_mxfp8, 528 bytes (DeepSeek-V4.1): all 512 values of the head in e4m3, the 64 rope values rotated and
-    -- then quantized with the latent (one segment over x[0, 512)), 16 UE8M0 scales per 32 at 512. From vllm
-    -- #56893 and SGLang #39123 (its torch reference, torch_quant.py) as summarized in RECORDS.md; not read here.
-    -- Whether the rotated rope values are bf16 before the quantizer reads them is not verified; the record assumes
-    -- they are (the engines' rope kernels write bf16).
+    -- then quantized with the latent (one segment over x[0, 512)), 16 UE8M0 scales per 32 at 512. Follows SGLang
+    -- (sgl-project/sglang, python/sglang/kernels/jit/include/sgl_kernel/deepseek_v4/kv_layout.cuh, v41::
+    -- store_row_fp8, and its torch reference torch_quant.py, quantize_k_cache_v41): amax / 448 as an f32 division,
+    -- floored at 1e-4 (float32), rounded up to a power of two, values times its exact reciprocal; the rope rotated
+    -- in f32 and rounded to bf16 first. vLLM's Triton writers (vllm #56893) floor amax rather than the quotient and
+    -- quantize the f32 rotation: they differ for tiles with amax below 0.0273.
     {
       name = "dsv41_mxfp8",
       L = 448,
@@ -177,11 +186,12 @@ return {
           block = 32,
           scale = "ue8m0",
           rule = "pow2_up",
+          floor = 1e-4,
           scales_at = 512,
           rope_bf16 = true,
         },
       },
-      matches = "DeepSeek-V4.1 MXFP8: 512 e4m3 incl. the rotated rope, UE8M0 per 32 (not verified)",
+      matches = "SGLang V41 MXFP8 (kv_layout.cuh store_row_fp8): 512 e4m3 incl. the rotated rope, UE8M0 per 32",
     },
     -- dsv41_fp4, 288 bytes (DeepSeek-V4.1): the 512 values in e2m1 (two a byte, the first in the low nibble), 32
     -- e4m3 scales per 16 at 256, no outer scale. From SGLang #39123 and vllm #56935 as summarized in RECORDS.md;
@@ -232,20 +242,35 @@ return {
       },
       matches = "FlashInfer NVFP4 MLA cache (ckv e2m1 + e4m3 per 16, kpe e4m3), global scale (not verified)",
     },
-    -- nvfp4_fp8rope, 352 bytes (the DSA NVFP4 record of vllm #51724 and vllm-project/FlashMLA #18): 256 bytes of
-    -- e2m1 latent, the 64 rope values in e4m3 at 256, then 32 e4m3 scales per 16 at 320; one row. From RECORDS.md;
-    -- the code was not read here: whether the rope bytes take a scale is not verified (the record clamps and
-    -- converts them as they are).
+    -- nvfp4_fp8rope, 352 bytes (the DSA NVFP4 record of vllm #51724, read by vllm-project/FlashMLA #18): 256 bytes
+    -- of e2m1 latent, the 64 rope values in e4m3 at 256 (no scale), then 32 e4m3 scales per 16 at 320, stored as
+    -- four runs (block b's at 8 (b % 4) + b / 4). As vLLM's concat_and_cache_nvfp4_ds_mla_kernel
+    -- (csrc/libtorch_stable/nvfp4_ds_mla_cache_kernels.cu) writes it: amax / 6 as an f32 division, rounded up to an
+    -- e4m3 value (nearest, then one step up while below), each value times the f32 reciprocal of the decoded scale;
+    -- the rope part (a bf16 input there) converted as it is. FlashMLA's test reference (tests/quant.py) divides by
+    -- the scale instead: its bytes differ at exact ties (about 1 in 2000 values).
     {
       name = "nvfp4_fp8rope",
       L = 512,
       R = 64,
       row_bytes = 352,
       segments = {
-        { from = 0, n = 512, elem = "e2m1", at = 0, block = 16, scale = "e4m3", scales_at = 320 },
-        { from = 512, n = 64, elem = "e4m3", at = 256 },
+        {
+          from = 0,
+          n = 512,
+          elem = "e2m1",
+          at = 0,
+          block = 16,
+          scale = "e4m3",
+          rule = "up",
+          block_conv = "mul_recip",
+          scales_at = 320,
+          scales_interleave = 4,
+        },
+        { from = 512, n = 64, elem = "e4m3", at = 256, rope_bf16 = true },
       },
-      matches = "vLLM nvfp4.fp8rope (DSA): e2m1 latent, e4m3 rope, e4m3 per 16 (not verified)",
+      readers = { { name = "flashmla_sm100_nvfp4", scale = "exact" } },
+      matches = "vLLM nvfp4_ds_mla (DSA, concat_and_cache_nvfp4_ds_mla_kernel): e2m1 + e4m3 rope + e4m3 per 16",
     },
     -- nvfp4_ds_mla, 432 bytes (GLM-5.2, local-inference-lab/vllm #82): 256 bytes of e2m1, 32 e4m3 scales per 16 at
     -- 256, 16 pad bytes, the 64 rope values in bf16 at 304. The optional per-layer outer scale of #95 is the same

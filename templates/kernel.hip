@@ -474,6 +474,12 @@ template <int S>
 constexpr int BLOCK_CH = SEG[S].block > 0 ? SEG[S].block / V : 1;
 template <int S>
 constexpr int SCALE_BYTES = SEG[S].scale == ScaleType::f32 ? 4 : 1;
+// The place of block b's scale among segment S's (rk_seg_scale_slot: in block order, or interleaved).
+template <int S>
+RK_DEVICE constexpr int scale_slot(int b) {
+    constexpr int K = SEG[S].interleave, NB = SEG[S].block > 0 ? SEG[S].n / SEG[S].block : 1;
+    return K >= 2 ? b % K * (NB / K) + b / K : b;
+}
 template <int S>
 constexpr int SEG_END_CH = (SEG[S].from + SEG[S].n) / V;
 // 1 when segment S's values and inline scales lie in one part of a split row (a scale is then addressed from its
@@ -491,13 +497,15 @@ static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segmen
 // A latent lane may take two neighbouring chunks where the latent is one block-scaled e4m3 or e2m1 segment in blocks
 // of an even number of chunks: both lie in one block, and the pair's bytes are one aligned access (a record's rows are
 // 16-byte aligned; the segment starts at a multiple of the pair's bytes). The read-back op pairs in large launches
-// (READ_PAIRS: read.hip); the writer in a KV-only launch of token groups without a norm or a per-token scale
-// (WRITE_PAIRS): a lane's own work (its index math, slot, block scale and store) then serves sixteen values, which
-// is what bounds an e2m1 writer there (rk_read_pairs, rk_write_pairs in gen/desc.c: a.lanes).
+// (READ_PAIRS: read.hip); the writer in a KV-only launch of token groups without a norm or a per-token scale, on a
+// row with write_pairs (WRITE_PAIRS): a lane's own work (its index math, slot, block scale and store) then serves
+// sixteen values, which is what bounds an e2m1 writer there (rk_read_pairs, rk_write_pairs in gen/desc.c: a.lanes).
 constexpr int PAIR_BYTES = SEG[0].elem == Elem::e4m3 ? 16 : 8;
 constexpr bool LATENT_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem != Elem::bf16 && SEG[0].block > 0 &&
                               SEG[0].at % PAIR_BYTES == 0 && L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
-constexpr bool WRITE_PAIRS = LATENT_PAIRS && RK_KV_GROUP > 1 && NORM == Norm::none && SEG[0].outer != Outer::token;
+constexpr bool WRITE_PAIRS = RK_WRITE_PAIRS;
+static_assert(!WRITE_PAIRS || (LATENT_PAIRS && RK_KV_GROUP > 1 && NORM == Norm::none && SEG[0].outer != Outer::token),
+              "write pairs: a block-scaled latent, KV-only groups, no norm, no per-token scale");
 
 // Chunk c (>= L_CH) of the KV row: k_pe's values rotated, normalized first with the factor r by a norm over the
 // whole head.
@@ -607,16 +615,17 @@ RK_DEVICE float token_scale(const args &a, I t, int c, float own, float r, float
 template <int S>
 constexpr bool POW2_SCALE = SEG[S].rule == ScaleRule::pow2_up || SEG[S].scale == ScaleType::ue8m0;
 
-// A block's scale: s = max(amax / sat, FLT_MIN) (an IEEE division), rounded up to a power of two by pow2_up (and
-// for a UE8M0 byte, which holds nothing else; an inf amax gives an inf scale). *bits is what the row stores (the
-// float's bits, the UE8M0 byte, or the e4m3 byte, 0x01 for an s that rounds to zero); the value returned is what
-// the values are divided by (the stored scale decoded: UE8M0 0xff is NaN).
+// A block's scale: s = max(amax / sat, floor) (an IEEE division; floor FLT_MIN unless the segment names one),
+// rounded up to a power of two by pow2_up (and for a UE8M0 byte, which holds nothing else; an inf amax gives an inf
+// scale). *bits is what the row stores (the float's bits, the UE8M0 byte, or the e4m3 byte: to nearest even, or by
+// rule up the least e4m3 value >= s, saturating either way; 0x01 for an s that rounds to zero); the value returned is
+// what the values are divided by (the stored scale decoded: UE8M0 0xff is NaN).
 template <int S>
 RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     constexpr Segment G = SEG[S];
     float s = amax / G.sat;
     if (G.outer == Outer::token) s = s / gs;  // a token scale gs: the block's scale is relative to it
-    s = s > 1.17549435e-38f ? s : 1.17549435e-38f;
+    s = s > G.floor ? s : G.floor;
     if (POW2_SCALE<S>) {
         rk_u32 u = rk_f32_bits(s);
         if ((u & 0x7fffffu) != 0u && u < 0x7f800000u) u = (u & 0xff800000u) + 0x800000u;
@@ -629,6 +638,7 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     if (G.scale == ScaleType::e4m3) {
         rk_u32 b = rk_pack_fp8(s, 0.0f) & 0xffu;
         b = (b & 0x7fu) == 0u ? 1u : b;
+        if (G.rule == ScaleRule::up && rk_fp8_scale_to_f32(b) < s && b < (RK_FP8_FNUZ ? 0x7fu : 0x7eu)) b += 1u;
         *bits = b;
         return rk_fp8_scale_to_f32(b);
     }
@@ -647,12 +657,13 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
 //   test_block_division); a smaller quotient is a zero code either way, of y's sign (a signed zero keeps it through
 //   this order of operations), and a NaN y stays NaN.
 // - otherwise (an inf in the block, a tiny or a saturated scale): the IEEE division.
+// A segment whose values take the scale by block_conv mul_recip is y * (1 / d) by definition.
 template <int S>
 RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
     constexpr Segment G = SEG[S];
     constexpr bool POW2 = POW2_SCALE<S> && G.scale != ScaleType::e4m3 && G.outer != Outer::token;
     const float k = 1.0f / d;
-    if (POW2) {
+    if (POW2 || G.block_conv == BlockConv::mul_recip) {
         for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
     } else if (d >= 8.67361738e-19f && d <= 1.15292150e18f && amax * k < 524288.0f) {  // [2^-60, 2^60], 2^19
         for (int i = 0; i < V; i++) {
@@ -684,7 +695,7 @@ RK_DEVICE rk_u32 pack_e2m1(f8 y, float k, float sat, bool rope_bf16) {
 template <int S>
 RK_DEVICE void store_block_scale(const args &a, rk_i64 slot, rk_u8 *p, int j, rk_u32 bits) {
     constexpr Segment G = SEG[S];
-    const int at = G.scales_at + SCALE_BYTES<S> * ((j - G.from) / G.block);
+    const int at = G.scales_at + SCALE_BYTES<S> * scale_slot<S>((j - G.from) / G.block);
     rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
                : SAME_PART<S>               ? p + (at - value_byte<S>(j))
                                             : row_byte(a, slot, at);

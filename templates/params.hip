@@ -10,6 +10,7 @@
 #define RK_HW_E2M1 ${hw_e2m1}      // hardware f32 -> e2m1 conversion (NVIDIA: the family target's)
 #define RK_FP8_FNUZ ${fp8_fnuz}    // the target's fp8 bytes are FNUZ (else OCP)
 #define RK_KV_GROUP ${kv_group}    // tokens a lane group of a large KV-only launch covers (rk_kv_group; else 1)
+#define RK_WRITE_PAIRS ${write_pairs}  // such a group's latent lanes take two chunks each (rk_write_pairs)
 namespace rkp {
 // The enumerators are the spellings of the spec files (gen/rk.h, one table per enum); a binding names
 // one, so a value the kernel does not know fails to compile.
@@ -38,7 +39,8 @@ enum class Order { sections, rows };
 // kv_chunk) and reader (read.hip) are specialized on these tables; every branch on them folds at compile time.
 enum class Elem { bf16, e4m3, e2m1 };
 enum class ScaleType { none, f32, ue8m0, e4m3 };
-enum class ScaleRule { exact, pow2_up };
+enum class ScaleRule { exact, pow2_up, up };
+enum class BlockConv { div, mul_recip };
 enum class ScaleAt { inl, tail };  // the tokens of RK_SCALE_AT_LIST (gen/record.h): "inline" is a keyword
 enum class Outer { none, tensor, token };
 struct Segment {
@@ -55,6 +57,9 @@ struct Segment {
     Scale conv;          // the tensor scale's convention with k_scale (none without one)
     int outer_at;        // a token scale's byte in the row
     bool rope_bf16;      // rope values rounded to bf16 first
+    float floor;         // the least block scale (s = max(amax / sat, floor))
+    BlockConv block_conv;  // how a block's values take its scale: y / d, or y * (1 / d)
+    int interleave;      // 0: block b's scale at b; k: at (b % k) * (blocks / k) + b / k
 };
 ${record}
 }  // namespace rkp

@@ -52,7 +52,7 @@ RK_DEVICE float block_factor(const args &a, rk_i64 slot, const rk_u8 *p, int c) 
         (void)a, (void)slot, (void)p, (void)c;
         return 1.0f;
     } else {
-        const int at = G.scales_at + SCALE_BYTES<S> * ((c * V - G.from) / G.block);
+        const int at = G.scales_at + SCALE_BYTES<S> * scale_slot<S>((c * V - G.from) / G.block);
         const rk_u8 *q = G.scale_at == ScaleAt::tail ? tail_byte(a, slot, at)
                          : SAME_PART<S>               ? p + (at - value_byte<S>(c * V))
                                                       : row_byte(a, slot, at);

@@ -150,6 +150,13 @@ static void fnuz_too_large(rk_record *r) { r->seg[0].sat_fnuz = 448; }
 static void e2m1_sat(rk_record *r) { r->seg[0].sat_ocp = 8; }
 static void bf16_sat(rk_record *r) { r->seg[0].sat_ocp = 448; }
 static void rope_bf16_latent(rk_record *r) { r->seg[0].rope_bf16 = 1; }
+static void up_on_f32(rk_record *r) { r->seg[0].rule = RK_SR_UP; }
+static void floor_too_small(rk_record *r) { r->seg[0].floor = 1e-39f; }
+static void floor_above_one(rk_record *r) { r->seg[0].floor = 2.0f; }
+static void floor_unblocked(rk_record *r) { r->seg[0].floor = 1e-4f; }
+static void recip_unblocked(rk_record *r) { r->seg[1].block_conv = RK_BC_MUL_RECIP; }
+static void interleave_not_dividing(rk_record *r) { r->seg[0].interleave = 3; }
+static void interleave_one(rk_record *r) { r->seg[0].interleave = 1; }
 static void bad_name(rk_record *r) { strcpy(r->name, "Bad"); }
 static void duplicate_reader(rk_record *r) { strcpy(r->readers[1].name, r->readers[0].name); }
 static void no_segments(rk_record *r) { r->n_seg = 0; }
@@ -185,6 +192,15 @@ static const rule_case rule_cases[] = {
     {"nvfp4", e2m1_sat, "segments[1] (from 0): saturate.ocp: must be in (0, 6] for e2m1 values, got 8"},
     {"bf16", bf16_sat, "segments[1] (from 0): saturate: bf16 values have no saturation bound"},
     {"fp8", rope_bf16_latent, "segments[1] (from 0): rope_bf16: the segment holds no rope value"},
+    {"fp8_ds_mla", up_on_f32, "segments[1] (from 0): rule: 'up' rounds to an e4m3 scale's values (scale is 'f32')"},
+    {"nvfp4_fp8rope", floor_too_small, "segments[1] (from 0): floor: must be in [FLT_MIN, 1]"},
+    {"dsv41_mxfp8", floor_above_one,
+     "segments[1] (from 0): floor: must be in [FLT_MIN, 1] (the least block scale), got 2"},
+    {"fp8", floor_unblocked, "segments[1] (from 0): floor: given without block scales (block is 0)"},
+    {"nvfp4_fp8rope", recip_unblocked, "segments[2] (from 512): block_conv: given without block scales (block is 0)"},
+    {"nvfp4_fp8rope", interleave_not_dividing,
+     "segments[1] (from 0): scales_interleave: must be 0 (block order) or k >= 2 dividing the 32 block scales, got 3"},
+    {"nvfp4_fp8rope", interleave_one, "segments[1] (from 0): scales_interleave: must be 0 (block order) or k >= 2"},
     {"fp8", bad_name, "name: must match [a-z0-9_]+"},
     {"fp8_ds_mla", duplicate_reader, "readers[2].name: duplicate 'vllm_cp_gather_and_upconvert' (also readers[1])"},
     {"fp8", no_segments, "segments: must hold 1..4 segments, got 0"},
@@ -303,6 +319,10 @@ static void test_spec_errors(void **state) {
          "specs/t.lua: records[1].segments[1].saturate.ocp: 447 is not an e4m3 OCP value"},
         {512, 64, "s.records = { { like = 'fp8', segments = { 'x' } } }",
          "specs/t.lua: records[1].segments[1]: must be a table, got string"},
+        {512, 64, "s.records = { { like = 'nvfp4_fp8rope', segments = { { block_conv = 'mul' } } } }",
+         "specs/t.lua: records[1].segments[1].block_conv: unknown value 'mul' (one of: div, mul_recip)"},
+        {512, 64, "s.records = { { like = 'nvfp4_fp8rope', segments = { { floor = 'x' } } } }",
+         "specs/t.lua: records[1].segments[1].floor: must be a number, got string"},
         {512, 64, "s.records = { { like = 'fp8', readers = { { name = 'a', scale = 'up' } } } }",
          "specs/t.lua: records[1].readers[1].scale: unknown value 'up' (one of: exact, bf16, pow2_down)"},
         {512, 64, "s.records = { { name = 'x', row_bytes = 10 } }", "specs/t.lua: records[1].segments: required"},

@@ -2803,6 +2803,77 @@ static void test_codec_v41_record(void **state) {
     assert_memory_equal(y, z, sizeof y);
 }
 
+/* vLLM's DSA NVFP4 row (nvfp4_fp8rope) by hand: the block scale rounded up to an e4m3 value (6.375 / 6 = 1.0625,
+ * whose nearest is 1.0: 1.125, 0x39; 15/512 exact: 0x0f), block b's scale at 320 + 8 (b % 4) + b / 4, the values
+ * times the reciprocal of the decoded scale (1.25 d times 1 / d is 1.2500001: 1.5 (3), where the quotient 1.25 is a
+ * tie to 1.0 (2)); the rope value rounded to bf16 first (1.0634765625 -> 1.0625, an e4m3 tie to 1.0: 0x38, not
+ * 0x39). A floor: an all-zero UE8M0 block of floor 1e-4 stores 2^-13 (114). */
+static void test_codec_rounded_up_interleaved(void **state) {
+    (void)state;
+    rk_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "nvfp4_fp8rope");
+    r.L = 512, r.R = 64, r.row_bytes = 352, r.n_seg = 2;
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = 512,
+                            .elem = RK_EL_E2M1,
+                            .at = 0,
+                            .block = 16,
+                            .scale = RK_ST_E4M3,
+                            .rule = RK_SR_UP,
+                            .scale_at = RK_SA_INLINE,
+                            .scales_at = 320,
+                            .sat_ocp = 6.0f,
+                            .sat_fnuz = 6.0f,
+                            .block_conv = RK_BC_MUL_RECIP,
+                            .interleave = 4};
+    r.seg[1] = (rk_segment){
+        .from = 512, .n = 64, .elem = RK_EL_E4M3, .at = 256, .sat_ocp = 448.0f, .sat_fnuz = 240.0f, .rope_bf16 = 1};
+    float x[576] = {0}, y[576];
+    const float d = 15.0f / 512.0f;
+    for (int i = 0; i < 16; i++) x[i] = 6.375f;
+    x[16] = 6.0f * d, x[17] = 1.25f * d, x[64] = 6.375f, x[512] = 1.0634765625f;
+    uint8_t row[352];
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[320], 0x39); /* block 0 */
+    assert_int_equal(row[328], 0x0f); /* block 1 */
+    assert_int_equal(row[321], 0x39); /* block 4 */
+    assert_int_equal(row[336], 0x01); /* block 2, all zero */
+    assert_int_equal(row[0], 0x77);   /* 6.375 / 1.125 = 5.67: 6, 6 */
+    assert_int_equal(row[8], 0x37);   /* 6 d / d: 6 (7); 1.25 d * (1 / d): 1.5 (3) */
+    assert_int_equal(row[256], 0x38);
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+    assert_true(y[0] == 6.0f * 1.125f && y[17] == 1.5f * d && y[64] == 6.0f * 1.125f && y[512] == 1.0f);
+    /* division instead: the tie goes to 1.0 */
+    r.seg[0].block_conv = RK_BC_DIV;
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[8], 0x27);
+    /* a floor */
+    rk_record f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "floor");
+    f.L = 32, f.R = 0, f.row_bytes = 48, f.n_seg = 1;
+    f.seg[0] = (rk_segment){.from = 0,
+                            .n = 32,
+                            .elem = RK_EL_E4M3,
+                            .at = 0,
+                            .block = 32,
+                            .scale = RK_ST_UE8M0,
+                            .rule = RK_SR_POW2_UP,
+                            .scales_at = 32,
+                            .sat_ocp = 448.0f,
+                            .sat_fnuz = 240.0f,
+                            .floor = 1e-4f};
+    float z[32] = {0};
+    uint8_t frow[48];
+    rk_record_encode(&f, RK_FP8_OCP, z, f.L, 1.0f, RK_SCALE_NONE, 0, frow, NULL);
+    assert_int_equal(frow[32], 114);
+    z[3] = 448.0f * 0x1p-14f; /* s = 2^-14, under the floor: still 114 */
+    rk_record_encode(&f, RK_FP8_OCP, z, f.L, 1.0f, RK_SCALE_NONE, 0, frow, NULL);
+    assert_int_equal(frow[32], 114);
+    assert_int_equal(frow[3], 0x76); /* 448 2^-14 / 2^-13 = 224 = 1.75 2^7 */
+}
+
 /* e2m1 with e4m3 scales per 16 (exact rule), and with a per-token float32 over them (two levels): each value
  * comes back within 1/4 of its block's amax (half the widest e2m1 gap, 1 of 6, plus the scale's e4m3 rounding). */
 static void test_codec_e2m1_e4m3_scales(void **state) {
@@ -2898,6 +2969,7 @@ int main(void) {
         cmocka_unit_test(test_codec_ue8m0_nonfinite),
         cmocka_unit_test(test_codec_f32_blocks),
         cmocka_unit_test(test_codec_v41_record),
+        cmocka_unit_test(test_codec_rounded_up_interleaved),
         cmocka_unit_test(test_codec_e2m1_e4m3_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

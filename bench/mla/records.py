@@ -25,6 +25,7 @@ rkref = None  # ropekv.reference, set with torch
 FLT_MIN = 2.0 ** -126
 ELEM_CODE = {"bf16": 0, "e4m3": 1, "e2m1": 2}
 SCALE_CODE = {"none": 0, "f32": 1, "ue8m0": 2, "e4m3": 3}
+RULE_CODE = {"exact": 0, "pow2_up": 1, "up": 2}
 SCALE_BYTES = {"none": 0, "f32": 4, "ue8m0": 1, "e4m3": 1}
 E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -51,7 +52,8 @@ def record_table():
         r = ropekv.record(base)
         segs = [dict(frm=g.from_, n=g.n, elem=g.elem, at=g.at, block=g.block, scale=g.scale, rule=g.rule,
                      scales_at=g.scales_at, sat=g.saturate_ocp if g.elem != "bf16" else 0.0,
-                     tensor=g.outer == "tensor", rope_bf16=g.rope_bf16) for g in r.segments]
+                     tensor=g.outer == "tensor", rope_bf16=g.rope_bf16, floor=g.floor or FLT_MIN,
+                     recip=g.block_conv == "mul_recip", interleave=g.scales_interleave) for g in r.segments]
         return dict(spec=spec, name=name, choice=choice, label="%s/%s" % (spec, name), row_bytes=r.row_bytes,
                     split_at=r.split_at, segments=segs, conv=conv or r.conv, sanitize=sanitize)
 
@@ -82,14 +84,22 @@ def check_table(rec, info):
 
 def triton_constexprs(rec):
     """record_write_kernel's constexpr arguments for a row: per segment i, E<i> (element), A<i> (byte), B<i> (block),
-    S<i> (scale type), P<i> (pow2_up), SA<i> (scales' byte), SAT<i> (bound), C<i> (tensor scale convention), RB<i>."""
+    S<i> (scale type), P<i> (rule: 0 exact, 1 pow2_up, 2 up), SA<i> (scales' byte), SAT<i> (bound), C<i> (tensor
+    scale convention), RB<i>, F<i> (the scale's floor), M<i> (block_conv mul_recip), IL<i> (scales_interleave)."""
     kw = {"CLEAN": rec["sanitize"]}
     for i, g in enumerate(rec["segments"]):
         kw.update({"E%d" % i: ELEM_CODE[g["elem"]], "A%d" % i: g["at"], "B%d" % i: g["block"],
-                   "S%d" % i: SCALE_CODE[g["scale"]], "P%d" % i: g["rule"] == "pow2_up", "SA%d" % i: g["scales_at"],
+                   "S%d" % i: SCALE_CODE[g["scale"]], "P%d" % i: RULE_CODE[g["rule"]], "SA%d" % i: g["scales_at"],
                    "SAT%d" % i: g["sat"], "C%d" % i: SCALE_CONV[rec["conv"]] if g["tensor"] else 0,
-                   "RB%d" % i: g["rope_bf16"]})
+                   "RB%d" % i: g["rope_bf16"], "F%d" % i: g["floor"], "M%d" % i: g["recip"],
+                   "IL%d" % i: g["interleave"]})
     return kw
+
+
+def scale_slots(g, nb):
+    """The place of each of nb blocks' scales (rk_seg_scale_slot): block order, or scales_interleave k's runs."""
+    k = g["interleave"]
+    return [b if k < 2 else b % k * (nb // k) + b // k for b in range(nb)]
 
 
 def record_bytes(T, H, row_bytes, job):
@@ -137,7 +147,8 @@ def _segment_bytes(rec, g, x, k_scale):
         a = xb.abs()
         amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=-1)
         s = amax / torch.full_like(amax, sat)  # a tensor divisor: a true division on CUDA
-        s = torch.where(s > FLT_MIN, s, torch.full_like(s, FLT_MIN))
+        floor = torch.full_like(s, g["floor"])
+        s = torch.where(s > floor, s, floor)
         if g["rule"] == "pow2_up" or g["scale"] == "ue8m0":
             u = s.view(torch.int32)
             up = ((u & 0x7FFFFF) != 0) & (u < 0x7F800000)
@@ -150,8 +161,12 @@ def _segment_bytes(rec, g, x, k_scale):
         else:
             scale = _fp8_codes(torch, s.clamp(max=448.0))
             scale = torch.where((scale & 0x7F) == 0, torch.ones_like(scale), scale)
+            if g["rule"] == "up":  # the next e4m3 value while the nearest is below s, short of 448
+                scale = torch.where((fp8_values(torch, scale) < s) & (scale < 0x7E), scale + 1, scale)
             d = fp8_values(torch, scale)
-        v = (xb / d[..., None]).clamp(-sat, sat).reshape(n, -1)
+        v = xb * (1.0 / d)[..., None] if g["recip"] else xb / d[..., None]
+        v = v.clamp(-sat, sat).reshape(n, -1)
+        scale = scale[:, torch.argsort(torch.tensor(scale_slots(g, scale.shape[1]), device=scale.device))]
     if g["elem"] == "e4m3":
         return _fp8_codes(torch, v), scale
     c = _e2m1_codes(v).reshape(n, -1, 2)
@@ -202,6 +217,7 @@ def decode_rows(rec, rows, k_scale):
                 d = torch.where(e == 0xFF, torch.full_like(d, float("nan")), d)
             else:
                 d = fp8_values(torch, sb)
+            d = d[:, scale_slots(g, nb)]  # block b's scale from its place
             y = (y.reshape(n, nb, g["block"]) * d[..., None]).reshape(n, m)
         if g["tensor"] and rec["conv"] != "none":
             y = y / k_scale if rec["conv"] == "mul" else y * k_scale

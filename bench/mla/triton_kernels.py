@@ -264,13 +264,16 @@ def _record_kernel(triton, tl):
     specialized by constexpr arguments that describe the record's two segments (records.triton_constexprs)."""
     @triton.jit
     def record_segment(x, row, ks, N: tl.constexpr, ELEM: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr,
-                       SCALE: tl.constexpr, POW2: tl.constexpr, SCALES_AT: tl.constexpr, SAT: tl.constexpr,
-                       CONV: tl.constexpr, RBF16: tl.constexpr, CLEAN: tl.constexpr):
+                       SCALE: tl.constexpr, RULE: tl.constexpr, SCALES_AT: tl.constexpr, SAT: tl.constexpr,
+                       CONV: tl.constexpr, RBF16: tl.constexpr, CLEAN: tl.constexpr, FLOOR: tl.constexpr,
+                       RECIP: tl.constexpr, IL: tl.constexpr):
         # One segment of a record: its N values x (float32; the rope part already rotated) stored from byte AT of the
         # row (uint8 pointer), in ropekv's arithmetic (templates/kernel.hip, kv_segment). ELEM 0 bf16, 1 e4m3, 2 e2m1
         # (two a byte, the first in the low nibble); BLOCK values a scale (0: none) of type SCALE 1 f32, 2 ue8m0,
-        # 3 e4m3 at byte SCALES_AT, rounded up to a power of two with POW2; CONV the tensor scale ks's convention
-        # (0 none, 1 mul_recip, 2 div, 3 mul); RBF16 rounds the values to bf16 first; CLEAN sanitizes NaN and inf.
+        # 3 e4m3 at byte SCALES_AT (block b's at place b, or with IL k at (b % k) (N / BLOCK / k) + b / k), at least
+        # FLOOR, by RULE 1 rounded up to a power of two, 2 up to an e4m3 value; the values divided by it or with RECIP
+        # multiplied by its reciprocal; CONV the tensor scale ks's convention (0 none, 1 mul_recip, 2 div, 3 mul);
+        # RBF16 rounds the values to bf16 first; CLEAN sanitizes NaN and inf.
         if RBF16:
             x = x.to(tl.bfloat16).to(tl.float32)
         if CONV == 1:
@@ -294,24 +297,32 @@ def _record_kernel(triton, tl):
                 xb = tl.reshape(x, (NB, BLOCK))
                 amax = tl.max(tl.where(xb == xb, tl.abs(xb), 0.0), axis=1)  # NaN ignored
                 s = tl.div_rn(amax, tl.full([NB], SAT, tl.float32))
-                s = tl.where(s > 1.17549435e-38, s, 1.17549435e-38)
-                if POW2 or SCALE == 2:  # up to a power of two (s > 0: the int32 bits order as the floats)
+                s = tl.where(s > FLOOR, s, FLOOR)
+                blk = tl.arange(0, NB)
+                place = blk if IL < 2 else blk % IL * (NB // IL) + blk // IL
+                if RULE == 1 or SCALE == 2:  # up to a power of two (s > 0: the int32 bits order as the floats)
                     u = s.to(tl.int32, bitcast=True)
                     u = tl.where(((u & 0x7FFFFF) != 0) & (u < 0x7F800000), ((u >> 23) + 1) << 23, u)
                     s = u.to(tl.float32, bitcast=True)
                 if SCALE == 1:
                     d = s
-                    tl.store((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + tl.arange(0, NB), s)
+                    tl.store((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + place, s)
                 elif SCALE == 2:
                     e = (s.to(tl.int32, bitcast=True) >> 23) & 0xFF
                     d = tl.where(e == 0xFF, s - s, s)  # UE8M0 0xff is NaN (inf - inf)
-                    tl.store(row + SCALES_AT + tl.arange(0, NB), e.to(tl.uint8))
+                    tl.store(row + SCALES_AT + place, e.to(tl.uint8))
                 else:
                     b = tl.minimum(s, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
                     b = tl.where((b & 0x7F) == 0, 1, b).to(tl.uint8)  # a scale that rounds to zero: the least
+                    if RULE == 2:  # up: the next value while the nearest is below s, short of 448 (0x7e)
+                        below = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) < s
+                        b = tl.where(below & (b < 0x7E), b + 1, b).to(tl.uint8)
                     d = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-                    tl.store(row + SCALES_AT + tl.arange(0, NB), b)
-                v = tl.div_rn(xb, tl.broadcast_to(d[:, None], (NB, BLOCK)))
+                    tl.store(row + SCALES_AT + place, b)
+                if RECIP:
+                    v = xb * tl.broadcast_to(tl.div_rn(tl.full([NB], 1.0, tl.float32), d)[:, None], (NB, BLOCK))
+                else:
+                    v = tl.div_rn(xb, tl.broadcast_to(d[:, None], (NB, BLOCK)))
                 v = tl.reshape(tl.clamp(v, -SAT, SAT, propagate_nan=tl.PropagateNan.ALL), (N,))
             if ELEM == 1:
                 tl.store(row + AT + tl.arange(0, N), v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
@@ -330,9 +341,11 @@ def _record_kernel(triton, tl):
                             row_st, H, L: tl.constexpr, R: tl.constexpr, CLEAN: tl.constexpr, USE_GDC: tl.constexpr,
                             E0: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr, S0: tl.constexpr,
                             P0: tl.constexpr, SA0: tl.constexpr, SAT0: tl.constexpr, C0: tl.constexpr,
-                            RB0: tl.constexpr, E1: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr,
+                            RB0: tl.constexpr, F0: tl.constexpr, M0: tl.constexpr, IL0: tl.constexpr,
+                            E1: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr,
                             S1: tl.constexpr, P1: tl.constexpr, SA1: tl.constexpr, SAT1: tl.constexpr,
-                            C1: tl.constexpr, RB1: tl.constexpr):
+                            C1: tl.constexpr, RB1: tl.constexpr, F1: tl.constexpr, M1: tl.constexpr,
+                            IL1: tl.constexpr):
         # A cache record's writer in one launch, grid (T, H + 1) (q form none: (T, 1) with H = 0): a program per
         # (token, head) writes the absorbed query row (q_nope copied, q_pe rotated, bf16), one per token the record's
         # row of its slot in a flat uint8 cache: segment 0 the latent x[0, L), segment 1 the rope part x[L, L + R)
@@ -363,11 +376,11 @@ def _record_kernel(triton, tl):
                 row = cache_ptr + slot * row_st
                 ks = tl.load(k_scale_ptr)
                 xn = tl.load(k_nope_ptr + t * k_nope_st + nope).to(tl.float32)
-                record_segment(xn, row, ks, L, E0, A0, B0, S0, P0, SA0, SAT0, C0, RB0, CLEAN)
+                record_segment(xn, row, ks, L, E0, A0, B0, S0, P0, SA0, SAT0, C0, RB0, CLEAN, F0, M0, IL0)
                 xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
                 x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
                 y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
-                record_segment(y, row, ks, R, E1, A1, B1, S1, P1, SA1, SAT1, C1, RB1, CLEAN)
+                record_segment(y, row, ks, R, E1, A1, B1, S1, P1, SA1, SAT1, C1, RB1, CLEAN, F1, M1, IL1)
 
     return record_write_kernel
 

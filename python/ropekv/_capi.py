@@ -207,6 +207,9 @@ class ropekv_record_segment(_Sized):
         ("outer", ctypes.c_char_p),
         ("outer_at", ctypes.c_int),
         ("rope_bf16", ctypes.c_int),
+        ("floor", ctypes.c_float),
+        ("block_conv", ctypes.c_char_p),
+        ("scales_interleave", ctypes.c_int),
     ]
 
 

@@ -200,13 +200,17 @@ def family_tensors(op, q="none"):
 
 # ---- cache records: what a row holds, byte for byte (the library's description, never re-typed here) ------------
 Segment = collections.namedtuple("Segment", "from_ n elem at block scale rule scale_at scales_at saturate_ocp "
-                                            "saturate_fnuz outer outer_at rope_bf16")
+                                            "saturate_fnuz outer outer_at rope_bf16 floor block_conv "
+                                            "scales_interleave")
 Segment.__doc__ = """One segment of a record (ropekv_record_segment): it stores x[from_, from_ + n) as elem ("bf16",
 "e4m3", "e2m1") at byte `at` of the row, in blocks of `block` values (0: none) sharing a scale stored as `scale`
-("none", "f32", "ue8m0", "e4m3") under `rule` ("exact", "pow2_up") at byte scales_at of the row ("inline") or of the
-token's page tail ("page_tail"); saturate_ocp / saturate_fnuz the bound a block's amax maps to (an unblocked fp8
-segment's clamp); outer "none", "tensor" (k_scale under the record's conv) or "token" (a float32 at outer_at);
-rope_bf16: rope values rounded to bf16 before they are quantized."""
+("none", "f32", "ue8m0", "e4m3") under `rule` ("exact", "pow2_up", "up": an e4m3 scale rounded up) at byte scales_at
+of the row ("inline") or of the token's page tail ("page_tail"), block b's at place b or, with scales_interleave k,
+(b % k) * (blocks / k) + b / k; saturate_ocp / saturate_fnuz the bound a block's amax maps to (an unblocked fp8
+segment's clamp), floor the least block scale (s = max(amax / sat, floor)); block_conv how the block's values take
+its decoded scale d ("div": y / d, "mul_recip": y * (1 / d); "none" without blocks); outer "none", "tensor" (k_scale
+under the record's conv) or "token" (a float32 at outer_at); rope_bf16: rope values rounded to bf16 before they are
+quantized."""
 Reader = collections.namedtuple("Reader", "name scale")
 Reader.__doc__ = """A reader a record was checked for (ropekv_record_reader): an engine's kernel and how it takes a
 block scale back ("exact", "bf16", "pow2_down")."""
@@ -236,7 +240,7 @@ def _record(lib, handle):
             raise RopekvError(_capi.status_name(code), "ropekv_record_segment_at(%d) failed" % i, code)
         segs.append(Segment(g.from_, g.n, _text(g.elem), g.at, g.block, _text(g.scale), _text(g.rule),
                             _text(g.scale_at), g.scales_at, g.saturate_ocp, g.saturate_fnuz, _text(g.outer),
-                            g.outer_at, bool(g.rope_bf16)))
+                            g.outer_at, bool(g.rope_bf16), g.floor, _text(g.block_conv), g.scales_interleave))
     for i in range(info.readers):
         r = _capi.ropekv_record_reader()
         code = lib.ropekv_record_reader_at(handle, i, ctypes.byref(r))

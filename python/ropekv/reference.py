@@ -259,6 +259,21 @@ def _scale_base(desc, g):
     return (desc.row_bytes if g.scale_at == "page_tail" else 0) + g.scales_at
 
 
+def _scale_slots(g):
+    """The place of each block's scale (rk_seg_scale_slot): block order, or with scales_interleave k block b's at
+    (b % k) * (blocks / k) + b / k."""
+    nb, k = g.n // g.block, g.scales_interleave
+    b = torch.arange(nb)
+    return b if k < 2 else (b % k) * (nb // k) + b // k
+
+
+def _scale_order(g):
+    """The blocks whose scales lie at places 0, 1, ... (_scale_slots inverted)."""
+    order = torch.empty(g.n // g.block, dtype=torch.int64)
+    order[_scale_slots(g)] = torch.arange(g.n // g.block)
+    return order
+
+
 def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
     """Tokens' logical values x [..., L + R] (the latent as the writer holds it, the rope part after RoPE, before any
     rounding; taken as float32) as their bytes under record desc (a Record, or a library record's name): uint8
@@ -312,26 +327,34 @@ def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
             s = _amax(vb) / sat
             if gs is not None:
                 s = s / gs
-            s = torch.where(s >= _FLT_MIN, s, _f32(_FLT_MIN))
+            floor = _f32(g.floor)
+            s = torch.where(s >= floor, s, floor)
             if g.rule == "pow2_up" or g.scale == "ue8m0":
                 s = pow2_up(s)
             at = _scale_base(desc, g)
             nb = g.n // g.block * _scale_bytes(g)
+            order = _scale_order(g)
             if g.scale == "f32":
                 code, d = _u32(s), s
-                out[:, at:at + nb] = _le_bytes(code, 4)
+                out[:, at:at + nb] = _le_bytes(code[:, order], 4)
             elif g.scale == "ue8m0":
                 code = (_u32(s) >> 23) & 0xFF
-                out[:, at:at + nb] = code.to(torch.uint8)
+                out[:, at:at + nb] = code[:, order].to(torch.uint8)
                 d = _ue8m0_values(code)
             else:  # e4m3
                 code = e4m3_codes(s, fmt).to(torch.int64)
                 code = torch.where((code & 0x7F) == 0, torch.ones_like(code), code)
-                out[:, at:at + nb] = code.to(torch.uint8)
+                if g.rule == "up":  # the next value while the nearest is below s, short of the largest finite
+                    top = 0x7F if fmt == "fnuz" else 0x7E
+                    code = torch.where((e4m3_values(code, fmt) < s) & (code < top), code + 1, code)
+                out[:, at:at + nb] = code[:, order].to(torch.uint8)
                 d = e4m3_values(code, fmt)
             if gs is not None:
                 d = d * gs
-            y = (vb / d.unsqueeze(-1)).flatten(-2)
+            if g.block_conv == "mul_recip":
+                y = (vb * (_f32(1.0) / d).unsqueeze(-1)).flatten(-2)
+            else:
+                y = (vb / d.unsqueeze(-1)).flatten(-2)
         else:
             y = v / gs if gs is not None else v
         y = _clamp(y, sat)
@@ -404,6 +427,7 @@ def record_decode(desc, rows, reader=None, k_scale=1.0, fmt="ocp", conv=None):
                 d = _ue8m0_values(sb.to(torch.int64))
             else:
                 d = e4m3_values(sb, fmt)
+            d = d[:, _scale_slots(g)]  # block b's scale from its place
             if rs == "bf16":
                 d = bf16_from_bits(bf16_bits(d))
             elif rs == "pow2_down":

@@ -221,10 +221,34 @@ def test_e2m1_by_hand():
     assert y[32] == 6.0 * 1.25
 
 
+def test_nvfp4_fp8rope_by_hand():
+    """vLLM's DSA NVFP4 row: a block scale rounded up to an e4m3 value (6.375 / 6 = 1.0625, whose nearest is 1.0:
+    1.125, 0x39; 15/512 exact: 0x0f), block b's scale at byte 320 + 8 (b % 4) + b / 4, the values times the
+    reciprocal of the decoded scale (1.25 d times 1 / d is 1.2500001: 1.5, where 1.25 d / d is a tie to 1.0), the rope
+    values rounded to bf16 before their e4m3 conversion (1.0634765625 -> 1.0625, a tie, to 1.0: 0x38)."""
+    torch = _torch()
+    ref = _ref()
+    d = 15 / 512
+    x = torch.zeros(1, 576)
+    x[0, :16] = 6.375
+    x[0, 16] = 6 * d
+    x[0, 17] = 1.25 * d
+    x[0, 4 * 16] = 6.375  # block 4: its scale at 321
+    x[0, 512] = 1.0634765625
+    row = ref.record_encode("nvfp4_fp8rope", x)[0]
+    assert row[320].item() == 0x39 and row[328].item() == 0x0F and row[321].item() == 0x39, row[320:352]
+    assert row[336].item() == 0x01  # block 2, all zero: 0x01
+    assert row[0].item() == 0x77 and row[8].item() == 0x37, row[:16]  # 6.375 / 1.125 -> 6; block 1: 6 and 1.5
+    assert row[256].item() == 0x38, row[256:260]
+    y = ref.record_decode("nvfp4_fp8rope", row[None])[0]
+    assert y[0] == 6 * 1.125 and y[16] == 6 * d and y[17] == 1.5 * d and y[64] == 6 * 1.125 and y[512] == 1.0
+
+
 def test_scales_by_hand():
     """Block scales by hand: fp8_ds_mla's f32 scale is amax / 448 (FNUZ: / 224) floored at FLT_MIN; the pow2 record
     rounds it up (448 * (1 + 2^-7) -> 2.0; 448 -> 1.0); dsv41_mxfp8's UE8M0 byte is the biased exponent of the
-    rounded-up scale (127 for 1.0, 128 for just past it, 1 for an all-zero block, 0xff for an inf amax)."""
+    rounded-up scale (127 for 1.0, 128 for just past it, 114 for an all-zero block: its floor 1e-4 rounded up to
+    2^-13, 0xff for an inf amax)."""
     torch = _torch()
     ref = _ref()
     x = torch.zeros(1, 576)
@@ -242,7 +266,7 @@ def test_scales_by_hand():
     x[0, 32] = 448.0 * (1 + 2 ** -7)
     x[0, 96] = float("inf")
     row = ref.record_encode("dsv41_mxfp8", x)[0]
-    assert row[512:516].tolist() == [127, 128, 1, 0xFF], row[512:516]
+    assert row[512:516].tolist() == [127, 128, 114, 0xFF], row[512:516]  # zero: the floor 1e-4, up to 2^-13
     y = ref.record_decode("dsv41_mxfp8", row[None])[0]
     assert y[0] == 448.0 and y[32] == 448.0 and bool(torch.isnan(y[96:128]).all())
 
