@@ -9,8 +9,8 @@
 -- (vLLM's fp8_ds_mla: 4 tiles of 128 e4m3 values, float32 scales max(amax / 448, FLT_MIN) as vLLM's writer stores
 -- them, 224 on FNUZ; 64 bf16 rope values) or bf16 rows, paged, with int64 slot mappings. The tile row is the
 -- fp8_ds_mla record byte for byte (deepseek_v32 lists that name as a choice of its own; here the row is taken once).
--- GLM-5.2's NVFP4 rows (nvfp4_ds_mla, 432 / 368 bytes, local-inference-lab/vllm #82, #95) are known from a fork's
--- summary only (specs/records.lua: not verified), so they are not listed yet.
+-- GLM-5.2's NVFP4 row (nvfp4_ds_mla, 432 bytes, local-inference-lab/vllm #82; specs/records.lua says how it was
+-- checked) is a record choice of its own; the 368-byte one (#95, a per-token scale) has no kernels yet.
 return {
   name = "glm5",
   description = "GLM-5 MLA (DSA): L = 512, R = 64, 64 heads, 656-byte tile-scaled fp8 rows or bf16",
@@ -19,6 +19,7 @@ return {
   rope = "gptj",
   cos_sin = "f32_cat",
   kv_dtypes = { "fp8_tile", "bf16" },
+  records = { "nvfp4_ds_mla" },
   fp8_tile = {
     tile = 128,
     scale = "f32",

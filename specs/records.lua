@@ -273,22 +273,39 @@ return {
       matches = "vLLM nvfp4_ds_mla (DSA, concat_and_cache_nvfp4_ds_mla_kernel): e2m1 + e4m3 rope + e4m3 per 16",
     },
     -- nvfp4_ds_mla, 432 bytes (GLM-5.2, local-inference-lab/vllm #82): 256 bytes of e2m1, 32 e4m3 scales per 16 at
-    -- 256, 16 pad bytes, the 64 rope values in bf16 at 304. The optional per-layer outer scale of #95 is the same
-    -- record with outer = "tensor" on the latent (one launch sees one layer). From RECORDS.md; not read here.
+    -- 256, 16 zero bytes, the 64 rope values in bf16 at 304. The fork's concat_and_cache_nvfp4_mla_kernel
+    -- (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu) takes amax times 1/6 (the same e4m3 byte as amax / 6 for
+    -- every bf16 amax) and multiplies each value by the reciprocal of the decoded scale (block_conv mul_recip). It
+    -- differs in a block whose scale rounds to zero (amax <= 0.005859375): its byte 0x00 and zero values, where this
+    -- record stores 0x01 and quantizes against 2^-9; and its reciprocals are rcp.approx, equal to 1 / d only where
+    -- that instruction rounds correctly (not verified). The optional per-layer outer scale of #95 divides the
+    -- latent in PyTorch, rounded to bf16, before the writer: not this record's outer scale.
     {
       name = "nvfp4_ds_mla",
       L = 512,
       R = 64,
       row_bytes = 432,
       segments = {
-        { from = 0, n = 512, elem = "e2m1", at = 0, block = 16, scale = "e4m3", scales_at = 256 },
+        {
+          from = 0,
+          n = 512,
+          elem = "e2m1",
+          at = 0,
+          block = 16,
+          scale = "e4m3",
+          block_conv = "mul_recip",
+          scales_at = 256,
+        },
         { from = 512, n = 64, elem = "bf16", at = 304 },
       },
-      matches = "local-inference-lab vLLM nvfp4_ds_mla: e2m1 + e4m3 per 16 + 16 pad + bf16 rope (not verified)",
+      matches = "local-inference-lab vLLM concat_and_cache_nvfp4_mla_kernel: e2m1 + e4m3 per 16 + 16 pad + bf16 rope",
     },
-    -- nvfp4_ds_mla_fp8rope, 368 bytes (the same fork, #95): the latent as nvfp4_ds_mla, the rope in e4m3 at 288, a
-    -- float32 per-token outer scale (the token's amax) at 352, 12 pad bytes. The order of the rope, the outer
-    -- scale and the padding, and whether the outer scale covers the rope, are not verified.
+    -- nvfp4_ds_mla_fp8rope, 368 bytes (the same fork, #95 / #549, written by local-inference-lab/b12x's
+    -- ConcatAndCacheNvfp4MlaFp8RopeKernel, b12x/attention/_shared/mla/kv_cache.py, in its per-token mode): the
+    -- latent as nvfp4_ds_mla against a float32 token scale at 292 (the latent's amax / (6 * 448)), the rope part in
+    -- e4m3 at 304 against a float32 scale of its own at 288 (its amax / 448), 8 zero bytes at 296. The layout is
+    -- b12x's; its arithmetic multiplies by rounded reciprocals (amax * (1 / 2688), x * rcp(scale)) where this
+    -- record divides, and writes a zero scale as 0: some bytes differ (about 1 in 1000 block scales).
     {
       name = "nvfp4_ds_mla_fp8rope",
       L = 512,
@@ -304,11 +321,11 @@ return {
           scale = "e4m3",
           scales_at = 256,
           outer = "token",
-          outer_at = 352,
+          outer_at = 292,
         },
-        { from = 512, n = 64, elem = "e4m3", at = 288 },
+        { from = 512, n = 64, elem = "e4m3", at = 304, outer = "token", outer_at = 288, rope_bf16 = true },
       },
-      matches = "local-inference-lab vLLM nvfp4_ds_mla 368: e2m1 + e4m3 per 16, fp8 rope, f32 per-token amax (not verified)",
+      matches = "b12x ConcatAndCacheNvfp4MlaFp8RopeKernel (per-token mode): layout; its reciprocals round differently",
     },
     -- glm_next_nvfp4, 304 bytes (GLM-5.3-Flash, R = 0; b12x #266): 256 bytes of e2m1, 32 e4m3 scales per 16 at
     -- 256, 4 reserved bytes, a float32 per-token outer scale at 292, 8 pad bytes. From RECORDS.md; not read here.

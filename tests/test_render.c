@@ -345,14 +345,14 @@ static void test_read_pairs(void **state) {
         ropekv_kv_dtype kv;
         int record; /* the spec's record (1-based), 0: the kv dtype's row */
         ropekv_kv_layout layout;
-        int pairs;
+        int pairs, write_pairs;
     } rows[] = {
-        {"deepseek_v3", ROPEKV_KV_BF16, 0, ROPEKV_KV_PAGED, 0},      /* no blocks: a chunk a lane */
-        {"deepseek_v3", ROPEKV_KV_FP8_E4M3, 0, ROPEKV_KV_PAGED, 0},  /* one tensor scale */
-        {"deepseek_v3", ROPEKV_KV_BF16, 1, ROPEKV_KV_SPLIT, 1},      /* nvfp4: e2m1 in blocks of 16 */
-        {"deepseek_v32", ROPEKV_KV_FP8_TILE, 0, ROPEKV_KV_PAGED, 1}, /* e4m3 tiles of 128 */
-        {"deepseek_v32", ROPEKV_KV_BF16, 1, ROPEKV_KV_PAGED, 1},     /* fp8_ds_mla */
-        {"deepseek_v32", ROPEKV_KV_BF16, 3, ROPEKV_KV_PAGED, 1},     /* nvfp4_fp8rope */
+        {"deepseek_v3", ROPEKV_KV_BF16, 0, ROPEKV_KV_PAGED, 0, 0},      /* no blocks: a chunk a lane */
+        {"deepseek_v3", ROPEKV_KV_FP8_E4M3, 0, ROPEKV_KV_PAGED, 0, 0},  /* one tensor scale */
+        {"deepseek_v3", ROPEKV_KV_BF16, 1, ROPEKV_KV_SPLIT, 1, 1},      /* nvfp4: e2m1 in blocks of 16 */
+        {"deepseek_v32", ROPEKV_KV_FP8_TILE, 0, ROPEKV_KV_PAGED, 1, 1}, /* e4m3 tiles of 128 */
+        {"deepseek_v32", ROPEKV_KV_BF16, 1, ROPEKV_KV_PAGED, 1, 1},     /* fp8_ds_mla */
+        {"deepseek_v32", ROPEKV_KV_BF16, 3, ROPEKV_KV_PAGED, 1, 1},     /* nvfp4_fp8rope */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const rk_spec *s = rk_catalog_find(&f->cat, rows[i].spec);
@@ -369,10 +369,11 @@ static void test_read_pairs(void **state) {
         int block;
         rk_args a = {.tokens = 8192}; /* 8192 x 72 chunks: past sm_90's chunks_from */
         rk_launch_plan(&d, &a, &total, &blocks, &block);
-        assert_int_equal(a.lanes, rows[i].pairs ? 512 / 16 + 64 / 8 : (512 + 64) / 8);
+        const int L = d.L, R = d.R;
+        assert_int_equal(a.lanes, rows[i].pairs ? L / 16 + R / 8 : (L + R) / 8);
         a = (rk_args){.tokens = 16};
         rk_launch_plan(&d, &a, &total, &blocks, &block);
-        assert_int_equal(a.lanes, (512 + 64) / 8);
+        assert_int_equal(a.lanes, (L + R) / 8);
         /* the writer pairs the same rows in a KV-only launch of token groups (4 tokens a group on sm_90), without a
          * norm; one token a group (a small launch), a norm or another q form keeps a chunk a lane */
         const ropekv_norm norms[] = {ROPEKV_NORM_NONE, ROPEKV_NORM_RMS};
@@ -383,15 +384,15 @@ static void test_read_pairs(void **state) {
                                           ROPEKV_Q_BF16, rows[i].layout, ROPEKV_OP_WRITE, norms[n], rows[i].record},
                              &w, &err) != ROPEKV_OK)
                 continue; /* no norm variant of this row */
-            const int pairs = rows[i].pairs && n == 0;
+            const int pairs = rows[i].write_pairs && n == 0;
             if (rk_write_pairs(&w) != pairs) fail_msg("%s: rk_write_pairs %d", w.key, rk_write_pairs(&w));
             a = (rk_args){.tokens = 8192, .kv_tokens = 8192};
             rk_launch_plan(&w, &a, &total, &blocks, &block);
             assert_int_equal(a.kv_group, 4);
-            assert_int_equal(a.lanes, 4 * (64 / 8 + (pairs ? 512 / 16 : 512 / 8)));
+            assert_int_equal(a.lanes, 4 * (R / 8 + (pairs ? L / 16 : L / 8)));
             a = (rk_args){.tokens = 4, .kv_tokens = 4};
             rk_launch_plan(&w, &a, &total, &blocks, &block);
-            assert_int_equal(a.lanes, 32 + 512 / 8); /* the rope section a whole wave, then the latent's chunks */
+            assert_int_equal(a.lanes, 32 + L / 8); /* the rope section a whole wave, then the latent's chunks */
         }
     }
 }

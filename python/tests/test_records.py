@@ -134,7 +134,12 @@ def test_library_records():
     assert (s.from_, s.n, s.elem, s.block, s.scale, s.rule, s.scale_at, s.scales_at) == (
         0, 448, "e4m3", 64, "ue8m0", "pow2_up", "page_tail", 0), s
     r = ropekv.record("nvfp4_ds_mla_fp8rope")
-    assert (r.segments[0].outer, r.segments[0].outer_at, r.segments[0].saturate_ocp) == ("token", 352, 6.0)
+    assert (r.segments[0].outer, r.segments[0].outer_at, r.segments[0].saturate_ocp) == ("token", 292, 6.0)
+    assert (r.segments[1].at, r.segments[1].outer, r.segments[1].outer_at) == (304, "token", 288)
+    r = ropekv.record("nvfp4_fp8rope")
+    assert (r.segments[0].rule, r.segments[0].block_conv, r.segments[0].scales_interleave) == ("up", "mul_recip", 4)
+    assert r.segments[1].block_conv == "none" and r.segments[1].floor == 0.0
+    assert ropekv.record("dsv41_mxfp8").segments[0].floor == struct.unpack("<f", struct.pack("<f", 1e-4))[0]
     r = ropekv.record("fp8_ds_mla_pow2")
     assert [(x.name, x.scale) for x in r.readers][:2] == [("flashmla_sm100_sparse", "pow2_down"),
                                                           ("flashinfer_sm120_sparse", "pow2_down")], r.readers
