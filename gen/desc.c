@@ -725,7 +725,10 @@ int rk_read_pairs(const rk_desc *d) { return d->op == ROPEKV_OP_READ && latent_p
 
 int rk_write_pairs(const rk_desc *d) {
     const rk_segment *g = latent_pairs(d);
-    return d->op == ROPEKV_OP_WRITE && d->arch->write_pairs && g != NULL && g->outer != RK_OUT_TOKEN &&
+    /* a latent segment that also holds the rope part (DeepSeek-V4.1's rows) keeps a chunk a lane: its kernel would
+     * hold the rope lanes' and both latent paths in one segment's code (sm_90: 32 -> 40 registers, twice the code),
+     * and ran 7-8% slower at 8192 x 16 on an H100 (docs/results.md) */
+    return d->op == ROPEKV_OP_WRITE && d->arch->write_pairs && g != NULL && g->n == d->L && g->outer != RK_OUT_TOKEN &&
            d->norm == ROPEKV_NORM_NONE && rk_kv_group(d) > 1;
 }
 

@@ -572,7 +572,8 @@ int rk_desc_chunks(const rk_desc *d, int64_t *from);
 int rk_read_pairs(const rk_desc *d);
 
 /* 1 when a KV-only write launch of token groups (rk_kv_group) gives a latent lane two chunks of such a latent (the
- * same rows as rk_read_pairs', without a norm or a per-token scale, on a row with write_pairs): its index math, slot,
+ * same rows as rk_read_pairs' whose latent segment holds the latent alone, without a norm or a per-token scale, on
+ * a row with write_pairs): its index math, slot,
  * block scale and store then serve sixteen values (a group's a.lanes = kv_group * (R/8 + L/16)). The kernel's
  * WRITE_PAIRS (RK_WRITE_PAIRS). */
 int rk_write_pairs(const rk_desc *d);

@@ -497,15 +497,17 @@ static_assert(NSEG >= 1 && ROW_BYTES >= SEG[NSEG - 1].at, "a record has a segmen
 // A latent lane may take two neighbouring chunks where the latent is one block-scaled e4m3 or e2m1 segment in blocks
 // of an even number of chunks: both lie in one block, and the pair's bytes are one aligned access (a record's rows are
 // 16-byte aligned; the segment starts at a multiple of the pair's bytes). The read-back op pairs in large launches
-// (READ_PAIRS: read.hip); the writer in a KV-only launch of token groups without a norm or a per-token scale, on a
-// row with write_pairs (WRITE_PAIRS): a lane's own work (its index math, slot, block scale and store) then serves
-// sixteen values, which is what bounds an e2m1 writer there (rk_read_pairs, rk_write_pairs in gen/desc.c: a.lanes).
+// (READ_PAIRS: read.hip); the writer in a KV-only launch of token groups where the segment is the latent alone,
+// without a norm or a per-token scale, on a row with write_pairs (WRITE_PAIRS): a lane's own work (its index math,
+// slot, block scale and store) then serves sixteen values, which is what bounds an e2m1 writer there (rk_read_pairs,
+// rk_write_pairs in gen/desc.c: a.lanes).
 constexpr int PAIR_BYTES = SEG[0].elem == Elem::e4m3 ? 16 : 8;
 constexpr bool LATENT_PAIRS = SEG[0].from == 0 && SEG[0].n >= L && SEG[0].elem != Elem::bf16 && SEG[0].block > 0 &&
                               SEG[0].at % PAIR_BYTES == 0 && L_CH % 2 == 0 && BLOCK_CH<0> % 2 == 0;
 constexpr bool WRITE_PAIRS = RK_WRITE_PAIRS;
-static_assert(!WRITE_PAIRS || (LATENT_PAIRS && RK_KV_GROUP > 1 && NORM == Norm::none && SEG[0].outer != Outer::token),
-              "write pairs: a block-scaled latent, KV-only groups, no norm, no per-token scale");
+static_assert(!WRITE_PAIRS || (LATENT_PAIRS && SEG[0].n == L && RK_KV_GROUP > 1 && NORM == Norm::none &&
+                                SEG[0].outer != Outer::token),
+              "write pairs: a block-scaled latent of its own, KV-only groups, no norm, no per-token scale");
 
 // Chunk c (>= L_CH) of the KV row: k_pe's values rotated, normalized first with the factor r by a norm over the
 // whole head.
