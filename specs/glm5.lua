@@ -40,6 +40,6 @@ return {
     weight = "bf16",
     eps = 1e-5,
     rounding = "twice",
-    matches = "HF GlmMoeDsa RMSNorm (DeepseekV3RMSNorm) and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps))",
+    matches = "vLLM RMSNorm (the config's eps; HF's kv_a_layernorm keeps 1e-6): weight * bf16(x * rsqrt(mean(x^2) + eps))",
   },
 }

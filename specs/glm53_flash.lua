@@ -1,8 +1,10 @@
--- GLM-5.3-Flash (model type glm5_next), as summarized in the project's notes (RECORDS.md, gathered 2026-12-02;
--- no published config.json was read, so every number below is not verified against one):
---   kv_lora_rank 512; qk_rope_head_dim 0: the MLA is NoPE (the rope is only in the sparse indexer), so the cache row
---   is the latent alone and the op rotates nothing (no k_pe, q_pe, positions or cos/sin tables); the query heads
---   are not known (not verified). vLLM's writer fails on R = 0 (vllm #55773, #57578).
+-- GLM-5.3-Flash (model type glm5_next), from transformers' configuration_glm5_next.py, whose defaults are
+-- zai-org/GLM-5.3-Flash's (the released config.json itself was not found): hidden_size 4096, num_attention_heads 64,
+-- q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 256, qk_rope_head_dim 0, v_head_dim 256, rms_norm_eps 1e-5,
+-- max_position_embeddings 1048576, mla_use_nope true (transformers refuses a qk_rope_head_dim above 0). The MLA is
+-- NoPE, so the cache row is the latent alone and the op rotates nothing (no k_pe, q_pe, positions or cos/sin
+-- tables); the config has no rope theta (its indexer's rotation is not this op). vLLM's writer fails on R = 0
+-- (vllm #55773, #57578).
 -- The rows its engines store: GLM_NEXT fp8, 528 bytes (512 e4m3 + 4 float32 scales per 128: b12x and vLLM forks,
 -- b12x #266), and GLM_NEXT NVFP4, 304 bytes, whose per-token outer scale the kernels do not write yet (choosing it
 -- is refused, with the reason); a bf16 cache (1024 bytes) as every engine's unquantized MLA cache (not verified for
@@ -20,12 +22,12 @@ return {
   targets = { "sm_80", "sm_90", "sm_100", "sm_103", "sm_120", "host" },
   -- An fp8 query (absorbed: q_out = fp8(q_nope)), per-tensor q_scale multiplied by its reciprocal.
   q_fp8 = { scale = "mul_recip" },
-  -- The fused kv_a RMSNorm over the 512 latent values. GLM's rms_norm_eps is 1e-5 in the GLM-4.5 / GLM-5 configs;
-  -- for GLM-5.3-Flash it is not verified, nor the weight's dtype.
+  -- The fused kv_a RMSNorm over the 512 latent values: the config's rms_norm_eps 1e-5 (vLLM's RMSNorm takes it;
+  -- transformers' kv_a_layernorm takes its own default 1e-6). The weight's dtype is not verified.
   kv_norm = {
     weight = "bf16",
     eps = 1e-5,
     rounding = "twice",
-    matches = "HF RMSNorm and vLLM RMSNorm: weight * bf16(x * rsqrt(mean(x^2) + eps)) (eps not verified)",
+    matches = "vLLM RMSNorm (eps 1e-5, the config's): weight * bf16(x * rsqrt(mean(x^2) + eps))",
   },
 }

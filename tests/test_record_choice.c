@@ -130,20 +130,27 @@ static void test_record_names(void **state) {
     assert_non_null(strstr(ropekv_last_error(c), "fp8_tile, bf16, fp8_ds_mla"));
     assert_int_equal(ropekv_query(c, &bad, NULL, why, sizeof why), ROPEKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(why, "no record named"));
-    /* a per-token outer scale over the whole latent is written; one over another span is refused by name */
+    /* a per-token outer scale over the whole latent is written; one over another span is refused by name (a
+     * rope part's own, as nvfp4_ds_mla_fp8rope's) */
     static const char spec[] =
         "return { name = 'tok', kv_lora_rank = 512, qk_rope_head_dim = 64, rope = 'gptj',\n"
-        "  cos_sin = 'f32_cat', records = { 'nvfp4_ds_mla_fp8rope', { name = 'tok_rope', L = 512, R = 64,\n"
+        "  cos_sin = 'f32_cat', records = { 'nvfp4_ds_mla_fp8rope', { name = 'tok_latent', L = 512, R = 64,\n"
+        "  row_bytes = 368, segments = { { from = 0, n = 512, elem = 'e2m1', at = 0, block = 16, scale = 'e4m3',\n"
+        "  scales_at = 256, outer = 'token', outer_at = 352 }, { from = 512, n = 64, elem = 'e4m3', at = 288 } } },\n"
+        "  { name = 'tok_rope', L = 512, R = 64,\n"
         "  row_bytes = 368, segments = { { from = 0, n = 512, elem = 'e2m1', at = 0, block = 16, scale = 'e4m3',\n"
         "  scales_at = 256 }, { from = 512, n = 64, elem = 'e4m3', at = 288, block = 16, scale = 'e4m3',\n"
         "  scales_at = 352, outer = 'token', outer_at = 356 } } } } }\n";
     assert_int_equal(ropekv_load_spec_text(c, "tok.lua", spec, sizeof spec - 1), ROPEKV_OK);
-    const ropekv_variant tok = {ROPEKV_SIZED(ropekv_variant), .spec = "tok", .record = "nvfp4_ds_mla_fp8rope"};
+    const ropekv_variant tok = {ROPEKV_SIZED(ropekv_variant), .spec = "tok", .record = "tok_latent"};
     assert_int_equal(ropekv_kernel_get(c, &tok, &a), ROPEKV_OK);
     ropekv_kernel_release(a);
-    const ropekv_variant tok_rope = {ROPEKV_SIZED(ropekv_variant), .spec = "tok", .record = "tok_rope"};
-    assert_int_equal(ropekv_kernel_get(c, &tok_rope, &a), ROPEKV_ERR_UNSUPPORTED);
-    assert_non_null(strstr(ropekv_last_error(c), "per-token outer scale over blocks of the whole latent"));
+    static const char *const refused[] = {"tok_rope", "nvfp4_ds_mla_fp8rope"};
+    for (int i = 0; i < 2; i++) {
+        const ropekv_variant v2 = {ROPEKV_SIZED(ropekv_variant), .spec = "tok", .record = refused[i]};
+        assert_int_equal(ropekv_kernel_get(c, &v2, &a), ROPEKV_ERR_UNSUPPORTED);
+        assert_non_null(strstr(ropekv_last_error(c), "per-token outer scale over blocks of the whole latent"));
+    }
     ropekv_destroy(c);
 }
 
