@@ -148,7 +148,9 @@ static ropekv_status tensor_check(const rk_desc *p, const rk_tensor *t, const co
          * stride (at kv_block_size x kv_st + entry x tail_bytes: templates/kernel.hip, tail_byte), also in a block
          * with fewer rows in use (kv_rows < kv_block_size) */
         const int64_t tail = paged && t->at == offsetof(ropekv_args, kv_cache) ? p->rec.tail_bytes : 0;
-        const int64_t tails_end = tail && per_block > 0 ? extent(c->B, est + tail, 0) : 0;
+        int64_t tail_st = -1; /* a row and its tail, a token's stride in the tails' span (-1: past int64) */
+        if (tail && __builtin_add_overflow(est, tail, &tail_st)) tail_st = -1;
+        const int64_t tails_end = tail && per_block > 0 ? extent(c->B, tail_st, 0) : 0;
         CHECK(!tail || (tails_end >= 0 && bst >= tails_end), ROPEKV_ERR_STRIDE,
               "%s: block stride %lld leaves no room for the page tail: record %s keeps %lld bytes a token after a "
               "block's %lld rows (block_size x (kv_st + tail_bytes) = %lld)",
