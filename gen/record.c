@@ -150,9 +150,9 @@ static int check_segment(const ctx *c, int i) {
         return seg_bad(c, i, "rule", "'%s' without block scales", rk_enum_name(&rk_scale_rule_enum, s->rule));
     if (s->scale == RK_ST_UE8M0 && s->rule != RK_SR_POW2_UP)
         return seg_bad(c, i, "rule", "must be 'pow2_up' with ue8m0 scales (a UE8M0 byte holds only powers of two)");
-    if (s->rule == RK_SR_UP && s->scale != RK_ST_E4M3)
-        return seg_bad(c, i, "rule", "'up' rounds to an e4m3 scale's values (scale is '%s')",
-                       rk_enum_name(&rk_scale_type_enum, s->scale));
+    if ((s->rule == RK_SR_UP || s->rule == RK_SR_EXACT_ZERO) && s->scale != RK_ST_E4M3)
+        return seg_bad(c, i, "rule", "'%s' rounds to an e4m3 scale's values (scale is '%s')",
+                       rk_enum_name(&rk_scale_rule_enum, s->rule), rk_enum_name(&rk_scale_type_enum, s->scale));
     if (s->block == 0 && (s->floor != 0.0f || s->block_conv != RK_BC_DIV || s->interleave != 0))
         return seg_bad(c, i,
                        s->floor != 0.0f             ? "floor"

@@ -36,11 +36,14 @@ struct rk_err; /* gen/rk.h */
  * segment's, FLT_MIN unless it names one):
  *   exact   s as it is (an f32 scale; an e4m3 scale rounds s to nearest even, saturating)
  *   pow2_up s rounded up to a power of two (the UE8M0 rule; on an f32 scale: f32 holding 2^k)
- *   up      an e4m3 scale: the least e4m3 value >= s (saturating at the format's largest) */
-#define RK_SCALE_RULE_LIST(X)        \
-    X(RK_SR_EXACT, exact, exact)     \
-    X(RK_SR_POW2_UP, pow2_up, pow2)  \
-    X(RK_SR_UP, up, up)
+ *   up      an e4m3 scale: the least e4m3 value >= s (saturating at the format's largest)
+ *   exact_zero  an e4m3 scale: as exact, but an s that rounds to zero is stored as 0x00 and the block's values are
+ *           multiplied by 0 (zeros of their signs), where exact stores the least e4m3 value (0x01) */
+#define RK_SCALE_RULE_LIST(X)                  \
+    X(RK_SR_EXACT, exact, exact)               \
+    X(RK_SR_POW2_UP, pow2_up, pow2)            \
+    X(RK_SR_UP, up, up)                        \
+    X(RK_SR_EXACT_ZERO, exact_zero, exactzero)
 /* How a block's values take its scale d (as stored, decoded): div, y / d (an IEEE division); mul_recip, y * (1 / d)
  * (the reciprocal an f32 first, as writers that multiply do). */
 #define RK_BLOCK_CONV_LIST(X)                 \

@@ -13,9 +13,10 @@
  *                   the scale stored: f32 as it is; UE8M0 its biased exponent (s is rounded up to a power of two
  *                   whatever the rule: the byte holds nothing else; an inf scale is 0xff, UE8M0's NaN); e4m3 the
  *                   target's fp8 of s (nearest even, saturating), and 0x01 (the smallest subnormal) for an s that
- *                   rounds to zero, then by rule up the next byte while its value is below s (short of the largest
- *                   finite one). The values are divided by the scale as stored (s', decoded), or with block_conv
- *                   mul_recip multiplied by 1.0f / s'. The scale of block b lies at place b, or with interleave k at
+ *                   rounds to zero (rule exact_zero: 0x00), then by rule up the next byte while its value is below s
+ *                   (short of the largest finite one). The values are divided by the scale as stored (s', decoded),
+ *                   or with block_conv mul_recip multiplied by 1.0f / s'; a zero s' (exact_zero) multiplies them by
+ *                   0 (zeros of their signs; a NaN stays NaN). The scale of block b lies at place b, or with interleave k at
  *                   (b % k) * (blocks / k) + b / k;
  *   token scale     outer token: g = max(amax over the segment / (smax * sat), FLT_MIN), smax the scale type's
  *                   largest value (f32: 1, so g = the segment's own scale; UE8M0 2^127; e4m3 the format's max), g
@@ -108,7 +109,7 @@ static float scale_store(const rk_segment *g, rk_fp8_fmt fmt, float s, uint8_t *
     }
     case RK_ST_E4M3: {
         uint8_t b = rk_f32_to_fp8(s, fmt);
-        if ((b & 0x7fu) == 0u) b = 0x01; /* s > 0: never a zero scale */
+        if ((b & 0x7fu) == 0u) b = g->rule == RK_SR_EXACT_ZERO ? 0x00 : 0x01; /* s > 0: 0x00 only by that rule */
         /* up: the next value while the nearest is below s, short of the largest finite byte */
         if (g->rule == RK_SR_UP && rk_fp8_to_f32(b, fmt) < s && b < (fmt == RK_FP8_FNUZ ? 0x7f : 0x7e)) b++;
         *out = b;
@@ -225,8 +226,11 @@ static void encode_segment(const rk_record *r, const rk_segment *g, rk_fp8_fmt f
         float d = scale_store(g, fmt, s, sc + sb * rk_seg_scale_slot(g, b0 / g->block));
         if (g->outer == RK_OUT_TOKEN) d = d * gs;
         const float rcp = 1.0f / d; /* block_conv mul_recip */
-        for (int i = b0; i < b0 + g->block; i++)
-            store_elem(g, raw, fmt, row, i, clamp_sat(g->block_conv == RK_BC_MUL_RECIP ? v[i] * rcp : v[i] / d, sat));
+        const int zero = g->rule == RK_SR_EXACT_ZERO && d == 0.0f;
+        for (int i = b0; i < b0 + g->block; i++) {
+            const float y = zero ? v[i] * 0.0f : g->block_conv == RK_BC_MUL_RECIP ? v[i] * rcp : v[i] / d;
+            store_elem(g, raw, fmt, row, i, clamp_sat(y, sat));
+        }
     }
 }
 

@@ -596,8 +596,9 @@ typedef struct ropekv_record_segment {
     int at;            /* byte offset of its first value in the row */
     int block;         /* values per block scale; 0: no block scales */
     const char *scale; /* the block scale's storage: "none", "f32", "ue8m0" (2^(b - 127), 0xff NaN), "e4m3" */
-    const char *rule;  /* "exact", "pow2_up" (rounded up to a power of two) or "up" (an e4m3 scale: the least e4m3
-                          value >= s) */
+    const char *rule;  /* "exact", "pow2_up" (rounded up to a power of two), "up" (an e4m3 scale: the least e4m3
+                          value >= s) or "exact_zero" (an e4m3 scale as exact, one that rounds to zero stored as 0x00
+                          and its block's values times 0, where exact stores 0x01) */
     const char *scale_at; /* "inline" (at scales_at of the row) or "page_tail" (at scales_at of the token's tail) */
     int scales_at;
     float saturate_ocp, saturate_fnuz; /* the bound a block's amax maps to (s = max(amax / sat, floor)), or an

@@ -10,7 +10,9 @@
 -- as the base (its segments are merged entry by entry).
 -- Keys of a segment: from, n (it stores x[from, from + n)), elem (bf16, e4m3, e2m1), at (its first byte),
 -- block (0, 16, 32, 64, 128 values a scale), scale (none, f32, ue8m0, e4m3), rule (exact; pow2_up: the scale
--- rounded up to a power of two; up: an e4m3 scale rounded up to the least e4m3 value >= it), floor (the least
+-- rounded up to a power of two; up: an e4m3 scale rounded up to the least e4m3 value >= it; exact_zero: an e4m3
+-- scale to nearest, one that rounds to zero stored as 0x00 and its block's values times 0, where exact stores the
+-- least value 0x01), floor (the least
 -- scale before its rule: s = max(amax / sat, floor); default FLT_MIN), block_conv (how the values take their
 -- block's decoded scale d: div, y / d; mul_recip, y * (1 / d)), scale_at (inline, page_tail), scales_at,
 -- scales_interleave (0: block b's scale at place b; k: at (b % k) * (blocks / k) + b / k), saturate = { ocp, fnuz }
@@ -293,6 +295,7 @@ return {
           at = 0,
           block = 16,
           scale = "e4m3",
+          rule = "exact_zero",
           block_conv = "mul_recip",
           scales_at = 256,
         },

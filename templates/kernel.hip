@@ -620,8 +620,9 @@ constexpr bool POW2_SCALE = SEG[S].rule == ScaleRule::pow2_up || SEG[S].scale ==
 // A block's scale: s = max(amax / sat, floor) (an IEEE division; floor FLT_MIN unless the segment names one),
 // rounded up to a power of two by pow2_up (and for a UE8M0 byte, which holds nothing else; an inf amax gives an inf
 // scale). *bits is what the row stores (the float's bits, the UE8M0 byte, or the e4m3 byte: to nearest even, or by
-// rule up the least e4m3 value >= s, saturating either way; 0x01 for an s that rounds to zero); the value returned is
-// what the values are divided by (the stored scale decoded: UE8M0 0xff is NaN).
+// rule up the least e4m3 value >= s, saturating either way; 0x01 for an s that rounds to zero, 0x00 by rule
+// exact_zero); the value returned is what the values are divided by (the stored scale decoded: UE8M0 0xff is NaN; 0
+// for exact_zero's zero byte, whose block block_divide multiplies by 0).
 template <int S>
 RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     constexpr Segment G = SEG[S];
@@ -639,7 +640,7 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
     }
     if (G.scale == ScaleType::e4m3) {
         rk_u32 b = rk_pack_fp8(s, 0.0f) & 0xffu;
-        b = (b & 0x7fu) == 0u ? 1u : b;
+        b = (b & 0x7fu) == 0u ? (G.rule == ScaleRule::exact_zero ? 0u : 1u) : b;
         if (G.rule == ScaleRule::up && rk_fp8_scale_to_f32(b) < s && b < (RK_FP8_FNUZ ? 0x7fu : 0x7eu)) b += 1u;
         *bits = b;
         return rk_fp8_scale_to_f32(b);
@@ -659,13 +660,15 @@ RK_DEVICE float block_scale(float amax, float gs, rk_u32 *bits) {
 //   test_block_division); a smaller quotient is a zero code either way, of y's sign (a signed zero keeps it through
 //   this order of operations), and a NaN y stays NaN.
 // - otherwise (an inf in the block, a tiny or a saturated scale): the IEEE division.
-// A segment whose values take the scale by block_conv mul_recip is y * (1 / d) by definition.
+// A segment whose values take the scale by block_conv mul_recip is y * (1 / d) by definition; by rule exact_zero a
+// zero d takes them times 0.
 template <int S>
 RK_DEVICE f8 block_divide(f8 y, float d, float amax) {
     constexpr Segment G = SEG[S];
     constexpr bool POW2 = POW2_SCALE<S> && G.scale != ScaleType::e4m3 && G.outer != Outer::token;
-    const float k = 1.0f / d;
-    if (POW2 || G.block_conv == BlockConv::mul_recip) {
+    const bool zero = G.rule == ScaleRule::exact_zero && d == 0.0f;
+    const float k = zero ? 0.0f : 1.0f / d;
+    if (POW2 || G.block_conv == BlockConv::mul_recip || zero) {
         for (int i = 0; i < V; i++) y.v[i] = y.v[i] * k;
     } else if (d >= 8.67361738e-19f && d <= 1.15292150e18f && amax * k < 524288.0f) {  // [2^-60, 2^60], 2^19
         for (int i = 0; i < V; i++) {

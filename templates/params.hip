@@ -39,7 +39,7 @@ enum class Order { sections, rows };
 // kv_chunk) and reader (read.hip) are specialized on these tables; every branch on them folds at compile time.
 enum class Elem { bf16, e4m3, e2m1 };
 enum class ScaleType { none, f32, ue8m0, e4m3 };
-enum class ScaleRule { exact, pow2_up, up };
+enum class ScaleRule { exact, pow2_up, up, exact_zero };
 enum class BlockConv { div, mul_recip };
 enum class ScaleAt { inl, tail };  // the tokens of RK_SCALE_AT_LIST (gen/record.h): "inline" is a keyword
 enum class Outer { none, tensor, token };

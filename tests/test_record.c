@@ -151,6 +151,7 @@ static void e2m1_sat(rk_record *r) { r->seg[0].sat_ocp = 8; }
 static void bf16_sat(rk_record *r) { r->seg[0].sat_ocp = 448; }
 static void rope_bf16_latent(rk_record *r) { r->seg[0].rope_bf16 = 1; }
 static void up_on_f32(rk_record *r) { r->seg[0].rule = RK_SR_UP; }
+static void exact_zero(rk_record *r) { r->seg[0].rule = RK_SR_EXACT_ZERO; }
 static void floor_too_small(rk_record *r) { r->seg[0].floor = 1e-39f; }
 static void floor_above_one(rk_record *r) { r->seg[0].floor = 2.0f; }
 static void floor_unblocked(rk_record *r) { r->seg[0].floor = 1e-4f; }
@@ -193,6 +194,9 @@ static const rule_case rule_cases[] = {
     {"bf16", bf16_sat, "segments[1] (from 0): saturate: bf16 values have no saturation bound"},
     {"fp8", rope_bf16_latent, "segments[1] (from 0): rope_bf16: the segment holds no rope value"},
     {"fp8_ds_mla", up_on_f32, "segments[1] (from 0): rule: 'up' rounds to an e4m3 scale's values (scale is 'f32')"},
+    {"dsv4_fp8", exact_zero, "segments[1] (from 0): rule: must be 'pow2_up' with ue8m0 scales"},
+    {"fp8_ds_mla", exact_zero,
+     "segments[1] (from 0): rule: 'exact_zero' rounds to an e4m3 scale's values (scale is 'f32')"},
     {"nvfp4_fp8rope", floor_too_small, "segments[1] (from 0): floor: must be in [FLT_MIN, 1]"},
     {"dsv41_mxfp8", floor_above_one,
      "segments[1] (from 0): floor: must be in [FLT_MIN, 1] (the least block scale), got 2"},

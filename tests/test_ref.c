@@ -2874,6 +2874,49 @@ static void test_codec_rounded_up_interleaved(void **state) {
     assert_int_equal(frow[3], 0x76); /* 448 2^-14 / 2^-13 = 224 = 1.75 2^7 */
 }
 
+/* Rule exact_zero (nvfp4_ds_mla's e4m3 block scales), by hand. Block 0's amax is 6 * 2^-10: s = 2^-10, the tie
+ * between the e4m3 values 0 and 2^-9, goes to even, zero: the byte 0x00 and the block's values times 0 (+0 code 0,
+ * -0.001 a -0, code 8, NaN stays NaN, code 7), where rule exact stores 0x01 and quantizes against 2^-9 (3, code 5;
+ * -0.512, code 9). Block 1's amax is the next bf16 value, 1.5078125 * 2^-8: s is above the tie, 0x01, and the value
+ * times 2^9 is 3.015625, code 5. Decoding takes a zero scale to zeros of the codes' signs. */
+static void test_codec_zero_scale(void **state) {
+    (void)state;
+    rk_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "zero_scale");
+    r.L = 32, r.R = 0, r.row_bytes = 32, r.n_seg = 1;
+    r.seg[0] = (rk_segment){.from = 0,
+                            .n = 32,
+                            .elem = RK_EL_E2M1,
+                            .at = 0,
+                            .block = 16,
+                            .scale = RK_ST_E4M3,
+                            .rule = RK_SR_EXACT_ZERO,
+                            .scales_at = 16,
+                            .sat_ocp = 6.0f,
+                            .sat_fnuz = 6.0f,
+                            .block_conv = RK_BC_MUL_RECIP};
+    rk_err err = {0};
+    assert_int_equal(rk_record_check(&r, NULL, &err), ROPEKV_OK);
+    float x[32] = {0}, y[32];
+    x[0] = 0.005859375f, x[1] = -0.001f, x[2] = NAN, x[16] = 1.5078125f * 0x1p-8f;
+    uint8_t row[32];
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[16], 0x00);
+    assert_int_equal(row[17], 0x01);
+    assert_int_equal(row[0], 0x80);
+    assert_int_equal(row[1], 0x07);
+    assert_int_equal(row[8], 0x05);
+    rk_record_decode(&r, RK_FP8_OCP, row, NULL, 1.0f, RK_SCALE_NONE, NULL, y);
+    assert_true(y[0] == 0.0f && !signbit(y[0]) && y[1] == 0.0f && signbit(y[1]));
+    assert_true(y[16] == 3.0f * 0x1p-9f);
+    /* rule exact: the least value and a quotient against it */
+    r.seg[0].rule = RK_SR_EXACT;
+    rk_record_encode(&r, RK_FP8_OCP, x, r.L, 1.0f, RK_SCALE_NONE, 0, row, NULL);
+    assert_int_equal(row[16], 0x01);
+    assert_int_equal(row[0], 0x95);
+}
+
 /* e2m1 with e4m3 scales per 16 (exact rule), and with a per-token float32 over them (two levels): each value
  * comes back within 1/4 of its block's amax (half the widest e2m1 gap, 1 of 6, plus the scale's e4m3 rounding). */
 static void test_codec_e2m1_e4m3_scales(void **state) {
@@ -2970,6 +3013,7 @@ int main(void) {
         cmocka_unit_test(test_codec_f32_blocks),
         cmocka_unit_test(test_codec_v41_record),
         cmocka_unit_test(test_codec_rounded_up_interleaved),
+        cmocka_unit_test(test_codec_zero_scale),
         cmocka_unit_test(test_codec_e2m1_e4m3_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,7 +25,7 @@ rkref = None  # ropekv.reference, set with torch
 FLT_MIN = 2.0 ** -126
 ELEM_CODE = {"bf16": 0, "e4m3": 1, "e2m1": 2}
 SCALE_CODE = {"none": 0, "f32": 1, "ue8m0": 2, "e4m3": 3}
-RULE_CODE = {"exact": 0, "pow2_up": 1, "up": 2}
+RULE_CODE = {"exact": 0, "pow2_up": 1, "up": 2, "exact_zero": 3}
 SCALE_BYTES = {"none": 0, "f32": 4, "ue8m0": 1, "e4m3": 1}
 E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -84,7 +84,7 @@ def check_table(rec, info):
 
 def triton_constexprs(rec):
     """record_write_kernel's constexpr arguments for a row: per segment i, E<i> (element), A<i> (byte), B<i> (block),
-    S<i> (scale type), P<i> (rule: 0 exact, 1 pow2_up, 2 up), SA<i> (scales' byte), SAT<i> (bound), C<i> (tensor
+    S<i> (scale type), P<i> (rule: 0 exact, 1 pow2_up, 2 up, 3 exact_zero), SA<i> (scales' byte), SAT<i> (bound), C<i> (tensor
     scale convention), RB<i>, F<i> (the scale's floor), M<i> (block_conv mul_recip), IL<i> (scales_interleave)."""
     kw = {"CLEAN": rec["sanitize"]}
     for i, g in enumerate(rec["segments"]):
@@ -160,11 +160,14 @@ def _segment_bytes(rec, g, x, k_scale):
             d = torch.where(scale == 0xFF, torch.full_like(s, float("nan")), s)
         else:
             scale = _fp8_codes(torch, s.clamp(max=448.0))
-            scale = torch.where((scale & 0x7F) == 0, torch.ones_like(scale), scale)
+            least = 0 if g["rule"] == "exact_zero" else 1  # a scale that rounds to zero (exact_zero: kept)
+            scale = torch.where((scale & 0x7F) == 0, torch.full_like(scale, least), scale)
             if g["rule"] == "up":  # the next e4m3 value while the nearest is below s, short of 448
                 scale = torch.where((fp8_values(torch, scale) < s) & (scale < 0x7E), scale + 1, scale)
             d = fp8_values(torch, scale)
         v = xb * (1.0 / d)[..., None] if g["recip"] else xb / d[..., None]
+        if g["rule"] == "exact_zero":  # a zero scale: the block's values times 0
+            v = torch.where((d == 0)[..., None], xb * 0.0, v)
         v = v.clamp(-sat, sat).reshape(n, -1)
         scale = scale[:, torch.argsort(torch.tensor(scale_slots(g, scale.shape[1]), device=scale.device))]
     if g["elem"] == "e4m3":

@@ -271,8 +271,8 @@ def _record_kernel(triton, tl):
         # row (uint8 pointer), in ropekv's arithmetic (templates/kernel.hip, kv_segment). ELEM 0 bf16, 1 e4m3, 2 e2m1
         # (two a byte, the first in the low nibble); BLOCK values a scale (0: none) of type SCALE 1 f32, 2 ue8m0,
         # 3 e4m3 at byte SCALES_AT (block b's at place b, or with IL k at (b % k) (N / BLOCK / k) + b / k), at least
-        # FLOOR, by RULE 1 rounded up to a power of two, 2 up to an e4m3 value; the values divided by it or with RECIP
-        # multiplied by its reciprocal; CONV the tensor scale ks's convention (0 none, 1 mul_recip, 2 div, 3 mul);
+        # FLOOR, by RULE 1 rounded up to a power of two, 2 up to an e4m3 value, 3 to nearest with a zero kept (the
+        # block's values then times 0); the values divided by it or with RECIP multiplied by its reciprocal; CONV the tensor scale ks's convention (0 none, 1 mul_recip, 2 div, 3 mul);
         # RBF16 rounds the values to bf16 first; CLEAN sanitizes NaN and inf.
         if RBF16:
             x = x.to(tl.bfloat16).to(tl.float32)
@@ -313,7 +313,8 @@ def _record_kernel(triton, tl):
                     tl.store(row + SCALES_AT + place, e.to(tl.uint8))
                 else:
                     b = tl.minimum(s, 448.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-                    b = tl.where((b & 0x7F) == 0, 1, b).to(tl.uint8)  # a scale that rounds to zero: the least
+                    # a scale that rounds to zero: the least (by RULE 3 zero)
+                    b = tl.where((b & 0x7F) == 0, 0 if RULE == 3 else 1, b).to(tl.uint8)
                     if RULE == 2:  # up: the next value while the nearest is below s, short of 448 (0x7e)
                         below = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) < s
                         b = tl.where(below & (b < 0x7E), b + 1, b).to(tl.uint8)
@@ -323,6 +324,8 @@ def _record_kernel(triton, tl):
                     v = xb * tl.broadcast_to(tl.div_rn(tl.full([NB], 1.0, tl.float32), d)[:, None], (NB, BLOCK))
                 else:
                     v = tl.div_rn(xb, tl.broadcast_to(d[:, None], (NB, BLOCK)))
+                if RULE == 3:  # a zero scale: the values times 0
+                    v = tl.where(tl.broadcast_to(d[:, None], (NB, BLOCK)) == 0.0, xb * 0.0, v)
                 v = tl.reshape(tl.clamp(v, -SAT, SAT, propagate_nan=tl.PropagateNan.ALL), (N,))
             if ELEM == 1:
                 tl.store(row + AT + tl.arange(0, N), v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))

@@ -204,7 +204,8 @@ Segment = collections.namedtuple("Segment", "from_ n elem at block scale rule sc
                                             "scales_interleave")
 Segment.__doc__ = """One segment of a record (ropekv_record_segment): it stores x[from_, from_ + n) as elem ("bf16",
 "e4m3", "e2m1") at byte `at` of the row, in blocks of `block` values (0: none) sharing a scale stored as `scale`
-("none", "f32", "ue8m0", "e4m3") under `rule` ("exact", "pow2_up", "up": an e4m3 scale rounded up) at byte scales_at
+("none", "f32", "ue8m0", "e4m3") under `rule` ("exact", "pow2_up", "up": an e4m3 scale rounded up, "exact_zero": an
+e4m3 scale whose zero is kept, its values then times 0) at byte scales_at
 of the row ("inline") or of the token's page tail ("page_tail"), block b's at place b or, with scales_interleave k,
 (b % k) * (blocks / k) + b / k; saturate_ocp / saturate_fnuz the bound a block's amax maps to (an unblocked fp8
 segment's clamp), floor the least block scale (s = max(amax / sat, floor)); block_conv how the block's values take

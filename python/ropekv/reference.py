@@ -343,7 +343,8 @@ def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
                 d = _ue8m0_values(code)
             else:  # e4m3
                 code = e4m3_codes(s, fmt).to(torch.int64)
-                code = torch.where((code & 0x7F) == 0, torch.ones_like(code), code)
+                # s > 0 rounding to zero: the least value (0x01), or 0x00 by rule exact_zero
+                code = torch.where((code & 0x7F) == 0, torch.full_like(code, int(g.rule != "exact_zero")), code)
                 if g.rule == "up":  # the next value while the nearest is below s, short of the largest finite
                     top = 0x7F if fmt == "fnuz" else 0x7E
                     code = torch.where((e4m3_values(code, fmt) < s) & (code < top), code + 1, code)
@@ -355,6 +356,8 @@ def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
                 y = (vb * (_f32(1.0) / d).unsqueeze(-1)).flatten(-2)
             else:
                 y = (vb / d.unsqueeze(-1)).flatten(-2)
+            if g.rule == "exact_zero":  # a zero scale: the block's values times 0
+                y = torch.where((d == 0).unsqueeze(-1), vb * 0.0, y.unflatten(-1, vb.shape[-2:])).flatten(-2)
         else:
             y = v / gs if gs is not None else v
         y = _clamp(y, sat)

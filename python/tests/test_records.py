@@ -249,6 +249,23 @@ def test_nvfp4_fp8rope_by_hand():
     assert y[0] == 6 * 1.125 and y[16] == 6 * d and y[17] == 1.5 * d and y[64] == 6 * 1.125 and y[512] == 1.0
 
 
+def test_nvfp4_ds_mla_by_hand():
+    """The 432-byte row's rule exact_zero: a block whose amax is 6 * 2^-10 has s = 2^-10, the tie below e4m3's least
+    value, to even: scale byte 0x00 and the values times 0 (+0 and -0: codes 0 and 8); the next bf16 amax
+    (1.5078125 * 2^-8) rounds to 2^-9 (0x01) and its value times 2^9 is 3.015625: 3, code 5. An all-zero block: 0x00."""
+    torch = _torch()
+    ref = _ref()
+    x = torch.zeros(1, 576)
+    x[0, 0] = 0.005859375
+    x[0, 1] = -0.001
+    x[0, 16] = 1.5078125 * 2.0 ** -8
+    row = ref.record_encode("nvfp4_ds_mla", x)[0]
+    assert row[256:259].tolist() == [0x00, 0x01, 0x00], row[256:259]
+    assert row[0].item() == 0x80 and row[8].item() == 0x05, row[:16]
+    y = ref.record_decode("nvfp4_ds_mla", row[None])[0]
+    assert y[0] == 0 and not torch.signbit(y[0]) and torch.signbit(y[1]) and y[16] == 3 * 2.0 ** -9
+
+
 def test_scales_by_hand():
     """Block scales by hand: fp8_ds_mla's f32 scale is amax / 448 (FNUZ: / 224) floored at FLT_MIN; the pow2 record
     rounds it up (448 * (1 + 2^-7) -> 2.0; 448 -> 1.0); dsv41_mxfp8's UE8M0 byte is the biased exponent of the

@@ -1,4 +1,5 @@
 /* Conformance harness: random engine-shaped inputs, reference vs kernel, byte comparison. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,27 +335,32 @@ static void plant_bf16_bound(const rk_desc *v, const rk_shape *sh, set *s, int64
     }
 }
 
-/* fp8_tile rows: the tiles whose scale is an edge case, planted in the first two KV tokens: token 0 an
- * all-zero tile (+0 and -0: scale FLT_MIN), a tile whose amax is the saturation bound itself (scale 1 for
- * OCP's 448), a tile of bf16 subnormals (amax / sat below FLT_MIN); token 1 a tile holding +inf and a tile
- * holding NaN next to finite values (with sanitize: +-bf16 max and 0), and a quotient on an e4m3 tie. */
+/* Rows with block scales over the latent (fp8_tile rows, block-scaled records): the blocks whose scale is an edge
+ * case, planted in the first two KV tokens' first blocks: token 0 an all-zero block (+0 and -0: scale the floor), a
+ * block whose amax is the saturation bound itself (scale 1), a block of bf16 subnormals (amax / sat below FLT_MIN),
+ * and a block whose amax / sat is 2^-10 (an e4m3 scale on the tie below its least value 2^-9: to even, zero, stored
+ * as the least value or, by rule exact_zero, as 0); token 1 a block holding +inf and a block holding NaN next to
+ * finite values (with sanitize: +-bf16 max and 0), and for fp8_tile rows a quotient on an e4m3 tie. */
 static void plant_tile_cases(const rk_desc *v, const rk_shape *sh, set *s, int64_t row_elems) {
-    const int64_t K = kv_tokens_of(v, sh), n = v->tile, tiles = v->tile ? v->L / v->tile : 0;
-    if (v->kv != ROPEKV_KV_FP8_TILE || v->op != ROPEKV_OP_WRITE) return;
-    for (int64_t k = 0; k < tiles && k < 3 && K > 0; k++)
+    const rk_segment *g = &v->rec.seg[0];
+    if (v->op != ROPEKV_OP_WRITE || v->rec.n_seg < 1 || g->from != 0 || g->block == 0) return;
+    const int64_t K = kv_tokens_of(v, sh), n = g->block, tiles = g->n / g->block;
+    const float sat = v->fp8 == RK_FP8_FNUZ ? g->sat_fnuz : g->sat_ocp;
+    for (int64_t k = 0; k < tiles && k < 4 && K > 0; k++)
         for (int64_t j = 0; j < n; j++) {
             uint16_t x = k == 0   ? (j % 2 ? 0x8000 : 0x0000)
-                         : k == 1 ? rk_f32_to_bf16(j == 5   ? v->kv8_sat
-                                                   : j == 9 ? -v->kv8_sat
+                         : k == 1 ? rk_f32_to_bf16(j == 5   ? sat
+                                                   : j == 9 ? -sat
                                                             : (float)(j % 7) - 3.0f)
-                                  : (uint16_t)(0x0001 + (j % 5) * 0x10 + (j % 2) * 0x8000); /* bf16 subnormals */
+                         : k == 2 ? (uint16_t)(0x0001 + (j % 5) * 0x10 + (j % 2) * 0x8000) /* bf16 subnormals */
+                                  : rk_f32_to_bf16(j == 0 ? ldexpf(sat, -10) : (float)(j % 3 - 1) * ldexpf(sat, -12));
             s->k[k * n + j] = x;
         }
     for (int64_t k = 0; k < tiles && k < 2 && K > 1; k++) s->k[row_elems + k * n + 3] = k == 0 ? 0x7f80 : 0x7fc0;
     /* token 1, tile 2: amax 8.625 (scale 8.625 / 448) and 0.80859375, whose quotient is 42 exactly, a tie
      * between the e4m3 values 40 and 44 (to even: 40); times the scale's f32 reciprocal it is 42.0000038 (44):
      * a division done as a multiply is caught */
-    if (tiles > 2 && K > 1)
+    if (v->kv == ROPEKV_KV_FP8_TILE && tiles > 2 && K > 1)
         for (int64_t j = 0; j < n; j++)
             s->k[row_elems + 2 * n + j] = rk_f32_to_bf16(j == 0   ? 8.625f
                                                          : j == 1 ? 0.80859375f
