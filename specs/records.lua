@@ -277,10 +277,9 @@ return {
     -- nvfp4_ds_mla, 432 bytes (GLM-5.2, local-inference-lab/vllm #82): 256 bytes of e2m1, 32 e4m3 scales per 16 at
     -- 256, 16 zero bytes, the 64 rope values in bf16 at 304. The fork's concat_and_cache_nvfp4_mla_kernel
     -- (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu) takes amax times 1/6 (the same e4m3 byte as amax / 6 for
-    -- every bf16 amax) and multiplies each value by the reciprocal of the decoded scale (block_conv mul_recip). It
-    -- differs in a block whose scale rounds to zero (amax <= 0.005859375): its byte 0x00 and zero values, where this
-    -- record stores 0x01 and quantizes against 2^-9; and its reciprocals are rcp.approx, equal to 1 / d only where
-    -- that instruction rounds correctly (not verified). The optional per-layer outer scale of #95 divides the
+    -- every bf16 amax), keeps a scale that rounds to zero as 0x00 with zero values (amax <= 0.005859375: rule
+    -- exact_zero) and multiplies each other value by the reciprocal of the decoded scale (block_conv mul_recip). Its
+    -- reciprocals are rcp.approx, equal to 1 / d only where that instruction rounds correctly (not verified). The optional per-layer outer scale of #95 divides the
     -- latent in PyTorch, rounded to bf16, before the writer: not this record's outer scale.
     {
       name = "nvfp4_ds_mla",
