@@ -11,7 +11,7 @@ checks, the dispatcher, the driver's launch. The figure is the median of --reps 
 warm-up that compiles the kernel and makes its argument plan; the methods take turns, run by run, so that a drift
 of the host's speed touches each alike. Methods:
 
-  op              ropekv.ops.write(...)            the Python wrapper, a launch through the C++ argument plans
+  op              ropekv.ops.write(...)            the Python wrapper, a call seen before routed in C++
   op_python       the same, on the Python plans    ROPEKV_TORCH_NATIVE=0's path (python/ropekv/_native.py)
   op_direct       torch.ops.ropekv.write(...)       the operator as a compiled graph calls it in eager fallback
   kernel_call     Kernel.__call__(**tensors)        the binding without the operator

@@ -27,7 +27,7 @@ import threading
 
 import torch
 
-from . import _capi, _core
+from . import _capi, _core, _native
 
 # The operators' arguments come from the library's tensor tables (ropekv_family_tensor: every tensor some kernel of a
 # family may take, whether some kernel writes it, whether every kernel needs it). write launches the kernels of q forms
@@ -127,6 +127,21 @@ def _drop_kernels(dev):  # under _LOCK; dev: a _device_key
     index = -1 if dev[0] == "cpu" else dev[1]
     for k in [k for k in _KERNELS if k[0] == index]:
         del _KERNELS[k]
+    if _ROUTE[0] is not None:  # the routes lead to kernels: every one is dropped
+        _ROUTE[0].forget(_ROUTE[2])
+
+
+# ops.write's routes in C++ (_plans.cpp): [native module, its route_write, its router, ropekv_launch's address,
+# torch._C._cuda_getCurrentRawStream or None], made on the first eager write with the module
+_ROUTE = [None] * 5
+
+
+def _route(native):
+    with _LOCK:
+        if _ROUTE[0] is not native:
+            _ROUTE[:] = [native, native.route_write, native.router(), _capi.launch_address(),
+                         getattr(torch._C, "_cuda_getCurrentRawStream", None)]
+        return _ROUTE
 
 
 def _index_name(t, name):
@@ -283,15 +298,29 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
     None where the kernel has no such tensor (KernelInfo's tensors): a spec with rope "none" (kimi_k3) reads no
     positions or tables, one with no rope part (qk_rope_head_dim 0, glm53_flash) no k_pe or q_pe either. write_mask:
     None, or [Tkv] bool / uint8: KV row t is written only where it is set (beside min_slot and negative slots)."""
+    if not _is_compiling():
+        vals = (q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
+                kv_rope_cache, None, None, norm_weight, norm_out, write_mask)
+        native = _native.module()
+        if native is not None:  # a call whose variant and argument signature were seen before: launched in C++
+            f = _ROUTE if _ROUTE[0] is native else _route(native)
+            r = f[1](f[2], f[3], f[4], spec, kv, layout, q_form, q_dtype, norm, record, min_slot, vals)
+            if r == 0:
+                return
+            if r is not None:
+                r[1].ctx._raise(r[0])
+        if _eager(kv_cache):  # _launch's, without the operator's dict of arguments
+            qf = q_form if q_form is not None else _q_form(q_nope, q_pe, q_out)
+            qd = q_dtype if q_dtype is not None else _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
+            k = _kernel(kv_cache.get_device(), spec, kv, qf, positions, slots, qd, layout, "write", norm, record)
+            k.launch_tensors(vals, min_slot)
+            if native is not None and k._native is not None:  # the next such call takes route_write
+                native.route(_route(native)[2], k, k._native, spec, kv, layout, q_form, q_dtype, norm, record, vals)
+            return
     if q_form is None:
         q_form = _q_form(q_nope, q_pe, q_out)
     if q_dtype is None:
         q_dtype = _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
-    if _eager(kv_cache):  # _launch's, without the operator's dict of arguments
-        k = _kernel(kv_cache.get_device(), spec, kv, q_form, positions, slots, q_dtype, layout, "write", norm, record)
-        k.launch_tensors((q_nope, q_pe, q_out, k_nope, k_pe, kv_cache, positions, slots, cos_sin, sin, k_scale, q_scale,
-                          kv_rope_cache, None, None, norm_weight, norm_out, write_mask), min_slot)
-        return
     _call("write_q_inplace" if q_form == "inplace" else "write",
           dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
                k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,

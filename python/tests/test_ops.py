@@ -452,6 +452,62 @@ def test_native_plans_match_the_python_path():
             assert plans >= 1 and m.count(k._native) == plans, (spec, variant, plans, m.count(k._native))
 
 
+def _write(ops, spec, variant, y):
+    """ops.write of a _launch_cases case, its q form and q dtype left to their defaults."""
+    ops.write(spec, kv=variant["kv"], norm=variant.get("norm", "none"), **y)
+
+
+def test_ops_write_routes_match_the_python_path():
+    """ops.write's routes (_plans.cpp: the variant lookup of a call seen before, in C++): a routed call writes the bytes
+    the Python path writes, into its own tensors, without ops._kernel or the Python plans (both replaced by traps);
+    one route a variant; a launch the library refuses still raises its error; new kernels (use_context) drop every
+    route, and a closed context's route is dropped at its next call, which then launches on a new context."""
+    torch, ops = _ops()
+    from ropekv import _torch as rt
+    with _NativePath(True) as m:
+        router = ops._route(m)[2]
+        m.forget(router)
+        for i, (spec, variant, x) in enumerate(_launch_cases(torch)):
+            outs = [n for n in ("q_out", "q_pe", "kv_cache", "norm_out") if x.get(n) is not None]
+            got = []
+            for path in ("python", "first", "routed"):
+                y = {n: (t.clone() if n in outs else t) for n, t in x.items()}
+                if path == "python":
+                    with _NativePath(False):
+                        _write(ops, spec, variant, y)
+                elif path == "routed":
+                    traps = (ops._kernel, rt.plan_args)
+                    ops._kernel, rt.plan_args = None, None  # a call of either raises TypeError
+                    try:
+                        _write(ops, spec, variant, y)
+                    finally:
+                        ops._kernel, rt.plan_args = traps
+                else:
+                    _write(ops, spec, variant, y)
+                got.append(y)
+            for n in outs:
+                for y in got[1:]:
+                    assert torch.equal(y[n].view(torch.uint8), got[0][n].view(torch.uint8)), (spec, variant, n)
+            assert m.routes(router) == i + 1, (spec, variant, m.routes(router))
+        spec, variant, x = _launch_cases(torch)[0]
+        base = torch.empty(x["q_nope"].numel() // 512 * 576 + 1, dtype=torch.bfloat16)
+        q_nope = base[1:].view(x["q_out"].shape)[..., :512]  # the same signature, 2 bytes off 16-byte alignment
+        _expect(ropekv.RopekvError, lambda: _write(ops, spec, variant, dict(x, q_nope=q_nope)), {"ROPEKV_ERR_ALIGN"})
+        own = ropekv.Context("host", cache_dir=sp._CACHE_DIR)
+        ops.use_context(own)
+        assert m.routes(router) == 0
+        _write(ops, spec, variant, dict(x))
+        _write(ops, spec, variant, dict(x))
+        assert m.routes(router) == 1
+        own.close()
+        y = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
+        _write(ops, spec, variant, y)  # the route's context is closed: the Python path, on a new context
+        assert ops.context("cpu") is not own and m.routes(router) == 1
+        want = rf.reference(torch, spec, "absorbed", "bf16", x)
+        assert sp.compare_bits(torch, y["kv_cache"], want["kv_cache"], "bf16")[3] == 0
+        ops.use_context(sp.context("host"))
+
+
 def test_native_plans_leave_cpu_scales_and_numbers_to_python():
     """A scale held by a CPU tensor is checked at every launch (its value can change), and a scale given as a number
     becomes a tensor first: neither signature gets a C++ plan, and a bad value is still refused on a later launch."""
