@@ -23,6 +23,7 @@ of the host's speed touches each alike. Methods:
 """
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -82,7 +83,7 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--tag", default="h200")
+    ap.add_argument("--tag", default=None, help="the output file's tag (default: the device's name)")
     args = ap.parse_args(argv)
     import torch
     import ropekv
@@ -125,7 +126,8 @@ def main(argv=None):
         print("%-15s %7.2f us per call (median of %d x %d; best %.2f)" % (name, med, args.reps, args.calls, best))
     if args.out:
         dev = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (host backend)"
-        path = os.path.join(args.out, time.strftime("%Y-%m-%d") + "_eager_cost_%s.md" % args.tag)
+        tag = args.tag or re.sub(r"[^a-z0-9]+", "_", dev.lower()).strip("_")
+        path = os.path.join(args.out, time.strftime("%Y-%m-%d") + "_eager_cost_%s.md" % tag)
         with open(path, "w") as f:
             f.write("# Host cost of one eager launch (bench/bench_eager.py), %s\n\n" % dev)
             f.write("torch %s, ropekv %s; %s %s %s, T=%d, H=%d; median (best) of %d runs of %d back-to-back calls, "

@@ -65,6 +65,7 @@ def record_table():
         row("deepseek_v32", "fp8_ds_mla", "record", "fp8_ds_mla"),
         row("deepseek_v32", "nvfp4_fp8rope", "record", "nvfp4_fp8rope"),
         row("deepseek_v32_pow2", "fp8_ds_mla_pow2", "record", "fp8_ds_mla_pow2"),
+        row("glm5", "nvfp4_ds_mla", "record", "nvfp4_ds_mla"),
         row("kimi_k2", "fp8", "record", "fp8", conv="div", sanitize=True),
     ]
 
@@ -231,7 +232,8 @@ def decode_rows(rec, rows, k_scale):
 # ---- the problems ----------------------------------------------------------------------------------------------------
 class Problem:
     """One shape's inputs, shared by every row: q [T, H, 576] (H = 0: none), the projection [T, 576] whose latent
-    blocks of 16 are scaled by 2^-4 .. 2^4 (so that block scales differ), random positions, slots a permutation of
+    blocks of 16 are scaled by 2^-4 .. 2^4 (so that block scales differ), a token's last one by 2^-10 (an e4m3 block
+    scale that rounds to zero: 0x01, or 0x00 by rule exact_zero), random positions, slots a permutation of
     T of the T + 1 cache rows; the expected rotated k_pe (float32) and, with a query, the expected bf16 q rope."""
 
     def __init__(self, T, H, dev, cos_sin, seed):
@@ -241,6 +243,7 @@ class Problem:
         self.q = torch.randn(T, H, W, device=dev, dtype=bf, generator=g) if H else None
         proj = torch.randn(T, W, device=dev, generator=g)
         spread = torch.exp2(torch.randint(-4, 5, (T, L // 16, 1), device=dev, generator=g).float())
+        spread[:, -1] = 2.0 ** -10
         proj[:, :L] = (proj[:, :L].reshape(T, -1, 16) * spread).reshape(T, L)
         self.proj = proj.to(bf)
         self.k_nope, self.k_pe = self.proj[:, :L], self.proj[:, L:]
