@@ -708,6 +708,26 @@ RK_DEVICE void store_block_scale(const args &a, rk_i64 slot, rk_u8 *p, int j, rk
     else *q = (rk_u8)bits;
 }
 
+// A block-scaled chunk's quantized values (block_divide's) stored from p, with N = 2 a pair's second chunk y1 beside
+// them in the same access: 8 or 16 bytes of e4m3, 4 or 8 of e2m1.
+template <int S, int N>
+RK_DEVICE void store_block_values(rk_u8 *p, f8 y, f8 y1) {
+    constexpr Segment G = SEG[S];
+    if constexpr (G.elem == Elem::e4m3) {
+        const rk_v8 lo = pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false);
+        if constexpr (N == 2) {
+            const rk_v8 hi = pack_fp8<Scale::none, false>(y1, 1.0f, G.sat, false);
+            rk_store16_out(p, rk_v16{lo.x, lo.y, hi.x, hi.y});
+        } else {
+            rk_store8_out(p, lo);
+        }
+    } else {
+        const rk_u32 lo = pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false);
+        if constexpr (N == 2) rk_store8_out(p, rk_v8{lo, pack_e2m1<Scale::none, false>(y1, 1.0f, G.sat, false)});
+        else rk_store4_out(p, lo);
+    }
+}
+
 // The generic writer: chunk c of token t's row (its values x[8c, 8c + 8): c_kv for c < L_CH, else rotated k_pe),
 // stored as segment S of the record says; with N = 2 (a WRITE_PAIRS latent lane) chunks c and c + 1, stored in one
 // access. The slot is loaded first but waited for only at the store, like skip_all's above: a slot below min_slot
@@ -789,21 +809,8 @@ RK_DEVICE void kv_segment(const args &a, I t, int c, float r_row) {
         rk_u8 *p = row_byte(a, slot, value_byte<S>(j));
         if (G.outer == Outer::token && j == G.from) *(float *)row_byte(a, slot, G.outer_at) = gs;
         y = block_divide<S>(y, d, amax);
-        if (N == 2) {
-            y1 = block_divide<S>(y1, d, amax);
-            if constexpr (G.elem == Elem::e4m3) {
-                const rk_v8 lo = pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false),
-                            hi = pack_fp8<Scale::none, false>(y1, 1.0f, G.sat, false);
-                rk_store16_out(p, rk_v16{lo.x, lo.y, hi.x, hi.y});
-            } else {
-                rk_store8_out(p, rk_v8{pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false),
-                                       pack_e2m1<Scale::none, false>(y1, 1.0f, G.sat, false)});
-            }
-        } else if constexpr (G.elem == Elem::e4m3) {
-            rk_store8_out(p, pack_fp8<Scale::none, false>(y, 1.0f, G.sat, false));
-        } else {
-            rk_store4_out(p, pack_e2m1<Scale::none, false>(y, 1.0f, G.sat, false));
-        }
+        if (N == 2) y1 = block_divide<S>(y1, d, amax);
+        store_block_values<S, N>(p, y, y1);
         if ((j - G.from) % G.block == 0) store_block_scale<S>(a, slot, p, j, bits);  // the block's first lane
     }
 }
