@@ -403,7 +403,7 @@ def test_plans_bounded(native):
             assert m is None or 1 <= m.count(k._native) <= rt._PLANS_MAX
 
 
-def _launch_cases(torch):
+def _launch_cases(torch, device="cpu"):
     """(spec, kernel variant, inputs) of launches whose plans differ in kind: the q forms, a record row (no scale),
     32-bit slots, the fused norm with its output."""
     cases = []
@@ -412,11 +412,11 @@ def _launch_cases(torch):
                                      ("deepseek_v3", "inplace", "bf16", 4, 2, "int64"),
                                      ("deepseek_v32", "none", "fp8_tile", 6, 1, "int64"),
                                      ("deepseek_v32", "absorbed", "fp8_tile", 7, 3, "int32")):
-        x = rf.make_inputs(torch, spec, q, kv, T, H, "cpu", seed=T * 7 + H, slots_dtype=slots)
+        x = rf.make_inputs(torch, spec, q, kv, T, H, device, seed=T * 7 + H, slots_dtype=slots)
         cases.append((spec, dict(kv=kv, q=q, slots=slots), x))
-    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, "cpu", seed=57)
+    x, w = cs.norm_inputs(torch, "deepseek_v3", "absorbed", "bf16", 9, 2, device, seed=57)
     cases.append(("deepseek_v3", dict(kv="bf16", q="absorbed", norm="rms_out"),
-                  dict(x, norm_weight=w, norm_out=torch.zeros(9, 512, dtype=torch.bfloat16))))
+                  dict(x, norm_weight=w, norm_out=torch.zeros(9, 512, dtype=torch.bfloat16, device=device))))
     return cases
 
 
@@ -463,32 +463,8 @@ def test_ops_write_routes_match_the_python_path():
     one route a variant; a launch the library refuses still raises its error; new kernels (use_context) drop every
     route, and a closed context's route is dropped at its next call, which then launches on a new context."""
     torch, ops = _ops()
-    from ropekv import _torch as rt
     with _NativePath(True) as m:
-        router = ops._route(m)[2]
-        m.forget(router)
-        for i, (spec, variant, x) in enumerate(_launch_cases(torch)):
-            outs = [n for n in ("q_out", "q_pe", "kv_cache", "norm_out") if x.get(n) is not None]
-            got = []
-            for path in ("python", "first", "routed"):
-                y = {n: (t.clone() if n in outs else t) for n, t in x.items()}
-                if path == "python":
-                    with _NativePath(False):
-                        _write(ops, spec, variant, y)
-                elif path == "routed":
-                    traps = (ops._kernel, rt.plan_args)
-                    ops._kernel, rt.plan_args = None, None  # a call of either raises TypeError
-                    try:
-                        _write(ops, spec, variant, y)
-                    finally:
-                        ops._kernel, rt.plan_args = traps
-                else:
-                    _write(ops, spec, variant, y)
-                got.append(y)
-            for n in outs:
-                for y in got[1:]:
-                    assert torch.equal(y[n].view(torch.uint8), got[0][n].view(torch.uint8)), (spec, variant, n)
-            assert m.routes(router) == i + 1, (spec, variant, m.routes(router))
+        router = _routes_match(torch, ops, m, "cpu")
         spec, variant, x = _launch_cases(torch)[0]
         base = torch.empty(x["q_nope"].numel() // 512 * 576 + 1, dtype=torch.bfloat16)
         q_nope = base[1:].view(x["q_out"].shape)[..., :512]  # the same signature, 2 bytes off 16-byte alignment
@@ -506,6 +482,58 @@ def test_ops_write_routes_match_the_python_path():
         want = rf.reference(torch, spec, "absorbed", "bf16", x)
         assert sp.compare_bits(torch, y["kv_cache"], want["kv_cache"], "bf16")[3] == 0
         ops.use_context(sp.context("host"))
+
+
+def _routes_match(torch, ops, m, device):
+    """test_ops_write_routes_match_the_python_path's first part on device: every _launch_cases case by the Python
+    path, then routed; returns the router."""
+    from ropekv import _torch as rt
+    router = ops._route(m)[2]
+    m.forget(router)
+    for i, (spec, variant, x) in enumerate(_launch_cases(torch, device)):
+        outs = [n for n in ("q_out", "q_pe", "kv_cache", "norm_out") if x.get(n) is not None]
+        got = []
+        for path in ("python", "first", "routed"):
+            y = {n: (t.clone() if n in outs else t) for n, t in x.items()}
+            if path == "python":
+                with _NativePath(False):
+                    _write(ops, spec, variant, y)
+            elif path == "routed":
+                traps = (ops._kernel, rt.plan_args)
+                ops._kernel, rt.plan_args = None, None  # a call of either raises TypeError
+                try:
+                    _write(ops, spec, variant, y)
+                finally:
+                    ops._kernel, rt.plan_args = traps
+            else:
+                _write(ops, spec, variant, y)
+            got.append(y)
+        for n in outs:
+            for y in got[1:]:
+                assert torch.equal(y[n].view(torch.uint8), got[0][n].view(torch.uint8)), (spec, variant, n)
+        assert m.routes(router) == i + 1, (spec, variant, m.routes(router))
+    return router
+
+
+def test_cuda_ops_write_routes():
+    """ops.write's routes on a GPU: a routed call (on the device's current stream, taken in C++) writes the Python
+    path's bytes, a call on another stream included."""
+    torch, ops = _ops("cuda")
+    with _NativePath(True) as m:
+        _routes_match(torch, ops, m, "cuda")
+        spec, variant, x = _launch_cases(torch, "cuda")[0]
+        want = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
+        with _NativePath(False):
+            _write(ops, spec, variant, want)
+        y = dict(x, kv_cache=x["kv_cache"].clone(), q_out=x["q_out"].clone())
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            _write(ops, spec, variant, y)  # routed: its launch goes to s
+        s.synchronize()
+        for n in ("kv_cache", "q_out"):
+            assert torch.equal(y[n].view(torch.uint8), want[n].view(torch.uint8)), n
+        ops.use_context(sp.context("cuda"))
 
 
 def test_native_plans_leave_cpu_scales_and_numbers_to_python():
