@@ -1,8 +1,9 @@
 """The eager launch's argument plans in C++ (_plans.cpp), compiled on first use against the torch this process runs.
 
 An eager launch whose argument signature was seen before costs, in Python, mostly the reading of its tensors'
-dtypes, shapes, strides and devices; _plans.cpp reads them through ATen and launches with the plan Python checked
-(see its header). module() builds the extension once per torch and compiler, keeps it in the disk cache's torch/
+dtypes, shapes, strides and devices; _plans.cpp reads them through ATen and launches with the plan Python checked,
+and for ropekv.ops.write it also keeps the variant lookup of a call seen before (its routes; see its header).
+module() builds the extension once per torch and compiler, keeps it in the disk cache's torch/
 directory (the library's default cache directory, ropekv_cache_dir; where there is none, as with
 ROPEKV_DISABLE_CACHE=1, a private temporary directory, removed once loaded) and loads it. Whatever stops it (no
 compiler, no torch or Python headers, a failed build, a cache directory that is a link, another user's or writable
