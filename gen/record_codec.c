@@ -16,8 +16,8 @@
  *                   rounds to zero (rule exact_zero: 0x00), then by rule up the next byte while its value is below s
  *                   (short of the largest finite one). The values are divided by the scale as stored (s', decoded),
  *                   or with block_conv mul_recip multiplied by 1.0f / s'; a zero s' (exact_zero) multiplies them by
- *                   0 (zeros of their signs; a NaN stays NaN). The scale of block b lies at place b, or with interleave k at
- *                   (b % k) * (blocks / k) + b / k;
+ *                   0 (zeros of their signs; a NaN stays NaN). The scale of block b lies at place b, or with
+ *                   interleave k at (b % k) * (blocks / k) + b / k;
  *   token scale     outer token: g = max(amax over the segment / (smax * sat), FLT_MIN), smax the scale type's
  *                   largest value (f32: 1, so g = the segment's own scale; UE8M0 2^127; e4m3 the format's max), g
  *                   stored as a float32 at outer_at; each block's s is (amax_b / sat) / g before its rule and

@@ -279,8 +279,9 @@ return {
     -- (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu) takes amax times 1/6 (the same e4m3 byte as amax / 6 for
     -- every bf16 amax), keeps a scale that rounds to zero as 0x00 with zero values (amax <= 0.005859375: rule
     -- exact_zero) and multiplies each other value by the reciprocal of the decoded scale (block_conv mul_recip). Its
-    -- reciprocals are rcp.approx, equal to 1 / d for every e4m3 value d on sm_90 (docs/formats.md). The optional per-layer outer scale of #95 divides the
-    -- latent in PyTorch, rounded to bf16, before the writer: not this record's outer scale.
+    -- reciprocals are rcp.approx, equal to 1 / d for every e4m3 value d on sm_90 (docs/formats.md). The optional
+    -- per-layer outer scale of #95 divides the latent in PyTorch, rounded to bf16, before the writer: not this
+    -- record's outer scale.
     {
       name = "nvfp4_ds_mla",
       L = 512,

@@ -85,8 +85,9 @@ def check_table(rec, info):
 
 def triton_constexprs(rec):
     """record_write_kernel's constexpr arguments for a row: per segment i, E<i> (element), A<i> (byte), B<i> (block),
-    S<i> (scale type), P<i> (rule: 0 exact, 1 pow2_up, 2 up, 3 exact_zero), SA<i> (scales' byte), SAT<i> (bound), C<i> (tensor
-    scale convention), RB<i>, F<i> (the scale's floor), M<i> (block_conv mul_recip), IL<i> (scales_interleave)."""
+    S<i> (scale type), P<i> (rule: 0 exact, 1 pow2_up, 2 up, 3 exact_zero), SA<i> (scales' byte), SAT<i> (bound),
+    C<i> (tensor scale convention), RB<i>, F<i> (the scale's floor), M<i> (block_conv mul_recip), IL<i>
+    (scales_interleave)."""
     kw = {"CLEAN": rec["sanitize"]}
     for i, g in enumerate(rec["segments"]):
         kw.update({"E%d" % i: ELEM_CODE[g["elem"]], "A%d" % i: g["at"], "B%d" % i: g["block"],

@@ -111,8 +111,8 @@ PyObject *plans(PyObject *, PyObject *zero_copy) {
     return cap;
 }
 
-// The argument block of a launch with vals and min_slot into block: the plan of their signature, its pointers taken from
-// vals' own tensors. False: no plan (or no signature). ATen may throw: the caller catches.
+// The argument block of a launch with vals and min_slot into block: the plan of their signature, its pointers taken
+// from vals' own tensors. False: no plan (or no signature). ATen may throw: the caller catches.
 bool fill_block(Store &st, PyObject *vals, PyObject *min_slot, unsigned char *block) {
     thread_local std::vector<int64_t> sig;
     const at::Tensor *ts[kMaxTensors];
@@ -326,16 +326,26 @@ Route *find_route(Router *rt, const Key &k) {
     return nullptr;
 }
 
+// The attribute names a route reads: Kernel._h, Kernel.ctx, Context._h, and a ctypes handle's value (interned once).
+struct Names {
+    PyObject *h, *ctx, *value;
+};
+const Names &names() {
+    static const Names n{PyUnicode_InternFromString("_h"), PyUnicode_InternFromString("ctx"),
+                         PyUnicode_InternFromString("value")};
+    return n;
+}
+
 // Whether a route's Kernel and context are as they were routed (neither released nor closed since).
 bool route_live(const Route &r) {
-    static PyObject *h_name = PyUnicode_InternFromString("_h"), *ctx_name = PyUnicode_InternFromString("ctx");
-    PyObject *h = PyObject_GetAttr(r.kernel, h_name);
+    const Names &nm = names();
+    PyObject *h = PyObject_GetAttr(r.kernel, nm.h);
     if (!h) return false;
     Py_DECREF(h);  // the route holds it too: compared by identity
     if (h != r.handle) return false;
-    PyObject *ctx = PyObject_GetAttr(r.kernel, ctx_name);
+    PyObject *ctx = PyObject_GetAttr(r.kernel, nm.ctx);
     if (!ctx) return false;
-    PyObject *ch = PyObject_GetAttr(ctx, h_name);
+    PyObject *ch = PyObject_GetAttr(ctx, nm.h);
     Py_DECREF(ctx);
     if (!ch) return false;
     Py_DECREF(ch);
@@ -344,7 +354,8 @@ bool route_live(const Route &r) {
 
 PyObject *route_write(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 + kStrings) {
-        PyErr_SetString(PyExc_TypeError, "route_write takes (router, launch_fn, raw_stream, 7 strings, min_slot, vals)");
+        PyErr_SetString(PyExc_TypeError,
+                        "route_write takes (router, launch_fn, raw_stream, 7 strings, min_slot, vals)");
         return nullptr;
     }
     Router *rt = router_of(args[0]);
@@ -417,14 +428,13 @@ PyObject *route(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     } catch (const std::exception &) {
         Py_RETURN_NONE;
     }
-    static PyObject *h_name = PyUnicode_InternFromString("_h"), *ctx_name = PyUnicode_InternFromString("ctx"),
-                    *value_name = PyUnicode_InternFromString("value");
-    PyObject *h = PyObject_GetAttr(args[1], h_name);
+    const Names &nm = names();
+    PyObject *h = PyObject_GetAttr(args[1], nm.h);
     if (!h) return nullptr;
-    PyObject *ctx = PyObject_GetAttr(args[1], ctx_name);
-    PyObject *ch = ctx ? PyObject_GetAttr(ctx, h_name) : nullptr;
+    PyObject *ctx = PyObject_GetAttr(args[1], nm.ctx);
+    PyObject *ch = ctx ? PyObject_GetAttr(ctx, nm.h) : nullptr;
     Py_XDECREF(ctx);
-    PyObject *v = h != Py_None ? PyObject_GetAttr(h, value_name) : nullptr;
+    PyObject *v = h != Py_None ? PyObject_GetAttr(h, nm.value) : nullptr;
     void *ptr = v ? PyLong_AsVoidPtr(v) : nullptr;
     Py_XDECREF(v);
     if (!ch || !ptr || ch == Py_None || PyErr_Occurred()) {  // a released kernel or a closed context: no route

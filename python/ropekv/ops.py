@@ -284,6 +284,15 @@ def _q_form(q_nope, q_pe, q_out):
     return "inplace" if q_pe is not None else "none"
 
 
+def _q_defaults(q_form, q_dtype, q_nope, q_pe, q_out):
+    """write's q_form and q_dtype, a None one taken from the query tensors given."""
+    if q_form is None:
+        q_form = _q_form(q_nope, q_pe, q_out)
+    if q_dtype is None:
+        q_dtype = _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
+    return q_form, q_dtype
+
+
 def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=None, q_pe=None, q_out=None, k_nope,
           k_pe=None, kv_cache, positions=None, slots, cos_sin=None, sin=None, k_scale=None, q_scale=None,
           kv_rope_cache=None, min_slot=0, norm="none", norm_weight=None, norm_out=None, record=None, write_mask=None):
@@ -310,17 +319,13 @@ def write(spec, *, kv="bf16", layout="flat", q_form=None, q_dtype=None, q_nope=N
             if r is not None:
                 r[1].ctx._raise(r[0])
         if _eager(kv_cache):  # _launch's, without the operator's dict of arguments
-            qf = q_form if q_form is not None else _q_form(q_nope, q_pe, q_out)
-            qd = q_dtype if q_dtype is not None else _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
+            qf, qd = _q_defaults(q_form, q_dtype, q_nope, q_pe, q_out)
             k = _kernel(kv_cache.get_device(), spec, kv, qf, positions, slots, qd, layout, "write", norm, record)
             k.launch_tensors(vals, min_slot)
             if native is not None and k._native is not None:  # the next such call takes route_write
                 native.route(_route(native)[2], k, k._native, spec, kv, layout, q_form, q_dtype, norm, record, vals)
             return
-    if q_form is None:
-        q_form = _q_form(q_nope, q_pe, q_out)
-    if q_dtype is None:
-        q_dtype = _q_dtype_of(q_out) if isinstance(q_out, torch.Tensor) else "bf16"
+    q_form, q_dtype = _q_defaults(q_form, q_dtype, q_nope, q_pe, q_out)
     _call("write_q_inplace" if q_form == "inplace" else "write",
           dict(spec=spec, kv=kv, q_form=q_form, q_dtype=q_dtype, layout=layout, q_nope=q_nope, q_pe=q_pe, q_out=q_out,
                k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, positions=positions, slots=slots, cos_sin=cos_sin, sin=sin,

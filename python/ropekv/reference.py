@@ -352,12 +352,10 @@ def record_encode(desc, x, k_scale=1.0, fmt="ocp", conv=None, sanitize=False):
                 d = e4m3_values(code, fmt)
             if gs is not None:
                 d = d * gs
-            if g.block_conv == "mul_recip":
-                y = (vb * (_f32(1.0) / d).unsqueeze(-1)).flatten(-2)
-            else:
-                y = (vb / d.unsqueeze(-1)).flatten(-2)
+            y = vb * (_f32(1.0) / d).unsqueeze(-1) if g.block_conv == "mul_recip" else vb / d.unsqueeze(-1)
             if g.rule == "exact_zero":  # a zero scale: the block's values times 0
-                y = torch.where((d == 0).unsqueeze(-1), vb * 0.0, y.unflatten(-1, vb.shape[-2:])).flatten(-2)
+                y = torch.where((d == 0).unsqueeze(-1), vb * 0.0, y)
+            y = y.flatten(-2)
         else:
             y = v / gs if gs is not None else v
         y = _clamp(y, sat)
