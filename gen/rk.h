@@ -5,6 +5,7 @@
 #ifndef RK_GEN_H
 #define RK_GEN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,15 @@ typedef struct rk_err {
 
 /* Cache records as data: what a token's row holds (gen/record.h). */
 #include "record.h"
+
+/* A message into the caller's buffer why[cap] (nothing when why is NULL or cap is 0). printf-style; rk_vsay takes the
+ * arguments as a va_list. */
+void rk_say(char *why, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void rk_vsay(char *why, size_t cap, const char *fmt, va_list ap);
 
 /* Sets err (if non-NULL) and returns code. printf-style. */
 int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...)

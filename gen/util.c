@@ -6,6 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+void rk_vsay(char *why, size_t cap, const char *fmt, va_list ap) {
+    if (why != NULL && cap > 0) vsnprintf(why, cap, fmt, ap);
+}
+
+void rk_say(char *why, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    rk_vsay(why, cap, fmt, ap);
+    va_end(ap);
+}
+
 int rk_fail(rk_err *err, ropekv_status code, const char *fmt, ...) {
     if (err != NULL) {
         va_list ap;

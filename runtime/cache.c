@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,14 +34,6 @@ static const unsigned char MAGIC[8] = {'R', 'K', 'C', 'A', 'C', 'H', 'E', '\0'};
 
 /* Makes temp names unique between threads of one process; the pid separates processes. */
 static atomic_uint tmp_counter;
-
-__attribute__((format(printf, 3, 4))) static void say(char *why, size_t cap, const char *fmt, ...) {
-    if (!why || cap == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-}
 
 /* strerror is not required to be thread-safe; this is. */
 typedef struct errtext {
@@ -121,15 +112,15 @@ int rk_system_dir(const char *real) {
  * 0, or -1 with the reason in c->why. */
 static int set_dir(rk_cache *c, const char *dir) {
     if (!dir || !*dir) {
-        say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
+        rk_say(c->why, sizeof c->why, "no cache directory given" MEMORY_ONLY);
         return -1;
     }
     size_t n = strlen(dir);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) { /* never a path meant, and unsafe in messages */
             char shown[1024];
-            say(c->why, sizeof c->why, "cache directory '%s' holds control characters" MEMORY_ONLY,
-                rk_printable(dir, shown, sizeof shown));
+            rk_say(c->why, sizeof c->why, "cache directory '%s' holds control characters" MEMORY_ONLY,
+                   rk_printable(dir, shown, sizeof shown));
             return -1;
         }
     for (;;) {
@@ -139,12 +130,12 @@ static int set_dir(rk_cache *c, const char *dir) {
         else break;
     }
     if ((n == 2 || (n > 2 && dir[n - 3] == '/')) && dir[n - 1] == '.' && dir[n - 2] == '.') {
-        say(c->why, sizeof c->why, "cache directory %.*s ends in '..': name the directory itself" MEMORY_ONLY,
-            (int)(n < 1024 ? n : 1024), dir);
+        rk_say(c->why, sizeof c->why, "cache directory %.*s ends in '..': name the directory itself" MEMORY_ONLY,
+               (int)(n < 1024 ? n : 1024), dir);
         return -1;
     }
     if (n + 1 > sizeof c->dir - 128) {
-        say(c->why, sizeof c->why, "cache directory path is too long (%zu bytes)" MEMORY_ONLY, n);
+        rk_say(c->why, sizeof c->why, "cache directory path is too long (%zu bytes)" MEMORY_ONLY, n);
         return -1;
     }
     memcpy(c->dir, dir, n);
@@ -161,21 +152,21 @@ void rk_cache_open_ro(rk_cache *c, const char *dir) {
     struct stat st;
     if (lstat(d, &st) != 0) {
         errtext e = errstr(errno);
-        say(c->why, sizeof c->why, "cannot inspect read-only cache layer %s: %s; not used", d, e.s);
+        rk_say(c->why, sizeof c->why, "cannot inspect read-only cache layer %s: %s; not used", d, e.s);
     } else if (S_ISLNK(st.st_mode)) {
-        say(c->why, sizeof c->why, "read-only cache layer %s is a symbolic link; not used", d);
+        rk_say(c->why, sizeof c->why, "read-only cache layer %s is a symbolic link; not used", d);
     } else if (!S_ISDIR(st.st_mode)) {
-        say(c->why, sizeof c->why, "read-only cache layer %s is not a directory; not used", d);
+        rk_say(c->why, sizeof c->why, "read-only cache layer %s is not a directory; not used", d);
     } else if (st.st_uid != geteuid() && st.st_uid != 0) {
-        say(c->why, sizeof c->why,
-            "read-only cache layer %s is owned by uid %lu, neither this user (uid %lu) nor root; not used", d,
-            (unsigned long)st.st_uid, (unsigned long)geteuid());
+        rk_say(c->why, sizeof c->why,
+               "read-only cache layer %s is owned by uid %lu, neither this user (uid %lu) nor root; not used", d,
+               (unsigned long)st.st_uid, (unsigned long)geteuid());
     } else if (st.st_mode & 022) {
-        say(c->why, sizeof c->why, "read-only cache layer %s is writable by %s (mode 0%03o); not used", d,
-            (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+        rk_say(c->why, sizeof c->why, "read-only cache layer %s is writable by %s (mode 0%03o); not used", d,
+               (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
     } else if (access(d, R_OK | X_OK) != 0) {
         errtext e = errstr(errno);
-        say(c->why, sizeof c->why, "read-only cache layer %s is not readable: %s; not used", d, e.s);
+        rk_say(c->why, sizeof c->why, "read-only cache layer %s is not readable: %s; not used", d, e.s);
     } else {
         c->dev = (uint64_t)st.st_dev;
         c->ino = (uint64_t)st.st_ino;
@@ -194,42 +185,42 @@ void rk_cache_open(rk_cache *c, const char *dir) {
     memcpy(tmp, c->dir, n + 1);
     if (make_dirs(tmp, 0700) != 0) {
         errtext e = errstr(errno);
-        say(c->why, sizeof c->why, "cannot create cache directory %s: %s" MEMORY_ONLY, d, e.s);
+        rk_say(c->why, sizeof c->why, "cannot create cache directory %s: %s" MEMORY_ONLY, d, e.s);
         return;
     }
     char real[PATH_MAX];
     if (realpath(d, real) && rk_system_dir(real)) {
-        say(c->why, sizeof c->why,
-            "cache directory %s is the system directory %s; refusing to write kernels there" MEMORY_ONLY, d, real);
+        rk_say(c->why, sizeof c->why,
+               "cache directory %s is the system directory %s; refusing to write kernels there" MEMORY_ONLY, d, real);
         return;
     }
     struct stat st;
     if (lstat(d, &st) != 0) {
         errtext e = errstr(errno);
-        say(c->why, sizeof c->why, "cannot inspect cache directory %s: %s" MEMORY_ONLY, d, e.s);
+        rk_say(c->why, sizeof c->why, "cannot inspect cache directory %s: %s" MEMORY_ONLY, d, e.s);
         return;
     }
     if (S_ISLNK(st.st_mode)) {
-        say(c->why, sizeof c->why, "cache directory %s is a symbolic link" MEMORY_ONLY, d);
+        rk_say(c->why, sizeof c->why, "cache directory %s is a symbolic link" MEMORY_ONLY, d);
         return;
     }
     if (!S_ISDIR(st.st_mode)) {
-        say(c->why, sizeof c->why, "cache directory %s is not a directory" MEMORY_ONLY, d);
+        rk_say(c->why, sizeof c->why, "cache directory %s is not a directory" MEMORY_ONLY, d);
         return;
     }
     if (st.st_uid != geteuid()) {
-        say(c->why, sizeof c->why, "cache directory %s is owned by uid %lu, not by this user (uid %lu)" MEMORY_ONLY, d,
-            (unsigned long)st.st_uid, (unsigned long)geteuid());
+        rk_say(c->why, sizeof c->why, "cache directory %s is owned by uid %lu, not by this user (uid %lu)" MEMORY_ONLY,
+               d, (unsigned long)st.st_uid, (unsigned long)geteuid());
         return;
     }
     if (st.st_mode & 022) {
-        say(c->why, sizeof c->why, "cache directory %s is writable by %s (mode 0%03o)" MEMORY_ONLY, d,
-            (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+        rk_say(c->why, sizeof c->why, "cache directory %s is writable by %s (mode 0%03o)" MEMORY_ONLY, d,
+               (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
         return;
     }
     if (access(d, W_OK | X_OK) != 0) {
         errtext e = errstr(errno);
-        say(c->why, sizeof c->why, "cache directory %s is not writable: %s" MEMORY_ONLY, d, e.s);
+        rk_say(c->why, sizeof c->why, "cache directory %s is not writable: %s" MEMORY_ONLY, d, e.s);
         return;
     }
     c->dev = (uint64_t)st.st_dev;
@@ -247,22 +238,22 @@ static int open_dir(const rk_cache *c, char *why, size_t cap) {
         int e = errno;
         struct stat st;
         if ((e == ELOOP || e == ENOTDIR) && lstat(c->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
-            say(why, cap, "cache directory %s was replaced by a symbolic link", c->dir);
+            rk_say(why, cap, "cache directory %s was replaced by a symbolic link", c->dir);
         } else {
             errtext t = errstr(e);
-            say(why, cap, "cannot open cache directory %s: %s", c->dir, t.s);
+            rk_say(why, cap, "cannot open cache directory %s: %s", c->dir, t.s);
         }
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != c->dev || (uint64_t)st.st_ino != c->ino) {
-        say(why, cap, "cache directory %s was replaced by another directory", c->dir);
+        rk_say(why, cap, "cache directory %s was replaced by another directory", c->dir);
         close(fd);
         return -1;
     }
     if ((st.st_uid != geteuid() && !(c->readonly && st.st_uid == 0)) || (st.st_mode & 022)) {
-        say(why, cap, "cache directory %s changed owner or permissions (uid %lu, mode 0%03o)", c->dir,
-            (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
+        rk_say(why, cap, "cache directory %s changed owner or permissions (uid %lu, mode 0%03o)", c->dir,
+               (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
         close(fd);
         return -1;
     }
@@ -276,35 +267,36 @@ rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned ch
     if (payload) *payload = NULL;
     if (payload_len) *payload_len = 0;
     if (!buf || n < HDR) {
-        if (n == 0) say(why, why_cap, "empty file");
-        else say(why, why_cap, "truncated: %zu bytes, shorter than the %d-byte header", n, HDR);
+        if (n == 0) rk_say(why, why_cap, "empty file");
+        else rk_say(why, why_cap, "truncated: %zu bytes, shorter than the %d-byte header", n, HDR);
         return RK_CACHE_MISS;
     }
     if (memcmp(buf, MAGIC, sizeof MAGIC) != 0) {
-        say(why, why_cap, "bad magic (not a ropekv cache entry)");
+        rk_say(why, why_cap, "bad magic (not a ropekv cache entry)");
         return RK_CACHE_MISS;
     }
     uint32_t version = get_le32(buf + 8);
     if (version != RK_CACHE_FORMAT) {
-        say(why, why_cap, "format version %lu, expected %u", (unsigned long)version, RK_CACHE_FORMAT);
+        rk_say(why, why_cap, "format version %lu, expected %u", (unsigned long)version, RK_CACHE_FORMAT);
         return RK_CACHE_MISS;
     }
     if (get_le32(buf + 12) != 0) {
-        say(why, why_cap, "reserved header field is not zero");
+        rk_say(why, why_cap, "reserved header field is not zero");
         return RK_CACHE_MISS;
     }
     if (digest && memcmp(buf + 16, digest, 32) != 0) {
-        say(why, why_cap, "foreign entry (its key digest differs from the file name's)");
+        rk_say(why, why_cap, "foreign entry (its key digest differs from the file name's)");
         return RK_CACHE_MISS;
     }
     uint64_t len = get_le64(buf + 48);
     size_t rest = n - HDR;
     if (len > rest) {
-        say(why, why_cap, "truncated: header says %llu payload bytes, file holds %zu", (unsigned long long)len, rest);
+        rk_say(why, why_cap, "truncated: header says %llu payload bytes, file holds %zu", (unsigned long long)len,
+               rest);
         return RK_CACHE_MISS;
     }
     if (len < rest) {
-        say(why, why_cap, "%zu bytes of trailing garbage after the payload", rest - (size_t)len);
+        rk_say(why, why_cap, "%zu bytes of trailing garbage after the payload", rest - (size_t)len);
         return RK_CACHE_MISS;
     }
     unsigned char sum[32];
@@ -313,12 +305,12 @@ rk_cache_rc rk_cache_parse(const unsigned char *buf, size_t n, const unsigned ch
     rk_sha256_update(&s, buf + HDR, rest);
     rk_sha256_final(&s, sum);
     if (memcmp(sum, buf + 56, 32) != 0) {
-        say(why, why_cap, "checksum mismatch");
+        rk_say(why, why_cap, "checksum mismatch");
         return RK_CACHE_MISS;
     }
     if (payload) *payload = buf + HDR;
     if (payload_len) *payload_len = rest;
-    say(why, why_cap, "%s", "");
+    rk_say(why, why_cap, "%s", "");
     return RK_CACHE_OK;
 }
 
@@ -341,48 +333,49 @@ static load_rc load_file(int dfd, const char *name, const char *path, int layer,
         int e = errno;
         if (e == ENOENT) return LOAD_MISSING;
         if (e == ELOOP && fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st->st_mode)) {
-            say(what, what_cap, "a symbolic link, not a file");
+            rk_say(what, what_cap, "a symbolic link, not a file");
             return LOAD_INVALID;
         }
         errtext t = errstr(e);
-        say(what, what_cap, "cannot open cache entry %s: %s", path, t.s);
+        rk_say(what, what_cap, "cannot open cache entry %s: %s", path, t.s);
         return layer && e == EACCES ? LOAD_REFUSED : LOAD_ERROR;
     }
     if (fstat(fd, st) != 0) {
         errtext t = errstr(errno);
-        say(what, what_cap, "cannot inspect cache entry %s: %s", path, t.s);
+        rk_say(what, what_cap, "cannot inspect cache entry %s: %s", path, t.s);
         close(fd);
         return LOAD_ERROR;
     }
     if (!S_ISREG(st->st_mode)) {
-        say(what, what_cap, S_ISDIR(st->st_mode) ? "a directory, not a file" : "not a regular file");
+        rk_say(what, what_cap, S_ISDIR(st->st_mode) ? "a directory, not a file" : "not a regular file");
         close(fd);
         return LOAD_INVALID;
     }
     if (layer && st->st_uid != geteuid() && st->st_uid != 0) {
-        say(what, what_cap, "cache entry %s is owned by uid %lu, neither this user (uid %lu) nor root", path,
-            (unsigned long)st->st_uid, (unsigned long)geteuid());
+        rk_say(what, what_cap, "cache entry %s is owned by uid %lu, neither this user (uid %lu) nor root", path,
+               (unsigned long)st->st_uid, (unsigned long)geteuid());
         close(fd);
         return LOAD_REFUSED;
     }
     if (layer && (st->st_mode & 022)) {
-        say(what, what_cap, "cache entry %s is writable by %s (mode 0%03o)", path,
-            (st->st_mode & 002) ? "others" : "its group", (unsigned)(st->st_mode & 07777));
+        rk_say(what, what_cap, "cache entry %s is writable by %s (mode 0%03o)", path,
+               (st->st_mode & 002) ? "others" : "its group", (unsigned)(st->st_mode & 07777));
         close(fd);
         return LOAD_REFUSED;
     }
     if (st->st_size < HDR || (uint64_t)st->st_size > RK_CACHE_MAX_FILE) {
-        if (st->st_size == 0) say(what, what_cap, "empty file");
+        if (st->st_size == 0) rk_say(what, what_cap, "empty file");
         else if (st->st_size < HDR)
-            say(what, what_cap, "truncated: %lld bytes, shorter than the %d-byte header", (long long)st->st_size, HDR);
-        else say(what, what_cap, "implausible size (%lld bytes)", (long long)st->st_size);
+            rk_say(what, what_cap, "truncated: %lld bytes, shorter than the %d-byte header", (long long)st->st_size,
+                   HDR);
+        else rk_say(what, what_cap, "implausible size (%lld bytes)", (long long)st->st_size);
         close(fd);
         return LOAD_INVALID;
     }
     size_t want = (size_t)st->st_size, got = 0;
     unsigned char *b = malloc(want);
     if (!b) {
-        say(what, what_cap, "out of memory reading cache entry %s (%zu bytes)", path, want);
+        rk_say(what, what_cap, "out of memory reading cache entry %s (%zu bytes)", path, want);
         close(fd);
         return LOAD_ERROR;
     }
@@ -391,7 +384,7 @@ static load_rc load_file(int dfd, const char *name, const char *path, int layer,
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             errtext t = errstr(errno);
-            say(what, what_cap, "cannot read cache entry %s: %s", path, t.s);
+            rk_say(what, what_cap, "cannot read cache entry %s: %s", path, t.s);
             free(b);
             close(fd);
             return LOAD_ERROR;
@@ -436,7 +429,7 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
                          char *why, size_t why_cap) {
     if (data) *data = NULL;
     if (len) *len = 0;
-    say(why, why_cap, "%s", "");
+    rk_say(why, why_cap, "%s", "");
     if (!c || !c->usable || !digest || !data || !len) return RK_CACHE_MISS;
     int dfd = open_dir(c, NULL, 0); /* a directory gone or replaced holds no entries (put reports it) */
     if (dfd < 0) return RK_CACHE_MISS;
@@ -449,10 +442,10 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
     rk_cache_rc rc = RK_CACHE_MISS;
     load_rc lr = load_file(dfd, name, path, c->readonly, &buf, &n, &st, what, sizeof what);
     if (lr == LOAD_ERROR) {
-        say(why, why_cap, "%s", what);
+        rk_say(why, why_cap, "%s", what);
         rc = RK_CACHE_ERROR;
     } else if (lr == LOAD_REFUSED) {
-        say(why, why_cap, "%s; not used (a read-only layer)", what);
+        rk_say(why, why_cap, "%s; not used (a read-only layer)", what);
         rc = RK_CACHE_REFUSED;
     } else if (lr != LOAD_MISSING) {
         const unsigned char *p = NULL;
@@ -465,7 +458,7 @@ rk_cache_rc rk_cache_get(const rk_cache *c, const unsigned char digest[32], unsi
             return RK_CACHE_OK;
         }
         free(buf);
-        say(why, why_cap, "corrupt cache entry %s: %s", path, what);
+        rk_say(why, why_cap, "corrupt cache entry %s: %s", path, what);
         if (c->readonly) {
             size_t used = why ? strlen(why) : 0;
             if (why && used < why_cap) snprintf(why + used, why_cap - used, "; skipped (a read-only layer)");
@@ -498,22 +491,22 @@ static int write_all(int fd, const void *p, size_t n) {
 
 rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], const void *data, size_t len, char *why,
                          size_t why_cap) {
-    say(why, why_cap, "%s", "");
+    rk_say(why, why_cap, "%s", "");
     if (!c || !c->usable || c->readonly) {
-        say(why, why_cap,
-            c && c->readonly ? "cache directory %s is a read-only layer" : "cache directory is not usable",
-            c ? c->dir : "");
+        rk_say(why, why_cap,
+               c && c->readonly ? "cache directory %s is a read-only layer" : "cache directory is not usable",
+               c ? c->dir : "");
         return RK_CACHE_ERROR;
     }
     if (!digest || (!data && len)) {
-        say(why, why_cap, "invalid argument to rk_cache_put");
+        rk_say(why, why_cap, "invalid argument to rk_cache_put");
         return RK_CACHE_ERROR;
     }
     char name[NAME_CAP], tmpname[NAME_CAP], path[PATH_CAP], tmp[PATH_CAP];
     entry_name(digest, ".rkco", name);
     entry_path(c, name, path);
     if (len > RK_CACHE_MAX_FILE - HDR) {
-        say(why, why_cap, "cannot write cache entry %s: %zu bytes exceed the entry size limit", path, len);
+        rk_say(why, why_cap, "cannot write cache entry %s: %zu bytes exceed the entry size limit", path, len);
         return RK_CACHE_ERROR;
     }
 
@@ -541,7 +534,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     }
     if (fd < 0) {
         errtext t = errstr(errno);
-        say(why, why_cap, "cannot create temporary cache file %s: %s", tmp, t.s);
+        rk_say(why, why_cap, "cannot create temporary cache file %s: %s", tmp, t.s);
         close(dfd);
         return RK_CACHE_ERROR;
     }
@@ -563,7 +556,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     }
     if (step) {
         errtext t = errstr(e);
-        say(why, why_cap, "%s %s: %s", step, path, t.s);
+        rk_say(why, why_cap, "%s %s: %s", step, path, t.s);
         unlinkat(dfd, tmpname, 0);
         close(dfd);
         return RK_CACHE_ERROR;
@@ -585,7 +578,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
     }
     free(back);
     if (what[0]) {
-        say(why, why_cap, "cache entry %s did not read back intact: %s", tmp, what);
+        rk_say(why, why_cap, "cache entry %s did not read back intact: %s", tmp, what);
         unlinkat(dfd, tmpname, 0);
         close(dfd);
         return RK_CACHE_ERROR;
@@ -593,7 +586,7 @@ rk_cache_rc rk_cache_put(const rk_cache *c, const unsigned char digest[32], cons
 
     if (renameat(dfd, tmpname, dfd, name) != 0) {
         errtext t = errstr(errno);
-        say(why, why_cap, "cannot rename %s to %s: %s", tmp, path, t.s);
+        rk_say(why, why_cap, "cannot rename %s to %s: %s", tmp, path, t.s);
         unlinkat(dfd, tmpname, 0);
         close(dfd);
         return RK_CACHE_ERROR;
@@ -656,7 +649,9 @@ static int is_ours(const char *name) {
     return strcmp(rest, ".rkco") == 0 || strcmp(rest, ".lock") == 0 || strncmp(rest, ".rkco.tmp.", 10) == 0;
 }
 
-int rk_cache_sweep_tmp(const rk_cache *c, long max_age_s) {
+/* Removes the entries of the cache directory that are ours (is_ours) and that want(dfd, name, arg) picks: how many, or
+ * -1 where the directory cannot be read or written. */
+static int remove_ours(const rk_cache *c, int (*want)(int dfd, const char *name, const void *arg), const void *arg) {
     if (!c || !c->usable || c->readonly) return -1;
     int dfd = open_dir(c, NULL, 0);
     if (dfd < 0) return -1;
@@ -665,39 +660,40 @@ int rk_cache_sweep_tmp(const rk_cache *c, long max_age_s) {
         close(dfd);
         return -1;
     }
-    const time_t now = time(NULL);
     int removed = 0;
     struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        const char *name = ent->d_name;
-        if (strlen(name) < 64 + 10 || !is_ours(name) || strncmp(name + 64, ".rkco.tmp.", 10) != 0) continue;
-        char *end;
-        const long pid = strtol(name + 74, &end, 10);
-        struct stat st;
-        if (end == name + 74 || *end != '.' || pid <= 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || now - st.st_mtime <= max_age_s)
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still be writing */
-        if (unlinkat(dfd, name, 0) == 0) removed++;
-    }
+    while ((ent = readdir(d)) != NULL)
+        if (is_ours(ent->d_name) && want(dfd, ent->d_name, arg) && unlinkat(dfd, ent->d_name, 0) == 0) removed++;
     closedir(d);
     return removed;
 }
 
-int rk_cache_clear(const rk_cache *c) {
-    if (!c || !c->usable || c->readonly) return -1;
-    int dfd = open_dir(c, NULL, 0);
-    if (dfd < 0) return -1;
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return -1;
-    }
-    int removed = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        if (is_ours(ent->d_name) && unlinkat(dfd, ent->d_name, 0) == 0) removed++;
-    }
-    closedir(d);
-    return removed;
+typedef struct tmp_age {
+    time_t now;
+    long max_age_s;
+} tmp_age;
+
+/* A temporary file (<key>.rkco.tmp.<pid>.<n>) of this user's, older than the age, whose writer is gone. */
+static int stale_tmp(int dfd, const char *name, const void *arg) {
+    const tmp_age *age = arg;
+    if (strncmp(name + 64, ".rkco.tmp.", 10) != 0) return 0;
+    char *end;
+    const long pid = strtol(name + 74, &end, 10);
+    struct stat st;
+    if (end == name + 74 || *end != '.' || pid <= 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_uid != geteuid() || age->now - st.st_mtime <= age->max_age_s)
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH; /* else its writer may still be writing */
 }
+
+static int every(int dfd, const char *name, const void *arg) {
+    (void)dfd, (void)name, (void)arg;
+    return 1;
+}
+
+int rk_cache_sweep_tmp(const rk_cache *c, long max_age_s) {
+    const tmp_age age = {time(NULL), max_age_s};
+    return remove_ours(c, stale_tmp, &age);
+}
+
+int rk_cache_clear(const rk_cache *c) { return remove_ours(c, every, NULL); }

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +15,6 @@
 #include "proc.h"
 
 static const unsigned char MAGIC[8] = {'R', 'K', 'D', 'U', 'M', 'P', '\0', '\0'};
-
-__attribute__((format(printf, 3, 4))) static void say(char *why, size_t cap, const char *fmt, ...) {
-    if (!why || cap == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- the policy ------------------------------------------------------------------------------------------- */
 
@@ -45,8 +36,8 @@ ropekv_status rk_dump_policy_parse(const char *when, const char *max_bytes, rk_d
     p->max_bytes = RK_DUMP_MAX_BYTES_DEFAULT;
     char shown[256];
     if (max_bytes && number(max_bytes, strlen(max_bytes), 1, INT64_MAX, &p->max_bytes) != 0) {
-        say(why, cap, "dump max bytes '%s': expected a whole number of bytes >= 1",
-            rk_printable(max_bytes, shown, sizeof shown));
+        rk_say(why, cap, "dump max bytes '%s': expected a whole number of bytes >= 1",
+               rk_printable(max_bytes, shown, sizeof shown));
         return ROPEKV_ERR_ARG;
     }
     if (!when) {
@@ -60,8 +51,8 @@ ropekv_status rk_dump_policy_parse(const char *when, const char *max_bytes, rk_d
         else if (n == 4 && strncmp(s, "fail", 4) == 0) p->fail = 1;
         else if (n > 6 && strncmp(s, "every:", 6) == 0 && number(s + 6, n - 6, 1, INT64_MAX, &p->every) == 0) {
         } else {
-            say(why, cap, "dump when '%s': expected first, fail or every:N (N >= 1), separated by commas",
-                rk_printable(when, shown, sizeof shown));
+            rk_say(why, cap, "dump when '%s': expected first, fail or every:N (N >= 1), separated by commas",
+                   rk_printable(when, shown, sizeof shown));
             return ROPEKV_ERR_ARG;
         }
         s += n;
@@ -194,41 +185,42 @@ int rk_dumper_open(rk_dumper *d, const char *dir, const rk_dump_policy *p, char 
     while (n > 1 && dir[n - 1] == '/') n--;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) {
-            say(why, cap, "dump directory holds control characters");
+            rk_say(why, cap, "dump directory holds control characters");
             return -1;
         }
     if (n == 0 || n >= sizeof d->dir) {
-        say(why, cap, "dump directory path is empty or too long (%zu bytes)", n);
+        rk_say(why, cap, "dump directory path is empty or too long (%zu bytes)", n);
         return -1;
     }
     memcpy(d->dir, dir, n);
     d->dir[n] = '\0';
     if (mkdir(d->dir, 0700) != 0 && errno != EEXIST) {
-        say(why, cap, "cannot create dump directory %s: %s", d->dir, strerror(errno));
+        rk_say(why, cap, "cannot create dump directory %s: %s", d->dir, strerror(errno));
         return -1;
     }
     char real[PATH_MAX];
     struct stat st;
     if (realpath(d->dir, real) && rk_system_dir(real)) {
-        say(why, cap, "dump directory %s is the system directory %s; refusing to write dumps there", d->dir, real);
+        rk_say(why, cap, "dump directory %s is the system directory %s; refusing to write dumps there", d->dir, real);
         return -1;
     }
     if (lstat(d->dir, &st) != 0) {
-        say(why, cap, "cannot inspect dump directory %s: %s", d->dir, strerror(errno));
+        rk_say(why, cap, "cannot inspect dump directory %s: %s", d->dir, strerror(errno));
         return -1;
     }
     if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
-        say(why, cap, "dump directory %s is %s", d->dir, S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory");
+        rk_say(why, cap, "dump directory %s is %s", d->dir,
+               S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory");
         return -1;
     }
     if (st.st_uid != geteuid()) {
-        say(why, cap, "dump directory %s is owned by uid %lu, not by this user (uid %lu)", d->dir,
-            (unsigned long)st.st_uid, (unsigned long)geteuid());
+        rk_say(why, cap, "dump directory %s is owned by uid %lu, not by this user (uid %lu)", d->dir,
+               (unsigned long)st.st_uid, (unsigned long)geteuid());
         return -1;
     }
     if (st.st_mode & 022) {
-        say(why, cap, "dump directory %s is writable by %s (mode 0%03o)", d->dir,
-            (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+        rk_say(why, cap, "dump directory %s is writable by %s (mode 0%03o)", d->dir,
+               (st.st_mode & 002) ? "others" : "its group", (unsigned)(st.st_mode & 07777));
         return -1;
     }
     d->dev = (uint64_t)st.st_dev;
@@ -242,13 +234,13 @@ int rk_dumper_open(rk_dumper *d, const char *dir, const rk_dump_policy *p, char 
 static int open_dir(const rk_dumper *d, char *why, size_t cap) {
     int fd = open(d->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-        say(why, cap, "cannot open dump directory %s: %s", d->dir, strerror(errno));
+        rk_say(why, cap, "cannot open dump directory %s: %s", d->dir, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != d->dev || (uint64_t)st.st_ino != d->ino ||
         st.st_uid != geteuid() || (st.st_mode & 022)) {
-        say(why, cap, "dump directory %s was replaced, or changed owner or permissions", d->dir);
+        rk_say(why, cap, "dump directory %s was replaced, or changed owner or permissions", d->dir);
         close(fd);
         return -1;
     }
@@ -336,8 +328,8 @@ static int put_rows(outbuf *o, const rk_dump_launch *l, const rk_tensor *t, int 
         int64_t at, tail_at;
         if (rk_dump_row_at(l->d, t, l->a, rows[i], &at, &tail_at) != 0 || at > extent - rb ||
             (tb && tail_at > extent - tb)) {
-            say(why, cap, "%s: the row of slot %lld lies past the %lld bytes the launch's args give it", t->name,
-                (long long)rows[i], (long long)extent);
+            rk_say(why, cap, "%s: the row of slot %lld lies past the %lld bytes the launch's args give it", t->name,
+                   (long long)rows[i], (long long)extent);
             return -1;
         }
         int64_t run = 1, next_at, next_tail;
@@ -368,7 +360,7 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
     for (int i = 0; i < nt; i++) {
         const int ti = l->pl->used[i].tensor;
         if (ti < 0 || ti >= n_ts) {
-            say(why, cap, "internal: tensor %d of the plan is not in the kernel's table", ti);
+            rk_say(why, cap, "internal: tensor %d of the plan is not in the kernel's table", ti);
             return -1;
         }
         if (ts[ti].at == offsetof(ropekv_args, slots)) slots_u = i;
@@ -380,7 +372,7 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
         total = total > (uint64_t)INT64_MAX - entry - b ? UINT64_MAX : total + entry + b;
     }
     if (caches && slots_u < 0) {
-        say(why, cap, "internal: the launch touches a cache but not the slots");
+        rk_say(why, cap, "internal: the launch touches a cache but not the slots");
         return -1;
     }
     /* the caches' rows: the slots' bytes first (within the bound checked so far) */
@@ -392,13 +384,13 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
         const int wide = ts[l->pl->used[slots_u].tensor].elem == 8;
         slot_bytes = malloc(sb ? sb : 1);
         if (!slot_bytes) {
-            say(why, cap, "out of memory for the slots' %zu bytes", sb);
+            rk_say(why, cap, "out of memory for the slots' %zu bytes", sb);
             goto done;
         }
         if (sb && l->read(l->read_ctx, slot_bytes, l->pl->used[slots_u].ptr, sb, why, cap) != 0) goto done;
         if (rk_dump_slot_rows(slot_bytes, (int64_t)(sb / (wide ? 8 : 4)), wide, l->a->min_slot, l->a->kv_rows, &rows,
                               &n_rows) != 0) {
-            say(why, cap, "out of memory for the rows of %zu bytes of slots", sb);
+            rk_say(why, cap, "out of memory for the rows of %zu bytes of slots", sb);
             goto done;
         }
         for (int i = 0; i < nt; i++) {
@@ -418,16 +410,16 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
     }
     if (total > (uint64_t)d->policy.max_bytes || total > SIZE_MAX) {
         if (total == UINT64_MAX)
-            say(why, cap, "the dump would be more than the bound of %lld bytes (dump max bytes)",
-                (long long)d->policy.max_bytes);
+            rk_say(why, cap, "the dump would be more than the bound of %lld bytes (dump max bytes)",
+                   (long long)d->policy.max_bytes);
         else
-            say(why, cap, "the dump would be %llu bytes, more than the bound of %lld (dump max bytes)",
-                (unsigned long long)total, (long long)d->policy.max_bytes);
+            rk_say(why, cap, "the dump would be %llu bytes, more than the bound of %lld (dump max bytes)",
+                   (unsigned long long)total, (long long)d->policy.max_bytes);
         goto done;
     }
     buf = malloc((size_t)total);
     if (!buf) {
-        say(why, cap, "out of memory for a dump of %llu bytes", (unsigned long long)total);
+        rk_say(why, cap, "out of memory for a dump of %llu bytes", (unsigned long long)total);
         goto done;
     }
     outbuf o = {buf, 0};
@@ -476,20 +468,20 @@ int rk_dump_write(const rk_dumper *d, const rk_dump_launch *l, char *path, size_
     if (dfd >= 0) {
         const int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) {
-            say(why, cap, "cannot create %s/%s: %s", d->dir, tmp, strerror(errno));
+            rk_say(why, cap, "cannot create %s/%s: %s", d->dir, tmp, strerror(errno));
         } else {
             int ok = rk_write_all(fd, buf, o.n) == ROPEKV_OK && fsync(fd) == 0;
             const int e = errno;
             ok = close(fd) == 0 && ok;
-            if (!ok) say(why, cap, "cannot write %s/%s: %s", d->dir, tmp, strerror(e));
+            if (!ok) rk_say(why, cap, "cannot write %s/%s: %s", d->dir, tmp, strerror(e));
             else if (linkat(dfd, tmp, dfd, name, 0) != 0) /* never replaces a file of that name */
-                say(why, cap, "cannot name %s/%s: %s", d->dir, name, strerror(errno));
+                rk_say(why, cap, "cannot name %s/%s: %s", d->dir, name, strerror(errno));
             else rc = 0;
             unlinkat(dfd, tmp, 0);
         }
         close(dfd);
     }
-    if (rc == 0) say(path, path_cap, "%s/%s", d->dir, name);
+    if (rc == 0) rk_say(path, path_cap, "%s/%s", d->dir, name);
 done:
     free(buf);
     free(rows);
