@@ -3,6 +3,7 @@ main() imports (so that --help and py_compile work without torch) and bind() han
 import os
 import sys
 import time
+import traceback
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -28,6 +29,21 @@ def bind(torch_module, rkref_module):
 
 def log(msg):
     print("[%7.1fs] %s" % (time.time() - T0, msg), flush=True)
+
+
+def error_text(e):
+    """The first line of the exception e's message, 200 characters at most; its traceback printed with
+    $BENCH_TRACEBACK (call it in the except block)."""
+    if os.environ.get("BENCH_TRACEBACK"):
+        traceback.print_exc()
+    return str(e).split("\n")[0][:200]
+
+
+def failed(what, e):
+    """error_text(e), logged as "  what: the text"."""
+    msg = error_text(e)
+    log("  %s: %s" % (what, msg))
+    return msg
 
 
 def gpu_platform(torch):

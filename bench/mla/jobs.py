@@ -1,18 +1,16 @@
 """The sweep of --mode v32 and --mode read: per shape the job's problem and reference, then each method checked against
 it and timed; a Triton peer's outputs also compared with ropekv's of the same shape byte for byte (SAME_AS)."""
-import os
-import traceback
 import types
 
-from .env import log, rk_backend
+from .env import failed, log, rk_backend
 from .library import _job_kernel, method_ropekv_read, method_ropekv_v32
 from .numerics import compare_bits
 from .peers import method_torch_read, method_torch_v32, method_triton_read, method_triton_v32
 from .read import ReadProblem, check_read, read_reference
-from .report import cell, fmt_us, write_job_outputs
+from .report import fmt_us, write_job_outputs
 from .shapes import (K_SCALE, READ_KV, READ_METHODS, SAME_AS, V32_FORMS, W, bw_pct, cos_sin_table, job_bytes,
                      read_bytes, v32_bytes)
-from .timing import first_call_failed, run_floors, same_size_copy_us, time_call, timing_failed
+from .timing import first_call_failed, each_shape, run_floors, same_size_copy_us, time_call, timing_failed
 from .v32 import V32Problem, V32Reference, check_v32
 
 torch = None  # set by env.bind() in main()
@@ -71,19 +69,8 @@ def main_job(args, meta, dev):
              + [m for m in methods if not m.startswith(("eager", "ropekv"))])
     run = types.SimpleNamespace(args=args, cpu=cpu, mode=mode, state=state, floors=floors, dev=dev, methods=methods,
                                 cos_sin_cache=cos_sin_cache, k_scale=k_scale, order=order, compile_broken={})
-    rows = []
-    for H in args.H_list:
-        for kv in args.kv_list:
-            for T in args.T_list:
-                r, ran = _shape(run, T, H, kv)  # its problem, reference and outputs are freed on return
-                rows.append(r)
-                if not ran:
-                    continue
-                if not cpu:
-                    torch.cuda.empty_cache()
-                res = r["results"]
-                log("T=%5d H=%3d %-8s " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m))) for m in methods)
-                    + "  limit %s" % fmt_us(r["limit_us"]))
+    rows = each_shape(run, args.kv_list, lambda T, H, kv: _shape(run, T, H, kv), "",
+                 lambda r: "  limit %s" % fmt_us(r["limit_us"]))
     paths = write_job_outputs(args, meta, floors, rows, methods)
     log("wrote " + ", ".join(paths))
     if state.get("ctx") is not None:
@@ -119,10 +106,7 @@ def _shape(run, T, H, kv):
             pb = ReadProblem(torch, T, kv, dev, seed, args.block_size, run.k_scale)
             ref = read_reference(torch, pb)
     except Exception as e:  # noqa: BLE001
-        msg = str(e).split("\n")[0][:200]
-        log("  problem or reference failed: %s" % msg)
-        if os.environ.get("BENCH_TRACEBACK"):
-            traceback.print_exc()
+        msg = failed("problem or reference failed", e)
         for m in methods:
             r["results"][m] = {"status": "n/a", "us": None, "note": "no reference: %s" % msg}
         return r, False

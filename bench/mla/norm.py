@@ -2,18 +2,16 @@
 absorbed op with DeepSeek-V3's kv_a_layernorm on the raw c_kv, ropekv norm="rms" against its peers and against
 ropekv without the norm on the already-normalized input (the goal: the fused op within NORM_GOAL of it)."""
 import copy
-import os
-import traceback
 import types
 
-from .env import log, rk_backend
+from .env import error_text, log, rk_backend
 from .library import (method_ropekv_nonorm, method_ropekv_norm, method_ropekv_norm_out, ropekv_kernel,
                       sync_policy)
 from .numerics import _bits, code_steps, compare_bits
 from .peers import method_eager_norm, method_rmsnorm_ropekv, rmsnorm_impl
-from .report import _norm_ratio, cell
+from .report import _norm_ratio
 from .shapes import L, NORM_PEER_STEPS, NORM_PEERS, W, norm_bytes
-from .timing import first_call_failed, time_call, timing_failed
+from .timing import each_shape, first_call_failed, time_call, timing_failed
 from .write import Problem, Reference, check
 
 torch = None  # set by env.bind() in main()
@@ -120,21 +118,8 @@ def run_norm_section(args, meta, state, floors, dev, cos_sin_cache, k_scale, pol
     infos = _prepare(args, meta, state, policy)
     run = types.SimpleNamespace(args=args, cpu=cpu, state=state, floors=floors, dev=dev, cos_sin_cache=cos_sin_cache,
                                 k_scale=k_scale, policy=policy, methods=list(args.norm_method_list), infos=infos)
-    rows = []
-    for H in args.H_list:
-        for kv in args.norm_kv_list:
-            for T in args.T_list:
-                r, ran = _shape(run, T, H, kv)  # its problem, reference and outputs are freed on return
-                rows.append(r)
-                if not ran:
-                    continue
-                if not cpu:
-                    torch.cuda.empty_cache()
-                res = r["results"]
-                log("T=%5d H=%3d %-8s norm: " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m)))
-                                                                        for m in run.methods)
-                    + "  fused/no-norm %s" % _norm_ratio(res, "ropekv_norm", "ropekv_nonorm"))
-    return rows
+    return each_shape(run, args.norm_kv_list, lambda T, H, kv: _shape(run, T, H, kv), "norm: ",
+                 lambda r: "  fused/no-norm %s" % _norm_ratio(r["results"], "ropekv_norm", "ropekv_nonorm"))
 
 
 def _prepare(args, meta, state, policy):
@@ -184,9 +169,7 @@ def _shape(run, T, H, kv):
         try:
             pb, ref, base = _baseline(run, r, T, H, kv, info)
         except Exception as e:  # noqa: BLE001
-            why = "no reference: %s: %s" % (type(e).__name__, str(e).split("\n")[0][:200])
-            if os.environ.get("BENCH_TRACEBACK"):
-                traceback.print_exc()
+            why = "no reference: %s: %s" % (type(e).__name__, error_text(e))
     if why is not None:
         log("T=%d H=%d %s (norm): %s" % (T, H, kv, why))
         for m in run.methods:

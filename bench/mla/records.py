@@ -7,11 +7,9 @@ Every output is checked before it is timed: ropekv's rows against a PyTorch enco
 writer's arithmetic, one float32 operation a step), the query rows against ropekv.reference's rope, the read-back
 against a PyTorch decoder (decode_rows), and the Triton writer's bytes against ropekv's. An output that differs is
 reported `differs` with the fraction of equal bytes, and still timed (the table marks it)."""
-import os
 import time
-import traceback
 
-from .env import log, require_pdl, rk_backend
+from .env import failed, log, require_pdl, rk_backend
 from .library import require_ocp
 from .numerics import _fp8_codes, compare_bits, fp8_values
 from .report import file_stem, floors_line, fmt_us, kernel_lines, run_line, table, write
@@ -467,10 +465,7 @@ def _shape(run, job, methods, T, H):
                 p = pb
                 ref = encode_rows(rec, pb.k_nope, pb.kv_rope, pb.k_scale)
         except Exception as e:  # noqa: BLE001
-            msg = str(e).split("\n")[0][:200]
-            log("  %s %s T=%d: problem or reference failed: %s" % (rec["label"], job, T, msg))
-            if os.environ.get("BENCH_TRACEBACK"):
-                traceback.print_exc()
+            failed("%s %s T=%d: problem or reference failed" % (rec["label"], job, T), e)
             out.append(r)
             continue
         r["copy_us"] = same_size_copy_us(torch, run.args, run.cpu, run.dev, r["bytes"])

@@ -2,12 +2,11 @@
 median per-call time, each replay queued behind ~0.5 ms of GPU spinning (back-to-back launches timed with events when
 a capture fails); the floors of the run (an empty kernel, a 16 B round trip, the device copy bandwidth); --cpu's
 wall-clock timer."""
-import os
 import statistics
 import time
-import traceback
 
-from .env import log
+from .env import failed, log
+from .report import cell
 from .triton_kernels import triton_kernels
 
 torch = None  # set by env.bind() in main()
@@ -167,28 +166,43 @@ def first_call_failed(torch, m, e, cpu, sync=True):
     """A method whose setup or first call raised e (call it in the except block): logged (the traceback too with
     $BENCH_TRACEBACK), the GPU synchronized where sync asks and it can be. Returns (its n/a result, the first line of
     the message)."""
-    msg = str(e).split("\n")[0][:200]
-    log("  %s failed: %s" % (m, msg))
-    if os.environ.get("BENCH_TRACEBACK"):
-        traceback.print_exc()
-    if sync:
-        try:
-            if not cpu:
-                torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001
-            pass
+    msg = failed("%s failed" % m, e)
+    _sync_quietly(torch, cpu, sync)
     return {"status": "n/a", "us": None, "note": "%s: %s" % (type(e).__name__, msg)}, msg
 
 
 def timing_failed(torch, res, m, e, cpu, sync=True):
     """A checked method whose timing raised e: logged, its result res made n/a with the reason, the GPU synchronized
     where sync asks and it can be."""
-    msg = str(e).split("\n")[0][:200]
-    log("  %s: timing failed: %s" % (m, msg))
+    msg = failed("%s: timing failed" % m, e)
     res.update(status="n/a", us=None, note="timing failed: %s" % msg)
-    if sync:
+    _sync_quietly(torch, cpu, sync)
+
+
+def _sync_quietly(torch, cpu, sync):
+    """The GPU synchronized after a failure, where sync asks and it can be (a failed launch may leave it unable)."""
+    if sync and not cpu:
         try:
-            if not cpu:
-                torch.cuda.synchronize()
+            torch.cuda.synchronize()
         except Exception:  # noqa: BLE001
             pass
+
+
+def each_shape(run, kv_list, shape, tag, tail):
+    """Every shape of the run (H, then kv in kv_list, then T): shape(T, H, kv) -> (its row, whether its methods ran)
+    (its problem, reference and outputs freed on return), the GPU's allocator cache emptied after each that ran, and a
+    line of its results, `tag` before them and tail(row) after. Returns the rows."""
+    rows = []
+    for H in run.args.H_list:
+        for kv in kv_list:
+            for T in run.args.T_list:
+                r, ran = shape(T, H, kv)
+                rows.append(r)
+                if not ran:
+                    continue
+                if not run.cpu:
+                    torch.cuda.empty_cache()
+                res = r["results"]
+                log("T=%5d H=%3d %-8s %s" % (T, H, kv, tag) + "  ".join("%s %s" % (m, cell(res.get(m)))
+                                                                        for m in run.methods) + tail(r))
+    return rows

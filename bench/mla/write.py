@@ -1,12 +1,10 @@
 """--mode write (the default): the fused write of --spec's kernels (every q form, bf16 and fp8 queries) against the
 peers. Per shape: the problem (inputs laid out as engines pass them), the fma reference every method is checked
 against, then each method checked and timed."""
-import os
 import time
-import traceback
 import types
 
-from .env import log, rk_backend
+from .env import failed, log, rk_backend
 from .library import (_ropekv_form, method_ropekv, method_ropekv_nopdl, method_ropekv_prefetch, ropekv_kernel,
                       sync_policy)
 from .numerics import (BF16_ULP, FP8_ULP, _decode, _fp8_codes, _outside, _scale_mag, _ulp, code_steps, compare_bits,
@@ -14,9 +12,9 @@ from .numerics import (BF16_ULP, FP8_ULP, _decode, _fp8_codes, _outside, _scale_
 from .peers import (aiter_op, method_aiter, method_compile, method_compile_fp8q, method_eager, method_eager_fp8q,
                     method_triton, method_triton_fp8q, method_triton_fp8q_pdl, method_triton_pdl,
                     method_triton_prefetch)
-from .report import cell, fmt_us
+from .report import fmt_us
 from .shapes import BLOCK_SIZE, FORMS, FP8_MAX, L, MAX_POS, R, SPECS, W, bw_pct, op_bytes
-from .timing import first_call_failed, same_size_copy_us, time_call, timing_failed
+from .timing import each_shape, first_call_failed, same_size_copy_us, time_call, timing_failed
 
 torch = None  # set by env.bind() in main()
 rkref = None  # ropekv.reference, set with torch
@@ -277,20 +275,16 @@ def sweep(args, state, floors, dev, methods, unsupported, policy, cos_sin_cache,
         policy=policy, cos_sin_cache=cos_sin_cache, k_scale=k_scale, q_scale=q_scale,
         q8=any(FORMS[m][1] for m in methods), compile_broken={},
         order=[m for m in methods if m.startswith("eager")] + [m for m in methods if not m.startswith("eager")])
-    rows = []
-    for H in [] if args.norm_only else args.H_list:
-        for kv in args.kv_list:
-            for T in args.T_list:
-                r = _shape(run, T, H, kv)  # its problem and reference are freed on return
-                rows.append(r)
-                if not run.cpu:
-                    torch.cuda.empty_cache()
-                res = r["results"]
-                rk = res.get("ropekv") or res.get("ropekv_fp8q") or {}
-                log("T=%5d H=%3d %-8s " % (T, H, kv) + "  ".join("%s %s" % (m, cell(res.get(m))) for m in methods)
-                    + "  limit %s" % fmt_us(r["limit_us"])
-                    + ("  (ropekv %.4f%% bit-identical)" % (100 * rk["exact"]) if rk.get("exact") is not None else ""))
-    return rows
+    if args.norm_only:
+        return []
+    return each_shape(run, args.kv_list, lambda T, H, kv: (_shape(run, T, H, kv), True), "", _write_tail)
+
+
+def _write_tail(r):
+    """The end of a shape's line: its limit, and how much of ropekv's output was bit-identical."""
+    rk = r["results"].get("ropekv") or r["results"].get("ropekv_fp8q") or {}
+    return "  limit %s" % fmt_us(r["limit_us"]) + (
+        "  (ropekv %.4f%% bit-identical)" % (100 * rk["exact"]) if rk.get("exact") is not None else "")
 
 
 def _shape(run, T, H, kv):
@@ -323,10 +317,7 @@ def _shape(run, T, H, kv):
             ref = Reference(torch, pb, q8=run.q8)  # the fma reference every method is checked against
             pb.ref = ref
         except Exception as e:  # noqa: BLE001
-            msg = str(e).split("\n")[0][:200]
-            log("  reference failed: %s" % msg)
-            if os.environ.get("BENCH_TRACEBACK"):
-                traceback.print_exc()
+            msg = failed("reference failed", e)
             for m in methods:
                 r["results"][m] = {"status": "n/a", "us": None, "note": "no reference: %s" % msg}
     for m in (run.order if ref is not None else []):
