@@ -22,7 +22,6 @@ so this is the host's cost per call). Graph: --graph-calls calls captured in one
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 
