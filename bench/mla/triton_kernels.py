@@ -3,8 +3,6 @@ generic cache-record writer)
 and the floors' empty and round-trip kernels. They are defined on first use (triton_kernels()), so that the package
 imports without Triton: a factory per kernel defines it in a closure over triton.language."""
 
-import types
-
 _TRITON = {}
 
 
@@ -14,50 +12,15 @@ def triton_kernels():
         return _TRITON
     import triton
     import triton.language as tl
-    parts = _parts(triton, tl)
-    _TRITON.update(mla=_mla_kernel(triton, tl, parts), mla_fp8q=_mla_fp8q_kernel(triton, tl, parts),
-                   v32=_v32_kernel(triton, tl, parts), read=_read_kernel(triton, tl),
-                   rmsnorm=_rmsnorm_kernel(triton, tl), record=_record_kernel(triton, tl, parts), **_floor_kernels(triton, tl), version=triton.__version__)
+    _TRITON.update(mla=_mla_kernel(triton, tl), mla_fp8q=_mla_fp8q_kernel(triton, tl), v32=_v32_kernel(triton, tl),
+                   read=_read_kernel(triton, tl), rmsnorm=_rmsnorm_kernel(triton, tl),
+                   record=_record_kernel(triton, tl),
+                   **_floor_kernels(triton, tl), version=triton.__version__)
     return _TRITON
 
 
-def _parts(triton, tl):
-    """The pieces the writers share, inlined where they are called: a token's cos / sin halves, ropekv's rope of a row's
-    R values, the absorbed bf16 query row."""
-    @triton.jit
-    def cos_sin(cs_ptr, pos_ptr, t, R: tl.constexpr):
-        # the cos and sin halves of token t's row of the [max_pos, R] float32 table (f32_cat)
-        HALF: tl.constexpr = R // 2
-        pos = tl.load(pos_ptr + t).to(tl.int64)
-        i = tl.arange(0, HALF)
-        return tl.load(cs_ptr + pos * R + i), tl.load(cs_ptr + pos * R + HALF + i)
-
-    @triton.jit
-    def rope(xr, c, s, R: tl.constexpr):
-        # ropekv's rope of R float32 values: GPT-J pairs, fma(x0, c, -(x1*s)) / fma(x1, c, x0*s) (the products
-        # rounded, explicit fmas: nothing left to contract)
-        x0, x1 = tl.split(tl.reshape(xr, (R // 2, 2)))
-        return tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
-
-    @triton.jit
-    def absorbed_q(q_nope_ptr, q_pe_ptr, q_out_ptr, t, h, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh,
-                   c, s, L: tl.constexpr, R: tl.constexpr):
-        # head h's query row of token t: q_out = q_nope | rope(q_pe), bf16
-        hh = h.to(tl.int64)
-        nope = tl.arange(0, L)
-        pe = tl.arange(0, R)
-        dst = q_out_ptr + t * q_out_st + hh * q_out_sh
-        tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
-        xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
-        tl.store(dst + L + pe, rope(xr, c, s, R).to(tl.bfloat16))
-
-    return types.SimpleNamespace(cos_sin=cos_sin, rope=rope, absorbed_q=absorbed_q)
-
-
-def _mla_kernel(triton, tl, parts):
+def _mla_kernel(triton, tl):
     """The write peer's fused kernel (triton, triton_pdl, triton_prefetch)."""
-    cos_sin = parts.cos_sin
-
     @triton.jit
     def mla_rope_kv_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, kv_ptr, pos_ptr, slot_ptr, cs_ptr,
                            k_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st,
@@ -68,7 +31,11 @@ def _mla_kernel(triton, tl, parts):
             tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
-        c, s = cos_sin(cs_ptr, pos_ptr, t, R)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
         if USE_GDC and PREFETCH:  # positions and cos/sin read before the wait
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -79,7 +46,7 @@ def _mla_kernel(triton, tl, parts):
             dst = q_out_ptr + t * q_out_st + hh * q_out_sh
             tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
             xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
-            x0, x1 = tl.split(tl.reshape(xr, (R // 2, 2)))
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
             y = tl.interleave(x0 * c - x1 * s, x1 * c + x0 * s)
             tl.store(dst + L + pe, y.to(tl.bfloat16))
         else:
@@ -88,7 +55,7 @@ def _mla_kernel(triton, tl, parts):
                 row = kv_ptr + slot * kv_st
                 xn = tl.load(k_nope_ptr + t * k_nope_st + nope)
                 xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
-                x0, x1 = tl.split(tl.reshape(xr, (R // 2, 2)))
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
                 y = tl.interleave(x0 * c - x1 * s, x1 * c + x0 * s)
                 if FP8:
                     inv = 1.0 / tl.load(k_scale_ptr)
@@ -103,10 +70,8 @@ def _mla_kernel(triton, tl, parts):
     return mla_rope_kv_kernel
 
 
-def _mla_fp8q_kernel(triton, tl, parts):
+def _mla_fp8q_kernel(triton, tl):
     """The fp8 query peer's fused kernel (triton_fp8q, triton_fp8q_pdl)."""
-    cos_sin, rope = parts.cos_sin, parts.rope
-
     @triton.jit
     def mla_rope_kv_fp8q_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, kv_ptr, pos_ptr, slot_ptr,
                                 cs_ptr, k_scale_ptr, q_scale_ptr, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st,
@@ -124,14 +89,19 @@ def _mla_fp8q_kernel(triton, tl, parts):
             tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
-        c, s = cos_sin(cs_ptr, pos_ptr, t, R)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
         nope = tl.arange(0, L)
         pe = tl.arange(0, R)
         if h < H:
             hh = h.to(tl.int64)
             vn = tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope).to(tl.float32)
             xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
-            vr = rope(xr, c, s, R)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            vr = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
             if Q_RR:
                 vr = vr.to(tl.bfloat16).to(tl.float32)
             qs = tl.load(q_scale_ptr)
@@ -156,7 +126,8 @@ def _mla_fp8q_kernel(triton, tl, parts):
                 row = kv_ptr + slot * kv_st
                 xn = tl.load(k_nope_ptr + t * k_nope_st + nope)
                 xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
-                y = rope(xr, c, s, R)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
                 if FP8:
                     if KV_RR:
                         y = y.to(tl.bfloat16).to(tl.float32)
@@ -183,10 +154,8 @@ def _mla_fp8q_kernel(triton, tl, parts):
     return mla_rope_kv_fp8q_kernel
 
 
-def _v32_kernel(triton, tl, parts):
+def _v32_kernel(triton, tl):
     """--mode v32's peer (triton_v32, triton_v32_pdl, triton_v32_none)."""
-    cos_sin, rope, absorbed_q = parts.cos_sin, parts.rope, parts.absorbed_q
-
     @triton.jit
     def v32_write_kernel(q_nope_ptr, q_pe_ptr, q_out_ptr, k_nope_ptr, k_pe_ptr, cache_ptr, pos_ptr, slot_ptr, cs_ptr,
                          q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh, k_nope_st, k_pe_st, block_size,
@@ -203,11 +172,21 @@ def _v32_kernel(triton, tl, parts):
             tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
-        c, s = cos_sin(cs_ptr, pos_ptr, t, R)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
+        nope = tl.arange(0, L)
         pe = tl.arange(0, R)
         if h < H:
-            absorbed_q(q_nope_ptr, q_pe_ptr, q_out_ptr, t, h, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh,
-                       c, s, L, R)
+            hh = h.to(tl.int64)
+            dst = q_out_ptr + t * q_out_st + hh * q_out_sh
+            tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
+            xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+            tl.store(dst + L + pe, y.to(tl.bfloat16))
         else:
             slot = tl.load(slot_ptr + t).to(tl.int64)
             if slot >= 0:
@@ -222,7 +201,8 @@ def _v32_kernel(triton, tl, parts):
                 tl.store(row + tiles, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
                 tl.store((row + SCALES_AT).to(tl.pointer_type(tl.float32)) + tl.arange(0, NT), scale)
                 xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
-                y = rope(xr, c, s, R)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
                 tl.store((row + ROPE_AT).to(tl.pointer_type(tl.bfloat16)) + pe, y.to(tl.bfloat16))
 
     return v32_write_kernel
@@ -279,11 +259,9 @@ def _read_kernel(triton, tl):
     return read_rows_kernel
 
 
-def _record_kernel(triton, tl, parts):
+def _record_kernel(triton, tl):
     """--mode records' peer (triton_rec, triton_rec_pdl, triton_rec_none): one kernel for every cache record,
     specialized by constexpr arguments that describe the record's two segments (records.triton_constexprs)."""
-    cos_sin, rope, absorbed_q = parts.cos_sin, parts.rope, parts.absorbed_q
-
     @triton.jit
     def record_segment(x, row, ks, N: tl.constexpr, ELEM: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr,
                        SCALE: tl.constexpr, RULE: tl.constexpr, SCALES_AT: tl.constexpr, SAT: tl.constexpr,
@@ -380,12 +358,21 @@ def _record_kernel(triton, tl, parts):
             tl.extra.cuda.gdc_launch_dependents()
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
-        c, s = cos_sin(cs_ptr, pos_ptr, t, R)
+        HALF: tl.constexpr = R // 2
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        i = tl.arange(0, HALF)
+        c = tl.load(cs_ptr + pos * R + i)
+        s = tl.load(cs_ptr + pos * R + HALF + i)
         nope = tl.arange(0, L)
         pe = tl.arange(0, R)
         if h < H:
-            absorbed_q(q_nope_ptr, q_pe_ptr, q_out_ptr, t, h, q_nope_st, q_nope_sh, q_pe_st, q_pe_sh, q_out_st, q_out_sh,
-                       c, s, L, R)
+            hh = h.to(tl.int64)
+            dst = q_out_ptr + t * q_out_st + hh * q_out_sh
+            tl.store(dst + nope, tl.load(q_nope_ptr + t * q_nope_st + hh * q_nope_sh + nope))
+            xr = tl.load(q_pe_ptr + t * q_pe_st + hh * q_pe_sh + pe).to(tl.float32)
+            x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+            y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
+            tl.store(dst + L + pe, y.to(tl.bfloat16))
         else:
             slot = tl.load(slot_ptr + t).to(tl.int64)
             if slot >= 0:
@@ -394,7 +381,8 @@ def _record_kernel(triton, tl, parts):
                 xn = tl.load(k_nope_ptr + t * k_nope_st + nope).to(tl.float32)
                 record_segment(xn, row, ks, L, E0, A0, B0, S0, P0, SA0, SAT0, C0, RB0, CLEAN, F0, M0, IL0)
                 xr = tl.load(k_pe_ptr + t * k_pe_st + pe).to(tl.float32)
-                y = rope(xr, c, s, R)
+                x0, x1 = tl.split(tl.reshape(xr, (HALF, 2)))
+                y = tl.interleave(tl.fma(x0, c, -(x1 * s)), tl.fma(x1, c, x0 * s))
                 record_segment(y, row, ks, R, E1, A1, B1, S1, P1, SA1, SAT1, C1, RB1, CLEAN, F1, M1, IL1)
 
     return record_write_kernel
