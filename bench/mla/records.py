@@ -12,7 +12,7 @@ import time
 from .env import failed, log, require_pdl, rk_backend
 from .library import require_ocp
 from .numerics import _fp8_codes, compare_bits, fp8_values
-from .report import file_stem, floors_line, fmt_us, kernel_lines, run_line, table, write
+from .report import file_stem, floors_line, fmt_us, preamble, table, write
 from .shapes import K_SCALE, L, MAX_POS, R, SCALE_CONV, W, bw_pct, cos_sin_table
 from .timing import first_call_failed, run_floors, same_size_copy_us, time_call, timing_failed
 from .triton_kernels import triton_kernels
@@ -603,11 +603,8 @@ CSV = ["date", "gpu", "row", "job", "T", "H", "method", "status", "us", "timing"
 
 def write_records_outputs(args, meta, floors, results, methods):
     """bench_<date>_<gpu>_records[_tag].md / .csv: the header, the goals, then a table per job."""
-    lines = ["# Cache records: ropekv's generic writer and reader against a Triton writer and the copy, on %s"
-             % meta["gpu"], "", run_line(meta)]
-    if args.cpu:
-        lines.append("- **--cpu: the script checked on the CPU; the times are not GPU figures**")
-    lines += kernel_lines(meta)
+    lines = preamble("Cache records: ropekv's generic writer and reader against a Triton writer and the copy,", args,
+                     meta, bandwidths=False)
     lines += ["- rows: %s; L = %d, R = %d, GPT-J rope, f32 cos_sin_cache [%d, %d], flat uint8 caches [T + 1, "
               "row bytes], slots a permutation, k_scale %.2f where the row takes it; latent blocks of 16 scaled by "
               "2^-4 .. 2^4" % (", ".join(r["label"] for r in record_table()), L, R, MAX_POS, R, K_SCALE),

@@ -168,6 +168,16 @@ def run_line(meta):
         meta["target"])
 
 
+def preamble(title, args, meta, kernels=True, bandwidths=True):
+    """A report's first lines: "# <title> on <gpu>", the run's line, the --cpu warning, and with kernels the ropekv
+    kernels' lines."""
+    lines = ["# %s on %s" % (title, meta["gpu"]), "", run_line(meta)]
+    if args.cpu:
+        lines.append("- **--cpu: the script checked on the CPU; the times%s are not GPU figures**"
+                     % (" and bandwidths" if bandwidths else ""))
+    return lines + (kernel_lines(meta) if kernels else [])
+
+
 def kernel_lines(meta):
     return ["- ropekv kernel (%s): `%s` (kernel_get %.1f ms)" % (label, name, get_ms)
             for label, (name, get_ms) in meta["kernels"].items()]
@@ -242,13 +252,7 @@ def write_outputs(args, meta, floors, rows, methods):
 
 def _write_header(args, meta, floors, methods):
     pol = meta["policy"]
-    lines = []
-    lines.append("# MLA RoPE + KV-cache write: ropekv vs peers on %s" % meta["gpu"])
-    lines.append("")
-    lines.append(run_line(meta))
-    if args.cpu:
-        lines.append("- **--cpu: the script checked on the CPU; the times and bandwidths are not GPU figures**")
-    lines += kernel_lines(meta)
+    lines = preamble("MLA RoPE + KV-cache write: ropekv vs peers", args, meta)
     lines.append("- shapes: DeepSeek-V3 L=%d, R=%d, GPT-J rope, f32 cos_sin_cache [%d, %d]; paged cache [blocks, %d, %d];"
                  " fp8: OCP e4m3, k_scale %.2f (x * 1/k_scale), clamp +-%g" % (L, R, MAX_POS, R, BLOCK_SIZE, W,
                                                                             K_SCALE, FP8_MAX))
@@ -367,16 +371,8 @@ def write_job_outputs(args, meta, floors, rows, methods):
 
 def _job_header(args, meta, floors, methods):
     mode = args.mode
-    lines = []
-    if mode == "v32":
-        lines.append("# DeepSeek-V3.2 writer (fp8_tile rows, paged cache): ropekv vs peers on %s" % meta["gpu"])
-    else:
-        lines.append("# KV-cache read-back (rows by slot, dequantized to bf16): ropekv vs peers on %s" % meta["gpu"])
-    lines.append("")
-    lines.append(run_line(meta))
-    if args.cpu:
-        lines.append("- **--cpu: the script checked on the CPU; the times and bandwidths are not GPU figures**")
-    lines += kernel_lines(meta)
+    lines = preamble("DeepSeek-V3.2 writer (fp8_tile rows, paged cache): ropekv vs peers" if mode == "v32" else
+                     "KV-cache read-back (rows by slot, dequantized to bf16): ropekv vs peers", args, meta)
     if mode == "v32":
         lines.append("- shapes: DeepSeek-V3.2 L=%d, R=%d, GPT-J rope, f32 cos_sin_cache [%d, %d]; paged uint8 cache "
                      "[blocks, %d, %d]: per token %d fp8 e4m3 codes (tiles of %d, scale = max(amax / 448, FLT_MIN)), "
@@ -485,11 +481,8 @@ def write_norm_outputs(args, meta, floors, rows, methods):
 
 
 def _norm_header(args, meta, floors, rows):
-    lines = ["# Fused kv_a RMSNorm + MLA RoPE + KV-cache write: ropekv norm='rms' vs RMSNorm + ropekv on %s"
-             % meta["gpu"], ""]
-    lines.append(run_line(meta))
-    if args.cpu:
-        lines.append("- **--cpu: the script checked on the CPU; the times are not GPU figures**")
+    lines = preamble("Fused kv_a RMSNorm + MLA RoPE + KV-cache write: ropekv norm='rms' vs RMSNorm + ropekv", args,
+                     meta, kernels=False, bandwidths=False)
     lines.append("- spec %s, norm: %s; DeepSeek-V3 dims L=%d, R=%d, absorbed bf16 query [T, H, %d]; the raw c_kv = the "
                  "first %d columns of the [T, %d] projection, each token's row scaled by 2^-8 .. 2^8; paged cache "
                  "[blocks, %d, %d]; fp8: OCP e4m3, k_scale %.2f" % (args.spec, meta.get("norm", "-"), L, R, W, L, W,
