@@ -6,8 +6,8 @@
 -- before the rotation; the attention kernel wants 64 or 128 query heads, so a tensor-parallel rank's heads are
 -- padded with zero rows (ropekv_args.q_heads). Sliding-window and compressed-KV layers rotate with different tables
 -- (rope_theta 10000 and compress_rope_theta 160000): the table is an argument of each launch, so one kernel serves
--- both. The published config.json was not read here: the norms' eps (1e-6, DeepSeek-V3's) and the query norm's eps
--- are not verified.
+-- both. Both norms take eps 1e-6, the rms_norm_eps of deepseek-ai/DeepSeek-V4-Flash's config.json, as its copies
+-- republish it (python/tests/test_models.py checks the spec against it).
 return {
   name = "deepseek_v4_flash",
   description = "DeepSeek-V4-Flash MLA: one 512-wide head, L = 448 NoPE + R = 64 rope at its end, 64 heads",
@@ -24,10 +24,10 @@ return {
     weight = "bf16",
     eps = 1e-6,
     over = "head",
-    matches = "DeepSeek-V4 kv_norm: RMSNorm over the whole 512-wide head before the rotation (eps not verified)",
+    matches = "DeepSeek-V4 kv_norm: RMSNorm over the whole 512-wide head before the rotation, eps the config's",
   },
   q_norm = {
     eps = 1e-6,
-    matches = "DeepSeek-V4: q * rsqrt(mean(q^2) + eps) per head, no weight, before the rotation (eps not verified)",
+    matches = "DeepSeek-V4: q * rsqrt(mean(q^2) + eps) per head, no weight, before the rotation, eps the config's",
   },
 }

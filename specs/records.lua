@@ -113,9 +113,12 @@ return {
       matches = "fp8_ds_mla with 2^ceil(log2 s) tile scales, for E8M0 readers",
     },
     -- glm_next_fp8, 528 bytes (GLM-5.3-Flash, R = 0: no rope part in the cache): the 512 latent values in e4m3,
-    -- 4 float32 scales per 128 at 512, the fp8_ds_mla recipe without the rope bytes. From the b12x writer and
-    -- vLLM forks as summarized in b12x #266 and vllm #55773 / #57578 (vLLM's own writer fails on R = 0); the
-    -- writers' code was not read here, so the FNUZ bound (224, as fp8_ds_mla) is not verified.
+    -- 4 float32 scales per 128 at 512, the fp8_ds_mla recipe without the rope bytes. Checked against b12x
+    -- (local-inference-lab/b12x, b12x/attention/_shared/mla/kv_cache.py, ConcatAndCacheGlmNextMlaKernel): the same
+    -- layout; its scale is amax * float32(1 / 448) (1.0 for an all-zero tile) and each value x * rcp(scale), where
+    -- this record divides (amax / 448, FLT_MIN for a zero tile): the float32 scale differs for 17,468 of the 32,639
+    -- positive finite bf16 amax values, about 1 in 8000 codes. vLLM's own writer fails on R = 0 (vllm #55773,
+    -- #57578). No engine read writes it for FNUZ targets: the FNUZ bound (224, as fp8_ds_mla) is this record's own.
     {
       name = "glm_next_fp8",
       L = 512,
@@ -133,7 +136,7 @@ return {
           saturate = { ocp = 448, fnuz = 224 },
         },
       },
-      matches = "b12x GLM_NEXT fp8: fp8_ds_mla's latent and scales, no rope part",
+      matches = "b12x GLM_NEXT fp8 (ConcatAndCacheGlmNextMlaKernel): layout; its scale, reciprocals round differently",
     },
     -- dsv4_fp8, 576 bytes a row + 8 a token in the page tail = 584 (DeepSeek-V4 Flash / Pro): 448 NoPE values in
     -- e4m3 in 7 blocks of 64, the 64 rope values in bf16 at 448; the 7 UE8M0 block scales and one pad byte of each
@@ -196,9 +199,11 @@ return {
       matches = "SGLang V41 MXFP8 (kv_layout.cuh store_row_fp8): 512 e4m3 incl. the rotated rope, UE8M0 per 32",
     },
     -- dsv41_fp4, 288 bytes (DeepSeek-V4.1): the 512 values in e2m1 (two a byte, the first in the low nibble), 32
-    -- e4m3 scales per 16 at 256, no outer scale. From SGLang #39123 and vllm #56935 as summarized in RECORDS.md;
-    -- not read here: the block-scale recipe (amax / 6 as an e4m3, round to nearest even) and the rope rounding
-    -- are not verified.
+    -- e4m3 scales per 16 at 256, no outer scale: amax / 6 as an IEEE division rounded to the nearest e4m3, the values
+    -- divided by the decoded scale, the rotated rope rounded to bf16 first. Checked against SGLang
+    -- (kv_layout.cuh, v41::store_row_fp4, and torch_quant.py, quantize_k_cache_v41_fp4): the same bytes (its clamp
+    -- to [2^-9, 448] gives what FLT_MIN and 0x01 give here). vLLM's _rope_quant_insert_nvfp4_kernel (vllm #56935)
+    -- takes amax * (1 / 6) (a few scale bytes differ) and quantizes the rope part's f32 rotation.
     {
       name = "dsv41_fp4",
       L = 448,
@@ -216,12 +221,15 @@ return {
           rope_bf16 = true,
         },
       },
-      matches = "DeepSeek-V4.1 FP4: 512 e2m1 incl. the rotated rope, e4m3 per 16 (not verified)",
+      matches = "SGLang V41 FP4 (kv_layout.cuh store_row_fp4): 512 e2m1 incl. the rotated rope, e4m3 per 16",
     },
     -- nvfp4, 352 bytes split in two caches (FlashInfer's dense MLA NVFP4 cache,
     -- nvfp4_quantize_append_paged_mla_kv_cache, flashinfer #4676): ckv 256 bytes of e2m1 + 32 e4m3 scales per 16
-    -- (288 bytes), kpe 64 e4m3 bytes. Both against a per-tensor (global) scale. The layout is from RECORDS.md; the
-    -- code was not read here, so the convention with the global scale and the kpe's scaling are not verified.
+    -- (288 bytes), kpe 64 e4m3 bytes. Both against a per-tensor (global) scale. Checked against FlashInfer
+    -- (include/flashinfer/page.cuh, NVFP4QuantizeAppendPagedKVMlaCacheKernel): the same contents, in three tensors
+    -- there (ckv, ckv_sf, kpe); its arithmetic multiplies by rounded reciprocals (amax * rcp(6 gs), x * rcp(d gs),
+    -- gs the global scale) where this record takes x * (1 / k) and divides by d (about 1 in 1000 codes differ, at
+    -- exact ties), and it stores an all-zero block's scale as 0x00 (here 0x01); its kpe takes a kpe_scale of its own.
     {
       name = "nvfp4",
       L = 512,
@@ -242,7 +250,7 @@ return {
         },
         { from = 512, n = 64, elem = "e4m3", at = 288, outer = "tensor" },
       },
-      matches = "FlashInfer NVFP4 MLA cache (ckv e2m1 + e4m3 per 16, kpe e4m3), global scale (not verified)",
+      matches = "FlashInfer NVFP4 MLA cache (ckv e2m1 + e4m3 per 16, kpe e4m3): contents; 3 tensors, other reciprocals",
     },
     -- nvfp4_fp8rope, 352 bytes (the DSA NVFP4 record of vllm #51724, read by vllm-project/FlashMLA #18): 256 bytes
     -- of e2m1 latent, the 64 rope values in e4m3 at 256 (no scale), then 32 e4m3 scales per 16 at 320, stored as
@@ -331,7 +339,9 @@ return {
       matches = "b12x ConcatAndCacheNvfp4MlaFp8RopeKernel (per-token mode): layout; its reciprocals round differently",
     },
     -- glm_next_nvfp4, 304 bytes (GLM-5.3-Flash, R = 0; b12x #266): 256 bytes of e2m1, 32 e4m3 scales per 16 at
-    -- 256, 4 reserved bytes, a float32 per-token outer scale at 292, 8 pad bytes. From RECORDS.md; not read here.
+    -- 256, 4 reserved bytes, a float32 per-token outer scale at 292 (the token's amax / (6 * 448)), 8 pad bytes.
+    -- Checked against b12x (kv_cache.py, concat_and_cache_glm_next_nvfp4_mla: ConcatAndCacheNvfp4MlaFp8RopeKernel
+    -- with no rope and a per-token scale): the layout; its arithmetic differs as nvfp4_ds_mla_fp8rope's.
     {
       name = "glm_next_nvfp4",
       L = 512,
@@ -350,7 +360,7 @@ return {
           outer_at = 292,
         },
       },
-      matches = "b12x GLM_NEXT NVFP4: e2m1 + e4m3 per 16 + 4 reserved + f32 per-token scale + 8 pad (not verified)",
+      matches = "b12x GLM_NEXT NVFP4 (concat_and_cache_glm_next_nvfp4_mla): layout; its reciprocals round differently",
     },
   },
 }
