@@ -10,7 +10,7 @@ from .read import ReadProblem, check_read, read_reference
 from .report import fmt_us, write_job_outputs
 from .shapes import (K_SCALE, READ_KV, READ_METHODS, SAME_AS, V32_FORMS, W, bw_pct, cos_sin_table, job_bytes,
                      read_bytes, v32_bytes)
-from .timing import first_call_failed, each_shape, run_floors, same_size_copy_us, time_call, timing_failed
+from .timing import each_shape, first_call_failed, run_floors, same_size_copy_us, time_call, timing_failed
 from .v32 import V32Problem, V32Reference, check_v32
 
 torch = None  # set by env.bind() in main()
@@ -70,7 +70,7 @@ def main_job(args, meta, dev):
     run = types.SimpleNamespace(args=args, cpu=cpu, mode=mode, state=state, floors=floors, dev=dev, methods=methods,
                                 cos_sin_cache=cos_sin_cache, k_scale=k_scale, order=order, compile_broken={})
     rows = each_shape(run, args.kv_list, lambda T, H, kv: _shape(run, T, H, kv), "",
-                 lambda r: "  limit %s" % fmt_us(r["limit_us"]))
+                      lambda r: "  limit %s" % fmt_us(r["limit_us"]))
     paths = write_job_outputs(args, meta, floors, rows, methods)
     log("wrote " + ", ".join(paths))
     if state.get("ctx") is not None:

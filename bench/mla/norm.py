@@ -119,7 +119,7 @@ def run_norm_section(args, meta, state, floors, dev, cos_sin_cache, k_scale, pol
     run = types.SimpleNamespace(args=args, cpu=cpu, state=state, floors=floors, dev=dev, cos_sin_cache=cos_sin_cache,
                                 k_scale=k_scale, policy=policy, methods=list(args.norm_method_list), infos=infos)
     return each_shape(run, args.norm_kv_list, lambda T, H, kv: _shape(run, T, H, kv), "norm: ",
-                 lambda r: "  fused/no-norm %s" % _norm_ratio(r["results"], "ropekv_norm", "ropekv_nonorm"))
+                      lambda r: "  fused/no-norm %s" % _norm_ratio(r["results"], "ropekv_norm", "ropekv_nonorm"))
 
 
 def _prepare(args, meta, state, policy):

@@ -273,7 +273,8 @@ def _record_kernel(triton, tl):
         # 3 e4m3 at byte SCALES_AT (block b's at place b, or with IL k at (b % k) (N / BLOCK / k) + b / k), at least
         # FLOOR, by RULE 1 rounded up to a power of two, 2 up to an e4m3 value, 3 to nearest with a zero kept (the
         # block's values then times 0); the values divided by it or with RECIP multiplied by its reciprocal; CONV the
-        # tensor scale ks's convention (0 none, 1 mul_recip, 2 div, 3 mul); RBF16 rounds the values to bf16 first; CLEAN sanitizes NaN and inf.
+        # tensor scale ks's convention (0 none, 1 mul_recip, 2 div, 3 mul); RBF16 rounds the values to bf16 first;
+        # CLEAN sanitizes NaN and inf.
         if RBF16:
             x = x.to(tl.bfloat16).to(tl.float32)
         if CONV == 1:
